@@ -1,0 +1,12 @@
+package main
+
+import "context"
+
+// runReindex is the body of "meilistream reindex".
+//
+// Placeholder from the CLI frame: the engine engineer owns this file and
+// replaces this body with the real one. It receives the validated
+// configuration and a logger in inv (see invocation in main.go).
+func runReindex(ctx context.Context, inv *invocation) int {
+	return notBuilt(inv.Stderr, "reindex")
+}

@@ -1,0 +1,262 @@
+// Command meilistream keeps Meilisearch indexes (and replica MongoDB
+// collections) in step with MongoDB collections. It runs as a sidecar; see
+// README.md for the manual.
+//
+// This file is the CLI frame only: it picks the subcommand, handles --help,
+// loads the configuration for the commands that need it, and maps errors to
+// exit codes. Each subcommand's body lives in its own cmd_*.go file.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar"
+)
+
+// Exit codes, documented in README.md ("Operations").
+const (
+	exitOK      = 0 // done, or a clean shutdown on SIGINT/SIGTERM
+	exitFailed  = 1 // a job or a check failed
+	exitUsage   = 2 // bad usage or bad configuration (CONFIG_INVALID)
+	exitRunning = 3 // the job's lease is held by another process (RUNNING)
+)
+
+func main() { os.Exit(Main()) }
+
+// Main runs the command line in os.Args and returns the process exit code.
+// The testscript suite registers this same function as the "meilistream"
+// command, so end-to-end scripts run the real code path.
+func Main() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
+}
+
+// invocation is what the frame hands a subcommand that talks to servers
+// (run, reindex, retry, status): its arguments after the subcommand name,
+// the loaded and validated configuration, a root logger built from it, and
+// where to write. Bodies return an exit code; use exitCode/fail to map an
+// error to one.
+type invocation struct {
+	Args    []string       // arguments after the subcommand name (--help is handled)
+	Environ []string       // the process environment the config was loaded from
+	Config  sidecar.Config // validated; print it only through Config.Redacted()
+	Log     hclog.Logger   // root logger; per job: Log.Named(job)
+	Stdout  io.Writer
+	Stderr  io.Writer
+}
+
+// command is one subcommand. Exactly one of serve and plain is set: serve
+// commands get the configuration loaded by the frame, plain ones parse what
+// they need themselves.
+type command struct {
+	name     string
+	synopsis string // arguments, for the usage line: "NAME"
+	summary  string // one line for the command list
+	help     string // the full --help text after the usage line
+	serve    func(ctx context.Context, inv *invocation) int
+	plain    func(args []string, stdout, stderr io.Writer) int
+}
+
+// commands lists the subcommands in the order --help shows them. The bodies
+// (runRun, runReindex, ...) live in cmd_<name>.go, each owned by the engineer
+// of that area.
+func commands() []command {
+	return []command{
+		{
+			name: "run", summary: "run every job (the default command)",
+			help: `Runs every job found in MEILISTREAM_TRANSFORMS: for each job one pod
+holds its lease and reindexes or follows the change stream; the others
+stand by. Serves /healthz, /readyz, /status and /metrics on
+MEILISTREAM_HTTP_ADDR. SIGINT or SIGTERM flushes what is pending, records
+positions, releases leases and exits 0 within MEILISTREAM_SHUTDOWN_TIMEOUT.
+Configuration comes from MEILISTREAM_* environment variables (README.md,
+"Configuration").`,
+			serve: runRun,
+		},
+		{
+			name: "reindex", synopsis: "NAME", summary: "rebuild one job's destination from its collection now",
+			help: `Takes the lease of job NAME and rebuilds its destination from the source
+collection (a fresh index swapped in atomically, or in place), then records
+the new position and exits. A running sidecar holding the lease makes this
+exit 3 (RUNNING).`,
+			serve: runReindex,
+		},
+		{
+			name: "retry", synopsis: "NAME", summary: "run recorded per-document errors of one job again",
+			help: `Runs the documents recorded in the errors collection for job NAME through
+its (fixed) transform again, writes those that succeed and clears their
+records. Exits 1 when some still fail.`,
+			serve: runRetry,
+		},
+		{
+			name: "check", synopsis: "[FILE...]", summary: "load transforms and run them on sample documents",
+			help: `Loads every transform (MEILISTREAM_TRANSFORMS, or the files given), runs
+each on sample documents and prints what would be indexed. Exits 1 on any
+error, so it fits in your own CI. Needs no server.`,
+			plain: runCheck,
+		},
+		{
+			name: "status", summary: "print jobs, lease holders, positions and lag from MongoDB",
+			help: `Reads the state collection in MongoDB and prints each job: who holds its
+lease, its recorded position and how far behind it is.`,
+			serve: runStatus,
+		},
+		{
+			name: "version", summary: "print the version",
+			help:  `Prints the version of this build, and the Go version it was built with.`,
+			plain: runVersion,
+		},
+	}
+}
+
+// run dispatches args (without the program name) and returns the exit code.
+func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
+	cmds := commands()
+	name := "run"
+	if len(args) > 0 {
+		switch a := args[0]; {
+		case a == "help":
+			if len(args) > 1 {
+				if c, ok := find(cmds, args[1]); ok {
+					printCommandHelp(stdout, c)
+					return exitOK
+				}
+				fmt.Fprintf(stderr, "meilistream: unknown command %q\n\n", args[1])
+				printUsage(stderr, cmds)
+				return exitUsage
+			}
+			printUsage(stdout, cmds)
+			return exitOK
+		case isHelp(a):
+			printUsage(stdout, cmds)
+			return exitOK
+		case a == "--version" || a == "-version":
+			name, args = "version", args[1:]
+		case strings.HasPrefix(a, "-"):
+			fmt.Fprintf(stderr, "meilistream: unknown flag %s\n\n", a)
+			printUsage(stderr, cmds)
+			return exitUsage
+		default:
+			name, args = a, args[1:]
+		}
+	}
+	c, ok := find(cmds, name)
+	if !ok {
+		fmt.Fprintf(stderr, "meilistream: unknown command %q\n\n", name)
+		printUsage(stderr, cmds)
+		return exitUsage
+	}
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if isHelp(a) {
+			printCommandHelp(stdout, c)
+			return exitOK
+		}
+	}
+	if c.plain != nil {
+		return c.plain(args, stdout, stderr)
+	}
+	cfg, err := sidecar.Load(environ)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	inv := &invocation{
+		Args:    args,
+		Environ: environ,
+		Config:  cfg,
+		Log:     sidecar.NewLogger(cfg, stderr),
+		Stdout:  stdout,
+		Stderr:  stderr,
+	}
+	return c.serve(ctx, inv)
+}
+
+func isHelp(a string) bool { return a == "-h" || a == "--help" || a == "-help" }
+
+func find(cmds []command, name string) (command, bool) {
+	for _, c := range cmds {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+func printUsage(w io.Writer, cmds []command) {
+	fmt.Fprint(w, `meilistream keeps Meilisearch indexes and replica MongoDB collections in step
+with MongoDB collections, through JavaScript transforms.
+
+Usage:
+  meilistream [COMMAND] [ARGS]
+
+Commands:
+`)
+	for _, c := range cmds {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `
+Run "meilistream COMMAND --help" for a command's help. Configuration is read
+from MEILISTREAM_* environment variables (see README.md, "Configuration").
+
+Exit codes: 0 ok, 1 a job or check failed, 2 bad usage or configuration,
+3 the job's lease is held elsewhere (RUNNING).
+`)
+}
+
+func printCommandHelp(w io.Writer, c command) {
+	usage := "meilistream " + c.name
+	if c.synopsis != "" {
+		usage += " " + c.synopsis
+	}
+	fmt.Fprintf(w, "Usage: %s\n\n%s\n", usage, c.help)
+}
+
+// exitCode maps an error to the process exit code: nil 0, CONFIG_INVALID 2,
+// RUNNING 3, anything else 1.
+func exitCode(err error) int {
+	switch errs.CodeOf(err) {
+	case "":
+		return exitOK
+	case errs.ConfigInvalid:
+		return exitUsage
+	case errs.Running:
+		return exitRunning
+	default:
+		return exitFailed
+	}
+}
+
+// fail prints err on stderr (prefixed "meilistream: ") and returns its exit
+// code. The error must hold no secret: configuration errors never carry one.
+func fail(stderr io.Writer, err error) int {
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "meilistream: %v\n", err)
+	return exitCode(err)
+}
+
+// usageError prints a usage problem for c on stderr and returns exitUsage.
+func usageError(stderr io.Writer, c string, format string, args ...any) int {
+	fmt.Fprintf(stderr, "meilistream %s: %s\n", c, fmt.Sprintf(format, args...))
+	fmt.Fprintf(stderr, "Run \"meilistream %s --help\" for usage.\n", c)
+	return exitUsage
+}
+
+// notBuilt is the body of a subcommand whose engine has not landed yet: it
+// says so and fails, rather than pretending to work.
+func notBuilt(stderr io.Writer, name string) int {
+	return fail(stderr, errs.New(errs.Failed, "", "the %q command is not built yet", name))
+}
