@@ -1,0 +1,115 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Keep starts renewing the lease every TTL/3 and returns a context derived
+// from ctx that is cancelled, with a LEASE_LOST *errs.Error as its
+// context.Cause, as soon as the lease is no longer held: a renewal matched
+// nothing (taken over, expired by the server clock, deleted), no renewal
+// succeeded within 3/4 of the TTL since the last successful one was sent
+// (the holder cannot prove the lease, so it stops before the server would
+// let another holder in), or Release was called.
+//
+// Transient renewal errors are retried with backoff until that deadline.
+// Renewing stops when stop is called (stop also cancels the returned context
+// and waits for the renewer to end; it is idempotent), when ctx is done, or
+// when the lease ends. Confirm and Release still work after stop. Keep is
+// meant to be called once per lease; further calls start further renewers.
+func (l *Lease) Keep(ctx context.Context) (context.Context, func()) {
+	kctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	l.keeps.Add(1)
+	go func() {
+		defer l.keeps.Done()
+		defer close(done)
+		// Cancel the work as soon as the lease ends, whoever ends it.
+		go func() {
+			select {
+			case <-l.ended:
+				cancel(l.Err())
+			case <-kctx.Done():
+			}
+		}()
+		l.keepLoop(kctx)
+	}()
+	stop := func() {
+		cancel(context.Canceled)
+		<-done
+	}
+	return kctx, stop
+}
+
+func (l *Lease) keepLoop(ctx context.Context) {
+	ttl := l.m.ttl
+	interval := ttl / 3
+	giveUp := ttl * 3 / 4 // well before TTL: the server counts from a later instant
+	retry := ttl / 30     // first retry after a failed renewal; doubles
+	var (
+		failures int
+		lastErr  error
+	)
+	for {
+		l.mu.Lock()
+		lastOK := l.lastOK
+		l.mu.Unlock()
+		now := l.m.now()
+		deadline := lastOK.Add(giveUp)
+		var wait time.Duration
+		if failures == 0 {
+			wait = lastOK.Add(interval).Sub(now)
+		} else {
+			wait = min(retry<<min(failures-1, 3), deadline.Sub(now))
+		}
+		if !now.Before(deadline) {
+			l.lose(fmt.Sprintf("no renewal succeeded for %s (last error: %v)", now.Sub(lastOK).Round(time.Millisecond), lastErr))
+			return
+		}
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		// One attempt may not outlive the give-up deadline nor eat every
+		// retry in between.
+		actx, cancel := context.WithTimeout(ctx, min(interval, deadline.Sub(l.m.now())))
+		held, err := l.renew(actx)
+		cancel()
+		switch {
+		case err == nil && held:
+			if failures > 0 {
+				l.m.log.Info("lease renewed again", "job", l.name, "epoch", l.epoch, "failures", failures)
+			}
+			failures, lastErr = 0, nil
+		case err == nil:
+			if l.Err() == nil {
+				l.lose(l.whyNotHeld(ctx))
+			}
+			return
+		default:
+			if ctx.Err() != nil {
+				return
+			}
+			if failures == 0 {
+				l.m.log.Warn("lease renewal failed; retrying", "job", l.name, "epoch", l.epoch, "error", err)
+			}
+			failures++
+			lastErr = err
+		}
+	}
+}
+
+// keepLoop only ever subtracts two readings of m.now (time.Now by default,
+// whose monotonic reading makes the difference immune to wall-clock steps),
+// and turns durations into timers; it never compares a process time with a
+// server time.
