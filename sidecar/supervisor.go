@@ -1,0 +1,495 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meilistream/meilistream/internal/errs"
+)
+
+// Job states shown in /status. The engine refines "running" into
+// "reindexing" or "following" through the job's stats.
+const (
+	StateStarting   = "starting"   // loaded, not yet waiting for its lease
+	StateStandby    = "standby"    // waiting for the lease another process holds
+	StateRunning    = "running"    // holds the lease, the engine runs
+	StateRestarting = "restarting" // the last run failed; waiting for the next try
+	StateFailed     = "failed"     // cannot run until its configuration is fixed
+	StateStopping   = "stopping"   // flushing, recording and releasing
+	StateStopped    = "stopped"    // done (shutdown or removed)
+)
+
+// Default restart backoff of a failing job (DESIGN.md: 1 s doubling to 1 min).
+const (
+	DefaultRestartMin = time.Second
+	DefaultRestartMax = time.Minute
+)
+
+// JobDef is one job as the supervisor sees it: a name, a hash that changes
+// whenever the job's definition (transform file, options) changes, the
+// definition itself for the driver, and Err when it could not be loaded.
+type JobDef struct {
+	Name string
+	Hash string
+	// Err is set when the job's definition is unusable (CONFIG_INVALID,
+	// TRANSFORM_FAILED at load): the job shows as failed and does not run
+	// until a new definition replaces it; other jobs are not affected.
+	Err error
+	// Spec is what the driver needs to run the job (*transform.Job).
+	Spec any
+}
+
+// HeldLease is what the supervisor needs of a job lease it holds.
+type HeldLease interface {
+	// Keep renews the lease in the background until stop is called or it is
+	// lost; the returned context is cancelled with cause LEASE_LOST on loss.
+	Keep(ctx context.Context) (context.Context, context.CancelFunc)
+	// Release gives the lease up (deletes only our own document).
+	Release(ctx context.Context) error
+	// Epoch is the lease's takeover count when we got it.
+	Epoch() int64
+}
+
+// JobDriver is what the supervisor needs to run jobs: wait for a job's lease
+// and run the job while holding it. The production driver wraps lease.Manager
+// and the Engine; tests use fakes.
+type JobDriver interface {
+	// Standby blocks until the job's lease is ours (waiting, with backoff,
+	// while another process holds it). It returns ctx's error when cancelled.
+	Standby(ctx context.Context, name string) (HeldLease, error)
+	// Run runs the job under h until ctx is cancelled (it then flushes and
+	// records before returning) or it fails. ctx is cancelled with cause
+	// LEASE_LOST when the lease is lost; Run then returns an error with code
+	// LEASE_LOST. stats is the job's, kept across runs.
+	Run(ctx context.Context, def JobDef, h HeldLease, stats *SupervisedJob) error
+}
+
+// SupervisorConfig configures a Supervisor.
+type SupervisorConfig struct {
+	Driver JobDriver
+	Logger hclog.Logger
+	// RestartMin and RestartMax bound the restart backoff of a failing job
+	// (defaults DefaultRestartMin, DefaultRestartMax).
+	RestartMin, RestartMax time.Duration
+	// ReleaseTimeout bounds releasing a lease after a job stopped
+	// (default 5s).
+	ReleaseTimeout time.Duration
+	// OnLeaseChange, when set, is told whenever a job's lease is taken
+	// (held true, with its epoch) or given up (held false), for metrics.
+	OnLeaseChange func(job string, held bool, epoch int64)
+}
+
+// Supervisor runs every job in its own goroutine: standby (waiting for the
+// lease), run, back to standby when the lease is lost; other failures restart
+// the job with exponential backoff and jitter; a job that cannot load fails
+// alone. Apply starts, restarts and stops jobs as definitions change; Close
+// stops them all (each flushes, records and releases its lease).
+type Supervisor struct {
+	cfg SupervisorConfig
+	log hclog.Logger
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu     sync.Mutex
+	jobs   map[string]*supervised
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// supervised is one running job goroutine.
+type supervised struct {
+	def    JobDef
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+	stats  *SupervisedJob
+}
+
+// SupervisedJob is the supervisor's view of one job, read by /status. The
+// engine may refine the state and report its own figures through Set.
+type SupervisedJob struct {
+	Name string
+
+	mu          sync.Mutex
+	state       string
+	since       time.Time
+	restarts    int
+	nextRestart time.Time
+	lastErr     error
+	lastErrAt   time.Time
+	epoch       int64
+	held        bool
+	engine      any // the engine's own per-job stats (*JobStats), kept across runs
+}
+
+// SupervisedSnapshot is a copy of a SupervisedJob at one instant.
+type SupervisedSnapshot struct {
+	Name        string
+	State       string
+	Since       time.Time
+	Restarts    int
+	NextRestart time.Time // zero unless State is restarting
+	LastError   string
+	LastErrorAt time.Time
+	Code        string // code of LastError
+	Held        bool   // this process holds the job's lease
+	Epoch       int64  // lease epoch while held
+	Engine      any    // the engine's stats, when it reported some
+}
+
+// NewSupervisor returns a supervisor with no jobs; call Apply to start some.
+func NewSupervisor(cfg SupervisorConfig) *Supervisor {
+	if cfg.RestartMin <= 0 {
+		cfg.RestartMin = DefaultRestartMin
+	}
+	if cfg.RestartMax <= 0 {
+		cfg.RestartMax = DefaultRestartMax
+	}
+	if cfg.RestartMax < cfg.RestartMin {
+		cfg.RestartMax = cfg.RestartMin
+	}
+	if cfg.ReleaseTimeout <= 0 {
+		cfg.ReleaseTimeout = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Supervisor{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		ctx:    ctx,
+		cancel: cancel,
+		jobs:   map[string]*supervised{},
+	}
+}
+
+// errStopped is the cancellation cause of a job stopped by Apply or Close.
+var errStopped = errors.New("job stopped")
+
+// Apply makes the running jobs match defs: jobs not running yet start, jobs
+// whose Hash changed restart (stop, flush, release, start again), jobs no
+// longer listed stop. It returns once stopped jobs have stopped.
+func (s *Supervisor) Apply(defs []JobDef) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	want := map[string]JobDef{}
+	for _, d := range defs {
+		want[d.Name] = d
+	}
+	var stopping []*supervised
+	for name, j := range s.jobs {
+		d, ok := want[name]
+		if ok && d.Hash == j.def.Hash && errText(d.Err) == errText(j.def.Err) {
+			continue
+		}
+		if ok {
+			s.log.Info("job definition changed, restarting it", "job", name)
+		} else {
+			s.log.Info("job removed, stopping it", "job", name)
+		}
+		j.cancel(errStopped)
+		stopping = append(stopping, j)
+		delete(s.jobs, name)
+	}
+	s.mu.Unlock()
+	for _, j := range stopping {
+		<-j.done
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	for _, d := range defs {
+		if _, ok := s.jobs[d.Name]; ok {
+			continue
+		}
+		s.startLocked(d, s.statsFor(d.Name, stopping))
+	}
+}
+
+// statsFor keeps a restarted job's stats (restarts, engine counters).
+func (s *Supervisor) statsFor(name string, old []*supervised) *SupervisedJob {
+	for _, j := range old {
+		if j.def.Name == name {
+			return j.stats
+		}
+	}
+	return &SupervisedJob{Name: name}
+}
+
+func (s *Supervisor) startLocked(d JobDef, st *SupervisedJob) {
+	ctx, cancel := context.WithCancelCause(s.ctx)
+	j := &supervised{def: d, cancel: cancel, done: make(chan struct{}), stats: st}
+	st.setState(StateStarting)
+	s.jobs[d.Name] = j
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(j.done)
+		s.loop(ctx, j)
+	}()
+}
+
+// Jobs returns a snapshot of every job, sorted by name.
+func (s *Supervisor) Jobs() []SupervisedSnapshot {
+	s.mu.Lock()
+	out := make([]SupervisedSnapshot, 0, len(s.jobs))
+	for _, j := range s.jobs {
+		out = append(out, j.stats.Snapshot())
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	return out
+}
+
+// Close stops every job and waits for them: each one's engine flushes and
+// records, then its lease is released. It gives up waiting when ctx ends and
+// returns ctx's error then. Idempotent.
+func (s *Supervisor) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel(errStopped)
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// loop is one job's life: standby, run, and per the outcome back to standby,
+// restart after a backoff, or wait for a new definition.
+func (s *Supervisor) loop(ctx context.Context, j *supervised) {
+	st := j.stats
+	log := s.log.With("job", j.def.Name)
+	defer st.setState(StateStopped)
+	if j.def.Err != nil {
+		// A bad definition fails alone; Apply replaces it when fixed.
+		log.Error("job cannot start", "error", j.def.Err)
+		st.fail(j.def.Err)
+		st.setState(StateFailed)
+		<-ctx.Done()
+		return
+	}
+	failures := 0
+	for ctx.Err() == nil {
+		st.setState(StateStandby)
+		h, err := s.cfg.Driver.Standby(ctx, j.def.Name)
+		if ctx.Err() != nil {
+			if h != nil {
+				s.release(log, j.def.Name, h)
+			}
+			return
+		}
+		if err != nil {
+			failures++
+			st.fail(err)
+			if !s.backoff(ctx, log, st, failures, err) {
+				return
+			}
+			continue
+		}
+		started := time.Now()
+		st.setHeld(true, h.Epoch())
+		if s.cfg.OnLeaseChange != nil {
+			s.cfg.OnLeaseChange(j.def.Name, true, h.Epoch())
+		}
+		st.setState(StateRunning)
+		log.Info("lease taken, job running", "epoch", h.Epoch())
+		err = s.runHeld(ctx, j, h)
+		st.setState(StateStopping)
+		s.release(log, j.def.Name, h)
+		st.setHeld(false, 0)
+		if ctx.Err() != nil {
+			if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, errStopped) {
+				log.Warn("job stopped with an error", "error", err)
+				st.fail(err)
+			}
+			return
+		}
+		switch {
+		case errors.Is(err, errs.ErrLeaseLost):
+			// Someone else holds it now: stand by, without counting a failure.
+			log.Warn("lease lost, standing by", "error", err)
+			st.fail(err)
+			failures = 0
+			continue
+		case errors.Is(err, errs.ErrConfigInvalid):
+			log.Error("job configuration invalid, not restarting until it changes", "error", err)
+			st.fail(err)
+			st.setState(StateFailed)
+			<-ctx.Done()
+			return
+		}
+		if err == nil {
+			err = errs.New(errs.Failed, j.def.Name, "job ended without error; restarting it")
+		}
+		// A run that lasted longer than the backoff cap was healthy: start
+		// the count again so one failure a day does not wait a minute.
+		if time.Since(started) > s.cfg.RestartMax {
+			failures = 0
+		}
+		failures++
+		st.fail(err)
+		if !s.backoff(ctx, log, st, failures, err) {
+			return
+		}
+	}
+}
+
+// runHeld keeps the lease and runs the job under it.
+func (s *Supervisor) runHeld(ctx context.Context, j *supervised, h HeldLease) error {
+	kctx, stop := h.Keep(ctx)
+	defer stop()
+	err := s.cfg.Driver.Run(kctx, j.def, h, j.stats)
+	if err == nil && kctx.Err() != nil && ctx.Err() == nil {
+		// The lease went away while Run was ending: report it as such.
+		if c := context.Cause(kctx); c != nil && errors.Is(c, errs.ErrLeaseLost) {
+			return c
+		}
+	}
+	if err != nil && !errors.Is(err, errs.ErrLeaseLost) && ctx.Err() == nil {
+		if c := context.Cause(kctx); c != nil && errors.Is(c, errs.ErrLeaseLost) {
+			// Run failed because its context ended on lease loss (say, a
+			// cancelled write): that is a lost lease, not a failure.
+			return errs.Wrap(errs.LeaseLost, j.def.Name, err, "lease lost while running")
+		}
+	}
+	return errs.WithJob(j.def.Name, err)
+}
+
+// release gives the lease up on a context of its own: the job's is
+// cancelled by then, and an unreleased lease keeps standbys waiting a whole
+// lease period.
+func (s *Supervisor) release(log hclog.Logger, name string, h HeldLease) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ReleaseTimeout)
+	defer cancel()
+	if err := h.Release(ctx); err != nil {
+		log.Warn("release lease", "error", err)
+	}
+	if s.cfg.OnLeaseChange != nil {
+		s.cfg.OnLeaseChange(name, false, 0)
+	}
+}
+
+// backoff waits before the failures-th restart; false when ctx ended.
+func (s *Supervisor) backoff(ctx context.Context, log hclog.Logger, st *SupervisedJob, failures int, err error) bool {
+	d := RestartDelay(s.cfg.RestartMin, s.cfg.RestartMax, failures, rand.Float64())
+	next := time.Now().Add(d)
+	st.restarting(next)
+	log.Error("job failed, restarting", "error", err, "restarts", failures, "in", d.Round(time.Millisecond))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// RestartDelay is the wait before the n-th consecutive restart (n >= 1):
+// min doubled n-1 times, capped at max, with up to 20% jitter taken off
+// (r in [0,1)) so that pods restarting together spread out.
+func RestartDelay(min, max time.Duration, n int, r float64) time.Duration {
+	d := min
+	for i := 1; i < n && d < max; i++ {
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	return d - time.Duration(float64(d)*0.2*r)
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func (j *SupervisedJob) setState(state string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.state != state {
+		j.state = state
+		j.since = time.Now()
+	}
+	if state != StateRestarting {
+		j.nextRestart = time.Time{}
+	}
+}
+
+func (j *SupervisedJob) setHeld(held bool, epoch int64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.held, j.epoch = held, epoch
+}
+
+func (j *SupervisedJob) fail(err error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.lastErr, j.lastErrAt = err, time.Now()
+}
+
+func (j *SupervisedJob) restarting(next time.Time) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.restarts++
+	if j.state != StateRestarting {
+		j.state, j.since = StateRestarting, time.Now()
+	}
+	j.nextRestart = next
+}
+
+// SetEngineStats attaches the engine's per-job stats, kept across runs and
+// shown in /status.
+func (j *SupervisedJob) SetEngineStats(v any) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.engine = v
+}
+
+// EngineStats returns what SetEngineStats attached, or nil.
+func (j *SupervisedJob) EngineStats() any {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.engine
+}
+
+// Snapshot copies the job's state.
+func (j *SupervisedJob) Snapshot() SupervisedSnapshot {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s := SupervisedSnapshot{
+		Name:        j.Name,
+		State:       j.state,
+		Since:       j.since,
+		Restarts:    j.restarts,
+		NextRestart: j.nextRestart,
+		LastErrorAt: j.lastErrAt,
+		Held:        j.held,
+		Epoch:       j.epoch,
+		Engine:      j.engine,
+	}
+	if j.lastErr != nil {
+		s.LastError = j.lastErr.Error()
+		s.Code = string(errs.CodeOf(j.lastErr))
+	}
+	return s
+}

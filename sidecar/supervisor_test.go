@@ -1,0 +1,325 @@
+package sidecar_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar"
+)
+
+// fakeLease is a held lease whose loss the test triggers.
+type fakeLease struct {
+	epoch    int64
+	mu       sync.Mutex
+	lose     context.CancelCauseFunc
+	released bool
+}
+
+func (l *fakeLease) Keep(ctx context.Context) (context.Context, context.CancelFunc) {
+	kctx, cancel := context.WithCancelCause(ctx)
+	l.mu.Lock()
+	l.lose = cancel
+	l.mu.Unlock()
+	return kctx, func() { cancel(context.Canceled) }
+}
+
+func (l *fakeLease) Release(context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.released = true
+	return nil
+}
+
+func (l *fakeLease) Epoch() int64 { return l.epoch }
+
+func (l *fakeLease) loseIt() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lose(errs.New(errs.LeaseLost, "", "taken over"))
+}
+
+// fakeDriver grants leases from a gate per job and runs a test-given func.
+type fakeDriver struct {
+	mu     sync.Mutex
+	gate   map[string]chan struct{} // a job's Standby blocks until its gate is closed (nil: free)
+	run    func(ctx context.Context, def sidecar.JobDef, call int) error
+	calls  map[string]int
+	leases []*fakeLease
+	events []string
+}
+
+func newFakeDriver(run func(ctx context.Context, def sidecar.JobDef, call int) error) *fakeDriver {
+	return &fakeDriver{gate: map[string]chan struct{}{}, run: run, calls: map[string]int{}}
+}
+
+func (d *fakeDriver) Standby(ctx context.Context, name string) (sidecar.HeldLease, error) {
+	d.mu.Lock()
+	g := d.gate[name]
+	d.mu.Unlock()
+	if g != nil {
+		select {
+		case <-g:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l := &fakeLease{epoch: int64(len(d.leases) + 1)}
+	d.leases = append(d.leases, l)
+	d.events = append(d.events, "acquire "+name)
+	return l, nil
+}
+
+func (d *fakeDriver) Run(ctx context.Context, def sidecar.JobDef, h sidecar.HeldLease, _ *sidecar.SupervisedJob) error {
+	d.mu.Lock()
+	d.calls[def.Name]++
+	n := d.calls[def.Name]
+	d.events = append(d.events, fmt.Sprintf("run %s %s #%d", def.Name, def.Hash, n))
+	d.mu.Unlock()
+	return d.run(ctx, def, n)
+}
+
+func (d *fakeDriver) callsOf(name string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.calls[name]
+}
+
+func (d *fakeDriver) lease(i int) *fakeLease {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if i >= len(d.leases) {
+		return nil
+	}
+	return d.leases[i]
+}
+
+// eventually polls cond until it holds or 5 s pass, then fails with what
+// describe says about the last state.
+func eventually(t *testing.T, what string, cond func() bool, describe func() string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s; last seen: %s", what, describe())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func jobState(s *sidecar.Supervisor, name string) sidecar.SupervisedSnapshot {
+	for _, j := range s.Jobs() {
+		if j.Name == name {
+			return j
+		}
+	}
+	return sidecar.SupervisedSnapshot{}
+}
+
+func newTestSupervisor(d sidecar.JobDriver) *sidecar.Supervisor {
+	return sidecar.NewSupervisor(sidecar.SupervisorConfig{
+		Driver:     d,
+		RestartMin: 5 * time.Millisecond,
+		RestartMax: 40 * time.Millisecond,
+	})
+}
+
+func closeSupervisor(t *testing.T, s *sidecar.Supervisor) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
+
+func TestSupervisor(t *testing.T) {
+	t.Run("a failing job restarts with backoff and shows its restarts and last error", func(t *testing.T) {
+		d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+			if call < 4 {
+				return errs.New(errs.Failed, def.Name, "boom %d", call)
+			}
+			<-ctx.Done()
+			return nil
+		})
+		s := newTestSupervisor(d)
+		s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1"}})
+		eventually(t, "the fourth run is running", func() bool {
+			j := jobState(s, "a")
+			return d.callsOf("a") == 4 && j.State == sidecar.StateRunning
+		}, func() string { return fmt.Sprintf("%+v", jobState(s, "a")) })
+		j := jobState(s, "a")
+		if j.Restarts != 3 || j.Code != "FAILED" || j.LastError == "" {
+			t.Errorf("snapshot = %+v, want 3 restarts and the last FAILED error", j)
+		}
+		closeSupervisor(t, s)
+		for i := 0; i < 4; i++ {
+			if !d.lease(i).released {
+				t.Errorf("lease %d not released", i)
+			}
+		}
+	})
+
+	t.Run("a lost lease sends the job back to standby without counting a restart", func(t *testing.T) {
+		d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+			<-ctx.Done()
+			if c := context.Cause(ctx); errors.Is(c, errs.ErrLeaseLost) {
+				return errs.Wrap(errs.LeaseLost, def.Name, c, "stop")
+			}
+			return nil
+		})
+		gate := make(chan struct{})
+		s := newTestSupervisor(d)
+		s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1"}})
+		eventually(t, "the job runs", func() bool { return d.callsOf("a") == 1 }, func() string { return fmt.Sprint(d.events) })
+		d.mu.Lock()
+		d.gate["a"] = gate // the next Standby waits: another process holds it
+		d.mu.Unlock()
+		d.lease(0).loseIt()
+		eventually(t, "the job stands by", func() bool { return jobState(s, "a").State == sidecar.StateStandby },
+			func() string { return fmt.Sprintf("%+v", jobState(s, "a")) })
+		if j := jobState(s, "a"); j.Restarts != 0 || j.Code != "LEASE_LOST" || j.Held {
+			t.Errorf("snapshot = %+v, want no restart, LEASE_LOST, not held", j)
+		}
+		close(gate)
+		eventually(t, "the job runs again", func() bool { return d.callsOf("a") == 2 }, func() string { return fmt.Sprint(d.events) })
+		closeSupervisor(t, s)
+	})
+
+	t.Run("a job with a bad definition fails alone", func(t *testing.T) {
+		d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+			<-ctx.Done()
+			return nil
+		})
+		s := newTestSupervisor(d)
+		bad := errs.New(errs.ConfigInvalid, "bad", "collection must be a string")
+		s.Apply([]sidecar.JobDef{{Name: "bad", Hash: "x", Err: bad}, {Name: "good", Hash: "1"}})
+		eventually(t, "good runs", func() bool { return jobState(s, "good").State == sidecar.StateRunning },
+			func() string { return fmt.Sprintf("%+v", s.Jobs()) })
+		if j := jobState(s, "bad"); j.State != sidecar.StateFailed || j.Code != "CONFIG_INVALID" {
+			t.Errorf("bad = %+v, want failed with CONFIG_INVALID", j)
+		}
+		if d.callsOf("bad") != 0 {
+			t.Errorf("bad ran %d times", d.callsOf("bad"))
+		}
+		// Fixing the definition starts it.
+		s.Apply([]sidecar.JobDef{{Name: "bad", Hash: "y"}, {Name: "good", Hash: "1"}})
+		eventually(t, "the fixed job runs", func() bool { return jobState(s, "bad").State == sidecar.StateRunning },
+			func() string { return fmt.Sprintf("%+v", s.Jobs()) })
+		if d.callsOf("good") != 1 {
+			t.Errorf("good ran %d times, want 1 (unchanged jobs keep running)", d.callsOf("good"))
+		}
+		closeSupervisor(t, s)
+	})
+
+	t.Run("a CONFIG_INVALID run error is not retried", func(t *testing.T) {
+		d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+			return errs.New(errs.ConfigInvalid, def.Name, "index uid invalid")
+		})
+		s := newTestSupervisor(d)
+		s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1"}})
+		eventually(t, "the job is failed", func() bool { return jobState(s, "a").State == sidecar.StateFailed },
+			func() string { return fmt.Sprintf("%+v", jobState(s, "a")) })
+		if d.callsOf("a") != 1 {
+			t.Errorf("ran %d times", d.callsOf("a"))
+		}
+		closeSupervisor(t, s)
+	})
+
+	t.Run("changed definitions restart their job, removed ones stop, new ones start", func(t *testing.T) {
+		var mu sync.Mutex
+		stopped := map[string]int{}
+		d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+			<-ctx.Done()
+			mu.Lock()
+			stopped[def.Name+"@"+def.Hash]++
+			mu.Unlock()
+			return nil
+		})
+		s := newTestSupervisor(d)
+		s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1"}, {Name: "b", Hash: "1"}})
+		eventually(t, "both run", func() bool { return d.callsOf("a") == 1 && d.callsOf("b") == 1 }, func() string { return fmt.Sprint(d.events) })
+		s.Apply([]sidecar.JobDef{{Name: "a", Hash: "2"}, {Name: "c", Hash: "1"}})
+		eventually(t, "a restarted and c started", func() bool { return d.callsOf("a") == 2 && d.callsOf("c") == 1 }, func() string { return fmt.Sprint(d.events) })
+		mu.Lock()
+		if stopped["a@1"] != 1 || stopped["b@1"] != 1 {
+			t.Errorf("stopped = %v, want a@1 and b@1 stopped once", stopped)
+		}
+		mu.Unlock()
+		names := []string{}
+		for _, j := range s.Jobs() {
+			names = append(names, j.Name)
+		}
+		if fmt.Sprint(names) != "[a c]" {
+			t.Errorf("jobs = %v, want [a c]", names)
+		}
+		closeSupervisor(t, s)
+	})
+
+	t.Run("Close stops every job, each releasing its lease, and is idempotent", func(t *testing.T) {
+		d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+			<-ctx.Done()
+			return nil
+		})
+		gate := make(chan struct{})
+		d.gate["waiting"] = gate
+		s := newTestSupervisor(d)
+		s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1"}, {Name: "waiting", Hash: "1"}})
+		eventually(t, "a runs and waiting stands by", func() bool {
+			return jobState(s, "a").State == sidecar.StateRunning && jobState(s, "waiting").State == sidecar.StateStandby
+		}, func() string { return fmt.Sprintf("%+v", s.Jobs()) })
+		closeSupervisor(t, s)
+		closeSupervisor(t, s)
+		if !d.lease(0).released {
+			t.Error("lease of a not released")
+		}
+		for _, j := range s.Jobs() {
+			if j.State != sidecar.StateStopped {
+				t.Errorf("%s state %s after Close", j.Name, j.State)
+			}
+		}
+	})
+
+	t.Run("Close gives up when its context ends", func(t *testing.T) {
+		release := make(chan struct{})
+		d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+			<-release // a stuck flush
+			return nil
+		})
+		s := newTestSupervisor(d)
+		s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1"}})
+		eventually(t, "a runs", func() bool { return d.callsOf("a") == 1 }, func() string { return fmt.Sprint(d.events) })
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		if err := s.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Close = %v, want deadline exceeded", err)
+		}
+		close(release)
+		closeSupervisor(t, s)
+	})
+}
+
+func TestRestartDelay(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		r    float64
+		want time.Duration
+	}{
+		{1, 0, time.Second},
+		{2, 0, 2 * time.Second},
+		{3, 0, 4 * time.Second},
+		{7, 0, time.Minute},
+		{100, 0, time.Minute},
+		{1, 0.5, 900 * time.Millisecond},
+	} {
+		if got := sidecar.RestartDelay(time.Second, time.Minute, tc.n, tc.r); got != tc.want {
+			t.Errorf("RestartDelay(1s, 1m, %d, %v) = %v, want %v", tc.n, tc.r, got, tc.want)
+		}
+	}
+}
