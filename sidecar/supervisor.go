@@ -49,7 +49,7 @@ type JobDef struct {
 type HeldLease interface {
 	// Keep renews the lease in the background until stop is called or it is
 	// lost; the returned context is cancelled with cause LEASE_LOST on loss.
-	Keep(ctx context.Context) (context.Context, context.CancelFunc)
+	Keep(ctx context.Context) (context.Context, func())
 	// Release gives the lease up (deletes only our own document).
 	Release(ctx context.Context) error
 	// Epoch is the lease's takeover count when we got it.

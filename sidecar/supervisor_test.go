@@ -20,7 +20,7 @@ type fakeLease struct {
 	released bool
 }
 
-func (l *fakeLease) Keep(ctx context.Context) (context.Context, context.CancelFunc) {
+func (l *fakeLease) Keep(ctx context.Context) (context.Context, func()) {
 	kctx, cancel := context.WithCancelCause(ctx)
 	l.mu.Lock()
 	l.lose = cancel
