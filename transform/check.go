@@ -1,0 +1,147 @@
+package transform
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/meilistream/meilistream/internal/errs"
+)
+
+// Check loads every transform in dir, reports what is wrong, and prints
+// what each job would write for each sample document: the samples of
+// samplePath (MongoDB Extended JSON, one document per line; blank lines and
+// lines starting with "//" are skipped) for every job when it is not empty,
+// else each job's own `samples`. It is `meilistream check`, what users run
+// in their CI. The returned error joins every problem (a file that does not
+// load, a sample a transform fails on); nil means all is well.
+func Check(w io.Writer, dir, samplePath string, opts Options) error {
+	var problems []error
+	var fileSamples []bson.Raw
+	if samplePath != "" {
+		var err error
+		fileSamples, err = readSampleFile(samplePath)
+		if err != nil {
+			return err
+		}
+	}
+	set, err := Load(dir, opts)
+	if set == nil {
+		fmt.Fprintf(w, "error: %v\n", err)
+		return err
+	}
+	defer set.Close()
+	if err != nil {
+		for _, e := range unjoin(err) {
+			fmt.Fprintf(w, "error: %v\n", e)
+			problems = append(problems, e)
+		}
+	}
+	if len(set.Jobs()) == 0 && err == nil {
+		fmt.Fprintf(w, "no transforms (*.js) in %s\n", dir)
+	}
+	ctx := context.Background()
+	for _, j := range set.Jobs() {
+		fmt.Fprintf(w, "%s: ok: %s\n", j.file(), j.describe())
+		samples := j.Samples
+		if fileSamples != nil {
+			samples = fileSamples
+		}
+		for i, doc := range samples {
+			label := fmt.Sprintf("  sample %d", i+1)
+			if idv, err := doc.LookupErr("_id"); err == nil {
+				label += " (_id " + idv.String() + ")"
+			}
+			res, err := j.Apply(ctx, doc, OpInsert, nil)
+			switch {
+			case err != nil:
+				fmt.Fprintf(w, "%s: error: %v\n", label, err)
+				problems = append(problems, err)
+			case res.Skip:
+				fmt.Fprintf(w, "%s: skipped (kept out of the %s)\n", label, map[Kind]string{Search: "index", Mirror: "replica"}[j.Kind])
+			case j.Kind == Mirror:
+				b, _ := bson.MarshalExtJSON(res.Raw, false, false)
+				fmt.Fprintf(w, "%s: %s\n", label, b)
+			default:
+				b, err := json.Marshal(res.Doc)
+				if err != nil {
+					err = errs.Wrap(errs.NotADocument, j.Name, err, "encode the result as JSON")
+					fmt.Fprintf(w, "%s: error: %v\n", label, err)
+					problems = append(problems, err)
+					continue
+				}
+				fmt.Fprintf(w, "%s: %s\n", label, b)
+			}
+		}
+	}
+	if len(problems) > 0 {
+		fmt.Fprintf(w, "%d problem(s)\n", len(problems))
+	}
+	return joinErrs(problems)
+}
+
+// describe is one line about a job for check.
+func (j *Job) describe() string {
+	var b strings.Builder
+	if j.Kind == Mirror {
+		fmt.Fprintf(&b, "mirror %s -> replica collection %s", j.Collection, j.Mirror)
+	} else {
+		fmt.Fprintf(&b, "search %s -> index %s (primary key %s, dates %s, reindex %s)", j.Collection, j.Index, j.PrimaryKey, j.Dates, j.Reindex)
+	}
+	switch {
+	case j.Function:
+		b.WriteString(", monstache-style function")
+	case j.rt == nil:
+		b.WriteString(", no transform (identity)")
+	}
+	if j.Settings != nil {
+		b.WriteString(", with settings")
+	}
+	return b.String()
+}
+
+// unjoin splits an errors.Join error into its parts.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// readSampleFile reads Extended JSON documents, one a line.
+func readSampleFile(path string) ([]bson.Raw, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, errs.Wrap(errs.ConfigInvalid, "", err, "read samples")
+	}
+	var out []bson.Raw
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 || bytes.HasPrefix(line, []byte("//")) {
+			continue
+		}
+		raw, err := parseSample(line, len(out)+1)
+		if err != nil {
+			return nil, errs.New(errs.ConfigInvalid, "", "%s:%d: %v", path, n, err)
+		}
+		out = append(out, raw)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, errs.Wrap(errs.ConfigInvalid, "", err, "read samples %s", path)
+	}
+	if len(out) == 0 {
+		return nil, errs.New(errs.ConfigInvalid, "", "%s holds no sample documents", path)
+	}
+	return out, nil
+}

@@ -1,0 +1,122 @@
+// Package transform loads the users' JavaScript transform files, runs them
+// on a pool of goja runtimes, and turns what they return into documents for
+// the destination: JSON-ready maps for Meilisearch, BSON for a replica.
+// It knows goja and value conversion and nothing of the drivers' clients.
+//
+// # Files
+//
+// Every *.js file of the transforms folder is one job, named after the file
+// (articles.js -> articles); files starting with "." are ignored. goja has
+// no ES modules, so a file is CommonJS-shaped and sets module.exports to:
+//
+//   - an object: collection (default: the job name), index (search:
+//     Meilisearch index uid, default the job name), primaryKey (default
+//     "id"), mirror (makes it a mirror job: the destination collection),
+//     sweep, reindex ("swap" | "inplace"), dates ("iso" | "epoch"),
+//     onDocumentError ("skip" | "fail"), onHistoryLost ("reindex" | "fail"),
+//     batchSize, flushInterval ("2s"), settings (Meilisearch index
+//     settings), samples (documents in MongoDB Extended JSON, for check) and
+//     an optional transform(doc, ctx). Unknown keys and wrong types are
+//     CONFIG_INVALID naming the file and the key.
+//   - a bare function, monstache's middleware shape
+//     function (doc, ns, updateDesc) with `this` bound to the document; ns
+//     is "database.collection", updateDesc the change's updateDescription
+//     or undefined. It is a search job with every default.
+//
+// What a transform returns decides (both shapes): an object is the
+// document; true is the document as it came (before any change the
+// transform made to it); null, undefined and false keep it out of the
+// destination (deleting it there if it was there). Anything else is
+// NOT_A_DOCUMENT.
+//
+// ctx is a frozen {job, collection, operation} where operation is "insert",
+// "update", "replace" or "reindex"; on an update it also has
+// updateDescription.
+//
+// # Sandbox
+//
+// A transform is a pure function of the document. There is no require, no
+// process, no file system, no network, no timers (setTimeout and friends do
+// not exist); Function("return this")() reaches only the runtime's own
+// global object, which holds nothing but the standard built-ins, console
+// and the BSON classes below. console.log/info/debug/warn/error go to the
+// job's logger (With("job", name), key source=console), at most 20 lines at
+// once and 10 a second after that, each line cut at 4 KiB; dropped lines are
+// counted in the next line that passes. Every call has a time limit
+// (Options.Timeout, MEILISTREAM_TRANSFORM_TIMEOUT, default 1s) enforced with
+// goja's Interrupt, and recursion deeper than 2000 calls is a RangeError.
+//
+// # Module state
+//
+// A file is compiled once and evaluated once per runtime; a job has up to
+// Options.Pool runtimes (default: the number of CPUs) used by one goroutine
+// at a time. Module-level code therefore runs once per runtime, and
+// module-level variables are per runtime: use them for constants and
+// lookup tables computed at load. Do not rely on state carried from one
+// document to the next: which runtime sees which document, and how many
+// runtimes exist, is not specified, and a runtime whose call timed out is
+// thrown away and replaced by a freshly loaded one.
+//
+// # BSON to JavaScript
+//
+//	double               number (NaN, ±Infinity and -0 as they are)
+//	string               string
+//	document, array      plain object (keys in order), array
+//	bool, null           boolean, null
+//	undefined            undefined
+//	int32                number
+//	int64                number when |n| <= 2^53, else BigInt (so no
+//	                     precision is lost silently; typeof tells)
+//	date                 Date (beyond ±8.64e15 ms: an Invalid Date)
+//	ObjectId             ObjectId: toHexString(), toString() (the hex, so
+//	                     "x" + id works), equals(other|hex), getTimestamp()
+//	                     (a Date), toJSON() (the hex)
+//	Decimal128           Decimal128: toString() (exact decimal text),
+//	                     valueOf()/toNumber() (a number, so arithmetic works)
+//	Binary               Binary: subtype, toBase64(), toString()/toJSON()
+//	                     (base64; a UUID, subtype 4, as 8-4-4-4-12 hex)
+//	Timestamp            Timestamp {t, i} (seconds, increment)
+//	Regex                BSONRegExp {pattern, options}, toString() "/p/o"
+//	JavaScript, Symbol   string
+//	MinKey, MaxKey,      BSONValue: opaque, toJSON() gives its canonical
+//	DBPointer, CodeWScope  Extended JSON text
+//
+// ObjectId(hex), Decimal128(text), Timestamp(t, i) and BSONRegExp(p, o) are
+// also global constructors, for transforms that build such values (mirror).
+//
+// # JavaScript to a Meilisearch document
+//
+// Plain objects (own enumerable string keys), arrays, strings, booleans,
+// null and finite numbers. A number holding an integer within ±2^53 is an
+// int64 (so -0 is 0), other numbers float64; a BigInt an int64 (uint64 up
+// to 2^64-1). A Date is an ISO string ("2024-05-01T10:00:00.000Z", as
+// toISOString) or, with dates: "epoch", integer milliseconds since 1970,
+// which Meilisearch can sort and filter. ObjectId is its hex, Decimal128 a
+// number, Binary its toString(), Timestamp {t, i}, BSONRegExp "/p/o",
+// BSONValue its Extended JSON text. A key holding undefined is left out (in
+// an array, undefined is null), as JSON.stringify does; boxed String,
+// Number, Boolean are unboxed. NaN, Infinity, functions, symbols, Map, Set,
+// RegExp, other built-in objects, cycles, nesting deeper than 180 levels and
+// a result above Options.MaxResultBytes (default 1 MiB, measured as its JSON
+// length, approximately) are NOT_A_DOCUMENT naming the path and the type,
+// never the value. A document that needs no transform (no transform, or
+// `true`) is converted from BSON directly with the same rules.
+//
+// The primary key is derived from _id by IndexID, never chosen by the
+// transform: it may omit it (it is added) or set it to the same id, or to
+// the document's own _id value (as a monstache script returning the
+// document with primaryKey "_id" does); anything else is ID_MISMATCH.
+//
+// # JavaScript to a mirror document
+//
+// The same values, written as BSON: Date is a date, ObjectId an ObjectId,
+// Decimal128, Binary, Timestamp, BSONRegExp and BSONValue their BSON type,
+// NaN and ±Infinity doubles (BSON holds them). A number at a path where the
+// source document held a number keeps the source's type when it fits (an
+// int64 stays an int64, a double a double, an int32 an int32), so a
+// transform that only drops fields changes nothing else; a new number is an
+// int32 when it is an integer that fits, else a double, as the Node.js
+// driver writes it; a BigInt is an int64. _id comes first and is the
+// source's own; a result with another _id is ID_MISMATCH. A mirror job
+// without a transform writes the source document untouched.
+package transform

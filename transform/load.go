@@ -1,0 +1,451 @@
+package transform
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/dop251/goja"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/meilistream/meilistream/internal/errs"
+)
+
+// Load loads every *.js file in dir, one job per file named after it. It
+// returns the jobs that loaded and, joined, one *errs.Error per problem:
+// CONFIG_INVALID (a bad option, naming the file and the key; two jobs
+// writing one index or collection) or TRANSFORM_FAILED (a syntax error with
+// file, line and column; the module threw while loading). The Set is nil
+// only when dir cannot be read.
+func Load(dir string, opts Options) (*Set, error) {
+	return load(dir, opts, nil)
+}
+
+// fileJob is one file's outcome while loading a folder.
+type fileJob struct {
+	name string
+	hash string
+	job  *Job
+	err  error
+}
+
+func load(dir string, opts Options, prev *Set) (*Set, error) {
+	opts = opts.withDefaults()
+	names, err := jsFiles(dir)
+	if err != nil {
+		return nil, errs.Wrap(errs.ConfigInvalid, "", err, "read transforms folder %s", dir)
+	}
+	s := &Set{dir: dir, opts: opts, files: make(map[string]fileState, len(names))}
+	var problems []error
+	var loaded []*Job
+	for _, fn := range names {
+		name := strings.TrimSuffix(fn, ".js")
+		path := filepath.Join(dir, fn)
+		src, err := os.ReadFile(path)
+		if err != nil {
+			err = errs.Wrap(errs.ConfigInvalid, name, err, "read %s", path)
+			problems = append(problems, err)
+			s.files[name] = fileState{err: err}
+			if old := prev.Job(name); old != nil {
+				loaded = append(loaded, old)
+			}
+			continue
+		}
+		sum := sha256.Sum256(src)
+		hash := hex.EncodeToString(sum[:])
+		if old := prev.Job(name); old != nil && old.Hash == hash {
+			loaded = append(loaded, old) // unchanged: the same Job, no recompiling
+			s.files[name] = fileState{hash: hash}
+			continue
+		}
+		if st, ok := prev.fileState(name); ok && st.hash == hash && st.err != nil {
+			// Still the same broken content: keep what runs, report again.
+			problems = append(problems, st.err)
+			s.files[name] = st
+			if old := prev.Job(name); old != nil {
+				loaded = append(loaded, old)
+			}
+			continue
+		}
+		j, err := LoadFile(path, src, opts)
+		if err != nil {
+			problems = append(problems, err)
+			s.files[name] = fileState{hash: hash, err: err}
+			if old := prev.Job(name); old != nil {
+				loaded = append(loaded, old) // the previous version keeps running
+			}
+			continue
+		}
+		loaded = append(loaded, j)
+		s.files[name] = fileState{hash: hash}
+	}
+	s.jobs, problems = resolveConflicts(loaded, prev, problems, s.files)
+	return s, joinErrs(problems)
+}
+
+func (s *Set) fileState(name string) (fileState, bool) {
+	if s == nil {
+		return fileState{}, false
+	}
+	st, ok := s.files[name]
+	return st, ok
+}
+
+// jsFiles lists the *.js files of dir, sorted; hidden files (editors'
+// swap and backup files) are not transforms.
+func jsFiles(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range ents {
+		n := e.Name()
+		if e.IsDir() || strings.HasPrefix(n, ".") || !strings.HasSuffix(n, ".js") {
+			continue
+		}
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// resolveConflicts refuses a job that writes the index or collection another
+// job writes: the one already running (in prev) keeps it, else the first by
+// name.
+func resolveConflicts(jobs []*Job, prev *Set, problems []error, files map[string]fileState) ([]*Job, []error) {
+	sort.SliceStable(jobs, func(a, b int) bool {
+		pa, pb := prev.Job(jobs[a].Name) == jobs[a], prev.Job(jobs[b].Name) == jobs[b]
+		if pa != pb {
+			return pa
+		}
+		return jobs[a].Name < jobs[b].Name
+	})
+	owner := map[string]*Job{}
+	var keep []*Job
+	for _, j := range jobs {
+		key, what := "index\x00"+j.Index, "index"
+		if j.Kind == Mirror {
+			key, what = "mirror\x00"+j.Mirror, "mirror"
+		}
+		if o := owner[key]; o != nil {
+			target := j.Index
+			if j.Kind == Mirror {
+				target = j.Mirror
+			}
+			err := configErr(j.Name, j.file(), what, "%q is already written by job %q (%s); each index or collection has one job", target, o.Name, o.file())
+			problems = append(problems, err)
+			if st, ok := files[j.Name]; ok {
+				st.err = err
+				files[j.Name] = st
+			}
+			continue
+		}
+		owner[key] = j
+		keep = append(keep, j)
+	}
+	sort.Slice(keep, func(a, b int) bool { return keep[a].Name < keep[b].Name })
+	return keep, problems
+}
+
+func (j *Job) file() string {
+	if j.File == "" {
+		return j.Name
+	}
+	return filepath.Base(j.File)
+}
+
+// LoadFile compiles and checks one transform file's content src; path names
+// it (its base name without ".js" is the job name). Most callers want Load.
+func LoadFile(path string, src []byte, opts Options) (*Job, error) {
+	opts = opts.withDefaults()
+	name := strings.TrimSuffix(filepath.Base(path), ".js")
+	sum := sha256.Sum256(src)
+	j := &Job{
+		Name: name, File: path, Hash: hex.EncodeToString(sum[:]),
+		Collection: name, Index: name, PrimaryKey: DefaultPrimaryKey, Kind: Search,
+		Reindex: "swap", Sweep: true, Dates: "iso",
+		OnDocumentError: opts.Defaults.OnDocumentError, OnHistoryLost: opts.Defaults.OnHistoryLost,
+		BatchSize: opts.Defaults.BatchSize, FlushInterval: opts.Defaults.FlushInterval,
+		opts: opts,
+	}
+	j.log = opts.Logger.With("job", name)
+	fileName := filepath.Base(path)
+	prog, err := goja.Compile(fileName, modulePrefix+string(src)+moduleSuffix, false)
+	if err != nil {
+		return nil, syntaxErr(j, src, err)
+	}
+	con := newConsoleLimiter(j.log)
+	// The first runtime evaluates the module for its options, then joins
+	// the pool.
+	first, err := newVM(j, prog, con)
+	if err != nil {
+		return nil, err
+	}
+	if err := j.readOptions(first); err != nil {
+		return nil, err
+	}
+	if err := first.makeCtxs(j); err != nil { // now that collection is known
+		return nil, err
+	}
+	if first.fn != nil || first.bare {
+		j.rt = &jobRuntime{program: prog, console: con}
+		j.rt.pool = newPool(opts.Pool, func() (*vm, error) { return newVM(j, prog, con) })
+		j.rt.pool.sem <- struct{}{}
+		j.rt.pool.put(first)
+	}
+	return j, nil
+}
+
+// syntaxErr reports a compile error as TRANSFORM_FAILED with the file's own
+// line and column.
+func syntaxErr(j *Job, src []byte, err error) error {
+	var se *goja.CompilerSyntaxError
+	if errors.As(err, &se) && se.File != nil {
+		off := se.Offset - len(modulePrefix)
+		if off < 0 {
+			off = 0
+		}
+		if off > len(src) {
+			off = len(src)
+		}
+		line := 1 + strings.Count(string(src[:off]), "\n")
+		col := off - strings.LastIndexByte(string(src[:off]), '\n')
+		return errs.New(errs.TransformFailed, j.Name, "%s:%d:%d: syntax error: %s", filepath.Base(j.File), line, col, se.Message)
+	}
+	return errs.Wrap(errs.TransformFailed, j.Name, err, "compile %s", filepath.Base(j.File))
+}
+
+// The keys a transform object may have.
+var knownKeys = map[string]bool{
+	"collection": true, "index": true, "primaryKey": true, "mirror": true, "sweep": true,
+	"reindex": true, "dates": true, "onDocumentError": true, "onHistoryLost": true,
+	"batchSize": true, "flushInterval": true, "settings": true, "samples": true, "transform": true,
+}
+
+// readOptions reads the exported object's options into j, joining every
+// problem.
+func (j *Job) readOptions(v *vm) error {
+	if v.bare {
+		j.Function = true
+		return nil
+	}
+	o, ok := v.exports.(*goja.Object)
+	if !ok || o.ClassName() != "Object" {
+		return configErr(j.Name, j.file(), "", "module.exports must be an object or a function, not %s", typeName(v.exports))
+	}
+	var problems []error
+	bad := func(key, format string, args ...any) {
+		problems = append(problems, configErr(j.Name, j.file(), key, format, args...))
+	}
+	keys := o.Keys()
+	set := map[string]goja.Value{}
+	for _, k := range keys {
+		if !knownKeys[k] {
+			bad(k, "unknown key (known: batchSize, collection, dates, flushInterval, index, mirror, onDocumentError, onHistoryLost, primaryKey, reindex, samples, settings, sweep, transform)")
+			continue
+		}
+		set[k] = o.Get(k)
+	}
+	str := func(key string, dst *string, valid func(string) string) {
+		val, ok := set[key]
+		if !ok || goja.IsUndefined(val) {
+			return
+		}
+		s, isStr := val.Export().(string)
+		if !isStr || isObject(val) {
+			bad(key, "must be a string, not %s", typeName(val))
+			return
+		}
+		if valid != nil {
+			if msg := valid(s); msg != "" {
+				bad(key, "%s", msg)
+				return
+			}
+		}
+		*dst = s
+	}
+	oneOf := func(vals ...string) func(string) string {
+		return func(s string) string {
+			for _, v := range vals {
+				if s == v {
+					return ""
+				}
+			}
+			return fmt.Sprintf("must be %q, got %q", strings.Join(vals, `" or "`), s)
+		}
+	}
+	if _, isMirror := set["mirror"]; isMirror {
+		j.Kind, j.Index, j.Mirror, j.Reindex, j.Sweep, j.PrimaryKey, j.Dates = Mirror, "", j.Name, "inplace", false, "", ""
+		for _, k := range []string{"index", "primaryKey", "dates", "settings", "reindex"} {
+			if _, ok := set[k]; ok {
+				bad(k, "not an option of a mirror job (it has \"mirror\")")
+			}
+		}
+		str("mirror", &j.Mirror, validCollection)
+	} else {
+		str("index", &j.Index, nil)
+		str("primaryKey", &j.PrimaryKey, validPrimaryKey)
+		str("dates", &j.Dates, oneOf("iso", "epoch"))
+		str("reindex", &j.Reindex, oneOf("swap", "inplace"))
+	}
+	str("collection", &j.Collection, validCollection)
+	str("onDocumentError", &j.OnDocumentError, oneOf("skip", "fail"))
+	str("onHistoryLost", &j.OnHistoryLost, oneOf("reindex", "fail"))
+	if val, ok := set["sweep"]; ok && !goja.IsUndefined(val) {
+		if b, isBool := val.Export().(bool); isBool && !isObject(val) {
+			j.Sweep = b
+		} else {
+			bad("sweep", "must be true or false, not %s", typeName(val))
+		}
+	}
+	if val, ok := set["batchSize"]; ok && !goja.IsUndefined(val) {
+		f := val.ToFloat()
+		if isObject(val) || !goja.IsNumber(val) || f != math.Trunc(f) || f < 1 || f > 100000 {
+			bad("batchSize", "must be an integer from 1 to 100000")
+		} else {
+			j.BatchSize = int(f)
+		}
+	}
+	if val, ok := set["flushInterval"]; ok && !goja.IsUndefined(val) {
+		s, isStr := val.Export().(string)
+		d, err := time.ParseDuration(s)
+		if !isStr || isObject(val) || err != nil || d <= 0 {
+			bad("flushInterval", "must be a positive Go duration string such as \"500ms\" or \"2s\"")
+		} else {
+			j.FlushInterval = d
+		}
+	}
+	if val, ok := set["transform"]; ok && !goja.IsUndefined(val) {
+		if _, isFn := goja.AssertFunction(val); !isFn {
+			bad("transform", "must be a function, not %s", typeName(val))
+		}
+	}
+	if val, ok := set["settings"]; ok && !goja.IsUndefined(val) {
+		so, isObj := val.(*goja.Object)
+		if !isObj || so.ClassName() != "Object" {
+			bad("settings", "must be an object of Meilisearch index settings, not %s", typeName(val))
+		} else {
+			c := outConv{job: j, v: v, limit: math.MaxInt}
+			m, err := c.object(so, "")
+			if err != nil {
+				bad("settings", "%v", errMsg(err))
+			} else {
+				j.Settings = m
+			}
+		}
+	}
+	if val, ok := set["samples"]; ok && !goja.IsUndefined(val) {
+		samples, err := readSamples(v, val)
+		if err != nil {
+			bad("samples", "%s", err)
+		} else {
+			j.Samples = samples
+		}
+	}
+	if j.Kind == Search {
+		if msg := validIndexUID(j.Index); msg != "" {
+			key := "index"
+			if _, ok := set["index"]; !ok {
+				msg += " (the default is the file name; set \"index\")"
+			}
+			bad(key, "%s", msg)
+		}
+	}
+	return joinErrs(problems)
+}
+
+func isObject(v goja.Value) bool {
+	_, ok := v.(*goja.Object)
+	return ok
+}
+
+func errMsg(err error) string {
+	var e *errs.Error
+	if errors.As(err, &e) {
+		return e.Msg
+	}
+	return err.Error()
+}
+
+// validIndexUID checks a Meilisearch index uid: [A-Za-z0-9_-], at most 400
+// bytes; "__reindex" at the end is kept for the staging index of a swap.
+func validIndexUID(s string) string {
+	if s == "" || len(s) > 400 || !inAlphabet(s) {
+		return fmt.Sprintf("%q is not a Meilisearch index uid (1 to 400 characters of A-Z a-z 0-9 _ -)", s)
+	}
+	if strings.HasSuffix(s, "__reindex") {
+		return fmt.Sprintf("%q ends in \"__reindex\", which meilistream keeps for the index a reindex builds", s)
+	}
+	return ""
+}
+
+func validPrimaryKey(s string) string {
+	if s == "" || len(s) > 255 || strings.ContainsAny(s, ".\x00") {
+		return fmt.Sprintf("%q is not a usable primary key (a field name without dots)", s)
+	}
+	return ""
+}
+
+func validCollection(s string) string {
+	if s == "" || len(s) > 255 || strings.ContainsAny(s, "$\x00") || strings.HasPrefix(s, "system.") {
+		return fmt.Sprintf("%q is not a collection name", s)
+	}
+	return ""
+}
+
+// readSamples turns the `samples` array into BSON documents. A sample is
+// written as MongoDB Extended JSON (so {"$oid": "..."} is an ObjectId and
+// {"$date": "..."} a date); a sample without _id gets its position (1, 2,
+// ...) as _id.
+func readSamples(v *vm, val goja.Value) ([]bson.Raw, error) {
+	a, ok := val.(*goja.Object)
+	if !ok || a.ClassName() != "Array" {
+		return nil, fmt.Errorf("must be an array of documents, not %s", typeName(val))
+	}
+	stringify, _ := goja.AssertFunction(v.rt.Get("JSON").ToObject(v.rt).Get("stringify"))
+	n := a.Get("length").ToInteger()
+	var out []bson.Raw
+	for i := int64(0); i < n; i++ {
+		el := a.Get(fmt.Sprint(i))
+		eo, ok := el.(*goja.Object)
+		if !ok || eo.ClassName() != "Object" {
+			return nil, fmt.Errorf("sample %d must be a document, not %s", i+1, typeName(el))
+		}
+		js, err := stringify(goja.Undefined(), el)
+		if err != nil {
+			return nil, fmt.Errorf("sample %d: %v", i+1, err)
+		}
+		raw, err := parseSample([]byte(js.String()), int(i+1))
+		if err != nil {
+			return nil, fmt.Errorf("sample %d: %v", i+1, err)
+		}
+		out = append(out, raw)
+	}
+	return out, nil
+}
+
+// parseSample reads one Extended JSON document; without _id it gets n.
+func parseSample(js []byte, n int) (bson.Raw, error) {
+	var d bson.D
+	if err := bson.UnmarshalExtJSON(js, false, &d); err != nil {
+		return nil, fmt.Errorf("not a document in MongoDB Extended JSON: %v", err)
+	}
+	has := false
+	for _, e := range d {
+		if e.Key == "_id" {
+			has = true
+		}
+	}
+	if !has {
+		d = append(bson.D{{Key: "_id", Value: int32(n)}}, d...)
+	}
+	return bson.Marshal(d)
+}

@@ -1,0 +1,310 @@
+package transform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/meilistream/meilistream/internal/errs"
+)
+
+// Defaults applied when Options or JobDefaults leave a field zero.
+const (
+	DefaultTimeout         = time.Second
+	DefaultMaxResultBytes  = 1 << 20
+	DefaultOnDocumentError = "skip"
+	DefaultOnHistoryLost   = "reindex"
+	DefaultBatchSize       = 500
+	DefaultFlushInterval   = time.Second
+	DefaultPrimaryKey      = "id"
+)
+
+// Options configure loading and running transforms.
+type Options struct {
+	// Pool is the number of JavaScript runtimes per job, each used by one
+	// goroutine at a time; 0 means runtime.NumCPU().
+	Pool int
+	// Timeout limits one transform call (MEILISTREAM_TRANSFORM_TIMEOUT);
+	// 0 means DefaultTimeout.
+	Timeout time.Duration
+	// MaxResultBytes refuses a result larger than this many bytes of JSON
+	// (search) or BSON (mirror); 0 means DefaultMaxResultBytes.
+	MaxResultBytes int
+	// Logger receives console output (one logger per job, With("job",
+	// name)) and reload reports; nil discards.
+	Logger hclog.Logger
+	// Defaults are the per-job options a file does not set.
+	Defaults JobDefaults
+	// Database is the source database name, only used for the `ns`
+	// argument ("db.collection") of monstache-style function transforms.
+	Database string
+}
+
+// JobDefaults are the global per-job defaults (from the environment) that a
+// transform file may override key by key. Zero fields take the Default*
+// constants.
+type JobDefaults struct {
+	OnDocumentError string        // "skip" | "fail"
+	OnHistoryLost   string        // "reindex" | "fail"
+	BatchSize       int           // documents per batch
+	FlushInterval   time.Duration // longest wait before a partial batch is sent
+}
+
+func (o Options) withDefaults() Options {
+	if o.Pool <= 0 {
+		o.Pool = runtime.NumCPU()
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.MaxResultBytes <= 0 {
+		o.MaxResultBytes = DefaultMaxResultBytes
+	}
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+	d := &o.Defaults
+	if d.OnDocumentError == "" {
+		d.OnDocumentError = DefaultOnDocumentError
+	}
+	if d.OnHistoryLost == "" {
+		d.OnHistoryLost = DefaultOnHistoryLost
+	}
+	if d.BatchSize <= 0 {
+		d.BatchSize = DefaultBatchSize
+	}
+	if d.FlushInterval <= 0 {
+		d.FlushInterval = DefaultFlushInterval
+	}
+	return o
+}
+
+// Kind says where a job writes.
+type Kind int
+
+// The kinds of job.
+const (
+	Search Kind = iota // into a Meilisearch index
+	Mirror             // into a collection of the replica MongoDB
+)
+
+// String returns "search" or "mirror".
+func (k Kind) String() string {
+	if k == Mirror {
+		return "mirror"
+	}
+	return "search"
+}
+
+// Job is one loaded transform file: the job's options and its compiled
+// transform. Jobs come from Load or a Watcher; the options are plain fields
+// that the configuration may adjust (environment overrides) before the job's
+// first Apply, never after. A Job built by hand (a job declared by
+// environment alone) has no transform: Apply is then the identity.
+type Job struct {
+	Name       string // the file name without ".js"
+	File       string // the file's path; "" for a job without a file
+	Collection string // source collection; default Name
+	Index      string // search: Meilisearch index uid; default Name; "" for a mirror
+	Mirror     string // mirror: destination collection in the replica; "" for a search job
+	PrimaryKey string // search: the index's primary key; default "id"
+	Kind       Kind
+	// Reindex is "swap" (default for search: build <index>__reindex and
+	// swap) or "inplace" (always for a mirror).
+	Reindex string
+	// Sweep removes, after an in-place reindex, what was not written by it.
+	// Default true for search, false for mirror (DESIGN.md "Mirror jobs").
+	Sweep bool
+	// Dates is how a JavaScript Date (and a BSON date) is written to
+	// Meilisearch: "iso" (default, "2024-05-01T10:00:00.000Z") or "epoch"
+	// (milliseconds since 1970, an integer Meilisearch can sort and filter).
+	Dates           string
+	OnDocumentError string // "skip" | "fail"
+	OnHistoryLost   string // "reindex" | "fail"
+	BatchSize       int
+	FlushInterval   time.Duration
+	// Settings are the Meilisearch index settings the file declares (JSON
+	// ready), nil if none.
+	Settings map[string]any
+	// Samples are the file's `samples` documents, for check.
+	Samples []bson.Raw
+	// Hash is the sha256 (hex) of the file's content; "" without a file. A
+	// changed hash means the job must reindex.
+	Hash string
+	// Function says the file exports a bare monstache-style function.
+	Function bool
+
+	rt   *jobRuntime // nil: identity
+	opts Options     // with defaults
+	log  hclog.Logger
+}
+
+// Operation is what happened to the document, as ctx.operation shows it.
+type Operation string
+
+// The operations a transform sees.
+const (
+	OpInsert  Operation = "insert"
+	OpUpdate  Operation = "update"
+	OpReplace Operation = "replace"
+	OpReindex Operation = "reindex"
+)
+
+// Result is what a job makes of one document.
+type Result struct {
+	// Skip says the transform kept the document out (null, undefined or
+	// false): it must not be in the destination (delete it if it is).
+	Skip bool
+	// ID is the destination id: for search the Meilisearch id from IndexID
+	// (string or int64), for mirror the source _id as a bson.RawValue. Set
+	// also when Skip is true, for the delete.
+	ID any
+	// Doc is the search document, JSON-ready (map[string]any, []any,
+	// string, int64, float64, bool, nil), primary key set. Nil for mirror.
+	Doc map[string]any
+	// Raw is the mirror document: BSON with _id first and the original BSON
+	// types kept. Nil for search.
+	Raw bson.Raw
+}
+
+// Apply runs the job's transform on doc (a whole source document with its
+// _id) and returns what to write. It is safe for concurrent use; each call
+// borrows one runtime from the job's pool, and waits for one when all are
+// busy (ctx ends the wait). updateDesc is the change event's
+// updateDescription, or nil.
+//
+// Per-document problems are *errs.Error with Job set: TRANSFORM_FAILED (the
+// transform threw or timed out), NOT_A_DOCUMENT (the result is not a
+// document, holds NaN, a function, a cycle..., or is too large; the message
+// says the path and the type, never a value) and ID_MISMATCH (the result's
+// primary key or _id is not the document's). A context error is returned
+// as it is.
+func (j *Job) Apply(ctx context.Context, doc bson.Raw, op Operation, updateDesc bson.Raw) (Result, error) {
+	idv, err := doc.LookupErr("_id")
+	if err != nil {
+		return Result{}, errs.New(errs.NotADocument, j.Name, "the source document has no _id")
+	}
+	var res Result
+	if j.Kind == Mirror {
+		res.ID = idv
+	} else {
+		id, err := IndexID(idv)
+		if err != nil {
+			return Result{}, errs.WithJob(j.Name, err)
+		}
+		res.ID = id
+	}
+	if j.rt == nil {
+		return j.identity(doc, idv, res)
+	}
+	return j.rt.apply(ctx, j, doc, idv, op, updateDesc, res)
+}
+
+// identity is the result of a job without a transform (and of a transform
+// returning true): the document as it is.
+func (j *Job) identity(doc bson.Raw, idv bson.RawValue, res Result) (Result, error) {
+	opts := j.options()
+	if j.Kind == Mirror {
+		if len(doc) > opts.MaxResultBytes {
+			return Result{}, errs.New(errs.NotADocument, j.Name, "the document is %d bytes of BSON, more than the limit of %d", len(doc), opts.MaxResultBytes)
+		}
+		res.Raw = doc
+		return res, nil
+	}
+	c := outConv{job: j, epoch: j.Dates == "epoch", limit: opts.MaxResultBytes}
+	m, err := c.docFromBSON(doc)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := j.setPrimaryKey(m, idv, res.ID); err != nil {
+		return Result{}, err
+	}
+	res.Doc = m
+	return res, nil
+}
+
+// options returns the job's options with defaults, also for a Job built by
+// hand.
+func (j *Job) options() Options {
+	if j.opts.Timeout == 0 {
+		j.opts = j.opts.withDefaults()
+	}
+	return j.opts
+}
+
+// Close releases the job's idle runtimes. A closed job still works (it makes
+// new runtimes on demand), so closing a Set whose jobs live on in the next
+// one after a reload is harmless.
+func (j *Job) Close() {
+	if j.rt != nil {
+		j.rt.pool.drain()
+	}
+}
+
+// Set is the jobs loaded from one transforms folder.
+type Set struct {
+	dir  string
+	opts Options
+	jobs []*Job // sorted by name
+	// files remembers, per file name, the hash last read and the error it
+	// gave, so a Watcher reports a failing file once, not every poll.
+	files map[string]fileState
+}
+
+type fileState struct {
+	hash string
+	err  error
+}
+
+// Jobs returns the jobs sorted by name.
+func (s *Set) Jobs() []*Job {
+	if s == nil {
+		return nil
+	}
+	return append([]*Job(nil), s.jobs...)
+}
+
+// Job returns the job called name, or nil.
+func (s *Set) Job(name string) *Job {
+	if s == nil {
+		return nil
+	}
+	i := sort.Search(len(s.jobs), func(i int) bool { return s.jobs[i].Name >= name })
+	if i < len(s.jobs) && s.jobs[i].Name == name {
+		return s.jobs[i]
+	}
+	return nil
+}
+
+// Close releases every job's idle runtimes (see Job.Close).
+func (s *Set) Close() {
+	if s == nil {
+		return
+	}
+	for _, j := range s.jobs {
+		j.Close()
+	}
+}
+
+// errorf returns a CONFIG_INVALID error for job naming its file and key.
+func configErr(job, file, key, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	if key != "" {
+		msg = fmt.Sprintf("key %q: %s", key, msg)
+	}
+	return &errs.Error{Code: errs.ConfigInvalid, Job: job, Msg: file + ": " + msg}
+}
+
+// joinErrs joins errors, nil when there are none.
+func joinErrs(list []error) error {
+	if len(list) == 0 {
+		return nil
+	}
+	return errors.Join(list...)
+}

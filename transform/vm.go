@@ -1,0 +1,513 @@
+package transform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dop251/goja"
+	"github.com/hashicorp/go-hclog"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/meilistream/meilistream/internal/errs"
+)
+
+// maxCallStack bounds JavaScript recursion, so runaway recursion is a
+// RangeError (TRANSFORM_FAILED) and not a runaway Go stack.
+const maxCallStack = 2000
+
+// modulePrefix wraps a file into a CommonJS-style function. It is on the
+// same line as the file's first line, so line numbers are the file's own and
+// only columns on line 1 shift (fixed up in syntaxErr).
+const modulePrefix = "(function (module, exports) {"
+const moduleSuffix = "\n})"
+
+// bootstrapSrc defines the classes BSON values become in JavaScript. H is a
+// symbol private to Go that holds a value's payload.
+const bootstrapSrc = `(function (H) {
+"use strict";
+function def(p, n, f) { Object.defineProperty(p, n, {value: f, writable: true, configurable: true}); }
+function ObjectId(hex) {
+	if (!(this instanceof ObjectId)) return new ObjectId(hex);
+	var s = String(hex);
+	if (!/^[0-9a-fA-F]{24}$/.test(s)) throw new TypeError("ObjectId needs 24 hex characters");
+	this[H] = s.toLowerCase();
+}
+def(ObjectId.prototype, "toHexString", function () { return this[H]; });
+def(ObjectId.prototype, "toString", function () { return this[H]; });
+def(ObjectId.prototype, "toJSON", function () { return this[H]; });
+def(ObjectId.prototype, "equals", function (o) {
+	if (o === null || o === undefined) return false;
+	return (o instanceof ObjectId ? o[H] : String(o).toLowerCase()) === this[H];
+});
+def(ObjectId.prototype, "getTimestamp", function () { return new Date(parseInt(this[H].slice(0, 8), 16) * 1000); });
+function Decimal128(s) {
+	if (!(this instanceof Decimal128)) return new Decimal128(s);
+	this[H] = String(s);
+}
+def(Decimal128.prototype, "toString", function () { return this[H]; });
+def(Decimal128.prototype, "toJSON", function () { return this[H]; });
+def(Decimal128.prototype, "valueOf", function () { return Number(this[H]); });
+def(Decimal128.prototype, "toNumber", function () { return Number(this[H]); });
+function Binary() { throw new TypeError("Binary values come from documents only"); }
+Object.defineProperty(Binary.prototype, "subtype", {get: function () { return this[H].s; }, configurable: true});
+def(Binary.prototype, "toBase64", function () { return this[H].d; });
+def(Binary.prototype, "toString", function () { return this[H].u || this[H].d; });
+def(Binary.prototype, "toJSON", function () { return this[H].u || this[H].d; });
+function Timestamp(t, i) {
+	if (!(this instanceof Timestamp)) return new Timestamp(t, i);
+	this.t = t >>> 0; this.i = i >>> 0;
+}
+def(Timestamp.prototype, "toString", function () { return "Timestamp(" + this.t + ", " + this.i + ")"; });
+function BSONRegExp(pattern, options) {
+	if (!(this instanceof BSONRegExp)) return new BSONRegExp(pattern, options);
+	this.pattern = String(pattern); this.options = options === undefined ? "" : String(options);
+}
+def(BSONRegExp.prototype, "toString", function () { return "/" + this.pattern + "/" + this.options; });
+def(BSONRegExp.prototype, "toJSON", function () { return "/" + this.pattern + "/" + this.options; });
+function BSONValue() { throw new TypeError("BSONValue values come from documents only"); }
+def(BSONValue.prototype, "toString", function () { return this[H].j; });
+def(BSONValue.prototype, "toJSON", function () { return this[H].j; });
+return {ObjectId: ObjectId, Decimal128: Decimal128, Binary: Binary, Timestamp: Timestamp, BSONRegExp: BSONRegExp, BSONValue: BSONValue};
+})`
+
+var bootstrapProgram = goja.MustCompile("meilistream:bootstrap", bootstrapSrc, true)
+
+// jobRuntime is what a loaded file needs to run: the compiled program and
+// the pool of runtimes.
+type jobRuntime struct {
+	program *goja.Program
+	pool    *pool
+	console *consoleLimiter
+}
+
+// vm is one goja runtime with the file's module evaluated in it. It is used
+// by one goroutine at a time (the pool hands it out).
+type vm struct {
+	rt       *goja.Runtime
+	exports  goja.Value
+	fn       goja.Callable // the transform; nil for an object without one
+	this     goja.Value    // `this` of the transform (the exports object)
+	bare     bool          // monstache-style function
+	ns       goja.Value    // "db.collection" for bare functions
+	hid      *goja.Symbol
+	dateCtor goja.Value
+	protos   struct{ oid, dec, bin, ts, re, opaque *goja.Object }
+	ctxs     map[Operation]*goja.Object
+	vTrue    goja.Value
+	vFalse   goja.Value
+}
+
+// newVM makes a runtime, installs the sandbox and evaluates the module.
+func newVM(j *Job, prog *goja.Program, con *consoleLimiter) (*vm, error) {
+	rt := goja.New()
+	rt.SetMaxCallStackSize(maxCallStack)
+	v := &vm{rt: rt, hid: goja.NewSymbol("meilistream.value"), vTrue: rt.ToValue(true), vFalse: rt.ToValue(false)}
+	boot, err := rt.RunProgram(bootstrapProgram)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: %w", err)
+	}
+	bf, _ := goja.AssertFunction(boot)
+	classes, err := bf(goja.Undefined(), v.hid)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: %w", err)
+	}
+	co := classes.ToObject(rt)
+	proto := func(name string) *goja.Object {
+		c := co.Get(name).ToObject(rt)
+		return c.Get("prototype").ToObject(rt)
+	}
+	v.protos.oid = proto("ObjectId")
+	v.protos.dec = proto("Decimal128")
+	v.protos.bin = proto("Binary")
+	v.protos.ts = proto("Timestamp")
+	v.protos.re = proto("BSONRegExp")
+	v.protos.opaque = proto("BSONValue")
+	for _, name := range []string{"ObjectId", "Decimal128", "Timestamp", "BSONRegExp"} {
+		if err := rt.Set(name, co.Get(name)); err != nil {
+			return nil, err
+		}
+	}
+	v.dateCtor = rt.Get("Date")
+	if err := rt.Set("console", con.object(rt)); err != nil {
+		return nil, err
+	}
+
+	mod := rt.NewObject()
+	exp := rt.NewObject()
+	_ = mod.Set("exports", exp)
+	wrapper, err := rt.RunProgram(prog)
+	if err != nil {
+		return nil, runErr(j, "load", err)
+	}
+	wf, ok := goja.AssertFunction(wrapper)
+	if !ok {
+		return nil, errs.New(errs.TransformFailed, j.Name, "%s: not a module", j.File)
+	}
+	if _, err := wf(goja.Undefined(), mod, exp); err != nil {
+		return nil, runErr(j, "load", err)
+	}
+	v.exports = mod.Get("exports")
+	if f, ok := goja.AssertFunction(v.exports); ok {
+		v.fn, v.bare, v.this = f, true, goja.Undefined()
+		ns := j.Collection
+		if j.opts.Database != "" {
+			ns = j.opts.Database + "." + j.Collection
+		}
+		v.ns = rt.ToValue(ns)
+	} else if o, ok := v.exports.(*goja.Object); ok {
+		if f, ok := goja.AssertFunction(o.Get("transform")); ok {
+			v.fn, v.this = f, o
+		}
+	}
+	if err := v.makeCtxs(j); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// makeCtxs prepares one frozen ctx object per operation, so a call without
+// an updateDescription allocates none.
+func (v *vm) makeCtxs(j *Job) error {
+	v.ctxs = make(map[Operation]*goja.Object, 4)
+	freeze, _ := goja.AssertFunction(v.rt.Get("Object").ToObject(v.rt).Get("freeze"))
+	for _, op := range []Operation{OpInsert, OpUpdate, OpReplace, OpReindex} {
+		c := v.newCtx(j, op)
+		if _, err := freeze(goja.Undefined(), c); err != nil {
+			return err
+		}
+		v.ctxs[op] = c
+	}
+	return nil
+}
+
+func (v *vm) newCtx(j *Job, op Operation) *goja.Object {
+	c := v.rt.NewObject()
+	_ = c.Set("job", j.Name)
+	_ = c.Set("collection", j.Collection)
+	_ = c.Set("operation", string(op))
+	return c
+}
+
+// runErr turns an error from running JavaScript into TRANSFORM_FAILED,
+// naming the file and the place it was thrown.
+func runErr(j *Job, what string, err error) error {
+	var ex *goja.Exception
+	if errors.As(err, &ex) {
+		return errs.New(errs.TransformFailed, j.Name, "%s: %s: %s", what, j.File, exceptionText(ex))
+	}
+	var ie *goja.InterruptedError
+	if errors.As(err, &ie) {
+		return errs.New(errs.TransformFailed, j.Name, "%s: %s: %v", what, j.File, ie.Value())
+	}
+	return errs.Wrap(errs.TransformFailed, j.Name, err, "%s: %s", what, j.File)
+}
+
+// exceptionText is the thrown value and where it was thrown.
+func exceptionText(ex *goja.Exception) string {
+	msg := ex.Value().String()
+	if o, ok := ex.Value().(*goja.Object); ok {
+		if m := o.Get("message"); m != nil && !goja.IsUndefined(m) {
+			name := o.Get("name")
+			if name != nil && !goja.IsUndefined(name) {
+				msg = name.String() + ": " + m.String()
+			}
+		}
+	}
+	if st := ex.Stack(); len(st) > 0 {
+		for _, f := range st {
+			p := f.Position()
+			if p.Filename == "" || strings.HasPrefix(p.Filename, "meilistream:") {
+				continue
+			}
+			col := p.Column
+			if p.Line == 1 {
+				col -= len(modulePrefix)
+			}
+			return fmt.Sprintf("%s (line %d:%d)", msg, p.Line, col)
+		}
+	}
+	return msg
+}
+
+// pool hands out vms, creating up to size of them on demand.
+type pool struct {
+	mk   func() (*vm, error)
+	idle chan *vm
+	sem  chan struct{}
+}
+
+func newPool(size int, mk func() (*vm, error)) *pool {
+	return &pool{mk: mk, idle: make(chan *vm, size), sem: make(chan struct{}, size)}
+}
+
+func (p *pool) get(ctx context.Context) (*vm, error) {
+	select {
+	case v := <-p.idle:
+		return v, nil
+	default:
+	}
+	select {
+	case v := <-p.idle:
+		return v, nil
+	case p.sem <- struct{}{}:
+		v, err := p.mk()
+		if err != nil {
+			<-p.sem
+			return nil, err
+		}
+		return v, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+func (p *pool) put(v *vm) { p.idle <- v }
+
+// discard forgets a vm that must not be reused (interrupted).
+func (p *pool) discard(*vm) { <-p.sem }
+
+func (p *pool) drain() {
+	for {
+		select {
+		case <-p.idle:
+			<-p.sem
+		default:
+			return
+		}
+	}
+}
+
+// apply runs one document through the transform (see Job.Apply).
+func (jr *jobRuntime) apply(ctx context.Context, j *Job, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, res Result) (Result, error) {
+	v, err := jr.pool.get(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Result{}, err
+		}
+		return Result{}, errs.WithJob(j.Name, err)
+	}
+	if v.fn == nil { // an object without transform: identity
+		jr.pool.put(v)
+		return j.identity(doc, idv, res)
+	}
+	opts := j.opts
+	timer := time.AfterFunc(opts.Timeout, func() { v.rt.Interrupt(errTimeout) })
+	stopCtx := context.AfterFunc(ctx, func() { v.rt.Interrupt(context.Cause(ctx)) })
+	res, err = v.run(j, doc, idv, op, updateDesc, res)
+	// Reuse the runtime only if no interrupt can have fired or still fire
+	// (goja's ClearInterrupt must not race an Interrupt); otherwise a fresh
+	// one replaces it, so no half-updated module state survives either.
+	if timer.Stop() && stopCtx() {
+		v.rt.ClearInterrupt()
+		jr.pool.put(v)
+	} else {
+		jr.pool.discard(v)
+	}
+	if err != nil {
+		var ie *goja.InterruptedError
+		if errors.As(err, &ie) {
+			if ie.Value() == errTimeout {
+				return Result{}, errs.New(errs.TransformFailed, j.Name, "the transform did not finish within %s", opts.Timeout)
+			}
+			if ctx.Err() != nil {
+				return Result{}, context.Cause(ctx)
+			}
+		}
+		return Result{}, err
+	}
+	return res, nil
+}
+
+var errTimeout = errors.New("transform timeout")
+
+// run calls the transform and converts its result; panics from goja while
+// reading the result (a throwing getter, an interrupt) become errors.
+func (v *vm) run(j *Job, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, res Result) (_ Result, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			switch x := r.(type) {
+			case *goja.InterruptedError:
+				err = x
+			case *goja.Exception:
+				err = runErr(j, "transform", x)
+			default:
+				panic(r)
+			}
+		}
+	}()
+	in := inConv{v: v}
+	jsDoc, err := in.doc(doc, 0)
+	if err != nil {
+		return Result{}, errs.WithJob(j.Name, err)
+	}
+	var out goja.Value
+	if v.bare {
+		ud := goja.Undefined()
+		if updateDesc != nil {
+			if ud, err = in.doc(updateDesc, 0); err != nil {
+				return Result{}, errs.WithJob(j.Name, err)
+			}
+		}
+		out, err = v.fn(jsDoc, jsDoc, v.ns, ud)
+	} else {
+		c := v.ctxs[op]
+		if c == nil || updateDesc != nil {
+			c = v.newCtx(j, op)
+			if updateDesc != nil {
+				ud, err := in.doc(updateDesc, 0)
+				if err != nil {
+					return Result{}, errs.WithJob(j.Name, err)
+				}
+				_ = c.Set("updateDescription", ud)
+			}
+		}
+		out, err = v.fn(v.this, jsDoc, c)
+	}
+	if err != nil {
+		var ie *goja.InterruptedError
+		if errors.As(err, &ie) {
+			return Result{}, ie
+		}
+		return Result{}, runErr(j, "transform", err)
+	}
+	// What the transform returned decides: null/undefined/false keep the
+	// document out, true keeps it as it is, an object is the document.
+	switch {
+	case out == nil || goja.IsUndefined(out) || goja.IsNull(out):
+		res.Skip = true
+		return res, nil
+	}
+	if out.StrictEquals(v.vFalse) {
+		res.Skip = true
+		return res, nil
+	}
+	if out.StrictEquals(v.vTrue) {
+		return j.identity(doc, idv, res)
+	}
+	obj, ok := out.(*goja.Object)
+	if !ok || obj.ClassName() != "Object" || v.special(obj) {
+		return Result{}, errs.New(errs.NotADocument, j.Name, "the transform returned %s, not a document, null or a boolean", v.typeName(out))
+	}
+	if j.Kind == Mirror {
+		oc := mirrorConv{v: v, job: j, limit: j.opts.MaxResultBytes}
+		raw, err := oc.document(obj, doc, idv)
+		if err != nil {
+			return Result{}, err
+		}
+		res.Raw = raw
+		return res, nil
+	}
+	oc := outConv{job: j, v: v, epoch: j.Dates == "epoch", limit: j.opts.MaxResultBytes}
+	m, err := oc.object(obj, "")
+	if err != nil {
+		return Result{}, err
+	}
+	if err := j.setPrimaryKey(m, idv, res.ID); err != nil {
+		return Result{}, err
+	}
+	res.Doc = m
+	return res, nil
+}
+
+// consoleLimiter sends console output to the job's logger, at most burst
+// lines at once and rate lines a second after that; what it drops is
+// counted and reported with the next line that passes.
+type consoleLimiter struct {
+	log     hclog.Logger
+	mu      sync.Mutex
+	tokens  float64
+	last    time.Time
+	dropped int
+	rate    float64
+	burst   float64
+	now     func() time.Time
+}
+
+func newConsoleLimiter(log hclog.Logger) *consoleLimiter {
+	return &consoleLimiter{log: log, rate: 10, burst: 20, tokens: 20, now: time.Now}
+}
+
+func (c *consoleLimiter) allow() (ok bool, dropped int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	if !c.last.IsZero() {
+		c.tokens += now.Sub(c.last).Seconds() * c.rate
+		if c.tokens > c.burst {
+			c.tokens = c.burst
+		}
+	}
+	c.last = now
+	if c.tokens < 1 {
+		c.dropped++
+		return false, 0
+	}
+	c.tokens--
+	d := c.dropped
+	c.dropped = 0
+	return true, d
+}
+
+// maxConsoleLine caps one console line, so a transform cannot flood the log
+// with one call either.
+const maxConsoleLine = 4096
+
+func (c *consoleLimiter) object(rt *goja.Runtime) *goja.Object {
+	o := rt.NewObject()
+	mk := func(level hclog.Level) func(goja.FunctionCall) goja.Value {
+		return func(call goja.FunctionCall) goja.Value {
+			ok, dropped := c.allow()
+			if !ok {
+				return goja.Undefined()
+			}
+			var b strings.Builder
+			for i, a := range call.Arguments {
+				if i > 0 {
+					b.WriteByte(' ')
+				}
+				b.WriteString(consoleString(a))
+				if b.Len() > maxConsoleLine {
+					break
+				}
+			}
+			msg := b.String()
+			if len(msg) > maxConsoleLine {
+				msg = msg[:maxConsoleLine] + "…"
+			}
+			args := []any{"source", "console"}
+			if dropped > 0 {
+				args = append(args, "dropped", dropped)
+			}
+			c.log.Log(level, msg, args...)
+			return goja.Undefined()
+		}
+	}
+	_ = o.Set("log", mk(hclog.Info))
+	_ = o.Set("info", mk(hclog.Info))
+	_ = o.Set("debug", mk(hclog.Debug))
+	_ = o.Set("warn", mk(hclog.Warn))
+	_ = o.Set("error", mk(hclog.Error))
+	return o
+}
+
+// consoleString renders one console argument: strings as they are, other
+// values as JSON where possible (like Node's console for plain data).
+func consoleString(a goja.Value) (s string) {
+	defer func() {
+		if recover() != nil {
+			s = "[unprintable]"
+		}
+	}()
+	if o, ok := a.(*goja.Object); ok {
+		if o.ClassName() != "Function" && o.ClassName() != "Error" {
+			if b, err := o.MarshalJSON(); err == nil {
+				return string(b)
+			}
+		}
+	}
+	return a.String()
+}
