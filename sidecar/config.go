@@ -335,6 +335,11 @@ func parse(environ []string) (Config, *problems) {
 				continue // handled above
 			}
 		}
+		if k.String(key) == "" {
+			// An empty variable is as if unset (Kubernetes and compose
+			// write empty values), known or not.
+			continue
+		}
 		if strings.HasPrefix(key, "job_") {
 			c.parseJob(ps, key, k.String(key))
 			continue
@@ -346,9 +351,6 @@ func parse(environ []string) (Config, *problems) {
 			continue
 		}
 		raw := k.String(key)
-		if raw == "" {
-			continue // an empty value is unset: Kubernetes writes empty values
-		}
 		f := fields[key]
 		// Decode with koanf's own decoder configuration: it carries the
 		// duration hook (a custom DecoderConfig would drop it) and weak
