@@ -1,0 +1,55 @@
+package sidecar
+
+import (
+	"errors"
+	"sort"
+
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/transform"
+)
+
+// JobDefs turns a loaded transform set, and the problems its loading
+// reported, into the supervisor's job definitions: one per loaded job (Spec
+// is the *transform.Job), and one failed definition (Err set) per job whose
+// file did not load and that has no earlier version still running, so it
+// shows as failed in /status while the others run. Problems that name no
+// job are returned for the caller to log.
+func JobDefs(set *transform.Set, loadErr error) (defs []JobDef, other []error) {
+	have := map[string]bool{}
+	for _, j := range set.Jobs() {
+		defs = append(defs, JobDef{Name: j.Name, Hash: j.Hash, Spec: j})
+		have[j.Name] = true
+	}
+	for _, err := range flatten(loadErr) {
+		var e *errs.Error
+		if !errors.As(err, &e) || e.Job == "" {
+			other = append(other, err)
+			continue
+		}
+		if have[e.Job] {
+			// An edit that broke a running job's file: the previous version
+			// keeps running; the error is the caller's to log.
+			other = append(other, err)
+			continue
+		}
+		have[e.Job] = true
+		defs = append(defs, JobDef{Name: e.Job, Err: err})
+	}
+	sort.Slice(defs, func(a, b int) bool { return defs[a].Name < defs[b].Name })
+	return defs, other
+}
+
+// flatten unpacks errors.Join trees into their leaves.
+func flatten(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flatten(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
