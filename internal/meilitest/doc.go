@@ -1,0 +1,95 @@
+// Package meilitest is a Meilisearch-compatible HTTP test server: the real
+// github.com/meilisearch/meilisearch-go client (and meilistream's Meilisearch
+// sink) talk to it as to Meilisearch v1 (behaviour of v1.50, the server
+// source the project's reference notes were read from). Everything is in
+// memory.
+//
+//	srv, err := meilitest.Start(meilitest.Options{MasterKey: "key"})
+//	defer srv.Close()
+//	client := meilisearch.New(srv.URL(), meilisearch.WithAPIKey("key"), meilisearch.DisableRetries())
+//
+// # What is faithful
+//
+//   - Routes, request and response shapes, status codes: /health, /version,
+//     /stats, indexes (create, get, list, update primary key or uid, delete,
+//     stats), documents (POST add-or-replace, PUT add-or-update with
+//     ?primaryKey= and ?skipCreation=, JSON array or object, NDJSON, CSV;
+//     GET and POST /fetch with offset, limit, fields, ids, filter; get one;
+//     delete one, delete-batch, delete by filter, delete all), settings (get,
+//     patch, reset: all 20 default keys returned), search, swap-indexes,
+//     tasks (GET /tasks with uids, batchUids, statuses, types, indexUids,
+//     limit, from, reverse and the date filters; GET /tasks/{taskUid}).
+//   - Writes are asynchronous: 202 with a summarized task; one worker
+//     processes tasks in uid order (so in enqueue order per index), through
+//     enqueued, processing, succeeded or failed, with Meilisearch's task
+//     fields (uid batchUid indexUid status type canceledBy details error
+//     duration enqueuedAt startedAt finishedAt, customMetadata when sent).
+//     Consecutive document writes to one index share a batchUid like the
+//     autobatcher's, but each is still applied, and fails, on its own, so
+//     batching never changes what is observed.
+//   - Document additions check everything before writing anything: one
+//     invalid or missing id, a failed primary-key inference or a primaryKey
+//     differing from the index's fails the whole task (indexedDocuments 0)
+//     with Meilisearch's code, type, link and message. Ids follow milli's
+//     rules (integers, or 1-511 bytes of [A-Za-z0-9_-]); "1" and 1 are one
+//     document. Primary-key inference looks at the first document's keys
+//     ending in "id", case-insensitively. A missing index is created by the
+//     first document or settings write (not by a failed one).
+//   - Payloads: Content-Type checks (415), empty (400 missing_payload),
+//     malformed (400 malformed_payload), over MaxPayloadBytes after
+//     gzip/deflate decompression (413 payload_too_large).
+//   - Errors: {message, code, type, link} with the status of Meilisearch's
+//     error table; unknown JSON fields and query parameters are bad_request.
+//   - Auth: with a master key every route but /health needs
+//     "Authorization: Bearer <key>": no header or another scheme is 401
+//     missing_authorization_header, a wrong key 403 invalid_api_key.
+//   - Swaps are atomic (all pairs of a request or none), move documents,
+//     settings and primary key, rewrite the indexUid of earlier tasks, and
+//     support rename:true.
+//
+// # What differs from Meilisearch (knowingly)
+//
+//   - Search is not Meilisearch's relevancy: query words match whole words
+//     of the searchable attributes, the last word also as a prefix, case-
+//     insensitively; no typo tolerance, stop words, synonyms, proximity,
+//     attribute ranking, exactness or ranking scores. Documents matching
+//     more leading query words come first (matchingStrategy "last"; "all"
+//     requires every word), then the sort parameter, then index order.
+//     No facets, highlighting, cropping, _formatted, geo, vectors, hybrid
+//     or federated (multi) search: those request fields are accepted and
+//     ignored.
+//   - Filters support =, !=, >, >=, <, <=, TO, IN, NOT IN, EXISTS, IS NULL,
+//     IS EMPTY (and their NOT forms), AND, OR, NOT, parentheses and the array
+//     form; not CONTAINS, STARTS WITH or _geo. String equality ignores case
+//     but does no other normalization. Syntax error messages are close to,
+//     not identical with, Meilisearch's.
+//   - Fetch order is insertion order (a replaced document keeps its place),
+//     a stand-in for Meilisearch's internal docid order, which is also not
+//     id order. fields selects top-level attributes only. displayedAttributes
+//     applies to search hits only, not to document fetches.
+//   - Settings are stored and returned but, except filterable, sortable,
+//     searchable and displayed attributes and pagination.maxTotalHits, have
+//     no effect. Values are only checked to be arrays for the attribute
+//     lists; nested settings (typoTolerance, faceting, pagination) are merged
+//     one level deep.
+//   - Nested primary keys ("a.b") are not supported; the primary key is a
+//     top-level field.
+//   - Tasks are never auto-deleted, cannot be canceled or deleted (no
+//     /tasks/cancel, DELETE /tasks), there is no /batches, /keys, /dumps,
+//     /snapshots, /multi-search, /facet-search, /experimental-features or
+//     /network; those answer 404 with an empty body, as unknown routes do.
+//     Only the master key exists: no API keys or tenant tokens.
+//   - Brotli request bodies are refused (gzip and deflate are accepted);
+//     responses are never compressed, so do not use meilisearch-go's
+//     WithContentEncoding against this server.
+//   - /stats sizes are the bytes of raw JSON held, not LMDB sizes.
+//   - GET /version reports pkgVersion "1.50.0" and "unknown" commit fields.
+//
+// # Test controls
+//
+// FailNext and FailNextOn make requests fail (503 or a dropped connection);
+// PauseTasks and ResumeTasks hold tasks enqueued; FailNextTask fails the next
+// processed task with a chosen error; Requests counts requests by route key;
+// Documents reads an index directly; WaitIdle waits for the queue to drain.
+// Options.TaskDelay slows every batch down.
+package meilitest
