@@ -8,15 +8,15 @@ import (
 	"github.com/meilistream/meilistream/transform"
 )
 
-// JobDefs turns a loaded transform set, and the problems its loading
-// reported, into the supervisor's job definitions: one per loaded job (Spec
+// JobDefs turns loaded jobs (a transform Set's, with the environment's
+// overrides applied), and the problems loading reported, into the supervisor's job definitions: one per loaded job (Spec
 // is the *transform.Job), and one failed definition (Err set) per job whose
 // file did not load and that has no earlier version still running, so it
 // shows as failed in /status while the others run. Problems that name no
 // job are returned for the caller to log.
-func JobDefs(set *transform.Set, loadErr error) (defs []JobDef, other []error) {
+func JobDefs(jobs []*transform.Job, loadErr error) (defs []JobDef, other []error) {
 	have := map[string]bool{}
-	for _, j := range set.Jobs() {
+	for _, j := range jobs {
 		defs = append(defs, JobDef{Name: j.Name, Hash: j.Hash, Spec: j})
 		have[j.Name] = true
 	}

@@ -24,7 +24,7 @@ func TestJobDefs(t *testing.T) {
 	if set == nil {
 		t.Fatalf("Load: %v", err)
 	}
-	defs, other := sidecar.JobDefs(set, err)
+	defs, other := sidecar.JobDefs(set.Jobs(), err)
 	if len(other) != 0 {
 		t.Errorf("other problems: %v", other)
 	}
@@ -41,7 +41,7 @@ func TestJobDefs(t *testing.T) {
 	t.Run("a running job whose file breaks keeps its loaded version", func(t *testing.T) {
 		write("good.js", `module.exports = { transform(doc) { return ; `)
 		next, err := set.Reload()
-		defs, other := sidecar.JobDefs(next, err)
+		defs, other := sidecar.JobDefs(next.Jobs(), err)
 		if len(other) != 1 {
 			t.Errorf("other = %v, want the broken edit reported", other)
 		}
