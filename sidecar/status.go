@@ -1,0 +1,89 @@
+package sidecar
+
+import (
+	"context"
+	"time"
+)
+
+// StatusSource is what the HTTP server asks about the jobs. The supervisor
+// implements it.
+type StatusSource interface {
+	// Status returns every job's status, sorted by name. It is called on
+	// every GET /status and must answer from memory, without I/O.
+	Status() []JobStatus
+	// Ready returns nil when the sidecar can do its work: MongoDB (and,
+	// when a job needs them, Meilisearch and the replica) reachable, no job
+	// failed, no change stream stalled. Otherwise an error saying what is
+	// wrong (never a secret), shown in the 503 answer of /readyz. ctx bounds
+	// any check it makes (a few seconds).
+	Ready(ctx context.Context) error
+}
+
+// JobStatus is one job in GET /status (a JSON array under "jobs"). Field
+// names are snake_case and stable: operators script against them.
+type JobStatus struct {
+	// Name is the job's name (its transform file's name).
+	Name string `json:"name"`
+	// Kind is "search" (into Meilisearch) or "mirror" (into the replica).
+	Kind string `json:"kind"`
+	// State is one of: "starting" (loaded, not yet asking for its lease),
+	// "standby" (another process holds the lease), "reindexing",
+	// "following", "restarting" (waiting after a failure, see
+	// NextRestart), "failed" (cannot run until fixed), "stopping",
+	// "stopped".
+	State string `json:"state"`
+	// Holder is the lease holder ("host:pid:random"): this process when
+	// reindexing or following, another one on standby; empty if unknown.
+	Holder string `json:"holder,omitempty"`
+	// Epoch is the lease's epoch (incremented at every takeover).
+	Epoch int64 `json:"epoch,omitempty"`
+	// LagSeconds is how far the durable position is behind the change
+	// stream (cluster time); 0 when caught up. Only while following.
+	LagSeconds float64 `json:"lag_seconds"`
+	// PositionTime is the cluster time of the last recorded position.
+	PositionTime *time.Time `json:"position_time,omitempty"`
+	// Reindex is the progress of a running reindex (nil otherwise).
+	Reindex *ReindexStatus `json:"reindex,omitempty"`
+	// Counters are totals since this process started.
+	Counters JobCounters `json:"counters"`
+	// LastError is the job's last error, if any (kept after recovery).
+	LastError *ErrorStatus `json:"last_error,omitempty"`
+	// Restarts counts restarts after failures since this process started.
+	Restarts int `json:"restarts"`
+	// NextRestart is when a "restarting" job tries again.
+	NextRestart *time.Time `json:"next_restart,omitempty"`
+}
+
+// ReindexStatus is a running reindex's progress.
+type ReindexStatus struct {
+	Done          int64   `json:"done"`           // documents read so far (a resumed checkpoint's included)
+	TotalEstimate int64   `json:"total_estimate"` // the collection's estimated count at the start
+	Rate          float64 `json:"rate"`           // documents per second
+	ETASeconds    float64 `json:"eta_seconds"`    // remaining at Rate; 0 when unknown
+	Resumed       bool    `json:"resumed"`        // continued from a checkpoint
+}
+
+// JobCounters are a job's document totals since this process started.
+type JobCounters struct {
+	Indexed int64 `json:"indexed"` // upserted (durable)
+	Deleted int64 `json:"deleted"` // deleted (durable)
+	Skipped int64 `json:"skipped"` // kept out by the transform
+	Errors  int64 `json:"errors"`  // per-document errors recorded
+}
+
+// ErrorStatus is an error as /status shows it.
+type ErrorStatus struct {
+	Code    string    `json:"code"`    // an errs code: FAILED, LEASE_LOST, ...
+	Message string    `json:"message"` // never a secret
+	At      time.Time `json:"at"`
+}
+
+// StatusReport is the whole GET /status answer.
+type StatusReport struct {
+	Version string      `json:"version"`
+	Time    time.Time   `json:"time"`
+	Ready   bool        `json:"ready"`
+	Jobs    []JobStatus `json:"jobs"`
+	// Config is the configuration in effect, secrets masked.
+	Config *Config `json:"config,omitempty"`
+}
