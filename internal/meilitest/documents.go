@@ -35,21 +35,26 @@ func (s *Server) readBody(r *http.Request) ([]byte, *apiError) {
 		return nil, errf("invalid_content_type", "meilitest: unsupported Content-Encoding `%s` (gzip and deflate only)", enc)
 	}
 	limit := s.opts.MaxPayloadBytes
-	if r.ContentLength > limit {
-		return nil, errPayloadTooLarge(limit)
+	if rd == r.Body && r.ContentLength >= 0 {
+		// Known length: one allocation of exactly that size (a growing
+		// buffer would copy a 100 MB payload several times).
+		if r.ContentLength > limit {
+			return nil, errPayloadTooLarge(limit)
+		}
+		buf := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(rd, buf); err != nil {
+			return nil, errf("malformed_payload", "The payload could not be read: %v", err)
+		}
+		return buf, nil
 	}
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
-	}
-	n, err := buf.ReadFrom(io.LimitReader(rd, limit+1))
+	buf, err := io.ReadAll(io.LimitReader(rd, limit+1))
 	if err != nil {
 		return nil, errf("malformed_payload", "The payload could not be read: %v", err)
 	}
-	if n > limit {
+	if int64(len(buf)) > limit {
 		return nil, errPayloadTooLarge(limit)
 	}
-	return buf.Bytes(), nil
+	return buf, nil
 }
 
 func errPayloadTooLarge(limit int64) *apiError {
