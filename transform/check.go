@@ -57,7 +57,7 @@ func Check(w io.Writer, dir, samplePath string, opts Options) error {
 		for i, doc := range samples {
 			label := fmt.Sprintf("  sample %d", i+1)
 			if idv, err := doc.LookupErr("_id"); err == nil {
-				label += " (_id " + idv.String() + ")"
+				label += " (_id " + relaxedJSON(idv) + ")"
 			}
 			res, err := j.Apply(ctx, doc, OpInsert, nil)
 			switch {
@@ -67,7 +67,8 @@ func Check(w io.Writer, dir, samplePath string, opts Options) error {
 			case res.Skip:
 				fmt.Fprintf(w, "%s: skipped (kept out of the %s)\n", label, map[Kind]string{Search: "index", Mirror: "replica"}[j.Kind])
 			case j.Kind == Mirror:
-				b, _ := bson.MarshalExtJSON(res.Raw, false, false)
+				// Canonical Extended JSON shows that BSON types are kept.
+				b, _ := bson.MarshalExtJSON(res.Raw, true, false)
 				fmt.Fprintf(w, "%s: %s\n", label, b)
 			default:
 				b, err := json.Marshal(res.Doc)
@@ -144,4 +145,14 @@ func readSampleFile(path string) ([]bson.Raw, error) {
 		return nil, errs.New(errs.ConfigInvalid, "", "%s holds no sample documents", path)
 	}
 	return out, nil
+}
+
+// relaxedJSON renders one value as relaxed Extended JSON.
+func relaxedJSON(v bson.RawValue) string {
+	b, err := bson.MarshalExtJSON(bson.D{{Key: "v", Value: v}}, false, false)
+	if err != nil {
+		return v.String()
+	}
+	s := strings.TrimPrefix(string(b), `{"v":`)
+	return strings.TrimSuffix(s, "}")
 }

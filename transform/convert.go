@@ -31,19 +31,7 @@ func (c inConv) doc(raw []byte, depth int) (*goja.Object, error) {
 	if depth > maxDepth {
 		return nil, errs.New(errs.NotADocument, "", "the document is nested more than %d levels deep", maxDepth)
 	}
-	rt := c.v.rt
-	o := rt.NewObject()
-	err := eachElement(raw, func(key string, val bsoncore.Value) error {
-		jv, err := c.value(val, depth)
-		if err != nil {
-			return err
-		}
-		return o.Set(key, jv)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return o, nil
+	return c.v.lazy(raw, depth)
 }
 
 // eachElement calls fn for every element of a BSON document, in order.
@@ -243,11 +231,40 @@ func (c *outConv) object(o *goja.Object, _ string) (map[string]any, error) {
 		return nil, c.fail(errs.NotADocument, "nested more than %d levels deep", maxDepth)
 	}
 	c.seen = append(c.seen, o)
-	keys := o.Keys()
-	m := make(map[string]any, len(keys))
 	if err := c.grow(2); err != nil {
 		return nil, err
 	}
+	if d := asLazy(o); d != nil {
+		// Untouched fields go straight from BSON.
+		m := make(map[string]any, 16)
+		err := d.each(func(k string, jv goja.Value, _ bsoncore.Element, raw bsoncore.Value, touched bool) error {
+			c.path = append(c.path, k)
+			var x any
+			var ok bool
+			var err error
+			if touched {
+				x, ok, err = c.value(jv)
+			} else {
+				x, ok, err = c.bsonValue(raw)
+			}
+			if err != nil {
+				return err
+			}
+			c.path = c.path[:len(c.path)-1]
+			if ok {
+				m[k] = x
+				return c.grow(len(k) + 4)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, errs.WithJob(c.job.Name, err)
+		}
+		c.seen = c.seen[:len(c.seen)-1]
+		return m, nil
+	}
+	keys := o.Keys()
+	m := make(map[string]any, len(keys))
 	for _, k := range keys {
 		c.path = append(c.path, k)
 		x, ok, err := c.value(o.Get(k))

@@ -234,8 +234,26 @@ var knownKeys = map[string]bool{
 // problem.
 func (j *Job) readOptions(v *vm) error {
 	if v.bare {
+		// A monstache script is a search job with every default; only
+		// `samples` (for check) may hang on the function.
 		j.Function = true
-		return nil
+		fo := v.exports.(*goja.Object)
+		var problems []error
+		for _, k := range fo.Keys() {
+			if k != "samples" {
+				problems = append(problems, configErr(j.Name, j.file(), k, "a function transform takes no options but \"samples\"; export an object with transform(doc, ctx) for options"))
+				continue
+			}
+			samples, err := readSamples(v, fo.Get(k))
+			if err != nil {
+				problems = append(problems, configErr(j.Name, j.file(), k, "%s", err))
+			}
+			j.Samples = samples
+		}
+		if msg := validIndexUID(j.Index); msg != "" {
+			problems = append(problems, configErr(j.Name, j.file(), "", "the job name is the index uid of a function transform: %s; rename the file", msg))
+		}
+		return joinErrs(problems)
 	}
 	o, ok := v.exports.(*goja.Object)
 	if !ok || o.ClassName() != "Object" {

@@ -75,6 +75,39 @@ func (c *mirrorConv) document(o *goja.Object, orig bson.Raw, idv bson.RawValue) 
 
 // fields appends o's enumerable properties as elements.
 func (c *mirrorConv) fields(dst []byte, o *goja.Object, hint bsoncore.Value, depth int, top bool) ([]byte, error) {
+	if d := asLazy(o); d != nil {
+		// Untouched fields are copied byte for byte.
+		err := d.each(func(k string, jv goja.Value, el bsoncore.Element, raw bsoncore.Value, touched bool) error {
+			if top && k == "_id" {
+				return nil
+			}
+			if !touched {
+				dst = append(dst, el...)
+				return nil
+			}
+			c.path = append(c.path, k)
+			if strings.IndexByte(k, 0) >= 0 {
+				return c.fail(errs.NotADocument, "a key holding a NUL character")
+			}
+			el2, skip, err := c.value(dst, k, jv, raw, depth)
+			if err != nil {
+				return err
+			}
+			if !skip {
+				dst = el2
+			}
+			c.path = c.path[:len(c.path)-1]
+			return nil
+		})
+		if err != nil {
+			return nil, errs.WithJob(c.job.Name, err)
+		}
+		if len(dst) > c.limit {
+			c.path = c.path[:0]
+			return nil, c.fail(errs.NotADocument, "the result is more than the limit of %d bytes of BSON", c.limit)
+		}
+		return dst, nil
+	}
 	var hdoc bsoncore.Document
 	if hint.Type == bsoncore.TypeEmbeddedDocument {
 		hdoc = hint.Data

@@ -296,7 +296,10 @@ func (jr *jobRuntime) apply(ctx context.Context, j *Job, doc bson.Raw, idv bson.
 	}
 	opts := j.opts
 	timer := time.AfterFunc(opts.Timeout, func() { v.rt.Interrupt(errTimeout) })
-	stopCtx := context.AfterFunc(ctx, func() { v.rt.Interrupt(context.Cause(ctx)) })
+	stopCtx := noStop
+	if ctx.Done() != nil {
+		stopCtx = context.AfterFunc(ctx, func() { v.rt.Interrupt(context.Cause(ctx)) })
+	}
 	res, err = v.run(j, doc, idv, op, updateDesc, res)
 	// Reuse the runtime only if no interrupt can have fired or still fire
 	// (goja's ClearInterrupt must not race an Interrupt); otherwise a fresh
@@ -323,6 +326,8 @@ func (jr *jobRuntime) apply(ctx context.Context, j *Job, doc bson.Raw, idv bson.
 }
 
 var errTimeout = errors.New("transform timeout")
+
+func noStop() bool { return true }
 
 // run calls the transform and converts its result; panics from goja while
 // reading the result (a throwing getter, an interrupt) become errors.

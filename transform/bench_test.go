@@ -1,0 +1,154 @@
+package transform_test
+
+import (
+	"os"
+
+	"context"
+	"encoding/json"
+	"github.com/dop251/goja"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/meilistream/meilistream/transform"
+)
+
+// articleDoc is a realistic article of about 1 KB of BSON.
+func articleDoc(tb testing.TB) bson.Raw {
+	tb.Helper()
+	body := strings.Repeat("MongoDB change streams let an application follow every write. ", 10)
+	doc := bson.D{
+		{Key: "_id", Value: bson.NewObjectIDFromTimestamp(time.Unix(1710320400, 0))},
+		{Key: "status", Value: "published"},
+		{Key: "slug", Value: "change-streams-in-practice"},
+		{Key: "title", Value: "Change streams in practice: resume tokens and history"},
+		{Key: "summary", Value: "Resume tokens, history windows and what can go wrong when a consumer falls behind."},
+		{Key: "body", Value: body},
+		{Key: "tags", Value: bson.A{" MongoDB ", "change streams", "mongodb", "Replication", "ops"}},
+		{Key: "author", Value: bson.D{{Key: "_id", Value: bson.NewObjectID()}, {Key: "name", Value: "Ada Lovelace"}, {Key: "email", Value: "ada@example.com"}}},
+		{Key: "publishedAt", Value: bson.DateTime(1710320400000)},
+		{Key: "updatedAt", Value: bson.DateTime(1710437400000)},
+		{Key: "views", Value: int32(18234)},
+		{Key: "rating", Value: 4.6},
+		{Key: "comments", Value: int64(57)},
+		{Key: "featured", Value: false},
+	}
+	raw, err := bson.Marshal(doc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return raw
+}
+
+// BenchmarkArticles is the issue's speed target: the articles example on a
+// realistic 1 KB document, BSON in to a JSON-ready document out (and its
+// JSON encoding, which the Meilisearch sink does next), on one core.
+func BenchmarkArticles(b *testing.B) {
+	set, err := transform.Load("../examples/transforms", transform.Options{Pool: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer set.Close()
+	j := set.Job("articles")
+	doc := articleDoc(b)
+	ctx := context.Background()
+	b.SetBytes(int64(len(doc)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		res, err := j.Apply(ctx, doc, transform.OpUpdate, nil)
+		if err != nil || res.Skip {
+			b.Fatal(err, res.Skip)
+		}
+		if _, err := json.Marshal(res.Doc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkArticlesNoJSON is the same without the JSON encoding.
+func BenchmarkArticlesNoJSON(b *testing.B) {
+	set, err := transform.Load("../examples/transforms", transform.Options{Pool: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer set.Close()
+	j := set.Job("articles")
+	doc := articleDoc(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := j.Apply(ctx, doc, transform.OpUpdate, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkBaseline is the straightforward way the issue measures at about
+// 7 µs on an idle machine: decode the BSON into a Go map, hand it to goja,
+// call the same transform, export the result and encode it as JSON. It runs
+// beside BenchmarkArticles so the two can be compared on a loaded machine.
+func BenchmarkBaseline(b *testing.B) {
+	src, err := os.ReadFile("../examples/transforms/articles.js")
+	if err != nil {
+		b.Fatal(err)
+	}
+	rt := goja.New()
+	mod := rt.NewObject()
+	_ = mod.Set("exports", rt.NewObject())
+	_ = rt.Set("module", mod)
+	if _, err := rt.RunString(string(src)); err != nil {
+		b.Fatal(err)
+	}
+	fn, _ := goja.AssertFunction(mod.Get("exports").ToObject(rt).Get("transform"))
+	doc := articleDoc(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var m map[string]any
+		if err := bson.Unmarshal(doc, &m); err != nil {
+			b.Fatal(err)
+		}
+		m = plain(m).(map[string]any)
+		out, err := fn(goja.Undefined(), rt.ToValue(m), rt.ToValue(map[string]any{"operation": "update"}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		res := out.Export().(map[string]any)
+		res["id"] = m["_id"]
+		if _, err := json.Marshal(res); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// plain turns decoded driver values into what JSON and goja take.
+func plain(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = plain(e)
+		}
+		return x
+	case bson.D:
+		m := make(map[string]any, len(x))
+		for _, e := range x {
+			m[e.Key] = plain(e.Value)
+		}
+		return m
+	case bson.A:
+		a := make([]any, len(x))
+		for i, e := range x {
+			a[i] = plain(e)
+		}
+		return a
+	case bson.ObjectID:
+		return x.Hex()
+	case bson.DateTime:
+		return x.Time()
+	}
+	return v
+}

@@ -1,0 +1,208 @@
+package transform
+
+import (
+	"reflect"
+
+	"github.com/dop251/goja"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+
+	"github.com/meilistream/meilistream/internal/errs"
+)
+
+var (
+	lazyDocType  = reflect.TypeOf((*lazyDoc)(nil))
+	errMalformed = errs.New(errs.NotADocument, "", "malformed BSON document")
+)
+
+// asLazy returns the lazyDoc behind o, if it is one (without exporting a
+// plain object, which would copy it).
+func asLazy(o *goja.Object) *lazyDoc {
+	if o.ExportType() != lazyDocType {
+		return nil
+	}
+	d, _ := o.Export().(*lazyDoc)
+	return d
+}
+
+// lazyDoc is a BSON document shown to JavaScript as a plain object whose
+// fields are converted when first read (goja DynamicObject). A transform
+// typically reads a few fields of a document; the others are never
+// converted, and when the document (or a part of it) is returned, the
+// fields the transform did not touch go to the output straight from BSON
+// (for a mirror: byte for byte).
+//
+// JavaScript sees an ordinary object: reading, writing, deleting and adding
+// keys, `in`, Object.keys, spread, JSON.stringify, for-in all work, keys in
+// document order (new keys after). It cannot be frozen, sealed or given
+// accessor properties (a TypeError); copy it ({...doc}) first for that.
+type lazyDoc struct {
+	v       *vm
+	raw     []byte // the document's elements (without length and terminator)
+	depth   int
+	entries []lazyEntry
+}
+
+type lazyEntry struct {
+	key     string
+	val     goja.Value // nil when deleted
+	deleted bool
+	added   bool // not a key of raw
+}
+
+var _ goja.DynamicObject = (*lazyDoc)(nil)
+
+func (v *vm) lazy(doc []byte, depth int) (*goja.Object, error) {
+	length, _, ok := bsoncore.ReadLength(doc)
+	if !ok || length < 5 || int(length) > len(doc) {
+		return nil, errMalformed
+	}
+	d := &lazyDoc{v: v, raw: doc[4 : length-1], depth: depth}
+	return v.rt.NewDynamicObject(d), nil
+}
+
+func (d *lazyDoc) entry(key string) *lazyEntry {
+	for i := range d.entries {
+		if d.entries[i].key == key {
+			return &d.entries[i]
+		}
+	}
+	return nil
+}
+
+// lookup finds key among the raw elements.
+func (d *lazyDoc) lookup(key string) (bsoncore.Value, bool) {
+	rem := d.raw
+	for len(rem) > 0 {
+		el, rest, ok := bsoncore.ReadElement(rem)
+		if !ok {
+			return bsoncore.Value{}, false
+		}
+		if kb, err := el.KeyBytesErr(); err == nil && string(kb) == key {
+			val, err := el.ValueErr()
+			return val, err == nil
+		}
+		rem = rest
+	}
+	return bsoncore.Value{}, false
+}
+
+func (d *lazyDoc) Get(key string) goja.Value {
+	if e := d.entry(key); e != nil {
+		return e.val // nil when deleted: the prototype chain answers
+	}
+	val, ok := d.lookup(key)
+	if !ok {
+		return nil
+	}
+	jv, err := inConv{v: d.v}.value(val, d.depth)
+	if err != nil {
+		panic(d.v.rt.NewTypeError(errMsg(err)))
+	}
+	d.entries = append(d.entries, lazyEntry{key: key, val: jv})
+	return jv
+}
+
+func (d *lazyDoc) Set(key string, val goja.Value) bool {
+	if e := d.entry(key); e != nil {
+		e.val, e.deleted = val, false
+		return true
+	}
+	_, inRaw := d.lookup(key)
+	d.entries = append(d.entries, lazyEntry{key: key, val: val, added: !inRaw})
+	return true
+}
+
+func (d *lazyDoc) Has(key string) bool {
+	if e := d.entry(key); e != nil {
+		return !e.deleted
+	}
+	_, ok := d.lookup(key)
+	return ok
+}
+
+func (d *lazyDoc) Delete(key string) bool {
+	if e := d.entry(key); e != nil {
+		e.val, e.deleted = nil, true
+		return true
+	}
+	if _, ok := d.lookup(key); ok {
+		d.entries = append(d.entries, lazyEntry{key: key, deleted: true})
+	}
+	return true
+}
+
+func (d *lazyDoc) Keys() []string {
+	var keys []string
+	rem := d.raw
+	for len(rem) > 0 {
+		el, rest, ok := bsoncore.ReadElement(rem)
+		if !ok {
+			break
+		}
+		rem = rest
+		kb, err := el.KeyBytesErr()
+		if err != nil {
+			break
+		}
+		if e := d.entryBytes(kb); e != nil && e.deleted {
+			continue
+		}
+		keys = append(keys, string(kb))
+	}
+	for _, e := range d.entries {
+		if e.added && !e.deleted {
+			keys = append(keys, e.key)
+		}
+	}
+	return keys
+}
+
+func (d *lazyDoc) entryBytes(key []byte) *lazyEntry {
+	for i := range d.entries {
+		if d.entries[i].key == string(key) {
+			return &d.entries[i]
+		}
+	}
+	return nil
+}
+
+// each calls fn for every key in order with either the JavaScript value
+// (touched or added keys) or the raw BSON value (untouched ones).
+func (d *lazyDoc) each(fn func(key string, jv goja.Value, el bsoncore.Element, raw bsoncore.Value, touched bool) error) error {
+	rem := d.raw
+	for len(rem) > 0 {
+		el, rest, ok := bsoncore.ReadElement(rem)
+		if !ok {
+			return errMalformed
+		}
+		rem = rest
+		kb, err := el.KeyBytesErr()
+		if err != nil {
+			return errMalformed
+		}
+		val, err := el.ValueErr()
+		if err != nil {
+			return errMalformed
+		}
+		if e := d.entryBytes(kb); e != nil {
+			if e.deleted {
+				continue
+			}
+			if err := fn(e.key, e.val, el, val, true); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := fn(string(kb), nil, el, val, false); err != nil {
+			return err
+		}
+	}
+	for _, e := range d.entries {
+		if e.added && !e.deleted {
+			if err := fn(e.key, e.val, nil, bsoncore.Value{}, true); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
