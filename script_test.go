@@ -67,6 +67,8 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/meilistream/meilistream/internal/meilitest"
 )
 
 // scriptCmds are the custom commands scripts can use. Other test files add
@@ -469,10 +471,16 @@ func cleanupReal(srv *servers, db string) {
 	deleteRealIndexes(ctx, srv.meiliURL, srv.meiliKey, db+"_")
 }
 
-// startInternal starts the in-process test servers.
+// startInternal starts the in-process test servers. (MongoDB: wired when
+// internal/mongotest lands; until then scripts that need servers skip on
+// [!servers].)
 func (s *servers) startInternal() error {
-	// Wired when internal/mongotest and internal/meilitest land; until
-	// then scripts that need servers skip on [!servers].
+	meili, err := meilitest.Start(meilitest.Options{MasterKey: testMeiliKey})
+	if err != nil {
+		return fmt.Errorf("meilitest: %w", err)
+	}
+	s.closers = append(s.closers, meili.Close)
+	s.meiliURL, s.meiliKey = meili.URL(), testMeiliKey
 	return nil
 }
 
