@@ -1,0 +1,513 @@
+package mongotest
+
+import (
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// event is one entry of the change history (the double's oplog).
+type event struct {
+	seq        int64
+	ts         bson.Timestamp
+	wall       bson.DateTime
+	op         string // insert update replace delete drop rename dropDatabase
+	db, coll   string
+	toDB       string
+	toColl     string
+	uuid       bson.Binary
+	id         any
+	doc        []byte // inserted/replacement document, or the post-image of an update
+	postImages bool   // the collection had changeStreamPreAndPostImages enabled
+	upd        bson.D // updateDescription
+}
+
+func (s *Server) lockWrite() { s.mu.Lock() }
+
+// unlockWrite releases the write lock and wakes change-stream getMores
+// waiting for new events.
+func (s *Server) unlockWrite() {
+	if s.dirty {
+		close(s.notify)
+		s.notify = make(chan struct{})
+		s.dirty = false
+	}
+	s.mu.Unlock()
+}
+
+// appendEvent records a change (caller holds the write lock) and makes its
+// cluster time the command's operationTime.
+func (s *Server) appendEvent(x *cmdCtx, ev *event) {
+	s.seq++
+	ev.seq = s.seq
+	ev.ts = s.tick()
+	ev.wall = s.now()
+	if ev.doc != nil && ev.op == "update" {
+		if c := s.getColl(ev.db, ev.coll); c != nil {
+			ev.postImages = c.postImages
+		}
+	}
+	s.oplog = append(s.oplog, ev)
+	s.dirty = true
+	if x != nil {
+		x.opTime = ev.ts
+	}
+	s.trimHistory()
+}
+
+func (s *Server) trimHistory() {
+	k := len(s.oplog) - s.historySize
+	if k <= 0 {
+		return
+	}
+	s.lostTs = s.oplog[k-1].ts
+	s.lostSeq = s.oplog[k-1].seq
+	for i := 0; i < k; i++ {
+		s.oplog[i] = nil
+	}
+	s.oplog = s.oplog[k:]
+	if cap(s.oplog) > 4*len(s.oplog)+1024 {
+		s.oplog = append(make([]*event, 0, len(s.oplog)*2), s.oplog...)
+	}
+}
+
+// eventAt returns the retained event with the given seq, or nil.
+func (s *Server) eventAt(seq int64) *event {
+	i := seq - s.lostSeq - 1
+	if i < 0 || i >= int64(len(s.oplog)) {
+		return nil
+	}
+	return s.oplog[i]
+}
+
+// Resume tokens: {_data: "82" + %08X(ts.T) + %08X(ts.I) + %016X(seq) + %02X(kind)}.
+// Like real tokens (resume_token.cpp) they start with the KeyString
+// timestamp tag 0x82 and sort by cluster time; clients treat them as opaque.
+const (
+	tokHighWater  = 0xC0 // everything up to and including seq has been seen
+	tokEvent      = 0x80 // the event seq
+	tokInvalidate = 0x81 // the invalidate that follows event seq
+)
+
+func makeToken(ts bson.Timestamp, seq int64, kind byte) bson.D {
+	return bson.D{{Key: "_data", Value: fmt.Sprintf("82%08X%08X%016X%02X", ts.T, ts.I, uint64(seq), kind)}}
+}
+
+type token struct {
+	ts   bson.Timestamp
+	seq  int64
+	kind byte
+}
+
+func parseToken(v any) (token, error) {
+	d, ok := v.(bson.D)
+	if !ok {
+		return token{}, cmdErrf(40647, "Location40647", "Bad resume token: _data of missing or of wrong type. Expected string, got %s", typeName(v))
+	}
+	dv, ok := docGet(d, "_data")
+	str, isStr := dv.(string)
+	if !ok || !isStr {
+		return token{}, cmdErrf(40647, "Location40647", "Bad resume token: _data of missing or of wrong type. Expected string, got %s", typeName(dv))
+	}
+	b, err := hex.DecodeString(str)
+	if err != nil {
+		return token{}, cmdErrf(9, "FailedToParse", "resume token string was not a valid hex string")
+	}
+	if len(b) != 18 || b[0] != 0x82 {
+		return token{}, &cmdError{code: 280, name: "ChangeStreamFatalError", msg: "cannot resume stream; the resume token was not found. " + formatValue(d), labels: []string{"NonResumableChangeStreamError"}}
+	}
+	be32 := func(p []byte) uint32 { return uint32(p[0])<<24 | uint32(p[1])<<16 | uint32(p[2])<<8 | uint32(p[3]) }
+	var seq uint64
+	for _, c := range b[9:17] {
+		seq = seq<<8 | uint64(c)
+	}
+	return token{ts: bson.Timestamp{T: be32(b[1:5]), I: be32(b[5:9])}, seq: int64(seq), kind: b[17]}, nil
+}
+
+func historyLost() error {
+	return &cmdError{code: 286, name: "ChangeStreamHistoryLost",
+		msg:    "Resume of change stream was not possible, as the resume point may no longer be in the oplog.",
+		labels: []string{"NonResumableChangeStreamError"}}
+}
+
+type changeStream struct {
+	db, coll     string // coll "" for a database stream
+	cluster      bool
+	fullDocument string
+	beforeChange string
+	pos          int64 // last seq scanned
+	posTs        bson.Timestamp
+	stages       []stage
+	ns           string
+	// invalidateNext: the stream resumed right after its invalidating
+	// event, so the invalidate comes first.
+	invalidateNext *event
+}
+
+func (cs *changeStream) inScope(ev *event) bool {
+	switch {
+	case cs.cluster:
+		return ev.db != "admin" && ev.db != "config" && ev.db != "local"
+	case cs.coll == "":
+		return ev.db == cs.db && !strings.HasPrefix(ev.coll, "system.")
+	default:
+		return ev.db == cs.db && ev.coll == cs.coll
+	}
+}
+
+// invalidates reports whether ev ends the stream (reference note §4.5):
+// drop/rename of the watched collection, dropDatabase of the watched
+// database; cluster streams are never invalidated.
+func (cs *changeStream) invalidates(ev *event) bool {
+	switch {
+	case cs.cluster:
+		return false
+	case cs.coll == "":
+		return ev.op == "dropDatabase" && ev.db == cs.db
+	default:
+		return (ev.op == "drop" || ev.op == "rename") && ev.db == cs.db && ev.coll == cs.coll
+	}
+}
+
+func (s *Server) openChangeStream(x *cmdCtx, specV any, user bson.A, batchSize int) (bson.D, error) {
+	spec, ok := specV.(bson.D)
+	if !ok {
+		return nil, cmdErrf(50808, "Location50808", "$changeStream stage expects a document as argument")
+	}
+	cs := &changeStream{db: x.db, fullDocument: "default", beforeChange: "off"}
+	var resumeAfter, startAfter, startAt any
+	for _, e := range spec {
+		switch e.Key {
+		case "fullDocument":
+			v, _ := e.Value.(string)
+			switch v {
+			case "default", "updateLookup", "whenAvailable", "required":
+				cs.fullDocument = v
+			default:
+				return nil, cmdErrf(2, "BadValue", "unrecognized value for fullDocument: '%s'", formatValue(e.Value))
+			}
+		case "fullDocumentBeforeChange":
+			v, _ := e.Value.(string)
+			switch v {
+			case "off", "whenAvailable", "required":
+				cs.beforeChange = v
+			default:
+				return nil, cmdErrf(2, "BadValue", "unrecognized value for fullDocumentBeforeChange: '%s'", formatValue(e.Value))
+			}
+		case "resumeAfter":
+			resumeAfter = e.Value
+		case "startAfter":
+			startAfter = e.Value
+		case "startAtOperationTime":
+			startAt = e.Value
+		case "allChangesForCluster":
+			cs.cluster = truthy(e.Value)
+		case "showExpandedEvents", "allowToRunOnConfigDB", "allowToRunOnSystemNS", "showSystemEvents", "showMigrationEvents":
+		default:
+			return nil, cmdErrf(40415, "Location40415", "BSON field '$changeStream.%s' is an unknown field.", e.Key)
+		}
+	}
+	name, isColl := x.cmd[0].Value.(string)
+	switch {
+	case cs.cluster:
+		if x.db != "admin" || isColl {
+			return nil, cmdErrf(40415, "Location40415", "A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' database, and with no collection name")
+		}
+		cs.ns = "admin.$cmd.aggregate"
+	case x.db == "admin" || x.db == "local" || x.db == "config":
+		return nil, cmdErrf(73, "InvalidNamespace", "$changeStream may not be opened on the internal %s database", x.db)
+	case isColl:
+		if strings.HasPrefix(name, "system.") {
+			return nil, cmdErrf(73, "InvalidNamespace", "$changeStream may not be opened on the internal %s.%s collection", x.db, name)
+		}
+		cs.coll = name
+		cs.ns = nsString(x.db, name)
+	default:
+		cs.ns = x.db + ".$cmd.aggregate"
+	}
+	if resumeAfter != nil && startAfter != nil {
+		return nil, cmdErrf(50865, "Location50865", "Do not specify both 'resumeAfter' and 'startAfter' in a $changeStream stage")
+	}
+	if startAt != nil && (resumeAfter != nil || startAfter != nil) {
+		return nil, cmdErrf(40674, "Location40674", "Only one type of resume option is allowed, but multiple were found")
+	}
+	for _, st := range user {
+		sd, ok := st.(bson.D)
+		if !ok || len(sd) != 1 {
+			return nil, cmdErrf(40323, "Location40323", "A pipeline stage specification object must contain exactly one field.")
+		}
+		switch sd[0].Key {
+		case "$match", "$project", "$addFields", "$set", "$unset", "$replaceRoot", "$replaceWith":
+		default:
+			return nil, cmdErrf(20, "IllegalOperation", "Stage %s is not permitted in a $changeStream pipeline", sd[0].Key)
+		}
+	}
+	stages, err := compilePipeline(user, x.ec)
+	if err != nil {
+		return nil, err
+	}
+	cs.stages = stages
+
+	s.mu.RLock()
+	err = func() error {
+		switch {
+		case resumeAfter != nil || startAfter != nil:
+			tv := resumeAfter
+			if tv == nil {
+				tv = startAfter
+			}
+			tok, err := parseToken(tv)
+			if err != nil {
+				return err
+			}
+			if tok.kind == tokInvalidate && resumeAfter != nil {
+				return cmdErrf(260, "InvalidResumeToken", "Attempting to resume a change stream using 'resumeAfter' is not allowed from an invalidate notification.")
+			}
+			if tok.seq < s.lostSeq {
+				return historyLost()
+			}
+			if tok.kind == tokEvent || tok.kind == tokInvalidate {
+				if ev := s.eventAt(tok.seq); ev != nil {
+					if ev.ts != tok.ts {
+						return &cmdError{code: 280, name: "ChangeStreamFatalError", msg: "cannot resume stream; the resume token was not found. " + formatValue(tv), labels: []string{"NonResumableChangeStreamError"}}
+					}
+					if tok.kind == tokEvent && cs.invalidates(ev) {
+						cs.invalidateNext = ev
+					}
+				} else if tok.seq > s.seq {
+					return &cmdError{code: 280, name: "ChangeStreamFatalError", msg: "cannot resume stream; the resume token was not found. " + formatValue(tv), labels: []string{"NonResumableChangeStreamError"}}
+				}
+			}
+			cs.pos, cs.posTs = tok.seq, tok.ts
+		case startAt != nil:
+			ts, ok := startAt.(bson.Timestamp)
+			if !ok {
+				return cmdErrf(14, "TypeMismatch", "BSON field '$changeStream.startAtOperationTime' is the wrong type '%s', expected type 'timestamp'", typeName(startAt))
+			}
+			// Inclusive: events with clusterTime >= ts (change-streams spec).
+			if s.lostSeq > 0 && !s.lostTs.Before(ts) {
+				return historyLost()
+			}
+			cs.pos, cs.posTs = s.lostSeq, s.lostTs
+			for _, ev := range s.oplog {
+				if !ev.ts.Before(ts) {
+					break
+				}
+				cs.pos, cs.posTs = ev.seq, ev.ts
+			}
+		default:
+			cs.pos, cs.posTs = s.seq, s.lastTs
+		}
+		return nil
+	}()
+	if err != nil {
+		s.mu.RUnlock()
+		return nil, err
+	}
+	n := batchSize
+	if n == 0 {
+		n = 101
+	}
+	batch, pbrt, invalidated, err := s.collectEvents(cs, n)
+	s.mu.RUnlock()
+	if err != nil {
+		return nil, err
+	}
+	var id int64
+	if !invalidated {
+		id = s.registerCursor(&cursor{ns: cs.ns, stream: cs})
+	}
+	return bson.D{{Key: "cursor", Value: bson.D{
+		{Key: "firstBatch", Value: batch},
+		{Key: "postBatchResumeToken", Value: pbrt},
+		{Key: "id", Value: id},
+		{Key: "ns", Value: cs.ns},
+	}}}, nil
+}
+
+// collectEvents gathers up to max events after cs.pos (caller holds s.mu).
+// It returns the batch, the postBatchResumeToken, and whether the stream
+// was invalidated.
+func (s *Server) collectEvents(cs *changeStream, max int) (bson.A, bson.D, bool, error) {
+	if cs.pos < s.lostSeq {
+		return nil, nil, false, historyLost()
+	}
+	batch := bson.A{}
+	size := 0
+	var lastTok bson.D
+	emit := func(doc bson.D, tok bson.D) (bool, error) {
+		out, err := runStages(cs.stages, []bson.D{doc})
+		if err != nil {
+			return false, err
+		}
+		if len(out) == 0 {
+			return false, nil
+		}
+		id, _ := docGet(out[0], "_id")
+		if compareValues(id, tok) != 0 {
+			return false, &cmdError{code: 280, name: "ChangeStreamFatalError", msg: "Encountered an event whose _id field, which contains the resume token, was modified by the pipeline. Modifying the _id field of an event makes it impossible to resume the stream from that point. Only transformations that retain the unmodified _id field are allowed.", labels: []string{"NonResumableChangeStreamError"}}
+		}
+		raw := encodeDoc(out[0])
+		size += len(raw)
+		batch = append(batch, rawDoc(raw))
+		return true, nil
+	}
+	invalidate := func(ev *event) (bson.A, bson.D, bool, error) {
+		tok := makeToken(ev.ts, ev.seq, tokInvalidate)
+		doc := bson.D{{Key: "_id", Value: tok}, {Key: "operationType", Value: "invalidate"}, {Key: "clusterTime", Value: ev.ts}, {Key: "wallTime", Value: ev.wall}}
+		if _, err := emit(doc, tok); err != nil {
+			return nil, nil, false, err
+		}
+		return batch, tok, true, nil
+	}
+	if ev := cs.invalidateNext; ev != nil {
+		return invalidate(ev)
+	}
+	for i := cs.pos - s.lostSeq; i < int64(len(s.oplog)); i++ {
+		if (max > 0 && len(batch) >= max) || size >= maxBatchBytes {
+			break
+		}
+		ev := s.oplog[i]
+		cs.pos, cs.posTs = ev.seq, ev.ts
+		lastTok = nil
+		if !cs.inScope(ev) {
+			continue
+		}
+		doc, err := s.eventDoc(cs, ev)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		tok := makeToken(ev.ts, ev.seq, tokEvent)
+		ok, err := emit(doc, tok)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		if ok {
+			lastTok = tok
+		}
+		if cs.invalidates(ev) {
+			return invalidate(ev)
+		}
+	}
+	if lastTok == nil {
+		lastTok = makeToken(cs.posTs, cs.pos, tokHighWater)
+	}
+	return batch, lastTok, false, nil
+}
+
+// eventDoc renders an event for a stream, fields in mongod's order
+// (change_stream_event_transform.cpp).
+func (s *Server) eventDoc(cs *changeStream, ev *event) (bson.D, error) {
+	tok := makeToken(ev.ts, ev.seq, tokEvent)
+	d := make(bson.D, 0, 9)
+	if ev.op == "rename" {
+		d = append(d, bson.E{Key: "to", Value: bson.D{{Key: "db", Value: ev.toDB}, {Key: "coll", Value: ev.toColl}}})
+	}
+	d = append(d,
+		bson.E{Key: "_id", Value: tok},
+		bson.E{Key: "operationType", Value: ev.op},
+		bson.E{Key: "clusterTime", Value: ev.ts},
+		bson.E{Key: "wallTime", Value: ev.wall},
+	)
+	ns := bson.D{{Key: "db", Value: ev.db}}
+	if ev.op != "dropDatabase" {
+		ns = append(ns, bson.E{Key: "coll", Value: ev.coll})
+	}
+	switch ev.op {
+	case "insert", "replace":
+		d = append(d, bson.E{Key: "fullDocument", Value: rawDoc(ev.doc)})
+	case "update":
+		switch cs.fullDocument {
+		case "updateLookup":
+			// Looked up when the event is read, so it is the current
+			// document (or null if it is gone), as with mongod.
+			var cur any
+			if c := s.getColl(ev.db, ev.coll); c != nil {
+				if n := c.docs.get(ev.id); n != nil {
+					cur = rawDoc(n.raw)
+				}
+			}
+			d = append(d, bson.E{Key: "fullDocument", Value: cur})
+		case "whenAvailable", "required":
+			if ev.postImages {
+				d = append(d, bson.E{Key: "fullDocument", Value: rawDoc(ev.doc)})
+			} else if cs.fullDocument == "required" {
+				return nil, cmdErrf(47, "NoMatchingDocument", "Change stream was configured to require a post-image for all update, delete and replace events, but the post-image was not found for event: %s", formatValue(tok))
+			} else {
+				d = append(d, bson.E{Key: "fullDocument", Value: nil})
+			}
+		}
+	}
+	if ev.op != "drop" && ev.op != "rename" && ev.op != "dropDatabase" || true {
+		d = append(d, bson.E{Key: "ns", Value: ns})
+	}
+	switch ev.op {
+	case "insert", "update", "replace", "delete":
+		d = append(d, bson.E{Key: "documentKey", Value: bson.D{{Key: "_id", Value: ev.id}}})
+		if cs.beforeChange != "off" && ev.op != "insert" {
+			if cs.beforeChange == "required" {
+				return nil, cmdErrf(47, "NoMatchingDocument", "Change stream was configured to require a pre-image for all update, delete and replace events, but the pre-image was not found for event: %s", formatValue(tok))
+			}
+			d = append(d, bson.E{Key: "fullDocumentBeforeChange", Value: nil})
+		}
+	}
+	if ev.op == "update" {
+		d = append(d, bson.E{Key: "updateDescription", Value: ev.upd})
+	}
+	return d, nil
+}
+
+// streamGetMore blocks until events exist or maxTimeMS (default 1000 ms,
+// getmore_cmd.cpp) passes, then replies with nextBatch and
+// postBatchResumeToken.
+func (s *Server) streamGetMore(x *cmdCtx, cur *cursor, batchSize int) (bson.D, error) {
+	wait := time.Second
+	if v, ok := x.get("maxTimeMS"); ok {
+		if ms, ok := toInt64(v); ok && ms > 0 {
+			wait = time.Duration(ms) * time.Millisecond
+		}
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	cs := cur.stream
+	for {
+		s.mu.RLock()
+		batch, pbrt, invalidated, err := s.collectEvents(cs, batchSize)
+		ch := s.notify
+		s.mu.RUnlock()
+		if err != nil {
+			s.dropCursor(cur.id)
+			return nil, err
+		}
+		if len(batch) > 0 || invalidated {
+			return s.streamReply(cur, batch, pbrt, invalidated), nil
+		}
+		select {
+		case <-ch:
+			continue
+		case <-timer.C:
+			return s.streamReply(cur, batch, pbrt, false), nil
+		case <-x.c.done:
+			return s.streamReply(cur, batch, pbrt, false), nil
+		case <-s.closed:
+			return s.streamReply(cur, batch, pbrt, false), nil
+		}
+	}
+}
+
+func (s *Server) streamReply(cur *cursor, batch bson.A, pbrt bson.D, invalidated bool) bson.D {
+	id := cur.id
+	if invalidated {
+		s.dropCursor(cur.id)
+		id = 0
+	}
+	return bson.D{{Key: "cursor", Value: bson.D{
+		{Key: "nextBatch", Value: batch},
+		{Key: "postBatchResumeToken", Value: pbrt},
+		{Key: "id", Value: id},
+		{Key: "ns", Value: cur.ns},
+	}}}
+}

@@ -1,0 +1,362 @@
+package mongotest
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// cmdCtx is one command being run.
+type cmdCtx struct {
+	s      *Server
+	c      *conn
+	cmd    bson.D
+	name   string
+	db     string
+	ec     *evalCtx
+	opTime bson.Timestamp
+}
+
+func (x *cmdCtx) get(key string) (any, bool) { return docGet(x.cmd, key) }
+
+func (x *cmdCtx) str(key string) string {
+	v, _ := docGet(x.cmd, key)
+	s, _ := v.(string)
+	return s
+}
+
+func (x *cmdCtx) boolOpt(key string) bool {
+	v, _ := docGet(x.cmd, key)
+	return truthy(v)
+}
+
+func (x *cmdCtx) doc(key string) bson.D {
+	v, _ := docGet(x.cmd, key)
+	d, _ := v.(bson.D)
+	return d
+}
+
+// collName returns the collection named by the command's first field.
+func (x *cmdCtx) collName() (string, error) {
+	v := x.cmd[0].Value
+	s, ok := v.(string)
+	if !ok || s == "" {
+		return "", cmdErrf(73, "InvalidNamespace", "collection name has invalid type %s", typeName(v))
+	}
+	return s, nil
+}
+
+type handler func(x *cmdCtx) (bson.D, error)
+
+var commands map[string]handler
+
+func init() {
+	commands = map[string]handler{
+		"hello":              cmdHello,
+		"isMaster":           cmdHello,
+		"ismaster":           cmdHello,
+		"ping":               func(*cmdCtx) (bson.D, error) { return bson.D{}, nil },
+		"buildInfo":          cmdBuildInfo,
+		"buildinfo":          cmdBuildInfo,
+		"endSessions":        func(*cmdCtx) (bson.D, error) { return bson.D{}, nil },
+		"killAllSessions":    func(*cmdCtx) (bson.D, error) { return bson.D{}, nil },
+		"refreshSessions":    func(*cmdCtx) (bson.D, error) { return bson.D{}, nil },
+		"startSession":       cmdStartSession,
+		"getParameter":       cmdGetParameter,
+		"serverStatus":       cmdServerStatus,
+		"replSetGetStatus":   cmdReplSetGetStatus,
+		"listDatabases":      cmdListDatabases,
+		"insert":             cmdInsert,
+		"update":             cmdUpdate,
+		"delete":             cmdDelete,
+		"findAndModify":      cmdFindAndModify,
+		"findandmodify":      cmdFindAndModify,
+		"find":               cmdFind,
+		"getMore":            cmdGetMore,
+		"killCursors":        cmdKillCursors,
+		"count":              cmdCount,
+		"distinct":           cmdDistinct,
+		"aggregate":          cmdAggregate,
+		"listCollections":    cmdListCollections,
+		"listIndexes":        cmdListIndexes,
+		"createIndexes":      cmdCreateIndexes,
+		"dropIndexes":        cmdDropIndexes,
+		"create":             cmdCreate,
+		"collMod":            cmdCollMod,
+		"drop":               cmdDrop,
+		"dropDatabase":       cmdDropDatabase,
+		"renameCollection":   cmdRenameCollection,
+		"configureFailPoint": cmdConfigureFailPoint,
+		"abortTransaction":   cmdNoTransactions,
+		"commitTransaction":  cmdNoTransactions,
+		"dbStats":            cmdDBStats,
+		"collStats":          cmdCollStats,
+		"whatsmyuri":         func(x *cmdCtx) (bson.D, error) { return bson.D{{Key: "you", Value: x.c.nc.RemoteAddr().String()}}, nil },
+		"getLastError":       func(*cmdCtx) (bson.D, error) { return bson.D{{Key: "err", Value: nil}}, nil },
+	}
+}
+
+var retryableWrites = map[string]bool{"insert": true, "update": true, "delete": true, "findAndModify": true, "findandmodify": true}
+
+// runCommand runs one OP_MSG command and returns the reply; closeConn asks
+// the caller to drop the connection without replying (failCommand
+// closeConnection).
+func (s *Server) runCommand(c *conn, cmd bson.D) (bson.D, bool) {
+	if len(cmd) == 0 {
+		return s.withClusterTime(errorReply(cmdErrf(59, "CommandNotFound", "no command given")), bson.Timestamp{}), false
+	}
+	name := cmd[0].Key
+	db, _ := docGet(cmd, "$db")
+	dbName, _ := db.(string)
+	if dbName == "" {
+		dbName = "admin"
+	}
+	x := &cmdCtx{s: s, c: c, cmd: cmd, name: name, db: dbName}
+
+	// failCommand is evaluated before the command runs, as in mongod
+	// (CommandHelpers::evaluateFailCommandFailPoint).
+	fpAction := s.checkFailPoint(c, x)
+	if fpAction != nil {
+		if fpAction.blockMS > 0 {
+			select {
+			case <-time.After(time.Duration(fpAction.blockMS) * time.Millisecond):
+			case <-c.done:
+				return nil, true
+			}
+		}
+		if fpAction.closeConn {
+			return nil, true
+		}
+		if fpAction.err != nil {
+			return s.withClusterTime(errorReply(fpAction.err), bson.Timestamp{}), false
+		}
+	}
+
+	h := commands[name]
+	if h == nil {
+		return s.withClusterTime(errorReply(cmdErrf(59, "CommandNotFound", "no such command: '%s'", name)), bson.Timestamp{}), false
+	}
+	if v, ok := docGet(cmd, "startTransaction"); ok && truthy(v) {
+		return s.withClusterTime(errorReply(cmdErrf(20, "IllegalOperation", "mongotest does not support multi-document transactions")), bson.Timestamp{}), false
+	}
+
+	// Retryable writes: a retried statement (same lsid and txnNumber) gets
+	// the stored reply instead of running twice (retryable-writes spec).
+	var retryKey string
+	var txn int64
+	if retryableWrites[name] {
+		if t, ok := docGet(cmd, "txnNumber"); ok {
+			txn, _ = toInt64(t)
+			if l, ok := docGet(cmd, "lsid"); ok {
+				if ld, ok := l.(bson.D); ok {
+					if id, ok := docGet(ld, "id"); ok {
+						if b, ok := id.(bson.Binary); ok {
+							retryKey = string(b.Data)
+						}
+					}
+				}
+			}
+		}
+	}
+	if retryKey != "" {
+		s.retryMu.Lock()
+		e, ok := s.retry[retryKey]
+		s.retryMu.Unlock()
+		if ok && e.txn == txn {
+			return s.withClusterTime(append(bson.D{}, e.reply...), bson.Timestamp{}), false
+		}
+	}
+
+	x.ec = &evalCtx{now: s.now(), clusterTime: s.clusterTime()}
+	reply, err := h(x)
+	if err != nil {
+		s.logf("mongotest: %s: %v", name, err)
+		return s.withClusterTime(errorReply(err), x.opTime), false
+	}
+	reply = append(reply, bson.E{Key: "ok", Value: 1.0})
+	if fpAction != nil && fpAction.wce != nil {
+		reply = append(reply, bson.E{Key: "writeConcernError", Value: fpAction.wce})
+	}
+	if retryKey != "" {
+		s.retryMu.Lock()
+		s.retry[retryKey] = retryEntry{txn: txn, reply: reply}
+		s.retryMu.Unlock()
+	}
+	return s.withClusterTime(reply, x.opTime), false
+}
+
+func cmdHello(x *cmdCtx) (bson.D, error) {
+	r := x.s.helloReply(x.c, x.cmd, x.name != "hello")
+	return r[:len(r)-1], nil // without ok; runCommand adds it
+}
+
+func cmdBuildInfo(*cmdCtx) (bson.D, error) {
+	return bson.D{
+		{Key: "version", Value: "7.0.0-mongotest"},
+		{Key: "gitVersion", Value: "mongotest"},
+		{Key: "versionArray", Value: bson.A{int32(7), int32(0), int32(0), int32(0)}},
+		{Key: "bits", Value: int32(64)},
+		{Key: "debug", Value: false},
+		{Key: "maxBsonObjectSize", Value: int32(maxBSONSize)},
+		{Key: "storageEngines", Value: bson.A{"inMemory"}},
+		{Key: "modules", Value: bson.A{}},
+	}, nil
+}
+
+func cmdStartSession(x *cmdCtx) (bson.D, error) {
+	var u [16]byte
+	x.s.randMu.Lock()
+	x.s.rng.Read(u[:])
+	x.s.randMu.Unlock()
+	return bson.D{{Key: "id", Value: bson.D{{Key: "id", Value: bson.Binary{Subtype: 4, Data: u[:]}}}}, {Key: "timeoutMinutes", Value: int32(30)}}, nil
+}
+
+func cmdGetParameter(x *cmdCtx) (bson.D, error) {
+	out := bson.D{}
+	for _, e := range x.cmd[1:] {
+		if e.Key == "featureCompatibilityVersion" {
+			out = append(out, bson.E{Key: e.Key, Value: bson.D{{Key: "version", Value: "7.0"}}})
+		}
+	}
+	return out, nil
+}
+
+func cmdServerStatus(x *cmdCtx) (bson.D, error) {
+	return bson.D{
+		{Key: "host", Value: x.s.addr},
+		{Key: "version", Value: "7.0.0-mongotest"},
+		{Key: "process", Value: "mongod"},
+		{Key: "localTime", Value: x.s.now()},
+		{Key: "repl", Value: bson.D{{Key: "setName", Value: ReplicaSetName}, {Key: "isWritablePrimary", Value: true}}},
+	}, nil
+}
+
+func cmdReplSetGetStatus(x *cmdCtx) (bson.D, error) {
+	ts := x.s.clusterTime()
+	return bson.D{
+		{Key: "set", Value: ReplicaSetName},
+		{Key: "date", Value: x.s.now()},
+		{Key: "myState", Value: int32(1)},
+		{Key: "members", Value: bson.A{bson.D{
+			{Key: "_id", Value: int32(0)}, {Key: "name", Value: x.s.addr}, {Key: "health", Value: 1.0},
+			{Key: "state", Value: int32(1)}, {Key: "stateStr", Value: "PRIMARY"}, {Key: "self", Value: true},
+			{Key: "optime", Value: bson.D{{Key: "ts", Value: ts}, {Key: "t", Value: int64(1)}}},
+		}}},
+	}, nil
+}
+
+func cmdNoTransactions(*cmdCtx) (bson.D, error) {
+	return nil, cmdErrf(251, "NoSuchTransaction", "mongotest does not support multi-document transactions")
+}
+
+func cmdListDatabases(x *cmdCtx) (bson.D, error) {
+	nameOnly := x.boolOpt("nameOnly")
+	var filter *matcher
+	if f := x.doc("filter"); len(f) > 0 {
+		m, err := compileFilter(f, x.ec)
+		if err != nil {
+			return nil, err
+		}
+		filter = m
+	}
+	x.s.mu.RLock()
+	defer x.s.mu.RUnlock()
+	dbs := bson.A{}
+	var total int64
+	for _, name := range sortedKeys(x.s.dbs) {
+		d := x.s.dbs[name]
+		if len(d.colls) == 0 {
+			continue
+		}
+		var size int64
+		for _, c := range d.colls {
+			for n := c.docs.first(); n != nil; n = n.next[0] {
+				size += int64(len(n.raw))
+			}
+		}
+		total += size
+		entry := bson.D{{Key: "name", Value: name}}
+		if !nameOnly {
+			entry = append(entry, bson.E{Key: "sizeOnDisk", Value: size}, bson.E{Key: "empty", Value: size == 0})
+		}
+		if filter != nil && !filter.matches(entry) {
+			continue
+		}
+		dbs = append(dbs, entry)
+	}
+	out := bson.D{{Key: "databases", Value: dbs}}
+	if !nameOnly {
+		out = append(out, bson.E{Key: "totalSize", Value: total}, bson.E{Key: "totalSizeMb", Value: total >> 20})
+	}
+	return out, nil
+}
+
+func cmdDBStats(x *cmdCtx) (bson.D, error) {
+	x.s.mu.RLock()
+	defer x.s.mu.RUnlock()
+	var objects, size int64
+	colls := 0
+	if d := x.s.dbs[x.db]; d != nil {
+		for _, c := range d.colls {
+			colls++
+			for n := c.docs.first(); n != nil; n = n.next[0] {
+				objects++
+				size += int64(len(n.raw))
+			}
+		}
+	}
+	return bson.D{{Key: "db", Value: x.db}, {Key: "collections", Value: int32(colls)}, {Key: "objects", Value: objects}, {Key: "dataSize", Value: float64(size)}}, nil
+}
+
+func cmdCollStats(x *cmdCtx) (bson.D, error) {
+	name, err := x.collName()
+	if err != nil {
+		return nil, err
+	}
+	x.s.mu.RLock()
+	defer x.s.mu.RUnlock()
+	c := x.s.getColl(x.db, name)
+	var count, size int64
+	if c != nil {
+		for n := c.docs.first(); n != nil; n = n.next[0] {
+			count++
+			size += int64(len(n.raw))
+		}
+	}
+	return bson.D{{Key: "ns", Value: x.db + "." + name}, {Key: "count", Value: count}, {Key: "size", Value: size}}, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sortStrings(keys)
+	return keys
+}
+
+func sortStrings(s []string) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+func checkDBName(db string) error {
+	if db == "" || strings.ContainsAny(db, "/\\. \"$") {
+		return cmdErrf(73, "InvalidNamespace", "Invalid database name: '%s'", db)
+	}
+	return nil
+}
+
+func checkCollName(db, coll string) error {
+	if coll == "" || strings.Contains(coll, "$") || strings.HasPrefix(coll, ".") {
+		return cmdErrf(73, "InvalidNamespace", "Invalid collection name: %s.%s", db, coll)
+	}
+	return nil
+}
+
+func nsString(db, coll string) string { return fmt.Sprintf("%s.%s", db, coll) }

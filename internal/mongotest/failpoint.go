@@ -1,0 +1,203 @@
+package mongotest
+
+import (
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// failPoint is the failCommand fail point as mongod implements it
+// (src/mongo/db/commands.cpp evaluateFailCommandFailPoint; the driver specs'
+// "failCommand" test helper): mode {times: n} / {skip: n} / alwaysOn / off,
+// data {failCommands, errorCode, errorLabels, closeConnection,
+// blockConnection, blockTimeMS, writeConcernError, appName, namespace}.
+type failPoint struct {
+	always   bool
+	times    int64
+	skip     int64
+	commands map[string]bool
+	code     *int32
+	labels   []string
+	hasLabel bool
+	close    bool
+	blockMS  int64
+	wce      bson.D
+	appName  string
+	ns       string
+}
+
+type fpAction struct {
+	blockMS   int64
+	closeConn bool
+	err       error
+	wce       bson.D
+}
+
+func cmdConfigureFailPoint(x *cmdCtx) (bson.D, error) {
+	if x.db != "admin" {
+		return nil, cmdErrf(13, "Unauthorized", "configureFailPoint may only be run against the admin database.")
+	}
+	if err := x.s.configureFailPoint(x.cmd); err != nil {
+		return nil, err
+	}
+	return bson.D{{Key: "count", Value: int32(0)}}, nil
+}
+
+func (s *Server) configureFailPoint(cmd bson.D) error {
+	if len(cmd) > 0 && cmd[0].Key == "configureFailPoint" {
+		if name, _ := cmd[0].Value.(string); name != "failCommand" {
+			return cmdErrf(2, "BadValue", "mongotest supports only the failCommand fail point, not %q", name)
+		}
+	}
+	fp := &failPoint{commands: map[string]bool{}}
+	mode, _ := docGet(cmd, "mode")
+	switch m := mode.(type) {
+	case string:
+		switch m {
+		case "off":
+			s.fpMu.Lock()
+			s.fp = nil
+			s.fpMu.Unlock()
+			return nil
+		case "alwaysOn":
+			fp.always = true
+		default:
+			return cmdErrf(2, "BadValue", "unknown fail point mode %q", m)
+		}
+	case bson.D:
+		if v, ok := docGet(m, "times"); ok {
+			fp.times, _ = toInt64(v)
+		} else if v, ok := docGet(m, "skip"); ok {
+			fp.skip, _ = toInt64(v)
+			fp.always = true
+		} else if _, ok := docGet(m, "activationProbability"); ok {
+			fp.always = true
+		} else {
+			return cmdErrf(2, "BadValue", "unknown fail point mode %s", formatValue(m))
+		}
+	default:
+		return cmdErrf(2, "BadValue", "missing fail point mode")
+	}
+	dv, _ := docGet(cmd, "data")
+	data, _ := dv.(bson.D)
+	var block bool
+	var blockMS int64
+	for _, e := range data {
+		switch e.Key {
+		case "failCommands":
+			arr, _ := e.Value.(bson.A)
+			for _, a := range arr {
+				if n, ok := a.(string); ok {
+					fp.commands[n] = true
+				}
+			}
+		case "errorCode":
+			c, _ := toInt64(e.Value)
+			code := int32(c)
+			fp.code = &code
+		case "errorLabels":
+			fp.hasLabel = true
+			arr, _ := e.Value.(bson.A)
+			fp.labels = []string{}
+			for _, a := range arr {
+				if l, ok := a.(string); ok {
+					fp.labels = append(fp.labels, l)
+				}
+			}
+		case "closeConnection":
+			fp.close = truthy(e.Value)
+		case "blockConnection":
+			block = truthy(e.Value)
+		case "blockTimeMS":
+			blockMS, _ = toInt64(e.Value)
+		case "writeConcernError":
+			fp.wce, _ = e.Value.(bson.D)
+		case "appName":
+			fp.appName, _ = e.Value.(string)
+		case "namespace":
+			fp.ns, _ = e.Value.(string)
+		}
+	}
+	if len(fp.commands) == 0 {
+		return cmdErrf(2, "BadValue", "failCommand fail point needs data.failCommands")
+	}
+	if block {
+		fp.blockMS = blockMS
+	}
+	s.fpMu.Lock()
+	s.fp = fp
+	s.fpMu.Unlock()
+	return nil
+}
+
+// retryableCodes get the RetryableWriteError label on retryable writes
+// (error_labels.cpp; the retryable-writes spec's list).
+var retryableCodes = map[int32]bool{6: true, 7: true, 89: true, 91: true, 189: true, 262: true, 9001: true, 10107: true, 11600: true, 11602: true, 13435: true, 13436: true, 63: true, 150: true, 13388: true, 234: true, 133: true}
+
+// checkFailPoint decides what the fail point does to this command.
+func (s *Server) checkFailPoint(c *conn, x *cmdCtx) *fpAction {
+	s.fpMu.Lock()
+	defer s.fpMu.Unlock()
+	fp := s.fp
+	if fp == nil || !fp.commands[x.name] || x.name == "configureFailPoint" {
+		return nil
+	}
+	if fp.appName != "" && fp.appName != c.app {
+		return nil
+	}
+	if fp.ns != "" {
+		coll, _ := x.cmd[0].Value.(string)
+		if fp.ns != x.db+"."+coll {
+			return nil
+		}
+	}
+	if fp.skip > 0 {
+		fp.skip--
+		return nil
+	}
+	if !fp.always {
+		if fp.times <= 0 {
+			s.fp = nil
+			return nil
+		}
+		fp.times--
+		if fp.times == 0 {
+			s.fp = nil
+		}
+	}
+	a := &fpAction{blockMS: fp.blockMS, closeConn: fp.close, wce: fp.wce}
+	if fp.code != nil {
+		ce := &cmdError{code: *fp.code, name: codeName(*fp.code), msg: "Failing command via 'failCommand' failpoint"}
+		if fp.hasLabel {
+			ce.labels = fp.labels
+		} else {
+			_, hasTxn := x.get("txnNumber")
+			if retryableCodes[*fp.code] && hasTxn && retryableWrites[x.name] {
+				ce.labels = []string{"RetryableWriteError"}
+			}
+			if retryableCodes[*fp.code] && (x.name == "getMore" || x.name == "aggregate") {
+				ce.labels = append(ce.labels, "ResumableChangeStreamError")
+			}
+		}
+		a.err = ce
+	}
+	return a
+}
+
+var codeNames = map[int32]string{
+	1: "InternalError", 2: "BadValue", 6: "HostUnreachable", 7: "HostNotFound", 9: "FailedToParse",
+	11: "UserNotFound", 13: "Unauthorized", 20: "IllegalOperation", 26: "NamespaceNotFound",
+	43: "CursorNotFound", 48: "NamespaceExists", 50: "MaxTimeMSExpired", 59: "CommandNotFound",
+	63: "StaleShardVersion", 64: "WriteConcernFailed", 89: "NetworkTimeout", 91: "ShutdownInProgress",
+	100: "UnsatisfiableWriteConcern", 112: "WriteConflict", 133: "FailedToSatisfyReadPreference",
+	150: "StaleEpoch", 189: "PrimarySteppedDown", 211: "KeyNotFound", 234: "RetryChangeStream",
+	251: "NoSuchTransaction", 262: "ExceededTimeLimit", 280: "ChangeStreamFatalError",
+	286: "ChangeStreamHistoryLost", 9001: "SocketException", 10107: "NotWritablePrimary",
+	11000: "DuplicateKey", 11600: "InterruptedAtShutdown", 11602: "InterruptedDueToReplStateChange",
+	13388: "StaleConfig", 13435: "NotPrimaryNoSecondaryOk", 13436: "NotPrimaryOrSecondary",
+}
+
+func codeName(c int32) string {
+	if n, ok := codeNames[c]; ok {
+		return n
+	}
+	return "Location" + formatValue(c)
+}

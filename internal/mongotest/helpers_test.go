@@ -1,0 +1,47 @@
+package mongotest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/meilistream/meilistream/internal/mongotest"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// start runs a server and a connected driver client for one test.
+func start(t *testing.T, opts ...mongotest.Options) (*mongotest.Server, *mongo.Client) {
+	t.Helper()
+	var o mongotest.Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	srv, err := mongotest.Start(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	client := connect(t, srv)
+	return srv, client
+}
+
+func connect(t *testing.T, srv *mongotest.Server) *mongo.Client {
+	t.Helper()
+	client, err := mongo.Connect(options.Client().ApplyURI(srv.URI()).SetServerSelectionTimeout(5 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		client.Disconnect(ctx)
+	})
+	return client
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
