@@ -79,9 +79,10 @@
 //     /snapshots, /multi-search, /facet-search, /experimental-features or
 //     /network; those answer 404 with an empty body, as unknown routes do.
 //     Only the master key exists: no API keys or tenant tokens.
-//   - Brotli request bodies are refused (gzip and deflate are accepted);
-//     responses are never compressed, so do not use meilisearch-go's
-//     WithContentEncoding against this server.
+//   - Compression: gzip and deflate request bodies are decoded and responses
+//     are compressed when Accept-Encoding asks for them (so meilisearch-go's
+//     WithContentEncoding works with GzipEncoding and DeflateEncoding);
+//     brotli is not supported either way.
 //   - /stats sizes are the bytes of raw JSON held, not LMDB sizes.
 //   - GET /version reports pkgVersion "1.50.0" and "unknown" commit fields.
 //

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/flate"
 	"compress/gzip"
+	"compress/zlib"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -30,7 +31,17 @@ func (s *Server) readBody(r *http.Request) ([]byte, *apiError) {
 		}
 		rd = zr
 	case "deflate":
-		rd = flate.NewReader(r.Body)
+		// HTTP's "deflate" is zlib-wrapped (RFC 9110 8.4.1.2; meilisearch-go
+		// sends zlib); raw deflate is accepted too.
+		zb, err := io.ReadAll(io.LimitReader(r.Body, s.opts.MaxPayloadBytes+1))
+		if err != nil {
+			return nil, errf("malformed_payload", "The payload could not be read: %v", err)
+		}
+		if zr, err := zlib.NewReader(bytes.NewReader(zb)); err == nil {
+			rd = zr
+		} else {
+			rd = flate.NewReader(bytes.NewReader(zb))
+		}
 	default:
 		return nil, errf("invalid_content_type", "meilitest: unsupported Content-Encoding `%s` (gzip and deflate only)", enc)
 	}

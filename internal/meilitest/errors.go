@@ -1,9 +1,16 @@
 package meilitest
 
 import (
+	"bytes"
+	"compress/gzip"
+	"compress/zlib"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"strconv"
+	"strings"
+	"sync"
 )
 
 // apiError is Meilisearch's error object (crates/meilisearch-types/src/error.rs,
@@ -125,8 +132,68 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func writeRaw(w http.ResponseWriter, status int, b []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
+	if ew, ok := w.(*encodingWriter); ok && ew.enc != "" && len(b) > 0 {
+		// Meilisearch compresses responses for clients that accept it
+		// (actix's Compress middleware); meilisearch-go's
+		// WithContentEncoding even requires it, decoding every answer.
+		var buf bytes.Buffer
+		if err := compress(&buf, ew.enc, b); err == nil {
+			h.Set("Content-Encoding", ew.enc)
+			h.Add("Vary", "Accept-Encoding")
+			b = buf.Bytes()
+		}
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
+}
+
+// encodingWriter carries the response encoding chosen from Accept-Encoding.
+type encodingWriter struct {
+	http.ResponseWriter
+	enc string // "", "gzip" or "deflate"
+}
+
+// acceptedEncoding picks gzip or deflate from an Accept-Encoding header.
+func acceptedEncoding(h string) string {
+	best := ""
+	for _, part := range strings.Split(h, ",") {
+		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if _, q, ok := strings.Cut(strings.ReplaceAll(params, " ", ""), "q="); ok {
+			if f, err := strconv.ParseFloat(q, 64); err == nil && f == 0 {
+				continue
+			}
+		}
+		switch name = strings.ToLower(strings.TrimSpace(name)); name {
+		case "gzip":
+			return "gzip"
+		case "deflate":
+			best = "deflate"
+		}
+	}
+	return best
+}
+
+var (
+	gzipPool = sync.Pool{New: func() any { w, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed); return w }}
+	zlibPool = sync.Pool{New: func() any { w, _ := zlib.NewWriterLevel(io.Discard, zlib.BestSpeed); return w }}
+)
+
+func compress(dst io.Writer, enc string, b []byte) error {
+	type resetWriter interface {
+		io.WriteCloser
+		Reset(io.Writer)
+	}
+	pool := &gzipPool
+	if enc == "deflate" {
+		pool = &zlibPool
+	}
+	zw := pool.Get().(resetWriter)
+	defer pool.Put(zw)
+	zw.Reset(dst)
+	if _, err := zw.Write(b); err != nil {
+		return err
+	}
+	return zw.Close()
 }
 
 func writeErr(w http.ResponseWriter, e *apiError) {

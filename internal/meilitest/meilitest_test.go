@@ -698,3 +698,18 @@ func Test50kDocuments(t *testing.T) {
 		t.Fatal("Documents disagrees")
 	}
 }
+
+func TestCompressedRequests(t *testing.T) {
+	for _, enc := range []meilisearch.ContentEncoding{meilisearch.GzipEncoding, meilisearch.DeflateEncoding} {
+		t.Run(string(enc), func(t *testing.T) {
+			srv, _ := start(t, meilitest.Options{})
+			c := meilisearch.New(srv.URL(), meilisearch.DisableRetries(), meilisearch.WithContentEncoding(enc, meilisearch.DefaultCompression))
+			defer c.Close()
+			ctx := ctxT(t)
+			succeeded(t, c)(c.Index("z").AddDocuments(ctx, []map[string]any{{"id": 1, "t": "x"}}, nil))
+			if docs := fetchAll(t, c.Index("z"), nil); len(docs) != 1 {
+				t.Fatalf("docs = %v", docs)
+			}
+		})
+	}
+}

@@ -336,6 +336,7 @@ func (s *Server) serve(route string, w http.ResponseWriter, r *http.Request, h h
 			Link: "https://docs.meilisearch.com/errors#internal"})
 		return
 	}
+	w = &encodingWriter{ResponseWriter: w, enc: acceptedEncoding(r.Header.Get("Accept-Encoding"))}
 	if route != "GET /health" && s.opts.MasterKey != "" {
 		if e := s.authenticate(r); e != nil {
 			writeErr(w, e)
