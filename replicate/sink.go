@@ -28,6 +28,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/transform"
 )
 
 // DefaultWriteTimeout bounds one bulk write (with its majority
@@ -121,6 +122,29 @@ func New(o Options) (*Sink, error) {
 	}, nil
 }
 
+// ForJob returns the replica sink of a mirror job: its source collection
+// (job.Collection) in sourceDB, its destination (job.Mirror) in replicaDB.
+// It is what the main package calls when it builds a job's sink; metrics may
+// be nil.
+func ForJob(replicaDB, sourceDB *mongo.Database, job *transform.Job, logger hclog.Logger, metrics Metrics) (*Sink, error) {
+	if job == nil || job.Kind != transform.Mirror {
+		return nil, errs.New(errs.ConfigInvalid, "", "replicate.ForJob: not a mirror job")
+	}
+	if replicaDB == nil {
+		return nil, errs.New(errs.ConfigInvalid, job.Name, "a mirror job needs MEILISTREAM_REPLICA_URI")
+	}
+	if sourceDB == nil || job.Collection == "" || job.Mirror == "" {
+		return nil, errs.New(errs.ConfigInvalid, job.Name, "a mirror job needs a source and a destination collection")
+	}
+	return New(Options{
+		Job:     job.Name,
+		Source:  sourceDB.Collection(job.Collection),
+		Replica: replicaDB.Collection(job.Mirror),
+		Logger:  logger,
+		Metrics: metrics,
+	})
+}
+
 // Prepare runs the capability check (Check): the source must be a replica set
 // or a sharded cluster and the replica must accept majority writes. Its
 // errors are CONFIG_INVALID when only the configuration can fix them, FAILED
@@ -168,23 +192,29 @@ func (s *Sink) Send(ctx context.Context, b sidecar.Batch) (sidecar.Receipt, erro
 		return nil, err
 	}
 	// A unique index of the replica (copied from the source) can refuse a
-	// write only because the bulk applied it before another write of the same
-	// batch that frees the value: unordered bulks run all replaces before all
-	// deletes, and the source's order between different _ids is lost when the
-	// engine coalesces. One more pass over those writes, after the rest of
-	// the batch landed, sorts that out; what still fails is the document's.
-	var again []int
-	for i, we := range failed {
-		if we.Code == codeDuplicateKey {
-			again = append(again, i)
+	// write only because the bulk applied it before another write of the
+	// same batch that frees the value: unordered bulks run all replaces
+	// before all deletes, and the source's order between different _ids is
+	// lost when the engine coalesces. More passes over those writes, after
+	// the rest of the batch landed, sort that out (a chain of swaps takes one
+	// pass per link); what still fails once a pass frees nothing is the
+	// document's own conflict.
+	for {
+		var again []int
+		for i, we := range failed {
+			if we.Code == codeDuplicateKey {
+				again = append(again, i)
+			}
 		}
-	}
-	if len(again) > 0 {
-		retryModels := make([]mongo.WriteModel, len(again))
+		if len(again) == 0 {
+			break
+		}
+		slices.Sort(again)
+		retry := make([]mongo.WriteModel, len(again))
 		for j, i := range again {
-			retryModels[j] = models[i]
+			retry[j] = models[i]
 		}
-		failedAgain, err := s.bulk(ctx, retryModels)
+		failedAgain, err := s.bulk(ctx, retry)
 		if err != nil {
 			return nil, err
 		}
@@ -193,6 +223,9 @@ func (s *Sink) Send(ctx context.Context, b sidecar.Batch) (sidecar.Receipt, erro
 		}
 		for j, we := range failedAgain {
 			failed[again[j]] = we
+		}
+		if len(failedAgain) == len(again) {
+			break // no progress
 		}
 	}
 	for i, we := range failed {
