@@ -1,0 +1,541 @@
+// Command bench measures the sidecar's own cost on the articles example:
+//
+//	go run ./bench -docs 100000
+//
+// It starts the test servers (internal/mongotest, internal/meilitest) in a
+// child process of its own, seeds -docs generated ~1 KB articles
+// (bench/articles), builds and starts the real meilistream binary on
+// examples/transforms/articles.js, and reads the sidecar process's CPU time
+// and peak RSS from /proc (Linux), so neither the servers' work nor the
+// benchmark's own is counted. It reports:
+//
+//   - reindex: sidecar CPU µs per document, wall time, docs/s, peak RSS;
+//   - follow: sidecar CPU µs per change for -changes updates;
+//   - latency: write in MongoDB until the document is visible in
+//     Meilisearch (median, p99) over -latency sequential writes.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/meilisearch/meilisearch-go"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/meilistream/meilistream/bench/articles"
+	"github.com/meilistream/meilistream/internal/meilitest"
+	"github.com/meilistream/meilistream/internal/mongotest"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "-serve" {
+		serve()
+		return
+	}
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// serve is the child process: the test servers, their addresses as one JSON
+// line on stdout, until stdin closes.
+func serve() {
+	ms, err := mongotest.Start(mongotest.Options{HistorySize: 2_000_000})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ml, err := meilitest.Start(meilitest.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	json.NewEncoder(os.Stdout).Encode(map[string]string{"mongo": ms.URI(), "meili": ml.URL()})
+	io.Copy(io.Discard, os.Stdin)
+	ml.Close()
+	ms.Close()
+}
+
+type config struct {
+	docs, changes, latency int
+	flush                  time.Duration
+	transform, sidecar     string
+	mongoURI, meiliURL     string
+	verbose                bool
+}
+
+func run() error {
+	var c config
+	flag.IntVar(&c.docs, "docs", 100000, "articles to seed and reindex")
+	flag.IntVar(&c.changes, "changes", 20000, "updates to follow")
+	flag.IntVar(&c.latency, "latency", 200, "sequential writes timed from MongoDB to searchable")
+	flag.DurationVar(&c.flush, "flush", time.Second, "MEILISTREAM_FLUSH_INTERVAL of the sidecar")
+	flag.StringVar(&c.transform, "transform", "examples/transforms/articles.js", "the job's transform file")
+	flag.StringVar(&c.sidecar, "sidecar", "", "meilistream binary (default: go build . into a temp dir)")
+	flag.StringVar(&c.mongoURI, "mongo", "", "use this MongoDB (replica set) instead of the test server")
+	flag.StringVar(&c.meiliURL, "meili", "", "use this Meilisearch instead of the test server")
+	flag.BoolVar(&c.verbose, "v", false, "show the sidecar's log")
+	flag.Parse()
+	if runtime.GOOS != "linux" {
+		return errors.New("reads the sidecar's CPU and RSS from /proc: Linux only")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+
+	tmp, err := os.MkdirTemp("", "meilistream-bench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	if c.mongoURI == "" || c.meiliURL == "" {
+		child, addrs, err := startServers(ctx)
+		if err != nil {
+			return err
+		}
+		defer child.Wait()
+		defer child.Stdin.(io.Closer).Close()
+		if c.mongoURI == "" {
+			c.mongoURI = addrs["mongo"]
+		}
+		if c.meiliURL == "" {
+			c.meiliURL = addrs["meili"]
+		}
+	}
+	if c.sidecar == "" {
+		c.sidecar = filepath.Join(tmp, "meilistream")
+		fmt.Fprintln(os.Stderr, "building meilistream ...")
+		b := exec.CommandContext(ctx, "go", "build", "-o", c.sidecar, ".")
+		b.Stderr = os.Stderr
+		if err := b.Run(); err != nil {
+			return fmt.Errorf("go build: %w", err)
+		}
+	}
+	transforms := filepath.Join(tmp, "transforms")
+	if err := os.Mkdir(transforms, 0o755); err != nil {
+		return err
+	}
+	src, err := os.ReadFile(c.transform)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(transforms, "articles.js"), src, 0o644); err != nil {
+		return err
+	}
+
+	mc, err := mongo.Connect(options.Client().ApplyURI(c.mongoURI))
+	if err != nil {
+		return err
+	}
+	defer mc.Disconnect(context.Background())
+	db := mc.Database("bench")
+	coll := db.Collection("articles")
+	_ = db.Drop(ctx)
+	ms := meilisearch.New(c.meiliURL, meilisearch.DisableRetries())
+	uid := "bench_articles"
+	if t, err := ms.DeleteIndex(ctx, uid); err == nil {
+		ms.WaitForTask(ctx, t.TaskUID, 10*time.Millisecond)
+	}
+
+	fmt.Fprintf(os.Stderr, "seeding %d articles ...\n", c.docs)
+	t0 := time.Now()
+	if err := seed(ctx, coll, 1, c.docs); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "seeded in %s\n", time.Since(t0).Round(time.Millisecond))
+	published := 0
+	for i := 1; i <= c.docs; i++ {
+		if articles.Published(i) {
+			published++
+		}
+	}
+
+	// The sidecar.
+	ready := filepath.Join(tmp, "ready")
+	cmd := exec.CommandContext(ctx, c.sidecar, "run")
+	cmd.Env = append(os.Environ(),
+		"MEILISTREAM_MONGODB_URI="+c.mongoURI,
+		"MEILISTREAM_MONGODB_DATABASE=bench",
+		"MEILISTREAM_MEILI_URL="+c.meiliURL,
+		"MEILISTREAM_TRANSFORMS="+transforms,
+		"MEILISTREAM_INDEX_PREFIX=bench_",
+		"MEILISTREAM_HTTP_ADDR=127.0.0.1:0",
+		"MEILISTREAM_READY_FILE="+ready,
+		"MEILISTREAM_FLUSH_INTERVAL="+c.flush.String(),
+		"MEILISTREAM_LOG_LEVEL=info",
+	)
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 30 * time.Second
+	var logBuf strings.Builder
+	var logMu sync.Mutex
+	if c.verbose {
+		cmd.Stderr = os.Stderr
+	} else {
+		cmd.Stderr = writerFunc(func(p []byte) (int, error) {
+			logMu.Lock()
+			defer logMu.Unlock()
+			if logBuf.Len() < 1<<20 {
+				logBuf.Write(p)
+			}
+			return len(p), nil
+		})
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	pid := cmd.Process.Pid
+	fail := func(err error) error {
+		cmd.Process.Signal(os.Interrupt)
+		<-exited
+		logMu.Lock()
+		defer logMu.Unlock()
+		return fmt.Errorf("%w\nsidecar log (tail):\n%s", err, tail(logBuf.String(), 3000))
+	}
+
+	// Reindex: from process start until the live index holds every
+	// published article (the swap makes them appear at once).
+	var peak int64
+	sample := func() {
+		if r := rss(pid); r > peak {
+			peak = r
+		}
+	}
+	if err := waitFor(ctx, exited, 30*time.Minute, sample, func() (bool, error) {
+		n, err := indexCount(ctx, ms, uid)
+		return n == int64(published), err
+	}); err != nil {
+		return fail(fmt.Errorf("reindex: %w", err))
+	}
+	reindexWall := time.Since(start)
+	cpuReindex := cpu(pid)
+	if h := hwm(pid); h > peak {
+		peak = h
+	}
+	addr, _ := os.ReadFile(ready)
+	if err := waitFor(ctx, exited, time.Minute, nil, func() (bool, error) {
+		return following(strings.TrimSpace(string(addr)))
+	}); err != nil {
+		return fail(fmt.Errorf("wait for follow: %w", err))
+	}
+
+	// Follow: -changes updates of distinct published articles, counted
+	// from the first write until the last one is searchable.
+	n := min(c.changes, c.docs)
+	cpu0 := cpu(pid)
+	t1 := time.Now()
+	if err := update(ctx, coll, n, "follow"); err != nil {
+		return fail(err)
+	}
+	last := lastPublished(n)
+	if err := waitFor(ctx, exited, 10*time.Minute, nil, func() (bool, error) {
+		return titleIs(ctx, ms, uid, last, "follow")
+	}); err != nil {
+		return fail(fmt.Errorf("follow: %w", err))
+	}
+	followWall := time.Since(t1)
+	cpuFollow := cpu(pid) - cpu0
+
+	// Latency: one write at a time, until searchable.
+	var lat []time.Duration
+	for k := 0; k < c.latency; k++ {
+		id := 1 + (k*7919)%c.docs
+		if !articles.Published(id) {
+			id++
+		}
+		mark := fmt.Sprintf("lat%d", k)
+		t := time.Now()
+		if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: int64(id)}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "title", Value: mark}}}}); err != nil {
+			return fail(err)
+		}
+		for {
+			ok, err := titleIs(ctx, ms, uid, id, mark)
+			if err != nil {
+				return fail(err)
+			}
+			if ok {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		lat = append(lat, time.Since(t))
+	}
+
+	// Clean shutdown.
+	cmd.Process.Signal(os.Interrupt)
+	if err := <-exited; err != nil {
+		return fail(fmt.Errorf("sidecar exit: %w", err))
+	}
+
+	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
+	fmt.Printf("meilistream bench: %d articles (~1 KB BSON each, %d published), %d followed updates, %d latency samples, flushInterval %s, GOMAXPROCS of the machine %d\n",
+		c.docs, published, n, len(lat), c.flush, runtime.NumCPU())
+	fmt.Printf("reindex: %.1f µs sidecar CPU per document, %s wall (%.0f docs/s), peak RSS %.1f MB\n",
+		float64(cpuReindex.Microseconds())/float64(c.docs), reindexWall.Round(time.Millisecond),
+		float64(c.docs)/reindexWall.Seconds(), float64(peak)/(1<<20))
+	fmt.Printf("follow:  %.1f µs sidecar CPU per change, %s wall (%.0f changes/s)\n",
+		float64(cpuFollow.Microseconds())/float64(n), followWall.Round(time.Millisecond), float64(n)/followWall.Seconds())
+	if len(lat) > 0 {
+		fmt.Printf("latency: write to searchable median %s, p99 %s (flushInterval %s)\n",
+			lat[len(lat)/2].Round(time.Millisecond), lat[min(len(lat)-1, len(lat)*99/100)].Round(time.Millisecond), c.flush)
+	}
+	return nil
+}
+
+func startServers(ctx context.Context) (*exec.Cmd, map[string]string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, err
+	}
+	child := exec.Command(self, "-serve")
+	child.Stderr = os.Stderr
+	in, err := child.StdinPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := child.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := child.Start(); err != nil {
+		return nil, nil, err
+	}
+	line, err := bufio.NewReader(out).ReadBytes('\n')
+	if err != nil {
+		in.Close()
+		child.Wait()
+		return nil, nil, fmt.Errorf("test servers: %w", err)
+	}
+	var addrs map[string]string
+	if err := json.Unmarshal(line, &addrs); err != nil {
+		return nil, nil, err
+	}
+	return child, addrs, nil
+}
+
+func seed(ctx context.Context, coll *mongo.Collection, first, n int) error {
+	const chunk = 1000
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	next := make(chan int)
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for from := range next {
+				docs := make([]any, 0, chunk)
+				for i := from; i < min(from+chunk, first+n); i++ {
+					docs = append(docs, articles.Article(i))
+				}
+				if _, err := coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil {
+					select {
+					case errc <- err:
+					default:
+					}
+					return
+				}
+			}
+		}()
+	}
+	for from := first; from < first+n; from += chunk {
+		select {
+		case next <- from:
+		case err := <-errc:
+			close(next)
+			wg.Wait()
+			return err
+		}
+	}
+	close(next)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// update sets title to mark+id on the first n published articles, with a
+// few writers in parallel.
+func update(ctx context.Context, coll *mongo.Collection, n int, mark string) error {
+	ids := make(chan int)
+	errc := make(chan error, 8)
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range ids {
+				_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: int64(id)}},
+					bson.D{{Key: "$set", Value: bson.D{{Key: "title", Value: mark}}}})
+				if err != nil {
+					select {
+					case errc <- err:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	for id := 1; id <= lastPublished(n); id++ {
+		if articles.Published(id) {
+			ids <- id
+		}
+	}
+	close(ids)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// lastPublished is the id of the n-th published article.
+func lastPublished(n int) int {
+	id, k := 0, 0
+	for k < n {
+		id++
+		if articles.Published(id) {
+			k++
+		}
+	}
+	return id
+}
+
+func titleIs(ctx context.Context, ms meilisearch.ServiceManager, uid string, id int, title string) (bool, error) {
+	var doc map[string]any
+	err := ms.Index(uid).GetDocument(ctx, strconv.Itoa(id), &meilisearch.DocumentQuery{Fields: []string{"title"}}, &doc)
+	if err != nil {
+		var me *meilisearch.Error
+		if errors.As(err, &me) && me.StatusCode == http.StatusNotFound {
+			return false, nil
+		}
+		return false, err
+	}
+	return doc["title"] == title, nil
+}
+
+func indexCount(ctx context.Context, ms meilisearch.ServiceManager, uid string) (int64, error) {
+	var res meilisearch.DocumentsResult
+	err := ms.Index(uid).GetDocuments(ctx, &meilisearch.DocumentsQuery{Limit: 1}, &res)
+	if err != nil {
+		var me *meilisearch.Error
+		if errors.As(err, &me) && me.StatusCode == http.StatusNotFound {
+			return 0, nil
+		}
+		return 0, err
+	}
+	return res.Total, nil
+}
+
+// following reports whether /status shows every job following.
+func following(addr string) (bool, error) {
+	if addr == "" {
+		return false, nil
+	}
+	resp, err := http.Get("http://" + addr + "/status")
+	if err != nil {
+		return false, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return strings.Contains(string(b), `"following"`), nil
+}
+
+// waitFor polls cond every 20ms (calling each, when set, at every poll)
+// until it holds, the sidecar exits or the timeout passes.
+func waitFor(ctx context.Context, exited chan error, timeout time.Duration, each func(), cond func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	var lastErr error
+	for {
+		if each != nil {
+			each()
+		}
+		ok, err := cond()
+		if ok {
+			return nil
+		}
+		lastErr = err
+		select {
+		case err := <-exited:
+			exited <- err
+			return fmt.Errorf("the sidecar exited: %v", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s (last error: %v)", timeout, lastErr)
+		}
+	}
+}
+
+// cpu is the process's user+system CPU time from /proc/PID/stat (fields 14
+// and 15, in clock ticks of 1/100 s on Linux).
+func cpu(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	// f[0] is field 3 (state): utime is field 14, stime 15.
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// rss and hwm read VmRSS and VmHWM (peak) from /proc/PID/status, in bytes.
+func rss(pid int) int64 { return procStatus(pid, "VmRSS:") }
+func hwm(pid int) int64 { return procStatus(pid, "VmHWM:") }
+
+func procStatus(pid int, key string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, key) {
+			f := strings.Fields(l)
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
