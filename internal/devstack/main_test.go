@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meilisearch/meilisearch-go"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/meilistream/meilistream/internal/meilitest"
+	"github.com/meilistream/meilistream/internal/mongotest"
+)
+
+// syncBuffer is a bytes.Buffer safe to read while run writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestDevstack starts both servers on free ports with a seed directory and
+// checks that each answers its real client, then stops them.
+func TestDevstack(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "articles.json"), []byte(
+		`{"_id":{"$oid":"65a1b2c3d4e5f60718293a4b"},"title":"hello","n":{"$numberLong":"7"}}`+"\n"+
+			`{"_id":2,"title":"world"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "shop.items.json"), []byte(`[{"_id":"a"},{"_id":"b"}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	type servers struct {
+		mg *mongotest.Server
+		ml *meilitest.Server
+	}
+	up := make(chan servers, 1)
+	ready = func(mg *mongotest.Server, ml *meilitest.Server) { up <- servers{mg, ml} }
+	t.Cleanup(func() { ready = nil })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-mongo-addr", "127.0.0.1:0", "-meili-addr", "127.0.0.1:0",
+			"-master-key", "devkey", "-db", "demo", "-seed", dir}, &out, &out)
+	}()
+	var s servers
+	select {
+	case s = <-up:
+	case err := <-done:
+		t.Fatalf("run returned early: %v\n%s", err, out.String())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("servers not up\n%s", out.String())
+	}
+
+	text := out.String()
+	for _, want := range []string{
+		"export MEILISTREAM_MONGODB_URI='mongodb://" + s.mg.Addr() + "/demo?replicaSet=",
+		"export MEILISTREAM_MEILI_URL='" + s.ml.URL() + "'",
+		"export MEILISTREAM_MEILI_API_KEY='devkey'",
+		"seeded demo.articles with 2 documents",
+		"seeded shop.items with 2 documents",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+
+	tctx, tcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer tcancel()
+	mc, err := mongo.Connect(options.Client().ApplyURI(s.mg.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Disconnect(context.Background())
+	n, err := mc.Database("demo").Collection("articles").CountDocuments(tctx, bson.D{})
+	if err != nil || n != 2 {
+		t.Fatalf("demo.articles count = %d, %v", n, err)
+	}
+	var a bson.M
+	if err := mc.Database("demo").Collection("articles").FindOne(tctx, bson.D{{Key: "title", Value: "hello"}}).Decode(&a); err != nil || a["n"] != int64(7) {
+		t.Fatalf("seeded document = %v, %v", a, err)
+	}
+
+	c := meilisearch.New(s.ml.URL(), meilisearch.WithAPIKey("devkey"), meilisearch.DisableRetries())
+	defer c.Close()
+	if _, err := c.Version(tctx); err != nil {
+		t.Fatalf("meilitest with the key: %v", err)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not stop")
+	}
+}
+
+func TestWithDatabase(t *testing.T) {
+	for in, want := range map[string]string{
+		"mongodb://h:1/?replicaSet=rs0": "mongodb://h:1/app?replicaSet=rs0",
+		"mongodb://h:1":                 "mongodb://h:1/app",
+	} {
+		if got := withDatabase(in, "app"); got != want {
+			t.Errorf("withDatabase(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
