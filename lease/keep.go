@@ -35,6 +35,9 @@ func (l *Lease) Keep(ctx context.Context) (context.Context, func()) {
 			}
 		}()
 		l.keepLoop(kctx)
+		if err := l.Err(); err != nil {
+			cancel(err) // before stop can cancel it with a plainer cause
+		}
 	}()
 	stop := func() {
 		cancel(context.Canceled)

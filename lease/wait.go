@@ -4,6 +4,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"github.com/meilistream/meilistream/internal/errs"
 )
 
 func randFloat() float64 { return rand.Float64() }
@@ -31,6 +33,9 @@ func (m *Manager) Wait(ctx context.Context, name string) (*Lease, error) {
 		}
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
+		}
+		if errs.CodeOf(err) == errs.ConfigInvalid {
+			return nil, err // waiting will not fix it
 		}
 		switch {
 		case held != nil:

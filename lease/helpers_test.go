@@ -1,0 +1,160 @@
+package lease_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/meilistream/meilistream/internal/mongotest"
+	"github.com/meilistream/meilistream/lease"
+)
+
+// env is one test server and a state collection on it.
+type env struct {
+	t    *testing.T
+	srv  *mongotest.Server
+	coll *mongo.Collection
+}
+
+var dbNameUnsafe = regexp.MustCompile(`[^A-Za-z0-9_]`)
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	srv, err := mongotest.Start(mongotest.Options{})
+	if err != nil {
+		t.Fatalf("start test server: %v", err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	client, err := mongo.Connect(options.Client().ApplyURI(srv.URI()))
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	db := dbNameUnsafe.ReplaceAllString(t.Name(), "_")
+	if len(db) > 60 {
+		db = db[:60]
+	}
+	return &env{t: t, srv: srv, coll: client.Database(db).Collection("meilistream")}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// manager returns a Manager for a distinct holder.
+func (e *env) manager(holder string, opts lease.Options) *lease.Manager {
+	e.t.Helper()
+	m, err := lease.New(e.coll, holder, opts)
+	if err != nil {
+		e.t.Fatalf("lease.New(%s): %v", holder, err)
+	}
+	return m
+}
+
+func (e *env) acquire(m *lease.Manager, name string) *lease.Lease {
+	e.t.Helper()
+	l, err := m.Acquire(ctxT(e.t), name)
+	if err != nil {
+		e.t.Fatalf("%s: Acquire(%s): %v", m.Holder(), name, err)
+	}
+	return l
+}
+
+// advancePast moves the server clock to just after expiresAt (server time).
+func (e *env) advancePast(expiresAt time.Time) {
+	e.t.Helper()
+	if d := expiresAt.Sub(e.srv.Now()); d > 0 {
+		e.srv.AdvanceClock(d + time.Millisecond)
+	}
+}
+
+// doc reads the raw lease document.
+func (e *env) doc(name string) bson.M {
+	e.t.Helper()
+	var d bson.M
+	err := e.coll.FindOne(ctxT(e.t), bson.D{{Key: "_id", Value: bson.D{{Key: "lease", Value: name}}}}).Decode(&d)
+	if err != nil {
+		e.t.Fatalf("read lease document %s: %v", name, err)
+	}
+	return d
+}
+
+// waitFor polls cond until it holds or a deadline passes, then reports the
+// last thing seen.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var last string
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		last = seen
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s; last seen: %s", what, within, last)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// logBuf collects JSON log lines from an hclog logger.
+type logBuf struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuf) logger() hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Output: b, JSONFormat: true, Level: hclog.Debug})
+}
+
+func (b *logBuf) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *logBuf) lines() []map[string]any {
+	var out []map[string]any
+	for _, ln := range strings.Split(strings.TrimSpace(b.String()), "\n") {
+		if ln == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(ln), &m); err != nil {
+			panic(fmt.Sprintf("bad log line %q: %v", ln, err))
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// messages returns the log lines whose message is msg.
+func (b *logBuf) messages(msg string) []map[string]any {
+	var out []map[string]any
+	for _, m := range b.lines() {
+		if m["@message"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}

@@ -1,0 +1,644 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/lease"
+)
+
+func TestOptionsAreValidated(t *testing.T) {
+	// Connect does not dial, so a collection on a closed port is enough here.
+	client, err := mongo.Connect(options.Client().ApplyURI("mongodb://127.0.0.1:1/?directConnection=true"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Disconnect(context.Background())
+	coll := client.Database("d").Collection("c")
+	for _, tc := range []struct {
+		name   string
+		opts   lease.Options
+		holder string
+		want   string // substring of the error; "" means valid
+	}{
+		{"zero options take the defaults", lease.Options{}, "h", ""},
+		{"a short TTL with its own cap is valid", lease.Options{TTL: 3 * time.Second, WaitBase: 10 * time.Millisecond, WaitCap: time.Second}, "h", ""},
+		{"a negative TTL is refused", lease.Options{TTL: -time.Second}, "h", "TTL -1s"},
+		{"a TTL under a second is refused", lease.Options{TTL: time.Millisecond}, "h", "TTL 1ms"},
+		{"a TTL over an hour is refused", lease.Options{TTL: 2 * time.Hour}, "h", "TTL 2h0m0s"},
+		{"a cap above TTL/3 is refused", lease.Options{TTL: 30 * time.Second, WaitCap: 11 * time.Second}, "h", "WaitCap 11s"},
+		{"a negative cap is refused", lease.Options{WaitCap: -time.Second}, "h", "WaitCap -1s"},
+		{"a base above the cap is refused", lease.Options{WaitBase: 2 * time.Second, WaitCap: time.Second}, "h", "WaitBase 2s"},
+		{"a negative base is refused", lease.Options{WaitBase: -time.Millisecond}, "h", "WaitBase -1ms"},
+		{"an empty holder is refused", lease.Options{}, " ", "empty holder"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := lease.New(coll, tc.holder, tc.opts)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				if m.TTL() <= 0 {
+					t.Fatalf("TTL() = %s", m.TTL())
+				}
+				return
+			}
+			if !errors.Is(err, errs.ErrConfigInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New: got %v, want CONFIG_INVALID mentioning %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("every problem is named at once", func(t *testing.T) {
+		_, err := lease.New(nil, "", lease.Options{TTL: -1, WaitBase: -1})
+		for _, want := range []string{"no state collection", "empty holder", "TTL", "WaitBase"} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("New: got %v, want it to mention %q", err, want)
+			}
+		}
+	})
+	t.Run("defaults are 30s with a cap of TTL/3", func(t *testing.T) {
+		m, err := lease.New(coll, "h", lease.Options{})
+		if err != nil || m.TTL() != 30*time.Second {
+			t.Fatalf("New: %v, TTL %v", err, m.TTL())
+		}
+	})
+}
+
+func TestHolderIsHostPidRandomAndStable(t *testing.T) {
+	h := lease.Holder()
+	parts := strings.Split(h, ":")
+	if len(parts) != 3 || parts[1] != strconv.Itoa(os.Getpid()) || len(parts[2]) < 8 {
+		t.Fatalf("Holder() = %q, want host:pid:random", h)
+	}
+	if host, _ := os.Hostname(); host != "" && parts[0] != host {
+		t.Fatalf("Holder() = %q, want host %q", h, host)
+	}
+	if h2 := lease.Holder(); h2 != h {
+		t.Fatalf("Holder() changed within one process: %q then %q", h, h2)
+	}
+}
+
+func TestAcquireByConcurrentContendersHasExactlyOneWinner(t *testing.T) {
+	e := newEnv(t)
+	const contenders, rounds = 20, 25
+	for _, sameHolder := range []bool{false, true} {
+		t.Run(fmt.Sprintf("same holder %v", sameHolder), func(t *testing.T) {
+			ms := make([]*lease.Manager, contenders)
+			for i := range ms {
+				h := fmt.Sprintf("pod-%d:1:r", i)
+				if sameHolder {
+					h = "one-process:1:r"
+				}
+				ms[i] = e.manager(h, lease.Options{})
+			}
+			var prevEpoch int64
+			for round := range rounds {
+				name := "job"
+				if round%2 == 1 {
+					name = fmt.Sprintf("fresh-%v-%d", sameHolder, round) // a missing document: the upsert race
+				}
+				var (
+					wg       sync.WaitGroup
+					mu       sync.Mutex
+					winners  []*lease.Lease
+					held     []error
+					failures []error
+				)
+				start := make(chan struct{})
+				for _, m := range ms {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						l, err := m.Acquire(ctxT(t), name)
+						mu.Lock()
+						defer mu.Unlock()
+						switch {
+						case err == nil:
+							winners = append(winners, l)
+						case errors.Is(err, errs.ErrRunning):
+							held = append(held, err)
+						default:
+							failures = append(failures, err)
+						}
+					}()
+				}
+				close(start)
+				wg.Wait()
+				if len(failures) > 0 || len(winners) != 1 || len(held) != contenders-1 {
+					t.Fatalf("round %d: %d winners, %d RUNNING, failures %v", round, len(winners), len(held), failures)
+				}
+				w := winners[0]
+				for _, err := range held {
+					if !strings.Contains(err.Error(), w.Holder()) || !strings.Contains(err.Error(), "server time") {
+						t.Fatalf("round %d: RUNNING error %q does not name holder %s and until when", round, err, w.Holder())
+					}
+					if strings.Contains(err.Error(), lease.Nonce(w)) {
+						t.Fatalf("RUNNING error reveals the nonce: %q", err)
+					}
+				}
+				if name == "job" {
+					if w.Epoch() <= prevEpoch {
+						t.Fatalf("round %d: epoch %d after %d", round, w.Epoch(), prevEpoch)
+					}
+					prevEpoch = w.Epoch()
+				}
+				if err := w.Release(ctxT(t)); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+			}
+		})
+	}
+}
+
+func TestCrashedHolderKeepsNameUntilServerExpiry(t *testing.T) {
+	e := newEnv(t)
+	a := e.manager("a:1:x", lease.Options{})
+	b := e.manager("b:2:y", lease.Options{})
+	la := e.acquire(a, "job") // a then "crashes": no Keep, no Release
+
+	d := e.doc("job")
+	for _, f := range []string{"holder", "nonce", "epoch", "acquiredAt", "expiresAt", "ttlMs"} {
+		if _, ok := d[f]; !ok {
+			t.Errorf("lease document lacks %s: %v", f, d)
+		}
+	}
+	if d["holder"] != "a:1:x" || d["ttlMs"] != int64(30000) {
+		t.Errorf("lease document = %v", d)
+	}
+	if got := la.ExpiresAt().Sub(la.AcquiredAt()); got != 30*time.Second {
+		t.Errorf("expiresAt - acquiredAt = %s, want the TTL", got)
+	}
+
+	// Just before expiry by the server clock the name is still a's.
+	if gap := la.ExpiresAt().Sub(e.srv.Now()); gap > time.Second {
+		e.srv.AdvanceClock(gap - time.Second)
+	}
+	_, err := b.Acquire(ctxT(t), "job")
+	if !errors.Is(err, errs.ErrRunning) || !strings.Contains(err.Error(), "a:1:x") ||
+		!strings.Contains(err.Error(), la.ExpiresAt().UTC().Format(time.RFC3339Nano)) {
+		t.Fatalf("Acquire before expiry: %v, want RUNNING naming a:1:x until %s", err, la.ExpiresAt())
+	}
+	var e2 *errs.Error
+	if !errors.As(err, &e2) || e2.Job != "job" {
+		t.Fatalf("RUNNING error %#v does not carry the job", err)
+	}
+
+	// Right after it, b takes it over with the next epoch.
+	e.advancePast(la.ExpiresAt())
+	lb := e.acquire(b, "job")
+	if lb.Epoch() != la.Epoch()+1 {
+		t.Fatalf("epoch after takeover = %d, want %d", lb.Epoch(), la.Epoch()+1)
+	}
+	if !lb.AcquiredAt().After(la.ExpiresAt()) && !lb.AcquiredAt().Equal(la.ExpiresAt()) {
+		t.Fatalf("taken at %s, before the old expiry %s", lb.AcquiredAt(), la.ExpiresAt())
+	}
+}
+
+func TestTakenOverHolderLearnsAtNextRenewal(t *testing.T) {
+	e := newEnv(t)
+	opts := lease.Options{TTL: time.Second} // renew every 333ms of real time
+	a := e.manager("a:1:x", opts)
+	b := e.manager("b:2:y", opts)
+	la := e.acquire(a, "job")
+	work, stop := la.Keep(context.Background())
+	defer stop()
+
+	// A pause longer than the lease (as the server sees it): b takes over.
+	e.advancePast(la.ExpiresAt().Add(time.Second))
+	lb := e.acquire(b, "job")
+
+	select {
+	case <-work.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the work context was not cancelled after a takeover")
+	}
+	cause := context.Cause(work)
+	if !errors.Is(cause, errs.ErrLeaseLost) {
+		t.Fatalf("cause = %v, want LEASE_LOST", cause)
+	}
+	if strings.Contains(cause.Error(), lease.Nonce(la)) || strings.Contains(cause.Error(), lease.Nonce(lb)) {
+		t.Fatalf("cause reveals a nonce: %v", cause)
+	}
+	select {
+	case <-la.Lost():
+	default:
+		t.Fatal("Lost() not closed")
+	}
+	if err := la.Confirm(ctxT(t)); !errors.Is(err, errs.ErrLeaseLost) {
+		t.Fatalf("Confirm of a lost lease: %v", err)
+	}
+
+	// Its release does not touch the new holder's lease.
+	if err := la.Release(ctxT(t)); err != nil {
+		t.Fatalf("Release after loss: %v", err)
+	}
+	if err := la.Release(ctxT(t)); err != nil {
+		t.Fatalf("second Release: %v", err)
+	}
+	if d := e.doc("job"); d["holder"] != "b:2:y" || d["epoch"] != lb.Epoch() {
+		t.Fatalf("after the old holder's release the document is %v", d)
+	}
+	if err := lb.Confirm(ctxT(t)); err != nil {
+		t.Fatalf("new holder's Confirm: %v", err)
+	}
+}
+
+func TestEpochsStrictlyIncreaseAcrossTakeoversAndReleases(t *testing.T) {
+	e := newEnv(t)
+	ms := []*lease.Manager{e.manager("a:1:x", lease.Options{}), e.manager("b:2:y", lease.Options{}), e.manager("c:3:z", lease.Options{})}
+	var last int64
+	for i := range 12 {
+		l := e.acquire(ms[i%3], "job")
+		if l.Epoch() <= last {
+			t.Fatalf("acquisition %d: epoch %d after %d", i, l.Epoch(), last)
+		}
+		last = l.Epoch()
+		if i%2 == 0 {
+			if err := l.Release(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			e.advancePast(l.ExpiresAt()) // crash and expire
+		}
+	}
+}
+
+func TestReleaseFreesOnlyItsOwnLeaseAndAtOnce(t *testing.T) {
+	e := newEnv(t)
+	a := e.manager("a:1:x", lease.Options{})
+	b := e.manager("b:2:y", lease.Options{})
+	var never *lease.Lease
+	if err := never.Release(ctxT(t)); err != nil {
+		t.Fatalf("Release of a never-acquired lease: %v", err)
+	}
+
+	la := e.acquire(a, "job")
+	if err := la.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-la.Lost():
+	default:
+		t.Fatal("Lost() not closed by Release")
+	}
+	// Released means free now, not at the old expiry.
+	lb := e.acquire(b, "job")
+	if lb.Epoch() != la.Epoch()+1 {
+		t.Fatalf("epoch %d after release of %d", lb.Epoch(), la.Epoch())
+	}
+	if err := la.Release(ctxT(t)); err != nil {
+		t.Fatalf("Release twice: %v", err)
+	}
+	if err := la.Confirm(ctxT(t)); !errors.Is(err, errs.ErrLeaseLost) {
+		t.Fatalf("Confirm after Release: %v, want LEASE_LOST", err)
+	}
+	if d := e.doc("job"); d["holder"] != "b:2:y" {
+		t.Fatalf("document after the old holder's second release: %v", d)
+	}
+	// The same process acquiring again while it holds is RUNNING too.
+	if _, err := b.Acquire(ctxT(t), "job"); !errors.Is(err, errs.ErrRunning) {
+		t.Fatalf("re-acquire by the holder itself: %v", err)
+	}
+}
+
+func TestConfirmRenewsByServerClock(t *testing.T) {
+	e := newEnv(t)
+	a := e.manager("a:1:x", lease.Options{})
+	la := e.acquire(a, "job")
+	first := la.ExpiresAt()
+	e.srv.AdvanceClock(20 * time.Second)
+	if err := la.Confirm(ctxT(t)); err != nil {
+		t.Fatalf("Confirm: %v", err)
+	}
+	if got := la.ExpiresAt().Sub(first); got < 20*time.Second {
+		t.Fatalf("Confirm moved expiry by %s, want at least the clock advance", got)
+	}
+	// 25s later by the server clock it would have lapsed without that renewal.
+	e.srv.AdvanceClock(25 * time.Second)
+	if err := la.Confirm(ctxT(t)); err != nil {
+		t.Fatalf("Confirm within the renewed lease: %v", err)
+	}
+	// A lease that lapsed is not renewed even when nobody took it.
+	e.advancePast(la.ExpiresAt())
+	err := la.Confirm(ctxT(t))
+	if !errors.Is(err, errs.ErrLeaseLost) || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("Confirm after expiry: %v, want LEASE_LOST saying it expired", err)
+	}
+}
+
+func TestKeepRenewsAndStops(t *testing.T) {
+	e := newEnv(t)
+	a := e.manager("a:1:x", lease.Options{TTL: time.Second})
+	la := e.acquire(a, "job")
+	work, stop := la.Keep(context.Background())
+	first := la.ExpiresAt()
+	waitFor(t, 3*time.Second, "two renewals", func() (bool, string) {
+		return la.ExpiresAt().Sub(first) >= 600*time.Millisecond, la.ExpiresAt().String()
+	})
+	stop()
+	stop() // idempotent
+	if !errors.Is(context.Cause(work), context.Canceled) {
+		t.Fatalf("cause after stop = %v, want context.Canceled", context.Cause(work))
+	}
+	select {
+	case <-la.Lost():
+		t.Fatal("stop lost the lease")
+	default:
+	}
+	if err := la.Confirm(ctxT(t)); err != nil {
+		t.Fatalf("Confirm after stop: %v", err)
+	}
+
+	// Release cancels a running Keep with LEASE_LOST.
+	work2, stop2 := la.Keep(context.Background())
+	defer stop2()
+	if err := la.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	<-work2.Done()
+	if !errors.Is(context.Cause(work2), errs.ErrLeaseLost) {
+		t.Fatalf("cause after Release = %v", context.Cause(work2))
+	}
+	// Keep on an ended lease returns a cancelled context at once.
+	work3, stop3 := la.Keep(context.Background())
+	defer stop3()
+	select {
+	case <-work3.Done():
+	case <-time.After(time.Second):
+		t.Fatal("Keep of a released lease is not cancelled")
+	}
+}
+
+func TestKeepSurvivesTransientFailures(t *testing.T) {
+	e := newEnv(t)
+	a := e.manager("a:1:x", lease.Options{TTL: time.Second})
+	la := e.acquire(a, "job")
+	work, stop := la.Keep(context.Background())
+	defer stop()
+
+	// Two failed renewals in a row: retried before the give-up deadline.
+	e.srv.FailCommand(bson.D{
+		{Key: "configureFailPoint", Value: "failCommand"},
+		{Key: "mode", Value: bson.D{{Key: "times", Value: int32(2)}}},
+		{Key: "data", Value: bson.D{
+			{Key: "failCommands", Value: bson.A{"findAndModify"}},
+			{Key: "errorCode", Value: int32(2)},
+		}},
+	})
+	before := la.ExpiresAt()
+	waitFor(t, 3*time.Second, "a renewal after two failures", func() (bool, string) {
+		return la.ExpiresAt().After(before.Add(500 * time.Millisecond)), la.ExpiresAt().String()
+	})
+	// Dropped connections: the driver retries the write, or we do.
+	e.srv.DropConnections()
+	before = la.ExpiresAt()
+	waitFor(t, 3*time.Second, "a renewal after dropped connections", func() (bool, string) {
+		return la.ExpiresAt().After(before.Add(500 * time.Millisecond)), la.ExpiresAt().String()
+	})
+	if work.Err() != nil {
+		t.Fatalf("work cancelled by transient failures: %v", context.Cause(work))
+	}
+}
+
+func TestHolderThatCannotRenewGivesUpBeforeServerExpiry(t *testing.T) {
+	e := newEnv(t)
+	a := e.manager("a:1:x", lease.Options{TTL: time.Second})
+	la := e.acquire(a, "job")
+	e.srv.FailCommand(bson.D{
+		{Key: "configureFailPoint", Value: "failCommand"},
+		{Key: "mode", Value: "alwaysOn"},
+		{Key: "data", Value: bson.D{
+			{Key: "failCommands", Value: bson.A{"findAndModify"}},
+			{Key: "errorCode", Value: int32(2)},
+		}},
+	})
+	defer e.srv.FailCommand(bson.D{{Key: "configureFailPoint", Value: "failCommand"}, {Key: "mode", Value: "off"}})
+	work, stop := la.Keep(context.Background())
+	defer stop()
+	select {
+	case <-work.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a holder that cannot renew kept running")
+	}
+	// The server would still call it held: the holder stopped first.
+	if now := e.srv.Now(); !now.Before(la.ExpiresAt()) {
+		t.Fatalf("gave up at server time %s, not before the expiry %s", now, la.ExpiresAt())
+	}
+	if cause := context.Cause(work); !errors.Is(cause, errs.ErrLeaseLost) || !strings.Contains(cause.Error(), "no renewal succeeded") {
+		t.Fatalf("cause = %v", cause)
+	}
+}
+
+func TestStandbyTakesOverWithinOneRenewalPeriod(t *testing.T) {
+	e := newEnv(t)
+	var logs logBuf
+	// The standby polls every 0.75-1s (cap = TTL/3), so right after it
+	// logged it is asleep long enough for a holder change to happen in
+	// between two of its polls.
+	opts := lease.Options{TTL: 3 * time.Second, WaitBase: time.Second}
+	a := e.manager("a:1:x", opts)
+	c := e.manager("c:3:z", opts)
+	bOpts := opts
+	bOpts.Logger = logs.logger()
+	b := e.manager("b:2:y", bOpts)
+	la := e.acquire(a, "job")
+	const standing = "lease held by another process; standing by"
+
+	type result struct {
+		l   *lease.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := b.Wait(ctxT(t), "job")
+		got <- result{l, err}
+	}()
+	waitFor(t, 5*time.Second, "standby logs the holder", func() (bool, string) {
+		return len(logs.messages(standing)) == 1, logs.String()
+	})
+
+	// a crashes; its lease lapses by the server clock; c takes it at once.
+	e.advancePast(la.ExpiresAt())
+	lc := e.acquire(c, "job")
+	waitFor(t, 3*time.Second, "standby logs the new holder", func() (bool, string) {
+		return len(logs.messages(standing)) == 2, logs.String()
+	})
+	// Some more polls of an unchanged holder log nothing more.
+	time.Sleep(2200 * time.Millisecond)
+	held := logs.messages(standing)
+	if len(held) != 2 || held[0]["holder"] != "a:1:x" || held[1]["holder"] != "c:3:z" {
+		t.Fatalf("standby logged %d times, want once for a:1:x then once for c:3:z:\n%s", len(held), logs.String())
+	}
+	if strings.Contains(logs.String(), lease.Nonce(la)) || strings.Contains(logs.String(), lease.Nonce(lc)) {
+		t.Fatal("the log reveals a nonce")
+	}
+
+	// c crashes too; from its expiry the standby needs at most one renewal period.
+	e.advancePast(lc.ExpiresAt())
+	expired := time.Now()
+	var r result
+	select {
+	case r = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("standby did not take over")
+	}
+	if r.err != nil {
+		t.Fatalf("Wait: %v", r.err)
+	}
+	if took := time.Since(expired); took > time.Second+300*time.Millisecond {
+		t.Fatalf("standby took %s after expiry, want within TTL/3 (1s)", took)
+	}
+	if r.l.Epoch() != lc.Epoch()+1 {
+		t.Fatalf("standby epoch %d, want %d", r.l.Epoch(), lc.Epoch()+1)
+	}
+	if len(logs.messages("lease acquired after standby")) != 1 {
+		t.Fatalf("no acquisition logged:\n%s", logs.String())
+	}
+}
+
+func TestWaitEndsWithItsContext(t *testing.T) {
+	e := newEnv(t)
+	a := e.manager("a:1:x", lease.Options{})
+	b := e.manager("b:2:y", lease.Options{WaitBase: 10 * time.Millisecond})
+	e.acquire(a, "job")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	why := errors.New("shutting down")
+	time.AfterFunc(100*time.Millisecond, func() { cancel(why) })
+	l, err := b.Wait(ctx, "job")
+	if l != nil || !errors.Is(err, why) {
+		t.Fatalf("Wait = %v, %v; want the context's cause", l, err)
+	}
+}
+
+func TestProcessClockSkewChangesNothing(t *testing.T) {
+	e := newEnv(t)
+	opts := lease.Options{TTL: time.Second}
+	a := e.manager("a:1:x", opts)
+	b := e.manager("b:2:y", opts)
+	lease.SetClock(a, func() time.Time { return time.Now().Add(time.Hour) })       // an hour ahead
+	lease.SetClock(b, func() time.Time { return time.Now().Add(-26 * time.Hour) }) // a day behind
+
+	la := e.acquire(a, "job")
+	work, stop := la.Keep(context.Background())
+	defer stop()
+	if _, err := b.Acquire(ctxT(t), "job"); !errors.Is(err, errs.ErrRunning) {
+		t.Fatalf("b (clock behind) while a holds: %v", err)
+	}
+	first := la.ExpiresAt()
+	waitFor(t, 3*time.Second, "a renews with its clock an hour ahead", func() (bool, string) {
+		return la.ExpiresAt().Sub(first) >= 600*time.Millisecond, la.ExpiresAt().String()
+	})
+	if work.Err() != nil {
+		t.Fatalf("a's work cancelled: %v", context.Cause(work))
+	}
+	stop()
+	e.advancePast(la.ExpiresAt())
+	lb := e.acquire(b, "job")
+	if err := la.Confirm(ctxT(t)); !errors.Is(err, errs.ErrLeaseLost) {
+		t.Fatalf("a (clock ahead) after b took over: %v", err)
+	}
+	if err := lb.Confirm(ctxT(t)); err != nil {
+		t.Fatalf("b (clock behind) Confirm: %v", err)
+	}
+}
+
+func TestListShowsLeasesWithoutNonce(t *testing.T) {
+	e := newEnv(t)
+	a := e.manager("a:1:x", lease.Options{})
+	held := e.acquire(a, "held")
+	old := e.acquire(a, "lapsed")
+	freed := e.acquire(a, "released")
+	if err := freed.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	e.srv.AdvanceClock(10 * time.Second)
+	if err := held.Confirm(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	e.advancePast(old.ExpiresAt())
+	// Not a lease: another document in the state collection.
+	if _, err := e.coll.InsertOne(ctxT(t), bson.D{{Key: "_id", Value: bson.D{{Key: "position", Value: "held"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	infos, err := lease.List(ctxT(t), e.coll)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	if len(infos) != 3 {
+		t.Fatalf("List = %+v, want 3 leases", infos)
+	}
+	want := []struct {
+		name, holder string
+		expired      bool
+	}{{"held", "a:1:x", false}, {"lapsed", "a:1:x", true}, {"released", "", true}}
+	for i, w := range want {
+		in := infos[i]
+		if in.Name != w.name || in.Holder != w.holder || in.Expired != w.expired || in.Epoch != 1 {
+			t.Errorf("List[%d] = %+v, want %+v", i, in, w)
+		}
+	}
+	if !infos[0].ExpiresAt.Equal(held.ExpiresAt()) || !infos[0].AcquiredAt.Equal(held.AcquiredAt()) {
+		t.Errorf("List[0] times %v/%v, want %v/%v", infos[0].AcquiredAt, infos[0].ExpiresAt, held.AcquiredAt(), held.ExpiresAt())
+	}
+	for _, l := range []*lease.Lease{held, old, freed} {
+		for _, s := range []string{fmt.Sprintf("%+v", infos), fmt.Sprintf("%v", l), fmt.Sprintf("%+v", l), fmt.Sprintf("%#v", l)} {
+			if strings.Contains(s, lease.Nonce(l)) {
+				t.Fatalf("the nonce leaks: %s", s)
+			}
+		}
+	}
+}
+
+func TestFencedWritesRefuseADeposedHolder(t *testing.T) {
+	e := newEnv(t)
+	a := e.manager("a:1:x", lease.Options{})
+	b := e.manager("b:2:y", lease.Options{})
+	pos := bson.D{{Key: "_id", Value: bson.D{{Key: "position", Value: "job"}}}}
+	write := func(l *lease.Lease, token string) error {
+		filter := append(append(bson.D{}, pos...), l.Fence()...)
+		update := bson.D{{Key: "$set", Value: bson.D{{Key: "token", Value: token}, l.Stamp()}}}
+		_, err := e.coll.UpdateOne(ctxT(t), filter, update, options.UpdateOne().SetUpsert(true))
+		return l.Fenced(err)
+	}
+	la := e.acquire(a, "job")
+	if err := write(la, "a1"); err != nil { // the document is created
+		t.Fatalf("first write: %v", err)
+	}
+	if err := write(la, "a2"); err != nil {
+		t.Fatalf("second write: %v", err)
+	}
+	e.advancePast(la.ExpiresAt()) // a stalls
+	lb := e.acquire(b, "job")
+	if err := write(lb, "b1"); err != nil { // b stamps the document first
+		t.Fatalf("new holder's write: %v", err)
+	}
+	err := write(la, "a3") // a wakes up
+	if !errors.Is(err, errs.ErrLeaseLost) {
+		t.Fatalf("deposed holder's write: %v, want LEASE_LOST", err)
+	}
+	select {
+	case <-la.Lost():
+	default:
+		t.Fatal("a fenced write did not mark the lease lost")
+	}
+	var got bson.M
+	if err := e.coll.FindOne(ctxT(t), pos).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got["token"] != "b1" || got[lease.FenceField] != lb.Epoch() {
+		t.Fatalf("position = %v", got)
+	}
+}
