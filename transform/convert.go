@@ -322,6 +322,9 @@ func (c *outConv) value(val goja.Value) (x any, ok bool, err error) {
 	}
 	o, isObj := val.(*goja.Object)
 	if !isObj {
+		if _, isSym := val.(*goja.Symbol); isSym { // its Export is its description
+			return nil, false, c.fail(errs.NotADocument, "a symbol is not a value a document can hold")
+		}
 		switch p := val.Export().(type) {
 		case string:
 			return p, true, c.grow(len(p) + 2)
@@ -349,6 +352,9 @@ func (c *outConv) value(val goja.Value) (x any, ok bool, err error) {
 			if x, handled, err := c.special(o); handled {
 				return x, true, err
 			}
+			if b := c.v.builtin(o); b != "" {
+				return nil, false, c.fail(errs.NotADocument, "a %s is not a value a document can hold", b)
+			}
 		}
 		m, err := c.object(o, "")
 		return m, true, err
@@ -369,7 +375,8 @@ func (c *outConv) value(val goja.Value) (x any, ok bool, err error) {
 		f, err := c.number(o.ToFloat())
 		return f, true, err
 	case "Boolean":
-		return o.ToBoolean(), true, c.grow(5)
+		b, _ := o.Export().(bool)
+		return b, true, c.grow(5)
 	}
 	return nil, false, c.fail(errs.NotADocument, "%s is not a value a document can hold", typeName(val))
 }
@@ -598,6 +605,9 @@ func typeName(val goja.Value) string {
 			return "a " + cn
 		}
 	}
+	if _, ok := val.(*goja.Symbol); ok {
+		return "a symbol"
+	}
 	switch p := val.Export().(type) {
 	case string:
 		return "a string"
@@ -638,6 +648,11 @@ func (v *vm) typeName(val goja.Value) string {
 			return "a BSONRegExp"
 		case v.protos.opaque:
 			return "a BSONValue"
+		}
+		if o.ClassName() == "Object" {
+			if b := v.builtin(o); b != "" {
+				return "a " + b
+			}
 		}
 	}
 	return typeName(val)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dop251/goja"
+	"github.com/dop251/goja/parser"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
@@ -205,22 +206,25 @@ func LoadFile(path string, src []byte, opts Options) (*Job, error) {
 }
 
 // syntaxErr reports a compile error as TRANSFORM_FAILED with the file's own
-// line and column.
+// line and column: the file is parsed again on its own (without the module
+// wrapper) so positions are the user's.
 func syntaxErr(j *Job, src []byte, err error) error {
-	var se *goja.CompilerSyntaxError
-	if errors.As(err, &se) && se.File != nil {
-		off := se.Offset - len(modulePrefix)
-		if off < 0 {
-			off = 0
+	file := filepath.Base(j.File)
+	_, perr := parser.ParseFile(nil, file, string(src), 0)
+	var list parser.ErrorList
+	if errors.As(perr, &list) && len(list) > 0 {
+		e := list[0]
+		more := ""
+		if len(list) > 1 {
+			more = fmt.Sprintf(" (and %d more)", len(list)-1)
 		}
-		if off > len(src) {
-			off = len(src)
-		}
-		line := 1 + strings.Count(string(src[:off]), "\n")
-		col := off - strings.LastIndexByte(string(src[:off]), '\n')
-		return errs.New(errs.TransformFailed, j.Name, "%s:%d:%d: syntax error: %s", filepath.Base(j.File), line, col, se.Message)
+		return errs.New(errs.TransformFailed, j.Name, "%s:%d:%d: syntax error: %s%s", file, e.Position.Line, e.Position.Column, e.Message, more)
 	}
-	return errs.Wrap(errs.TransformFailed, j.Name, err, "compile %s", filepath.Base(j.File))
+	var se *goja.CompilerSyntaxError
+	if errors.As(err, &se) {
+		return errs.New(errs.TransformFailed, j.Name, "%s: syntax error: %s", file, se.Message)
+	}
+	return errs.Wrap(errs.TransformFailed, j.Name, err, "compile %s", file)
 }
 
 // The keys a transform object may have.
@@ -297,7 +301,7 @@ func (j *Job) readOptions(v *vm) error {
 					return ""
 				}
 			}
-			return fmt.Sprintf("must be %q, got %q", strings.Join(vals, `" or "`), s)
+			return fmt.Sprintf("must be \"%s\", got %q", strings.Join(vals, `" or "`), s)
 		}
 	}
 	if _, isMirror := set["mirror"]; isMirror {

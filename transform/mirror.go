@@ -157,6 +157,9 @@ func (c *mirrorConv) value(dst []byte, key string, val goja.Value, hint bsoncore
 	}
 	o, isObj := val.(*goja.Object)
 	if !isObj {
+		if _, isSym := val.(*goja.Symbol); isSym {
+			return nil, false, c.fail(errs.NotADocument, "a symbol is not a value a document can hold")
+		}
 		switch p := val.Export().(type) {
 		case string:
 			switch hint.Type {
@@ -191,6 +194,9 @@ func (c *mirrorConv) value(dst []byte, key string, val goja.Value, hint bsoncore
 	case "Object":
 		if el, handled, err := c.special(dst, key, o); handled {
 			return el, false, err
+		}
+		if b := c.v.builtin(o); b != "" {
+			return nil, false, c.fail(errs.NotADocument, "a %s is not a value a document can hold", b)
 		}
 		if err := c.enter(o); err != nil {
 			return nil, false, err
@@ -258,7 +264,8 @@ func (c *mirrorConv) value(dst []byte, key string, val goja.Value, hint bsoncore
 	case "Number":
 		return c.number(dst, key, o.ToFloat(), 0, false, hint), false, nil
 	case "Boolean":
-		return bsoncore.AppendBooleanElement(dst, key, o.ToBoolean()), false, nil
+		b, _ := o.Export().(bool)
+		return bsoncore.AppendBooleanElement(dst, key, b), false, nil
 	}
 	return nil, false, c.fail(errs.NotADocument, "%s is not a value a document can hold", typeName(val))
 }

@@ -99,6 +99,46 @@ type vm struct {
 	ctxs     map[Operation]*goja.Object
 	vTrue    goja.Value
 	vFalse   goja.Value
+	// objectProto is Object.prototype; builtinProtos are the prototypes
+	// of built-in objects that are not documents (Map, Set, iterators...).
+	objectProto   *goja.Object
+	builtinProtos []builtinProto
+}
+
+type builtinProto struct {
+	name  string
+	proto *goja.Object
+}
+
+// builtinsSrc lists the prototypes of built-in objects whose class is
+// "Object" in goja but which are not plain data (JSON.stringify would write
+// them as {} and lose what they hold).
+const builtinsSrc = `(function () {
+	var it = Object.getPrototypeOf(Object.getPrototypeOf([][Symbol.iterator]()));
+	var o = {Map: Map.prototype, Set: Set.prototype, WeakMap: WeakMap.prototype, WeakSet: WeakSet.prototype,
+		Promise: Promise.prototype, ArrayBuffer: ArrayBuffer.prototype, DataView: DataView.prototype,
+		TypedArray: Object.getPrototypeOf(Uint8Array.prototype), Iterator: it};
+	if (typeof WeakRef === "function") o.WeakRef = WeakRef.prototype;
+	if (typeof FinalizationRegistry === "function") o.FinalizationRegistry = FinalizationRegistry.prototype;
+	return o;
+})()`
+
+var builtinsProgram = goja.MustCompile("meilistream:builtins", builtinsSrc, true)
+
+// builtin names the built-in kind of o (a Map, a Set...) when o is not
+// plain data, "" when it is. Plain objects have Object.prototype (or null,
+// or a class's prototype) in their chain and none of the built-ins'.
+func (v *vm) builtin(o *goja.Object) string {
+	p := o.Prototype()
+	for i := 0; p != nil && p != v.objectProto && i < 32; i++ {
+		for _, b := range v.builtinProtos {
+			if p == b.proto {
+				return b.name
+			}
+		}
+		p = p.Prototype()
+	}
+	return ""
 }
 
 // newVM makes a runtime, installs the sandbox and evaluates the module.
@@ -132,6 +172,17 @@ func newVM(j *Job, prog *goja.Program, con *consoleLimiter) (*vm, error) {
 		}
 	}
 	v.dateCtor = rt.Get("Date")
+	v.objectProto = rt.Get("Object").ToObject(rt).Get("prototype").ToObject(rt)
+	builtins, err := rt.RunProgram(builtinsProgram)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: %w", err)
+	}
+	bo := builtins.ToObject(rt)
+	for _, name := range bo.Keys() {
+		if p, ok := bo.Get(name).(*goja.Object); ok {
+			v.builtinProtos = append(v.builtinProtos, builtinProto{name, p})
+		}
+	}
 	if err := rt.Set("console", con.object(rt)); err != nil {
 		return nil, err
 	}
@@ -394,7 +445,7 @@ func (v *vm) run(j *Job, doc bson.Raw, idv bson.RawValue, op Operation, updateDe
 		return j.identity(doc, idv, res)
 	}
 	obj, ok := out.(*goja.Object)
-	if !ok || obj.ClassName() != "Object" || v.special(obj) {
+	if !ok || obj.ClassName() != "Object" || v.special(obj) || v.builtin(obj) != "" {
 		return Result{}, errs.New(errs.NotADocument, j.Name, "the transform returned %s, not a document, null or a boolean", v.typeName(out))
 	}
 	if j.Kind == Mirror {
