@@ -713,3 +713,64 @@ func TestCompressedRequests(t *testing.T) {
 		})
 	}
 }
+
+func TestStatsRenameAndMetadata(t *testing.T) {
+	_, c := start(t, meilitest.Options{})
+	ctx := ctxT(t)
+	pk := "id"
+	task := succeeded(t, c)(c.Index("a").AddDocuments(ctx, []map[string]any{{"id": 1, "x": 1}, {"id": 2, "y": 2, "x": 3}},
+		&meilisearch.DocumentOptions{PrimaryKey: &pk, TaskCustomMetadata: "batch-7"}))
+	if task.CustomMetadata != "batch-7" {
+		t.Fatalf("customMetadata = %q", task.CustomMetadata)
+	}
+	st, err := c.GetStats(ctx, nil)
+	if err != nil || st.Indexes["a"].NumberOfDocuments != 2 || st.Indexes["a"].FieldDistribution["x"] != 2 || st.LastUpdate.IsZero() {
+		t.Fatalf("stats = %+v, %v", st, err)
+	}
+	is, err := c.Index("a").GetStats(ctx, nil)
+	if err != nil || is.NumberOfDocuments != 2 || is.IsIndexing {
+		t.Fatalf("index stats = %+v, %v", is, err)
+	}
+
+	succeeded(t, c)(c.Index("a").UpdateIndex(ctx, &meilisearch.UpdateIndexRequestParams{UID: "b"}))
+	if _, err := c.GetIndex(ctx, "a"); err == nil {
+		t.Fatal("a still exists after rename")
+	}
+	if docs := fetchAll(t, c.Index("b"), nil); len(docs) != 2 {
+		t.Fatalf("b = %v", docs)
+	}
+	res, err := c.Index("b").GetTasks(ctx, &meilisearch.TasksQuery{Reverse: true})
+	if err != nil || len(res.Results) != 1 || res.Results[0].UID != 0 || res.Results[0].IndexUID != "b" {
+		t.Fatalf("tasks of b = %+v, %v", res, err)
+	}
+}
+
+func TestTaskDelayShowsProcessing(t *testing.T) {
+	srv, c := start(t, meilitest.Options{TaskDelay: 300 * time.Millisecond})
+	ctx := ctxT(t)
+	info, err := c.Index("d").AddDocuments(ctx, []map[string]any{{"id": 1}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		task, err := c.GetTask(ctx, info.TaskUID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task.Status == meilisearch.TaskStatusProcessing {
+			if task.StartedAt.IsZero() || !task.FinishedAt.IsZero() {
+				t.Fatalf("processing task = %+v", task)
+			}
+			break
+		}
+		if task.Status != meilisearch.TaskStatusEnqueued || time.Now().After(deadline) {
+			t.Fatalf("never saw processing; last %s", task.Status)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := srv.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	succeededTask(t, c, info, nil)
+}
