@@ -1,0 +1,472 @@
+package mongotest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/meilistream/meilistream/internal/mongotest"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+type changeEvent struct {
+	ID                bson.Raw       `bson:"_id"`
+	OperationType     string         `bson:"operationType"`
+	ClusterTime       bson.Timestamp `bson:"clusterTime"`
+	WallTime          time.Time      `bson:"wallTime"`
+	FullDocument      bson.M         `bson:"fullDocument"`
+	NS                bson.M         `bson:"ns"`
+	To                bson.M         `bson:"to"`
+	DocumentKey       bson.M         `bson:"documentKey"`
+	UpdateDescription *struct {
+		UpdatedFields   bson.M   `bson:"updatedFields"`
+		RemovedFields   []string `bson:"removedFields"`
+		TruncatedArrays []any    `bson:"truncatedArrays"`
+	} `bson:"updateDescription"`
+}
+
+func next(t *testing.T, cs *mongo.ChangeStream) changeEvent {
+	t.Helper()
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !cs.Next(c) {
+		t.Fatalf("no event: %v", cs.Err())
+	}
+	var ev changeEvent
+	if err := cs.Decode(&ev); err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+func TestChangeStreamEventsInOrder(t *testing.T) {
+	_, client := start(t)
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	cs, err := coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetFullDocument(options.UpdateLookup))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(c)
+	if cs.ResumeToken() == nil {
+		t.Fatal("no postBatchResumeToken on the initial aggregate")
+	}
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: 1}, {Key: "a", Value: 1}, {Key: "sub", Value: bson.D{{Key: "x", Value: 1}, {Key: "y", Value: 2}}}})
+	coll.UpdateOne(c, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "$set", Value: bson.D{{Key: "b", Value: 2}, {Key: "sub.x", Value: 5}}}, {Key: "$unset", Value: bson.D{{Key: "a", Value: ""}}}})
+	coll.ReplaceOne(c, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "r", Value: true}})
+	coll.DeleteOne(c, bson.D{{Key: "_id", Value: 1}})
+
+	ins := next(t, cs)
+	if ins.OperationType != "insert" || ins.FullDocument["a"] != int32(1) || ins.DocumentKey["_id"] != int32(1) || ins.NS["db"] != "db" || ins.NS["coll"] != "c" || ins.WallTime.IsZero() {
+		t.Fatalf("insert %+v", ins)
+	}
+	upd := next(t, cs)
+	if upd.OperationType != "update" || upd.UpdateDescription == nil {
+		t.Fatalf("update %+v", upd)
+	}
+	ud := upd.UpdateDescription
+	if ud.UpdatedFields["b"] != int32(2) || ud.UpdatedFields["sub.x"] != int32(5) || len(ud.RemovedFields) != 1 || ud.RemovedFields[0] != "a" || ud.TruncatedArrays == nil {
+		t.Fatalf("updateDescription %+v", ud)
+	}
+	// updateLookup reads the document when the event is read: by now it
+	// has been replaced and deleted, so it is null, as with mongod.
+	if upd.FullDocument != nil {
+		t.Fatalf("updateLookup after delete: %v", upd.FullDocument)
+	}
+	rep := next(t, cs)
+	if rep.OperationType != "replace" || rep.FullDocument["r"] != true {
+		t.Fatalf("replace %+v", rep)
+	}
+	del := next(t, cs)
+	if del.OperationType != "delete" || del.DocumentKey["_id"] != int32(1) || del.FullDocument != nil {
+		t.Fatalf("delete %+v", del)
+	}
+	if !(ins.ClusterTime.Before(upd.ClusterTime) && upd.ClusterTime.Before(rep.ClusterTime) && rep.ClusterTime.Before(del.ClusterTime)) {
+		t.Fatal("cluster times not increasing")
+	}
+	if string(ins.ID.Lookup("_data").StringValue()) >= upd.ID.Lookup("_data").StringValue() {
+		t.Fatal("resume tokens not ordered")
+	}
+}
+
+func TestChangeStreamUpdateLookupSeesCurrentDocument(t *testing.T) {
+	_, client := start(t)
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	cs, err := coll.Watch(c, mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "operationType", Value: "update"}}}}}, options.ChangeStream().SetFullDocument(options.UpdateLookup))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(c)
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: 1}, {Key: "n", Value: 1}})
+	coll.UpdateOne(c, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}})
+	ev := next(t, cs)
+	if ev.OperationType != "update" || ev.FullDocument["n"] != int32(2) {
+		t.Fatalf("%+v", ev)
+	}
+}
+
+func TestChangeStreamResumesAutomaticallyAfterNetworkError(t *testing.T) {
+	srv, client := start(t)
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	cs, err := coll.Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(c)
+	for i := 0; i < 5; i++ {
+		coll.InsertOne(c, bson.D{{Key: "_id", Value: i}})
+	}
+	if ev := next(t, cs); ev.DocumentKey["_id"] != int32(0) {
+		t.Fatalf("%v", ev.DocumentKey)
+	}
+	// The next getMore's connection is closed under it: a network error,
+	// which the driver answers by resuming from its cached token.
+	srv.FailCommand(bson.D{{Key: "configureFailPoint", Value: "failCommand"}, {Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"getMore"}}, {Key: "closeConnection", Value: true}}}})
+	for i := 1; i < 5; i++ {
+		ev := next(t, cs)
+		if ev.DocumentKey["_id"] != int32(i) {
+			t.Fatalf("event %d: got %v", i, ev.DocumentKey)
+		}
+	}
+	// A resumable server error (label ResumableChangeStreamError) resumes too.
+	srv.FailCommand(bson.D{{Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"getMore"}}, {Key: "errorCode", Value: 234}, {Key: "errorLabels", Value: bson.A{"ResumableChangeStreamError"}}}}})
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: 5}})
+	if ev := next(t, cs); ev.DocumentKey["_id"] != int32(5) {
+		t.Fatalf("%v", ev.DocumentKey)
+	}
+}
+
+// TestChangeStreamAcrossDroppedConnections drops every connection (the
+// monitor's too) while a stream is read. The driver resumes by itself when
+// its pool is ready again; when it is not (its resume met the cleared pool,
+// which a real network blip does too) the stream ends with an error and the
+// consumer reopens it from its last token, as the sidecar does. Either way
+// no event is lost or repeated.
+func TestChangeStreamAcrossDroppedConnections(t *testing.T) {
+	srv, client := start(t)
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	cs, err := coll.Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 30
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < total; i++ {
+			if i == 10 || i == 20 {
+				srv.DropConnections()
+			}
+			for {
+				_, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: i}})
+				if err == nil || mongo.IsDuplicateKeyError(err) {
+					break
+				}
+				if c.Err() != nil {
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}()
+	for i := 0; i < total; {
+		c2, cancel := context.WithTimeout(c, 10*time.Second)
+		ok := cs.Next(c2)
+		cancel()
+		if !ok {
+			tok := cs.ResumeToken()
+			t.Logf("stream ended (%v); reopening from its token", cs.Err())
+			cs.Close(c)
+			if cs, err = coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetResumeAfter(tok)); err != nil {
+				time.Sleep(100 * time.Millisecond)
+				if cs, err = coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetResumeAfter(tok)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			continue
+		}
+		var ev changeEvent
+		if err := cs.Decode(&ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.DocumentKey["_id"] != int32(i) {
+			t.Fatalf("event %d: got %v", i, ev.DocumentKey)
+		}
+		i++
+	}
+	cs.Close(c)
+	<-done
+}
+
+func TestChangeStreamHistoryLost(t *testing.T) {
+	srv, client := start(t, mongotest.Options{HistorySize: 5})
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	cs, err := coll.Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: 0}})
+	next(t, cs)
+	tok := cs.ResumeToken()
+	cs.Close(c)
+	for i := 1; i <= 10; i++ {
+		coll.InsertOne(c, bson.D{{Key: "_id", Value: i}})
+	}
+	_, err = coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetResumeAfter(tok))
+	var ce mongo.CommandError
+	if !errors.As(err, &ce) || ce.Code != 286 || ce.Name != "ChangeStreamHistoryLost" || !ce.HasErrorLabel("NonResumableChangeStreamError") {
+		t.Fatalf("resume from lost history: %v", err)
+	}
+	// A token inside the kept history still works.
+	srv.SetHistorySize(100)
+	cs, err = coll.Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: 11}})
+	next(t, cs)
+	tok = cs.ResumeToken()
+	cs.Close(c)
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: 12}})
+	cs, err = coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetResumeAfter(tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, cs); ev.DocumentKey["_id"] != int32(12) {
+		t.Fatalf("resumed at %v", ev.DocumentKey)
+	}
+	// Trimming now drops what a live stream has not read: its getMore fails.
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: 13}})
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: 14}})
+	srv.SetHistorySize(1)
+	c2, cancel := context.WithTimeout(c, 3*time.Second)
+	defer cancel()
+	if cs.Next(c2) {
+		t.Fatal("expected history lost")
+	}
+	if !errors.As(cs.Err(), &ce) || ce.Code != 286 {
+		t.Fatalf("live stream: %v", cs.Err())
+	}
+}
+
+func TestChangeStreamInvalidateOnDropAndRename(t *testing.T) {
+	_, client := start(t)
+	c := ctx(t)
+	db := client.Database("db")
+	db.Collection("c").InsertOne(c, bson.D{{Key: "_id", Value: 1}})
+	cs, err := db.Collection("c").Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbs, err := db.Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Collection("c").Drop(c); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, cs); ev.OperationType != "drop" {
+		t.Fatalf("%+v", ev)
+	}
+	inv := next(t, cs)
+	if inv.OperationType != "invalidate" {
+		t.Fatalf("%+v", inv)
+	}
+	c2, cancel := context.WithTimeout(c, 2*time.Second)
+	defer cancel()
+	if cs.Next(c2) || cs.Err() != nil || cs.ID() != 0 {
+		t.Fatalf("after invalidate: next, err %v, id %d", cs.Err(), cs.ID())
+	}
+	// resumeAfter an invalidate is refused; startAfter works.
+	_, err = db.Collection("c").Watch(c, mongo.Pipeline{}, options.ChangeStream().SetResumeAfter(inv.ID))
+	var ce mongo.CommandError
+	if !errors.As(err, &ce) || ce.Code != 260 {
+		t.Fatalf("resumeAfter invalidate: %v", err)
+	}
+	cs2, err := db.Collection("c").Watch(c, mongo.Pipeline{}, options.ChangeStream().SetStartAfter(inv.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs2.Close(c)
+	db.Collection("c").InsertOne(c, bson.D{{Key: "_id", Value: 2}})
+	if ev := next(t, cs2); ev.OperationType != "insert" {
+		t.Fatalf("%+v", ev)
+	}
+	// rename: the source's stream sees rename then invalidate.
+	cs3, err := db.Collection("c").Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Database("admin").RunCommand(c, bson.D{{Key: "renameCollection", Value: "db.c"}, {Key: "to", Value: "db.d"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ren := next(t, cs3)
+	if ren.OperationType != "rename" || ren.To["coll"] != "d" || ren.NS["coll"] != "c" {
+		t.Fatalf("%+v", ren)
+	}
+	if ev := next(t, cs3); ev.OperationType != "invalidate" {
+		t.Fatalf("%+v", ev)
+	}
+	// The database stream saw drop, insert, rename and is not invalidated
+	// until dropDatabase.
+	for _, want := range []string{"drop", "insert", "rename"} {
+		if ev := next(t, dbs); ev.OperationType != want {
+			t.Fatalf("db stream: %s, want %s", ev.OperationType, want)
+		}
+	}
+	if err := db.Drop(c); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"drop", "dropDatabase", "invalidate"} {
+		if ev := next(t, dbs); ev.OperationType != want {
+			t.Fatalf("db stream: %s, want %s", ev.OperationType, want)
+		}
+	}
+}
+
+func TestChangeStreamStartAtOperationTime(t *testing.T) {
+	_, client := start(t)
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: "before"}})
+	var hello bson.Raw
+	if err := client.Database("admin").RunCommand(c, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
+		t.Fatal(err)
+	}
+	t0, i0 := hello.Lookup("operationTime").Timestamp()
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: "after"}})
+	cs, err := coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetStartAtOperationTime(&bson.Timestamp{T: t0, I: i0 + 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(c)
+	if ev := next(t, cs); ev.DocumentKey["_id"] != "after" {
+		t.Fatalf("first event %v", ev.DocumentKey)
+	}
+	// startAtOperationTime is inclusive: the operationTime of a write
+	// replays that write (change-streams spec; reference note §4.2).
+	cs2, err := coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetStartAtOperationTime(&bson.Timestamp{T: t0, I: i0}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs2.Close(c)
+	if ev := next(t, cs2); ev.DocumentKey["_id"] != "before" {
+		t.Fatalf("inclusive start: %v", ev.DocumentKey)
+	}
+}
+
+func TestChangeStreamGetMoreWaitsForMaxAwaitTime(t *testing.T) {
+	_, client := start(t)
+	c := ctx(t)
+	var started int
+	monitorClient := client
+	coll := monitorClient.Database("db").Collection("c")
+	cs, err := coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetMaxAwaitTime(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(c)
+	tok := cs.ResumeToken()
+	begin := time.Now()
+	for time.Since(begin) < 900*time.Millisecond {
+		if cs.TryNext(c) {
+			t.Fatal("unexpected event")
+		}
+		started++
+	}
+	// Each empty getMore waited ~300 ms instead of returning at once.
+	if started > 4 {
+		t.Fatalf("%d getMores in 900ms: not waiting", started)
+	}
+	if cs.ResumeToken() == nil || tok == nil {
+		t.Fatal("no postBatchResumeToken")
+	}
+	// A write wakes a waiting getMore promptly.
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		coll.InsertOne(context.Background(), bson.D{{Key: "_id", Value: 1}})
+	}()
+	cs2, err := coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetMaxAwaitTime(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs2.Close(c)
+	begin = time.Now()
+	if !cs2.Next(c) || time.Since(begin) > 2*time.Second {
+		t.Fatalf("woke after %v: %v", time.Since(begin), cs2.Err())
+	}
+}
+
+func TestChangeStreamPipelineAndDatabaseScope(t *testing.T) {
+	_, client := start(t)
+	c := ctx(t)
+	db := client.Database("db")
+	cs, err := db.Watch(c, mongo.Pipeline{
+		{{Key: "$match", Value: bson.D{{Key: "ns.coll", Value: "b"}}}},
+		{{Key: "$project", Value: bson.D{{Key: "operationType", Value: 1}, {Key: "documentKey", Value: 1}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(c)
+	for i := 0; i < 3; i++ {
+		db.Collection("a").InsertOne(c, bson.D{{Key: "_id", Value: i}})
+		db.Collection("b").InsertOne(c, bson.D{{Key: "_id", Value: i}})
+	}
+	for i := 0; i < 3; i++ {
+		ev := next(t, cs)
+		if ev.DocumentKey["_id"] != int32(i) || ev.NS != nil || ev.FullDocument != nil {
+			t.Fatalf("%+v", ev)
+		}
+	}
+	// Changing _id in the pipeline is fatal to the stream (280).
+	cs2, err := db.Watch(c, mongo.Pipeline{{{Key: "$project", Value: bson.D{{Key: "_id", Value: 0}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Collection("a").InsertOne(c, bson.D{{Key: "_id", Value: 9}})
+	if cs2.Next(c) {
+		t.Fatal("expected an error")
+	}
+	var ce mongo.CommandError
+	if !errors.As(cs2.Err(), &ce) || ce.Code != 280 {
+		t.Fatalf("%v", cs2.Err())
+	}
+}
+
+func TestChangeStreamPipelineUpdateSizeRule(t *testing.T) {
+	_, client := start(t)
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	big := make([]byte, 500)
+	for i := range big {
+		big[i] = 'x'
+	}
+	coll.InsertMany(c, []any{bson.D{{Key: "_id", Value: "small"}, {Key: "n", Value: 1}}, bson.D{{Key: "_id", Value: "big"}, {Key: "n", Value: 1}, {Key: "pad", Value: string(big)}}})
+	cs, err := coll.Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(c)
+	for _, id := range []string{"small", "big"} {
+		coll.UpdateOne(c, bson.D{{Key: "_id", Value: id}}, mongo.Pipeline{{{Key: "$set", Value: bson.D{{Key: "n", Value: 2}}}}})
+	}
+	// A small document's pipeline update is logged as a full replacement
+	// (its delta is not smaller than the document); a big one's as a delta.
+	if ev := next(t, cs); ev.OperationType != "replace" {
+		t.Fatalf("small: %s", ev.OperationType)
+	}
+	if ev := next(t, cs); ev.OperationType != "update" || fmt.Sprint(ev.UpdateDescription.UpdatedFields["n"]) != "2" {
+		t.Fatalf("big: %+v", ev)
+	}
+}
