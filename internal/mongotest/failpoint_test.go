@@ -1,0 +1,90 @@
+package mongotest_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+func TestFailCommandMakesFindFail(t *testing.T) {
+	srv, client := start(t)
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: 1}})
+	// Through the command, as driver spec tests do.
+	err := client.Database("admin").RunCommand(c, bson.D{
+		{Key: "configureFailPoint", Value: "failCommand"},
+		{Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"find"}}, {Key: "errorCode", Value: 2}, {Key: "errorLabels", Value: bson.A{"SomeLabel"}}}},
+	}).Err()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = coll.FindOne(c, bson.D{}).Err()
+	var ce mongo.CommandError
+	if !errors.As(err, &ce) || ce.Code != 2 || !ce.HasErrorLabel("SomeLabel") {
+		t.Fatalf("first find: %v", err)
+	}
+	if err := coll.FindOne(c, bson.D{}).Err(); err != nil {
+		t.Fatalf("times:1 failed twice: %v", err)
+	}
+	// alwaysOn until off, through the Go method.
+	srv.FailCommand(bson.D{{Key: "configureFailPoint", Value: "failCommand"}, {Key: "mode", Value: "alwaysOn"},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"find", "aggregate"}}, {Key: "errorCode", Value: 280}}}})
+	for i := 0; i < 3; i++ {
+		if err := coll.FindOne(c, bson.D{}).Err(); !errors.As(err, &ce) || ce.Code != 280 {
+			t.Fatalf("alwaysOn %d: %v", i, err)
+		}
+	}
+	srv.FailCommand(bson.D{{Key: "configureFailPoint", Value: "failCommand"}, {Key: "mode", Value: "off"}})
+	if err := coll.FindOne(c, bson.D{}).Err(); err != nil {
+		t.Fatalf("off: %v", err)
+	}
+}
+
+func TestFailCommandRetryableWrites(t *testing.T) {
+	srv, client := start(t)
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	// A step-down style error on insert: mongod labels it
+	// RetryableWriteError, the driver retries once and the write lands once.
+	srv.FailCommand(bson.D{{Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"insert"}}, {Key: "errorCode", Value: 10107}}}})
+	if _, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: 1}}); err != nil {
+		t.Fatalf("retryable insert: %v", err)
+	}
+	// A closed connection on update is retried too.
+	srv.FailCommand(bson.D{{Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"update"}}, {Key: "closeConnection", Value: true}}}})
+	if _, err := coll.UpdateOne(c, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}}); err != nil {
+		t.Fatalf("retried update: %v", err)
+	}
+	var d bson.M
+	if err := coll.FindOne(c, bson.D{{Key: "_id", Value: 1}}).Decode(&d); err != nil || d["n"] != int32(1) {
+		t.Fatalf("after retries %v %v", d, err)
+	}
+	// Without the label the error reaches the caller.
+	srv.FailCommand(bson.D{{Key: "mode", Value: bson.D{{Key: "times", Value: 2}}},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"insert"}}, {Key: "errorCode", Value: 11000}}}})
+	if _, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: 2}}); !mongo.IsDuplicateKeyError(err) {
+		t.Fatalf("non-retryable: %v", err)
+	}
+}
+
+func TestFailCommandBlocksConnection(t *testing.T) {
+	srv, client := start(t)
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	srv.FailCommand(bson.D{{Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"find"}}, {Key: "blockConnection", Value: true}, {Key: "blockTimeMS", Value: 300}}}})
+	begin := time.Now()
+	if err := coll.FindOne(c, bson.D{}).Err(); !errors.Is(err, mongo.ErrNoDocuments) {
+		t.Fatal(err)
+	}
+	if d := time.Since(begin); d < 300*time.Millisecond {
+		t.Fatalf("returned after %v", d)
+	}
+}
