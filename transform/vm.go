@@ -196,7 +196,7 @@ func newVM(j *Job, prog *goja.Program, con *consoleLimiter) (*vm, error) {
 	}
 	wf, ok := goja.AssertFunction(wrapper)
 	if !ok {
-		return nil, errs.New(errs.TransformFailed, j.Name, "%s: not a module", j.File)
+		return nil, errs.New(errs.TransformFailed, j.Name, "%s: not a module", j.file())
 	}
 	if _, err := wf(goja.Undefined(), mod, exp); err != nil {
 		return nil, runErr(j, "load", err)
@@ -246,15 +246,20 @@ func (v *vm) newCtx(j *Job, op Operation) *goja.Object {
 // runErr turns an error from running JavaScript into TRANSFORM_FAILED,
 // naming the file and the place it was thrown.
 func runErr(j *Job, what string, err error) error {
+	file := j.file()
+	var so *goja.StackOverflowError
+	if errors.As(err, &so) {
+		return errs.New(errs.TransformFailed, j.Name, "%s: %s: RangeError: maximum call stack size (%d) exceeded", what, file, maxCallStack)
+	}
 	var ex *goja.Exception
 	if errors.As(err, &ex) {
-		return errs.New(errs.TransformFailed, j.Name, "%s: %s: %s", what, j.File, exceptionText(ex))
+		return errs.New(errs.TransformFailed, j.Name, "%s: %s: %s", what, file, exceptionText(ex))
 	}
 	var ie *goja.InterruptedError
 	if errors.As(err, &ie) {
-		return errs.New(errs.TransformFailed, j.Name, "%s: %s: %v", what, j.File, ie.Value())
+		return errs.New(errs.TransformFailed, j.Name, "%s: %s: %v", what, file, ie.Value())
 	}
-	return errs.Wrap(errs.TransformFailed, j.Name, err, "%s: %s", what, j.File)
+	return errs.Wrap(errs.TransformFailed, j.Name, err, "%s: %s", what, file)
 }
 
 // exceptionText is the thrown value and where it was thrown.
@@ -389,6 +394,8 @@ func (v *vm) run(j *Job, doc bson.Raw, idv bson.RawValue, op Operation, updateDe
 			case *goja.InterruptedError:
 				err = x
 			case *goja.Exception:
+				err = runErr(j, "transform", x)
+			case *goja.StackOverflowError:
 				err = runErr(j, "transform", x)
 			default:
 				panic(r)

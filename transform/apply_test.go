@@ -1,0 +1,288 @@
+package transform_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/transform"
+)
+
+func TestAMonstacheScriptRunsUnchanged(t *testing.T) {
+	// A script as monstache users write them (monstache's middleware
+	// contract: `this` is the document; return an object to index it, true
+	// for the document as it is, false/null/undefined to drop it).
+	src := `module.exports = function(doc, ns, updateDesc) {
+		if (doc.hidden) { return false; }
+		if (doc.asIs) { return true; }
+		if (doc.gone) { return null; }
+		if (doc.nothing) { return; }
+		this.ns = ns;
+		this.same = this === doc;
+		this.fields = updateDesc ? Object.keys(updateDesc.updatedFields).join() : "none";
+		delete doc.secret;
+		return doc;
+	}`
+	set, err := transform.Load(writeFiles(t, map[string]string{"orders.js": src}), transform.Options{Database: "shop", Pool: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	j := set.Job("orders")
+	if !j.Function || j.Collection != "orders" || j.Index != "orders" || j.PrimaryKey != "id" {
+		t.Fatalf("job %+v", j)
+	}
+	ctx := context.Background()
+	ud := marshal(t, bson.D{{Key: "updatedFields", Value: bson.D{{Key: "a", Value: 1}, {Key: "b", Value: 2}}}, {Key: "removedFields", Value: bson.A{}}})
+	res, err := j.Apply(ctx, marshal(t, bson.D{{Key: "_id", Value: 9}, {Key: "secret", Value: "x"}}), transform.OpUpdate, ud)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"_id": int64(9), "id": int64(9), "ns": "shop.orders", "same": true, "fields": "a,b"}
+	if fmt.Sprint(res.Doc) != fmt.Sprint(want) {
+		t.Fatalf("got %v", res.Doc)
+	}
+	res = mustApply(t, j, bson.D{{Key: "_id", Value: 9}})
+	if res.Doc["fields"] != "none" {
+		t.Fatalf("without an updateDescription: %v", res.Doc)
+	}
+	for _, k := range []string{"hidden", "gone", "nothing"} {
+		res := mustApply(t, j, bson.D{{Key: "_id", Value: "k"}, {Key: k, Value: true}})
+		if !res.Skip || res.ID != "k" || res.Doc != nil {
+			t.Errorf("%s: %+v", k, res)
+		}
+	}
+	res = mustApply(t, j, bson.D{{Key: "_id", Value: "k"}, {Key: "asIs", Value: true}, {Key: "secret", Value: "x"}})
+	if res.Skip || res.Doc["secret"] != "x" || res.Doc["id"] != "k" {
+		t.Errorf("true: %+v", res)
+	}
+}
+
+func TestTheTransformSeesItsContext(t *testing.T) {
+	j := loadJob(t, `module.exports = { collection: "things", transform(doc, ctx) {
+		"use strict";
+		let frozen = false;
+		try { ctx.job = "other"; } catch (e) { frozen = true; }
+		return { job: ctx.job, collection: ctx.collection, op: ctx.operation, frozen: frozen,
+			ud: ctx.updateDescription ? ctx.updateDescription.removedFields.join() : null };
+	} };`)
+	for _, op := range []transform.Operation{transform.OpInsert, transform.OpUpdate, transform.OpReplace, transform.OpReindex} {
+		res, err := j.Apply(context.Background(), marshal(t, bson.D{{Key: "_id", Value: 1}}), op, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := res.Doc
+		if d["job"] != "job" || d["collection"] != "things" || d["op"] != string(op) || d["frozen"] != true || d["ud"] != nil {
+			t.Errorf("%s: %v", op, d)
+		}
+	}
+	ud := marshal(t, bson.D{{Key: "updatedFields", Value: bson.D{}}, {Key: "removedFields", Value: bson.A{"x", "y"}}})
+	res, err := j.Apply(context.Background(), marshal(t, bson.D{{Key: "_id", Value: 1}}), transform.OpUpdate, ud)
+	if err != nil || res.Doc["ud"] != "x,y" {
+		t.Fatalf("%v %v", res.Doc, err)
+	}
+}
+
+func TestAThrowIsTransformFailedWithWhere(t *testing.T) {
+	j := loadJob(t, "module.exports = {\n  transform(doc) {\n    if (doc.bad) throw new TypeError('bad document');\n    return doc.missing.field;\n  },\n};")
+	_, err := apply(t, j, bson.D{{Key: "_id", Value: 1}, {Key: "bad", Value: true}})
+	wantErr(t, err, errs.TransformFailed, "TypeError: bad document", "line 3:")
+	_, err = apply(t, j, bson.D{{Key: "_id", Value: 1}})
+	wantErr(t, err, errs.TransformFailed, "TypeError", "line 4:")
+	_, err = apply(t, loadJob(t, `module.exports = { transform() { throw "a string"; } };`), bson.D{{Key: "_id", Value: 1}})
+	wantErr(t, err, errs.TransformFailed, "a string")
+}
+
+func TestAnEndlessLoopIsStoppedAndTheNextCallWorks(t *testing.T) {
+	// Module state shows that the runtime that timed out was replaced by a
+	// freshly loaded one (DESIGN "Per-document errors"; doc.go "Module
+	// state").
+	j := loadJob(t, `let calls = 0;
+	module.exports = { transform(doc) {
+		calls++;
+		if (doc.loop) { for (;;) {} }
+		if (doc.recurse) { const f = (n) => f(n + 1) + 1; return {n: f(0)}; }
+		return {calls: calls};
+	} };`, transform.Options{Pool: 1, Timeout: 100 * time.Millisecond})
+	mustApply(t, j, bson.D{{Key: "_id", Value: 1}})
+	if got := mustApply(t, j, bson.D{{Key: "_id", Value: 1}}).Doc["calls"]; got != int64(2) {
+		t.Fatalf("calls %v", got)
+	}
+	start := time.Now()
+	_, err := apply(t, j, bson.D{{Key: "_id", Value: 1}, {Key: "loop", Value: true}})
+	wantErr(t, err, errs.TransformFailed, "did not finish within 100ms")
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("stopped after %s", d)
+	}
+	if got := mustApply(t, j, bson.D{{Key: "_id", Value: 1}}).Doc["calls"]; got != int64(1) {
+		t.Fatalf("after a timeout the runtime is fresh: calls %v", got)
+	}
+	_, err = apply(t, j, bson.D{{Key: "_id", Value: 1}, {Key: "recurse", Value: true}})
+	wantErr(t, err, errs.TransformFailed, "RangeError")
+	mustApply(t, j, bson.D{{Key: "_id", Value: 1}})
+}
+
+func TestAnEndlessLoopInAGetterIsStoppedToo(t *testing.T) {
+	j := loadJob(t, `module.exports = { transform(doc) { return { get x() { for (;;) {} } }; } };`,
+		transform.Options{Pool: 1, Timeout: 100 * time.Millisecond})
+	_, err := apply(t, j, bson.D{{Key: "_id", Value: 1}})
+	wantErr(t, err, errs.TransformFailed, "did not finish")
+	j = loadJob(t, `module.exports = { mirror: "m", transform(doc) { return { get x() { for (;;) {} } }; } };`,
+		transform.Options{Pool: 1, Timeout: 100 * time.Millisecond})
+	_, err = apply(t, j, bson.D{{Key: "_id", Value: 1}})
+	wantErr(t, err, errs.TransformFailed, "did not finish")
+	j = loadJob(t, `module.exports = { transform(doc) { return { get x() { throw new Error("getter"); } }; } };`)
+	_, err = apply(t, j, bson.D{{Key: "_id", Value: 1}})
+	wantErr(t, err, errs.TransformFailed, "getter")
+}
+
+func TestACanceledContextStopsTheCall(t *testing.T) {
+	j := loadJob(t, `module.exports = { transform(doc) { for (;;) {} } };`, transform.Options{Pool: 1, Timeout: time.Minute})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	stop := errors.New("shutting down")
+	time.AfterFunc(50*time.Millisecond, func() { cancel(stop) })
+	_, err := j.Apply(ctx, marshal(t, bson.D{{Key: "_id", Value: 1}}), transform.OpInsert, nil)
+	if !errors.Is(err, stop) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestTheSandboxHoldsNothingOutside(t *testing.T) {
+	probes := map[string]string{
+		"require":               `typeof require`,
+		"process":               `typeof process`,
+		"setTimeout":            `typeof setTimeout`,
+		"setInterval":           `typeof setInterval`,
+		"fetch":                 `typeof fetch`,
+		"XMLHttpRequest":        `typeof XMLHttpRequest`,
+		"module from the doc":   `doc.constructor.constructor("return typeof module")()`,
+		"Function this":         `typeof Function("return this")().require`,
+		"Function process":      `typeof Function("return this.process")()`,
+		"constructor chain":     `(() => {}).constructor("return typeof require")()`,
+		"console constructor":   `typeof console.log.constructor("return this")().process`,
+		"eval":                  `eval("typeof require")`,
+		"indirect eval":         `(0, eval)("typeof process")`,
+		"import":                `(function () { try { return typeof eval("import('fs')"); } catch (e) { return "undefined"; } })()`,
+		"Go values in console":  `Object.getOwnPropertyNames(console.log).filter(k => !["length", "name"].includes(k)).join() || "undefined"`,
+		"globals are built-ins": `Object.getOwnPropertyNames(globalThis).filter(k => !BUILTINS.includes(k)).join() || "undefined"`,
+		"ObjectId has no Go":    `Object.getOwnPropertyNames(Object.getPrototypeOf(doc._id)).filter(k => !["constructor","toHexString","toString","toJSON","equals","getTimestamp"].includes(k)).join() || "undefined"`,
+	}
+	builtins := `["Object","Function","Array","String","Number","BigInt","RegExp","Date","Boolean","Proxy","Reflect","Error","AggregateError","TypeError","ReferenceError","SyntaxError","RangeError","EvalError","URIError","GoError","eval","Math","JSON","ArrayBuffer","DataView","Uint8Array","Uint8ClampedArray","Int8Array","Uint16Array","Int16Array","Uint32Array","Int32Array","Float32Array","Float64Array","BigInt64Array","BigUint64Array","Symbol","WeakSet","WeakMap","Map","Set","Promise","globalThis","NaN","undefined","Infinity","isNaN","parseInt","parseFloat","isFinite","decodeURI","decodeURIComponent","encodeURI","encodeURIComponent","escape","unescape","console","ObjectId","Decimal128","Timestamp","BSONRegExp","WeakRef","FinalizationRegistry","Iterator","AsyncFunction"]`
+	for name, expr := range probes {
+		t.Run(name, func(t *testing.T) {
+			j := loadJob(t, `const BUILTINS = `+builtins+`; module.exports = { transform(doc) { return { r: `+expr+` }; } };`)
+			res, err := apply(t, j, bson.D{{Key: "_id", Value: bson.NewObjectID()}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Doc["r"] != "undefined" {
+				t.Fatalf("reached %v", res.Doc["r"])
+			}
+		})
+	}
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestConsoleGoesToTheJobLoggerRateLimited(t *testing.T) {
+	var buf syncBuffer
+	log := hclog.New(&hclog.LoggerOptions{Output: &buf, JSONFormat: true, Level: hclog.Debug})
+	j := loadJob(t, `module.exports = { transform(doc) {
+		console.log("hello", {a: 1}, [2], null);
+		console.warn("careful");
+		console.error(new Error("bad"));
+		for (let i = 0; i < 100; i++) console.info("spam", i);
+		console.log("x".repeat(10000));
+		return null;
+	} };`, transform.Options{Logger: log, Pool: 1})
+	mustApply(t, j, bson.D{{Key: "_id", Value: 1}})
+	out := buf.String()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 20 {
+		t.Errorf("%d lines, want the burst of 20", len(lines))
+	}
+	for _, s := range []string{`"@message":"hello {\"a\":1} [2] null"`, `"@level":"warn","@message":"careful"`, `"@level":"error","@message":"Error: bad"`, `"job":"job"`, `"source":"console"`} {
+		if !strings.Contains(out, s) {
+			t.Errorf("the log does not hold %s:\n%s", s, out)
+		}
+	}
+}
+
+func TestApplyIsSafeFromManyGoroutines(t *testing.T) {
+	j := loadJob(t, `const seen = {};
+	module.exports = { transform(doc, ctx) {
+		return { n: doc.n * 2, tags: doc.tags.map(s => s.toUpperCase()), op: ctx.operation };
+	} };`, transform.Options{Pool: 3})
+	mirror := loadJob(t, `module.exports = { mirror: "m", transform(doc) { doc.n += 1; return doc; } };`, transform.Options{Pool: 2})
+	var wg sync.WaitGroup
+	errc := make(chan error, 16)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 100; i++ {
+				n := int32(g*1000 + i)
+				doc, _ := bson.Marshal(bson.D{{Key: "_id", Value: n}, {Key: "n", Value: n}, {Key: "tags", Value: bson.A{"a", "b"}}})
+				res, err := j.Apply(context.Background(), doc, transform.OpReindex, nil)
+				if err != nil || res.Doc["n"] != int64(2*n) || res.ID != int64(n) || res.Doc["tags"].([]any)[1] != "B" {
+					errc <- fmt.Errorf("search %d: %v %v", n, res.Doc, err)
+					return
+				}
+				m, err := mirror.Apply(context.Background(), doc, transform.OpReindex, nil)
+				if err != nil || m.Raw.Lookup("n").Int32() != n+1 {
+					errc <- fmt.Errorf("mirror %d: %v %v", n, m.Raw, err)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+}
+
+func TestAJobWithoutATransformIsTheIdentity(t *testing.T) {
+	// A job declared by environment alone is a Job built by hand.
+	j := &transform.Job{Name: "env", Collection: "c", Index: "c", PrimaryKey: "id"}
+	res, err := j.Apply(context.Background(), marshal(t, bson.D{{Key: "_id", Value: "a"}, {Key: "x", Value: 1}}), transform.OpInsert, nil)
+	if err != nil || res.Doc["id"] != "a" || res.Doc["x"] != int64(1) {
+		t.Fatalf("%v %v", res, err)
+	}
+	m := &transform.Job{Name: "envm", Kind: transform.Mirror, Mirror: "c"}
+	doc := marshal(t, bson.D{{Key: "_id", Value: "a"}, {Key: "x", Value: 1}})
+	res, err = m.Apply(context.Background(), doc, transform.OpInsert, nil)
+	if err != nil || string(res.Raw) != string(doc) {
+		t.Fatalf("%v %v", res, err)
+	}
+}
+
+func TestADocumentWithoutIDIsNotADocument(t *testing.T) {
+	_, err := apply(t, loadJob(t, `module.exports = {};`), bson.D{{Key: "x", Value: 1}})
+	wantErr(t, err, errs.NotADocument, "no _id")
+}
