@@ -3,6 +3,7 @@ package meilitest
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -443,7 +444,10 @@ func (f *filterExpr) checkFilterable(ix *index, code, prefix string) *apiError {
 	}
 	avail := "This index does not have configured filterable attributes."
 	if len(patterns) > 0 {
-		avail = "Available filterable attribute patterns are: " + quoteList(patterns) + "."
+		// FilterError's Display sorts the patterns (milli, error.rs).
+		sorted := slices.Clone(patterns)
+		slices.Sort(sorted)
+		avail = "Available filterable attribute patterns are: " + quoteList(sorted) + "."
 	}
 	return errf(code, "%sAttribute `%s` is not filterable. %s\n%d:%d %s", prefix, bad.attr, avail, bad.pos[0]+1, bad.pos[1]+1, bad.src)
 }
