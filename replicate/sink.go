@@ -46,13 +46,12 @@ const DefaultKeysPageSize = 1000
 // above maxMessageSizeBytes (48 MB) itself, and then fails the whole batch.
 const maxDocumentSize = 16 * 1024 * 1024
 
-// Metrics is what the replica sink counts beyond what the engine does.
-// *sidecar.Metrics satisfies it (or an adapter the caller builds); nil counts
-// nothing.
+// Metrics is what the replica sink counts beyond what the engine does: the
+// job's *sidecar.JobMetrics satisfies it; nil counts nothing.
 type Metrics interface {
-	// DDLEvent counts one drop, rename or dropDatabase seen on the source of
-	// job and not applied to the replica.
-	DDLEvent(job, event string)
+	// DDL counts one drop, rename or dropDatabase seen on the source and not
+	// applied to the replica (meilistream_ddl_events_total{job,event}).
+	DDL(event string)
 }
 
 // Options configures a replica sink.
@@ -67,7 +66,8 @@ type Options struct {
 	Replica *mongo.Collection
 	// Logger is the job's logger; nil discards.
 	Logger hclog.Logger
-	// Metrics counts DDL events; nil counts nothing.
+	// Metrics counts DDL events (the job's sidecar.JobMetrics); nil counts
+	// nothing.
 	Metrics Metrics
 	// WriteTimeout bounds one bulk write; 0 means DefaultWriteTimeout.
 	WriteTimeout time.Duration
@@ -124,9 +124,9 @@ func New(o Options) (*Sink, error) {
 
 // ForJob returns the replica sink of a mirror job: its source collection
 // (job.Collection) in sourceDB, its destination (job.Mirror) in replicaDB.
-// It is what the main package calls when it builds a job's sink; metrics may
-// be nil.
-func ForJob(replicaDB, sourceDB *mongo.Database, job *transform.Job, logger hclog.Logger, metrics Metrics) (*Sink, error) {
+// It is what the main package calls when it builds a job's sink; logger and
+// metrics may be nil.
+func ForJob(replicaDB, sourceDB *mongo.Database, job *transform.Job, logger hclog.Logger, metrics *sidecar.Metrics) (*Sink, error) {
 	if job == nil || job.Kind != transform.Mirror {
 		return nil, errs.New(errs.ConfigInvalid, "", "replicate.ForJob: not a mirror job")
 	}
@@ -141,7 +141,7 @@ func ForJob(replicaDB, sourceDB *mongo.Database, job *transform.Job, logger hclo
 		Source:  sourceDB.Collection(job.Collection),
 		Replica: replicaDB.Collection(job.Mirror),
 		Logger:  logger,
-		Metrics: metrics,
+		Metrics: metrics.Job(job.Name, transform.Mirror.String()),
 	})
 }
 
@@ -380,7 +380,7 @@ func (s *Sink) OnDDL(_ context.Context, event string) {
 	s.log.Warn("source collection changed by DDL; not applied to the replica, the replica keeps its documents and the job restarts with a backfill",
 		"event", event, "source", s.source.Database().Name()+"."+s.source.Name(), "replica", s.namespace())
 	if s.metrics != nil {
-		s.metrics.DDLEvent(s.job, event)
+		s.metrics.DDL(event)
 	}
 }
 

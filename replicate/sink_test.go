@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -456,7 +457,7 @@ func TestOnDDLWarnsAndCounts(t *testing.T) {
 	if !strings.Contains(p.logs.String(), "[WARN]") || !strings.Contains(p.logs.String(), "event=drop") {
 		t.Errorf("no warning naming the event:\n%s", p.logs.String())
 	}
-	if got := p.metrics.String(); got != "articles/drop=1 articles/rename=1" {
+	if got := p.metrics.String(); got != "drop=1 rename=1" {
 		t.Errorf("metrics %s", got)
 	}
 }
@@ -521,6 +522,17 @@ func TestForJob(t *testing.T) {
 	if _, err := replicate.ForJob(nil, p.source.Database(), job, nil, nil); !errors.Is(err, errs.ErrConfigInvalid) {
 		t.Errorf("no replica: got %v", err)
 	}
+	reg := prometheus.NewRegistry()
+	m := sidecar.NewMetrics(reg)
+	s, err = replicate.ForJob(p.replica.Database(), p.source.Database(), job, nil, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.OnDDL(context.Background(), "dropDatabase")
+	// Labels in the order of their names: event, job.
+	if n := counterValue(t, reg, "meilistream_ddl_events_total", "dropDatabase", "articles"); n != 1 {
+		t.Errorf("meilistream_ddl_events_total{job=articles,event=dropDatabase} = %v, want 1", n)
+	}
 	search := &transform.Job{Name: "a", Collection: "a", Index: "a"}
 	if _, err := replicate.ForJob(p.replica.Database(), p.source.Database(), search, nil, nil); !errors.Is(err, errs.ErrConfigInvalid) {
 		t.Errorf("a search job: got %v", err)
@@ -539,6 +551,31 @@ func indexes(t *testing.T, c *mongo.Collection) map[string]bson.Raw {
 		out[d.Lookup("name").StringValue()] = d
 	}
 	return out
+}
+
+// counterValue reads a counter from reg by name and label values (in the
+// order of their label names, as Gather sorts them).
+func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var got []string
+			for _, l := range m.GetLabel() {
+				got = append(got, l.GetValue())
+			}
+			if slices.Equal(got, labels) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 func keys[V any](m map[string]V) []string {
@@ -571,13 +608,13 @@ type countingMetrics struct {
 	n  map[string]int
 }
 
-func (m *countingMetrics) DDLEvent(job, event string) {
+func (m *countingMetrics) DDL(event string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.n == nil {
 		m.n = map[string]int{}
 	}
-	m.n[job+"/"+event]++
+	m.n[event]++
 }
 
 func (m *countingMetrics) String() string {
