@@ -58,12 +58,34 @@ func (s *Server) readBody(r *http.Request) ([]byte, *apiError) {
 		}
 		return buf, nil
 	}
-	buf, err := io.ReadAll(io.LimitReader(rd, limit+1))
-	if err != nil {
-		return nil, errf("malformed_payload", "The payload could not be read: %v", err)
+	// Unknown length (chunked, as meilisearch-go sends []byte bodies, or
+	// compressed): read fixed blocks, then join them once, rather than
+	// copying a growing buffer again and again.
+	var blocks [][]byte
+	var total int64
+	for {
+		blk := make([]byte, 256<<10)
+		n, err := io.ReadFull(rd, blk)
+		if n > 0 {
+			blocks = append(blocks, blk[:n])
+			total += int64(n)
+			if total > limit {
+				return nil, errPayloadTooLarge(limit)
+			}
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			return nil, errf("malformed_payload", "The payload could not be read: %v", err)
+		}
 	}
-	if int64(len(buf)) > limit {
-		return nil, errPayloadTooLarge(limit)
+	if len(blocks) == 1 {
+		return blocks[0], nil
+	}
+	buf := make([]byte, 0, total)
+	for _, blk := range blocks {
+		buf = append(buf, blk...)
 	}
 	return buf, nil
 }
