@@ -191,7 +191,8 @@ func (s *Server) FailNextOn(route string, n int, mode FailMode) {
 //	DELETE /indexes/{uid}/settings
 //	GET /tasks  GET /tasks/{taskUid}  POST /swap-indexes
 //
-// Requests that match no route are counted under "unknown". Every request
+// Requests that match no route (answered 404, or 405 when the path exists
+// for other methods) are counted under "unknown". Every request
 // is counted, including ones refused by auth or failed by FailNext.
 func (s *Server) Requests(route string) int {
 	s.ctl.Lock()
@@ -291,9 +292,21 @@ func (s *Server) routes() http.Handler {
 	add("GET /tasks/{taskUid}", s.handleGetTask)
 	add("POST /swap-indexes", s.handleSwap)
 	// Meilisearch registers no default service: anything else is a 404 with
-	// an empty body (crates/meilisearch/src/routes/mod.rs, configure).
+	// an empty body (crates/meilisearch/src/routes/mod.rs, configure), or a
+	// 405 when the path exists for other methods (actix resources).
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.count("unknown")
+		for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+			if m == r.Method {
+				continue
+			}
+			r2 := r.Clone(r.Context())
+			r2.Method = m
+			if _, pattern := mux.Handler(r2); pattern != "" && pattern != "/" {
+				w.WriteHeader(http.StatusMethodNotAllowed)
+				return
+			}
+		}
 		w.WriteHeader(http.StatusNotFound)
 	})
 	return mux
