@@ -1,13 +1,75 @@
 package main
 
-import "io"
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
 
-// runCheck is the body of "meilistream check".
-//
-// Placeholder from the CLI frame: the transform engineer owns this file and
-// replaces this body. check needs no server, so it reads its own arguments
-// and environment (sidecar.LoadLocal(os.Environ()) gives the configuration
-// without requiring MEILISTREAM_MONGODB_URI).
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/transform"
+)
+
+// runCheck is "meilistream check [--sample FILE] [PATH...]": it loads every
+// transform (the PATHs, each a *.js file or a folder, else
+// MEILISTREAM_TRANSFORMS), prints each job and what it writes for each
+// sample document (FILE: MongoDB Extended JSON, one document a line, run
+// through every job; else each job's own `samples`), and exits 1 on any
+// problem, 2 on bad usage. It needs no server: the configuration is read
+// with sidecar.LoadLocal, so MEILISTREAM_MONGODB_URI may be unset.
+// console output of the transforms goes to stderr.
 func runCheck(args []string, stdout, stderr io.Writer) int {
-	return notBuilt(stderr, "check")
+	var sample string
+	var paths []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			paths = append(paths, args[i+1:]...)
+			i = len(args)
+		case a == "--sample" || a == "-sample":
+			if i+1 >= len(args) {
+				return usageError(stderr, "check", "%s needs a file", a)
+			}
+			i++
+			sample = args[i]
+		case strings.HasPrefix(a, "--sample=") || strings.HasPrefix(a, "-sample="):
+			sample = a[strings.IndexByte(a, '=')+1:]
+		case strings.HasPrefix(a, "-"):
+			return usageError(stderr, "check", "unknown flag %s", a)
+		default:
+			paths = append(paths, a)
+		}
+	}
+	cfg, err := sidecar.LoadLocal(os.Environ())
+	if err != nil {
+		return fail(stderr, err)
+	}
+	if len(paths) == 0 {
+		paths = []string{cfg.Transforms}
+	}
+	if sample != "" {
+		if _, err := os.Stat(sample); err != nil {
+			return usageError(stderr, "check", "--sample: %v", err)
+		}
+	}
+	opts := transform.Options{
+		Pool:     1,
+		Timeout:  cfg.TransformTimeout,
+		Database: cfg.MongoDBDatabase,
+		Logger:   hclog.New(&hclog.LoggerOptions{Name: "check", Output: stderr, Level: hclog.Debug}),
+		Defaults: transform.JobDefaults{
+			OnDocumentError: cfg.OnDocumentError,
+			OnHistoryLost:   cfg.OnHistoryLost,
+			BatchSize:       cfg.BatchSize,
+			FlushInterval:   cfg.FlushInterval,
+		},
+	}
+	if err := transform.CheckFiles(stdout, paths, sample, opts); err != nil {
+		fmt.Fprintln(stderr, "meilistream check: the transforms have problems (listed above)")
+		return exitFailed
+	}
+	return exitOK
 }

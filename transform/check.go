@@ -23,6 +23,12 @@ import (
 // in their CI. The returned error joins every problem (a file that does not
 // load, a sample a transform fails on); nil means all is well.
 func Check(w io.Writer, dir, samplePath string, opts Options) error {
+	return CheckFiles(w, []string{dir}, samplePath, opts)
+}
+
+// CheckFiles is Check for a list of paths, each a *.js file or a folder
+// (see LoadFiles).
+func CheckFiles(w io.Writer, paths []string, samplePath string, opts Options) error {
 	var problems []error
 	var fileSamples []bson.Raw
 	if samplePath != "" {
@@ -32,7 +38,7 @@ func Check(w io.Writer, dir, samplePath string, opts Options) error {
 			return err
 		}
 	}
-	set, err := Load(dir, opts)
+	set, err := LoadFiles(paths, opts)
 	if set == nil {
 		fmt.Fprintf(w, "error: %v\n", err)
 		return err
@@ -45,7 +51,7 @@ func Check(w io.Writer, dir, samplePath string, opts Options) error {
 		}
 	}
 	if len(set.Jobs()) == 0 && err == nil {
-		fmt.Fprintf(w, "no transforms (*.js) in %s\n", dir)
+		fmt.Fprintf(w, "no transforms (*.js) in %s\n", strings.Join(paths, ", "))
 	}
 	ctx := context.Background()
 	for _, j := range set.Jobs() {

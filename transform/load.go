@@ -26,34 +26,74 @@ import (
 // file, line and column; the module threw while loading). The Set is nil
 // only when dir cannot be read.
 func Load(dir string, opts Options) (*Set, error) {
-	return load(dir, opts, nil)
+	return load([]string{dir}, opts, nil)
 }
 
-// fileJob is one file's outcome while loading a folder.
-type fileJob struct {
-	name string
-	hash string
-	job  *Job
-	err  error
+// LoadFiles is Load for a list of paths, each a *.js file or a folder of
+// them (meilistream check FILE...). Two files with one name are
+// CONFIG_INVALID.
+func LoadFiles(paths []string, opts Options) (*Set, error) {
+	return load(paths, opts, nil)
 }
 
-func load(dir string, opts Options, prev *Set) (*Set, error) {
-	opts = opts.withDefaults()
-	names, err := jsFiles(dir)
-	if err != nil {
-		return nil, errs.Wrap(errs.ConfigInvalid, "", err, "read transforms folder %s", dir)
+// listFiles expands paths into the transform files they name: job name ->
+// path. A folder contributes its *.js files.
+func listFiles(paths []string) (names []string, files map[string]string, problems []error, err error) {
+	files = map[string]string{}
+	for _, p := range paths {
+		st, serr := os.Stat(p)
+		if serr != nil {
+			if len(paths) == 1 {
+				return nil, nil, nil, serr
+			}
+			problems = append(problems, errs.Wrap(errs.ConfigInvalid, "", serr, "read %s", p))
+			continue
+		}
+		var list []string
+		if st.IsDir() {
+			fns, derr := jsFiles(p)
+			if derr != nil {
+				if len(paths) == 1 {
+					return nil, nil, nil, derr
+				}
+				problems = append(problems, errs.Wrap(errs.ConfigInvalid, "", derr, "read %s", p))
+				continue
+			}
+			for _, fn := range fns {
+				list = append(list, filepath.Join(p, fn))
+			}
+		} else {
+			list = []string{p}
+		}
+		for _, f := range list {
+			name := strings.TrimSuffix(filepath.Base(f), ".js")
+			if other, dup := files[name]; dup {
+				problems = append(problems, errs.New(errs.ConfigInvalid, name, "%s and %s both name job %q", other, f, name))
+				continue
+			}
+			files[name] = f
+			names = append(names, name)
+		}
 	}
-	s := &Set{dir: dir, opts: opts, files: make(map[string]fileState, len(names))}
-	var problems []error
+	sort.Strings(names)
+	return names, files, problems, nil
+}
+
+func load(paths []string, opts Options, prev *Set) (*Set, error) {
+	opts = opts.withDefaults()
+	names, files, problems, err := listFiles(paths)
+	if err != nil {
+		return nil, errs.Wrap(errs.ConfigInvalid, "", err, "read transforms folder %s", strings.Join(paths, ", "))
+	}
+	s := &Set{paths: paths, opts: opts, files: make(map[string]fileState, len(names))}
 	var loaded []*Job
-	for _, fn := range names {
-		name := strings.TrimSuffix(fn, ".js")
-		path := filepath.Join(dir, fn)
+	for _, name := range names {
+		path := files[name]
 		src, err := os.ReadFile(path)
 		if err != nil {
 			err = errs.Wrap(errs.ConfigInvalid, name, err, "read %s", path)
 			problems = append(problems, err)
-			s.files[name] = fileState{err: err}
+			s.files[name] = fileState{path: path, err: err}
 			if old := prev.Job(name); old != nil {
 				loaded = append(loaded, old)
 			}
@@ -61,12 +101,12 @@ func load(dir string, opts Options, prev *Set) (*Set, error) {
 		}
 		sum := sha256.Sum256(src)
 		hash := hex.EncodeToString(sum[:])
-		if old := prev.Job(name); old != nil && old.Hash == hash {
+		if old := prev.Job(name); old != nil && old.Hash == hash && old.File == path {
 			loaded = append(loaded, old) // unchanged: the same Job, no recompiling
-			s.files[name] = fileState{hash: hash}
+			s.files[name] = fileState{path: path, hash: hash}
 			continue
 		}
-		if st, ok := prev.fileState(name); ok && st.hash == hash && st.err != nil {
+		if st, ok := prev.fileState(name); ok && st.hash == hash && st.path == path && st.err != nil {
 			// Still the same broken content: keep what runs, report again.
 			problems = append(problems, st.err)
 			s.files[name] = st
@@ -78,14 +118,14 @@ func load(dir string, opts Options, prev *Set) (*Set, error) {
 		j, err := LoadFile(path, src, opts)
 		if err != nil {
 			problems = append(problems, err)
-			s.files[name] = fileState{hash: hash, err: err}
+			s.files[name] = fileState{path: path, hash: hash, err: err}
 			if old := prev.Job(name); old != nil {
 				loaded = append(loaded, old) // the previous version keeps running
 			}
 			continue
 		}
 		loaded = append(loaded, j)
-		s.files[name] = fileState{hash: hash}
+		s.files[name] = fileState{path: path, hash: hash}
 	}
 	s.jobs, problems = resolveConflicts(loaded, prev, problems, s.files)
 	return s, joinErrs(problems)
@@ -231,7 +271,7 @@ func syntaxErr(j *Job, src []byte, err error) error {
 var knownKeys = map[string]bool{
 	"collection": true, "index": true, "primaryKey": true, "mirror": true, "sweep": true,
 	"reindex": true, "dates": true, "onDocumentError": true, "onHistoryLost": true,
-	"batchSize": true, "flushInterval": true, "settings": true, "samples": true, "transform": true,
+	"batchSize": true, "flushInterval": true, "transformTimeout": true, "settings": true, "samples": true, "transform": true,
 }
 
 // readOptions reads the exported object's options into j, joining every
@@ -271,7 +311,7 @@ func (j *Job) readOptions(v *vm) error {
 	set := map[string]goja.Value{}
 	for _, k := range keys {
 		if !knownKeys[k] {
-			bad(k, "unknown key (known: batchSize, collection, dates, flushInterval, index, mirror, onDocumentError, onHistoryLost, primaryKey, reindex, samples, settings, sweep, transform)")
+			bad(k, "unknown key (known: batchSize, collection, dates, flushInterval, index, mirror, onDocumentError, onHistoryLost, primaryKey, reindex, samples, settings, sweep, transform, transformTimeout)")
 			continue
 		}
 		set[k] = o.Get(k)
@@ -343,6 +383,15 @@ func (j *Job) readOptions(v *vm) error {
 			bad("flushInterval", "must be a positive Go duration string such as \"500ms\" or \"2s\"")
 		} else {
 			j.FlushInterval = d
+		}
+	}
+	if val, ok := set["transformTimeout"]; ok && !goja.IsUndefined(val) {
+		s, isStr := val.Export().(string)
+		d, err := time.ParseDuration(s)
+		if !isStr || isObject(val) || err != nil || d <= 0 {
+			bad("transformTimeout", "must be a positive Go duration string such as \"500ms\" or \"2s\"")
+		} else {
+			j.Timeout = d
 		}
 	}
 	if val, ok := set["transform"]; ok && !goja.IsUndefined(val) {

@@ -129,6 +129,9 @@ type Job struct {
 	OnHistoryLost   string // "reindex" | "fail"
 	BatchSize       int
 	FlushInterval   time.Duration
+	// Timeout limits one transform call of this job (the file's
+	// transformTimeout); 0 means Options.Timeout.
+	Timeout time.Duration
 	// Settings are the Meilisearch index settings the file declares (JSON
 	// ready), nil if none.
 	Settings map[string]any
@@ -209,15 +212,15 @@ func (j *Job) Apply(ctx context.Context, doc bson.Raw, op Operation, updateDesc 
 // identity is the result of a job without a transform (and of a transform
 // returning true): the document as it is.
 func (j *Job) identity(doc bson.Raw, idv bson.RawValue, res Result) (Result, error) {
-	opts := j.options()
+	limit := j.maxResult()
 	if j.Kind == Mirror {
-		if len(doc) > opts.MaxResultBytes {
-			return Result{}, errs.New(errs.NotADocument, j.Name, "the document is %d bytes of BSON, more than the limit of %d", len(doc), opts.MaxResultBytes)
+		if len(doc) > limit {
+			return Result{}, errs.New(errs.NotADocument, j.Name, "the document is %d bytes of BSON, more than the limit of %d", len(doc), limit)
 		}
 		res.Raw = doc
 		return res, nil
 	}
-	c := outConv{job: j, epoch: j.Dates == "epoch", limit: opts.MaxResultBytes}
+	c := outConv{job: j, epoch: j.Dates == "epoch", limit: limit}
 	m, err := c.docFromBSON(doc)
 	if err != nil {
 		return Result{}, err
@@ -229,13 +232,12 @@ func (j *Job) identity(doc bson.Raw, idv bson.RawValue, res Result) (Result, err
 	return res, nil
 }
 
-// options returns the job's options with defaults, also for a Job built by
-// hand.
-func (j *Job) options() Options {
-	if j.opts.Timeout == 0 {
-		j.opts = j.opts.withDefaults()
+// maxResult is the result size limit, also for a Job built by hand.
+func (j *Job) maxResult() int {
+	if j.opts.MaxResultBytes > 0 {
+		return j.opts.MaxResultBytes
 	}
-	return j.opts
+	return DefaultMaxResultBytes
 }
 
 // Close releases the job's idle runtimes. A closed job still works (it makes
@@ -249,8 +251,8 @@ func (j *Job) Close() {
 
 // Set is the jobs loaded from one transforms folder.
 type Set struct {
-	dir  string
-	opts Options
+	paths []string // what it was loaded from: folders or files
+	opts  Options
 	jobs []*Job // sorted by name
 	// files remembers, per file name, the hash last read and the error it
 	// gave, so a Watcher reports a failing file once, not every poll.
@@ -258,6 +260,7 @@ type Set struct {
 }
 
 type fileState struct {
+	path string
 	hash string
 	err  error
 }

@@ -350,8 +350,11 @@ func (jr *jobRuntime) apply(ctx context.Context, j *Job, doc bson.Raw, idv bson.
 		jr.pool.put(v)
 		return j.identity(doc, idv, res)
 	}
-	opts := j.opts
-	timer := time.AfterFunc(opts.Timeout, func() { v.rt.Interrupt(errTimeout) })
+	timeout := j.Timeout
+	if timeout <= 0 {
+		timeout = j.opts.Timeout
+	}
+	timer := time.AfterFunc(timeout, func() { v.rt.Interrupt(errTimeout) })
 	stopCtx := noStop
 	if ctx.Done() != nil {
 		stopCtx = context.AfterFunc(ctx, func() { v.rt.Interrupt(context.Cause(ctx)) })
@@ -370,7 +373,7 @@ func (jr *jobRuntime) apply(ctx context.Context, j *Job, doc bson.Raw, idv bson.
 		var ie *goja.InterruptedError
 		if errors.As(err, &ie) {
 			if ie.Value() == errTimeout {
-				return Result{}, errs.New(errs.TransformFailed, j.Name, "the transform did not finish within %s", opts.Timeout)
+				return Result{}, errs.New(errs.TransformFailed, j.Name, "the transform did not finish within %s", timeout)
 			}
 			if ctx.Err() != nil {
 				return Result{}, context.Cause(ctx)

@@ -5,8 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 )
@@ -20,26 +18,25 @@ const DefaultWatchInterval = 2 * time.Second
 // to load keeps its previous *Job, if it had one, and its problem is in the
 // returned error; a removed file's job is gone. The receiver is not changed.
 func (s *Set) Reload() (*Set, error) {
-	return load(s.dir, s.opts, s)
+	return load(s.paths, s.opts, s)
 }
 
 // changed reports whether the folder's files differ from what s was built
 // from (names or contents).
 func (s *Set) changed() bool {
-	names, err := jsFiles(s.dir)
+	names, files, _, err := listFiles(s.paths)
 	if err != nil {
 		return false // a folder that vanished for a moment: keep what runs
 	}
 	if len(names) != len(s.files) {
 		return true
 	}
-	for _, fn := range names {
-		name := strings.TrimSuffix(fn, ".js")
+	for _, name := range names {
 		st, ok := s.files[name]
-		if !ok {
+		if !ok || st.path != files[name] {
 			return true
 		}
-		src, err := os.ReadFile(filepath.Join(s.dir, fn))
+		src, err := os.ReadFile(files[name])
 		if err != nil {
 			if st.hash != "" || st.err == nil {
 				return true
