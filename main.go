@@ -99,7 +99,7 @@ records. Exits 1 when some still fail.`,
 			serve: runRetry,
 		},
 		{
-			name: "check", synopsis: "[FILE...]", summary: "load transforms and run them on sample documents",
+			name: "check", synopsis: "[--sample FILE] [PATH...]", summary: "load transforms and run them on sample documents",
 			help: `Loads every transform (MEILISTREAM_TRANSFORMS, or the files given), runs
 each on sample documents and prints what would be indexed. Exits 1 on any
 error, so it fits in your own CI. Needs no server.`,
