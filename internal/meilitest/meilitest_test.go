@@ -454,6 +454,13 @@ func TestSettings(t *testing.T) {
 		st.Pagination == nil || st.Pagination.MaxTotalHits != 1000 {
 		t.Fatalf("settings = %+v", st)
 	}
+	// What GetSettings returns can be sent back as is (a reindex copies the
+	// live index's settings this way).
+	succeeded(t, c)(c.Index("copy").UpdateSettings(ctx, st))
+	cp, err := c.Index("copy").GetSettings(ctx)
+	if err != nil || !slices.Equal(cp.SearchableAttributes, []string{"title"}) || cp.TypoTolerance == nil || !cp.TypoTolerance.Enabled {
+		t.Fatalf("copied settings = %+v, %v", cp, err)
+	}
 	succeeded(t, c)(ix.ResetSettings(ctx))
 	st, err = ix.GetSettings(ctx)
 	if err != nil || len(st.FilterableAttributes) != 0 || len(st.RankingRules) != 7 {
