@@ -45,3 +45,18 @@ func ctx(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return c
 }
+
+func startB(b *testing.B) (*mongotest.Server, *mongo.Client) {
+	b.Helper()
+	srv, err := mongotest.Start(mongotest.Options{HistorySize: 1000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { srv.Close() })
+	client, err := mongo.Connect(options.Client().ApplyURI(srv.URI()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { client.Disconnect(context.Background()) })
+	return srv, client
+}
