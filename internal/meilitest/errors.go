@@ -134,7 +134,8 @@ func writeRaw(w http.ResponseWriter, status int, b []byte) {
 	h.Set("Content-Type", "application/json")
 	if ew, ok := w.(*encodingWriter); ok && ew.enc != "" && len(b) > 0 {
 		// Meilisearch compresses responses for clients that accept it
-		// (actix's Compress middleware); meilisearch-go's
+		// (actix's Compress middleware, wrapped in create_app,
+		// crates/meilisearch/src/lib.rs); meilisearch-go's
 		// WithContentEncoding even requires it, decoding every answer.
 		var buf bytes.Buffer
 		if err := compress(&buf, ew.enc, b); err == nil {

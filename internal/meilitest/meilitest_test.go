@@ -781,3 +781,14 @@ func TestTaskDelayShowsProcessing(t *testing.T) {
 	}
 	succeededTask(t, c, info, nil)
 }
+
+func TestTrailingSlashes(t *testing.T) {
+	_, c := start(t, meilitest.Options{})
+	ctx := ctxT(t)
+	succeeded(t, c)(c.CreateIndex(ctx, &meilisearch.IndexConfig{Uid: "x"}))
+	// The client builds paths by concatenation; a uid with a trailing
+	// slash still reaches the index, as Meilisearch trims it.
+	if _, err := c.GetIndex(ctx, "x/"); err != nil {
+		t.Fatal(err)
+	}
+}

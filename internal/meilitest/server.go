@@ -116,7 +116,7 @@ func Start(opts Options) (*Server, error) {
 		counts:    map[string]int{},
 		done:      make(chan struct{}),
 	}
-	s.hs = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	s.hs = &http.Server{Handler: normalizePath(s.routes()), ReadHeaderTimeout: 10 * time.Second}
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
@@ -310,6 +310,26 @@ func (s *Server) routes() http.Handler {
 		w.WriteHeader(http.StatusNotFound)
 	})
 	return mux
+}
+
+// normalizePath trims trailing slashes and merges repeated ones before
+// routing, as Meilisearch's NormalizePath(TrailingSlash::Trim) middleware
+// does (crates/meilisearch/src/lib.rs, create_app); http.ServeMux would
+// answer a redirect instead.
+func normalizePath(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if len(p) > 1 && (strings.HasSuffix(p, "/") || strings.Contains(p, "//")) {
+			for strings.Contains(p, "//") {
+				p = strings.ReplaceAll(p, "//", "/")
+			}
+			if len(p) > 1 {
+				p = strings.TrimSuffix(p, "/")
+			}
+			r.URL.Path, r.URL.RawPath = p, ""
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) count(route string) {
