@@ -29,19 +29,48 @@ type simLease struct {
 // epochs strictly increase, that a valid lease is never refused, and that a
 // free name is never refused to everyone.
 func TestRandomizedContendersNeverOverlap(t *testing.T) {
-	seeds := []uint64{1, 2, 3, 4}
-	steps := 200
+	seeds := []uint64{1, 2, 3, 4, 5, 6}
+	steps := 400
 	if testing.Short() {
-		seeds, steps = seeds[:1], 100
+		seeds, steps = seeds[:2], 200
 	}
+	var total simStats
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) {
-			simulate(t, seed, steps)
+			total.add(simulate(t, seed, steps))
 		})
+	}
+	// The random walk must actually have visited the interesting cases.
+	t.Logf("%+v", total)
+	for what, n := range map[string]int{
+		"takeovers of a lapsed lease": total.takeovers, "acquisitions after a release": total.afterRelease,
+		"refused acquisitions": total.refused, "renewals": total.renewed, "renewals that found the lease lost": total.lost,
+		"stalled holders that woke up in time": total.wokeHeld, "stalled holders that woke up deposed": total.wokeLost,
+		"late releases by deposed holders": total.lateReleases, "steps with concurrent acquisitions": total.contested,
+	} {
+		if n == 0 {
+			t.Errorf("the simulation never saw %s", what)
+		}
 	}
 }
 
-func simulate(t *testing.T, seed uint64, steps int) {
+type simStats struct {
+	takeovers, afterRelease, refused, renewed, lost, wokeHeld, wokeLost, lateReleases, contested int
+}
+
+func (s *simStats) add(o simStats) {
+	s.takeovers += o.takeovers
+	s.afterRelease += o.afterRelease
+	s.refused += o.refused
+	s.renewed += o.renewed
+	s.lost += o.lost
+	s.wokeHeld += o.wokeHeld
+	s.wokeLost += o.wokeLost
+	s.lateReleases += o.lateReleases
+	s.contested += o.contested
+}
+
+func simulate(t *testing.T, seed uint64, steps int) (st simStats) {
 	e := newEnv(t)
 	rng := rand.New(rand.NewPCG(seed, 0x1ea5e))
 	const ttl = 10 * time.Second
@@ -53,6 +82,7 @@ func simulate(t *testing.T, seed uint64, steps int) {
 	leases := make([]*simLease, len(holders)) // nil: the contender holds nothing
 	var zombies []*simLease                   // leases whose process forgot them (crashed)
 	var maxEpoch int64
+	released := true // the name is free because its last lease was released (or never taken)
 	ctx := ctxT(t)
 
 	type outcome struct {
@@ -100,6 +130,15 @@ func simulate(t *testing.T, seed uint64, steps int) {
 			}
 		}
 
+		acquirers := 0
+		for _, a := range acts {
+			if a.op == "acquire" {
+				acquirers++
+			}
+		}
+		if acquirers > 1 {
+			st.contested++
+		}
 		results := make([]outcome, len(acts))
 		var wg sync.WaitGroup
 		for k, a := range acts {
@@ -130,10 +169,17 @@ func simulate(t *testing.T, seed uint64, steps int) {
 				switch {
 				case o.err == nil:
 					acquired++
+					if released {
+						st.afterRelease++
+					} else {
+						st.takeovers++
+					}
+					released = false
 					epochs = append(epochs, o.l.Epoch())
 					leases[o.i] = &simLease{l: o.l, believed: o.l.ExpiresAt()}
 				case errors.Is(o.err, errs.ErrRunning):
 					refused++
+					st.refused++
 				default:
 					fail("acquire: %v", o.err)
 				}
@@ -141,6 +187,10 @@ func simulate(t *testing.T, seed uint64, steps int) {
 				switch {
 				case o.err == nil:
 					sl.believed, sl.stalled = sl.l.ExpiresAt(), false
+					st.renewed++
+					if o.op == "wake" {
+						st.wokeHeld++
+					}
 				case errors.Is(o.err, errs.ErrLeaseLost):
 					// Lost is only right if the lease had lapsed by the server clock
 					// (margin: real time passing during the call).
@@ -148,12 +198,19 @@ func simulate(t *testing.T, seed uint64, steps int) {
 						fail("%s: a lease valid until %s lost at %s: %v", o.op, sl.believed, o.before, o.err)
 					}
 					leases[o.i] = nil
+					st.lost++
+					if o.op == "wake" {
+						st.wokeLost++
+					}
 				default:
 					fail("%s: %v", o.op, o.err)
 				}
 			case "release":
 				if o.err != nil {
 					fail("release: %v", o.err)
+				}
+				if sl.believed.After(o.before) {
+					released = true // it was the valid lease: the name is free now
 				}
 				leases[o.i] = nil
 			case "stall":
@@ -167,9 +224,13 @@ func simulate(t *testing.T, seed uint64, steps int) {
 		if len(zombies) > 0 && rng.IntN(4) == 0 {
 			z := zombies[0]
 			zombies = zombies[1:]
+			if z.believed.After(e.srv.Now()) {
+				released = true
+			}
 			if err := z.l.Release(ctx); err != nil {
 				fail("late release: %v", err)
 			}
+			st.lateReleases++
 		}
 
 		// Epochs strictly increase and at most one acquisition wins a step.
@@ -206,5 +267,6 @@ func simulate(t *testing.T, seed uint64, steps int) {
 			}
 		}
 	}
-	t.Logf("seed %d: %d steps, last epoch %d", seed, steps, maxEpoch)
+	t.Logf("seed %d: %d steps, last epoch %d, %+v", seed, steps, maxEpoch, st)
+	return st
 }
