@@ -201,6 +201,13 @@ func cmdCreateIndexes(x *cmdCtx) (bson.D, error) {
 		newIdx = append(newIdx, ix)
 	}
 	c.indexes = append(c.indexes, newIdx...)
+	if len(newIdx) > 0 {
+		specs := bson.A{}
+		for _, ix := range newIdx {
+			specs = append(specs, ix.spec)
+		}
+		s.appendEvent(x, &event{op: "createIndexes", db: c.db, coll: c.name, uuid: c.uuid, expanded: true, desc: bson.D{{Key: "indexes", Value: specs}}})
+	}
 	out := bson.D{
 		{Key: "numIndexesBefore", Value: int32(before)},
 		{Key: "numIndexesAfter", Value: int32(len(c.indexes))},
@@ -230,6 +237,7 @@ func cmdDropIndexes(x *cmdCtx) (bson.D, error) {
 		for i, ix := range c.indexes[1:] {
 			if match(ix) {
 				c.indexes = append(c.indexes[:i+1:i+1], c.indexes[i+2:]...)
+				s.appendEvent(x, &event{op: "dropIndexes", db: c.db, coll: c.name, uuid: c.uuid, expanded: true, desc: bson.D{{Key: "indexes", Value: bson.A{ix.spec}}}})
 				return true
 			}
 		}
@@ -238,7 +246,10 @@ func cmdDropIndexes(x *cmdCtx) (bson.D, error) {
 	switch iv := v.(type) {
 	case string:
 		if iv == "*" {
-			c.indexes = c.indexes[:1]
+			for len(c.indexes) > 1 {
+				name := c.indexes[1].name
+				drop(func(ix *index) bool { return ix.name == name })
+			}
 		} else if iv == "_id_" {
 			return nil, cmdErrf(72, "InvalidOptions", "cannot drop _id index")
 		} else if !drop(func(ix *index) bool { return ix.name == iv }) {

@@ -23,6 +23,11 @@ type event struct {
 	doc        []byte // inserted/replacement document, or the post-image of an update
 	postImages bool   // the collection had changeStreamPreAndPostImages enabled
 	upd        bson.D // updateDescription
+	// desc is the operationDescription of an expanded event.
+	desc bson.D
+	// expanded events (create, createIndexes, dropIndexes) are only seen
+	// by streams opened with showExpandedEvents (mongod 6.0+).
+	expanded bool
 }
 
 func (s *Server) lockWrite() { s.mu.Lock() }
@@ -142,6 +147,7 @@ type changeStream struct {
 	posTs        bson.Timestamp
 	stages       []stage
 	ns           string
+	showExpanded bool
 	// invalidateNext: the stream resumed right after its invalidating
 	// event, so the invalidate comes first.
 	invalidateNext *event
@@ -205,7 +211,9 @@ func (s *Server) openChangeStream(x *cmdCtx, specV any, user bson.A, batchSize i
 			startAt = e.Value
 		case "allChangesForCluster":
 			cs.cluster = truthy(e.Value)
-		case "showExpandedEvents", "allowToRunOnConfigDB", "allowToRunOnSystemNS", "showSystemEvents", "showMigrationEvents":
+		case "showExpandedEvents":
+			cs.showExpanded = truthy(e.Value)
+		case "allowToRunOnConfigDB", "allowToRunOnSystemNS", "showSystemEvents", "showMigrationEvents":
 		default:
 			return nil, cmdErrf(40415, "Location40415", "BSON field '$changeStream.%s' is an unknown field.", e.Key)
 		}
@@ -373,7 +381,7 @@ func (s *Server) collectEvents(cs *changeStream, max int) (bson.A, bson.D, bool,
 		ev := s.oplog[i]
 		cs.pos, cs.posTs = ev.seq, ev.ts
 		lastTok = nil
-		if !cs.inScope(ev) {
+		if !cs.inScope(ev) || (ev.expanded && !cs.showExpanded) {
 			continue
 		}
 		doc, err := s.eventDoc(cs, ev)
@@ -410,8 +418,11 @@ func (s *Server) eventDoc(cs *changeStream, ev *event) (bson.D, error) {
 		bson.E{Key: "_id", Value: tok},
 		bson.E{Key: "operationType", Value: ev.op},
 		bson.E{Key: "clusterTime", Value: ev.ts},
-		bson.E{Key: "wallTime", Value: ev.wall},
 	)
+	if cs.showExpanded && ev.uuid.Data != nil {
+		d = append(d, bson.E{Key: "collectionUUID", Value: ev.uuid})
+	}
+	d = append(d, bson.E{Key: "wallTime", Value: ev.wall})
 	ns := bson.D{{Key: "db", Value: ev.db}}
 	if ev.op != "dropDatabase" {
 		ns = append(ns, bson.E{Key: "coll", Value: ev.coll})
@@ -441,9 +452,7 @@ func (s *Server) eventDoc(cs *changeStream, ev *event) (bson.D, error) {
 			}
 		}
 	}
-	if ev.op != "drop" && ev.op != "rename" && ev.op != "dropDatabase" || true {
-		d = append(d, bson.E{Key: "ns", Value: ns})
-	}
+	d = append(d, bson.E{Key: "ns", Value: ns})
 	switch ev.op {
 	case "insert", "update", "replace", "delete":
 		d = append(d, bson.E{Key: "documentKey", Value: bson.D{{Key: "_id", Value: ev.id}}})
@@ -452,6 +461,14 @@ func (s *Server) eventDoc(cs *changeStream, ev *event) (bson.D, error) {
 				return nil, cmdErrf(47, "NoMatchingDocument", "Change stream was configured to require a pre-image for all update, delete and replace events, but the pre-image was not found for event: %s", formatValue(tok))
 			}
 			d = append(d, bson.E{Key: "fullDocumentBeforeChange", Value: nil})
+		}
+	}
+	if cs.showExpanded {
+		switch {
+		case ev.desc != nil:
+			d = append(d, bson.E{Key: "operationDescription", Value: ev.desc})
+		case ev.op == "rename":
+			d = append(d, bson.E{Key: "operationDescription", Value: bson.D{{Key: "to", Value: bson.D{{Key: "db", Value: ev.toDB}, {Key: "coll", Value: ev.toColl}}}}})
 		}
 	}
 	if ev.op == "update" {

@@ -470,3 +470,52 @@ func TestChangeStreamPipelineUpdateSizeRule(t *testing.T) {
 		t.Fatalf("big: %+v", ev)
 	}
 }
+
+func TestChangeStreamExpandedEvents(t *testing.T) {
+	_, client := start(t)
+	c := ctx(t)
+	db := client.Database("db")
+	plain, err := db.Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close(c)
+	cs, err := db.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetShowExpandedEvents(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(c)
+	coll := db.Collection("c")
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: 1}})
+	coll.Indexes().CreateOne(c, mongo.IndexModel{Keys: bson.D{{Key: "k", Value: 1}}, Options: options.Index().SetUnique(true)})
+	coll.Indexes().DropOne(c, "k_1")
+	var got []string
+	for i := 0; i < 4; i++ {
+		var ev bson.M
+		if !cs.Next(c) {
+			t.Fatal(cs.Err())
+		}
+		cs.Decode(&ev)
+		got = append(got, ev["operationType"].(string))
+		if ev["collectionUUID"] == nil {
+			t.Fatalf("no collectionUUID: %v", ev)
+		}
+		if ev["operationType"] == "createIndexes" {
+			var desc struct {
+				Indexes []bson.M `bson:"indexes"`
+			}
+			raw, _ := bson.Marshal(ev["operationDescription"])
+			bson.Unmarshal(raw, &desc)
+			if idx := desc.Indexes; len(idx) != 1 || idx[0]["name"] != "k_1" || idx[0]["unique"] != true {
+				t.Fatalf("%v", idx)
+			}
+		}
+	}
+	if fmt.Sprint(got) != "[create insert createIndexes dropIndexes]" {
+		t.Fatalf("expanded: %v", got)
+	}
+	// Without showExpandedEvents only the insert is seen.
+	if ev := next(t, plain); ev.OperationType != "insert" {
+		t.Fatalf("%+v", ev)
+	}
+}

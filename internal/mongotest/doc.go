@@ -61,7 +61,9 @@
 //     document, approximating mongod's rule. Post-images (fullDocument
 //     whenAvailable/required) exist only for collections created or modified
 //     with changeStreamPreAndPostImages; pre-images are never available.
-//     Expanded events (showExpandedEvents) are not produced.
+//     With showExpandedEvents, create, createIndexes and dropIndexes events
+//     are produced (with collectionUUID and operationDescription), but not
+//     modify or the sharding events.
 //   - Cluster time seconds follow the server clock; the increment counts
 //     writes within a second. There is no periodic no-op write, so an idle
 //     server's operationTime stays at its last write.

@@ -226,6 +226,10 @@ func (s *Server) ensureColl(db, name string) (*collection, bool) {
 	}
 	c = s.newCollection(db, name)
 	d.colls[name] = c
+	// Implicit and explicit creation both log a create entry, seen by
+	// streams with showExpandedEvents.
+	s.appendEvent(nil, &event{op: "create", db: db, coll: name, uuid: c.uuid, expanded: true,
+		desc: bson.D{{Key: "idIndex", Value: c.indexes[0].spec}}})
 	return c, true
 }
 
