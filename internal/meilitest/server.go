@@ -176,7 +176,7 @@ func (s *Server) FailNextOn(route string, n int, mode FailMode) {
 // method and the route pattern with Meilisearch's path parameters named
 // {uid} (index uid), {id} (document id) and {taskUid}:
 //
-//	GET /health  GET /version  GET /stats
+//	GET /  GET /health  GET /version  GET /stats
 //	GET /indexes  POST /indexes
 //	GET /indexes/{uid}  PATCH /indexes/{uid}  DELETE /indexes/{uid}
 //	GET /indexes/{uid}/stats
@@ -295,6 +295,12 @@ func (s *Server) routes() http.Handler {
 	// an empty body (crates/meilisearch/src/routes/mod.rs, configure), or a
 	// 405 when the path exists for other methods (actix resources).
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/" && r.Method == http.MethodGet {
+			// routes::running, served when the dashboard is off.
+			s.count("GET /")
+			writeRaw(w, http.StatusOK, []byte(`{"status":"Meilisearch is running"}`))
+			return
+		}
 		s.count("unknown")
 		for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
 			if m == r.Method {
