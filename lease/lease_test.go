@@ -642,3 +642,34 @@ func TestFencedWritesRefuseADeposedHolder(t *testing.T) {
 		t.Fatalf("position = %v", got)
 	}
 }
+
+func TestDuplicateKeyOnAcquireIsRetriedThenHeld(t *testing.T) {
+	// mongod retries an equality-only upsert's insert race itself, so a
+	// duplicate key should not reach us; if one does (another server, a
+	// proxy), it means someone else's insert won.
+	e := newEnv(t)
+	a := e.manager("a:1:x", lease.Options{})
+	dupKey := func(times int32) {
+		e.srv.FailCommand(bson.D{
+			{Key: "configureFailPoint", Value: "failCommand"},
+			{Key: "mode", Value: bson.D{{Key: "times", Value: times}}},
+			{Key: "data", Value: bson.D{
+				{Key: "failCommands", Value: bson.A{"findAndModify"}},
+				{Key: "errorCode", Value: int32(11000)},
+			}},
+		})
+	}
+	dupKey(1)
+	l, err := a.Acquire(ctxT(t), "job")
+	if err != nil {
+		t.Fatalf("Acquire after one duplicate key: %v", err)
+	}
+	if err := l.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	dupKey(2)
+	_, err = a.Acquire(ctxT(t), "job")
+	if !errors.Is(err, errs.ErrRunning) || !mongo.IsDuplicateKeyError(err) {
+		t.Fatalf("Acquire after two duplicate keys: %v, want RUNNING wrapping the duplicate key", err)
+	}
+}
