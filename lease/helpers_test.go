@@ -22,14 +22,14 @@ import (
 
 // env is one test server and a state collection on it.
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	srv  *mongotest.Server
 	coll *mongo.Collection
 }
 
 var dbNameUnsafe = regexp.MustCompile(`[^A-Za-z0-9_]`)
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	srv, err := mongotest.Start(mongotest.Options{})
 	if err != nil {
@@ -48,7 +48,7 @@ func newEnv(t *testing.T) *env {
 	return &env{t: t, srv: srv, coll: client.Database(db).Collection("meilistream")}
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
