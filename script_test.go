@@ -32,7 +32,10 @@ package main
 //	MEILISTREAM_LOG_FORMAT=json
 //	              so "exec meilistream &s&" just works; override with "env".
 //
-// Conditions: [real] when real servers are used.
+// Conditions: [real] when real servers are used; [servers] when servers are
+// available (always). Commands that inject faults into the in-process
+// servers reach them through srv.mongo and srv.meili (nil under [real]: such
+// scripts start with "[real] skip").
 //
 // Generic commands: waitfile FILE [timeout]; httpget [-wait=DUR] URL-or-path
 // [want-status] (a path is relative to the address in $MEILISTREAM_READY_FILE);
@@ -69,6 +72,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/meilitest"
+	"github.com/meilistream/meilistream/internal/mongotest"
 )
 
 // scriptCmds are the custom commands scripts can use. Other test files add
@@ -83,8 +87,8 @@ var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []str
 // init() like scriptCmds.
 var scriptConds = map[string]func() (bool, error){
 	"real": func() (bool, error) { return realServers(), nil },
-	// servers: MongoDB and Meilisearch are available (always, once the
-	// internal test servers are wired).
+	// servers: MongoDB and Meilisearch are available (always: the
+	// internal test servers stand in for real ones).
 	"servers": func() (bool, error) {
 		if err := srv.start(); err != nil {
 			return false, err
@@ -135,6 +139,10 @@ type servers struct {
 	meiliURL string
 	meiliKey string
 	closers  []func() error
+	// The in-process servers, for commands that inject faults; nil when
+	// the scripts run against real servers ([real]).
+	mongo *mongotest.Server
+	meili *meilitest.Server
 }
 
 func (s *servers) start() error {
@@ -471,15 +479,20 @@ func cleanupReal(srv *servers, db string) {
 	deleteRealIndexes(ctx, srv.meiliURL, srv.meiliKey, db+"_")
 }
 
-// startInternal starts the in-process test servers. (MongoDB: wired when
-// internal/mongotest lands; until then scripts that need servers skip on
-// [!servers].)
+// startInternal starts the in-process test servers.
 func (s *servers) startInternal() error {
+	mongo, err := mongotest.Start(mongotest.Options{})
+	if err != nil {
+		return fmt.Errorf("mongotest: %w", err)
+	}
+	s.closers = append(s.closers, mongo.Close)
 	meili, err := meilitest.Start(meilitest.Options{MasterKey: testMeiliKey})
 	if err != nil {
 		return fmt.Errorf("meilitest: %w", err)
 	}
 	s.closers = append(s.closers, meili.Close)
+	s.mongo, s.meili = mongo, meili
+	s.mongoURI = mongo.URI()
 	s.meiliURL, s.meiliKey = meili.URL(), testMeiliKey
 	return nil
 }
@@ -505,5 +518,29 @@ func deleteRealIndexes(ctx context.Context, url, key, prefix string) {
 		if strings.HasPrefix(idx.UID, prefix) {
 			_, _ = client.DeleteIndex(ctx, idx.UID)
 		}
+	}
+}
+
+// TestScriptServers checks the servers the scripts get answer the real
+// clients, so a script failure is not a harness failure in disguise.
+func TestScriptServers(t *testing.T) {
+	srv := &servers{} // its own: the suite's are closed when TestScripts ends
+	t.Cleanup(srv.close)
+	if err := srv.start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	client, err := mongo.Connect(options.Client().ApplyURI(srv.mongoURI))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(ctx) }()
+	if err := client.Ping(ctx, nil); err != nil {
+		t.Errorf("MongoDB at %s: %v", srv.mongoURI, err)
+	}
+	meili := meilisearch.New(srv.meiliURL, meilisearch.WithAPIKey(srv.meiliKey))
+	if _, err := meili.ListIndexes(ctx, &meilisearch.IndexesQuery{Limit: 1}); err != nil {
+		t.Errorf("Meilisearch at %s: %v", srv.meiliURL, err)
 	}
 }
