@@ -148,6 +148,9 @@ type changeStream struct {
 	stages       []stage
 	ns           string
 	showExpanded bool
+	// minTs skips events before startAtOperationTime when it lies ahead
+	// of the newest event.
+	minTs bson.Timestamp
 	// invalidateNext: the stream resumed right after its invalidating
 	// event, so the invalidate comes first.
 	invalidateNext *event
@@ -277,16 +280,21 @@ func (s *Server) openChangeStream(x *cmdCtx, specV any, user bson.A, batchSize i
 			if tok.seq < s.lostSeq {
 				return historyLost()
 			}
-			if tok.kind == tokEvent || tok.kind == tokInvalidate {
-				if ev := s.eventAt(tok.seq); ev != nil {
-					if ev.ts != tok.ts {
-						return &cmdError{code: 280, name: "ChangeStreamFatalError", msg: "cannot resume stream; the resume token was not found. " + formatValue(tv), labels: []string{"NonResumableChangeStreamError"}}
-					}
-					if tok.kind == tokEvent && cs.invalidates(ev) {
-						cs.invalidateNext = ev
-					}
-				} else if tok.seq > s.seq {
-					return &cmdError{code: 280, name: "ChangeStreamFatalError", msg: "cannot resume stream; the resume token was not found. " + formatValue(tv), labels: []string{"NonResumableChangeStreamError"}}
+			// A token this server never issued (another server's, or one
+			// whose event is not the one at its position) cannot be
+			// resumed from: 280, as mongod answers when the token's event
+			// is not found
+			// (document_source_change_stream_ensure_resume_token_present.cpp).
+			notFound := &cmdError{code: 280, name: "ChangeStreamFatalError", msg: "cannot resume stream; the resume token was not found. " + formatValue(tv), labels: []string{"NonResumableChangeStreamError"}}
+			if tok.seq > s.seq {
+				return notFound
+			}
+			if ev := s.eventAt(tok.seq); ev != nil {
+				if ev.ts != tok.ts {
+					return notFound
+				}
+				if tok.kind == tokEvent && cs.invalidates(ev) {
+					cs.invalidateNext = ev
 				}
 			}
 			cs.pos, cs.posTs = tok.seq, tok.ts
@@ -300,6 +308,7 @@ func (s *Server) openChangeStream(x *cmdCtx, specV any, user bson.A, batchSize i
 				return historyLost()
 			}
 			cs.pos, cs.posTs = s.lostSeq, s.lostTs
+			cs.minTs = ts
 			for _, ev := range s.oplog {
 				if !ev.ts.Before(ts) {
 					break
@@ -381,7 +390,7 @@ func (s *Server) collectEvents(cs *changeStream, max int) (bson.A, bson.D, bool,
 		ev := s.oplog[i]
 		cs.pos, cs.posTs = ev.seq, ev.ts
 		lastTok = nil
-		if !cs.inScope(ev) || (ev.expanded && !cs.showExpanded) {
+		if !cs.inScope(ev) || (ev.expanded && !cs.showExpanded) || ev.ts.Before(cs.minTs) {
 			continue
 		}
 		doc, err := s.eventDoc(cs, ev)

@@ -519,3 +519,40 @@ func TestChangeStreamExpandedEvents(t *testing.T) {
 		t.Fatalf("%+v", ev)
 	}
 }
+
+func TestChangeStreamForeignTokenAndFutureStart(t *testing.T) {
+	srv, client := start(t)
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	// A token from another server: 280, "resume token was not found".
+	other, otherClient := start(t)
+	_ = other
+	ocs, err := otherClient.Database("db").Collection("c").Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		otherClient.Database("db").Collection("c").InsertOne(c, bson.D{})
+	}
+	for i := 0; i < 3; i++ {
+		next(t, ocs)
+	}
+	_, err = coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetResumeAfter(ocs.ResumeToken()))
+	var ce mongo.CommandError
+	if !errors.As(err, &ce) || ce.Code != 280 {
+		t.Fatalf("foreign token: %v", err)
+	}
+	// startAtOperationTime ahead of the newest write skips writes before it.
+	future := bson.Timestamp{T: uint32(srv.Now().Add(time.Hour).Unix())}
+	cs, err := coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetStartAtOperationTime(&future))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(c)
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: "early"}})
+	srv.AdvanceClock(2 * time.Hour)
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: "late"}})
+	if ev := next(t, cs); ev.DocumentKey["_id"] != "late" {
+		t.Fatalf("%v", ev.DocumentKey)
+	}
+}
