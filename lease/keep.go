@@ -56,9 +56,7 @@ func (l *Lease) keepLoop(ctx context.Context) {
 		lastErr  error
 	)
 	for {
-		l.mu.Lock()
-		lastOK := l.lastOK
-		l.mu.Unlock()
+		lastOK := l.lastProof()
 		now := l.m.now()
 		deadline := lastOK.Add(giveUp)
 		var wait time.Duration
@@ -68,7 +66,7 @@ func (l *Lease) keepLoop(ctx context.Context) {
 			wait = min(retry<<min(failures-1, 3), deadline.Sub(now))
 		}
 		if !now.Before(deadline) {
-			l.lose(fmt.Sprintf("no renewal succeeded for %s (last error: %v)", now.Sub(lastOK).Round(time.Millisecond), lastErr))
+			l.lose(unproven(now.Sub(lastOK), lastErr))
 			return
 		}
 		if wait > 0 {
@@ -81,6 +79,13 @@ func (l *Lease) keepLoop(ctx context.Context) {
 			}
 		}
 		if ctx.Err() != nil {
+			return
+		}
+		if now = l.m.now(); !now.Before(deadline) && l.lastProof().Equal(lastOK) {
+			// The process slept past the deadline (a pause, an overloaded
+			// node): the lease was unproven for too long, whatever a late
+			// renewal would say now.
+			l.lose(unproven(now.Sub(lastOK), nil))
 			return
 		}
 		// One attempt may not outlive the give-up deadline nor eat every
@@ -116,3 +121,17 @@ func (l *Lease) keepLoop(ctx context.Context) {
 // whose monotonic reading makes the difference immune to wall-clock steps),
 // and turns durations into timers; it never compares a process time with a
 // server time.
+
+func (l *Lease) lastProof() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastOK
+}
+
+func unproven(elapsed time.Duration, lastErr error) string {
+	why := "the process was paused or starved"
+	if lastErr != nil {
+		why = "last error: " + lastErr.Error()
+	}
+	return fmt.Sprintf("no renewal succeeded for %s (%s)", elapsed.Round(time.Millisecond), why)
+}

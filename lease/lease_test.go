@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -671,5 +672,35 @@ func TestDuplicateKeyOnAcquireIsRetriedThenHeld(t *testing.T) {
 	_, err = a.Acquire(ctxT(t), "job")
 	if !errors.Is(err, errs.ErrRunning) || !mongo.IsDuplicateKeyError(err) {
 		t.Fatalf("Acquire after two duplicate keys: %v, want RUNNING wrapping the duplicate key", err)
+	}
+}
+
+func TestHolderPausedPastItsDeadlineGivesUpEvenIfTheServerWouldRenew(t *testing.T) {
+	e := newEnv(t)
+	a := e.manager("a:1:x", lease.Options{TTL: time.Second})
+	var pause atomic.Int64 // how far the process clock jumped: a pause of the whole process
+	lease.SetClock(a, func() time.Time { return time.Now().Add(time.Duration(pause.Load())) })
+	la := e.acquire(a, "job")
+	work, stop := la.Keep(context.Background())
+	defer stop()
+	pause.Store(int64(800 * time.Millisecond)) // more than 3/4 of the TTL, less than the TTL
+	select {
+	case <-work.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a holder paused past its give-up deadline kept running")
+	}
+	if cause := context.Cause(work); !errors.Is(cause, errs.ErrLeaseLost) || !strings.Contains(cause.Error(), "paused") {
+		t.Fatalf("cause = %v", cause)
+	}
+	if err := la.Confirm(ctxT(t)); !errors.Is(err, errs.ErrLeaseLost) {
+		t.Fatalf("Confirm after giving up: %v (a lost lease is never resurrected)", err)
+	}
+	// Its release frees the name for the next holder at once.
+	if err := la.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	lb := e.acquire(e.manager("b:2:y", lease.Options{}), "job")
+	if lb.Epoch() != la.Epoch()+1 {
+		t.Fatalf("epoch %d after %d", lb.Epoch(), la.Epoch())
 	}
 }
