@@ -190,8 +190,8 @@ func TestDistinctDropDatabaseRenameListDatabases(t *testing.T) {
 }
 
 func TestManySmallDocuments(t *testing.T) {
-	if testing.Short() {
-		t.Skip("inserts 100k documents")
+	if testing.Short() || raceEnabled {
+		t.Skip("inserts 100k documents; a speed check, skipped with -short and -race")
 	}
 	_, client := start(t)
 	c := ctx(t)

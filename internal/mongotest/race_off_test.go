@@ -1,0 +1,5 @@
+//go:build !race
+
+package mongotest_test
+
+const raceEnabled = false
