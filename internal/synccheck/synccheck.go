@@ -1,0 +1,230 @@
+// Package synccheck compares a Meilisearch index with what a job should
+// have made of its collection: the index must hold exactly
+// transform(collection), minus the documents recorded in the errors
+// collection (left out, DESIGN.md "Per-document errors"). It works against
+// the test servers and real ones alike (it only uses the drivers), so the
+// engine's tests and the testscript scenarios share it.
+package synccheck
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/meilisearch/meilisearch-go"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/meilistream/meilistream/transform"
+)
+
+// Docs maps a document's primary key (its JSON text, e.g. `"a1"` or `5`) to
+// the document decoded from JSON with numbers as json.Number.
+type Docs map[string]map[string]any
+
+// Expected runs job's transform (operation "reindex") over every document of
+// coll and returns what the index should hold. Documents whose _id is in
+// exclude (source _ids, e.g. from LeftOut) and documents the transform
+// refuses are not expected; neither are those it keeps out.
+func Expected(ctx context.Context, coll *mongo.Collection, job *transform.Job, exclude []bson.RawValue) (Docs, error) {
+	skip := map[string]bool{}
+	for _, id := range exclude {
+		skip[string(append([]byte{byte(id.Type)}, id.Value...))] = true
+	}
+	pk := job.PrimaryKey
+	if pk == "" {
+		pk = transform.DefaultPrimaryKey
+	}
+	cur, err := coll.Find(ctx, bson.D{})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", coll.Name(), err)
+	}
+	defer cur.Close(ctx)
+	out := Docs{}
+	for cur.Next(ctx) {
+		id := cur.Current.Lookup("_id")
+		if skip[string(append([]byte{byte(id.Type)}, id.Value...))] {
+			continue
+		}
+		res, err := job.Apply(ctx, cur.Current, transform.OpReindex, nil)
+		if err != nil || res.Skip {
+			continue
+		}
+		b, err := json.Marshal(res.Doc)
+		if err != nil {
+			return nil, err
+		}
+		d, key, err := decode(b, pk)
+		if err != nil {
+			return nil, err
+		}
+		out[key] = d
+	}
+	return out, cur.Err()
+}
+
+// LeftOut returns the source _ids recorded for job in the errors collection.
+func LeftOut(ctx context.Context, errorsColl *mongo.Collection, job string) ([]bson.RawValue, error) {
+	if errorsColl == nil {
+		return nil, nil
+	}
+	cur, err := errorsColl.Find(ctx, bson.D{{Key: "job", Value: job}})
+	if err != nil {
+		return nil, err
+	}
+	defer cur.Close(ctx)
+	var ids []bson.RawValue
+	for cur.Next(ctx) {
+		v, err := cur.Current.LookupErr("sourceId")
+		if err != nil {
+			continue
+		}
+		ids = append(ids, bson.RawValue{Type: v.Type, Value: append([]byte(nil), v.Value...)})
+	}
+	return ids, cur.Err()
+}
+
+// Actual reads every document of index uid (nil, no error, when the index
+// does not exist).
+func Actual(ctx context.Context, client meilisearch.ServiceManager, uid, pk string) (Docs, error) {
+	if pk == "" {
+		pk = transform.DefaultPrimaryKey
+	}
+	out := Docs{}
+	idx := client.Index(uid)
+	const page = 1000
+	for off := int64(0); ; off += page {
+		var res meilisearch.DocumentsResult
+		if err := idx.GetDocuments(ctx, &meilisearch.DocumentsQuery{Offset: off, Limit: page}, &res); err != nil {
+			var me *meilisearch.Error
+			if errors.As(err, &me) && me.APIError.Code == "index_not_found" {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("read index %s: %w", uid, err)
+		}
+		for _, hit := range res.Results {
+			b, err := json.Marshal(hit)
+			if err != nil {
+				return nil, err
+			}
+			d, key, err := decode(b, pk)
+			if err != nil {
+				return nil, err
+			}
+			out[key] = d
+		}
+		if int64(len(res.Results)) < page {
+			return out, nil
+		}
+	}
+}
+
+// Diff describes how actual differs from expected (at most 10 lines and a
+// count), or returns "" when they are equal.
+func Diff(expected, actual Docs) string {
+	var lines []string
+	n := 0
+	keys := make([]string, 0, len(expected)+len(actual))
+	for k := range expected {
+		keys = append(keys, k)
+	}
+	for k := range actual {
+		if _, ok := expected[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		e, inE := expected[k]
+		a, inA := actual[k]
+		var line string
+		switch {
+		case inE && !inA:
+			line = "missing " + k
+		case !inE && inA:
+			line = "unexpected " + k
+		case !reflect.DeepEqual(e, a):
+			eb, _ := json.Marshal(e)
+			ab, _ := json.Marshal(a)
+			line = fmt.Sprintf("differs %s: want %s, have %s", k, clip(eb), clip(ab))
+		default:
+			continue
+		}
+		n++
+		if len(lines) < 10 {
+			lines = append(lines, line)
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d differences (expected %d documents, index has %d):\n  %s", n, len(expected), len(actual), strings.Join(lines, "\n  "))
+}
+
+// Check compares index uid with transform(coll) minus the job's recorded
+// errors once, returning Diff's description ("" when equal).
+func Check(ctx context.Context, coll, errorsColl *mongo.Collection, job *transform.Job, client meilisearch.ServiceManager, uid string) (string, error) {
+	left, err := LeftOut(ctx, errorsColl, job.Name)
+	if err != nil {
+		return "", err
+	}
+	exp, err := Expected(ctx, coll, job, left)
+	if err != nil {
+		return "", err
+	}
+	act, err := Actual(ctx, client, uid, job.PrimaryKey)
+	if err != nil {
+		return "", err
+	}
+	return Diff(exp, act), nil
+}
+
+// Eventually repeats Check every 50ms until it reports no difference or
+// timeout passes; then it returns the last difference as an error.
+func Eventually(ctx context.Context, timeout time.Duration, coll, errorsColl *mongo.Collection, job *transform.Job, client meilisearch.ServiceManager, uid string) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		d, err := Check(ctx, coll, errorsColl, job, client, uid)
+		if err == nil && d == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return err
+			}
+			return fmt.Errorf("index %s does not hold transform(%s) after %s: %s", uid, coll.Name(), timeout, d)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func decode(b []byte, pk string) (map[string]any, string, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var d map[string]any
+	if err := dec.Decode(&d); err != nil {
+		return nil, "", err
+	}
+	k, err := json.Marshal(d[pk])
+	if err != nil {
+		return nil, "", err
+	}
+	return d, string(k), nil
+}
+
+func clip(b []byte) string {
+	if len(b) > 200 {
+		return string(b[:200]) + "..."
+	}
+	return string(b)
+}

@@ -1,0 +1,249 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/transform"
+)
+
+// Per-document errors (DESIGN.md "Per-document errors") live in the errors
+// collection, one document per job and source _id:
+//
+//	{_id: {job, id: <source _id>}, job, sourceId: <source _id>, code,
+//	 message, at: <server date of the last failure>, attempts: <int>}
+//
+// code is an error code of this project (TRANSFORM_FAILED, NOT_A_DOCUMENT,
+// ID_MISMATCH) for a transform's refusal, or the destination's own code
+// (e.g. Meilisearch's invalid_document_id) for a document it refused. A
+// document with a record is left out of the destination: the engine deletes
+// what the destination held for it, so the destination always equals the
+// transform of the collection minus the recorded documents, whether it was
+// built by a reindex or kept by follow. The record stays until `meilistream
+// retry` writes the document, or a reindex or a later change writes it
+// without error (then the record is cleared).
+
+func errKey(job string, id bson.RawValue) bson.D {
+	return bson.D{{Key: "job", Value: job}, {Key: "id", Value: id}}
+}
+
+// recordDocError upserts the error record of one document.
+func (e *Engine) recordDocError(ctx context.Context, job string, id bson.RawValue, code, msg string) error {
+	if e.errColl == nil {
+		return nil
+	}
+	if len(msg) > 2000 {
+		msg = msg[:2000] + "..."
+	}
+	update := bson.D{
+		{Key: "$set", Value: bson.D{
+			{Key: "job", Value: job},
+			{Key: "sourceId", Value: id},
+			{Key: "code", Value: code},
+			{Key: "message", Value: msg},
+		}},
+		{Key: "$currentDate", Value: bson.D{{Key: "at", Value: true}}},
+		{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}},
+	}
+	_, err := e.errColl.UpdateOne(ctx, bson.D{{Key: "_id", Value: errKey(job, id)}}, update, options.UpdateOne().SetUpsert(true))
+	if err != nil {
+		return errs.Wrap(errs.Failed, job, err, "record a per-document error")
+	}
+	return nil
+}
+
+// clearDocErrors deletes the error records of ids (written without error).
+func (e *Engine) clearDocErrors(ctx context.Context, job string, ids []bson.RawValue) (int64, error) {
+	if e.errColl == nil || len(ids) == 0 {
+		return 0, nil
+	}
+	keys := make(bson.A, len(ids))
+	for i, id := range ids {
+		keys[i] = errKey(job, id)
+	}
+	res, err := e.errColl.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}}})
+	if err != nil {
+		return 0, errs.Wrap(errs.Failed, job, err, "clear per-document errors")
+	}
+	return res.DeletedCount, nil
+}
+
+// docErrorIDs returns the source _ids of job's error records.
+func (e *Engine) docErrorIDs(ctx context.Context, job string) ([]bson.RawValue, error) {
+	if e.errColl == nil {
+		return nil, nil
+	}
+	cur, err := e.errColl.Find(ctx, bson.D{{Key: "job", Value: job}}, options.Find().SetProjection(bson.D{{Key: "sourceId", Value: 1}}))
+	if err != nil {
+		return nil, errs.Wrap(errs.Failed, job, err, "read per-document errors")
+	}
+	defer cur.Close(ctx)
+	var ids []bson.RawValue
+	for cur.Next(ctx) {
+		v, err := cur.Current.LookupErr("sourceId")
+		if err != nil {
+			continue
+		}
+		ids = append(ids, bson.RawValue{Type: v.Type, Value: append([]byte(nil), v.Value...)})
+	}
+	if err := cur.Err(); err != nil {
+		return nil, errs.Wrap(errs.Failed, job, err, "read per-document errors")
+	}
+	return ids, nil
+}
+
+func countErrors(ctx context.Context, coll *mongo.Collection) (map[string]int64, error) {
+	cur, err := coll.Aggregate(ctx, mongo.Pipeline{
+		{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$job"}, {Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}}}}},
+	})
+	if err != nil {
+		return nil, errs.Wrap(errs.Failed, "", err, "count per-document errors")
+	}
+	defer cur.Close(ctx)
+	out := map[string]int64{}
+	for cur.Next(ctx) {
+		var d struct {
+			ID string `bson:"_id"`
+			N  int64  `bson:"n"`
+		}
+		if err := cur.Decode(&d); err != nil {
+			return nil, errs.Wrap(errs.Failed, "", err, "count per-document errors")
+		}
+		out[d.ID] = d.N
+	}
+	return out, cur.Err()
+}
+
+// handleDocErrors takes transform failures through the per-document error
+// path: recorded and counted (skip), or the job's error (fail).
+func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *JobStats, bad []docError) error {
+	for _, b := range bad {
+		if jc.OnDocumentError == "fail" {
+			return errs.WithJob(jc.job.Name, b.err)
+		}
+		code := string(errs.CodeOf(b.err))
+		var ee *errs.Error
+		msg := b.err.Error()
+		if errors.As(b.err, &ee) && ee.Msg != "" {
+			msg = ee.Msg
+			if ee.Err != nil {
+				msg += ": " + ee.Err.Error()
+			}
+		}
+		if err := e.recordDocError(ctx, jc.job.Name, b.id, code, msg); err != nil {
+			return err
+		}
+		e.log.Warn("document left out", "job", jc.job.Name, "id", idString(b.id), "code", code, "error", msg)
+		stats.add(0, 0, 0, 1)
+		e.observeDocError(jc.job.Name, code)
+	}
+	return nil
+}
+
+// RetrySummary is what Retry did.
+type RetrySummary struct {
+	Retried  int64 // error records processed
+	Written  int64 // documents written (or deleted: kept out by the transform) and cleared
+	Gone     int64 // documents no longer in the collection: deleted from the destination and cleared
+	Failed   int64 // documents failing again (their records updated)
+	Duration time.Duration
+}
+
+// Retry runs the documents recorded in the errors collection for job through
+// the current transform again, under l: what succeeds is written to sink and
+// its record cleared; what fails again keeps (updates) its record. The
+// caller holds the job's lease, so no follower writes meanwhile.
+func (e *Engine) Retry(ctx context.Context, job *transform.Job, sink Sink, l EngineLease) (RetrySummary, error) {
+	start := time.Now()
+	var sum RetrySummary
+	ctx, stop := leaseContext(ctx, l)
+	defer stop()
+	jc := e.jobCfg(job)
+	jc.OnDocumentError = "skip" // a retry never stops on the document it is retrying
+	log := e.log.With("job", job.Name)
+	ids, err := e.docErrorIDs(ctx, job.Name)
+	if err != nil {
+		return sum, leaseOr(ctx, l, err)
+	}
+	if len(ids) == 0 {
+		sum.Duration = time.Since(start)
+		return sum, nil
+	}
+	if err := retryPrepare(ctx, sink, e.cfg, log); err != nil {
+		return sum, leaseOr(ctx, l, err)
+	}
+	coll := e.source.Collection(job.Collection)
+	p := e.newPipe(ctx, jc, sink, nil, log, false)
+	defer p.abort(errPipeClosed)
+	for lo := 0; lo < len(ids); lo += jc.BatchSize {
+		chunk := ids[lo:min(lo+jc.BatchSize, len(ids))]
+		in := make(bson.A, len(chunk))
+		for i, id := range chunk {
+			in[i] = id
+		}
+		cur, err := coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}})
+		if err != nil {
+			return sum, leaseOr(ctx, l, errs.Wrap(errs.Failed, job.Name, err, "read documents to retry"))
+		}
+		found := map[string]bson.Raw{}
+		for cur.Next(ctx) {
+			d := append(bson.Raw(nil), cur.Current...)
+			found[keyOf(d.Lookup("_id"))] = d
+		}
+		err = cur.Err()
+		cur.Close(ctx)
+		if err != nil {
+			return sum, leaseOr(ctx, l, errs.Wrap(errs.Failed, job.Name, err, "read documents to retry"))
+		}
+		items := make([]item, len(chunk))
+		for i, id := range chunk {
+			items[i] = item{id: id, doc: found[keyOf(id)], op: transform.OpReindex}
+			if items[i].doc == nil {
+				sum.Gone++
+			}
+		}
+		sum.Retried += int64(len(chunk))
+		writes, _, bad, err := transformAll(ctx, job, items, true)
+		if err != nil {
+			return sum, leaseOr(ctx, l, err)
+		}
+		if err := e.handleDocErrors(ctx, jc, nil, bad); err != nil {
+			return sum, leaseOr(ctx, l, err)
+		}
+		sum.Failed += int64(len(bad))
+		badKeys := map[string]bool{}
+		for _, b := range bad {
+			badKeys[keyOf(b.id)] = true
+		}
+		f := &flight{batch: Batch{Writes: writes}}
+		f.durable = func(ctx context.Context, f *flight) error {
+			var ok []bson.RawValue
+			for i, w := range f.batch.Writes {
+				if badKeys[keyOf(w.SourceID)] || f.isRefused(i) {
+					continue
+				}
+				ok = append(ok, w.SourceID)
+			}
+			n, err := e.clearDocErrors(ctx, job.Name, ok)
+			sum.Written += n
+			sum.Failed += int64(len(f.refusedPos))
+			return err
+		}
+		if err := p.submit(f); err != nil {
+			return sum, leaseOr(ctx, l, err)
+		}
+	}
+	if err := p.close(); err != nil {
+		return sum, leaseOr(ctx, l, err)
+	}
+	sum.Written -= sum.Gone
+	sum.Duration = time.Since(start)
+	log.Info("retry done", "retried", sum.Retried, "written", sum.Written, "gone", sum.Gone, "failed", sum.Failed)
+	return sum, nil
+}

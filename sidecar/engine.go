@@ -1,0 +1,434 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/transform"
+)
+
+// Defaults of EngineConfig fields left zero.
+const (
+	DefaultMaxInFlight      = 4
+	DefaultDrainTimeout     = 15 * time.Second
+	DefaultRetryBase        = 200 * time.Millisecond
+	DefaultRetryCap         = 30 * time.Second
+	DefaultProgressInterval = 5 * time.Second
+)
+
+// ErrInvalidated is the cause (wrapped in a FAILED *errs.Error) of Run's
+// return when the collection was dropped, renamed or its database dropped:
+// the position is cleared, so the next run reindexes what the collection
+// then holds (DESIGN.md "Invalidate").
+var ErrInvalidated = errors.New("change stream invalidated: collection dropped or renamed")
+
+// EngineConfig tunes the engine. Zero fields take the defaults of config.go
+// (DefaultBatchSize...) or of this file. A job's own options (BatchSize,
+// FlushInterval, OnHistoryLost, OnDocumentError in its transform file)
+// override the matching fields here.
+type EngineConfig struct {
+	BatchSize        int           // pending changes that trigger a send (follow); writes per batch (reindex)
+	PageSize         int           // documents per reindex page (and checkpoint)
+	FlushInterval    time.Duration // longest a pending change waits
+	PositionInterval time.Duration // how often a quiet stream records its position
+	OnHistoryLost    string        // "reindex" | "fail"
+	OnDocumentError  string        // "skip" | "fail"
+	StateCollection  string        // only for messages; the collections are passed to NewEngine
+
+	MaxInFlight      int           // batches sent but not yet durable (default 4)
+	DrainTimeout     time.Duration // on close, how long flushing pending changes may take (default 15s)
+	RetryBase        time.Duration // first backoff of a retried send (default 200ms)
+	RetryCap         time.Duration // backoff cap (default 30s)
+	ProgressInterval time.Duration // reindex progress log period (default 5s)
+}
+
+func (c EngineConfig) withDefaults() EngineConfig {
+	if c.BatchSize <= 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.PageSize <= 0 {
+		c.PageSize = DefaultPageSize
+	}
+	if c.FlushInterval <= 0 {
+		c.FlushInterval = DefaultFlushInterval
+	}
+	if c.PositionInterval <= 0 {
+		c.PositionInterval = DefaultPositionInterval
+	}
+	if c.OnHistoryLost == "" {
+		c.OnHistoryLost = DefaultOnHistoryLost
+	}
+	if c.OnDocumentError == "" {
+		c.OnDocumentError = DefaultOnDocumentError
+	}
+	if c.StateCollection == "" {
+		c.StateCollection = DefaultStateCollection
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.RetryBase <= 0 {
+		c.RetryBase = DefaultRetryBase
+	}
+	if c.RetryCap <= 0 {
+		c.RetryCap = DefaultRetryCap
+	}
+	if c.ProgressInterval <= 0 {
+		c.ProgressInterval = DefaultProgressInterval
+	}
+	return c
+}
+
+// EngineLease is what the engine needs of a job's lease; *lease.Lease has
+// it. Lost is closed once the lease is no longer held, Err then says why
+// (LEASE_LOST); Confirm proves with one round trip that it is still held.
+type EngineLease interface {
+	Epoch() int64
+	Lost() <-chan struct{}
+	Err() error
+	Confirm(ctx context.Context) error
+}
+
+// Engine runs search and mirror jobs: reindex and follow over a Sink
+// (DESIGN.md "Semantics of a search job"). One Engine serves every job; it
+// holds no per-job state between calls (that lives in MongoDB).
+type Engine struct {
+	source  *mongo.Database
+	state   *mongo.Collection
+	errColl *mongo.Collection
+	cfg     EngineConfig
+	metrics *Metrics
+	log     hclog.Logger
+
+	kindMu sync.Mutex
+	kind   map[string]string // job name -> metrics kind label
+}
+
+// NewEngine returns an engine reading jobs' collections from source and
+// keeping positions and checkpoints in state, per-document errors in
+// errorsColl (normally state's name + "_errors"). metrics and logger may be
+// nil.
+func NewEngine(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Collection, cfg EngineConfig, metrics *Metrics, logger hclog.Logger) *Engine {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	return &Engine{source: source, state: state, errColl: errorsColl, cfg: cfg.withDefaults(), metrics: metrics, log: logger}
+}
+
+// jobConfig is the engine configuration with a job's overrides applied.
+type jobConfig struct {
+	EngineConfig
+	job *transform.Job
+}
+
+func (e *Engine) jobCfg(job *transform.Job) jobConfig {
+	c := e.cfg
+	if job.BatchSize > 0 {
+		c.BatchSize = job.BatchSize
+	}
+	if job.FlushInterval > 0 {
+		c.FlushInterval = job.FlushInterval
+	}
+	if job.OnHistoryLost != "" {
+		c.OnHistoryLost = job.OnHistoryLost
+	}
+	if job.OnDocumentError != "" {
+		c.OnDocumentError = job.OnDocumentError
+	}
+	return jobConfig{EngineConfig: c, job: job}
+}
+
+// Run runs job under l until ctx ends or the job fails: it prepares the
+// sink, reindexes when the job has no recorded position, when the position
+// was recorded with another transform hash, or when the history is lost
+// (onHistoryLost: reindex), and follows the change stream.
+//
+// It returns nil after a clean close (ctx cancelled for any reason but a
+// lost lease: pending changes are flushed and their position recorded, within
+// DrainTimeout), an error with code LEASE_LOST when the lease was lost
+// (nothing recorded afterwards), HISTORY_LOST with onHistoryLost: fail, a
+// FAILED error wrapping ErrInvalidated when the collection was dropped or
+// renamed (position cleared), or the per-document error's own code with
+// onDocumentError: fail.
+func (e *Engine) Run(ctx context.Context, job *transform.Job, sink Sink, l EngineLease, stats *JobStats) error {
+	e.setKind(job.Name, job.Kind.String())
+	err := e.run(ctx, job, sink, l, stats)
+	if err != nil {
+		err = errs.WithJob(job.Name, err)
+		stats.setError(err)
+	}
+	stats.setPhase(PhaseIdle)
+	return err
+}
+
+func (e *Engine) run(ctx context.Context, job *transform.Job, sink Sink, l EngineLease, stats *JobStats) error {
+	ctx, stop := leaseContext(ctx, l)
+	defer stop()
+	log := e.log.With("job", job.Name)
+	if err := e.stamp(ctx, job.Name, l); err != nil {
+		return leaseOr(ctx, l, err)
+	}
+	if err := retryPrepare(ctx, sink, e.cfg, log); err != nil {
+		return closeOr(ctx, l, err)
+	}
+	for {
+		pos, err := e.readPosition(ctx, job.Name)
+		if err != nil {
+			return closeOr(ctx, l, errs.Wrap(errs.Failed, job.Name, err, "read position"))
+		}
+		if pos == nil || pos.Hash != job.Hash {
+			if pos == nil {
+				log.Info("no recorded position: reindexing")
+			} else {
+				log.Info("transform changed since the position was recorded: reindexing", "recorded_hash", short(pos.Hash), "hash", short(job.Hash))
+			}
+			if _, err := e.reindex(ctx, job, sink, l, stats, log); err != nil {
+				return closeOr(ctx, l, err)
+			}
+			continue
+		}
+		err = e.follow(ctx, job, sink, l, stats, pos, log)
+		if errors.Is(err, errHistoryLost) {
+			if e.jobCfg(job).OnHistoryLost == "fail" {
+				return errs.Wrap(errs.HistoryLost, job.Name, err, "the recorded position is older than the server's change history (onHistoryLost: fail)")
+			}
+			log.Warn("change history lost since the recorded position: reindexing")
+			if _, err := e.reindex(ctx, job, sink, l, stats, log); err != nil {
+				return closeOr(ctx, l, err)
+			}
+			continue
+		}
+		return err
+	}
+}
+
+// leaseContext derives a context cancelled with the lease's LEASE_LOST
+// error as its cause as soon as the lease is lost.
+func leaseContext(ctx context.Context, l EngineLease) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-l.Lost():
+			cancel(leaseErr(l))
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+// drainContext is for flushing after ctx was cancelled (a clean close): not
+// cancelled with ctx, but bounded by timeout and still by the lease.
+func drainContext(ctx context.Context, l EngineLease, timeout time.Duration) (context.Context, func()) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	lctx, stop := leaseContext(dctx, l)
+	return lctx, func() { stop(); cancel() }
+}
+
+func leaseErr(l EngineLease) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	return errs.New(errs.LeaseLost, "", "lease lost")
+}
+
+// leaseOr returns the LEASE_LOST error when the lease is gone (whatever err
+// says: an operation cut short by the loss), else err.
+func leaseOr(ctx context.Context, l EngineLease, err error) error {
+	select {
+	case <-l.Lost():
+		return leaseErr(l)
+	default:
+	}
+	if c := context.Cause(ctx); c != nil && errors.Is(c, errs.ErrLeaseLost) {
+		return c
+	}
+	return err
+}
+
+// closeOr is leaseOr, and nil when ctx was cancelled for another reason (a
+// clean close while waiting or reindexing: nothing is recorded, the next run
+// resumes).
+func closeOr(ctx context.Context, l EngineLease, err error) error {
+	err = leaseOr(ctx, l, err)
+	if errors.Is(err, errs.ErrLeaseLost) {
+		return err
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func retryPrepare(ctx context.Context, sink Sink, cfg EngineConfig, log hclog.Logger) error {
+	for attempt := 0; ; attempt++ {
+		err := sink.Prepare(ctx)
+		if err == nil {
+			return nil
+		}
+		if !retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		log.Warn("preparing the destination failed; retrying", "error", err, "attempt", attempt+1)
+		if err := sleep(ctx, backoff(cfg, attempt)); err != nil {
+			return err
+		}
+	}
+}
+
+// retryable says whether an error of a sink may be retried: anything but an
+// *errs.Error with a code other than FAILED.
+func retryable(err error) bool {
+	var e *errs.Error
+	if errors.As(err, &e) {
+		return e.Code == errs.Failed
+	}
+	return true
+}
+
+// backoff is exponential with full jitter in [d/2, d], capped.
+func backoff(cfg EngineConfig, attempt int) time.Duration {
+	d := cfg.RetryBase
+	for i := 0; i < attempt && d < cfg.RetryCap; i++ {
+		d *= 2
+	}
+	if d > cfg.RetryCap {
+		d = cfg.RetryCap
+	}
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
+
+// keyOf is the coalescing key of a source _id: its BSON type and bytes.
+func keyOf(id bson.RawValue) string {
+	b := make([]byte, 0, 1+len(id.Value))
+	b = append(b, byte(id.Type))
+	b = append(b, id.Value...)
+	return string(b)
+}
+
+// item is one source document to transform into a write.
+type item struct {
+	doc bson.Raw      // the full document; nil: delete
+	id  bson.RawValue // its _id
+	op  transform.Operation
+	upd bson.Raw // updateDescription, or nil
+}
+
+// docError is a per-document failure found while transforming.
+type docError struct {
+	id  bson.RawValue
+	err error
+}
+
+// transformAll turns items into writes, in parallel on the transform pool,
+// keeping their order. A document the transform keeps out becomes a delete
+// when deleteSkipped (follow, in place), else it is dropped from the writes.
+// Per-document errors are returned apart (their writes are deletes when
+// deleteSkipped: the document is left out of the destination).
+func transformAll(ctx context.Context, job *transform.Job, items []item, deleteSkipped bool) (writes []Write, skipped int, bad []docError, err error) {
+	n := len(items)
+	res := make([]Write, n)
+	kind := make([]byte, n) // 0 write, 1 skipped, 2 error
+	errsAt := make([]error, n)
+	workers := runtime.GOMAXPROCS(0)
+	if workers > n {
+		workers = n
+	}
+	var (
+		wg       sync.WaitGroup
+		fatalMu  sync.Mutex
+		fatalErr error
+	)
+	chunk := (n + workers - 1) / max(workers, 1)
+	for w := 0; w < workers; w++ {
+		lo, hi := w*chunk, min((w+1)*chunk, n)
+		if lo >= hi {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := lo; i < hi; i++ {
+				it := &items[i]
+				if it.doc == nil {
+					res[i] = Write{SourceID: it.id, Delete: true}
+					continue
+				}
+				r, err := job.Apply(ctx, it.doc, it.op, it.upd)
+				switch {
+				case err == nil && r.Skip:
+					kind[i] = 1
+					res[i] = Write{SourceID: it.id, Delete: true}
+				case err == nil:
+					if job.Kind == transform.Mirror {
+						res[i] = Write{SourceID: it.id, Doc: r.Raw}
+					} else {
+						res[i] = Write{SourceID: it.id, Doc: r.Doc}
+					}
+				case ctx.Err() != nil || errs.CodeOf(err) == errs.Failed:
+					fatalMu.Lock()
+					if fatalErr == nil {
+						fatalErr = err
+					}
+					fatalMu.Unlock()
+					return
+				default:
+					kind[i] = 2
+					errsAt[i] = err
+					res[i] = Write{SourceID: it.id, Delete: true}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if fatalErr != nil {
+		if ctx.Err() != nil {
+			return nil, 0, nil, context.Cause(ctx)
+		}
+		return nil, 0, nil, fmt.Errorf("transform: %w", fatalErr)
+	}
+	writes = res[:0]
+	for i := range res {
+		switch kind[i] {
+		case 1:
+			skipped++
+		case 2:
+			bad = append(bad, docError{id: items[i].id, err: errsAt[i]})
+		}
+		if kind[i] != 0 && !deleteSkipped {
+			continue
+		}
+		writes = append(writes, res[i])
+	}
+	return writes, skipped, bad, nil
+}

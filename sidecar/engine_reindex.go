@@ -1,0 +1,360 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/transform"
+)
+
+// ReindexSummary is what a reindex did (this run; a resumed reindex's
+// earlier pages are in Resumed... fields).
+type ReindexSummary struct {
+	Indexed  int64 // documents written
+	Skipped  int64 // documents the transform kept out
+	Removed  int64 // documents the sweep of an in-place reindex deleted
+	Errors   int64 // documents left out for a per-document error (recorded)
+	Resumed  bool  // continued from a checkpoint
+	Previous int64 // documents read by earlier runs of a resumed reindex
+	Duration time.Duration
+}
+
+// Reindex rebuilds job's destination from the collection under l and
+// records the position taken at its start (`meilistream reindex NAME`). It
+// continues a checkpointed reindex of the same transform. On failure nothing
+// is recorded but the checkpoint; a lost lease ends it with LEASE_LOST before
+// the swap and the record. Cancelling ctx stops it (error: ctx's cause); a
+// later Reindex or Run resumes.
+func (e *Engine) Reindex(ctx context.Context, job *transform.Job, sink Sink, l EngineLease, stats *JobStats) (ReindexSummary, error) {
+	ctx, stop := leaseContext(ctx, l)
+	defer stop()
+	log := e.log.With("job", job.Name)
+	err := e.stamp(ctx, job.Name, l)
+	if err == nil {
+		err = retryPrepare(ctx, sink, e.cfg, log)
+	}
+	var sum ReindexSummary
+	if err == nil {
+		sum, err = e.reindex(ctx, job, sink, l, stats, log)
+	}
+	stats.setPhase(PhaseIdle)
+	if err != nil {
+		err = errs.WithJob(job.Name, leaseOr(ctx, l, err))
+		stats.setError(err)
+	}
+	return sum, err
+}
+
+// currentToken returns where the collection's change history is now.
+func (e *Engine) currentToken(ctx context.Context, job *transform.Job) (bson.Raw, error) {
+	cs, err := e.openStream(ctx, job, nil)
+	if err != nil {
+		return nil, errs.Wrap(errs.Failed, job.Name, err, "open change stream to take the reindex's start position")
+	}
+	defer cs.Close(context.WithoutCancel(ctx))
+	tok := cs.ResumeToken()
+	if len(tok) == 0 {
+		// No post-batch resume token in the first reply (servers send one;
+		// be safe): one getMore gives it.
+		cs.TryNext(ctx)
+		tok = cs.ResumeToken()
+	}
+	if len(tok) == 0 {
+		return nil, errs.New(errs.Failed, job.Name, "the change stream gave no resume token")
+	}
+	return append(bson.Raw(nil), tok...), nil
+}
+
+// tokenValid says whether a stream can still resume after tok.
+func (e *Engine) tokenValid(ctx context.Context, job *transform.Job, tok bson.Raw) (bool, error) {
+	cs, err := e.openStream(ctx, job, tok)
+	if isHistoryLost(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, errs.Wrap(errs.Failed, job.Name, err, "open change stream")
+	}
+	_ = cs.Close(context.WithoutCancel(ctx))
+	return true, nil
+}
+
+func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l EngineLease, stats *JobStats, log hclog.Logger) (ReindexSummary, error) {
+	start := time.Now()
+	jc := e.jobCfg(job)
+	name := job.Name
+	var sum ReindexSummary
+	stats.setPhase(PhaseReindexing)
+	inPlace := job.Reindex == "inplace" || job.Kind == transform.Mirror
+	coll := e.source.Collection(job.Collection)
+
+	// Resume a checkpoint of the same transform whose start is still in
+	// the history, into the staged target it was writing.
+	cp, err := e.readCheckpoint(ctx, name)
+	if err != nil {
+		return sum, errs.Wrap(errs.Failed, name, err, "read reindex checkpoint")
+	}
+	var staged Staged
+	if cp != nil && cp.Hash == job.Hash && cp.InPlace == inPlace && len(cp.StartToken) > 0 {
+		ok, err := e.tokenValid(ctx, job, cp.StartToken)
+		if err != nil {
+			return sum, err
+		}
+		if ok {
+			staged, err = sink.Stage(ctx, true)
+			switch {
+			case errors.Is(err, ErrNoStage):
+				log.Info("reindex checkpoint found but its staged index is gone: starting over")
+				staged = nil
+			case err != nil:
+				return sum, errs.Wrap(errs.Failed, name, err, "stage the reindex")
+			default:
+				sum.Resumed, sum.Previous = true, cp.Count
+			}
+		} else {
+			log.Info("reindex checkpoint's start is no longer in the change history: starting over")
+		}
+	}
+	if staged == nil {
+		tok, err := e.currentToken(ctx, job)
+		if err != nil {
+			return sum, err
+		}
+		staged, err = sink.Stage(ctx, false)
+		if err != nil {
+			return sum, errs.Wrap(errs.Failed, name, err, "stage the reindex")
+		}
+		cp = &checkpoint{StartToken: tok, StartedAt: time.Now(), Hash: job.Hash, InPlace: inPlace}
+		if err := e.writeCheckpoint(ctx, name, l, cp); err != nil {
+			return sum, err
+		}
+	}
+	est, _ := coll.EstimatedDocumentCount(ctx)
+	if sum.Resumed {
+		log.Info("reindex resumed from checkpoint", "done", cp.Count, "last_id", idString(cp.LastID), "estimated_total", est, "in_place", inPlace)
+	} else {
+		log.Info("reindex started", "estimated_total", est, "in_place", inPlace)
+	}
+	stats.update(func(s *JobSnapshot) {
+		s.Reindex = ReindexProgress{Done: cp.Count, Estimated: est, Started: start, Resumed: sum.Resumed}
+	})
+
+	// Progress every few seconds, in the log and the stats.
+	var done atomic.Int64
+	done.Store(cp.Count)
+	progStop := make(chan struct{})
+	defer close(progStop)
+	go func() {
+		t := time.NewTicker(jc.ProgressInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				n := done.Load()
+				el := time.Since(start).Seconds()
+				rate := float64(n-sum.Previous) / el
+				var eta time.Duration
+				if rate > 0 && est > n {
+					eta = time.Duration(float64(est-n) / rate * float64(time.Second)).Round(time.Second)
+				}
+				stats.update(func(s *JobSnapshot) { s.Reindex.Rate = rate; s.Reindex.ETA = eta })
+				log.Info("reindex progress", "done", n, "estimated_total", est, "rate_per_s", int64(rate), "eta", eta)
+			case <-progStop:
+				return
+			}
+		}
+	}()
+
+	// Pages in _id order: read here, transformed on the pipe's prepare
+	// stage, sent and waited for on its other stages, checkpointed in order
+	// once durable.
+	p := e.newPipe(ctx, jc, staged, stats, log, false)
+	defer p.abort(errPipeClosed)
+	var skipped, bad, indexed atomic.Int64
+	filter := bson.D{}
+	if cp.LastID.Type != 0 {
+		filter = bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: cp.LastID}}}}
+	}
+	cur, err := coll.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(int32(jc.PageSize)))
+	if err != nil {
+		return sum, errs.Wrap(errs.Failed, name, err, "read the collection")
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	submitPage := func(page []item) error {
+		last := page[len(page)-1].id
+		f := &flight{
+			prepare: func(ctx context.Context, f *flight) error {
+				writes, sk, bd, err := transformAll(ctx, job, page, inPlace)
+				if err != nil {
+					return err
+				}
+				if err := e.handleDocErrors(ctx, jc, stats, bd); err != nil {
+					return err
+				}
+				skipped.Add(int64(sk))
+				bad.Add(int64(len(bd)))
+				stats.add(0, 0, int64(sk), 0)
+				e.observeSkipped(name, int64(sk))
+				f.batch = Batch{Writes: writes}
+				return nil
+			},
+			durable: func(ctx context.Context, f *flight) error {
+				var up int64
+				for i := range f.batch.Writes {
+					if !f.batch.Writes[i].Delete {
+						up++
+					}
+				}
+				indexed.Add(up - int64(len(f.refusedPos)))
+				bad.Add(int64(len(f.refusedPos)))
+				cp.LastID = last
+				cp.Count += int64(len(page))
+				if err := e.writeCheckpoint(ctx, name, l, cp); err != nil {
+					return err
+				}
+				n := done.Add(int64(len(page)))
+				stats.update(func(s *JobSnapshot) { s.Reindex.Done = n })
+				return nil
+			},
+		}
+		return p.submit(f)
+	}
+	pageSize := jc.PageSize
+	page := make([]item, 0, pageSize)
+	arena := make([]byte, 0, pageSize*512)
+	for cur.Next(ctx) {
+		// Documents are copied into one arena per page: one allocation per
+		// page, not per document. Slices into an outgrown arena stay valid.
+		at := len(arena)
+		arena = append(arena, cur.Current...)
+		doc := bson.Raw(arena[at:len(arena):len(arena)])
+		page = append(page, item{doc: doc, id: doc.Lookup("_id"), op: transform.OpReindex})
+		if len(page) == pageSize {
+			if err := submitPage(page); err != nil {
+				return sum, err
+			}
+			page = make([]item, 0, pageSize)
+			arena = make([]byte, 0, cap(arena))
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return sum, leaseOr(ctx, l, errs.Wrap(errs.Failed, name, err, "read the collection"))
+	}
+	if len(page) > 0 {
+		if err := submitPage(page); err != nil {
+			return sum, err
+		}
+	}
+	if err := p.close(); err != nil {
+		return sum, err
+	}
+	sum.Indexed, sum.Skipped, sum.Errors = indexed.Load(), skipped.Load(), bad.Load()
+
+	// Everything is durable. Ask the server before each destructive or
+	// recording step.
+	if inPlace && job.Sweep {
+		if err := l.Confirm(ctx); err != nil {
+			return sum, err
+		}
+		removed, err := e.sweep(ctx, jc, staged, coll, stats, log)
+		if err != nil {
+			return sum, err
+		}
+		sum.Removed = removed
+	}
+	if err := l.Confirm(ctx); err != nil {
+		return sum, err
+	}
+	if !inPlace {
+		if err := staged.Commit(ctx); err != nil {
+			return sum, errs.Wrap(errs.Failed, name, err, "swap the rebuilt index in")
+		}
+		if err := l.Confirm(ctx); err != nil {
+			return sum, err
+		}
+	}
+	if err := e.recordPosition(ctx, name, l, cp.StartToken, cp.StartedAt, job.Hash); err != nil {
+		return sum, err
+	}
+	if err := e.deleteCheckpoint(ctx, name, l); err != nil {
+		return sum, err
+	}
+	sum.Duration = time.Since(start)
+	stats.update(func(s *JobSnapshot) {
+		s.Reindexes++
+		s.Reindex.Done = cp.Count
+		s.LastPosition = cp.StartedAt
+		s.RecordedAt = time.Now()
+	})
+	e.observeReindex(name, sum.Duration)
+	log.Info("reindex done", "indexed", sum.Indexed, "skipped", sum.Skipped, "removed", sum.Removed, "errors", sum.Errors,
+		"resumed", sum.Resumed, "duration", sum.Duration.Round(time.Millisecond))
+	return sum, nil
+}
+
+// sweep deletes, after an in-place reindex, what the destination holds for
+// _ids no longer in the collection. (Documents the transform keeps out
+// were deleted while reindexing.) The ids to delete are collected first:
+// deleting while paging through the destination would shift its pages.
+func (e *Engine) sweep(ctx context.Context, jc jobConfig, staged Staged, coll *mongo.Collection, stats *JobStats, log hclog.Logger) (int64, error) {
+	name := jc.job.Name
+	var gone []bson.RawValue
+	err := staged.Keys(ctx, func(ids []bson.RawValue) error {
+		if len(ids) == 0 {
+			return nil
+		}
+		in := make(bson.A, len(ids))
+		for i, id := range ids {
+			in[i] = id
+		}
+		cur, err := coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}},
+			options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+		if err != nil {
+			return err
+		}
+		defer cur.Close(ctx)
+		have := make(map[string]bool, len(ids))
+		for cur.Next(ctx) {
+			have[keyOf(cur.Current.Lookup("_id"))] = true
+		}
+		if err := cur.Err(); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if !have[keyOf(id)] {
+				gone = append(gone, bson.RawValue{Type: id.Type, Value: append([]byte(nil), id.Value...)})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, errs.Wrap(errs.Failed, name, err, "sweep: list the destination's documents")
+	}
+	if len(gone) == 0 {
+		return 0, nil
+	}
+	log.Info("sweep: deleting documents no longer in the collection", "count", len(gone))
+	p := e.newPipe(ctx, jc, staged, stats, log, false)
+	defer p.abort(errPipeClosed)
+	for lo := 0; lo < len(gone); lo += jc.BatchSize {
+		chunk := gone[lo:min(lo+jc.BatchSize, len(gone))]
+		w := make([]Write, len(chunk))
+		for i, id := range chunk {
+			w[i] = Write{SourceID: id, Delete: true}
+		}
+		if err := p.submit(&flight{batch: Batch{Writes: w}}); err != nil {
+			return 0, err
+		}
+	}
+	if err := p.close(); err != nil {
+		return 0, err
+	}
+	return int64(len(gone)), nil
+}

@@ -1,0 +1,101 @@
+package sidecar
+
+import (
+	"sync"
+	"time"
+)
+
+// Phase is what a job's engine is doing.
+type Phase string
+
+// The phases a JobStats reports. The supervisor adds its own (standby,
+// failed) around them.
+const (
+	PhaseIdle       Phase = ""
+	PhaseReindexing Phase = "reindexing"
+	PhaseFollowing  Phase = "following"
+)
+
+// JobStats is one job's live figures, written by the engine and read by the
+// supervisor for /status and the log. All methods are safe for concurrent
+// use; a nil *JobStats ignores writes, so the engine never checks.
+type JobStats struct {
+	mu sync.Mutex
+	s  JobSnapshot
+}
+
+// JobSnapshot is a copy of a JobStats at one instant.
+type JobSnapshot struct {
+	Phase Phase `json:"phase"`
+	// Reindex progress; meaningful while Phase is reindexing, kept after.
+	Reindex ReindexProgress `json:"reindex"`
+	// LastPosition is the cluster wall time of the last recorded position
+	// (zero before the first).
+	LastPosition time.Time `json:"lastPosition"`
+	// RecordedAt is when (process clock) that position was recorded.
+	RecordedAt time.Time `json:"recordedAt"`
+	// LagSeconds is how far the durable position is behind the change
+	// stream: the age of the last durable change's wall time, 0 when the
+	// stream is idle and everything is durable.
+	LagSeconds float64 `json:"lagSeconds"`
+	Indexed    int64   `json:"indexed"`   // documents upserted (durable)
+	Deleted    int64   `json:"deleted"`   // deletes sent (durable)
+	Skipped    int64   `json:"skipped"`   // documents the transform kept out
+	Errors     int64   `json:"errors"`    // per-document errors recorded
+	Changes    int64   `json:"changes"`   // change events read
+	Batches    int64   `json:"batches"`   // batches made durable
+	Retries    int64   `json:"retries"`   // sends or waits retried
+	Reindexes  int64   `json:"reindexes"` // reindexes completed
+	LastError  string  `json:"lastError,omitempty"`
+	LastErrAt  time.Time `json:"lastErrorAt,omitempty"`
+}
+
+// ReindexProgress is the state of a running (or the last) reindex.
+type ReindexProgress struct {
+	Done      int64         `json:"done"`      // documents read so far (including a resumed checkpoint's)
+	Estimated int64         `json:"estimated"` // estimatedDocumentCount at start
+	Rate      float64       `json:"rate"`      // documents per second in this run
+	ETA       time.Duration `json:"eta"`       // remaining at Rate; 0 when unknown
+	Started   time.Time     `json:"started"`
+	Resumed   bool          `json:"resumed"` // continued from a checkpoint
+}
+
+// NewJobStats returns empty stats.
+func NewJobStats() *JobStats { return &JobStats{} }
+
+// Snapshot returns a copy of the current figures.
+func (j *JobStats) Snapshot() JobSnapshot {
+	if j == nil {
+		return JobSnapshot{}
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.s
+}
+
+func (j *JobStats) update(fn func(s *JobSnapshot)) {
+	if j == nil {
+		return
+	}
+	j.mu.Lock()
+	fn(&j.s)
+	j.mu.Unlock()
+}
+
+func (j *JobStats) setPhase(p Phase) { j.update(func(s *JobSnapshot) { s.Phase = p }) }
+
+func (j *JobStats) setError(err error) {
+	if err == nil {
+		return
+	}
+	j.update(func(s *JobSnapshot) { s.LastError = err.Error(); s.LastErrAt = time.Now() })
+}
+
+func (j *JobStats) add(indexed, deleted, skipped, errors int64) {
+	j.update(func(s *JobSnapshot) {
+		s.Indexed += indexed
+		s.Deleted += deleted
+		s.Skipped += skipped
+		s.Errors += errors
+	})
+}

@@ -1,0 +1,494 @@
+package sidecar
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/meilisearch/meilisearch-go"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/transform"
+)
+
+// ReindexSuffix names the temporary index of a swap reindex: <uid>__reindex.
+const ReindexSuffix = "__reindex"
+
+// MeiliSink writes a search job into its Meilisearch index. A batch is at
+// most two tasks (one document addition, one delete-batch: the keys of a
+// batch are distinct, so their order does not matter); durable means every
+// task succeeded.
+type MeiliSink struct {
+	client  meilisearch.ServiceManager
+	job     *transform.Job
+	uid     string // the index written
+	live    string // the job's index
+	pk      string
+	inPlace bool // staged in place (the live index)
+	staged  bool
+	log     hclog.Logger
+}
+
+var (
+	_ Sink   = (*MeiliSink)(nil)
+	_ Staged = (*MeiliSink)(nil)
+)
+
+// NewMeiliSink returns the sink of a search job: index job.Index, primary
+// key job.PrimaryKey. The client is shared (it is safe for concurrent use);
+// give it meilisearch.DisableRetries() or not as you like: the engine
+// retries 5xx and connection errors itself.
+func NewMeiliSink(client meilisearch.ServiceManager, job *transform.Job, logger hclog.Logger) Sink {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	pk := job.PrimaryKey
+	if pk == "" {
+		pk = transform.DefaultPrimaryKey
+	}
+	uid := job.Index
+	if uid == "" {
+		uid = job.Name
+	}
+	return &MeiliSink{client: client, job: job, uid: uid, live: uid, pk: pk, log: logger.With("index", uid)}
+}
+
+// classify turns a meilisearch-go error into the engine's: CONFIG_INVALID
+// for what retrying cannot fix (auth, a bad index uid), FAILED (retried)
+// otherwise.
+func (s *MeiliSink) classify(err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	var me *meilisearch.Error
+	if errors.As(err, &me) {
+		switch me.StatusCode {
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "%s: Meilisearch refused the API key (MEILISTREAM_MEILI_API_KEY)", what)
+		}
+		switch string(me.APIError.Code) {
+		case "invalid_index_uid":
+			return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "%s: invalid index uid %q", what, s.uid)
+		}
+	}
+	return errs.Wrap(errs.Failed, s.job.Name, err, "%s", what)
+}
+
+func apiCode(err error) string {
+	var me *meilisearch.Error
+	if errors.As(err, &me) {
+		return string(me.APIError.Code)
+	}
+	return ""
+}
+
+// waitTask polls a task until it finishes, retrying transient errors until
+// ctx ends. Polls start at 2ms and back off to 50ms: a batch's latency is
+// mostly this wait.
+func (s *MeiliSink) waitTask(ctx context.Context, uid int64) (*meilisearch.Task, error) {
+	delay := 2 * time.Millisecond
+	failures := 0
+	for {
+		t, err := s.client.GetTask(ctx, uid)
+		if err == nil {
+			failures = 0
+			if t.Status != meilisearch.TaskStatusEnqueued && t.Status != meilisearch.TaskStatusProcessing {
+				return t, nil
+			}
+		} else {
+			if ctx.Err() != nil {
+				return nil, context.Cause(ctx)
+			}
+			var me *meilisearch.Error
+			if errors.As(err, &me) && me.StatusCode >= 400 && me.StatusCode < 500 {
+				return nil, s.classify(err, fmt.Sprintf("read task %d", uid))
+			}
+			failures++
+			if failures == 1 || failures%50 == 0 {
+				s.log.Warn("reading a task failed; retrying", "task", uid, "error", err)
+			}
+		}
+		if err := sleep(ctx, delay); err != nil {
+			return nil, err
+		}
+		if delay < 50*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// waitOK waits for an administrative task and requires success, except for
+// the codes in ok.
+func (s *MeiliSink) waitOK(ctx context.Context, ti *meilisearch.TaskInfo, what string, ok ...string) error {
+	t, err := s.waitTask(ctx, ti.TaskUID)
+	if err != nil {
+		return err
+	}
+	if t.Status == meilisearch.TaskStatusSucceeded {
+		return nil
+	}
+	for _, c := range ok {
+		if string(t.Error.Code) == c {
+			return nil
+		}
+	}
+	return errs.New(errs.Failed, s.job.Name, "%s: task %d %s: %s: %s", what, t.UID, t.Status, t.Error.Code, t.Error.Message)
+}
+
+// Prepare creates the index with its primary key when missing and applies
+// the settings the transform declares; otherwise it leaves settings alone.
+func (s *MeiliSink) Prepare(ctx context.Context) error {
+	if s.staged {
+		return nil
+	}
+	if err := s.ensureIndex(ctx, s.uid); err != nil {
+		return err
+	}
+	if s.job.Settings != nil {
+		return s.applySettings(ctx, s.uid, nil)
+	}
+	return nil
+}
+
+func (s *MeiliSink) ensureIndex(ctx context.Context, uid string) error {
+	info, err := s.client.GetIndex(ctx, uid)
+	if err == nil {
+		if info.PrimaryKey != "" && info.PrimaryKey != s.pk {
+			return errs.New(errs.ConfigInvalid, s.job.Name, "index %q has primary key %q but the job's is %q (primaryKey in the transform file)", uid, info.PrimaryKey, s.pk)
+		}
+		return nil
+	}
+	if apiCode(err) != "index_not_found" {
+		return s.classify(err, "read index "+uid)
+	}
+	ti, err := s.client.CreateIndex(ctx, &meilisearch.IndexConfig{Uid: uid, PrimaryKey: s.pk})
+	if err != nil {
+		return s.classify(err, "create index "+uid)
+	}
+	return s.waitOK(ctx, ti, "create index "+uid, "index_already_exists")
+}
+
+// applySettings sets uid's settings: the job's declared ones, else from
+// (copied from another index).
+func (s *MeiliSink) applySettings(ctx context.Context, uid string, from *meilisearch.Settings) error {
+	set := from
+	if s.job.Settings != nil {
+		b, err := json.Marshal(s.job.Settings)
+		if err != nil {
+			return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "settings")
+		}
+		set = &meilisearch.Settings{}
+		if err := json.Unmarshal(b, set); err != nil {
+			return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "settings are not Meilisearch settings")
+		}
+	}
+	if set == nil {
+		return nil
+	}
+	ti, err := s.client.Index(uid).UpdateSettings(ctx, set)
+	if err != nil {
+		return s.classify(err, "update settings of "+uid)
+	}
+	if err := s.waitOK(ctx, ti, "update settings of "+uid); err != nil {
+		return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "apply settings")
+	}
+	return nil
+}
+
+// meiliTask is one task of a sent batch and the batch positions it holds.
+type meiliTask struct {
+	uid       int64
+	positions []int
+	delete    bool
+}
+
+type meiliReceipt struct {
+	tasks  []meiliTask
+	failed []DocFailure // refused at send time (a single document too large)
+}
+
+// Send enqueues b's upserts as one document addition and its deletes as
+// one delete-batch.
+func (s *MeiliSink) Send(ctx context.Context, b Batch) (Receipt, error) {
+	var (
+		ups, dels []int
+		ids       []string
+	)
+	for i := range b.Writes {
+		if b.Writes[i].Delete {
+			dels = append(dels, i)
+		} else {
+			ups = append(ups, i)
+		}
+	}
+	r := &meiliReceipt{}
+	if len(ups) > 0 {
+		if err := s.sendDocs(ctx, b, ups, r); err != nil {
+			return nil, err
+		}
+	}
+	if len(dels) > 0 {
+		ids = make([]string, 0, len(dels))
+		for _, i := range dels {
+			id, err := transform.IndexID(b.Writes[i].SourceID)
+			if err != nil {
+				continue // never written: nothing to delete
+			}
+			switch v := id.(type) {
+			case string:
+				ids = append(ids, v)
+			case int64:
+				ids = append(ids, strconv.FormatInt(v, 10))
+			default:
+				ids = append(ids, fmt.Sprint(v))
+			}
+		}
+		ti, err := s.client.Index(s.uid).DeleteDocuments(ctx, ids, nil)
+		if err != nil {
+			return nil, s.classify(err, "delete documents")
+		}
+		r.tasks = append(r.tasks, meiliTask{uid: ti.TaskUID, positions: dels, delete: true})
+	}
+	return r, nil
+}
+
+// sendDocs enqueues the documents at positions as one addition; a payload
+// Meilisearch finds too large is split in halves (one document too large
+// is refused as a document failure).
+func (s *MeiliSink) sendDocs(ctx context.Context, b Batch, positions []int, r *meiliReceipt) error {
+	var buf bytes.Buffer
+	buf.Grow(len(positions) * 512)
+	buf.WriteByte('[')
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	sent := positions[:0:0]
+	for _, i := range positions {
+		if len(sent) > 0 {
+			buf.WriteByte(',')
+		}
+		mark := buf.Len()
+		if err := enc.Encode(b.Writes[i].Doc); err != nil {
+			buf.Truncate(mark)
+			if len(sent) > 0 {
+				buf.Truncate(mark - 1)
+			}
+			r.failed = append(r.failed, DocFailure{Writes: []int{i}, Code: "not_json", Message: err.Error()})
+			continue
+		}
+		sent = append(sent, i)
+	}
+	buf.WriteByte(']')
+	if len(sent) == 0 {
+		return nil
+	}
+	positions = sent
+	pk := s.pk
+	ti, err := s.client.Index(s.uid).AddDocuments(ctx, buf.Bytes(), &meilisearch.DocumentOptions{PrimaryKey: &pk})
+	if err != nil {
+		if apiCode(err) == "payload_too_large" {
+			if len(positions) == 1 {
+				r.failed = append(r.failed, DocFailure{Writes: positions, Code: "payload_too_large", Message: "the document alone is larger than Meilisearch's payload limit"})
+				return nil
+			}
+			h := len(positions) / 2
+			if err := s.sendDocs(ctx, b, positions[:h], r); err != nil {
+				return err
+			}
+			return s.sendDocs(ctx, b, positions[h:], r)
+		}
+		return s.classify(err, "add documents")
+	}
+	r.tasks = append(r.tasks, meiliTask{uid: ti.TaskUID, positions: positions})
+	return nil
+}
+
+// documentCode says whether a failed task's code is about a document (the
+// per-document error path) rather than the index or the server.
+func documentCode(code string) bool {
+	switch code {
+	case "missing_document_id", "max_fields_limit_exceeded", "payload_too_large", "malformed_payload":
+		return true
+	}
+	return strings.HasPrefix(code, "invalid_document") || strings.HasPrefix(code, "invalid_vector")
+}
+
+// Wait waits for r's tasks. A document addition that failed for a document
+// reason is one DocFailure naming all its documents (Meilisearch fails the
+// whole task); primary key conflicts are CONFIG_INVALID; other failures are
+// FAILED (the engine sends the batch again).
+func (s *MeiliSink) Wait(ctx context.Context, rc Receipt) ([]DocFailure, error) {
+	r, ok := rc.(*meiliReceipt)
+	if !ok || r == nil {
+		return nil, nil
+	}
+	fails := append([]DocFailure(nil), r.failed...)
+	for _, mt := range r.tasks {
+		t, err := s.waitTask(ctx, mt.uid)
+		if err != nil {
+			return nil, err
+		}
+		if t.Status == meilisearch.TaskStatusSucceeded {
+			continue
+		}
+		code := string(t.Error.Code)
+		switch {
+		case mt.delete && code == "index_not_found":
+			// Nothing to delete from.
+		case documentCode(code):
+			fails = append(fails, DocFailure{Writes: mt.positions, Code: code, Message: t.Error.Message})
+		case strings.HasPrefix(code, "index_primary_key"):
+			return nil, errs.New(errs.ConfigInvalid, s.job.Name, "index %q: %s: %s", s.uid, code, t.Error.Message)
+		default:
+			return nil, errs.New(errs.Failed, s.job.Name, "index %q: task %d %s: %s: %s", s.uid, t.UID, t.Status, code, t.Error.Message)
+		}
+	}
+	return fails, nil
+}
+
+// Keys pages through the index's ids (its primary key only) and yields the
+// source _ids they stand for.
+func (s *MeiliSink) Keys(ctx context.Context, fn func(ids []bson.RawValue) error) error {
+	const page = 1000
+	idx := s.client.Index(s.uid)
+	for offset := int64(0); ; offset += page {
+		var res meilisearch.DocumentsResult
+		err := idx.GetDocuments(ctx, &meilisearch.DocumentsQuery{Offset: offset, Limit: page, Fields: []string{s.pk}}, &res)
+		if err != nil {
+			if apiCode(err) == "index_not_found" {
+				return nil
+			}
+			return s.classify(err, "list documents")
+		}
+		ids := make([]bson.RawValue, 0, len(res.Results))
+		for _, hit := range res.Results {
+			raw, ok := hit[s.pk]
+			if !ok {
+				continue
+			}
+			var v any
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.UseNumber()
+			if err := dec.Decode(&v); err != nil {
+				continue
+			}
+			id, err := transform.ParseIndexID(v)
+			if err != nil {
+				s.log.Warn("index holds an id meilistream does not write; leaving it", "id", string(raw))
+				continue
+			}
+			ids = append(ids, id)
+		}
+		if err := fn(ids); err != nil {
+			return err
+		}
+		if int64(len(res.Results)) < page {
+			return nil
+		}
+	}
+}
+
+// Stage returns the target of a reindex: with reindex: inplace the live
+// index; otherwise <uid>__reindex, fresh (created with the job's primary
+// key and the live index's settings, or the declared ones) or, when resume
+// is true, as it is (ErrNoStage if it is gone).
+func (s *MeiliSink) Stage(ctx context.Context, resume bool) (Staged, error) {
+	if s.job.Reindex == "inplace" {
+		c := *s
+		c.staged, c.inPlace = true, true
+		return &c, nil
+	}
+	tmp := s.live + ReindexSuffix
+	c := *s
+	c.staged, c.uid, c.log = true, tmp, s.log.With("staged", tmp)
+	if resume {
+		if _, err := s.client.GetIndex(ctx, tmp); err != nil {
+			if apiCode(err) == "index_not_found" {
+				return nil, ErrNoStage
+			}
+			return nil, s.classify(err, "read index "+tmp)
+		}
+		return &c, nil
+	}
+	if err := c.dropIndex(ctx, tmp); err != nil {
+		return nil, err
+	}
+	if err := c.ensureIndex(ctx, tmp); err != nil {
+		return nil, err
+	}
+	var from *meilisearch.Settings
+	if s.job.Settings == nil {
+		set, err := s.client.Index(s.live).GetSettings(ctx)
+		switch {
+		case err == nil:
+			from = set
+		case apiCode(err) == "index_not_found":
+		default:
+			return nil, s.classify(err, "read settings of "+s.live)
+		}
+	}
+	if err := c.applySettings(ctx, tmp, from); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func (s *MeiliSink) dropIndex(ctx context.Context, uid string) error {
+	ti, err := s.client.DeleteIndex(ctx, uid)
+	if err != nil {
+		if apiCode(err) == "index_not_found" {
+			return nil
+		}
+		return s.classify(err, "delete index "+uid)
+	}
+	return s.waitOK(ctx, ti, "delete index "+uid, "index_not_found")
+}
+
+// InPlace reports whether the staged target is the live index.
+func (s *MeiliSink) InPlace() bool { return s.inPlace }
+
+// Commit swaps the rebuilt index with the live one atomically
+// (/swap-indexes; a rename when there is no live index yet), then deletes
+// the old one. In place: nothing to do.
+func (s *MeiliSink) Commit(ctx context.Context) error {
+	if !s.staged || s.inPlace {
+		return nil
+	}
+	params := []*meilisearch.SwapIndexesParams{{Indexes: []string{s.live, s.uid}}}
+	_, err := s.client.GetIndex(ctx, s.live)
+	switch {
+	case err == nil:
+	case apiCode(err) == "index_not_found":
+		params = []*meilisearch.SwapIndexesParams{{Indexes: []string{s.uid, s.live}, Rename: true}}
+	default:
+		return s.classify(err, "read index "+s.live)
+	}
+	ti, err := s.client.SwapIndexes(ctx, params)
+	if err != nil {
+		return s.classify(err, "swap indexes")
+	}
+	if err := s.waitOK(ctx, ti, "swap "+s.uid+" into "+s.live); err != nil {
+		return err
+	}
+	if !params[0].Rename {
+		if err := s.dropIndex(ctx, s.uid); err != nil {
+			s.log.Warn("deleting the old index after the swap failed; delete it by hand", "index", s.uid, "error", err)
+		}
+	}
+	return nil
+}
+
+// Discard deletes the temporary index. In place: nothing to do.
+func (s *MeiliSink) Discard(ctx context.Context) error {
+	if !s.staged || s.inPlace {
+		return nil
+	}
+	return s.dropIndex(ctx, s.uid)
+}

@@ -1,0 +1,272 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/meilistream/meilistream/internal/errs"
+)
+
+// Job state lives in the state collection beside the leases:
+//
+//	{_id: {position: <job>}, token: <resume token>, wallTime: <date>,
+//	 hash: <transform hash>, leaseEpoch: <int64>, updatedAt: <server date>}
+//	{_id: {reindex: <job>}, startToken, startedAt, hash, inPlace, lastId,
+//	 count, leaseEpoch, updatedAt}
+//
+// wallTime is the wall time of the change the token stands after (the
+// server's, from the change event; for a reindex's start and an idle
+// stream, the process clock when it was taken). Every write is fenced by the
+// lease epoch (lease package doc): the filter has {leaseEpoch: {$lte:
+// epoch}} and the update sets leaseEpoch, so a deposed holder's upsert
+// misses and fails with a duplicate key, which is LEASE_LOST.
+
+// fenceField is lease.FenceField.
+const fenceField = "leaseEpoch"
+
+// position is a job's recorded resume point.
+type position struct {
+	Token    bson.Raw  `bson:"token"`
+	WallTime time.Time `bson:"wallTime"`
+	Hash     string    `bson:"hash"`
+	Epoch    int64     `bson:"leaseEpoch"`
+	Updated  time.Time `bson:"updatedAt"`
+}
+
+// checkpoint is a reindex's progress after its last durable page.
+type checkpoint struct {
+	StartToken bson.Raw      `bson:"startToken"`
+	StartedAt  time.Time     `bson:"startedAt"`
+	Hash       string        `bson:"hash"`
+	InPlace    bool          `bson:"inPlace"`
+	LastID     bson.RawValue `bson:"lastId,omitempty"`
+	Count      int64         `bson:"count"`
+	Epoch      int64         `bson:"leaseEpoch"`
+	Updated    time.Time     `bson:"updatedAt"`
+}
+
+func posKey(job string) bson.D { return bson.D{{Key: "position", Value: job}} }
+func cpKey(job string) bson.D  { return bson.D{{Key: "reindex", Value: job}} }
+
+func (e *Engine) readPosition(ctx context.Context, job string) (*position, error) {
+	var p position
+	err := e.state.FindOne(ctx, bson.D{{Key: "_id", Value: posKey(job)}}).Decode(&p)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(p.Token) == 0 {
+		return nil, nil
+	}
+	return &p, nil
+}
+
+func (e *Engine) readCheckpoint(ctx context.Context, job string) (*checkpoint, error) {
+	var c checkpoint
+	err := e.state.FindOne(ctx, bson.D{{Key: "_id", Value: cpKey(job)}}).Decode(&c)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// fencedSet upserts fields into the state document id, fenced by l's epoch.
+func (e *Engine) fencedSet(ctx context.Context, job string, l EngineLease, id bson.D, set bson.D) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	filter := bson.D{{Key: "_id", Value: id}, {Key: fenceField, Value: bson.D{{Key: "$lte", Value: l.Epoch()}}}}
+	set = append(set, bson.E{Key: fenceField, Value: l.Epoch()})
+	update := bson.D{{Key: "$set", Value: set}, {Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}}}
+	_, err := e.state.UpdateOne(ctx, filter, update, options.UpdateOne().SetUpsert(true))
+	if mongo.IsDuplicateKeyError(err) {
+		return errs.New(errs.LeaseLost, job, "a holder with a later lease epoch wrote the job's state; stopping")
+	}
+	return err
+}
+
+// fencedDelete deletes the state document id unless a later epoch wrote it.
+func (e *Engine) fencedDelete(ctx context.Context, l EngineLease, id bson.D) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	filter := bson.D{{Key: "_id", Value: id}, {Key: fenceField, Value: bson.D{{Key: "$lte", Value: l.Epoch()}}}}
+	_, err := e.state.DeleteOne(ctx, filter)
+	return err
+}
+
+// stamp writes l's epoch into the job's existing state documents before it
+// works, so that from now on every write of an earlier holder fails.
+func (e *Engine) stamp(ctx context.Context, job string, l EngineLease) error {
+	filter := bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{posKey(job), cpKey(job)}}}},
+		{Key: fenceField, Value: bson.D{{Key: "$lte", Value: l.Epoch()}}},
+	}
+	_, err := e.state.UpdateMany(ctx, filter, bson.D{{Key: "$set", Value: bson.D{{Key: fenceField, Value: l.Epoch()}}}})
+	if err != nil {
+		return errs.Wrap(errs.Failed, job, err, "stamp the job's state with the lease epoch")
+	}
+	return nil
+}
+
+// recordPosition records token (and the wall time of the change it stands
+// after) as the job's position, with the transform hash.
+func (e *Engine) recordPosition(ctx context.Context, job string, l EngineLease, token bson.Raw, wall time.Time, hash string) error {
+	err := e.fencedSet(ctx, job, l, posKey(job), bson.D{
+		{Key: "token", Value: token},
+		{Key: "wallTime", Value: wall},
+		{Key: "hash", Value: hash},
+	})
+	if err != nil && !errors.Is(err, errs.ErrLeaseLost) {
+		return errs.Wrap(errs.Failed, job, err, "record position")
+	}
+	return err
+}
+
+func (e *Engine) clearPosition(ctx context.Context, job string, l EngineLease) error {
+	if err := e.fencedDelete(ctx, l, posKey(job)); err != nil && !errors.Is(err, errs.ErrLeaseLost) {
+		return errs.Wrap(errs.Failed, job, err, "clear position")
+	} else if err != nil {
+		return err
+	}
+	return nil
+}
+
+func (e *Engine) writeCheckpoint(ctx context.Context, job string, l EngineLease, c *checkpoint) error {
+	set := bson.D{
+		{Key: "startToken", Value: c.StartToken},
+		{Key: "startedAt", Value: c.StartedAt},
+		{Key: "hash", Value: c.Hash},
+		{Key: "inPlace", Value: c.InPlace},
+		{Key: "count", Value: c.Count},
+	}
+	if c.LastID.Type != 0 {
+		set = append(set, bson.E{Key: "lastId", Value: c.LastID})
+	}
+	err := e.fencedSet(ctx, job, l, cpKey(job), set)
+	if err != nil && !errors.Is(err, errs.ErrLeaseLost) {
+		return errs.Wrap(errs.Failed, job, err, "record reindex checkpoint")
+	}
+	return err
+}
+
+func (e *Engine) deleteCheckpoint(ctx context.Context, job string, l EngineLease) error {
+	if err := e.fencedDelete(ctx, l, cpKey(job)); err != nil && !errors.Is(err, errs.ErrLeaseLost) {
+		return errs.Wrap(errs.Failed, job, err, "delete reindex checkpoint")
+	} else if err != nil {
+		return err
+	}
+	return nil
+}
+
+// JobState is what MongoDB holds about one job, for `meilistream status`.
+type JobState struct {
+	Name string
+	// Position is nil when the job has none (never run, invalidated, or a
+	// reindex not finished yet).
+	Position *PositionState
+	// Reindex is the checkpoint of an unfinished reindex, or nil.
+	Reindex *ReindexState
+	// Errors counts the job's documents in the errors collection.
+	Errors int64
+}
+
+// PositionState describes a recorded position.
+type PositionState struct {
+	WallTime  time.Time // wall time of the change it stands after
+	Hash      string    // transform hash it was recorded with
+	Epoch     int64     // lease epoch of the writer
+	UpdatedAt time.Time // server time of the write
+}
+
+// ReindexState describes an unfinished reindex's checkpoint.
+type ReindexState struct {
+	StartedAt time.Time
+	Hash      string
+	InPlace   bool
+	LastID    string // the last _id of the last durable page, rendered
+	Count     int64  // documents read up to it
+	Epoch     int64
+	UpdatedAt time.Time
+}
+
+// ReadState returns every job that has a position, a checkpoint or error
+// records, sorted by name. errorsColl may be nil.
+func ReadState(ctx context.Context, state, errorsColl *mongo.Collection) ([]JobState, error) {
+	jobs := map[string]*JobState{}
+	get := func(name string) *JobState {
+		j := jobs[name]
+		if j == nil {
+			j = &JobState{Name: name}
+			jobs[name] = j
+		}
+		return j
+	}
+	filter := bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: "_id.position", Value: bson.D{{Key: "$exists", Value: true}}}},
+		bson.D{{Key: "_id.reindex", Value: bson.D{{Key: "$exists", Value: true}}}},
+	}}}
+	cur, err := state.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "token", Value: 0}, {Key: "startToken", Value: 0}}))
+	if err != nil {
+		return nil, errs.Wrap(errs.Failed, "", err, "read job state")
+	}
+	defer cur.Close(ctx)
+	for cur.Next(ctx) {
+		var d struct {
+			ID struct {
+				Position string `bson:"position"`
+				Reindex  string `bson:"reindex"`
+			} `bson:"_id"`
+			WallTime  time.Time     `bson:"wallTime"`
+			StartedAt time.Time     `bson:"startedAt"`
+			Hash      string        `bson:"hash"`
+			InPlace   bool          `bson:"inPlace"`
+			LastID    bson.RawValue `bson:"lastId"`
+			Count     int64         `bson:"count"`
+			Epoch     int64         `bson:"leaseEpoch"`
+			Updated   time.Time     `bson:"updatedAt"`
+		}
+		if err := cur.Decode(&d); err != nil {
+			return nil, errs.Wrap(errs.Failed, "", err, "decode job state")
+		}
+		switch {
+		case d.ID.Position != "":
+			get(d.ID.Position).Position = &PositionState{WallTime: d.WallTime, Hash: d.Hash, Epoch: d.Epoch, UpdatedAt: d.Updated}
+		case d.ID.Reindex != "":
+			r := &ReindexState{StartedAt: d.StartedAt, Hash: d.Hash, InPlace: d.InPlace, Count: d.Count, Epoch: d.Epoch, UpdatedAt: d.Updated}
+			if d.LastID.Type != 0 {
+				r.LastID = d.LastID.String()
+			}
+			get(d.ID.Reindex).Reindex = r
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, errs.Wrap(errs.Failed, "", err, "read job state")
+	}
+	if errorsColl != nil {
+		counts, err := countErrors(ctx, errorsColl)
+		if err != nil {
+			return nil, err
+		}
+		for name, n := range counts {
+			get(name).Errors = n
+		}
+	}
+	out := make([]JobState, 0, len(jobs))
+	for _, j := range jobs {
+		out = append(out, *j)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	return out, nil
+}
