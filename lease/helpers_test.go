@@ -158,3 +158,8 @@ func (b *logBuf) messages(msg string) []map[string]any {
 	}
 	return out
 }
+
+// writerFunc is an io.Writer calling a function with each write.
+type writerFunc func(p []byte)
+
+func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }

