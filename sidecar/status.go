@@ -69,6 +69,7 @@ type JobCounters struct {
 	Deleted int64 `json:"deleted"` // deleted (durable)
 	Skipped int64 `json:"skipped"` // kept out by the transform
 	Errors  int64 `json:"errors"`  // per-document errors recorded
+	Changes int64 `json:"changes"` // change events read from the stream (durable or not yet)
 }
 
 // ErrorStatus is an error as /status shows it.
