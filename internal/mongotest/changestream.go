@@ -325,10 +325,17 @@ func (s *Server) openChangeStream(x *cmdCtx, specV any, user bson.A, batchSize i
 		return nil, err
 	}
 	n := batchSize
-	if n == 0 {
+	if n < 0 {
 		n = 101
 	}
-	batch, pbrt, invalidated, err := s.collectEvents(cs, n)
+	var batch bson.A
+	var pbrt bson.D
+	var invalidated bool
+	if n == 0 {
+		batch, pbrt = bson.A{}, makeToken(cs.posTs, cs.pos, tokHighWater)
+	} else {
+		batch, pbrt, invalidated, err = s.collectEvents(cs, n)
+	}
 	s.mu.RUnlock()
 	if err != nil {
 		return nil, err

@@ -1017,10 +1017,11 @@ func takeBatch(items []rawDoc, pos, n int) (bson.A, int) {
 	return batch, pos
 }
 
+// batchSizeOf returns the batch size asked for, or -1 when none was.
 func batchSizeOf(d bson.D, key string) (int, error) {
 	v, ok := docGet(d, key)
 	if !ok {
-		return 0, nil
+		return -1, nil
 	}
 	n, ok := toInt64(v)
 	if !ok || n < 0 {
@@ -1030,13 +1031,17 @@ func batchSizeOf(d bson.D, key string) (int, error) {
 }
 
 // cursorReply builds {cursor: {firstBatch, id, ns}} and registers a cursor
-// for what remains. Default first batch is 101 documents, as mongod.
+// for what remains. Default first batch is 101 documents, as mongod; an
+// explicit batchSize 0 opens the cursor with an empty first batch.
 func (s *Server) cursorReply(ns string, items []rawDoc, batchSize int, single bool) bson.D {
 	n := batchSize
-	if n == 0 {
+	if n < 0 {
 		n = 101
 	}
-	batch, pos := takeBatch(items, 0, n)
+	batch, pos := bson.A{}, 0
+	if n > 0 {
+		batch, pos = takeBatch(items, 0, n)
+	}
 	var id int64
 	if pos < len(items) && !single {
 		id = s.registerCursor(&cursor{ns: ns, items: items, pos: pos})

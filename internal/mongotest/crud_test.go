@@ -160,6 +160,15 @@ func TestFindSortProjectionLimitBatches(t *testing.T) {
 	if n != 250 || cur.Err() != nil {
 		t.Fatalf("iterated %d: %v", n, cur.Err())
 	}
+	// batchSize 0 opens the cursor with an empty first batch.
+	cur, err = coll.Find(c, bson.D{}, options.Find().SetBatchSize(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := cur.RemainingBatchLength(); n != 0 || cur.ID() == 0 {
+		t.Fatalf("batchSize 0: %d docs, id %d", n, cur.ID())
+	}
+	cur.Close(c)
 	// killCursors through Close.
 	cur, err = coll.Find(c, bson.D{}, options.Find().SetBatchSize(2))
 	if err != nil {
