@@ -61,7 +61,9 @@
 // Because the filter is not a pure equality, mongod reports the duplicate key
 // instead of retrying it. A new holder should stamp D (write it once with its
 // epoch) before it starts work, so that from then on every write of every
-// earlier holder fails. Writes to Meilisearch cannot be fenced; a stalled
+// earlier holder fails. Never delete a fenced document: the stamp goes with
+// it, and a deposed holder's next upsert would recreate D. Clear its fields
+// instead ($unset them, keep leaseEpoch). Writes to Meilisearch cannot be fenced; a stalled
 // holder learns of its loss at its next renewal (README).
 //
 // # Keep, Confirm, Release, Wait

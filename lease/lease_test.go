@@ -720,3 +720,77 @@ func TestHolderPausedPastItsDeadlineGivesUpEvenIfTheServerWouldRenew(t *testing.
 		t.Fatalf("epoch %d after %d", lb.Epoch(), la.Epoch())
 	}
 }
+
+func TestTransientErrorsAreNotLosses(t *testing.T) {
+	e := newEnv(t)
+	failFindAndModify := func(times int32) {
+		e.srv.FailCommand(bson.D{
+			{Key: "configureFailPoint", Value: "failCommand"},
+			{Key: "mode", Value: bson.D{{Key: "times", Value: times}}},
+			{Key: "data", Value: bson.D{
+				{Key: "failCommands", Value: bson.A{"findAndModify"}},
+				{Key: "errorCode", Value: int32(2)},
+			}},
+		})
+	}
+	var logs logBuf
+	a := e.manager("a:1:x", lease.Options{WaitBase: 5 * time.Millisecond, Logger: logs.logger()})
+	t.Run("a Confirm that cannot reach the server is FAILED, and the lease stays held", func(t *testing.T) {
+		la := e.acquire(a, "confirm")
+		failFindAndModify(1)
+		if err := la.Confirm(ctxT(t)); errs.CodeOf(err) != errs.Failed {
+			t.Fatalf("Confirm during a failure: %v, want FAILED", err)
+		}
+		if la.Err() != nil {
+			t.Fatalf("lease ended by a transient error: %v", la.Err())
+		}
+		if err := la.Confirm(ctxT(t)); err != nil {
+			t.Fatalf("Confirm after the failure: %v", err)
+		}
+	})
+	t.Run("Wait retries through errors and logs them once", func(t *testing.T) {
+		failFindAndModify(4)
+		l, err := a.Wait(ctxT(t), "wait")
+		if err != nil || l == nil {
+			t.Fatalf("Wait: %v", err)
+		}
+		if n := len(logs.messages("cannot acquire lease; retrying")); n != 1 {
+			t.Fatalf("logged the same error %d times:\n%s", n, logs.String())
+		}
+	})
+	t.Run("Acquire errors other than RUNNING are FAILED", func(t *testing.T) {
+		failFindAndModify(1)
+		if _, err := a.Acquire(ctxT(t), "other"); errs.CodeOf(err) != errs.Failed {
+			t.Fatalf("Acquire during a failure: %v, want FAILED", err)
+		}
+		if _, err := a.Acquire(ctxT(t), ""); !errors.Is(err, errs.ErrConfigInvalid) {
+			t.Fatalf("Acquire of an empty name: %v", err)
+		}
+		if _, err := a.Wait(ctxT(t), ""); !errors.Is(err, errs.ErrConfigInvalid) {
+			t.Fatalf("Wait for an empty name: %v, want CONFIG_INVALID at once", err)
+		}
+	})
+}
+
+func TestKeepEndsWithItsParentContextAndTheLeaseStaysHeld(t *testing.T) {
+	e := newEnv(t)
+	a := e.manager("a:1:x", lease.Options{TTL: time.Second})
+	la := e.acquire(a, "job")
+	parent, cancel := context.WithCancelCause(context.Background())
+	work, stop := la.Keep(parent)
+	defer stop()
+	why := errors.New("shutting down")
+	cancel(why)
+	<-work.Done()
+	if !errors.Is(context.Cause(work), why) {
+		t.Fatalf("cause = %v, want the parent's", context.Cause(work))
+	}
+	stop()
+	// Shutdown still records under the lease: it is held until released.
+	if err := la.Confirm(ctxT(t)); err != nil {
+		t.Fatalf("Confirm after the parent ended: %v", err)
+	}
+	if err := la.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
