@@ -1,0 +1,63 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/meilistream/meilistream/internal/errs"
+)
+
+func TestExitCode(t *testing.T) {
+	tests := []struct {
+		err  error
+		want int
+	}{
+		{nil, exitOK},
+		{errs.New(errs.ConfigInvalid, "", "bad"), exitUsage},
+		{fmt.Errorf("load: %w", errs.New(errs.ConfigInvalid, "articles", "bad option")), exitUsage},
+		{errs.New(errs.Running, "articles", "held by b until 12:00"), exitRunning},
+		{errs.New(errs.LeaseLost, "articles", "taken over"), exitFailed},
+		{errs.New(errs.HistoryLost, "articles", "too old"), exitFailed},
+		{fmt.Errorf("plain"), exitFailed},
+	}
+	for _, tt := range tests {
+		if got := exitCode(tt.err); got != tt.want {
+			t.Errorf("exitCode(%v) = %d, want %d", tt.err, got, tt.want)
+		}
+	}
+}
+
+func TestDispatch(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		environ []string
+		code    int
+		stdout  string
+		stderr  string
+	}{
+		{"no arguments runs run, which needs its configuration", nil, nil, exitUsage, "", "MEILISTREAM_MONGODB_URI: not set"},
+		{"help lists the commands", []string{"--help"}, nil, exitOK, "Commands:", ""},
+		{"a command's help needs no configuration", []string{"reindex", "-h"}, []string{"MEILISTREAM_LEASE=x"}, exitOK, "Usage: meilistream reindex NAME", ""},
+		{"an unknown command is bad usage", []string{"sync"}, nil, exitUsage, "", `unknown command "sync"`},
+		{"version prints the version", []string{"version"}, nil, exitOK, "meilistream ", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), tt.args, tt.environ, &stdout, &stderr)
+			if code != tt.code {
+				t.Errorf("exit %d, want %d; stderr: %s", code, tt.code, stderr.String())
+			}
+			if !strings.Contains(stdout.String(), tt.stdout) {
+				t.Errorf("stdout %q lacks %q", stdout.String(), tt.stdout)
+			}
+			if !strings.Contains(stderr.String(), tt.stderr) {
+				t.Errorf("stderr %q lacks %q", stderr.String(), tt.stderr)
+			}
+		})
+	}
+}

@@ -1,0 +1,65 @@
+package sidecar_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/meilistream/meilistream/sidecar"
+)
+
+func TestLoggerFormatsAndLevels(t *testing.T) {
+	load := func(env ...string) sidecar.Config {
+		t.Helper()
+		c, err := sidecar.Load(append([]string{"MEILISTREAM_MONGODB_URI=" + testURI, "MEILISTREAM_MEILI_API_KEY=" + testAPIKey}, env...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+
+	t.Run("JSON by default, one named logger per job, config masked", func(t *testing.T) {
+		var buf bytes.Buffer
+		cfg := load()
+		log := sidecar.NewLogger(cfg, &buf)
+		log.Named("articles").Info("started", "config", cfg, "batch_size", 500)
+		log.Debug("not shown at info")
+		var line map[string]any
+		if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+			t.Fatalf("not one JSON line: %v\n%s", err, buf.String())
+		}
+		if line["@module"] != "meilistream.articles" || line["@message"] != "started" || line["@level"] != "info" {
+			t.Errorf("line: %s", buf.String())
+		}
+		if strings.Contains(buf.String(), testAPIKey) || strings.Contains(buf.String(), "s3cr3t-pw") {
+			t.Errorf("a secret is in the log: %s", buf.String())
+		}
+		if strings.Contains(buf.String(), "not shown") {
+			t.Errorf("debug line at info level: %s", buf.String())
+		}
+	})
+
+	t.Run("text for people, at the configured level, config masked", func(t *testing.T) {
+		var buf bytes.Buffer
+		cfg := load("MEILISTREAM_LOG_FORMAT=text", "MEILISTREAM_LOG_LEVEL=debug")
+		log := sidecar.NewLogger(cfg, &buf)
+		log.Debug("starting", "config", cfg)
+		out := buf.String()
+		if !strings.Contains(out, "[DEBUG] meilistream: starting") || strings.HasPrefix(out, "{") {
+			t.Errorf("text line: %s", out)
+		}
+		if strings.Contains(out, testAPIKey) || strings.Contains(out, "s3cr3t-pw") {
+			t.Errorf("a secret is in the log: %s", out)
+		}
+	})
+
+	t.Run("off logs nothing", func(t *testing.T) {
+		var buf bytes.Buffer
+		log := sidecar.NewLogger(load("MEILISTREAM_LOG_LEVEL=off"), &buf)
+		log.Error("boom")
+		if buf.Len() != 0 {
+			t.Errorf("logged at off: %s", buf.String())
+		}
+	})
+}
