@@ -38,6 +38,13 @@ func main() { os.Exit(Main()) }
 func Main() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first signal asks for a clean shutdown (ctx is cancelled); once
+	// it is under way, a second one kills the process the default way, for
+	// an operator who will not wait for the flush.
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	return run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
 }
 
