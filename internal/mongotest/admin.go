@@ -206,7 +206,7 @@ func cmdCreateIndexes(x *cmdCtx) (bson.D, error) {
 		for _, ix := range newIdx {
 			specs = append(specs, ix.spec)
 		}
-		s.appendEvent(x, &event{op: "createIndexes", db: c.db, coll: c.name, uuid: c.uuid, expanded: true, desc: bson.D{{Key: "indexes", Value: specs}}})
+		s.appendEvent(x, &event{op: "createIndexes", evNS: c.ns, expanded: true, evExtra: &evExtra{desc: bson.D{{Key: "indexes", Value: specs}}}})
 	}
 	out := bson.D{
 		{Key: "numIndexesBefore", Value: int32(before)},
@@ -237,7 +237,7 @@ func cmdDropIndexes(x *cmdCtx) (bson.D, error) {
 		for i, ix := range c.indexes[1:] {
 			if match(ix) {
 				c.indexes = append(c.indexes[:i+1:i+1], c.indexes[i+2:]...)
-				s.appendEvent(x, &event{op: "dropIndexes", db: c.db, coll: c.name, uuid: c.uuid, expanded: true, desc: bson.D{{Key: "indexes", Value: bson.A{ix.spec}}}})
+				s.appendEvent(x, &event{op: "dropIndexes", evNS: c.ns, expanded: true, evExtra: &evExtra{desc: bson.D{{Key: "indexes", Value: bson.A{ix.spec}}}}})
 				return true
 			}
 		}
@@ -342,7 +342,7 @@ func (s *Server) dropColl(x *cmdCtx, c *collection) {
 	if len(s.dbs[c.db].colls) == 0 {
 		delete(s.dbs, c.db)
 	}
-	s.appendEvent(x, &event{op: "drop", db: c.db, coll: c.name, uuid: c.uuid})
+	s.appendEvent(x, &event{op: "drop", evNS: c.ns})
 }
 
 func cmdDrop(x *cmdCtx) (bson.D, error) {
@@ -375,7 +375,7 @@ func cmdDropDatabase(x *cmdCtx) (bson.D, error) {
 		s.dropColl(x, d.colls[name])
 	}
 	delete(s.dbs, x.db)
-	s.appendEvent(x, &event{op: "dropDatabase", db: x.db})
+	s.appendEvent(x, &event{op: "dropDatabase", evNS: &evNS{db: x.db}})
 	return bson.D{{Key: "dropped", Value: x.db}}, nil
 }
 
@@ -421,13 +421,15 @@ func cmdRenameCollection(x *cmdCtx) (bson.D, error) {
 	if len(s.dbs[fdb].colls) == 0 && fdb != tdb {
 		delete(s.dbs, fdb)
 	}
+	fromNS := c.ns
 	c.db, c.name = tdb, tcoll
+	c.ns = &evNS{db: tdb, coll: tcoll, uuid: c.uuid}
 	d := s.dbs[tdb]
 	if d == nil {
 		d = &database{name: tdb, colls: map[string]*collection{}}
 		s.dbs[tdb] = d
 	}
 	d.colls[tcoll] = c
-	s.appendEvent(x, &event{op: "rename", db: fdb, coll: fcoll, toDB: tdb, toColl: tcoll, uuid: c.uuid})
+	s.appendEvent(x, &event{op: "rename", evNS: fromNS, evExtra: &evExtra{toDB: tdb, toColl: tcoll}})
 	return bson.D{}, nil
 }

@@ -9,25 +9,35 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// event is one entry of the change history (the double's oplog).
+// event is one entry of the change history (the double's oplog). It is
+// kept small: the benchmarks keep millions of them.
 type event struct {
-	seq        int64
-	ts         bson.Timestamp
-	wall       bson.DateTime
-	op         string // insert update replace delete drop rename dropDatabase
-	db, coll   string
-	toDB       string
-	toColl     string
-	uuid       bson.Binary
-	id         any
-	doc        []byte // inserted/replacement document, or the post-image of an update
-	postImages bool   // the collection had changeStreamPreAndPostImages enabled
-	upd        bson.D // updateDescription
-	// desc is the operationDescription of an expanded event.
-	desc bson.D
+	seq  int64
+	ts   bson.Timestamp
+	wall bson.DateTime
+	op   string // insert update replace delete drop rename dropDatabase create createIndexes dropIndexes
+	*evNS
+	*evExtra
+	id  any
+	doc []byte // inserted/replacement document, or the post-image of an update
+	// postImages: the collection had changeStreamPreAndPostImages enabled.
+	postImages bool
 	// expanded events (create, createIndexes, dropIndexes) are only seen
 	// by streams opened with showExpandedEvents (mongod 6.0+).
 	expanded bool
+}
+
+// evNS is a namespace shared by the events of one collection.
+type evNS struct {
+	db, coll string
+	uuid     bson.Binary
+}
+
+// evExtra holds what only some events carry.
+type evExtra struct {
+	toDB, toColl string
+	upd          bson.D // updateDescription
+	desc         bson.D // operationDescription of an expanded event
 }
 
 func (s *Server) lockWrite() { s.mu.Lock() }
@@ -481,7 +491,7 @@ func (s *Server) eventDoc(cs *changeStream, ev *event) (bson.D, error) {
 	}
 	if cs.showExpanded {
 		switch {
-		case ev.desc != nil:
+		case ev.evExtra != nil && ev.desc != nil:
 			d = append(d, bson.E{Key: "operationDescription", Value: ev.desc})
 		case ev.op == "rename":
 			d = append(d, bson.E{Key: "operationDescription", Value: bson.D{{Key: "to", Value: bson.D{{Key: "db", Value: ev.toDB}, {Key: "coll", Value: ev.toColl}}}}})

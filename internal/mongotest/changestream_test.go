@@ -525,7 +525,7 @@ func TestChangeStreamForeignTokenAndFutureStart(t *testing.T) {
 	c := ctx(t)
 	coll := client.Database("db").Collection("c")
 	// A token from another server: 280, "resume token was not found".
-	other, otherClient := start(t)
+	other, otherClient := another(t)
 	_ = other
 	ocs, err := otherClient.Database("db").Collection("c").Watch(c, mongo.Pipeline{})
 	if err != nil {

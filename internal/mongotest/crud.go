@@ -119,7 +119,7 @@ func (s *Server) insertRaw(x *cmdCtx, c *collection, raw []byte, id any) error {
 		}
 	}
 	c.docs.put(id, raw)
-	s.appendEvent(x, &event{op: "insert", db: c.db, coll: c.name, uuid: c.uuid, id: id, doc: raw})
+	s.appendEvent(x, &event{op: "insert", evNS: c.ns, id: id, doc: raw})
 	return nil
 }
 
@@ -159,7 +159,7 @@ func (s *Server) replaceStored(x *cmdCtx, c *collection, id any, oldDoc, newDoc 
 		}
 	}
 	c.docs.put(id, newRaw)
-	ev := &event{db: c.db, coll: c.name, uuid: c.uuid, id: id, doc: newRaw}
+	ev := &event{evNS: c.ns, id: id, doc: newRaw}
 	switch {
 	case kind == updReplacement:
 		ev.op = "replace"
@@ -167,7 +167,7 @@ func (s *Server) replaceStored(x *cmdCtx, c *collection, id any, oldDoc, newDoc 
 		ev.op = "replace"
 	default:
 		ev.op = "update"
-		ev.upd = updateDescription(oldDoc, newDoc)
+		ev.evExtra = &evExtra{upd: updateDescription(oldDoc, newDoc)}
 	}
 	s.appendEvent(x, ev)
 	return nil
@@ -188,7 +188,7 @@ func (s *Server) deleteStored(x *cmdCtx, c *collection, id any, raw []byte) {
 		}
 	}
 	c.docs.remove(id)
-	s.appendEvent(x, &event{op: "delete", db: c.db, coll: c.name, uuid: c.uuid, id: id})
+	s.appendEvent(x, &event{op: "delete", evNS: c.ns, id: id})
 }
 
 // ---- query planning ----

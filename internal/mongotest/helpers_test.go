@@ -11,7 +11,15 @@ import (
 )
 
 // start runs a server and a connected driver client for one test.
+// Each test has its own server, so tests run in parallel.
 func start(t *testing.T, opts ...mongotest.Options) (*mongotest.Server, *mongo.Client) {
+	t.Helper()
+	t.Parallel()
+	return another(t, opts...)
+}
+
+// another starts one more server (and client) in a test that has one.
+func another(t *testing.T, opts ...mongotest.Options) (*mongotest.Server, *mongo.Client) {
 	t.Helper()
 	var o mongotest.Options
 	if len(opts) > 0 {

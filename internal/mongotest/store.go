@@ -171,6 +171,8 @@ type collection struct {
 	docs     *skiplist
 	indexes  []*index // indexes[0] is _id_
 	options  bson.D
+	// ns is shared by this collection's change events.
+	ns *evNS
 	// postImages is set by changeStreamPreAndPostImages: {enabled: true}.
 	postImages bool
 }
@@ -195,6 +197,7 @@ func (s *Server) newCollection(db, name string) *collection {
 	u[6] = (u[6] & 0x0f) | 0x40
 	u[8] = (u[8] & 0x3f) | 0x80
 	c := &collection{db: db, name: name, uuid: bson.Binary{Subtype: 4, Data: u[:]}, docs: newSkiplist()}
+	c.ns = &evNS{db: db, coll: name, uuid: c.uuid}
 	c.indexes = []*index{{
 		name: "_id_", key: bson.D{{Key: "_id", Value: int32(1)}},
 		spec:   bson.D{{Key: "v", Value: int32(2)}, {Key: "key", Value: bson.D{{Key: "_id", Value: int32(1)}}}, {Key: "name", Value: "_id_"}},
@@ -228,8 +231,8 @@ func (s *Server) ensureColl(db, name string) (*collection, bool) {
 	d.colls[name] = c
 	// Implicit and explicit creation both log a create entry, seen by
 	// streams with showExpandedEvents.
-	s.appendEvent(nil, &event{op: "create", db: db, coll: name, uuid: c.uuid, expanded: true,
-		desc: bson.D{{Key: "idIndex", Value: c.indexes[0].spec}}})
+	s.appendEvent(nil, &event{op: "create", evNS: c.ns, expanded: true,
+		evExtra: &evExtra{desc: bson.D{{Key: "idIndex", Value: c.indexes[0].spec}}}})
 	return c, true
 }
 
