@@ -95,6 +95,9 @@ func init() {
 		"collStats":          cmdCollStats,
 		"whatsmyuri":         func(x *cmdCtx) (bson.D, error) { return bson.D{{Key: "you", Value: x.c.nc.RemoteAddr().String()}}, nil },
 		"getLastError":       func(*cmdCtx) (bson.D, error) { return bson.D{{Key: "err", Value: nil}}, nil },
+		"saslStart":          cmdNoAuth,
+		"saslContinue":       cmdNoAuth,
+		"authenticate":       cmdNoAuth,
 	}
 }
 
@@ -245,6 +248,12 @@ func cmdReplSetGetStatus(x *cmdCtx) (bson.D, error) {
 			{Key: "optime", Value: bson.D{{Key: "ts", Value: ts}, {Key: "t", Value: int64(1)}}},
 		}}},
 	}, nil
+}
+
+// cmdNoAuth answers authentication attempts: the server has no users, so a
+// URI with credentials fails clearly instead of with "no such command".
+func cmdNoAuth(*cmdCtx) (bson.D, error) {
+	return nil, cmdErrf(18, "AuthenticationFailed", "Authentication failed: mongotest has no users; connect without credentials")
 }
 
 func cmdNoTransactions(*cmdCtx) (bson.D, error) {

@@ -2,6 +2,7 @@ package mongotest_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,5 +99,18 @@ func TestDirectConnectionAndCloseIsIdempotent(t *testing.T) {
 	}
 	if err := srv.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestCredentialsAreRefusedClearly(t *testing.T) {
+	srv, _ := start(t)
+	client, err := mongo.Connect(options.Client().ApplyURI("mongodb://u:p@" + srv.Addr() + "/?replicaSet=rs0").SetServerSelectionTimeout(2 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Disconnect(context.Background())
+	err = client.Ping(ctx(t), nil)
+	if err == nil || !strings.Contains(err.Error(), "mongotest has no users") {
+		t.Fatalf("ping with credentials: %v", err)
 	}
 }
