@@ -102,33 +102,36 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l En
 	log.Info("following", "collection", job.Collection, "since", pos.WallTime)
 
 	var (
-		rctx    context.Context
 		rcancel context.CancelFunc
-		cs      *mongo.ChangeStream
+		rdone   chan struct{}
 		items   chan csItem
 		attempt int
 	)
+	// The reader goroutine owns the change stream (it is not safe for
+	// concurrent use) and closes it when it ends.
 	stopReader := func() {
 		if rcancel != nil {
 			rcancel()
+			<-rdone
 			rcancel = nil
-		}
-		if cs != nil {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			_ = cs.Close(cctx)
-			cancel()
-			cs = nil
 		}
 	}
 	defer stopReader()
 	open := func() error {
 		for {
-			c, err := e.openStream(ctx, job, f.tok)
+			cs, err := e.openStream(ctx, job, f.tok)
 			if err == nil {
-				cs = c
+				var rctx context.Context
 				rctx, rcancel = context.WithCancel(ctx)
+				rdone = make(chan struct{})
 				items = make(chan csItem, 256)
-				go readStream(rctx, cs, items)
+				go func(done chan struct{}) {
+					defer close(done)
+					readStream(rctx, cs, items)
+					cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+					_ = cs.Close(cctx)
+					cancel()
+				}(rdone)
 				return nil
 			}
 			if isHistoryLost(err) {

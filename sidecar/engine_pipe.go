@@ -80,8 +80,8 @@ func (e *Engine) newPipe(ctx context.Context, jc jobConfig, sink Sink, stats *Jo
 	p := &pipe{
 		e: e, jc: jc, sink: sink, stats: stats, log: log, track: track,
 		ctx: ctx, cancel: cancel,
-		in:       make(chan *flight, 1),
-		prepared: make(chan *flight, 1),
+		in:       make(chan *flight),
+		prepared: make(chan *flight),
 		sent:     make(chan *flight, jc.MaxInFlight),
 		done:     make(chan struct{}),
 	}

@@ -175,7 +175,15 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 	// Pages in _id order: read here, transformed on the pipe's prepare
 	// stage, sent and waited for on its other stages, checkpointed in order
 	// once durable.
-	p := e.newPipe(ctx, jc, staged, stats, log, false)
+	// The pipe outlives ctx on a clean stop, so what was sent is made
+	// durable and checkpointed (within DrainTimeout); the lease still stops
+	// it at once. Reindex keeps at most two batches in flight: enough to keep
+	// Meilisearch busy, and it bounds what a killed process reads again.
+	rjc := jc
+	rjc.MaxInFlight = min(jc.MaxInFlight, 2)
+	pctx, pstop := leaseContext(context.WithoutCancel(ctx), l)
+	defer pstop()
+	p := e.newPipe(pctx, rjc, staged, stats, log, false)
 	defer p.abort(errPipeClosed)
 	var skipped, bad, indexed atomic.Int64
 	filter := bson.D{}
@@ -187,11 +195,13 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 		return sum, errs.Wrap(errs.Failed, name, err, "read the collection")
 	}
 	defer cur.Close(context.WithoutCancel(ctx))
-	submitPage := func(page []item) error {
-		last := page[len(page)-1].id
+	// submit hands one batch of a page to the pipe; once durable it is
+	// checkpointed (its last _id and the count so far).
+	submit := func(batch []item) error {
+		last := batch[len(batch)-1].id
 		f := &flight{
 			prepare: func(ctx context.Context, f *flight) error {
-				writes, sk, bd, err := transformAll(ctx, job, page, inPlace)
+				writes, sk, bd, err := transformAll(ctx, job, batch, inPlace)
 				if err != nil {
 					return err
 				}
@@ -215,16 +225,38 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 				indexed.Add(up - int64(len(f.refusedPos)))
 				bad.Add(int64(len(f.refusedPos)))
 				cp.LastID = last
-				cp.Count += int64(len(page))
+				cp.Count += int64(len(batch))
 				if err := e.writeCheckpoint(ctx, name, l, cp); err != nil {
 					return err
 				}
-				n := done.Add(int64(len(page)))
+				n := done.Add(int64(len(batch)))
 				stats.update(func(s *JobSnapshot) { s.Reindex.Done = n })
+				e.observeProgress(name, n, est)
 				return nil
 			},
 		}
 		return p.submit(f)
+	}
+	submitPage := func(page []item) error {
+		for lo := 0; lo < len(page); lo += jc.BatchSize {
+			if err := submit(page[lo:min(lo+jc.BatchSize, len(page))]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// stopped ends a reindex cut short: on a clean stop (ctx cancelled, not
+	// a lost lease) what was sent is made durable and checkpointed first.
+	stopped := func(err error) (ReindexSummary, error) {
+		if ctx.Err() != nil && !errors.Is(context.Cause(ctx), errs.ErrLeaseLost) {
+			timer := time.AfterFunc(jc.DrainTimeout, func() { p.fail(context.DeadlineExceeded) })
+			defer timer.Stop()
+			if cerr := p.close(); cerr == nil {
+				log.Info("reindex stopped; it resumes from its checkpoint", "done", done.Load())
+			}
+			return sum, context.Cause(ctx)
+		}
+		return sum, err
 	}
 	pageSize := jc.PageSize
 	page := make([]item, 0, pageSize)
@@ -238,22 +270,25 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 		page = append(page, item{doc: doc, id: doc.Lookup("_id"), op: transform.OpReindex})
 		if len(page) == pageSize {
 			if err := submitPage(page); err != nil {
-				return sum, err
+				return stopped(err)
 			}
 			page = make([]item, 0, pageSize)
 			arena = make([]byte, 0, cap(arena))
 		}
 	}
 	if err := cur.Err(); err != nil {
-		return sum, leaseOr(ctx, l, errs.Wrap(errs.Failed, name, err, "read the collection"))
+		return stopped(leaseOr(ctx, l, errs.Wrap(errs.Failed, name, err, "read the collection")))
+	}
+	if ctx.Err() != nil {
+		return stopped(ctx.Err())
 	}
 	if len(page) > 0 {
 		if err := submitPage(page); err != nil {
-			return sum, err
+			return stopped(err)
 		}
 	}
 	if err := p.close(); err != nil {
-		return sum, err
+		return sum, leaseOr(ctx, l, err)
 	}
 	sum.Indexed, sum.Skipped, sum.Errors = indexed.Load(), skipped.Load(), bad.Load()
 

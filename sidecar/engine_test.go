@@ -1,0 +1,628 @@
+package sidecar_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/meilisearch/meilisearch-go"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/internal/meilitest"
+	"github.com/meilistream/meilistream/internal/mongotest"
+	"github.com/meilistream/meilistream/internal/synccheck"
+	"github.com/meilistream/meilistream/lease"
+	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/transform"
+)
+
+// itemsJS is the transform of most tests: hidden documents are kept out,
+// a document with throw: true makes it throw, and bad: true makes it
+// return a field Meilisearch refuses (a document id in a wrong form is
+// impossible, so the test server's FailNextTask plays that part).
+const itemsJS = `module.exports = {
+  collection: "items",
+  index: "items",
+  transform(doc) {
+    if (doc.hidden) return null;
+    if (doc.throw) throw new Error("boom");
+    return { title: doc.title, n: doc.n };
+  },
+};
+`
+
+type env struct {
+	t      *testing.T
+	ctx    context.Context
+	mongo  *mongotest.Server
+	meili  *meilitest.Server
+	client *mongo.Client
+	db     *mongo.Database
+	coll   *mongo.Collection
+	state  *mongo.Collection
+	errs   *mongo.Collection
+	mc     meilisearch.ServiceManager
+	leases *lease.Manager
+	cfg    sidecar.EngineConfig
+	log    hclog.Logger
+}
+
+func newEnv(t *testing.T, history int) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	ms, err := mongotest.Start(mongotest.Options{HistorySize: history})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ms.Close() })
+	mm, err := meilitest.Start(meilitest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mm.Close() })
+	client, err := mongo.Connect(options.Client().ApplyURI(ms.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Disconnect(context.Background()) })
+	db := client.Database("app")
+	e := &env{
+		t: t, ctx: ctx, mongo: ms, meili: mm, client: client, db: db,
+		coll:  db.Collection("items"),
+		state: db.Collection("meilistream"),
+		errs:  db.Collection("meilistream_errors"),
+		mc:    meilisearch.New(mm.URL(), meilisearch.DisableRetries()),
+		cfg: sidecar.EngineConfig{
+			BatchSize: 100, PageSize: 200, FlushInterval: 20 * time.Millisecond,
+			PositionInterval: 100 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryCap: 100 * time.Millisecond,
+		},
+		log: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}}),
+	}
+	e.leases, err = lease.New(e.state, "test:1:a", lease.Options{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+func (e *env) job(src string) *transform.Job {
+	e.t.Helper()
+	dir := e.t.TempDir()
+	path := filepath.Join(dir, "items.js")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	j, err := transform.LoadFile(path, []byte(src), transform.Options{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return j
+}
+
+func (e *env) engine() *sidecar.Engine {
+	return sidecar.NewEngine(e.db, e.state, e.errs, e.cfg, nil, e.log)
+}
+
+func (e *env) acquire() *lease.Lease {
+	e.t.Helper()
+	l, err := e.leases.Acquire(e.ctx, "items")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return l
+}
+
+func (e *env) insert(from, to int, extra bson.M) {
+	e.t.Helper()
+	docs := make([]any, 0, to-from)
+	for i := from; i < to; i++ {
+		d := bson.M{"_id": i, "title": fmt.Sprintf("item %d", i), "n": i}
+		for k, v := range extra {
+			d[k] = v
+		}
+		docs = append(docs, d)
+	}
+	if _, err := e.coll.InsertMany(e.ctx, docs); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// equal waits until the index holds exactly transform(collection) minus the
+// recorded errors.
+func (e *env) equal(job *transform.Job) {
+	e.t.Helper()
+	if err := synccheck.Eventually(e.ctx, 15*time.Second, e.coll, e.errs, job, e.mc, "items"); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// running is an Engine.Run in the background.
+type running struct {
+	cancel context.CancelFunc
+	done   chan error
+	stats  *sidecar.JobStats
+}
+
+func (e *env) run(job *transform.Job, l *lease.Lease) *running {
+	ctx, cancel := context.WithCancel(e.ctx)
+	r := &running{cancel: cancel, done: make(chan error, 1), stats: sidecar.NewJobStats()}
+	eng := e.engine()
+	sink := sidecar.NewMeiliSink(e.mc, job, e.log)
+	go func() { r.done <- eng.Run(ctx, job, sink, l, r.stats) }()
+	return r
+}
+
+func (r *running) stop(t *testing.T) error {
+	t.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after cancel")
+		return nil
+	}
+}
+
+func (r *running) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-r.done:
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return")
+		return nil
+	}
+}
+
+// until polls cond every 10ms for up to 15s.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (e *env) positionHash() string {
+	var d struct {
+		Hash string `bson:"hash"`
+	}
+	err := e.state.FindOne(e.ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "position", Value: "items"}}}}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return ""
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return d.Hash
+}
+
+func TestRunReindexesThenFollowsInsertUpdateReplaceDelete(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 2500, nil)
+	e.insert(2500, 2600, bson.M{"hidden": true})
+	job := e.job(itemsJS)
+	r := e.run(job, e.acquire())
+	e.equal(job)
+	until(t, "position recorded", func() bool { return e.positionHash() == job.Hash })
+
+	// Follow: insert, update ($set), replace, delete, a document turned
+	// away (null removes it), and one brought back.
+	e.insert(5000, 5010, nil)
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 1}, bson.M{"$set": bson.M{"title": "updated"}}))
+	e.ok(e.coll.ReplaceOne(e.ctx, bson.M{"_id": 2}, bson.M{"title": "replaced", "n": -2}))
+	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 3}))
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 4}, bson.M{"$set": bson.M{"hidden": true}}))
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 2500}, bson.M{"$unset": bson.M{"hidden": ""}}))
+	for i := 0; i < 20; i++ { // many changes to one id coalesce; the last wins
+		e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 7}, bson.M{"$set": bson.M{"n": 1000 + i}}))
+	}
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatalf("clean close: %v", err)
+	}
+	s := r.stats.Snapshot()
+	if s.Reindexes != 1 || s.Changes == 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func (e *env) ok(_ any, err error) {
+	e.t.Helper()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func TestRunResumesAfterRestartWithoutReindexing(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 500, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	r := e.run(job, l)
+	e.equal(job)
+	until(t, "position recorded", func() bool { return e.positionHash() == job.Hash })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	// Changes while no one follows are picked up from the position.
+	e.insert(500, 600, nil)
+	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 0}))
+	swaps := e.meili.Requests("POST /swap-indexes")
+	r = e.run(job, l)
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.stats.Snapshot(); s.Reindexes != 0 || e.meili.Requests("POST /swap-indexes") != swaps {
+		t.Fatalf("restart reindexed: %+v", s)
+	}
+}
+
+func TestWritesDuringALongReindexAreAllPresent(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 3000, nil)
+	job := e.job(itemsJS)
+	e.meili.Close()
+	var err error
+	e.meili, err = meilitest.Start(meilitest.Options{TaskDelay: 15 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.meili.Close() })
+	e.mc = meilisearch.New(e.meili.URL(), meilisearch.DisableRetries())
+	r := e.run(job, e.acquire())
+	until(t, "reindex under way", func() bool {
+		s := r.stats.Snapshot()
+		return s.Phase == sidecar.PhaseReindexing && s.Reindex.Done > 0
+	})
+	e.insert(10000, 10050, nil)
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 2999}, bson.M{"$set": bson.M{"title": "late update"}}))
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 5}, bson.M{"$set": bson.M{"title": "early update"}}))
+	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 6}))
+	if s := r.stats.Snapshot(); s.Phase != sidecar.PhaseReindexing {
+		t.Fatalf("the reindex ended before the writes; make it longer (phase %q)", s.Phase)
+	}
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLeaseTakenOverMidReindexStopsWithNothingSwappedOrRecorded(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 2000, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	r := e.run(job, l)
+	for e.meili.Requests("POST /indexes/{uid}/documents") == 0 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	e.meili.PauseTasks() // batches stay in flight: the reindex is mid-way
+	e.mongo.AdvanceClock(11 * time.Second) // past the TTL: the lease lapses
+	other, err := lease.New(e.state, "test:2:b", lease.Options{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Acquire(e.ctx, "items"); err != nil {
+		t.Fatal(err)
+	}
+	e.meili.ResumeTasks()
+	err = r.wait(t)
+	if !errors.Is(err, errs.ErrLeaseLost) {
+		t.Fatalf("want LEASE_LOST, got %v", err)
+	}
+	if n := e.meili.Requests("POST /swap-indexes"); n != 0 {
+		t.Fatalf("%d swaps after losing the lease", n)
+	}
+	if h := e.positionHash(); h != "" {
+		t.Fatal("position recorded after losing the lease")
+	}
+	if docs := e.meili.Documents("items"); len(docs) != 0 {
+		t.Fatalf("live index has %d documents", len(docs))
+	}
+}
+
+func TestReindexKilledMidwayResumesFromItsCheckpoint(t *testing.T) {
+	e := newEnv(t, 0)
+	const total = 4000
+	e.insert(0, total, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	eng := e.engine()
+	sink := sidecar.NewMeiliSink(e.mc, job, e.log)
+	ctx, cancel := context.WithCancel(e.ctx)
+	st := sidecar.NewJobStats()
+	done := make(chan error, 1)
+	go func() {
+		_, err := eng.Reindex(ctx, job, sink, l, st)
+		done <- err
+	}()
+	until(t, "half the reindex", func() bool { return st.Snapshot().Reindex.Done >= total/2 })
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("a cancelled reindex reported success")
+	}
+	if h := e.positionHash(); h != "" {
+		t.Fatal("a cancelled reindex recorded a position")
+	}
+	states, err := sidecar.ReadState(e.ctx, e.state, e.errs)
+	if err != nil || len(states) != 1 || states[0].Reindex == nil {
+		t.Fatalf("no checkpoint: %+v %v", states, err)
+	}
+	cp := states[0].Reindex.Count
+	sum, err := eng.Reindex(e.ctx, job, sink, l, sidecar.NewJobStats())
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := sum.Indexed + sum.Skipped + sum.Errors
+	if !sum.Resumed || sum.Previous != cp || sum.Previous+read != total {
+		t.Fatalf("resumed=%v previous=%d (checkpoint %d) read again=%d, total %d", sum.Resumed, sum.Previous, cp, read, total)
+	}
+	t.Logf("killed at %d done, checkpoint at %d: re-read %d documents", st.Snapshot().Reindex.Done, cp, st.Snapshot().Reindex.Done-cp)
+	if e.positionHash() != job.Hash {
+		t.Fatal("no position after the resumed reindex")
+	}
+	e.equal(job)
+}
+
+func TestHistoryLostReindexes(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 300, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	r := e.run(job, l)
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	e.mongo.SetHistorySize(10)
+	e.insert(300, 400, nil) // 100 events: the position falls out of the history
+	r = e.run(job, l)
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.stats.Snapshot(); s.Reindexes != 1 {
+		t.Fatalf("want a reindex, stats %+v", s)
+	}
+}
+
+func TestHistoryLostFailsWithOnHistoryLostFail(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 100, nil)
+	job := e.job(strings.Replace(itemsJS, `index: "items",`, `index: "items", onHistoryLost: "fail",`, 1))
+	l := e.acquire()
+	r := e.run(job, l)
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	e.mongo.SetHistorySize(10)
+	e.insert(100, 200, nil)
+	r = e.run(job, l)
+	if err := r.wait(t); !errors.Is(err, errs.ErrHistoryLost) {
+		t.Fatalf("want HISTORY_LOST, got %v", err)
+	}
+}
+
+func TestDroppedCollectionStopsClearsPositionAndRestartReindexes(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 100, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	r := e.run(job, l)
+	e.equal(job)
+	if err := e.coll.Drop(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	err := r.wait(t)
+	if !errors.Is(err, sidecar.ErrInvalidated) || errs.CodeOf(err) != errs.Failed {
+		t.Fatalf("want FAILED wrapping ErrInvalidated, got %v", err)
+	}
+	if h := e.positionHash(); h != "" {
+		t.Fatal("position not cleared")
+	}
+	if n := len(e.meili.Documents("items")); n != 100 {
+		t.Fatalf("the index was changed: %d documents", n)
+	}
+	e.insert(1000, 1010, nil)
+	r = e.run(job, l)
+	e.equal(job) // what the collection now holds
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMeilisearchFailingThenRecoveringLosesNothing(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 200, nil)
+	job := e.job(itemsJS)
+	r := e.run(job, e.acquire())
+	e.equal(job)
+	e.meili.FailNext(6, meilitest.Fail5xx)
+	e.insert(1000, 1100, nil)
+	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 1}))
+	e.equal(job)
+	e.meili.FailNext(4, meilitest.FailDrop)
+	for i := 0; i < 50; i++ {
+		e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 1000 + i}, bson.M{"$set": bson.M{"n": -i}}))
+	}
+	e.meili.FailNextTask("internal", "simulated")
+	e.insert(2000, 2010, nil)
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.stats.Snapshot(); s.Retries == 0 {
+		t.Fatalf("no retries counted: %+v", s)
+	}
+}
+
+func TestMongoResumableErrorsAndDroppedConnectionsLoseNothing(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 200, nil)
+	job := e.job(itemsJS)
+	r := e.run(job, e.acquire())
+	e.equal(job)
+	e.mongo.FailCommand(bson.D{
+		{Key: "mode", Value: bson.D{{Key: "times", Value: 2}}},
+		{Key: "data", Value: bson.D{
+			{Key: "failCommands", Value: bson.A{"getMore"}},
+			{Key: "errorCode", Value: 234},
+			{Key: "errorLabels", Value: bson.A{"ResumableChangeStreamError"}},
+		}},
+	})
+	e.insert(1000, 1050, nil)
+	e.equal(job)
+	e.mongo.DropConnections()
+	e.insert(2000, 2050, nil)
+	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 1000}))
+	e.mongo.DropConnections()
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 2001}, bson.M{"$set": bson.M{"title": "after blip"}}))
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEditedTransformTriggersReindex(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 300, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	r := e.run(job, l)
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	edited := e.job(strings.Replace(itemsJS, "n: doc.n", "n: doc.n * 2", 1))
+	r = e.run(edited, l)
+	e.equal(edited)
+	until(t, "new hash recorded", func() bool { return e.positionHash() == edited.Hash })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.stats.Snapshot(); s.Reindexes != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestBadDocumentIsRecordedAndRetryClearsIt(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 100, nil)
+	e.insert(100, 102, bson.M{"throw": true}) // refused while reindexing
+	job := e.job(itemsJS)
+	l := e.acquire()
+	r := e.run(job, l)
+	e.equal(job)
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 5}, bson.M{"$set": bson.M{"throw": true}})) // while following
+	e.insert(200, 210, nil) // the job goes on
+	until(t, "three error records", func() bool {
+		n, _ := e.errs.CountDocuments(e.ctx, bson.M{"job": "items"})
+		return n == 3
+	})
+	e.equal(job) // the index holds transform(collection) minus the three
+	var rec bson.M
+	if err := e.errs.FindOne(e.ctx, bson.M{"sourceId": 5}).Decode(&rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec["code"] != "TRANSFORM_FAILED" || rec["job"] != "items" {
+		t.Fatalf("record %v", rec)
+	}
+	states, err := sidecar.ReadState(e.ctx, e.state, e.errs)
+	if err != nil || len(states) != 1 || states[0].Errors != 3 {
+		t.Fatalf("state %+v %v", states, err)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	// The transform is fixed; retry writes the three and clears them.
+	fixed := e.job(strings.Replace(itemsJS, `if (doc.throw) throw new Error("boom");`, "", 1))
+	sum, err := e.engine().Retry(e.ctx, fixed, sidecar.NewMeiliSink(e.mc, fixed, e.log), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Retried != 3 || sum.Written != 3 || sum.Failed != 0 {
+		t.Fatalf("retry %+v", sum)
+	}
+	if n, _ := e.errs.CountDocuments(e.ctx, bson.M{}); n != 0 {
+		t.Fatalf("%d records left", n)
+	}
+	if err := synccheck.Eventually(e.ctx, 5*time.Second, e.coll, e.errs, fixed, e.mc, "items"); err == nil {
+		// fixed differs from the indexed transform only for thrown docs;
+		// the others were indexed by the same code.
+	} else {
+		t.Fatal(err)
+	}
+}
+
+func TestCloseFlushesPendingChanges(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.FlushInterval = time.Hour
+	e.cfg.BatchSize = 100000
+	e.insert(0, 50, nil)
+	job := e.job(itemsJS)
+	r := e.run(job, e.acquire())
+	e.equal(job)
+	e.insert(100, 130, nil)
+	until(t, "changes read", func() bool { return r.stats.Snapshot().Changes >= 30 })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.meili.WaitIdle(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := synccheck.Check(e.ctx, e.coll, e.errs, job, e.mc, "items"); err != nil || d != "" {
+		t.Fatalf("not flushed on close: %s %v", d, err)
+	}
+}
+
+func TestInPlaceReindexSweepsWhatIsNoLongerWanted(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 300, nil)
+	job := e.job(strings.Replace(itemsJS, `index: "items",`, `index: "items", reindex: "inplace",`, 1))
+	// The live index holds documents that no longer exist or are now kept
+	// out: the sweep and the in-place deletes remove them.
+	ti, err := e.mc.Index("items").AddDocuments(e.ctx, []map[string]any{{"id": 99999, "title": "gone"}, {"id": 7, "title": "stale"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.mc.WaitForTask(e.ctx, ti.TaskUID, 0); err != nil {
+		t.Fatal(err)
+	}
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 7}, bson.M{"$set": bson.M{"hidden": true}}))
+	sum, err := e.engine().Reindex(e.ctx, job, sidecar.NewMeiliSink(e.mc, job, e.log), e.acquire(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Removed != 1 || sum.Skipped != 1 || sum.Indexed != 299 {
+		t.Fatalf("summary %+v", sum)
+	}
+	if e.meili.Requests("POST /swap-indexes") != 0 {
+		t.Fatal("an in-place reindex swapped")
+	}
+	e.equal(job)
+}
