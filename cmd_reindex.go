@@ -1,12 +1,92 @@
 package main
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"time"
 
-// runReindex is the body of "meilistream reindex".
-//
-// Placeholder from the CLI frame: the engine engineer owns this file and
-// replaces this body with the real one. It receives the validated
-// configuration and a logger in inv (see invocation in main.go).
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/transform"
+)
+
+// runReindex is the body of "meilistream reindex NAME": it takes the job's
+// lease (exit 3, RUNNING, when another process holds it), rebuilds the
+// destination from the collection (continuing a checkpointed reindex of the
+// same transform), records the new position, releases the lease and prints
+// one line: indexed, skipped, removed, duration.
 func runReindex(ctx context.Context, inv *invocation) int {
-	return notBuilt(inv.Stderr, "reindex")
+	if len(inv.Args) != 1 {
+		return usageError(inv.Stderr, "reindex", "want one job name, got %d arguments", len(inv.Args))
+	}
+	name := inv.Args[0]
+	job, err := oneJob(inv, name)
+	if err != nil {
+		return fail(inv.Stderr, err)
+	}
+	w, err := connect(ctx, inv.Config, inv.Log)
+	if err != nil {
+		return fail(inv.Stderr, err)
+	}
+	defer w.close()
+	var out string
+	err = w.underLease(ctx, job.Name, func(ctx context.Context, l leaseForEngine) error {
+		sink, err := w.sinkFactory(inv.Log)(job)
+		if err != nil {
+			return err
+		}
+		sum, err := w.engine.Reindex(ctx, job, sink, l, nil)
+		if err != nil {
+			return err
+		}
+		resumed := ""
+		if sum.Resumed {
+			resumed = fmt.Sprintf(" (resumed after %d documents)", sum.Previous)
+		}
+		out = fmt.Sprintf("reindexed %s: indexed %d, skipped %d, removed %d, errors %d, in %s%s\n",
+			job.Name, sum.Indexed, sum.Skipped, sum.Removed, sum.Errors, sum.Duration.Round(time.Millisecond), resumed)
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintf(inv.Stderr, "meilistream: reindex of %s interrupted; running it again continues from its last checkpoint\n", name)
+		}
+		return fail(inv.Stderr, err)
+	}
+	fmt.Fprint(inv.Stdout, out)
+	return exitOK
+}
+
+// oneJob loads the job called name, with the environment's options, or says
+// why it cannot (its file's problem, or that there is no such job).
+func oneJob(inv *invocation, name string) (*transform.Job, error) {
+	set, loadErr := loadJobs(inv.Config, inv.Log)
+	if set == nil {
+		return nil, loadErr
+	}
+	for _, j := range newJobEnv(inv.Config, inv.Log).jobs(set.Jobs()) {
+		if j.Name == name {
+			return j, nil
+		}
+	}
+	for _, e := range flattenErrs(loadErr) {
+		if c, ok := e.(*errs.Error); ok && c.Job == name {
+			return nil, e
+		}
+	}
+	return nil, errs.New(errs.ConfigInvalid, name, "no job %q: no %s.js in %s and no MEILISTREAM_JOB_* variables for it",
+		name, name, inv.Config.Transforms)
+}
+
+func flattenErrs(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flattenErrs(e)...)
+		}
+		return out
+	}
+	return []error{err}
 }

@@ -31,11 +31,16 @@ const (
 	DefaultRestartMax = time.Minute
 )
 
+// DefaultStallAfter is how far behind the change stream a following job
+// may fall before /readyz reports it stalled.
+const DefaultStallAfter = 5 * time.Minute
+
 // JobDef is one job as the supervisor sees it: a name, a hash that changes
 // whenever the job's definition (transform file, options) changes, the
 // definition itself for the driver, and Err when it could not be loaded.
 type JobDef struct {
 	Name string
+	Kind string // "search" or "mirror", for /status and metrics
 	Hash string
 	// Err is set when the job's definition is unusable (CONFIG_INVALID,
 	// TRANSFORM_FAILED at load): the job shows as failed and does not run
@@ -80,9 +85,24 @@ type SupervisorConfig struct {
 	// ReleaseTimeout bounds releasing a lease after a job stopped
 	// (default 5s).
 	ReleaseTimeout time.Duration
-	// OnLeaseChange, when set, is told whenever a job's lease is taken
-	// (held true, with its epoch) or given up (held false), for metrics.
-	OnLeaseChange func(job string, held bool, epoch int64)
+	// Metrics, when set, receives job states, restarts and lease state.
+	Metrics *Metrics
+	// Holder is this process's lease holder identity, shown in /status for
+	// the jobs it runs.
+	Holder string
+	// Probe, when set, is part of Ready: it checks that the servers the
+	// jobs need are reachable (a few seconds at most, bounded by ctx).
+	Probe func(ctx context.Context) error
+	// StallAfter makes Ready fail when a following job's durable position
+	// is more than this far behind the change stream (default 5m).
+	StallAfter time.Duration
+	// LostPause is how long a job that lost its lease waits before it
+	// stands by again (jittered by up to a fifth; 0: not at all). A holder
+	// that lost its lease was most likely the stalled one; giving the
+	// other pods a head start (one lease period is right) lets a healthy
+	// standby take over instead of the same pod winning the lease back at
+	// once.
+	LostPause time.Duration
 }
 
 // Supervisor runs every job in its own goroutine: standby (waiting for the
@@ -111,10 +131,13 @@ type supervised struct {
 	stats  *SupervisedJob
 }
 
-// SupervisedJob is the supervisor's view of one job, read by /status. The
-// engine may refine the state and report its own figures through Set.
+// SupervisedJob is the supervisor's view of one job, read by /status; the
+// engine reports its own figures in Stats.
 type SupervisedJob struct {
-	Name string
+	Name  string
+	Kind  string
+	Stats *JobStats // the engine's, kept across runs
+	m     *JobMetrics
 
 	mu          sync.Mutex
 	state       string
@@ -125,7 +148,6 @@ type SupervisedJob struct {
 	lastErrAt   time.Time
 	epoch       int64
 	held        bool
-	engine      any // the engine's own per-job stats (*JobStats), kept across runs
 }
 
 // SupervisedSnapshot is a copy of a SupervisedJob at one instant.
@@ -140,7 +162,6 @@ type SupervisedSnapshot struct {
 	Code        string // code of LastError
 	Held        bool   // this process holds the job's lease
 	Epoch       int64  // lease epoch while held
-	Engine      any    // the engine's stats, when it reported some
 }
 
 // NewSupervisor returns a supervisor with no jobs; call Apply to start some.
@@ -159,6 +180,9 @@ func NewSupervisor(cfg SupervisorConfig) *Supervisor {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.StallAfter <= 0 {
+		cfg.StallAfter = DefaultStallAfter
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Supervisor{
@@ -214,18 +238,23 @@ func (s *Supervisor) Apply(defs []JobDef) {
 		if _, ok := s.jobs[d.Name]; ok {
 			continue
 		}
-		s.startLocked(d, s.statsFor(d.Name, stopping))
+		s.startLocked(d, s.statsFor(d, stopping))
+	}
+	for _, j := range stopping {
+		if _, ok := want[j.def.Name]; !ok {
+			j.stats.m.Forget()
+		}
 	}
 }
 
 // statsFor keeps a restarted job's stats (restarts, engine counters).
-func (s *Supervisor) statsFor(name string, old []*supervised) *SupervisedJob {
+func (s *Supervisor) statsFor(d JobDef, old []*supervised) *SupervisedJob {
 	for _, j := range old {
-		if j.def.Name == name {
+		if j.def.Name == d.Name && j.def.Kind == d.Kind {
 			return j.stats
 		}
 	}
-	return &SupervisedJob{Name: name}
+	return &SupervisedJob{Name: d.Name, Kind: d.Kind, Stats: NewJobStats(), m: s.cfg.Metrics.Job(d.Name, d.Kind)}
 }
 
 func (s *Supervisor) startLocked(d JobDef, st *SupervisedJob) {
@@ -291,7 +320,7 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 		h, err := s.cfg.Driver.Standby(ctx, j.def.Name)
 		if ctx.Err() != nil {
 			if h != nil {
-				s.release(log, j.def.Name, h)
+				s.release(log, h)
 			}
 			return
 		}
@@ -305,14 +334,11 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 		}
 		started := time.Now()
 		st.setHeld(true, h.Epoch())
-		if s.cfg.OnLeaseChange != nil {
-			s.cfg.OnLeaseChange(j.def.Name, true, h.Epoch())
-		}
 		st.setState(StateRunning)
 		log.Info("lease taken, job running", "epoch", h.Epoch())
 		err = s.runHeld(ctx, j, h)
 		st.setState(StateStopping)
-		s.release(log, j.def.Name, h)
+		s.release(log, h)
 		st.setHeld(false, 0)
 		if ctx.Err() != nil {
 			if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, errStopped) {
@@ -324,9 +350,20 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 		switch {
 		case errors.Is(err, errs.ErrLeaseLost):
 			// Someone else holds it now: stand by, without counting a failure.
-			log.Warn("lease lost, standing by", "error", err)
+			log.Warn("lease lost, standing by", "error", err, "after", s.cfg.LostPause)
 			st.fail(err)
 			failures = 0
+			if s.cfg.LostPause > 0 {
+				st.setState(StateStandby)
+				d := s.cfg.LostPause - time.Duration(float64(s.cfg.LostPause)*0.2*rand.Float64())
+				t := time.NewTimer(d)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
 			continue
 		case errors.Is(err, errs.ErrConfigInvalid):
 			log.Error("job configuration invalid, not restarting until it changes", "error", err)
@@ -375,14 +412,11 @@ func (s *Supervisor) runHeld(ctx context.Context, j *supervised, h HeldLease) er
 // release gives the lease up on a context of its own: the job's is
 // cancelled by then, and an unreleased lease keeps standbys waiting a whole
 // lease period.
-func (s *Supervisor) release(log hclog.Logger, name string, h HeldLease) {
+func (s *Supervisor) release(log hclog.Logger, h HeldLease) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ReleaseTimeout)
 	defer cancel()
 	if err := h.Release(ctx); err != nil {
 		log.Warn("release lease", "error", err)
-	}
-	if s.cfg.OnLeaseChange != nil {
-		s.cfg.OnLeaseChange(name, false, 0)
 	}
 }
 
@@ -429,6 +463,7 @@ func (j *SupervisedJob) setState(state string) {
 	if j.state != state {
 		j.state = state
 		j.since = time.Now()
+		j.m.State(state)
 	}
 	if state != StateRestarting {
 		j.nextRestart = time.Time{}
@@ -438,7 +473,12 @@ func (j *SupervisedJob) setState(state string) {
 func (j *SupervisedJob) setHeld(held bool, epoch int64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.held, j.epoch = held, epoch
+	if held {
+		j.held, j.epoch = true, epoch
+	} else {
+		j.held = false // the epoch stays: the last one held
+	}
+	j.m.Lease(held, j.epoch)
 }
 
 func (j *SupervisedJob) fail(err error) {
@@ -451,25 +491,12 @@ func (j *SupervisedJob) restarting(next time.Time) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.restarts++
+	j.m.Restart()
 	if j.state != StateRestarting {
 		j.state, j.since = StateRestarting, time.Now()
+		j.m.State(StateRestarting)
 	}
 	j.nextRestart = next
-}
-
-// SetEngineStats attaches the engine's per-job stats, kept across runs and
-// shown in /status.
-func (j *SupervisedJob) SetEngineStats(v any) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.engine = v
-}
-
-// EngineStats returns what SetEngineStats attached, or nil.
-func (j *SupervisedJob) EngineStats() any {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.engine
 }
 
 // Snapshot copies the job's state.
@@ -485,7 +512,6 @@ func (j *SupervisedJob) Snapshot() SupervisedSnapshot {
 		LastErrorAt: j.lastErrAt,
 		Held:        j.held,
 		Epoch:       j.epoch,
-		Engine:      j.engine,
 	}
 	if j.lastErr != nil {
 		s.LastError = j.lastErr.Error()

@@ -1,0 +1,729 @@
+package main
+
+// Custom testscript commands of the sync_, shutdown_ and lease_ scenarios
+// (the search jobs). They talk to the servers the harness gives every script
+// through the real clients (mongo-driver, meilisearch-go), so the same
+// commands work against real servers; the few that need a test server's
+// hooks (dropping connections, moving its clock) use the harness's handles.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/meilisearch/meilisearch-go"
+	"github.com/rogpeppe/go-internal/testscript"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/meilistream/meilistream/bench/articles"
+	"github.com/meilistream/meilistream/internal/meilitest"
+	"github.com/meilistream/meilistream/internal/mongotest"
+	"github.com/meilistream/meilistream/transform"
+)
+
+func init() {
+	for name, fn := range map[string]func(ts *testscript.TestScript, neg bool, args []string){
+		"mongo":                  cmdMongo,
+		"mongo-seed":             cmdMongoSeed,
+		"mongo-failcommand":      cmdMongoFailCommand,
+		"synced":                 cmdSynced,
+		"wait-status":            cmdWaitStatus,
+		"index-docs":             cmdIndexDocs,
+		"own-servers":            cmdOwnServers,
+		"mongo-drop-connections": cmdMongoDropConnections,
+		"mongo-advance-clock":    cmdMongoAdvanceClock,
+		"mongo-history":          cmdMongoHistory,
+		"meili-fail":             cmdMeiliFail,
+		"meili-requests":         cmdMeiliRequests,
+		"mongo-count":            cmdMongoCount,
+	} {
+		scriptCmds[name] = fn
+	}
+	// $REPO is the repository, for scripts that use its files (the
+	// example transforms).
+	scriptSetups = append(scriptSetups, func(env *testscript.Env) error {
+		wd, err := os.Getwd()
+		if err != nil {
+			return err
+		}
+		env.Setenv("REPO", wd)
+		return nil
+	})
+}
+
+// cmdMongoCount: mongo-count [-timeout D] COLL FILTER N polls until COLL
+// (of the script's database) holds N documents matching FILTER (relaxed
+// Extended JSON).
+func cmdMongoCount(ts *testscript.TestScript, neg bool, args []string) {
+	fs := flag.NewFlagSet("mongo-count", flag.ContinueOnError)
+	timeout := fs.Duration("timeout", 30*time.Second, "")
+	if neg || fs.Parse(args) != nil || fs.NArg() != 3 {
+		ts.Fatalf("usage: mongo-count [-timeout D] COLL FILTER N")
+	}
+	want, err := strconv.ParseInt(fs.Arg(2), 10, 64)
+	ts.Check(err)
+	coll := scriptMongo(ts).Collection(fs.Arg(0))
+	filter := extJSON(ts, fs.Arg(1))
+	deadline := time.Now().Add(*timeout)
+	for {
+		ctx, cancel := cmdCtx()
+		n, err := coll.CountDocuments(ctx, filter)
+		cancel()
+		if err == nil && n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("%s: %d documents match %s, want %d (err %v)", fs.Arg(0), n, fs.Arg(1), want, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ownServers are the private test servers of one script (own-servers).
+type ownServers struct {
+	mongo *mongotest.Server
+	meili *meilitest.Server
+}
+
+var scriptOwnServers sync.Map // *testscript.TestScript -> *ownServers
+
+// cmdOwnServers: own-servers [-task-delay D] starts a MongoDB and a
+// Meilisearch test server for this script alone and points the script's
+// MEILISTREAM_MONGODB_URI and MEILISTREAM_MEILI_URL at them: fault
+// injection (dropped connections, a moved clock, failing requests) must not
+// disturb the scripts running beside it. Scripts using it skip on [real].
+func cmdOwnServers(ts *testscript.TestScript, neg bool, args []string) {
+	fs := flag.NewFlagSet("own-servers", flag.ContinueOnError)
+	delay := fs.Duration("task-delay", 0, "meilitest TaskDelay")
+	if neg || fs.Parse(args) != nil || fs.NArg() != 0 {
+		ts.Fatalf("usage: own-servers [-task-delay D]")
+	}
+	if _, ok := scriptOwnServers.Load(ts); ok {
+		ts.Fatalf("own-servers: already started")
+	}
+	ms, err := mongotest.Start(mongotest.Options{})
+	ts.Check(err)
+	key := ts.Getenv("MEILISTREAM_MEILI_API_KEY")
+	ml, err := meilitest.Start(meilitest.Options{MasterKey: key, TaskDelay: *delay})
+	if err != nil {
+		ms.Close()
+		ts.Check(err)
+	}
+	scriptOwnServers.Store(ts, &ownServers{mongo: ms, meili: ml})
+	ts.Defer(func() {
+		scriptOwnServers.Delete(ts)
+		if c, ok := scriptClients.LoadAndDelete(ms.URI()); ok {
+			_ = c.(*mongo.Client).Disconnect(context.Background())
+		}
+		ml.Close()
+		ms.Close()
+	})
+	ts.Setenv("MONGODB_URI", ms.URI())
+	ts.Setenv("MEILI_URL", ml.URL())
+	ts.Setenv("MEILISTREAM_MONGODB_URI", ms.URI())
+	ts.Setenv("MEILISTREAM_MEILI_URL", ml.URL())
+}
+
+func ownOf(ts *testscript.TestScript) *ownServers {
+	o, ok := scriptOwnServers.Load(ts)
+	if !ok {
+		ts.Fatalf("this command needs the script's own servers: run own-servers first")
+	}
+	return o.(*ownServers)
+}
+
+// cmdMongoDropConnections: mongo-drop-connections closes every client
+// connection of the script's own MongoDB, as a step-down or a network blip.
+func cmdMongoDropConnections(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 0 {
+		ts.Fatalf("usage: mongo-drop-connections")
+	}
+	ownOf(ts).mongo.DropConnections()
+}
+
+// cmdMongoAdvanceClock: mongo-advance-clock D moves the script's own
+// MongoDB clock forward (leases expire by the server's clock).
+func cmdMongoAdvanceClock(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: mongo-advance-clock DURATION")
+	}
+	d, err := time.ParseDuration(args[0])
+	ts.Check(err)
+	ownOf(ts).mongo.AdvanceClock(d)
+}
+
+// cmdMongoHistory: mongo-history N keeps only the newest N change events on
+// the script's own MongoDB (resuming from before them: history lost).
+func cmdMongoHistory(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: mongo-history N")
+	}
+	n, err := strconv.Atoi(args[0])
+	ts.Check(err)
+	ownOf(ts).mongo.SetHistorySize(n)
+}
+
+// cmdMeiliFail: meili-fail [-drop] [-route ROUTE] N makes the next N
+// requests to the script's own Meilisearch fail with 503 (or a dropped
+// connection), on every route or on one (meilitest route keys, e.g.
+// "POST /indexes/{uid}/documents"). N = 0 cancels.
+func cmdMeiliFail(ts *testscript.TestScript, neg bool, args []string) {
+	fs := flag.NewFlagSet("meili-fail", flag.ContinueOnError)
+	drop := fs.Bool("drop", false, "")
+	route := fs.String("route", "", "")
+	if neg || fs.Parse(args) != nil || fs.NArg() != 1 {
+		ts.Fatalf("usage: meili-fail [-drop] [-route ROUTE] N")
+	}
+	n, err := strconv.Atoi(fs.Arg(0))
+	ts.Check(err)
+	mode := meilitest.Fail5xx
+	if *drop {
+		mode = meilitest.FailDrop
+	}
+	if *route != "" {
+		ownOf(ts).meili.FailNextOn(*route, n, mode)
+		return
+	}
+	ownOf(ts).meili.FailNext(n, mode)
+}
+
+// cmdMeiliRequests: meili-requests [-reset] [-min N] [-max N] ROUTE checks
+// how many requests the script's own Meilisearch got on ROUTE (a meilitest
+// route key) and prints the count; -reset sets the counts back to zero
+// afterwards.
+func cmdMeiliRequests(ts *testscript.TestScript, neg bool, args []string) {
+	fs := flag.NewFlagSet("meili-requests", flag.ContinueOnError)
+	lo := fs.Int("min", -1, "")
+	hi := fs.Int("max", -1, "")
+	reset := fs.Bool("reset", false, "")
+	if neg || fs.Parse(args) != nil || fs.NArg() != 1 {
+		ts.Fatalf("usage: meili-requests [-reset] [-min N] [-max N] ROUTE")
+	}
+	ml := ownOf(ts).meili
+	n := ml.Requests(fs.Arg(0))
+	fmt.Fprintf(ts.Stdout(), "%d\n", n)
+	if *reset {
+		ml.ResetRequests()
+	}
+	if *lo >= 0 && n < *lo {
+		ts.Fatalf("%s: %d requests, want at least %d", fs.Arg(0), n, *lo)
+	}
+	if *hi >= 0 && n > *hi {
+		ts.Fatalf("%s: %d requests, want at most %d", fs.Arg(0), n, *hi)
+	}
+}
+
+// scriptClients caches one MongoDB client per URI for the whole test
+// binary: scripts share the servers, and connecting per command is slow.
+var scriptClients sync.Map // uri -> *mongo.Client
+
+func scriptMongo(ts *testscript.TestScript) *mongo.Database {
+	uri := ts.Getenv("MEILISTREAM_MONGODB_URI")
+	if uri == "" {
+		ts.Fatalf("MEILISTREAM_MONGODB_URI is not set")
+	}
+	c, ok := scriptClients.Load(uri)
+	if !ok {
+		cl, err := mongo.Connect(options.Client().ApplyURI(uri))
+		ts.Check(err)
+		if prev, loaded := scriptClients.LoadOrStore(uri, cl); loaded {
+			_ = cl.Disconnect(context.Background())
+			c = prev
+		} else {
+			c = cl
+		}
+	}
+	return c.(*mongo.Client).Database(ts.Getenv("MEILISTREAM_MONGODB_DATABASE"))
+}
+
+func scriptMeili(ts *testscript.TestScript) meilisearch.ServiceManager {
+	url := ts.Getenv("MEILISTREAM_MEILI_URL")
+	if url == "" {
+		ts.Fatalf("MEILISTREAM_MEILI_URL is not set")
+	}
+	return meilisearch.New(url, meilisearch.WithAPIKey(ts.Getenv("MEILISTREAM_MEILI_API_KEY")), meilisearch.DisableRetries())
+}
+
+func cmdCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 60*time.Second)
+}
+
+// extJSON parses one Extended JSON (relaxed) document.
+func extJSON(ts *testscript.TestScript, s string) bson.D {
+	var d bson.D
+	if err := bson.UnmarshalExtJSON([]byte(s), false, &d); err != nil {
+		ts.Fatalf("parse %s: %v", s, err)
+	}
+	return d
+}
+
+// cmdMongo: mongo insert COLL DOC... | update COLL FILTER UPDATE |
+// replace COLL FILTER DOC | delete COLL FILTER | drop COLL, on the script's
+// database, documents in relaxed Extended JSON. update and delete apply to
+// every match.
+func cmdMongo(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 2 {
+		ts.Fatalf("usage: mongo insert|update|replace|delete|drop COLL [JSON...]")
+	}
+	err := mongoOp(ts, args)
+	if err != nil && mongo.IsNetworkError(err) {
+		// A connection dropped by the script itself (mongo-drop-connections):
+		// multi-document writes are not retryable writes, so try once more.
+		err = mongoOp(ts, args)
+	}
+	if neg {
+		if err == nil {
+			ts.Fatalf("mongo %s succeeded", args[0])
+		}
+		return
+	}
+	ts.Check(err)
+}
+
+func mongoOp(ts *testscript.TestScript, args []string) error {
+	ctx, cancel := cmdCtx()
+	defer cancel()
+	coll := scriptMongo(ts).Collection(args[1])
+	var err error
+	switch op, rest := args[0], args[2:]; {
+	case op == "insert" && len(rest) >= 1:
+		docs := make([]any, len(rest))
+		for i, s := range rest {
+			docs[i] = extJSON(ts, s)
+		}
+		_, err = coll.InsertMany(ctx, docs)
+	case op == "update" && len(rest) == 2:
+		var res *mongo.UpdateResult
+		res, err = coll.UpdateMany(ctx, extJSON(ts, rest[0]), extJSON(ts, rest[1]))
+		if err == nil && res.MatchedCount == 0 {
+			err = fmt.Errorf("update matched nothing")
+		}
+	case op == "replace" && len(rest) == 2:
+		var res *mongo.UpdateResult
+		res, err = coll.ReplaceOne(ctx, extJSON(ts, rest[0]), extJSON(ts, rest[1]))
+		if err == nil && res.MatchedCount == 0 {
+			err = fmt.Errorf("replace matched nothing")
+		}
+	case op == "delete" && len(rest) == 1:
+		var res *mongo.DeleteResult
+		res, err = coll.DeleteMany(ctx, extJSON(ts, rest[0]))
+		if err == nil && res.DeletedCount == 0 {
+			err = fmt.Errorf("delete matched nothing")
+		}
+	case op == "drop" && len(rest) == 0:
+		err = coll.Drop(ctx)
+	default:
+		ts.Fatalf("usage: mongo insert|update|replace|delete|drop COLL [JSON...]")
+	}
+	return err
+}
+
+// cmdMongoSeed: mongo-seed COLL N [FIRST] inserts N generated articles of
+// about 1 KB (bench/articles) with integer _ids FIRST.. (default 1), one in
+// ten a draft.
+func cmdMongoSeed(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 || len(args) > 3 {
+		ts.Fatalf("usage: mongo-seed COLL N [FIRST]")
+	}
+	n, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	first := 1
+	if len(args) == 3 {
+		first, err = strconv.Atoi(args[2])
+		ts.Check(err)
+	}
+	ctx, cancel := cmdCtx()
+	defer cancel()
+	coll := scriptMongo(ts).Collection(args[0])
+	const chunk = 1000
+	docs := make([]any, 0, chunk)
+	for i := first; i < first+n; i++ {
+		docs = append(docs, articles.Article(i))
+		if len(docs) == chunk || i == first+n-1 {
+			_, err := coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+			ts.Check(err)
+			docs = docs[:0]
+		}
+	}
+}
+
+// cmdMongoFailCommand: mongo-failcommand N CODE COMMAND... makes the next N
+// of the named commands fail with CODE (the failCommand fail point, which
+// real mongod has with enableTestCommands), adding the ResumableChangeStreamError
+// label so a change stream resumes after it. "mongo-failcommand off" turns
+// it off.
+func cmdMongoFailCommand(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 1 {
+		ts.Fatalf("usage: mongo-failcommand N CODE COMMAND... | mongo-failcommand off")
+	}
+	ctx, cancel := cmdCtx()
+	defer cancel()
+	admin := scriptMongo(ts).Client().Database("admin")
+	cmd := bson.D{{Key: "configureFailPoint", Value: "failCommand"}}
+	if args[0] == "off" {
+		cmd = append(cmd, bson.E{Key: "mode", Value: "off"})
+	} else {
+		if len(args) < 3 {
+			ts.Fatalf("usage: mongo-failcommand N CODE COMMAND...")
+		}
+		n, err := strconv.Atoi(args[0])
+		ts.Check(err)
+		code, err := strconv.Atoi(args[1])
+		ts.Check(err)
+		names := bson.A{}
+		for _, c := range args[2:] {
+			names = append(names, c)
+		}
+		cmd = append(cmd,
+			bson.E{Key: "mode", Value: bson.D{{Key: "times", Value: int32(n)}}},
+			bson.E{Key: "data", Value: bson.D{
+				{Key: "failCommands", Value: names},
+				{Key: "errorCode", Value: int32(code)},
+				{Key: "errorLabels", Value: bson.A{"ResumableChangeStreamError"}},
+			}})
+	}
+	ts.Check(admin.RunCommand(ctx, cmd).Err())
+}
+
+// loadScriptJob loads job name from the transforms folder of the script
+// ($MEILISTREAM_TRANSFORMS, else $WORK/transforms).
+func loadScriptJob(ts *testscript.TestScript, name string) *transform.Job {
+	dir := ts.Getenv("MEILISTREAM_TRANSFORMS")
+	if dir == "" {
+		dir = filepath.Join(ts.Getenv("WORK"), "transforms")
+	}
+	set, err := transform.Load(ts.MkAbs(dir), transform.Options{Pool: 1})
+	if set == nil {
+		ts.Fatalf("load transforms in %s: %v", dir, err)
+	}
+	job := set.Job(name)
+	if job == nil {
+		ts.Fatalf("no job %q in %s (load: %v)", name, dir, err)
+	}
+	return job
+}
+
+// cmdSynced: synced [-timeout D] JOB polls until the job's index holds
+// exactly transform(collection): every document of the collection that the
+// transform keeps, as it makes it, and nothing else. On timeout it reports
+// the last difference. With !, it polls until the two differ.
+//
+// A document whose transform fails is expected absent (a per-document error
+// keeps it out of a fresh index).
+func cmdSynced(ts *testscript.TestScript, neg bool, args []string) {
+	fs := flag.NewFlagSet("synced", flag.ContinueOnError)
+	timeout := fs.Duration("timeout", 30*time.Second, "")
+	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
+		ts.Fatalf("usage: synced [-timeout D] JOB")
+	}
+	job := loadScriptJob(ts, fs.Arg(0))
+	coll := scriptMongo(ts).Collection(job.Collection)
+	uid := ts.Getenv("MEILISTREAM_INDEX_PREFIX") + job.Index
+	ms := scriptMeili(ts)
+	deadline := time.Now().Add(*timeout)
+	var diff string
+	for {
+		ctx, cancel := cmdCtx()
+		want, werr := expectedIndex(ctx, coll, job)
+		got, gerr := indexDocs(ctx, ms, uid, job.PrimaryKey)
+		cancel()
+		switch {
+		case werr != nil:
+			diff = "read collection: " + werr.Error()
+		case gerr != nil:
+			diff = "read index: " + gerr.Error()
+		default:
+			diff = diffDocs(want, got)
+		}
+		if (diff == "") != neg {
+			if !neg {
+				ts.Logf("index %s holds the %d documents transform(%s) makes", uid, len(want), job.Collection)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			if neg {
+				ts.Fatalf("index %s still equals transform(%s) after %s", uid, job.Collection, *timeout)
+			}
+			ts.Fatalf("index %s is not transform(%s) after %s: %s", uid, job.Collection, *timeout, diff)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// expectedIndex runs the job's transform over the whole collection.
+func expectedIndex(ctx context.Context, coll *mongo.Collection, job *transform.Job) (map[string]any, error) {
+	cur, err := coll.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, err
+	}
+	defer cur.Close(ctx)
+	want := map[string]any{}
+	for cur.Next(ctx) {
+		res, err := job.Apply(ctx, bson.Raw(cur.Current), transform.OpReindex, nil)
+		if err != nil || res.Skip {
+			continue
+		}
+		b, err := json.Marshal(res.Doc)
+		if err != nil {
+			return nil, err
+		}
+		v, err := normJSON(b)
+		if err != nil {
+			return nil, err
+		}
+		want[fmt.Sprint(res.ID)] = v
+	}
+	return want, cur.Err()
+}
+
+// indexDocs reads every document of index uid, keyed by primary key; a
+// missing index is empty.
+func indexDocs(ctx context.Context, ms meilisearch.ServiceManager, uid, pk string) (map[string]any, error) {
+	got := map[string]any{}
+	idx := ms.Index(uid)
+	for offset := int64(0); ; {
+		var res meilisearch.DocumentsResult
+		err := idx.GetDocuments(ctx, &meilisearch.DocumentsQuery{Offset: offset, Limit: 1000}, &res)
+		if err != nil {
+			var me *meilisearch.Error
+			if errors.As(err, &me) && me.APIError.Code == "index_not_found" {
+				return got, nil
+			}
+			return nil, err
+		}
+		for _, hit := range res.Results {
+			b, err := json.Marshal(hit)
+			if err != nil {
+				return nil, err
+			}
+			v, err := normJSON(b)
+			if err != nil {
+				return nil, err
+			}
+			m, _ := v.(map[string]any)
+			got[fmt.Sprint(m[pk])] = v
+		}
+		offset += int64(len(res.Results))
+		if len(res.Results) == 0 || offset >= res.Total {
+			return got, nil
+		}
+	}
+}
+
+// normJSON decodes JSON with numbers normalised, so 1, 1.0 and 1e0 compare
+// equal whichever side wrote them.
+func normJSON(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return normNumbers(v), nil
+}
+
+func normNumbers(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = normNumbers(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = normNumbers(e)
+		}
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return strconv.FormatInt(i, 10)
+		}
+		if f, err := x.Float64(); err == nil {
+			if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+				return strconv.FormatInt(int64(f), 10)
+			}
+			return strconv.FormatFloat(f, 'g', -1, 64)
+		}
+		return x.String()
+	}
+	return v
+}
+
+// diffDocs describes how got differs from want ("" when equal), with a few
+// examples.
+func diffDocs(want, got map[string]any) string {
+	var missing, extra, changed []string
+	for id, w := range want {
+		g, ok := got[id]
+		switch {
+		case !ok:
+			missing = append(missing, id)
+		case !reflect.DeepEqual(w, g):
+			changed = append(changed, id)
+		}
+	}
+	for id := range got {
+		if _, ok := want[id]; !ok {
+			extra = append(extra, id)
+		}
+	}
+	if len(missing)+len(extra)+len(changed) == 0 {
+		return ""
+	}
+	for _, l := range [][]string{missing, extra, changed} {
+		sort.Strings(l)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "want %d documents, index has %d; %d missing %s, %d extra %s, %d different %s",
+		len(want), len(got), len(missing), head(missing), len(extra), head(extra), len(changed), head(changed))
+	if len(changed) > 0 {
+		w, _ := json.Marshal(want[changed[0]])
+		g, _ := json.Marshal(got[changed[0]])
+		fmt.Fprintf(&b, "; first different: want %s, index has %s", w, g)
+	}
+	return b.String()
+}
+
+func head(ids []string) string {
+	if len(ids) > 5 {
+		return fmt.Sprint(ids[:5]) + "..."
+	}
+	return fmt.Sprint(ids)
+}
+
+// cmdIndexDocs: index-docs [-timeout D] INDEX N polls until index
+// ($MEILISTREAM_INDEX_PREFIX+INDEX) holds N documents (! : until it does
+// not).
+func cmdIndexDocs(ts *testscript.TestScript, neg bool, args []string) {
+	fs := flag.NewFlagSet("index-docs", flag.ContinueOnError)
+	timeout := fs.Duration("timeout", 30*time.Second, "")
+	if err := fs.Parse(args); err != nil || fs.NArg() != 2 {
+		ts.Fatalf("usage: index-docs [-timeout D] INDEX N")
+	}
+	n, err := strconv.ParseInt(fs.Arg(1), 10, 64)
+	ts.Check(err)
+	uid := ts.Getenv("MEILISTREAM_INDEX_PREFIX") + fs.Arg(0)
+	ms := scriptMeili(ts)
+	deadline := time.Now().Add(*timeout)
+	var last string
+	for {
+		ctx, cancel := cmdCtx()
+		var res meilisearch.DocumentsResult
+		err := ms.Index(uid).GetDocuments(ctx, &meilisearch.DocumentsQuery{Limit: 1}, &res)
+		cancel()
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = strconv.FormatInt(res.Total, 10) + " documents"
+			if (res.Total == n) != neg {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("index %s: want %s%d documents, last seen %s", uid, map[bool]string{true: "not ", false: ""}[neg], n, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// cmdWaitStatus: wait-status [-timeout D] [-ready FILE] PATH REGEXP polls
+// the sidecar's /status (its address from the ready file, default
+// $MEILISTREAM_READY_FILE) until the value at PATH (dot-separated keys or
+// indexes, e.g. jobs.0.state; a missing key or index is "" or null) matches
+// REGEXP. With !, until it does not.
+func cmdWaitStatus(ts *testscript.TestScript, neg bool, args []string) {
+	fs := flag.NewFlagSet("wait-status", flag.ContinueOnError)
+	timeout := fs.Duration("timeout", 30*time.Second, "")
+	ready := fs.String("ready", "", "")
+	if err := fs.Parse(args); err != nil || fs.NArg() != 2 {
+		ts.Fatalf("usage: wait-status [-timeout D] [-ready FILE] PATH REGEXP")
+	}
+	if *ready == "" {
+		*ready = ts.Getenv("MEILISTREAM_READY_FILE")
+	}
+	re, err := regexp.Compile(fs.Arg(1))
+	ts.Check(err)
+	deadline := time.Now().Add(*timeout)
+	last := "nothing (no ready file yet)"
+	for {
+		if addr, err := os.ReadFile(ts.MkAbs(*ready)); err == nil && len(bytes.TrimSpace(addr)) > 0 {
+			v, err := getStatus(strings.TrimSpace(string(addr)), fs.Arg(0))
+			if errors.Is(err, errNoPath) {
+				err, v = nil, "" // a job that is not (or no longer) there
+			}
+			if err != nil {
+				last = err.Error()
+			} else {
+				last = v
+				if re.MatchString(v) != neg {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("/status %s: want %s%q, last seen %s", fs.Arg(0), map[bool]string{true: "no match of ", false: ""}[neg], fs.Arg(1), last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+var errNoPath = errors.New("no")
+
+// getStatus GETs /status and returns the value at path (a string as it is,
+// anything else as JSON; a missing key is null).
+func getStatus(addr, path string) (string, error) {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(strings.TrimSuffix(addr, "/") + "/status")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return "", fmt.Errorf("decode /status: %v: %s", err, b)
+	}
+	for _, k := range strings.Split(path, ".") {
+		switch x := v.(type) {
+		case map[string]any:
+			v = x[k]
+		case []any:
+			i, err := strconv.Atoi(k)
+			if err != nil || i < 0 || i >= len(x) {
+				return "", fmt.Errorf("%w %s in %s", errNoPath, path, b)
+			}
+			v = x[i]
+		default:
+			return "", fmt.Errorf("%w %s in %s", errNoPath, path, b)
+		}
+	}
+	if s, ok := v.(string); ok {
+		return s, nil
+	}
+	out, _ := json.Marshal(v)
+	return string(out), nil
+}
