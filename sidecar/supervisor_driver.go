@@ -50,4 +50,3 @@ func (d *EngineDriver) Run(ctx context.Context, def JobDef, h HeldLease, st *Sup
 	}
 	return d.Engine.Run(ctx, job, sink, el, st.Stats)
 }
-
