@@ -54,9 +54,10 @@
 //   - Change events are rendered from an in-memory history with seq
 //     numbers; resume tokens are {_data: hex} strings of this server's own
 //     format (ordered by cluster time like real ones, but not interchangeable
-//     with a real server's). updateDescription is computed by diffing the
-//     old and new documents: nested changes are dotted paths, a changed
-//     array is reported whole and truncatedArrays is always empty. A pipeline
+//     with a real server's; a token this server did not issue gives 280).
+//     updateDescription is computed by diffing the old and new documents:
+//     nested changes are dotted paths, a changed array is reported whole
+//     and truncatedArrays is always empty. A pipeline
 //     update becomes a replace event when its delta is not smaller than the
 //     document, approximating mongod's rule. Post-images (fullDocument
 //     whenAvailable/required) exist only for collections created or modified
@@ -67,5 +68,11 @@
 //   - Cluster time seconds follow the server clock; the increment counts
 //     writes within a second. There is no periodic no-op write, so an idle
 //     server's operationTime stays at its last write.
+//   - Cursors never time out (mongod kills idle ones after 10 minutes);
+//     killCursors or exhausting them frees them.
+//   - hello reports maxWireVersion 21 (MongoDB 7.0) and omits lastWrite,
+//     topologyVersion and compression on purpose (see the reference note).
+//   - Authentication commands fail with AuthenticationFailed (18): there
+//     are no users, so connect without credentials.
 //   - failCommand is the only fail point.
 package mongotest

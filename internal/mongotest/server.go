@@ -296,6 +296,8 @@ func (s *Server) acceptLoop() {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
+			s.logf("mongotest: connection %d from %s", c.id, nc.RemoteAddr())
+			defer s.logf("mongotest: connection %d closed", c.id)
 			s.serve(c)
 			c.close()
 			s.connMu.Lock()
