@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/knadh/koanf/providers/env/v2"
 	"github.com/knadh/koanf/v2"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/connstring"
 
 	"github.com/meilistream/meilistream/internal/errs"
 )
@@ -444,16 +445,14 @@ func (c *Config) validate(ps *problems, requireServers bool) {
 	}
 	bad := func(key, format string, args ...any) { ps.add(byKey[key], format, args...) }
 
-	switch {
-	case c.MongoDBURI == "" && requireServers:
+	if c.MongoDBURI == "" && requireServers {
 		bad("mongodb_uri", "not set (nor MEILISTREAM_MONGODB_URI_FILE)")
-	case c.MongoDBURI != "":
-		if !isMongoURI(c.MongoDBURI) {
-			bad("mongodb_uri", "the value does not start with mongodb:// or mongodb+srv://")
-		}
 	}
-	if c.ReplicaURI != "" && !isMongoURI(c.ReplicaURI) {
-		bad("replica_uri", "the value does not start with mongodb:// or mongodb+srv://")
+	if problem := mongoURIProblem(c.MongoDBURI); problem != "" {
+		bad("mongodb_uri", "%s", problem)
+	}
+	if problem := mongoURIProblem(c.ReplicaURI); problem != "" {
+		bad("replica_uri", "%s", problem)
 	}
 	if c.MongoDBDatabase == "" {
 		c.MongoDBDatabase = uriDatabase(c.MongoDBURI)
@@ -542,8 +541,65 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-func isMongoURI(s string) bool {
-	return strings.HasPrefix(s, "mongodb://") || strings.HasPrefix(s, "mongodb+srv://")
+// mongoURIProblem says what is wrong with a MongoDB connection string, ""
+// when nothing is (or it is empty), without ever showing a password: the
+// driver's parser is the judge (so a URI that passes here also passes at
+// connect), and its message is scrubbed of the URI's secrets. mongodb+srv://
+// URIs are only checked for their scheme: parsing them looks up DNS, which
+// belongs to connecting, not to reading the configuration.
+func mongoURIProblem(uri string) string {
+	switch {
+	case uri == "":
+		return ""
+	case strings.HasPrefix(uri, "mongodb+srv://"):
+		return ""
+	case !strings.HasPrefix(uri, "mongodb://"):
+		return "the value does not start with mongodb:// or mongodb+srv://"
+	}
+	if _, err := connstring.ParseAndValidate(uri); err != nil {
+		return "the value is not a valid connection string: " + scrubURIError(err.Error(), uri)
+	}
+	return ""
+}
+
+// scrubURIError removes from msg anything of uri that may be secret: the
+// password (raw and unescaped) and the values of secret-looking options
+// (those redactURL masks). A message quoting the password loses its detail.
+func scrubURIError(msg, uri string) string {
+	// "invalid password: invalid URL escape "%zz"" quotes a piece of it.
+	if i := strings.Index(msg, "invalid password"); i >= 0 {
+		msg = msg[:i+len("invalid password")] + " (not URL-escaped properly)"
+	}
+	var secrets []string
+	if _, rest, ok := strings.Cut(uri, "://"); ok {
+		if end := strings.IndexAny(rest, "/?#"); end >= 0 {
+			rest = rest[:end]
+		}
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			if _, pass, ok := strings.Cut(rest[:at], ":"); ok {
+				secrets = append(secrets, pass)
+				if u, err := url.PathUnescape(pass); err == nil {
+					secrets = append(secrets, u)
+				}
+			}
+		}
+	}
+	if _, query, ok := strings.Cut(uri, "?"); ok {
+		for _, kv := range strings.Split(query, "&") {
+			if _, value, _ := strings.Cut(kv, "="); redactURL("mongodb://h/?"+kv) != "mongodb://h/?"+kv {
+				secrets = append(secrets, value)
+				if u, err := url.QueryUnescape(value); err == nil {
+					secrets = append(secrets, u)
+				}
+			}
+		}
+	}
+	for _, secret := range secrets {
+		if secret != "" {
+			msg = strings.ReplaceAll(msg, secret, "xxxxx")
+		}
+	}
+	return msg
 }
 
 // uriDatabase returns the database in a MongoDB URI's path

@@ -138,6 +138,21 @@ func TestLoad(t *testing.T) {
 			problems: []string{"MEILISTREAM_MONGODB_URI: the value does not start with mongodb://"},
 		},
 		{
+			name:     "a URI the driver refuses is refused at start, with the driver's reason",
+			environ:  []string{"MEILISTREAM_MONGODB_URI=mongodb://h:99999/shop"},
+			problems: []string{"MEILISTREAM_MONGODB_URI: the value is not a valid connection string: ", "port must be in the range [1, 65535]"},
+		},
+		{
+			name:     "a badly escaped password is refused without showing it",
+			environ:  []string{"MEILISTREAM_MONGODB_URI=mongodb://app:s3cr3t-pw%zz@h/shop"},
+			problems: []string{"MEILISTREAM_MONGODB_URI: the value is not a valid connection string: error parsing uri: invalid password"},
+		},
+		{
+			name:     "a bad replica URI option is refused without showing secret options",
+			environ:  withBase("MEILISTREAM_REPLICA_URI=mongodb://r/copy?authMechanism=BOGUS&tlsCertificateKeyFilePassword=s3cr3t-pw"),
+			problems: []string{"MEILISTREAM_REPLICA_URI: the value is not a valid connection string"},
+		},
+		{
 			name:     "a batch size that is not a number names the variable",
 			environ:  withBase("MEILISTREAM_BATCH_SIZE=abc"),
 			problems: []string{`MEILISTREAM_BATCH_SIZE: "abc" is not a whole number; accepts a whole number from 1 to 100000`},
