@@ -129,14 +129,15 @@ func Start(opts Options) (*Server, error) {
 	return s, nil
 }
 
+// advertised is the host:port put in hello's hosts/primary/me: the address
+// the client is told to use, which the driver requires to match its seed
+// (reference note §0.4). A wildcard listen address is advertised as
+// 127.0.0.1.
 func advertised(a *net.TCPAddr, requested string) string {
 	host, _, _ := net.SplitHostPort(requested)
 	switch host {
-	case "", "0.0.0.0", "::", "[::]":
+	case "", "0.0.0.0", "::":
 		host = "127.0.0.1"
-	}
-	if a.IP.To4() == nil && host != "localhost" && !strings.Contains(host, ".") {
-		return net.JoinHostPort(host, strconv.Itoa(a.Port))
 	}
 	return net.JoinHostPort(strings.ToLower(host), strconv.Itoa(a.Port))
 }

@@ -114,3 +114,17 @@ func TestCredentialsAreRefusedClearly(t *testing.T) {
 		t.Fatalf("ping with credentials: %v", err)
 	}
 }
+
+func TestListenAddressIsAdvertised(t *testing.T) {
+	for _, addr := range []string{"localhost:0", "0.0.0.0:0"} {
+		srv, err := mongotest.Start(mongotest.Options{Addr: addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := connect(t, srv)
+		if err := client.Ping(ctx(t), nil); err != nil {
+			t.Fatalf("%s (URI %s): %v", addr, srv.URI(), err)
+		}
+		srv.Close()
+	}
+}
