@@ -149,6 +149,7 @@ func (c inConv) value(val bsoncore.Value, depth int) (goja.Value, error) {
 		h, l := val.Decimal128()
 		o := rt.CreateObject(c.v.protos.dec)
 		_ = o.SetSymbol(c.v.hid, bson.NewDecimal128(h, l).String())
+		_ = o.SetSymbol(c.v.hidBits, hex.EncodeToString(val.Data))
 		return o, nil
 	}
 	// DBPointer, CodeWithScope, MinKey, MaxKey: opaque, kept as they are.

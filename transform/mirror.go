@@ -3,6 +3,7 @@ package transform
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"math/big"
@@ -323,6 +324,11 @@ func (c *mirrorConv) special(dst []byte, key string, o *goja.Object) ([]byte, bo
 		}
 		return bsoncore.AppendObjectIDElement(dst, key, oid), true, nil
 	case v.protos.dec:
+		// The exact bits when the value came from a document: a decimal's
+		// text does not always parse back to the same bits (0E-5544).
+		if b, err := hex.DecodeString(valueString(o.GetSymbol(v.hidBits))); err == nil && len(b) == 16 {
+			return bsoncore.AppendValueElement(dst, key, bsoncore.Value{Type: bsoncore.TypeDecimal128, Data: b}), true, nil
+		}
 		d, err := bson.ParseDecimal128(valueString(o.GetSymbol(v.hid)))
 		if err != nil {
 			return nil, true, c.fail(errs.NotADocument, "a malformed Decimal128")

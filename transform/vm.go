@@ -94,6 +94,7 @@ type vm struct {
 	bare     bool          // monstache-style function
 	ns       goja.Value    // "db.collection" for bare functions
 	hid      *goja.Symbol
+	hidBits  *goja.Symbol // a Decimal128's exact bits (its text may not round-trip)
 	dateCtor goja.Value
 	protos   struct{ oid, dec, bin, ts, re, opaque *goja.Object }
 	ctxs     map[Operation]*goja.Object
@@ -145,7 +146,7 @@ func (v *vm) builtin(o *goja.Object) string {
 func newVM(j *Job, prog *goja.Program, con *consoleLimiter) (*vm, error) {
 	rt := goja.New()
 	rt.SetMaxCallStackSize(maxCallStack)
-	v := &vm{rt: rt, hid: goja.NewSymbol("meilistream.value"), vTrue: rt.ToValue(true), vFalse: rt.ToValue(false)}
+	v := &vm{rt: rt, hid: goja.NewSymbol("meilistream.value"), hidBits: goja.NewSymbol("meilistream.bits"), vTrue: rt.ToValue(true), vFalse: rt.ToValue(false)}
 	boot, err := rt.RunProgram(bootstrapProgram)
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: %w", err)

@@ -1,0 +1,182 @@
+package transform_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/transform"
+)
+
+// plainDoc reports whether a document survives a trip through JavaScript
+// unchanged in principle: valid UTF-8 everywhere, no duplicate keys, no NaN
+// payloads (JavaScript has one NaN), _id first.
+func plainDoc(d bsoncore.Document, top bool) bool {
+	els, err := d.Elements()
+	if err != nil {
+		return false
+	}
+	seen := map[string]bool{}
+	for i, el := range els {
+		k := el.Key()
+		if seen[k] || !utf8.ValidString(k) || (top && i == 0 && k != "_id") {
+			return false
+		}
+		seen[k] = true
+		if !plainValue(el.Value()) {
+			return false
+		}
+	}
+	return true
+}
+
+func plainValue(v bsoncore.Value) bool {
+	switch v.Type {
+	case bsoncore.TypeString:
+		return utf8.ValidString(v.StringValue())
+	case bsoncore.TypeSymbol:
+		return utf8.ValidString(v.Symbol())
+	case bsoncore.TypeJavaScript:
+		return utf8.ValidString(v.JavaScript())
+	case bsoncore.TypeRegex:
+		p, o := v.Regex()
+		return utf8.ValidString(p) && utf8.ValidString(o) && sortedASCII(o)
+	case bsoncore.TypeDouble:
+		f := v.Double()
+		return !math.IsNaN(f) || math.Float64bits(f) == math.Float64bits(math.NaN())
+	case bsoncore.TypeEmbeddedDocument, bsoncore.TypeArray:
+		return plainDoc(v.Data, false)
+	}
+	return true
+}
+
+func sortedASCII(s string) bool {
+	for i := 1; i < len(s); i++ {
+		if s[i] < s[i-1] {
+			return false
+		}
+	}
+	return true
+}
+
+// FuzzDocument sends arbitrary BSON documents through the search and mirror
+// paths: nothing panics, every error is a per-document *errs.Error, the
+// JavaScript path writes what the direct path writes, and a mirror copy
+// ({...doc}) of a plain document is byte for byte the source.
+func FuzzDocument(f *testing.F) {
+	for _, d := range []bson.D{richDoc(), mirrorDoc(), {{Key: "_id", Value: 1}}, {{Key: "_id", Value: "x"}, {Key: "a", Value: bson.A{bson.A{}, bson.D{}}}}} {
+		raw, _ := bson.Marshal(d)
+		f.Add([]byte(raw))
+	}
+	load := func(src string) *transform.Job {
+		set, err := transform.Load(writeFiles(f, map[string]string{"job.js": src}), transform.Options{Pool: 1})
+		if err != nil {
+			f.Fatal(err)
+		}
+		return set.Job("job")
+	}
+	identity := load(`module.exports = {};`)
+	spread := load(`module.exports = { transform(doc) { return {...doc}; } };`)
+	mirror := load(`module.exports = { mirror: "m", transform(doc) { return {...doc}; } };`)
+	mirrorSame := load(`module.exports = { mirror: "m", transform(doc) { return doc; } };`)
+	ctx := context.Background()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		doc := bson.Raw(data)
+		if !wellFormed(data) {
+			return
+		}
+		check := func(res transform.Result, err error) transform.Result {
+			if err != nil {
+				var e *errs.Error
+				if !errors.As(err, &e) || (e.Code != errs.NotADocument && e.Code != errs.IDMismatch) {
+					t.Fatalf("error %v (%T)", err, err)
+				}
+			}
+			return res
+		}
+		a, errA := identity.Apply(ctx, doc, transform.OpInsert, nil)
+		check(a, errA)
+		b, errB := spread.Apply(ctx, doc, transform.OpInsert, nil)
+		check(b, errB)
+		m, errM := mirror.Apply(ctx, doc, transform.OpInsert, nil)
+		check(m, errM)
+		s, errS := mirrorSame.Apply(ctx, doc, transform.OpInsert, nil)
+		check(s, errS)
+		if !plainDoc(bsoncore.Document(doc), true) {
+			return
+		}
+		if errs.CodeOf(errA) != errs.CodeOf(errB) {
+			t.Fatalf("direct: %v; through JavaScript: %v", errA, errB)
+		}
+		if errA == nil && !reflect.DeepEqual(a.Doc, b.Doc) {
+			t.Fatalf("direct %#v\nthrough JavaScript %#v", a.Doc, b.Doc)
+		}
+		// JavaScript puts keys that are array indexes ("0", "7") first in
+		// an object it builds, so only the pass-through keeps their order.
+		if errM == nil && !indexKeys(doc) && !bytes.Equal(m.Raw, doc) {
+			t.Fatalf("mirror copy changed the document:\n got %v\nwant %v", m.Raw, doc)
+		}
+		if errS == nil && !bytes.Equal(s.Raw, doc) {
+			t.Fatalf("mirror changed the document:\n got %v\nwant %v", s.Raw, doc)
+		}
+	})
+}
+
+// wellFormed validates a document at every level (the driver's Validate
+// does not check nested terminators); MongoDB only ever sends such.
+func wellFormed(d []byte) bool {
+	if bsoncore.Document(d).Validate() != nil {
+		return false
+	}
+	l, _, ok := bsoncore.ReadLength(d)
+	if !ok || int(l) != len(d) || d[len(d)-1] != 0 {
+		return false
+	}
+	els, err := bsoncore.Document(d).Elements()
+	if err != nil {
+		return false
+	}
+	for _, el := range els {
+		v := el.Value()
+		switch v.Type {
+		case bsoncore.TypeEmbeddedDocument, bsoncore.TypeArray:
+			if !wellFormed(v.Data) {
+				return false
+			}
+		case bsoncore.TypeCodeWithScope:
+			_, scope, ok := v.CodeWithScopeOK()
+			if !ok || !wellFormed(scope) {
+				return false
+			}
+		case bsoncore.TypeBoolean:
+			if v.Data[0] > 1 {
+				return false
+			}
+		case bsoncore.TypeString, bsoncore.TypeSymbol, bsoncore.TypeJavaScript:
+			if len(v.Data) < 5 || v.Data[len(v.Data)-1] != 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func indexKeys(d bson.Raw) bool {
+	els, _ := d.Elements()
+	for _, el := range els {
+		k := el.Key()
+		if k != "" && strings.Trim(k, "0123456789") == "" && (k == "0" || k[0] != '0') {
+			return true
+		}
+	}
+	return false
+}
