@@ -362,6 +362,9 @@ func compileAddFields(spec bson.D, ec *evalCtx) (func(bson.D) (bson.D, error), e
 				return cmdErrf(16410, "Location16410", "FieldPath field names may not start with '$'. Consider using $getField or $setField.")
 			}
 			parts := append(append([]string{}, prefix...), splitPath(e.Key)...)
+			if sub, ok := e.Value.(bson.D); ok && len(sub) == 0 {
+				return emptyObjectErr(parts)
+			}
 			if sub, ok := e.Value.(bson.D); ok && len(sub) > 0 && !strings.HasPrefix(sub[0].Key, "$") {
 				if err := walk(parts, sub); err != nil {
 					return err
@@ -430,6 +433,12 @@ func addFieldAt(cur any, parts []string, v any) any {
 		return na
 	}
 	return addFieldAt(bson.D{}, parts, v)
+}
+
+// emptyObjectErr is ProjectionSpecValidator::parseNestedObject's refusal of
+// {a: {}} in $project/$addFields/$set (wrap the value in $literal instead).
+func emptyObjectErr(path []string) error {
+	return cmdErrf(40180, "Location40180", "an empty object is not a valid value. Found empty object at path %s", strings.Join(path, "."))
 }
 
 // ---- projection ----
@@ -507,12 +516,13 @@ func compileProjection(spec bson.D, ec *evalCtx, isFind bool) (func(bson.D) (bso
 					}
 					break
 				}
-				if len(v) > 0 {
-					if err := walk(leaf, prefix+e.Key+".", v, false); err != nil {
-						return err
-					}
-					continue
+				if len(v) == 0 {
+					return emptyObjectErr(splitPath(prefix + e.Key))
 				}
+				if err := walk(leaf, prefix+e.Key+".", v, false); err != nil {
+					return err
+				}
+				continue
 			}
 			fn, err := ec.compile(e.Value, nil)
 			if err != nil {

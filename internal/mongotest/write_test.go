@@ -309,3 +309,18 @@ func TestCollectionsAndIndexesAdmin(t *testing.T) {
 		t.Fatalf("distinct %v %v", vals, err)
 	}
 }
+
+func TestEmptyObjectInPipelineSetIsRefused(t *testing.T) {
+	_, client := start(t)
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	_, err := coll.UpdateOne(c, bson.D{{Key: "_id", Value: 1}}, mongo.Pipeline{{{Key: "$set", Value: bson.D{{Key: "a", Value: bson.D{}}}}}}, options.UpdateOne().SetUpsert(true))
+	var we mongo.WriteException
+	if !errors.As(err, &we) || we.WriteErrors[0].Code != 40180 {
+		t.Fatalf("{a: {}}: %v", err)
+	}
+	// $literal is the way to set an empty object.
+	if _, err := coll.UpdateOne(c, bson.D{{Key: "_id", Value: 1}}, mongo.Pipeline{{{Key: "$set", Value: bson.D{{Key: "a", Value: bson.D{{Key: "$literal", Value: bson.D{}}}}}}}}, options.UpdateOne().SetUpsert(true)); err != nil {
+		t.Fatal(err)
+	}
+}
