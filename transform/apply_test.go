@@ -64,6 +64,14 @@ func TestAMonstacheScriptRunsUnchanged(t *testing.T) {
 	if res.Skip || res.Doc["secret"] != "x" || res.Doc["id"] != "k" {
 		t.Errorf("true: %+v", res)
 	}
+
+	// monstache hands ObjectIds to scripts as hex strings.
+	j = loadJob(t, `module.exports = function (doc) { this.mark = true; return typeof doc._id === "string" && doc._id === doc.ref && doc._id.length === 24; };`)
+	oid := bson.NewObjectID()
+	res = mustApply(t, j, bson.D{{Key: "_id", Value: oid}, {Key: "ref", Value: oid}})
+	if res.Skip || res.ID != oid.Hex() || res.Doc["mark"] != true || res.Doc["ref"] != oid.Hex() {
+		t.Errorf("ObjectIds as strings, true as the changed document: %+v", res)
+	}
 }
 
 func TestTheTransformSeesItsContext(t *testing.T) {

@@ -109,6 +109,12 @@ func (c inConv) value(val bsoncore.Value, depth int) (goja.Value, error) {
 	case bsoncore.TypeUndefined:
 		return goja.Undefined(), nil
 	case bsoncore.TypeObjectID:
+		if c.v.bare {
+			// monstache hands its scripts ObjectIds as hex strings
+			// (convertMapJavascript in rwynn/monstache), and their
+			// scripts compare and concatenate them as such.
+			return rt.ToValue(bson.ObjectID(val.ObjectID()).Hex()), nil
+		}
 		o := rt.CreateObject(c.v.protos.oid)
 		_ = o.SetSymbol(c.v.hid, bson.ObjectID(val.ObjectID()).Hex())
 		return o, nil

@@ -14,7 +14,8 @@
 //     "id"), mirror (makes it a mirror job: the destination collection),
 //     sweep, reindex ("swap" | "inplace"), dates ("iso" | "epoch"),
 //     onDocumentError ("skip" | "fail"), onHistoryLost ("reindex" | "fail"),
-//     batchSize, flushInterval ("2s"), settings (Meilisearch index
+//     batchSize, flushInterval ("2s"), transformTimeout ("2s", this job's
+//     limit per call), settings (Meilisearch index
 //     settings), samples (documents in MongoDB Extended JSON, for check) and
 //     an optional transform(doc, ctx). Unknown keys and wrong types are
 //     CONFIG_INVALID naming the file and the key.
@@ -24,10 +25,12 @@
 //     or undefined. It is a search job with every default.
 //
 // What a transform returns decides (both shapes): an object is the
-// document; true is the document as it came (before any change the
-// transform made to it); null, undefined and false keep it out of the
-// destination (deleting it there if it was there). Anything else is
-// NOT_A_DOCUMENT.
+// document; true is the document argument as the transform left it (the
+// source document if it changed nothing); null, undefined and false keep it
+// out of the destination (deleting it there if it was there). Anything else
+// is NOT_A_DOCUMENT. As monstache does, a function transform sees ObjectIds
+// as their 24-hex strings (doc._id === "65f1..." works); an object
+// transform sees the ObjectId class below.
 //
 // ctx is a frozen {job, collection, operation} where operation is "insert",
 // "update", "replace" or "reindex"; on an update it also has
@@ -56,6 +59,11 @@
 // document to the next: which runtime sees which document, and how many
 // runtimes exist, is not specified, and a runtime whose call timed out is
 // thrown away and replaced by a freshly loaded one.
+//
+// Keys keep the document's order, with JavaScript's one exception: in an
+// object the transform builds, keys that are array indexes ("0", "12")
+// come first, in ascending order. Strings that are not valid UTF-8 reach
+// JavaScript with U+FFFD in place of the bad bytes.
 //
 // # BSON to JavaScript
 //

@@ -453,7 +453,9 @@ func (v *vm) run(j *Job, doc bson.Raw, idv bson.RawValue, op Operation, updateDe
 		return res, nil
 	}
 	if out.StrictEquals(v.vTrue) {
-		return j.identity(doc, idv, res)
+		// The document as the transform left it (monstache scripts may
+		// change `this` and return true); untouched, it is the source.
+		out = jsDoc
 	}
 	obj, ok := out.(*goja.Object)
 	if !ok || obj.ClassName() != "Object" || v.special(obj) || v.builtin(obj) != "" {
