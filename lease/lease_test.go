@@ -213,7 +213,7 @@ func TestTakenOverHolderLearnsAtNextRenewal(t *testing.T) {
 	e := newEnv(t)
 	opts := lease.Options{TTL: time.Second} // renew every 333ms of real time
 	a := e.manager("a:1:x", opts)
-	b := e.manager("b:2:y", opts)
+	b := e.manager("b:2:y", lease.Options{}) // a long lease: the test must not outlive it
 	la := e.acquire(a, "job")
 	work, stop := la.Keep(context.Background())
 	defer stop()
@@ -430,7 +430,8 @@ func TestHolderThatCannotRenewGivesUpBeforeServerExpiry(t *testing.T) {
 			gaveUpAt = e.srv.Now()
 		}
 	})})
-	a := e.manager("a:1:x", lease.Options{TTL: time.Second, Logger: logger})
+	// 3s: the 750ms margin absorbs a loaded machine's late timers.
+	a := e.manager("a:1:x", lease.Options{TTL: 3 * time.Second, Logger: logger})
 	la := e.acquire(a, "job")
 	e.srv.FailCommand(bson.D{
 		{Key: "configureFailPoint", Value: "failCommand"},
@@ -544,7 +545,7 @@ func TestProcessClockSkewChangesNothing(t *testing.T) {
 	e := newEnv(t)
 	opts := lease.Options{TTL: time.Second}
 	a := e.manager("a:1:x", opts)
-	b := e.manager("b:2:y", opts)
+	b := e.manager("b:2:y", lease.Options{})                                       // no Keep: a long lease so a slow test cannot outlive it
 	lease.SetClock(a, func() time.Time { return time.Now().Add(time.Hour) })       // an hour ahead
 	lease.SetClock(b, func() time.Time { return time.Now().Add(-26 * time.Hour) }) // a day behind
 
