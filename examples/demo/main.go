@@ -178,7 +178,11 @@ func run() error {
 	}
 	step("inserted an article into MongoDB; searchable in Meilisearch after %s", time.Since(t0).Round(time.Millisecond))
 	hits, _ := json.MarshalIndent(res.Hits, "  ", "  ")
-	fmt.Printf("\nsearch articles for %q (%d hits of %d documents):\n  %s\n", "live write", len(res.Hits), *n*9/10+1, hits)
+	total := int64(0)
+	if st, err := ms.Index("articles").GetStats(ctx, nil); err == nil {
+		total = st.NumberOfDocuments
+	}
+	fmt.Printf("\nsearch the articles index (%d documents) for %q: %d hits\n  %s\n", total, "live write", len(res.Hits), hits)
 
 	if status, err = get(addr, "/status"); err != nil {
 		return err
