@@ -264,34 +264,12 @@ func (s *MeiliSink) Send(ctx context.Context, b Batch) (Receipt, error) {
 // Meilisearch finds too large is split in halves (one document too large
 // is refused as a document failure).
 func (s *MeiliSink) sendDocs(ctx context.Context, b Batch, positions []int, r *meiliReceipt) error {
-	var buf bytes.Buffer
-	buf.Grow(len(positions) * 512)
-	buf.WriteByte('[')
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	sent := positions[:0:0]
-	for _, i := range positions {
-		if len(sent) > 0 {
-			buf.WriteByte(',')
-		}
-		mark := buf.Len()
-		if err := enc.Encode(b.Writes[i].Doc); err != nil {
-			buf.Truncate(mark)
-			if len(sent) > 0 {
-				buf.Truncate(mark - 1)
-			}
-			r.failed = append(r.failed, DocFailure{Writes: []int{i}, Code: "not_json", Message: err.Error()})
-			continue
-		}
-		sent = append(sent, i)
-	}
-	buf.WriteByte(']')
-	if len(sent) == 0 {
+	body, positions := s.encodeDocs(b, positions, r)
+	if len(positions) == 0 {
 		return nil
 	}
-	positions = sent
 	pk := s.pk
-	ti, err := s.client.Index(s.uid).AddDocuments(ctx, buf.Bytes(), &meilisearch.DocumentOptions{PrimaryKey: &pk})
+	ti, err := s.client.Index(s.uid).AddDocuments(ctx, body, &meilisearch.DocumentOptions{PrimaryKey: &pk})
 	if err != nil {
 		if apiCode(err) == "payload_too_large" {
 			if len(positions) == 1 {
@@ -308,6 +286,30 @@ func (s *MeiliSink) sendDocs(ctx context.Context, b Batch, positions []int, r *m
 	}
 	r.tasks = append(r.tasks, meiliTask{uid: ti.TaskUID, positions: positions})
 	return nil
+}
+
+// encodeDocs renders the documents at positions as one JSON array; a
+// document that cannot be rendered is refused on its own (r.failed). It
+// returns the positions encoded.
+func (s *MeiliSink) encodeDocs(b Batch, positions []int, r *meiliReceipt) ([]byte, []int) {
+	buf := make([]byte, 0, len(positions)*768)
+	buf = append(buf, '[')
+	sent := make([]int, 0, len(positions))
+	for _, i := range positions {
+		mark := len(buf)
+		if len(sent) > 0 {
+			buf = append(buf, ',')
+		}
+		var err error
+		if buf, err = appendJSON(buf, b.Writes[i].Doc); err != nil {
+			buf = buf[:mark]
+			r.failed = append(r.failed, DocFailure{Writes: []int{i}, Code: "not_json", Message: err.Error()})
+			continue
+		}
+		sent = append(sent, i)
+	}
+	buf = append(buf, ']')
+	return buf, sent
 }
 
 // documentCode says whether a failed task's code is about a document (the
