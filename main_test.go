@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar"
 )
 
 func TestExitCode(t *testing.T) {
@@ -59,5 +61,28 @@ func TestDispatch(t *testing.T) {
 				t.Errorf("stderr %q lacks %q", stderr.String(), tt.stderr)
 			}
 		})
+	}
+}
+
+// TestREADMEListsEveryVariable keeps the manual honest: every configuration
+// variable, _FILE variant and per-job option is documented in README.md.
+func TestREADMEListsEveryVariable(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	for _, v := range sidecar.Variables {
+		if !strings.Contains(readme, "`"+v.Name()+"`") {
+			t.Errorf("README.md does not document %s", v.Name())
+		}
+		if v.File && !strings.Contains(readme, "`"+v.Name()+"_FILE`") {
+			t.Errorf("README.md does not document %s_FILE", v.Name())
+		}
+	}
+	for _, o := range sidecar.JobOptions {
+		if !strings.Contains(readme, "`"+strings.ToUpper(o)+"`") {
+			t.Errorf("README.md does not document the per-job option %s", strings.ToUpper(o))
+		}
 	}
 }
