@@ -85,7 +85,9 @@ func (c inConv) value(val bsoncore.Value, depth int) (goja.Value, error) {
 		if depth+1 > maxDepth {
 			return nil, errs.New(errs.NotADocument, "", "the document is nested more than %d levels deep", maxDepth)
 		}
-		var items []any
+		n := 0
+		_ = eachValue(val.Data, func(int, bsoncore.Value) error { n++; return nil })
+		items := make([]any, 0, n)
 		err := eachValue(val.Data, func(_ int, ev bsoncore.Value) error {
 			jv, err := c.value(ev, depth+1)
 			items = append(items, jv)
@@ -332,13 +334,14 @@ func (c *outConv) value(val goja.Value) (x any, ok bool, err error) {
 		if _, isSym := val.(*goja.Symbol); isSym { // its Export is its description
 			return nil, false, c.fail(errs.NotADocument, "a symbol is not a value a document can hold")
 		}
-		switch p := val.Export().(type) {
+		x := val.Export() // returned as it is: re-boxing p would allocate
+		switch p := x.(type) {
 		case string:
-			return p, true, c.grow(len(p) + 2)
+			return x, true, c.grow(len(p) + 2)
 		case bool:
-			return p, true, c.grow(5)
+			return x, true, c.grow(5)
 		case int64:
-			return p, true, c.grow(20)
+			return x, true, c.grow(20)
 		case float64:
 			f, err := c.number(p)
 			return f, true, err

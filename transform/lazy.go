@@ -98,6 +98,9 @@ func (d *lazyDoc) Get(key string) goja.Value {
 	if err != nil {
 		panic(d.v.rt.NewTypeError(errMsg(err)))
 	}
+	if d.entries == nil {
+		d.entries = make([]lazyEntry, 0, 8)
+	}
 	d.entries = append(d.entries, lazyEntry{key: key, val: jv})
 	return jv
 }

@@ -100,6 +100,12 @@ type vm struct {
 	ctxs     map[Operation]*goja.Object
 	vTrue    goja.Value
 	vFalse   goja.Value
+	// timer interrupts a call that runs past its limit; one per vm,
+	// re-armed each call (no allocation per call).
+	timer *time.Timer
+	// path and seen are scratch for the output walk, reused across calls.
+	path []string
+	seen []*goja.Object
 	// objectProto is Object.prototype; builtinProtos are the prototypes
 	// of built-in objects that are not documents (Map, Set, iterators...).
 	objectProto   *goja.Object
@@ -355,7 +361,10 @@ func (jr *jobRuntime) apply(ctx context.Context, j *Job, doc bson.Raw, idv bson.
 	if timeout <= 0 {
 		timeout = j.opts.Timeout
 	}
-	timer := time.AfterFunc(timeout, func() { v.rt.Interrupt(errTimeout) })
+	if v.timer == nil {
+		v.timer = time.AfterFunc(time.Hour, func() { v.rt.Interrupt(errTimeout) })
+	}
+	v.timer.Reset(timeout)
 	stopCtx := noStop
 	if ctx.Done() != nil {
 		stopCtx = context.AfterFunc(ctx, func() { v.rt.Interrupt(context.Cause(ctx)) })
@@ -364,7 +373,7 @@ func (jr *jobRuntime) apply(ctx context.Context, j *Job, doc bson.Raw, idv bson.
 	// Reuse the runtime only if no interrupt can have fired or still fire
 	// (goja's ClearInterrupt must not race an Interrupt); otherwise a fresh
 	// one replaces it, so no half-updated module state survives either.
-	if timer.Stop() && stopCtx() {
+	if v.timer.Stop() && stopCtx() {
 		v.rt.ClearInterrupt()
 		jr.pool.put(v)
 	} else {
@@ -470,8 +479,9 @@ func (v *vm) run(j *Job, doc bson.Raw, idv bson.RawValue, op Operation, updateDe
 		res.Raw = raw
 		return res, nil
 	}
-	oc := outConv{job: j, v: v, epoch: j.Dates == "epoch", limit: j.opts.MaxResultBytes}
+	oc := outConv{job: j, v: v, epoch: j.Dates == "epoch", limit: j.opts.MaxResultBytes, path: v.path[:0], seen: v.seen[:0]}
 	m, err := oc.object(obj, "")
+	v.path, v.seen = oc.path[:0], oc.seen[:0]
 	if err != nil {
 		return Result{}, err
 	}

@@ -31,7 +31,7 @@ module.exports = {
   transform(doc, ctx) {
     if (doc.status !== "published") return null;
     let body = typeof doc.body === "string" ? doc.body : "";
-    if (body.length > MAX_BODY) body = body.slice(0, MAX_BODY) + "…";
+    if (body.length > MAX_BODY) body = body.slice(0, MAX_BODY) + "...";
     return {
       title: doc.title,
       summary: doc.summary || "",
