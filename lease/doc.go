@@ -35,7 +35,9 @@
 // any upsert (code 224, QueryFeatureNotAllowed, at parse time; DOCS-14158),
 // and an equality-only upsert filter also makes mongod retry a concurrent
 // insert race internally instead of failing with a duplicate key
-// (write_ops_exec.cpp shouldRetryDuplicateKeyException). The returned
+// (write_ops_exec.cpp shouldRetryDuplicateKeyException). findAndModify takes
+// an update pipeline, with upsert and $$NOW, since MongoDB 4.2 (SERVER-40397,
+// SERVER-40419), which is therefore the oldest server this works with. The returned
 // document tells "taken" (our holder and nonce) from "held" (someone else's,
 // reported as RUNNING naming the holder and expiresAt). A duplicate key error
 // is still handled (retried once, then reported as held).
