@@ -34,8 +34,11 @@ import (
 // DefaultWriteTimeout bounds one bulk write (with its majority
 // acknowledgement). Driver v2 has no wtimeout; a replica that lost its
 // majority would otherwise block a Send forever instead of failing it so the
-// engine retries with backoff.
-const DefaultWriteTimeout = time.Minute
+// engine retries with backoff and reports it. Within it the driver itself
+// retries retryable errors (a deadline on the context turns its one retry
+// into "until the deadline": x/mongo/driver/operation.go, csot), so a short
+// blip (a step-down, dropped connections) never reaches the engine.
+const DefaultWriteTimeout = 30 * time.Second
 
 // DefaultKeysPageSize is how many _ids Keys hands to its callback at once.
 const DefaultKeysPageSize = 1000
