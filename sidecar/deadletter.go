@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -122,7 +123,7 @@ func countErrors(ctx context.Context, coll *mongo.Collection) (map[string]int64,
 
 // handleDocErrors takes transform failures through the per-document error
 // path: recorded and counted (skip), or the job's error (fail).
-func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *JobStats, bad []docError) error {
+func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *JobStats, set *errSet, bad []docError) error {
 	for _, b := range bad {
 		if jc.OnDocumentError == "fail" {
 			return errs.WithJob(jc.job.Name, b.err)
@@ -139,6 +140,7 @@ func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *JobSt
 		if err := e.recordDocError(ctx, jc.job.Name, b.id, code, msg); err != nil {
 			return err
 		}
+		set.add(b.id)
 		e.log.Warn("document left out", "job", jc.job.Name, "id", idString(b.id), "code", code, "error", msg)
 		stats.add(0, 0, 0, 1)
 		e.observeDocError(jc.job.Name, code)
@@ -213,7 +215,7 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, sink Sink, l Eng
 		if err != nil {
 			return sum, leaseOr(ctx, l, err)
 		}
-		if err := e.handleDocErrors(ctx, jc, nil, bad); err != nil {
+		if err := e.handleDocErrors(ctx, jc, nil, nil, bad); err != nil {
 			return sum, leaseOr(ctx, l, err)
 		}
 		sum.Failed += int64(len(bad))
@@ -246,4 +248,122 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, sink Sink, l Eng
 	sum.Duration = time.Since(start)
 	log.Info("retry done", "retried", sum.Retried, "written", sum.Written, "gone", sum.Gone, "failed", sum.Failed)
 	return sum, nil
+}
+
+// errSet is the set of a job's documents with an error record, kept while
+// the job runs so that a later successful write of one clears its record
+// (the record must not outlive the error) and the dead-letter gauge stays
+// current. Safe for concurrent use; a nil *errSet does nothing.
+type errSet struct {
+	e   *Engine
+	job string
+	mu  sync.Mutex
+	m   map[string]bool
+	// keepOnly: the set only says which records to keep; writes do not
+	// clear records (a staged reindex, before its swap).
+	keepOnly bool
+}
+
+func (e *Engine) loadErrSet(ctx context.Context, job string) (*errSet, error) {
+	ids, err := e.docErrorIDs(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	s := &errSet{e: e, job: job, m: make(map[string]bool, len(ids))}
+	for _, id := range ids {
+		s.m[keyOf(id)] = true
+	}
+	e.observeDeadLetters(job, int64(len(s.m)))
+	return s, nil
+}
+
+func (s *errSet) add(id bson.RawValue) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.m[keyOf(id)] = true
+	n := len(s.m)
+	s.mu.Unlock()
+	s.e.observeDeadLetters(s.job, int64(n))
+}
+
+// candidates returns the ids of writes that may clear a record: written
+// without a transform error (bad) and recorded.
+func (s *errSet) candidates(writes []Write, bad []docError) []int {
+	if s == nil || s.keepOnly {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.m) == 0 {
+		return nil
+	}
+	var out []int
+	for i := range writes {
+		k := keyOf(writes[i].SourceID)
+		if !s.m[k] {
+			continue
+		}
+		isBad := false
+		for _, b := range bad {
+			if keyOf(b.id) == k {
+				isBad = true
+				break
+			}
+		}
+		if !isBad {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// cleared clears the records of f's writes at positions that are now
+// durable (and were not refused by the destination).
+func (s *errSet) cleared(ctx context.Context, f *flight, positions []int) error {
+	if s == nil || len(positions) == 0 {
+		return nil
+	}
+	var ids []bson.RawValue
+	for _, i := range positions {
+		if !f.isRefused(i) {
+			ids = append(ids, f.batch.Writes[i].SourceID)
+		}
+	}
+	if _, err := s.e.clearDocErrors(ctx, s.job, ids); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	for _, id := range ids {
+		delete(s.m, keyOf(id))
+	}
+	n := len(s.m)
+	s.mu.Unlock()
+	s.e.observeDeadLetters(s.job, int64(n))
+	return nil
+}
+
+// clearStaleErrors deletes job's error records that are not in keep (the
+// records a swap reindex made): the new index was built without error for
+// every other document.
+func (e *Engine) clearStaleErrors(ctx context.Context, job string, keep *errSet) error {
+	ids, err := e.docErrorIDs(ctx, job)
+	if err != nil {
+		return err
+	}
+	var stale []bson.RawValue
+	keep.mu.Lock()
+	for _, id := range ids {
+		if !keep.m[keyOf(id)] {
+			stale = append(stale, id)
+		}
+	}
+	n := len(keep.m)
+	keep.mu.Unlock()
+	if _, err := e.clearDocErrors(ctx, job, stale); err != nil {
+		return err
+	}
+	e.observeDeadLetters(job, int64(n))
+	return nil
 }

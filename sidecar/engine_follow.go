@@ -96,6 +96,11 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l En
 	defer pstop()
 	p := e.newPipe(pctx, jc, sink, stats, log, true)
 	defer p.abort(errPipeClosed)
+	set, err := e.loadErrSet(ctx, job.Name)
+	if err != nil {
+		return f0stop(ctx, l, p, err)
+	}
+	p.errs = set
 
 	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, p: p, tok: pos.Token}
 	f.reset()
@@ -314,22 +319,30 @@ func (f *follower) flush() error {
 	}
 	items, tok, wall := f.items, f.lastTok, f.wall
 	f.reset()
-	jc, stats, e := f.jc, f.stats, f.e
+	jc, stats, e, set := f.jc, f.stats, f.e, f.p.errs
+	var clear []int // set on the prepare stage, read on the wait stage after it
 	fl := &flight{
 		prepare: func(ctx context.Context, fl *flight) error {
 			writes, skipped, bad, err := transformAll(ctx, jc.job, items, true)
 			if err != nil {
 				return err
 			}
-			if err := e.handleDocErrors(ctx, jc, stats, bad); err != nil {
+			if err := e.handleDocErrors(ctx, jc, stats, set, bad); err != nil {
 				return err
 			}
 			stats.add(0, 0, int64(skipped), 0)
 			e.observeSkipped(jc.job.Name, int64(skipped))
 			fl.batch = Batch{Writes: writes}
+			clear = set.candidates(writes, bad)
 			return nil
 		},
-		durable: f.recordAfter(tok, wall, false),
+	}
+	record := f.recordAfter(tok, wall, false)
+	fl.durable = func(ctx context.Context, fl *flight) error {
+		if err := set.cleared(ctx, fl, clear); err != nil {
+			return err
+		}
+		return record(ctx, fl)
 	}
 	f.posReq = time.Now()
 	return f.p.submit(fl)
@@ -342,6 +355,7 @@ func (f *follower) recordAfter(tok bson.Raw, wall time.Time, idle bool) func(ctx
 		if err := e.recordPosition(ctx, jc.job.Name, l, tok, wall, jc.job.Hash); err != nil {
 			return err
 		}
+		e.observePosition(jc.job.Name, wall)
 		lag := 0.0
 		if !idle {
 			lag = max(time.Since(wall).Seconds(), 0)
@@ -433,4 +447,10 @@ func (f *follower) invalidated(ctx context.Context, op string) error {
 		return leaseOr(ctx, f.l, err)
 	}
 	return errs.Wrap(errs.Failed, name, ErrInvalidated, "%s event on %s", op, f.jc.job.Collection)
+}
+
+// f0stop ends follow before the loop started.
+func f0stop(ctx context.Context, l EngineLease, p *pipe, err error) error {
+	p.abort(err)
+	return closeOr(ctx, l, err)
 }

@@ -51,6 +51,8 @@ type pipe struct {
 	seq    uint64            // guarded by sendMu
 
 	retryLog time.Time // last retry warning, rate-limited
+
+	errs *errSet // the job's error records; nil: not tracked
 }
 
 // flight is one batch on its way.
@@ -439,6 +441,7 @@ func (p *pipe) refused(ctx context.Context, f *flight, pos int, code, msg string
 	if err := p.e.recordDocError(ctx, name, w.SourceID, code, msg); err != nil {
 		return err
 	}
+	p.errs.add(w.SourceID)
 	p.stats.add(0, 0, 0, 1)
 	p.e.observeDocError(name, code)
 	if w.Delete {

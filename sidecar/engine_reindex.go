@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"errors"
+	"sort"
 	"sync/atomic"
 	"time"
 
@@ -185,11 +186,22 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 	defer pstop()
 	p := e.newPipe(pctx, rjc, staged, stats, log, false)
 	defer p.abort(errPipeClosed)
-	var skipped, bad, indexed atomic.Int64
-	filter := bson.D{}
-	if cp.LastID.Type != 0 {
-		filter = bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: cp.LastID}}}}
+	// Error records: in place, a document written without error clears its
+	// record once durable; into a staged index, records are only known
+	// stale when the swap is done (then every record not made again by this
+	// reindex is cleared).
+	// A resumed staged reindex keeps the records of its earlier runs (and,
+	// not knowing which those are, all older ones).
+	set := &errSet{e: e, job: name, m: map[string]bool{}}
+	if inPlace || sum.Resumed {
+		if set, err = e.loadErrSet(ctx, name); err != nil {
+			return sum, err
+		}
+		set.keepOnly = !inPlace
 	}
+	p.errs = set
+	var skipped, bad, indexed atomic.Int64
+	filter := resumeFilter(cp.LastID)
 	cur, err := coll.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(int32(jc.PageSize)))
 	if err != nil {
 		return sum, errs.Wrap(errs.Failed, name, err, "read the collection")
@@ -199,15 +211,17 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 	// checkpointed (its last _id and the count so far).
 	submit := func(batch []item) error {
 		last := batch[len(batch)-1].id
+		var clear []int
 		f := &flight{
 			prepare: func(ctx context.Context, f *flight) error {
 				writes, sk, bd, err := transformAll(ctx, job, batch, inPlace)
 				if err != nil {
 					return err
 				}
-				if err := e.handleDocErrors(ctx, jc, stats, bd); err != nil {
+				if err := e.handleDocErrors(ctx, jc, stats, set, bd); err != nil {
 					return err
 				}
+				clear = set.candidates(writes, bd)
 				skipped.Add(int64(sk))
 				bad.Add(int64(len(bd)))
 				stats.add(0, 0, int64(sk), 0)
@@ -221,6 +235,9 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 					if !f.batch.Writes[i].Delete {
 						up++
 					}
+				}
+				if err := set.cleared(ctx, f, clear); err != nil {
+					return err
 				}
 				indexed.Add(up - int64(len(f.refusedPos)))
 				bad.Add(int64(len(f.refusedPos)))
@@ -314,6 +331,9 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 		if err := l.Confirm(ctx); err != nil {
 			return sum, err
 		}
+		if err := e.clearStaleErrors(ctx, name, set); err != nil {
+			return sum, err
+		}
 	}
 	if err := e.recordPosition(ctx, name, l, cp.StartToken, cp.StartedAt, job.Hash); err != nil {
 		return sum, err
@@ -392,4 +412,52 @@ func (e *Engine) sweep(ctx context.Context, jc jobConfig, staged Staged, coll *m
 		return 0, err
 	}
 	return int64(len(gone)), nil
+}
+
+// resumeFilter selects the _ids after last in _id order. MongoDB's
+// comparison operators only match values of the same canonical type ("type
+// bracketing"), so {$gt: last} alone would skip every _id of a type that
+// sorts after last's (reference/mongodb.md 5.3): those are added by $type.
+func resumeFilter(last bson.RawValue) bson.D {
+	if last.Type == 0 {
+		return bson.D{}
+	}
+	gt := bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: last}}}}
+	later := laterTypes(last.Type)
+	if len(later) == 0 {
+		return gt
+	}
+	return bson.D{{Key: "$or", Value: bson.A{gt, bson.D{{Key: "_id", Value: bson.D{{Key: "$type", Value: later}}}}}}}
+}
+
+// typeRank is MongoDB's canonical sort order of BSON types
+// (https://www.mongodb.com/docs/manual/reference/bson-type-comparison-order/).
+var typeRank = map[bson.Type]int{
+	bson.TypeMinKey: 0, bson.TypeNull: 1, bson.TypeUndefined: 1,
+	bson.TypeDouble: 2, bson.TypeInt32: 2, bson.TypeInt64: 2, bson.TypeDecimal128: 2,
+	bson.TypeString: 3, bson.TypeSymbol: 3, bson.TypeEmbeddedDocument: 4, bson.TypeArray: 5,
+	bson.TypeBinary: 6, bson.TypeObjectID: 7, bson.TypeBoolean: 8, bson.TypeDateTime: 9,
+	bson.TypeTimestamp: 10, bson.TypeRegex: 11, bson.TypeDBPointer: 12, bson.TypeJavaScript: 13,
+	bson.TypeCodeWithScope: 14, bson.TypeMaxKey: 15,
+}
+
+// laterTypes returns the type numbers ($type accepts them) of the types
+// that sort after t.
+func laterTypes(t bson.Type) bson.A {
+	r, ok := typeRank[t]
+	if !ok {
+		return nil
+	}
+	var out bson.A
+	for typ, rank := range typeRank {
+		if rank > r && typ != bson.TypeArray { // an _id is never an array
+			n := int32(typ)
+			if typ == bson.TypeMinKey {
+				n = -1
+			}
+			out = append(out, n)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].(int32) < out[j].(int32) })
+	return out
 }

@@ -556,16 +556,23 @@ func TestBadDocumentIsRecordedAndRetryClearsIt(t *testing.T) {
 	if err != nil || len(states) != 1 || states[0].Errors != 3 {
 		t.Fatalf("state %+v %v", states, err)
 	}
+	// A later change that transforms without error clears its record.
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 101}, bson.M{"$unset": bson.M{"throw": ""}}))
+	until(t, "record of 101 cleared", func() bool {
+		n, _ := e.errs.CountDocuments(e.ctx, bson.M{"job": "items"})
+		return n == 2
+	})
+	e.equal(job)
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	// The transform is fixed; retry writes the three and clears them.
+	// The transform is fixed; retry writes the other two and clears them.
 	fixed := e.job(strings.Replace(itemsJS, `if (doc.throw) throw new Error("boom");`, "", 1))
 	sum, err := e.engine().Retry(e.ctx, fixed, sidecar.NewMeiliSink(e.mc, fixed, e.log), l)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Retried != 3 || sum.Written != 3 || sum.Failed != 0 {
+	if sum.Retried != 2 || sum.Written != 2 || sum.Failed != 0 {
 		t.Fatalf("retry %+v", sum)
 	}
 	if n, _ := e.errs.CountDocuments(e.ctx, bson.M{}); n != 0 {
@@ -623,6 +630,46 @@ func TestInPlaceReindexSweepsWhatIsNoLongerWanted(t *testing.T) {
 	}
 	if e.meili.Requests("POST /swap-indexes") != 0 {
 		t.Fatal("an in-place reindex swapped")
+	}
+	e.equal(job)
+}
+
+func TestResumedReindexKeepsIdsOfEveryType(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.BatchSize, e.cfg.PageSize = 10, 10
+	e.cfg.DrainTimeout = 200 * time.Millisecond
+	// Integers sort before strings, strings before ObjectIds: a resume
+	// after an integer _id must still read the others.
+	var docs []any
+	for i := 0; i < 40; i++ {
+		docs = append(docs, bson.M{"_id": i, "title": "int"})
+		docs = append(docs, bson.M{"_id": fmt.Sprintf("s%03d", i), "title": "string"})
+		docs = append(docs, bson.M{"_id": bson.NewObjectID(), "title": "oid"})
+	}
+	if _, err := e.coll.InsertMany(e.ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+	job := e.job(itemsJS)
+	l := e.acquire()
+	eng := e.engine()
+	sink := sidecar.NewMeiliSink(e.mc, job, e.log)
+	ctx, cancel := context.WithCancel(e.ctx)
+	st := sidecar.NewJobStats()
+	done := make(chan error, 1)
+	go func() { _, err := eng.Reindex(ctx, job, sink, l, st); done <- err }()
+	for st.Snapshot().Reindex.Done < 10 {
+		time.Sleep(50 * time.Microsecond)
+	}
+	e.meili.PauseTasks()
+	cancel()
+	<-done
+	e.meili.ResumeTasks()
+	sum, err := eng.Reindex(e.ctx, job, sink, l, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sum.Resumed || sum.Previous == 0 || sum.Previous+sum.Indexed != 120 {
+		t.Fatalf("summary %+v: want a resumed reindex and 120 documents in all", sum)
 	}
 	e.equal(job)
 }
