@@ -673,3 +673,29 @@ func TestResumedReindexKeepsIdsOfEveryType(t *testing.T) {
 	}
 	e.equal(job)
 }
+
+func TestDeposedFollowerStopsWithLeaseLostWhenItsPositionWriteIsFenced(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 100, nil)
+	job := e.job(itemsJS)
+	old := e.run(job, e.acquire())
+	e.equal(job)
+	e.mongo.AdvanceClock(11 * time.Second) // the old holder stalls past its lease
+	other, err := lease.New(e.state, "test:2:b", lease.Options{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := other.Acquire(e.ctx, "items")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := e.run(job, l2) // stamps the job's state with the new epoch
+	e.insert(100, 110, nil)
+	if err := old.wait(t); !errors.Is(err, errs.ErrLeaseLost) {
+		t.Fatalf("deposed holder: want LEASE_LOST, got %v", err)
+	}
+	e.equal(job)
+	if err := next.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
