@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
 
@@ -48,4 +49,80 @@ func BenchmarkEngineReindexTransformAndEncode(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n)/1000, "us/doc")
+}
+
+// encodeSink encodes like the Meilisearch sink and sends nothing.
+type encodeSink struct{ fakeSink }
+
+func (s *encodeSink) Send(_ context.Context, b Batch) (Receipt, error) {
+	ms := &MeiliSink{pk: "id"}
+	pos := make([]int, 0, len(b.Writes))
+	for i := range b.Writes {
+		if !b.Writes[i].Delete {
+			pos = append(pos, i)
+		}
+	}
+	ms.encodeDocs(b, pos, &meiliReceipt{})
+	return &fakeReceipt{}, nil
+}
+func (s *encodeSink) Wait(context.Context, Receipt) ([]DocFailure, error) { return nil, nil }
+
+// The engine's own CPU per change on the follow path, without servers:
+// coalescing, transform (articles.js), encoding, the ordered pipe.
+func BenchmarkEngineFollowPerChange(b *testing.B) {
+	src, err := os.ReadFile("../examples/transforms/articles.js")
+	if err != nil {
+		b.Skip(err)
+	}
+	job, err := transform.LoadFile("articles.js", src, transform.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n = 1000
+	events := make([]bson.Raw, n)
+	for i := range events {
+		ev, _ := bson.Marshal(bson.D{
+			{Key: "_id", Value: bson.D{{Key: "_data", Value: fmt.Sprintf("82%030d", i)}}},
+			{Key: "operationType", Value: "insert"},
+			{Key: "clusterTime", Value: bson.Timestamp{T: 1, I: uint32(i)}},
+			{Key: "wallTime", Value: bson.DateTime(1700000000000)},
+			{Key: "fullDocument", Value: articles.Article(i)},
+			{Key: "ns", Value: bson.D{{Key: "db", Value: "app"}, {Key: "coll", Value: "articles"}}},
+			{Key: "documentKey", Value: bson.D{{Key: "_id", Value: int64(i)}}},
+		})
+		events[i] = ev
+	}
+	e := NewEngine(nil, nil, nil, EngineConfig{}, nil, nil)
+	jc := e.jobCfg(job)
+	b.ResetTimer()
+	for it := 0; it < b.N; it++ {
+		p := e.newPipe(context.Background(), jc, &encodeSink{}, nil, e.log, true)
+		f := &follower{e: e, jc: jc, p: p}
+		f.reset()
+		for _, ev := range events {
+			if _, err := f.add(append(bson.Raw(nil), ev...)); err != nil {
+				b.Fatal(err)
+			}
+			if len(f.items) >= jc.BatchSize {
+				f.flushNoRecord()
+			}
+		}
+		f.flushNoRecord()
+		if err := p.close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n)/1000, "us/change")
+}
+
+// flushNoRecord is flush without the position record (no MongoDB here).
+func (f *follower) flushNoRecord() {
+	items := f.items
+	f.reset()
+	job := f.jc.job
+	_ = f.p.submit(&flight{prepare: func(ctx context.Context, fl *flight) error {
+		w, _, _, err := transformAll(ctx, job, items, true)
+		fl.batch = Batch{Writes: w}
+		return err
+	}})
 }
