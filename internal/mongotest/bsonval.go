@@ -295,6 +295,32 @@ func sortedOptions(o string) string {
 	return string(b)
 }
 
+// sizeHint estimates the encoded size of a reply: exact for raw documents,
+// a guess for the rest. It only sizes buffers.
+func sizeHint(v any) int {
+	switch x := v.(type) {
+	case rawDoc:
+		return len(x) + 8
+	case bson.Raw:
+		return len(x) + 8
+	case bson.D:
+		n := 5
+		for _, e := range x {
+			n += len(e.Key) + 2 + sizeHint(e.Value)
+		}
+		return n
+	case bson.A:
+		n := 5
+		for _, e := range x {
+			n += 8 + sizeHint(e)
+		}
+		return n
+	case string:
+		return len(x) + 5
+	}
+	return 16
+}
+
 // rawDoc is a stored raw document that is embedded as is when encoding.
 type rawDoc []byte
 

@@ -42,6 +42,9 @@ const (
 	maxBSONSize    = 16 * 1024 * 1024
 	maxMessageSize = 48000000
 	maxBatchBytes  = 16 * 1024 * 1024
+	// maxKeptBuffer bounds the request/reply buffers a connection keeps
+	// for reuse.
+	maxKeptBuffer = 64 * 1024 * 1024
 )
 
 // Server is a MongoDB-compatible test server: the primary of a one-node
@@ -249,6 +252,8 @@ func (s *Server) newID() bson.ObjectID {
 // ---- connections and the wire protocol ----
 
 type conn struct {
+	rbuf   []byte // request buffer, reused
+	wbuf   []byte // reply buffer, reused
 	s      *Server
 	nc     net.Conn
 	id     int32
@@ -319,7 +324,18 @@ func (s *Server) serve(c *conn) {
 		if length < 16 || length > maxMessageSize {
 			return
 		}
-		msg := make([]byte, length)
+		// The request buffer is reused for the connection's next message:
+		// nothing a command keeps refers into it (inserted documents and
+		// decoded values are copies).
+		var msg []byte
+		if cap(c.rbuf) >= int(length) {
+			msg = c.rbuf[:length]
+		} else {
+			msg = make([]byte, length)
+			if length <= maxKeptBuffer {
+				c.rbuf = msg
+			}
+		}
 		copy(msg, hdr[:])
 		if _, err := io.ReadFull(r, msg[4:]); err != nil {
 			return
@@ -486,12 +502,20 @@ func (s *Server) handleMsg(c *conn, reqID int32, body []byte) bool {
 	if flags&wiremessage.MoreToCome != 0 {
 		return true // unacknowledged write: no reply
 	}
-	doc := encodeDoc(reply)
-	idx, out := wiremessage.AppendHeaderStart(make([]byte, 0, len(doc)+32), wiremessage.NextRequestID(), reqID, wiremessage.OpMsg)
+	// Encode straight into the connection's reply buffer, sized from the
+	// reply's documents, so a batch of large documents is copied once.
+	out := c.wbuf[:0]
+	if need := sizeHint(reply) + 64; cap(out) < need {
+		out = make([]byte, 0, need)
+	}
+	idx, out := wiremessage.AppendHeaderStart(out, wiremessage.NextRequestID(), reqID, wiremessage.OpMsg)
 	out = wiremessage.AppendMsgFlags(out, 0)
 	out = wiremessage.AppendMsgSectionType(out, wiremessage.SingleDocument)
-	out = append(out, doc...)
+	out = appendDoc(out, reply)
 	out = bsoncore.UpdateLength(out, idx, int32(len(out[idx:])))
+	if cap(out) <= maxKeptBuffer {
+		c.wbuf = out[:0]
+	}
 	return c.write(out)
 }
 
