@@ -273,7 +273,7 @@ func parseSort(d bson.D) ([]sortKey, error) {
 // the smallest element ascending, the largest descending (MongoDB's
 // multikey sort rule); missing sorts as null.
 func sortValue(d bson.D, k sortKey) any {
-	vals := resolvePath(d, k.parts, false)
+	vals := resolvePath(d, k.parts)
 	var best any
 	found := false
 	consider := func(v any) {

@@ -598,8 +598,6 @@ func compareDocs(x, y bson.D) int {
 	return cmp3(len(x), len(y))
 }
 
-func valuesEqual(a, b any) bool { return compareValues(a, b) == 0 }
-
 // typeName is the $type name of a value (typeName() in bsontypes.cpp).
 func typeName(v any) string {
 	switch v.(type) {

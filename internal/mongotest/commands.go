@@ -362,6 +362,9 @@ func checkDBName(db string) error {
 }
 
 func checkCollName(db, coll string) error {
+	if err := checkDBName(db); err != nil {
+		return err
+	}
 	if coll == "" || strings.Contains(coll, "$") || strings.HasPrefix(coll, ".") {
 		return cmdErrf(73, "InvalidNamespace", "Invalid collection name: %s.%s", db, coll)
 	}

@@ -1212,7 +1212,7 @@ func cmdDistinct(x *cmdCtx) (bson.D, error) {
 	}
 	parts := splitPath(key)
 	for _, h := range hits {
-		for _, v := range resolvePath(h.decoded(), parts, false) {
+		for _, v := range resolvePath(h.decoded(), parts) {
 			if arr, ok := v.(bson.A); ok {
 				for _, e := range arr {
 					add(e)

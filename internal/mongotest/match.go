@@ -158,7 +158,7 @@ type cond struct {
 }
 
 func (c cond) onPath(d bson.D, parts []string) bool {
-	vals := resolvePath(d, parts, false)
+	vals := resolvePath(d, parts)
 	return c.onValues(vals)
 }
 
@@ -557,7 +557,7 @@ func splitPath(p string) []string {
 // resolvePath returns the values found at a dotted path, traversing arrays
 // of sub-documents on the way as MongoDB does (a numeric component also
 // selects an array element).
-func resolvePath(v any, parts []string, _ bool) []any {
+func resolvePath(v any, parts []string) []any {
 	var out []any
 	var walk func(v any, parts []string)
 	walk = func(v any, parts []string) {

@@ -270,5 +270,5 @@ func (ix *index) indexKey(doc bson.D) (string, bool) {
 // final value; intermediate arrays are traversed). Used for index keys and
 // sort keys.
 func lookupPath(doc bson.D, path string) []any {
-	return resolvePath(doc, splitPath(path), false)
+	return resolvePath(doc, splitPath(path))
 }

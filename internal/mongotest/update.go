@@ -1,7 +1,6 @@
 package mongotest
 
 import (
-	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -747,5 +746,3 @@ func oplogDiff(o, n bson.D) bson.D {
 	}
 	return append(out, subs...)
 }
-
-var _ = math.MaxInt32
