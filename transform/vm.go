@@ -410,6 +410,8 @@ func (v *vm) run(j *Job, doc bson.Raw, idv bson.RawValue, op Operation, updateDe
 				err = runErr(j, "transform", x)
 			case *goja.StackOverflowError:
 				err = runErr(j, "transform", x)
+			case goja.Value: // thrown from Go code (a DynamicObject) outside JavaScript
+				err = errs.New(errs.TransformFailed, j.Name, "transform: %s: %s", j.file(), x.String())
 			default:
 				panic(r)
 			}

@@ -1,0 +1,59 @@
+package transform_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/transform"
+)
+
+func TestCheckReportsEveryProblemAndEveryResult(t *testing.T) {
+	dir := writeFiles(t, map[string]string{
+		"good.js":   `module.exports = { transform(d) { return d.n > 1 ? {n: d.n} : null; }, samples: [{ _id: 1, n: 2 }, { _id: 2, n: 1 }] };`,
+		"throws.js": `module.exports = { transform(d) { throw new Error("nope"); }, samples: [{ _id: 1 }] };`,
+		"broken.js": `module.exports = { index: 5 };`,
+	})
+	var out bytes.Buffer
+	err := transform.Check(&out, dir, "", transform.Options{Pool: 1})
+	wantErr(t, err, errs.ConfigInvalid) // the first joined problem
+	for _, s := range []string{
+		`error: CONFIG_INVALID broken: broken.js: key "index": must be a string, not a number`,
+		`good.js: ok: search good -> index good`,
+		`  sample 1 (_id 1): {"id":1,"n":2}`,
+		`  sample 2 (_id 2): skipped (kept out of the index)`,
+		`  sample 1 (_id 1): error: TRANSFORM_FAILED throws: transform: throws.js: Error: nope (line 1:`,
+		`2 problem(s)`,
+	} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("the output does not say %q:\n%s", s, out.String())
+		}
+	}
+	if !strings.Contains(err.Error(), "TRANSFORM_FAILED") {
+		t.Errorf("the error does not hold the failing sample: %v", err)
+	}
+}
+
+func TestCheckReadsASampleFile(t *testing.T) {
+	dir := writeFiles(t, map[string]string{"a.js": `module.exports = { mirror: "m" };`})
+	samples := filepath.Join(t.TempDir(), "s.jsonl")
+	os.WriteFile(samples, []byte("// comment\n\n{\"_id\": {\"$numberLong\": \"5\"}, \"d\": {\"$date\": \"2024-01-01T00:00:00Z\"}}\n{\"x\": 1}\n"), 0o644)
+	var out bytes.Buffer
+	if err := transform.Check(&out, dir, samples, transform.Options{Pool: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{
+		`  sample 1 (_id 5): {"_id":{"$numberLong":"5"},"d":{"$date":{"$numberLong":"1704067200000"}}}`,
+		`  sample 2 (_id 2): {"_id":{"$numberInt":"2"},"x":{"$numberInt":"1"}}`,
+	} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("the output does not say %q:\n%s", s, out.String())
+		}
+	}
+	os.WriteFile(samples, []byte("{\"_id\": 1}\n{not json}\n"), 0o644)
+	err := transform.Check(&out, dir, samples, transform.Options{Pool: 1})
+	wantErr(t, err, errs.ConfigInvalid, "s.jsonl:2:")
+}
