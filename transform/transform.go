@@ -253,7 +253,7 @@ func (j *Job) Close() {
 type Set struct {
 	paths []string // what it was loaded from: folders or files
 	opts  Options
-	jobs []*Job // sorted by name
+	jobs  []*Job // sorted by name
 	// files remembers, per file name, the hash last read and the error it
 	// gave, so a Watcher reports a failing file once, not every poll.
 	files map[string]fileState
