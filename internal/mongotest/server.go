@@ -201,10 +201,13 @@ func (s *Server) SetHistorySize(n int) {
 	if n < 0 {
 		n = 0
 	}
-	s.mu.Lock()
+	s.lockWrite()
 	s.historySize = n
+	before := s.lostSeq
 	s.trimHistory()
-	s.mu.Unlock()
+	// Wake waiting getMores: a stream left behind fails now with 286.
+	s.dirty = s.dirty || s.lostSeq != before
+	s.unlockWrite()
 }
 
 // FailCommand configures the failCommand fail point, exactly like the
