@@ -173,13 +173,36 @@ func (s *Server) checkFailPoint(c *conn, x *cmdCtx) *fpAction {
 			if retryableCodes[*fp.code] && hasTxn && retryableWrites[x.name] {
 				ce.labels = []string{"RetryableWriteError"}
 			}
-			if retryableCodes[*fp.code] && (x.name == "getMore" || x.name == "aggregate") {
+			if retryableCodes[*fp.code] && s.isChangeStreamCommand(x) {
 				ce.labels = append(ce.labels, "ResumableChangeStreamError")
 			}
 		}
 		a.err = ce
 	}
 	return a
+}
+
+// isChangeStreamCommand: an aggregate opening a change stream, or a getMore
+// on one. mongod labels retriable errors of these (and only these)
+// ResumableChangeStreamError (error_labels.cpp isResumableChangeStreamError).
+func (s *Server) isChangeStreamCommand(x *cmdCtx) bool {
+	switch x.name {
+	case "aggregate":
+		p, _ := x.get("pipeline")
+		arr, _ := p.(bson.A)
+		if len(arr) > 0 {
+			if st, ok := arr[0].(bson.D); ok && len(st) > 0 && st[0].Key == "$changeStream" {
+				return true
+			}
+		}
+	case "getMore":
+		id, _ := toInt64(x.cmd[0].Value)
+		s.cursorMu.Lock()
+		cur := s.cursors[id]
+		s.cursorMu.Unlock()
+		return cur != nil && cur.stream != nil
+	}
+	return false
 }
 
 var codeNames = map[int32]string{

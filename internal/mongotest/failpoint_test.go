@@ -88,3 +88,30 @@ func TestFailCommandBlocksConnection(t *testing.T) {
 		t.Fatalf("returned after %v", d)
 	}
 }
+
+func TestFailCommandLabelsLikeMongod(t *testing.T) {
+	srv, client := start(t)
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	cs, err := coll.Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(c)
+	// PrimarySteppedDown on a change stream's getMore is labelled
+	// ResumableChangeStreamError, so the driver resumes.
+	srv.FailCommand(bson.D{{Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"getMore"}}, {Key: "errorCode", Value: 189}}}})
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: 1}})
+	if ev := next(t, cs); ev.DocumentKey["_id"] != int32(1) {
+		t.Fatalf("%v", ev.DocumentKey)
+	}
+	// The same code on a find carries no change-stream label.
+	srv.FailCommand(bson.D{{Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"find"}}, {Key: "errorCode", Value: 2}}}})
+	err = coll.FindOne(c, bson.D{}).Err()
+	var ce mongo.CommandError
+	if !errors.As(err, &ce) || ce.Code != 2 || len(ce.Labels) != 0 {
+		t.Fatalf("find: %v (labels %v)", err, ce.Labels)
+	}
+}
