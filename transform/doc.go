@@ -48,6 +48,10 @@
 // counted in the next line that passes. Every call has a time limit
 // (Options.Timeout, MEILISTREAM_TRANSFORM_TIMEOUT, default 1s) enforced with
 // goja's Interrupt, and recursion deeper than 2000 calls is a RangeError.
+// Loading a file (its top-level code, its options, its samples) has a limit
+// of ten times that, at least 1s. goja has no memory limit: a transform
+// that allocates without bound within its time limit can exhaust the
+// process, so keep transforms to pure functions of the document.
 //
 // # Module state
 //

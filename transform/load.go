@@ -226,19 +226,18 @@ func LoadFile(path string, src []byte, opts Options) (*Job, error) {
 	con := newConsoleLimiter(j.log)
 	// The first runtime evaluates the module for its options, then joins
 	// the pool.
-	first, err := newVM(j, prog, con)
+	first, err := newVM(j, prog, con, func(v *vm) error {
+		if err := j.readOptions(v); err != nil {
+			return err
+		}
+		return v.makeCtxs(j) // now that collection is known
+	})
 	if err != nil {
-		return nil, err
-	}
-	if err := j.readOptions(first); err != nil {
-		return nil, err
-	}
-	if err := first.makeCtxs(j); err != nil { // now that collection is known
 		return nil, err
 	}
 	if first.fn != nil || first.bare {
 		j.rt = &jobRuntime{program: prog, console: con}
-		j.rt.pool = newPool(opts.Pool, func() (*vm, error) { return newVM(j, prog, con) })
+		j.rt.pool = newPool(opts.Pool, func() (*vm, error) { return newVM(j, prog, con, nil) })
 		j.rt.pool.sem <- struct{}{}
 		j.rt.pool.put(first)
 	}

@@ -161,3 +161,23 @@ func TestAnUnreadableFolderIsAnError(t *testing.T) {
 	}
 	wantErr(t, err, errs.ConfigInvalid, "missing")
 }
+
+func TestLoadingIsTimeLimitedToo(t *testing.T) {
+	for name, src := range map[string]string{
+		"a loop at the top":     `for (;;) {} module.exports = {};`,
+		"a loop in an option":   `module.exports = { get collection() { for (;;) {} } };`,
+		"a loop in a sample":    `module.exports = { samples: [{ toJSON() { for (;;) {} } }] };`,
+		"a throwing option":     `module.exports = { get index() { throw new Error("getter"); } };`,
+		"runaway recursion top": `const f = () => f(); f();`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			start := time.Now()
+			_, err := transform.Load(writeFiles(t, map[string]string{"job.js": src}), transform.Options{Pool: 1, Timeout: 20 * time.Millisecond})
+			wantErr(t, err, errs.TransformFailed, "job.js")
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("took %s", d)
+			}
+		})
+	}
+}

@@ -148,9 +148,51 @@ func (v *vm) builtin(o *goja.Object) string {
 	return ""
 }
 
-// newVM makes a runtime, installs the sandbox and evaluates the module.
-func newVM(j *Job, prog *goja.Program, con *consoleLimiter) (*vm, error) {
+// loadTimeout bounds evaluating a module (and reading its options): user
+// code runs there too, and a loop at the top of a file must not hang a
+// load or a reload.
+func loadTimeout(j *Job) time.Duration {
+	return max(10*j.opts.Timeout, time.Second)
+}
+
+var errLoadTimeout = errors.New("load timeout")
+
+// newVM makes a runtime, installs the sandbox, evaluates the module and
+// then runs after (reading the options, for the first runtime), all under
+// loadTimeout; a throw or panic from user code is TRANSFORM_FAILED.
+func newVM(j *Job, prog *goja.Program, con *consoleLimiter, after func(*vm) error) (v *vm, err error) {
 	rt := goja.New()
+	limit := loadTimeout(j)
+	timer := time.AfterFunc(limit, func() { rt.Interrupt(errLoadTimeout) })
+	defer func() {
+		if r := recover(); r != nil {
+			switch x := r.(type) {
+			case *goja.InterruptedError, *goja.StackOverflowError:
+				err = runErr(j, "load", x.(error))
+			case *goja.Exception:
+				err = runErr(j, "load", x)
+			case goja.Value:
+				err = errs.New(errs.TransformFailed, j.Name, "load: %s: %s", j.file(), x.String())
+			default:
+				panic(r)
+			}
+			v = nil
+		}
+		if !timer.Stop() { // it fired (or is firing): this runtime is spoiled
+			v, err = nil, errs.New(errs.TransformFailed, j.Name, "load: %s: evaluating the module did not finish within %s", j.file(), limit)
+		}
+	}()
+	v, err = newVMUntimed(j, prog, con, rt)
+	if err == nil && after != nil {
+		err = after(v)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func newVMUntimed(j *Job, prog *goja.Program, con *consoleLimiter, rt *goja.Runtime) (*vm, error) {
 	rt.SetMaxCallStackSize(maxCallStack)
 	v := &vm{rt: rt, hid: goja.NewSymbol("meilistream.value"), hidBits: goja.NewSymbol("meilistream.bits"), vTrue: rt.ToValue(true), vFalse: rt.ToValue(false)}
 	boot, err := rt.RunProgram(bootstrapProgram)
