@@ -321,24 +321,32 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 		}
 		sum.Removed = removed
 	}
-	if err := l.Confirm(ctx); err != nil {
+	// The last steps are short and must not be cut between the swap and the
+	// record by a clean stop (the next start would reindex again): they run
+	// on a context only the lease and DrainTimeout end.
+	if ctx.Err() != nil {
+		return sum, context.Cause(ctx)
+	}
+	fctx, fstop := drainContext(ctx, l, jc.DrainTimeout)
+	defer fstop()
+	if err := l.Confirm(fctx); err != nil {
 		return sum, err
 	}
 	if !inPlace {
-		if err := staged.Commit(ctx); err != nil {
+		if err := staged.Commit(fctx); err != nil {
 			return sum, errs.Wrap(errs.Failed, name, err, "swap the rebuilt index in")
 		}
-		if err := l.Confirm(ctx); err != nil {
+		if err := l.Confirm(fctx); err != nil {
 			return sum, err
 		}
-		if err := e.clearStaleErrors(ctx, name, set); err != nil {
+		if err := e.clearStaleErrors(fctx, name, set); err != nil {
 			return sum, err
 		}
 	}
-	if err := e.recordPosition(ctx, name, l, cp.StartToken, cp.StartedAt, job.Hash); err != nil {
+	if err := e.recordPosition(fctx, name, l, cp.StartToken, cp.StartedAt, job.Hash); err != nil {
 		return sum, err
 	}
-	if err := e.deleteCheckpoint(ctx, name, l); err != nil {
+	if err := e.deleteCheckpoint(fctx, name, l); err != nil {
 		return sum, err
 	}
 	sum.Duration = time.Since(start)

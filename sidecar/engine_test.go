@@ -154,6 +154,14 @@ func (e *env) equal(job *transform.Job) {
 	}
 }
 
+// settled waits until the index holds transform(collection) and the job's
+// position is recorded with job's hash (a reindex finished).
+func (e *env) settled(job *transform.Job) {
+	e.t.Helper()
+	e.equal(job)
+	until(e.t, "position recorded", func() bool { return e.positionHash() == job.Hash })
+}
+
 // running is an Engine.Run in the background.
 type running struct {
 	cancel context.CancelFunc
@@ -394,7 +402,7 @@ func TestHistoryLostReindexes(t *testing.T) {
 	job := e.job(itemsJS)
 	l := e.acquire()
 	r := e.run(job, l)
-	e.equal(job)
+	e.settled(job)
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -416,7 +424,7 @@ func TestHistoryLostFailsWithOnHistoryLostFail(t *testing.T) {
 	job := e.job(strings.Replace(itemsJS, `index: "items",`, `index: "items", onHistoryLost: "fail",`, 1))
 	l := e.acquire()
 	r := e.run(job, l)
-	e.equal(job)
+	e.settled(job)
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -514,13 +522,13 @@ func TestEditedTransformTriggersReindex(t *testing.T) {
 	job := e.job(itemsJS)
 	l := e.acquire()
 	r := e.run(job, l)
-	e.equal(job)
+	e.settled(job)
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
 	edited := e.job(strings.Replace(itemsJS, "n: doc.n", "n: doc.n * 2", 1))
 	r = e.run(edited, l)
-	e.equal(edited)
+	e.settled(edited)
 	until(t, "new hash recorded", func() bool { return e.positionHash() == edited.Hash })
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
