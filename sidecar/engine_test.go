@@ -481,6 +481,12 @@ func TestMeilisearchFailingThenRecoveringLosesNothing(t *testing.T) {
 	e.meili.FailNextTask("internal", "simulated")
 	e.insert(2000, 2010, nil)
 	e.equal(job)
+	// A task failed for a document reason: the batch is bisected; with a
+	// one-document task the document is recorded and left out. Either way
+	// the index equals transform(collection) minus the records.
+	e.meili.FailNextTask("invalid_document_id", "simulated")
+	e.insert(3000, 3040, nil)
+	e.equal(job)
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
