@@ -43,7 +43,7 @@ func (e *Engine) observeWrites(job string, up, del int64) {
 func (e *Engine) observeLag(job string, lag float64) {
 	e.jm(job).Lag(time.Duration(lag * float64(time.Second)))
 }
-func (e *Engine) observePosition(job string, t time.Time) { e.jm(job).Position(t) }
+func (e *Engine) observePosition(job string, t time.Time)    { e.jm(job).Position(t) }
 func (e *Engine) observeReindex(job string, d time.Duration) { e.jm(job).ReindexDone() }
 func (e *Engine) observeProgress(job string, done, est int64) {
 	e.jm(job).ReindexProgress(done, est)

@@ -64,7 +64,7 @@ type flight struct {
 	keys    []string // coalescing keys of batch.Writes, when tracked
 	receipt Receipt
 	// durable runs in order once the batch is durable; may be nil.
-	durable func(ctx context.Context, f *flight) error
+	durable    func(ctx context.Context, f *flight) error
 	refusedPos []int // positions of writes refused for a document reason (left out)
 }
 

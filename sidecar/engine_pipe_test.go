@@ -20,7 +20,7 @@ type fakeSink struct {
 	mu        sync.Mutex
 	docs      map[string]any
 	sends     int
-	failSends int             // fail this many Sends (transient) first
+	failSends int                   // fail this many Sends (transient) first
 	hold      map[int]chan struct{} // Wait of the n-th send (1-based) blocks until closed
 	log       []string
 }
@@ -86,7 +86,7 @@ func (s *fakeSink) Wait(ctx context.Context, r Receipt) ([]DocFailure, error) {
 }
 
 func (s *fakeSink) Keys(context.Context, func([]bson.RawValue) error) error { return nil }
-func (s *fakeSink) Stage(context.Context, bool) (Staged, error)           { return nil, ErrNoStage }
+func (s *fakeSink) Stage(context.Context, bool) (Staged, error)             { return nil, ErrNoStage }
 
 func rawID(s string) bson.RawValue {
 	t, v, _ := bson.MarshalValue(s)

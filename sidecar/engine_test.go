@@ -328,7 +328,7 @@ func TestLeaseTakenOverMidReindexStopsWithNothingSwappedOrRecorded(t *testing.T)
 	for e.meili.Requests("POST /indexes/{uid}/documents") == 0 {
 		time.Sleep(100 * time.Microsecond)
 	}
-	e.meili.PauseTasks() // batches stay in flight: the reindex is mid-way
+	e.meili.PauseTasks()                   // batches stay in flight: the reindex is mid-way
 	e.mongo.AdvanceClock(11 * time.Second) // past the TTL: the lease lapses
 	other, err := lease.New(e.state, "test:2:b", lease.Options{TTL: 10 * time.Second})
 	if err != nil {
@@ -553,7 +553,7 @@ func TestBadDocumentIsRecordedAndRetryClearsIt(t *testing.T) {
 	r := e.run(job, l)
 	e.equal(job)
 	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 5}, bson.M{"$set": bson.M{"throw": true}})) // while following
-	e.insert(200, 210, nil) // the job goes on
+	e.insert(200, 210, nil)                                                                // the job goes on
 	until(t, "three error records", func() bool {
 		n, _ := e.errs.CountDocuments(e.ctx, bson.M{"job": "items"})
 		return n == 3

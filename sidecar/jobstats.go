@@ -37,16 +37,16 @@ type JobSnapshot struct {
 	// LagSeconds is how far the durable position is behind the change
 	// stream: the age of the last durable change's wall time, 0 when the
 	// stream is idle and everything is durable.
-	LagSeconds float64 `json:"lagSeconds"`
-	Indexed    int64   `json:"indexed"`   // documents upserted (durable)
-	Deleted    int64   `json:"deleted"`   // deletes sent (durable)
-	Skipped    int64   `json:"skipped"`   // documents the transform kept out
-	Errors     int64   `json:"errors"`    // per-document errors recorded
-	Changes    int64   `json:"changes"`   // change events read
-	Batches    int64   `json:"batches"`   // batches made durable
-	Retries    int64   `json:"retries"`   // sends or waits retried
-	Reindexes  int64   `json:"reindexes"` // reindexes completed
-	LastError  string  `json:"lastError,omitempty"`
+	LagSeconds float64   `json:"lagSeconds"`
+	Indexed    int64     `json:"indexed"`   // documents upserted (durable)
+	Deleted    int64     `json:"deleted"`   // deletes sent (durable)
+	Skipped    int64     `json:"skipped"`   // documents the transform kept out
+	Errors     int64     `json:"errors"`    // per-document errors recorded
+	Changes    int64     `json:"changes"`   // change events read
+	Batches    int64     `json:"batches"`   // batches made durable
+	Retries    int64     `json:"retries"`   // sends or waits retried
+	Reindexes  int64     `json:"reindexes"` // reindexes completed
+	LastError  string    `json:"lastError,omitempty"`
 	LastErrAt  time.Time `json:"lastErrorAt,omitempty"`
 }
 
