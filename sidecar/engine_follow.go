@@ -104,6 +104,7 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l En
 
 	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, p: p, tok: pos.Token}
 	f.reset()
+	stats.lagReset()
 	log.Info("following", "collection", job.Collection, "since", pos.WallTime)
 
 	var (
@@ -307,6 +308,9 @@ func (f *follower) add(ev bson.Raw) (string, error) {
 			f.wall = time.Unix(int64(t), 0)
 		}
 	}
+	if len(f.items) == 1 {
+		f.stats.lagPending(f.wall)
+	}
 	return "", nil
 }
 
@@ -342,8 +346,13 @@ func (f *follower) flush() error {
 		if err := set.cleared(ctx, fl, clear); err != nil {
 			return err
 		}
-		return record(ctx, fl)
+		if err := record(ctx, fl); err != nil {
+			return err
+		}
+		stats.lagDurable()
+		return nil
 	}
+	stats.lagFlushed()
 	f.posReq = time.Now()
 	return f.p.submit(fl)
 }

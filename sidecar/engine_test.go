@@ -713,3 +713,20 @@ func TestDeposedFollowerStopsWithLeaseLostWhenItsPositionWriteIsFenced(t *testin
 		t.Fatal(err)
 	}
 }
+
+func TestLagGrowsWhileMeilisearchIsStuckAndFallsBackToZero(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 10, nil)
+	job := e.job(itemsJS)
+	r := e.run(job, e.acquire())
+	e.settled(job)
+	e.meili.PauseTasks()
+	e.insert(100, 110, nil)
+	until(t, "lag over 300ms", func() bool { return r.stats.Snapshot().LagSeconds > 0.3 })
+	e.meili.ResumeTasks()
+	e.equal(job)
+	until(t, "lag back to 0 when idle", func() bool { return r.stats.Snapshot().LagSeconds == 0 })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -22,6 +22,11 @@ const (
 type JobStats struct {
 	mu sync.Mutex
 	s  JobSnapshot
+	// Wall times of the first change of each batch not yet durable, in
+	// order, and of the batch still being gathered: the lag is the age of
+	// the oldest, so it grows while a destination is down.
+	inflight []time.Time
+	pending  time.Time
 }
 
 // JobSnapshot is a copy of a JobStats at one instant.
@@ -70,7 +75,50 @@ func (j *JobStats) Snapshot() JobSnapshot {
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.s
+	s := j.s
+	if s.Phase == PhaseFollowing {
+		oldest := j.pending
+		if len(j.inflight) > 0 && (oldest.IsZero() || j.inflight[0].Before(oldest)) {
+			oldest = j.inflight[0]
+		}
+		if !oldest.IsZero() {
+			s.LagSeconds = max(time.Since(oldest).Seconds(), 0)
+		}
+	}
+	return s
+}
+
+// lagReset forgets outstanding changes (a new follow).
+func (j *JobStats) lagReset() {
+	j.update(func(*JobSnapshot) { j.inflight, j.pending = j.inflight[:0], time.Time{} })
+}
+
+// lagPending notes the first change of the batch being gathered.
+func (j *JobStats) lagPending(wall time.Time) {
+	j.update(func(*JobSnapshot) {
+		if j.pending.IsZero() {
+			j.pending = wall
+		}
+	})
+}
+
+// lagFlushed moves the gathered batch to the in-flight ones.
+func (j *JobStats) lagFlushed() {
+	j.update(func(*JobSnapshot) {
+		if !j.pending.IsZero() {
+			j.inflight = append(j.inflight, j.pending)
+			j.pending = time.Time{}
+		}
+	})
+}
+
+// lagDurable drops the oldest in-flight batch.
+func (j *JobStats) lagDurable() {
+	j.update(func(*JobSnapshot) {
+		if len(j.inflight) > 0 {
+			j.inflight = j.inflight[1:]
+		}
+	})
 }
 
 func (j *JobStats) update(fn func(s *JobSnapshot)) {
