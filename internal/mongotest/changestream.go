@@ -27,6 +27,12 @@ type event struct {
 	expanded bool
 }
 
+// opNoop is a periodic no-op (oplog op "n", {msg: "periodic noop"}): in
+// the history for its cluster time only, never shown to a stream.
+const opNoop = "noop"
+
+var noopNS = &evNS{}
+
 // evNS is a namespace shared by the events of one collection.
 type evNS struct {
 	db, coll string
@@ -168,6 +174,8 @@ type changeStream struct {
 
 func (cs *changeStream) inScope(ev *event) bool {
 	switch {
+	case ev.op == opNoop:
+		return false
 	case cs.cluster:
 		return ev.db != "admin" && ev.db != "config" && ev.db != "local"
 	case cs.coll == "":

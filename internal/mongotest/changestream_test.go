@@ -1,6 +1,7 @@
 package mongotest_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -554,5 +555,112 @@ func TestChangeStreamForeignTokenAndFutureStart(t *testing.T) {
 	coll.InsertOne(c, bson.D{{Key: "_id", Value: "late"}})
 	if ev := next(t, cs); ev.DocumentKey["_id"] != "late" {
 		t.Fatalf("%v", ev.DocumentKey)
+	}
+}
+
+// An idle server writes a periodic no-op (mongod's noop_writer.cpp, every
+// periodicNoopIntervalSecs when nothing else was written): no stream sees
+// it, but the postBatchResumeToken and operationTime move past it, so a
+// quiet collection's recorded position keeps up with the oplog.
+func TestPeriodicNoopAdvancesIdlePositions(t *testing.T) {
+	srv, client := start(t, mongotest.Options{NoopInterval: 100 * time.Millisecond})
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	cs, err := coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetMaxAwaitTime(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(c)
+	first := append(bson.Raw(nil), cs.ResumeToken()...)
+	opTime := func() bson.Timestamp {
+		var r struct {
+			OperationTime bson.Timestamp `bson:"operationTime"`
+		}
+		if err := client.Database("db").RunCommand(c, bson.D{{Key: "ping", Value: 1}}).Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		return r.OperationTime
+	}
+	before := opTime()
+	deadline := time.Now().Add(5 * time.Second)
+	for bytes.Equal(cs.ResumeToken(), first) {
+		if time.Now().After(deadline) {
+			t.Fatal("the postBatchResumeToken of an idle stream never advanced")
+		}
+		if cs.TryNext(c) {
+			t.Fatalf("a no-op was shown to the stream: %s", cs.Current)
+		}
+		if cs.Err() != nil {
+			t.Fatal(cs.Err())
+		}
+	}
+	if after := opTime(); !before.Before(after) {
+		t.Fatalf("operationTime did not advance: %v then %v", before, after)
+	}
+	// A write resumed from the advanced token is still delivered.
+	tok := append(bson.Raw(nil), cs.ResumeToken()...)
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: 1}})
+	cs2, err := coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetResumeAfter(tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs2.Close(c)
+	if ev := next(t, cs2); ev.OperationType != "insert" {
+		t.Fatalf("got %s", ev.OperationType)
+	}
+	_ = srv
+}
+
+// The writer only writes when nothing else was written in the interval,
+// and AdvanceClock past the interval writes one at the new time.
+func TestNoopOnlyWhenIdleAndOnAdvanceClock(t *testing.T) {
+	srv, client := start(t, mongotest.Options{NoopInterval: time.Hour})
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	res := client.Database("db").RunCommand(c, bson.D{{Key: "insert", Value: "c"}, {Key: "documents", Value: bson.A{bson.D{{Key: "_id", Value: 1}}}}})
+	raw, err := res.Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wt bson.Timestamp
+	wt.T, wt.I = raw.Lookup("operationTime").Timestamp()
+	_ = coll
+	ping := func() bson.Timestamp {
+		raw, err := client.Database("db").RunCommand(c, bson.D{{Key: "ping", Value: 1}}).Raw()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ts bson.Timestamp
+		ts.T, ts.I = raw.Lookup("operationTime").Timestamp()
+		return ts
+	}
+	if got := ping(); got != (bson.Timestamp{T: wt.T, I: wt.I}) {
+		t.Fatalf("idle operationTime %v moved from the write's %v without a no-op", got, wt)
+	}
+	srv.AdvanceClock(30 * time.Minute) // below the interval: nothing written
+	if got := ping(); got.T != wt.T || got.I != wt.I {
+		t.Fatalf("operationTime moved on a short AdvanceClock: %v", got)
+	}
+	srv.AdvanceClock(2 * time.Hour)
+	got := ping()
+	if got.T < uint32(srv.Now().Unix())-1 {
+		t.Fatalf("after AdvanceClock past the interval operationTime is %v, server now %v", got, srv.Now())
+	}
+}
+
+// NoopInterval < 0 turns the writer off.
+func TestNoopDisabled(t *testing.T) {
+	srv, client := start(t, mongotest.Options{NoopInterval: -1})
+	c := ctx(t)
+	raw, err := client.Database("db").RunCommand(c, bson.D{{Key: "ping", Value: 1}}).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after bson.Timestamp
+	before.T, before.I = raw.Lookup("operationTime").Timestamp()
+	srv.AdvanceClock(time.Minute)
+	raw, _ = client.Database("db").RunCommand(c, bson.D{{Key: "ping", Value: 1}}).Raw()
+	if after.T, after.I = raw.Lookup("operationTime").Timestamp(); after != before {
+		t.Fatalf("operationTime moved with the no-op writer off: %v then %v", before, after)
 	}
 }

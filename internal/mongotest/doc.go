@@ -20,7 +20,7 @@
 // command atomic; change-stream getMores wait without holding it.
 //
 // Test controls: AdvanceClock (the server clock behind $$NOW, wallTime and
-// new cluster times), DropConnections (a network blip), SetHistorySize
+// new cluster times; see Options.NoopInterval), DropConnections (a network blip), SetHistorySize
 // (bounded change history: resuming from before it fails with 286
 // ChangeStreamHistoryLost), FailCommand (the failCommand fail point).
 //
@@ -66,8 +66,12 @@
 //     are produced (with collectionUUID and operationDescription), but not
 //     modify or the sharding events.
 //   - Cluster time seconds follow the server clock; the increment counts
-//     writes within a second. There is no periodic no-op write, so an idle
-//     server's operationTime stays at its last write.
+//     writes within a second. Like mongod's periodic no-op writer, an idle
+//     server writes a no-op every Options.NoopInterval (10 s) of real time,
+//     so operationTime and postBatchResumeTokens advance on a quiet
+//     cluster; AdvanceClock by at least the interval writes one no-op at
+//     the new time instead of the several the skipped time would have
+//     held. No-ops take history slots, as they take oplog space.
 //   - Cursors never time out (mongod kills idle ones after 10 minutes);
 //     killCursors or exhausting them frees them.
 //   - hello reports maxWireVersion 21 (MongoDB 7.0) and omits lastWrite,

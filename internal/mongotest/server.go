@@ -29,7 +29,21 @@ type Options struct {
 	HistorySize int
 	// Logf, when set, receives a line per connection and per failed command.
 	Logf func(format string, args ...any)
+	// NoopInterval is how often an idle server writes a no-op to its
+	// history, as mongod's periodic no-op writer does every
+	// periodicNoopIntervalSecs (10 s) when nothing else was written in the
+	// interval (src/mongo/db/repl/noop_writer.cpp, "Writing noop to oplog
+	// as there has been no writes to this replica set in over ..."). The
+	// no-op is seen by no change stream, but it advances the cluster time,
+	// operationTime and every stream's postBatchResumeToken, and it takes a
+	// history slot. 0 means DefaultNoopInterval; negative disables it.
+	// AdvanceClock by at least the interval writes one at once (the real
+	// writer would have run during the skipped time).
+	NoopInterval time.Duration
 }
+
+// DefaultNoopInterval is mongod's periodicNoopIntervalSecs default.
+const DefaultNoopInterval = 10 * time.Second
 
 // DefaultHistorySize is the number of change events kept when
 // Options.HistorySize is 0.
@@ -63,8 +77,10 @@ type Server struct {
 	lostTs      bson.Timestamp
 	lostSeq     int64
 	historySize int
-	notify      chan struct{}
-	dirty       bool
+	// noopSeen is the newest seq the no-op writer saw at its last look.
+	noopSeen int64
+	notify   chan struct{}
+	dirty    bool
 
 	clockOffset atomic.Int64
 
@@ -108,6 +124,9 @@ func Start(opts Options) (*Server, error) {
 	if opts.HistorySize <= 0 {
 		opts.HistorySize = DefaultHistorySize
 	}
+	if opts.NoopInterval == 0 {
+		opts.NoopInterval = DefaultNoopInterval
+	}
 	s := &Server{
 		opts:        opts,
 		ln:          ln,
@@ -129,7 +148,39 @@ func Start(opts Options) (*Server, error) {
 	s.mu.Unlock()
 	s.wg.Add(1)
 	go s.acceptLoop()
+	if opts.NoopInterval > 0 {
+		s.wg.Add(1)
+		go s.noopLoop()
+	}
 	return s, nil
+}
+
+// noopLoop is mongod's periodic no-op writer: every NoopInterval, if
+// nothing was written since the last look, it writes a no-op
+// (noop_writer.cpp _writeNoop compares lastAppliedOpTime with the last
+// known one).
+func (s *Server) noopLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.opts.NoopInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.closed:
+			return
+		case <-t.C:
+			s.lockWrite()
+			if s.seq == s.noopSeen {
+				s.appendNoop()
+			}
+			s.noopSeen = s.seq
+			s.unlockWrite()
+		}
+	}
+}
+
+// appendNoop writes a no-op entry (caller holds the write lock).
+func (s *Server) appendNoop() {
+	s.appendEvent(nil, &event{op: opNoop, evNS: noopNS})
 }
 
 // advertised is the host:port put in hello's hosts/primary/me: the address
@@ -174,9 +225,20 @@ func (s *Server) Now() time.Time {
 
 // AdvanceClock moves the server clock forward by d: $$NOW, $currentDate,
 // wallTime, localTime and the seconds of new cluster times follow it.
+//
+// With the no-op writer on, a move of at least NoopInterval writes one
+// no-op at the new time, as the writer would have while that time passed
+// (on an idle server): operationTime and postBatchResumeTokens advance.
 func (s *Server) AdvanceClock(d time.Duration) {
-	if d > 0 {
-		s.clockOffset.Add(int64(d))
+	if d <= 0 {
+		return
+	}
+	s.clockOffset.Add(int64(d))
+	if iv := s.opts.NoopInterval; iv > 0 && d >= iv {
+		s.lockWrite()
+		s.appendNoop()
+		s.noopSeen = s.seq
+		s.unlockWrite()
 	}
 }
 
