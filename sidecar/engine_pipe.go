@@ -84,8 +84,10 @@ func (e *Engine) newPipe(ctx context.Context, jc jobConfig, sink Sink, stats *Jo
 		ctx: ctx, cancel: cancel,
 		in:       make(chan *flight),
 		prepared: make(chan *flight),
-		sent:     make(chan *flight, jc.MaxInFlight),
-		done:     make(chan struct{}),
+		// Sent and not yet durable: the one being waited for, those queued
+		// here and the one the sender holds: MaxInFlight in all.
+		sent: make(chan *flight, max(jc.MaxInFlight-2, 0)),
+		done: make(chan struct{}),
 	}
 	if track {
 		p.latest = make(map[string]uint64)
