@@ -9,6 +9,7 @@ import (
 	"os"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -412,6 +413,10 @@ func (c *Config) parseJob(ps *problems, key, value string) {
 		return
 	}
 	job := strings.TrimSuffix(rest, "_"+best)
+	if problem, accepts := jobOptionProblem(best, value); problem != "" {
+		ps.addRaw(name, problem, accepts)
+		return
+	}
 	if c.Jobs == nil {
 		c.Jobs = map[string]map[string]string{}
 	}
@@ -419,6 +424,46 @@ func (c *Config) parseJob(ps *problems, key, value string) {
 		c.Jobs[job] = map[string]string{}
 	}
 	c.Jobs[job][best] = value
+}
+
+// jobOptionProblem checks a per-job override's value, so a bad one fails at
+// start like any other variable; it returns what is wrong and what the
+// option accepts, or "" when the value is fine.
+func jobOptionProblem(option, value string) (problem, accepts string) {
+	q := fmt.Sprintf("%q", value)
+	switch option {
+	case "index":
+		for _, r := range value {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return q + " is not a Meilisearch index uid", "letters, digits, - and _"
+			}
+		}
+	case "sweep":
+		if _, err := strconv.ParseBool(value); err != nil {
+			return q + " is not a boolean", "true or false"
+		}
+	case "reindex":
+		if value != "swap" && value != "inplace" {
+			return q + " is not a choice", "swap or inplace"
+		}
+	case "on_history_lost":
+		if value != "reindex" && value != "fail" {
+			return q + " is not a choice", "reindex or fail"
+		}
+	case "on_document_error":
+		if value != "skip" && value != "fail" {
+			return q + " is not a choice", "skip or fail"
+		}
+	case "batch_size":
+		if n, err := strconv.Atoi(value); err != nil || n < 1 || n > 100000 {
+			return q + " is not a whole number from 1 to 100000", "a whole number from 1 to 100000"
+		}
+	case "flush_interval", "transform_timeout":
+		if d, err := time.ParseDuration(value); err != nil || d <= 0 {
+			return q + " is not a positive Go duration", "a positive Go duration, e.g. 1s or 250ms"
+		}
+	}
+	return "", ""
 }
 
 // fieldsByKey maps each koanf key to its settable field in *c.
