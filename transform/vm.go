@@ -247,7 +247,8 @@ func newVMUntimed(j *Job, prog *goja.Program, con *consoleLimiter, rt *goja.Runt
 	if !ok {
 		return nil, errs.New(errs.TransformFailed, j.Name, "%s: not a module", j.file())
 	}
-	if _, err := wf(goja.Undefined(), mod, exp); err != nil {
+	// `this` at the top of a file is module.exports, as in Node.
+	if _, err := wf(exp, mod, exp); err != nil {
 		return nil, runErr(j, "load", err)
 	}
 	v.exports = mod.Get("exports")
