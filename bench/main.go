@@ -108,12 +108,12 @@ func run() error {
 	defer os.RemoveAll(tmp)
 
 	if c.mongoURI == "" || c.meiliURL == "" {
-		child, addrs, err := startServers(ctx)
+		child, stdin, addrs, err := startServers(ctx)
 		if err != nil {
 			return err
 		}
 		defer child.Wait()
-		defer child.Stdin.(io.Closer).Close()
+		defer stdin.Close() // the child stops at EOF
 		if c.mongoURI == "" {
 			c.mongoURI = addrs["mongo"]
 		}
@@ -304,35 +304,37 @@ func run() error {
 	return nil
 }
 
-func startServers(ctx context.Context) (*exec.Cmd, map[string]string, error) {
+func startServers(ctx context.Context) (*exec.Cmd, io.WriteCloser, map[string]string, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	child := exec.Command(self, "-serve")
 	child.Stderr = os.Stderr
 	in, err := child.StdinPipe()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	out, err := child.StdoutPipe()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if err := child.Start(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	line, err := bufio.NewReader(out).ReadBytes('\n')
 	if err != nil {
 		in.Close()
 		child.Wait()
-		return nil, nil, fmt.Errorf("test servers: %w", err)
+		return nil, nil, nil, fmt.Errorf("test servers: %w", err)
 	}
 	var addrs map[string]string
 	if err := json.Unmarshal(line, &addrs); err != nil {
-		return nil, nil, err
+		in.Close()
+		child.Wait()
+		return nil, nil, nil, err
 	}
-	return child, addrs, nil
+	return child, in, addrs, nil
 }
 
 func seed(ctx context.Context, coll *mongo.Collection, first, n int) error {
