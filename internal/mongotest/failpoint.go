@@ -128,9 +128,30 @@ func (s *Server) configureFailPoint(cmd bson.D) error {
 	return nil
 }
 
-// retryableCodes get the RetryableWriteError label on retryable writes
-// (error_labels.cpp; the retryable-writes spec's list).
-var retryableCodes = map[int32]bool{6: true, 7: true, 89: true, 91: true, 189: true, 262: true, 9001: true, 10107: true, 11600: true, 11602: true, 13435: true, 13436: true, 63: true, 150: true, 13388: true, 234: true, 133: true}
+// retriableCodes are the RetriableError category of mongod's
+// src/mongo/base/error_codes.yml (the ones a client can see): a retryable
+// write failing with one is labelled RetryableWriteError
+// (error_labels.cpp isRetryableWriteError).
+var retriableCodes = map[int32]bool{6: true, 7: true, 89: true, 91: true, 134: true, 189: true, 262: true, 358: true, 402: true, 9001: true, 10107: true, 11600: true, 11602: true, 13435: true, 13436: true}
+
+// resumableCodes label a change stream's aggregate or getMore error
+// ResumableChangeStreamError (error_labels.cpp isResumableChangeStreamError:
+// isRetriableError, isNetworkError, isNeedRetargettingError, RetryChangeStream
+// 234, FailedToSatisfyReadPreference 133). NeedRetargettingError is 150
+// StaleEpoch and 13388 StaleConfig, plus 63 StaleShardVersion in the 7.0
+// servers this one claims to be.
+func resumableCode(c int32) bool {
+	switch c {
+	case 63, 150, 13388, 234, 133:
+		return true
+	}
+	return retriableCodes[c]
+}
+
+// nonResumableCodes are the NonResumableChangeStreamError category (280
+// ChangeStreamFatalError, 286 ChangeStreamHistoryLost): mongod labels them
+// on any command (error_labels.cpp isNonResumableChangeStreamError).
+func nonResumableCode(c int32) bool { return c == 280 || c == 286 }
 
 // checkFailPoint decides what the fail point does to this command.
 func (s *Server) checkFailPoint(c *conn, x *cmdCtx) *fpAction {
@@ -169,12 +190,17 @@ func (s *Server) checkFailPoint(c *conn, x *cmdCtx) *fpAction {
 		if fp.hasLabel {
 			ce.labels = fp.labels
 		} else {
+			// error_labels.cpp ErrorLabelBuilder::build: RetryableWriteError
+			// excludes ResumableChangeStreamError; otherwise resumable, or
+			// else NonResumableChangeStreamError.
 			_, hasTxn := x.get("txnNumber")
-			if retryableCodes[*fp.code] && hasTxn && retryableWrites[x.name] {
+			switch code := *fp.code; {
+			case retriableCodes[code] && hasTxn && retryableWrites[x.name]:
 				ce.labels = []string{"RetryableWriteError"}
-			}
-			if retryableCodes[*fp.code] && s.isChangeStreamCommand(x) {
-				ce.labels = append(ce.labels, "ResumableChangeStreamError")
+			case resumableCode(code) && s.isChangeStreamCommand(x):
+				ce.labels = []string{"ResumableChangeStreamError"}
+			case nonResumableCode(code):
+				ce.labels = []string{"NonResumableChangeStreamError"}
 			}
 		}
 		a.err = ce
@@ -210,7 +236,7 @@ var codeNames = map[int32]string{
 	11: "UserNotFound", 13: "Unauthorized", 20: "IllegalOperation", 26: "NamespaceNotFound",
 	43: "CursorNotFound", 48: "NamespaceExists", 50: "MaxTimeMSExpired", 59: "CommandNotFound",
 	63: "StaleShardVersion", 64: "WriteConcernFailed", 89: "NetworkTimeout", 91: "ShutdownInProgress",
-	100: "UnsatisfiableWriteConcern", 112: "WriteConflict", 133: "FailedToSatisfyReadPreference",
+	100: "UnsatisfiableWriteConcern", 112: "WriteConflict", 133: "FailedToSatisfyReadPreference", 134: "ReadConcernMajorityNotAvailableYet",
 	150: "StaleEpoch", 189: "PrimarySteppedDown", 211: "KeyNotFound", 234: "RetryChangeStream",
 	251: "NoSuchTransaction", 262: "ExceededTimeLimit", 280: "ChangeStreamFatalError",
 	286: "ChangeStreamHistoryLost", 9001: "SocketException", 10107: "NotWritablePrimary",

@@ -1,6 +1,7 @@
 package mongotest_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -113,5 +114,62 @@ func TestFailCommandLabelsLikeMongod(t *testing.T) {
 	var ce mongo.CommandError
 	if !errors.As(err, &ce) || ce.Code != 2 || len(ce.Labels) != 0 {
 		t.Fatalf("find: %v (labels %v)", err, ce.Labels)
+	}
+}
+
+// Labels follow src/mongo/db/error_labels.cpp and the categories of
+// src/mongo/base/error_codes.yml: RetryableWriteError only for the
+// RetriableError category (not 234 RetryChangeStream, 133, StaleConfig),
+// NonResumableChangeStreamError for 280/286 on any command, and
+// ResumableChangeStreamError for NeedRetargettingError codes too.
+func TestFailCommandLabelCategories(t *testing.T) {
+	srv, client := start(t)
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	fail := func(cmd string, code int) {
+		srv.FailCommand(bson.D{{Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
+			{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{cmd}}, {Key: "errorCode", Value: code}}}})
+	}
+	// 234 on a retryable write: no RetryableWriteError, so the driver
+	// does not retry and the insert fails.
+	fail("insert", 234)
+	_, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: 1}})
+	var se mongo.ServerError
+	if !errors.As(err, &se) || !se.HasErrorCode(234) || se.HasErrorLabel("RetryableWriteError") {
+		t.Fatalf("insert failing with 234: %v", err)
+	}
+	// 189 is retried (RetriableError).
+	fail("insert", 189)
+	if _, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: 2}}); err != nil {
+		t.Fatalf("insert failing once with 189 was not retried: %v", err)
+	}
+	// 286 on a find: NonResumableChangeStreamError.
+	fail("find", 286)
+	err = coll.FindOne(c, bson.D{}).Err()
+	if !errors.As(err, &se) || !se.HasErrorLabel("NonResumableChangeStreamError") || se.HasErrorLabel("ResumableChangeStreamError") {
+		t.Fatalf("find failing with 286: %v", err)
+	}
+	// StaleConfig (NeedRetargettingError) on a change stream getMore
+	// resumes.
+	cs, err := coll.Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(c)
+	fail("getMore", 13388)
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: 3}})
+	if ev := next(t, cs); ev.DocumentKey["_id"] != int32(3) {
+		t.Fatalf("%v", ev.DocumentKey)
+	}
+	// 11000 on a getMore is not resumable: Next fails.
+	fail("getMore", 11000)
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: 4}})
+	c2, cancel := context.WithTimeout(c, 5*time.Second)
+	defer cancel()
+	if cs.Next(c2) {
+		t.Fatal("a getMore failing with 11000 was resumed")
+	}
+	if !errors.As(cs.Err(), &se) || !se.HasErrorCode(11000) {
+		t.Fatalf("Err %v", cs.Err())
 	}
 }
