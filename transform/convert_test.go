@@ -395,3 +395,11 @@ func TestSourceDatesFollowTheDatesOption(t *testing.T) {
 		t.Fatalf("iso %v epoch %v", iso, epoch)
 	}
 }
+
+func TestAHugeSparseArrayIsRefusedNotAllocated(t *testing.T) {
+	_, err := apply(t, exprJob(t, "new Array(1e9)"), bson.D{{Key: "_id", Value: 1}})
+	wantErr(t, err, errs.NotADocument, "larger than the limit")
+	j := loadJob(t, `module.exports = { mirror: "m", transform(d) { return {a: new Array(1e9)}; } };`)
+	_, err = apply(t, j, bson.D{{Key: "_id", Value: 1}})
+	wantErr(t, err, errs.NotADocument, "limit")
+}

@@ -403,7 +403,7 @@ func (j *Job) readOptions(v *vm) error {
 		if !isObj || so.ClassName() != "Object" {
 			bad("settings", "must be an object of Meilisearch index settings, not %s", typeName(val))
 		} else {
-			c := outConv{job: j, v: v, limit: math.MaxInt}
+			c := outConv{job: j, v: v, limit: j.opts.MaxResultBytes}
 			m, err := c.object(so, "")
 			if err != nil {
 				bad("settings", "%v", errMsg(err))

@@ -181,3 +181,8 @@ func TestLoadingIsTimeLimitedToo(t *testing.T) {
 		})
 	}
 }
+
+func TestHugeSettingsAreRefusedNotAllocated(t *testing.T) {
+	_, err := transform.Load(writeFiles(t, map[string]string{"job.js": `module.exports = { settings: { stopWords: new Array(1e9) } };`}), transform.Options{Pool: 1})
+	wantErr(t, err, errs.ConfigInvalid, `key "settings"`, "larger than the limit")
+}
