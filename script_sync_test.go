@@ -14,13 +14,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +32,8 @@ import (
 	"github.com/meilistream/meilistream/bench/articles"
 	"github.com/meilistream/meilistream/internal/meilitest"
 	"github.com/meilistream/meilistream/internal/mongotest"
+	"github.com/meilistream/meilistream/internal/synccheck"
+	"github.com/meilistream/meilistream/sidecar"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -421,12 +420,11 @@ func loadScriptJob(ts *testscript.TestScript, name string) *transform.Job {
 }
 
 // cmdSynced: synced [-timeout D] JOB polls until the job's index holds
-// exactly transform(collection): every document of the collection that the
-// transform keeps, as it makes it, and nothing else. On timeout it reports
-// the last difference. With !, it polls until the two differ.
-//
-// A document whose transform fails is expected absent (a per-document error
-// keeps it out of a fresh index).
+// exactly transform(collection) minus the documents recorded in the errors
+// collection (internal/synccheck, shared with the engine's tests): every
+// document the transform keeps, as it makes it, and nothing else. On
+// timeout it reports the last difference. With !, it polls until the two
+// differ.
 func cmdSynced(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("synced", flag.ContinueOnError)
 	timeout := fs.Duration("timeout", 30*time.Second, "")
@@ -434,28 +432,24 @@ func cmdSynced(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: synced [-timeout D] JOB")
 	}
 	job := loadScriptJob(ts, fs.Arg(0))
-	coll := scriptMongo(ts).Collection(job.Collection)
+	db := scriptMongo(ts)
+	coll := db.Collection(job.Collection)
+	state := ts.Getenv("MEILISTREAM_STATE_COLLECTION")
+	if state == "" {
+		state = sidecar.DefaultStateCollection
+	}
+	errorsColl := db.Collection(state + "_errors")
 	uid := ts.Getenv("MEILISTREAM_INDEX_PREFIX") + job.Index
 	ms := scriptMeili(ts)
 	deadline := time.Now().Add(*timeout)
-	var diff string
 	for {
 		ctx, cancel := cmdCtx()
-		want, werr := expectedIndex(ctx, coll, job)
-		got, gerr := indexDocs(ctx, ms, uid, job.PrimaryKey)
+		diff, err := synccheck.Check(ctx, coll, errorsColl, job, ms, uid)
 		cancel()
-		switch {
-		case werr != nil:
-			diff = "read collection: " + werr.Error()
-		case gerr != nil:
-			diff = "read index: " + gerr.Error()
-		default:
-			diff = diffDocs(want, got)
+		if err != nil {
+			diff = err.Error()
 		}
 		if (diff == "") != neg {
-			if !neg {
-				ts.Logf("index %s holds the %d documents transform(%s) makes", uid, len(want), job.Collection)
-			}
 			return
 		}
 		if time.Now().After(deadline) {
@@ -464,147 +458,8 @@ func cmdSynced(ts *testscript.TestScript, neg bool, args []string) {
 			}
 			ts.Fatalf("index %s is not transform(%s) after %s: %s", uid, job.Collection, *timeout, diff)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// expectedIndex runs the job's transform over the whole collection.
-func expectedIndex(ctx context.Context, coll *mongo.Collection, job *transform.Job) (map[string]any, error) {
-	cur, err := coll.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
-	if err != nil {
-		return nil, err
-	}
-	defer cur.Close(ctx)
-	want := map[string]any{}
-	for cur.Next(ctx) {
-		res, err := job.Apply(ctx, bson.Raw(cur.Current), transform.OpReindex, nil)
-		if err != nil || res.Skip {
-			continue
-		}
-		b, err := json.Marshal(res.Doc)
-		if err != nil {
-			return nil, err
-		}
-		v, err := normJSON(b)
-		if err != nil {
-			return nil, err
-		}
-		want[fmt.Sprint(res.ID)] = v
-	}
-	return want, cur.Err()
-}
-
-// indexDocs reads every document of index uid, keyed by primary key; a
-// missing index is empty.
-func indexDocs(ctx context.Context, ms meilisearch.ServiceManager, uid, pk string) (map[string]any, error) {
-	got := map[string]any{}
-	idx := ms.Index(uid)
-	for offset := int64(0); ; {
-		var res meilisearch.DocumentsResult
-		err := idx.GetDocuments(ctx, &meilisearch.DocumentsQuery{Offset: offset, Limit: 1000}, &res)
-		if err != nil {
-			var me *meilisearch.Error
-			if errors.As(err, &me) && me.APIError.Code == "index_not_found" {
-				return got, nil
-			}
-			return nil, err
-		}
-		for _, hit := range res.Results {
-			b, err := json.Marshal(hit)
-			if err != nil {
-				return nil, err
-			}
-			v, err := normJSON(b)
-			if err != nil {
-				return nil, err
-			}
-			m, _ := v.(map[string]any)
-			got[fmt.Sprint(m[pk])] = v
-		}
-		offset += int64(len(res.Results))
-		if len(res.Results) == 0 || offset >= res.Total {
-			return got, nil
-		}
-	}
-}
-
-// normJSON decodes JSON with numbers normalised, so 1, 1.0 and 1e0 compare
-// equal whichever side wrote them.
-func normJSON(b []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	return normNumbers(v), nil
-}
-
-func normNumbers(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			x[k] = normNumbers(e)
-		}
-	case []any:
-		for i, e := range x {
-			x[i] = normNumbers(e)
-		}
-	case json.Number:
-		if i, err := x.Int64(); err == nil {
-			return strconv.FormatInt(i, 10)
-		}
-		if f, err := x.Float64(); err == nil {
-			if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
-				return strconv.FormatInt(int64(f), 10)
-			}
-			return strconv.FormatFloat(f, 'g', -1, 64)
-		}
-		return x.String()
-	}
-	return v
-}
-
-// diffDocs describes how got differs from want ("" when equal), with a few
-// examples.
-func diffDocs(want, got map[string]any) string {
-	var missing, extra, changed []string
-	for id, w := range want {
-		g, ok := got[id]
-		switch {
-		case !ok:
-			missing = append(missing, id)
-		case !reflect.DeepEqual(w, g):
-			changed = append(changed, id)
-		}
-	}
-	for id := range got {
-		if _, ok := want[id]; !ok {
-			extra = append(extra, id)
-		}
-	}
-	if len(missing)+len(extra)+len(changed) == 0 {
-		return ""
-	}
-	for _, l := range [][]string{missing, extra, changed} {
-		sort.Strings(l)
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "want %d documents, index has %d; %d missing %s, %d extra %s, %d different %s",
-		len(want), len(got), len(missing), head(missing), len(extra), head(extra), len(changed), head(changed))
-	if len(changed) > 0 {
-		w, _ := json.Marshal(want[changed[0]])
-		g, _ := json.Marshal(got[changed[0]])
-		fmt.Fprintf(&b, "; first different: want %s, index has %s", w, g)
-	}
-	return b.String()
-}
-
-func head(ids []string) string {
-	if len(ids) > 5 {
-		return fmt.Sprint(ids[:5]) + "..."
-	}
-	return fmt.Sprint(ids)
 }
 
 // cmdIndexDocs: index-docs [-timeout D] INDEX N polls until index
