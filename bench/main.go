@@ -222,6 +222,16 @@ func run() error {
 			peak = r
 		}
 	}
+	// The process's start (runtime, clients, loading transforms) is not
+	// the reindex's: count from when it serves HTTP.
+	if err := waitFor(ctx, exited, time.Minute, nil, func() (bool, error) {
+		b, err := os.ReadFile(ready)
+		return err == nil && len(b) > 0, nil
+	}); err != nil {
+		return fail(fmt.Errorf("start: %w", err))
+	}
+	cpuStart := cpu(pid)
+	load0 := loadavg()
 	if err := waitFor(ctx, exited, 30*time.Minute, sample, func() (bool, error) {
 		n, err := indexCount(ctx, ms, uid)
 		return n == int64(published), err
@@ -229,7 +239,7 @@ func run() error {
 		return fail(fmt.Errorf("reindex: %w", err))
 	}
 	reindexWall := time.Since(start)
-	cpuReindex := cpu(pid)
+	cpuReindex := cpu(pid) - cpuStart
 	if h := hwm(pid); h > peak {
 		peak = h
 	}
@@ -290,8 +300,8 @@ func run() error {
 	}
 
 	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
-	fmt.Printf("meilistream bench: %d articles (~1 KB BSON each, %d published), %d followed updates, %d latency samples, flushInterval %s, GOMAXPROCS of the machine %d\n",
-		c.docs, published, n, len(lat), c.flush, runtime.NumCPU())
+	fmt.Printf("meilistream bench: %d articles (~1 KB BSON each, %d published), %d followed updates, %d latency samples, flushInterval %s, %d CPUs, load average %s at the start, %s at the end\n",
+		c.docs, published, n, len(lat), c.flush, runtime.NumCPU(), load0, loadavg())
 	fmt.Printf("reindex: %.1f µs sidecar CPU per document, %s wall (%.0f docs/s), peak RSS %.1f MB\n",
 		float64(cpuReindex.Microseconds())/float64(c.docs), reindexWall.Round(time.Millisecond),
 		float64(c.docs)/reindexWall.Seconds(), float64(peak)/(1<<20))
@@ -529,6 +539,21 @@ func procStatus(pid int, key string) int64 {
 		}
 	}
 	return 0
+}
+
+// loadavg is the machine's 1-minute load average (/proc/loadavg): the
+// figures are CPU time of the sidecar alone, but a loaded machine makes
+// every instruction slower (caches, frequency, hyperthreads).
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
 }
 
 type writerFunc func([]byte) (int, error)
