@@ -375,7 +375,13 @@ func (s *Server) openChangeStream(x *cmdCtx, specV any, user bson.A, batchSize i
 // was invalidated.
 func (s *Server) collectEvents(cs *changeStream, max int) (bson.A, bson.D, bool, error) {
 	if cs.pos < s.lostSeq {
-		return nil, nil, false, historyLost()
+		// An open stream whose next entry was trimmed: mongod's oplog
+		// CollectionScan cannot restore its position and the getMore fails
+		// with CappedPositionLost (136), no label (collection_scan.cpp;
+		// error_codes.yml gives 136 no category). Only opening or
+		// resuming from such a point is 286 (openChangeStream).
+		return nil, nil, false, &cmdError{code: 136, name: "CappedPositionLost",
+			msg: fmt.Sprintf("Executor error during getMore :: caused by :: CollectionScan died due to position in capped collection being deleted. Last seen record id: RecordId(%d)", cs.pos)}
 	}
 	batch := bson.A{}
 	size := 0

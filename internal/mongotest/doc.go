@@ -22,7 +22,8 @@
 // Test controls: AdvanceClock (the server clock behind $$NOW, wallTime and
 // new cluster times; see Options.NoopInterval), DropConnections (a network blip), SetHistorySize
 // (bounded change history: resuming from before it fails with 286
-// ChangeStreamHistoryLost), FailCommand (the failCommand fail point).
+// ChangeStreamHistoryLost, an open stream overtaken fails with 136
+// CappedPositionLost), FailCommand (the failCommand fail point).
 //
 // # What differs from MongoDB
 //

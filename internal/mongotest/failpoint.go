@@ -236,7 +236,7 @@ var codeNames = map[int32]string{
 	11: "UserNotFound", 13: "Unauthorized", 20: "IllegalOperation", 26: "NamespaceNotFound",
 	43: "CursorNotFound", 48: "NamespaceExists", 50: "MaxTimeMSExpired", 59: "CommandNotFound",
 	63: "StaleShardVersion", 64: "WriteConcernFailed", 89: "NetworkTimeout", 91: "ShutdownInProgress",
-	100: "UnsatisfiableWriteConcern", 112: "WriteConflict", 133: "FailedToSatisfyReadPreference", 134: "ReadConcernMajorityNotAvailableYet",
+	100: "UnsatisfiableWriteConcern", 112: "WriteConflict", 133: "FailedToSatisfyReadPreference", 136: "CappedPositionLost", 134: "ReadConcernMajorityNotAvailableYet",
 	150: "StaleEpoch", 189: "PrimarySteppedDown", 211: "KeyNotFound", 234: "RetryChangeStream",
 	251: "NoSuchTransaction", 262: "ExceededTimeLimit", 280: "ChangeStreamFatalError",
 	286: "ChangeStreamHistoryLost", 9001: "SocketException", 10107: "NotWritablePrimary",

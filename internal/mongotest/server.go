@@ -257,8 +257,10 @@ func (s *Server) DropConnections() {
 }
 
 // SetHistorySize trims the change history to the newest n events now and
-// keeps at most n from now on. Resuming a change stream from before the
-// kept history fails with 286 ChangeStreamHistoryLost.
+// keeps at most n from now on. Opening or resuming a change stream from
+// before the kept history fails with 286 ChangeStreamHistoryLost; an open
+// stream overtaken by the trim fails its next getMore with 136
+// CappedPositionLost, as mongod's oplog scan does.
 func (s *Server) SetHistorySize(n int) {
 	if n < 0 {
 		n = 0
