@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -110,7 +111,11 @@ func (e *env) job(src string) *transform.Job {
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		e.t.Fatal(err)
 	}
-	j, err := transform.LoadFile(path, []byte(src), transform.Options{})
+	// The job's batchSize and flushInterval default to the configuration's,
+	// as cmd_run wires them (a job's own options override the engine's).
+	j, err := transform.LoadFile(path, []byte(src), transform.Options{Defaults: transform.JobDefaults{
+		BatchSize: e.cfg.BatchSize, FlushInterval: e.cfg.FlushInterval,
+	}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -728,5 +733,48 @@ func TestLagGrowsWhileMeilisearchIsStuckAndFallsBackToZero(t *testing.T) {
 	until(t, "lag back to 0 when idle", func() bool { return r.stats.Snapshot().LagSeconds == 0 })
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestOrderHoldsUnderRandomFaults(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.BatchSize = 7
+	e.cfg.FlushInterval = 5 * time.Millisecond
+	e.insert(0, 50, nil)
+	job := e.job(itemsJS)
+	r := e.run(job, e.acquire())
+	e.settled(job)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := 0; round < 8; round++ {
+		switch round % 4 {
+		case 0:
+			e.meili.FailNextOn("POST /indexes/{uid}/documents", 1+rng.IntN(4), meilitest.Fail5xx)
+		case 1:
+			e.meili.FailNextOn("POST /indexes/{uid}/documents/delete-batch", 1+rng.IntN(3), meilitest.FailDrop)
+		case 2:
+			e.meili.FailNextTask("internal", "simulated")
+		case 3:
+			e.meili.FailNextOn("GET /tasks/{taskUid}", 1+rng.IntN(5), meilitest.FailDrop)
+		}
+		for i := 0; i < 60; i++ {
+			id := rng.IntN(60)
+			switch rng.IntN(5) {
+			case 0:
+				e.coll.DeleteOne(e.ctx, bson.M{"_id": id})
+			case 1:
+				e.coll.ReplaceOne(e.ctx, bson.M{"_id": id}, bson.M{"title": fmt.Sprint("r", round, i), "n": i}, options.Replace().SetUpsert(true))
+			case 2:
+				e.coll.UpdateOne(e.ctx, bson.M{"_id": id}, bson.M{"$set": bson.M{"hidden": rng.IntN(2) == 0}})
+			default:
+				e.coll.UpdateOne(e.ctx, bson.M{"_id": id}, bson.M{"$set": bson.M{"n": round*1000 + i}}, options.UpdateOne().SetUpsert(true))
+			}
+		}
+		e.equal(job)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.stats.Snapshot(); s.Retries < 4 {
+		t.Fatalf("faults not met: %+v", s)
 	}
 }
