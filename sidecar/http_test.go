@@ -222,6 +222,42 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	jm.Forget()
 }
 
+func TestJobStateShowsExactlyOneState(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := sidecar.NewMetrics(reg)
+	ones := func() []string {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, mf := range mfs {
+			if mf.GetName() != "meilistream_job_state" {
+				continue
+			}
+			for _, mt := range mf.GetMetric() {
+				if mt.GetGauge().GetValue() == 1 {
+					for _, l := range mt.GetLabel() {
+						if l.GetName() == "state" {
+							out = append(out, l.GetValue())
+						}
+					}
+				}
+			}
+		}
+		return out
+	}
+	for _, step := range []struct{ set, want string }{
+		{"standby", "standby"}, {"running", "running"}, {"custom", "custom"}, {"following", "following"},
+	} {
+		m.Job("books", "search").State(step.set)
+		if got := ones(); len(got) != 1 || got[0] != step.want {
+			t.Errorf("after State(%q): states at 1 are %v, want [%s]", step.set, got, step.want)
+		}
+	}
+}
+
 func TestMetricsRegisterOnce(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	sidecar.NewMetrics(reg)

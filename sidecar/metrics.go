@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,6 +35,9 @@ type Metrics struct {
 	DDLEvents        *prometheus.CounterVec   // meilistream_ddl_events_total{job,event}: drop/rename/dropDatabase seen by a mirror
 	JobState         *prometheus.GaugeVec     // meilistream_job_state{job,state}: 1 for the job's current state
 	JobRestarts      *prometheus.CounterVec   // meilistream_job_restarts_total{job}
+
+	mu  sync.Mutex
+	odd map[string]string // job -> a state outside jobStates last set, see JobMetrics.State
 }
 
 // jobStates are the values of JobStatus.State, for meilistream_job_state.
@@ -77,6 +81,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		DDLEvents:    counter("ddl_events_total", "Collection or database drops and renames seen by a mirror job (never applied).", "job", "event"),
 		JobState:     gauge("job_state", "1 for the job's current state, 0 for the others.", "job", "state"),
 		JobRestarts:  counter("job_restarts_total", "Restarts of the job after a failure.", "job"),
+		odd:          map[string]string{},
 	}
 	reg.MustRegister(m.DocumentsIndexed, m.DocumentsDeleted, m.DocumentsSkipped, m.Errors,
 		m.BatchDuration, m.BatchDocuments, m.FollowLag, m.PositionTime, m.DeadLetters,
@@ -208,16 +213,31 @@ func (j *JobMetrics) DDL(event string) {
 	}
 }
 
-// State sets the job's current state (a JobStatus.State value).
+// State sets the job's current state: one of the JobStatus.State values
+// ("reindexing" or "following" while it runs, not a coarser "running"), so
+// alerts read the same states as /status. Any other value is shown too,
+// and dropped when the state changes again, so exactly one state is 1.
 func (j *JobMetrics) State(state string) {
-	if j != nil {
-		for _, s := range jobStates {
-			v := 0.0
-			if s == state {
-				v = 1
-			}
-			j.m.JobState.WithLabelValues(j.job, s).Set(v)
+	if j == nil {
+		return
+	}
+	j.m.mu.Lock()
+	defer j.m.mu.Unlock()
+	if prev, ok := j.m.odd[j.job]; ok && prev != state {
+		j.m.JobState.DeleteLabelValues(j.job, prev)
+		delete(j.m.odd, j.job)
+	}
+	known := false
+	for _, s := range jobStates {
+		v := 0.0
+		if s == state {
+			v, known = 1, true
 		}
+		j.m.JobState.WithLabelValues(j.job, s).Set(v)
+	}
+	if !known {
+		j.m.JobState.WithLabelValues(j.job, state).Set(1)
+		j.m.odd[j.job] = state
 	}
 }
 
@@ -234,6 +254,9 @@ func (j *JobMetrics) Forget() {
 	if j == nil {
 		return
 	}
+	j.m.mu.Lock()
+	delete(j.m.odd, j.job)
+	j.m.mu.Unlock()
 	l := prometheus.Labels{"job": j.job}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		j.m.DocumentsIndexed, j.m.DocumentsDeleted, j.m.DocumentsSkipped, j.m.Errors,
