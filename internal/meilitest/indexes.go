@@ -424,23 +424,26 @@ func (s *Server) handleSwap(w http.ResponseWriter, r *http.Request) {
 	}
 	t := &task{global: true, kind: kindIndexSwap, details: []detail{{"swaps", detailSwaps}}}
 	t.apply = func(t *task) *apiError {
-		// Check everything first: the swaps apply all together or not at all.
+		// Check everything first: the swaps apply all together or not at
+		// all. As process_batch.rs Batch::IndexSwap: every missing index
+		// (a BTreeSet, so sorted) is reported before any rename target
+		// that exists.
 		var missing []string
+		type pair struct{ a, b string }
+		var present []pair
 		for _, sw := range swaps {
-			if sw.rename {
-				if s.indexes[sw.a] == nil {
-					missing = append(missing, sw.a)
-				} else if s.indexes[sw.b] != nil {
-					return errf("index_already_exists", "Cannot rename `%s` to `%s` as the index already exists. Hint: You can remove `%s` first and then do your remove.", sw.a, sw.b, sw.b)
-				}
-				continue
+			if s.indexes[sw.a] == nil {
+				missing = append(missing, sw.a)
 			}
-			for _, u := range []string{sw.a, sw.b} {
-				if s.indexes[u] == nil {
-					missing = append(missing, u)
-				}
+			switch exists := s.indexes[sw.b] != nil; {
+			case exists && sw.rename:
+				present = append(present, pair{sw.a, sw.b})
+			case !exists && !sw.rename:
+				missing = append(missing, sw.b)
 			}
 		}
+		slices.Sort(missing)
+		missing = slices.Compact(missing)
 		switch len(missing) {
 		case 0:
 		case 1:
@@ -451,6 +454,26 @@ func (s *Server) handleSwap(w http.ResponseWriter, r *http.Request) {
 				q[i] = "`" + u + "`"
 			}
 			return errf("index_not_found", "Indexes %s not found.", strings.Join(q, ", "))
+		}
+		slices.SortFunc(present, func(x, y pair) int {
+			if c := strings.Compare(x.a, y.a); c != 0 {
+				return c
+			}
+			return strings.Compare(x.b, y.b)
+		})
+		switch len(present) {
+		case 0:
+		case 1:
+			sw := present[0]
+			return errf("index_already_exists", "Cannot rename `%s` to `%s` as the index already exists. Hint: You can remove `%s` first and then do your remove.", sw.a, sw.b, sw.b)
+		default:
+			// SwapIndexesFoundDuringRename: its text is not in the
+			// sources read; the code is index_already_exists.
+			q := make([]string, len(present))
+			for i, p := range present {
+				q[i] = "`" + p.b + "`"
+			}
+			return errf("index_already_exists", "Cannot rename indexes as the indexes %s already exist.", strings.Join(q, ", "))
 		}
 		names := map[string]string{}
 		now := time.Now().UTC()

@@ -1,0 +1,121 @@
+package meilitest_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/meilisearch/meilisearch-go"
+
+	"github.com/meilistream/meilistream/internal/meilitest"
+)
+
+// raw sends a request and decodes the JSON answer.
+func raw(t *testing.T, srv *meilitest.Server, method, path, body string) (int, map[string]any) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = bytes.NewBufferString(body)
+	}
+	req, err := http.NewRequest(method, srv.URL()+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	if len(b) > 0 {
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatalf("%s %s: %s", method, path, b)
+		}
+	}
+	return resp.StatusCode, m
+}
+
+func keys(m map[string]any) map[string]bool {
+	k := map[string]bool{}
+	for n := range m {
+		k[n] = true
+	}
+	return k
+}
+
+// The summarized task of a 202 is exactly {taskUid, indexUid, status,
+// type, enqueuedAt} (meilisearch-types tasks.rs TaskView /
+// SummarizedTaskView); a global task's indexUid is null.
+func TestSummarizedTaskShape(t *testing.T) {
+	srv, _ := start(t, meilitest.Options{})
+	code, m := raw(t, srv, "POST", "/indexes/a/documents", `[{"id":1}]`)
+	want := []string{"taskUid", "indexUid", "status", "type", "enqueuedAt"}
+	if code != 202 || len(m) != len(want) {
+		t.Fatalf("%d %v", code, m)
+	}
+	for _, k := range want {
+		if !keys(m)[k] {
+			t.Fatalf("no %s in %v", k, m)
+		}
+	}
+	if m["status"] != "enqueued" || m["type"] != "documentAdditionOrUpdate" || m["indexUid"] != "a" {
+		t.Fatalf("%v", m)
+	}
+	if _, err := time.Parse(time.RFC3339Nano, m["enqueuedAt"].(string)); err != nil {
+		t.Fatal(err)
+	}
+	code, m = raw(t, srv, "POST", "/swap-indexes", `[{"indexes":["a","b"]}]`)
+	if code != 202 || m["indexUid"] != nil || !keys(m)["indexUid"] || m["type"] != "indexSwap" {
+		t.Fatalf("%d %v", code, m)
+	}
+}
+
+// Swapping with a missing index is accepted (202) and the task fails with
+// index_not_found; every missing index is named, sorted, before a rename
+// onto an existing index is reported (process_batch.rs Batch::IndexSwap).
+// The details keep the swaps as sent, with rename.
+func TestSwapFailureOrderAndDetails(t *testing.T) {
+	srv, c := start(t, meilitest.Options{})
+	ctx := ctxT(t)
+	succeeded(t, c)(c.CreateIndex(ctx, &meilisearch.IndexConfig{Uid: "live"}))
+	succeeded(t, c)(c.CreateIndex(ctx, &meilisearch.IndexConfig{Uid: "other"}))
+	task := failed(t, c, "index_not_found")(c.SwapIndexes(ctx, []*meilisearch.SwapIndexesParams{{Indexes: []string{"live", "zeta"}}}))
+	if task.Error.Message != "Index `zeta` not found." || task.Type != meilisearch.TaskTypeIndexSwap {
+		t.Fatalf("%+v", task)
+	}
+	// A rename onto an existing index and two missing ones: not found
+	// wins, sorted.
+	task = failed(t, c, "index_not_found")(c.SwapIndexes(ctx, []*meilisearch.SwapIndexesParams{
+		{Indexes: []string{"live", "other"}, Rename: true},
+		{Indexes: []string{"zz", "mm"}},
+	}))
+	if task.Error.Message != "Indexes `mm`, `zz` not found." {
+		t.Fatalf("%q", task.Error.Message)
+	}
+	_, m := raw(t, srv, "GET", "/tasks/"+itoa(task.UID), "")
+	d, _ := m["details"].(map[string]any)
+	sw, _ := d["swaps"].([]any)
+	if len(sw) != 2 {
+		t.Fatalf("details %v", m["details"])
+	}
+	first := sw[0].(map[string]any)
+	if first["rename"] != true || len(first["indexes"].([]any)) != 2 {
+		t.Fatalf("details %v", m["details"])
+	}
+	// Index deletion: type indexDeletion, details.deletedDocuments.
+	succeeded(t, c)(c.Index("live").AddDocuments(ctx, []map[string]any{{"id": 1}, {"id": 2}}, nil))
+	task = succeeded(t, c)(c.DeleteIndex(ctx, "live"))
+	if task.Type != meilisearch.TaskTypeIndexDeletion || task.Details.DeletedDocuments != 2 || task.IndexUID != "live" {
+		t.Fatalf("%+v", task)
+	}
+	failed(t, c, "index_not_found")(c.DeleteIndex(ctx, "live"))
+}
+
+func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
