@@ -56,6 +56,7 @@ func runRun(ctx context.Context, inv *invocation) int {
 		// The drain gets 3/4 of the shutdown timeout (engineConfig), the
 		// release an eighth: together they end within it.
 		ReleaseTimeout: max(cfg.ShutdownTimeout/8, 100*time.Millisecond),
+		Holders:        w.holders,
 	})
 
 	srv, err := sidecar.StartHTTP(sidecar.HTTPOptions{
@@ -162,6 +163,22 @@ func connect(ctx context.Context, cfg sidecar.Config, log hclog.Logger) (*wiring
 	}
 	w.engine = sidecar.NewEngine(w.source, w.state, w.errColl, engineConfig(cfg), w.metrics, log.Named("engine"))
 	return w, nil
+}
+
+// holders reads who holds each job's lease (unexpired), for /status of
+// standing-by jobs.
+func (w *wiring) holders(ctx context.Context) (map[string]string, error) {
+	infos, err := lease.List(ctx, w.state)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(infos))
+	for _, i := range infos {
+		if i.Holder != "" && !i.Expired {
+			out[i.Name] = i.Holder
+		}
+	}
+	return out, nil
 }
 
 // probe checks that the servers answer, for /readyz: MongoDB always,

@@ -103,6 +103,11 @@ type SupervisorConfig struct {
 	// standby take over instead of the same pod winning the lease back at
 	// once.
 	LostPause time.Duration
+	// Holders, when set, returns who holds each job's lease (job name ->
+	// holder), read every HoldersInterval (default 2s) while a job stands
+	// by, so /status can name the pod a standby waits for without I/O.
+	Holders         func(ctx context.Context) (map[string]string, error)
+	HoldersInterval time.Duration
 }
 
 // Supervisor runs every job in its own goroutine: standby (waiting for the
@@ -117,10 +122,11 @@ type Supervisor struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu     sync.Mutex
-	jobs   map[string]*supervised
-	closed bool
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	jobs    map[string]*supervised
+	closed  bool
+	holders map[string]string // from cfg.Holders
+	wg      sync.WaitGroup
 }
 
 // supervised is one running job goroutine.
@@ -184,14 +190,59 @@ func NewSupervisor(cfg SupervisorConfig) *Supervisor {
 	if cfg.StallAfter <= 0 {
 		cfg.StallAfter = DefaultStallAfter
 	}
+	if cfg.HoldersInterval <= 0 {
+		cfg.HoldersInterval = 2 * time.Second
+	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Supervisor{
+	s := &Supervisor{
 		cfg:    cfg,
 		log:    cfg.Logger,
 		ctx:    ctx,
 		cancel: cancel,
 		jobs:   map[string]*supervised{},
 	}
+	if cfg.Holders != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.watchHolders()
+		}()
+	}
+	return s
+}
+
+// watchHolders refreshes who holds the leases of standing-by jobs.
+func (s *Supervisor) watchHolders() {
+	t := time.NewTicker(s.cfg.HoldersInterval)
+	defer t.Stop()
+	for {
+		standby := false
+		for _, j := range s.Jobs() {
+			standby = standby || j.State == StateStandby
+		}
+		if standby {
+			ctx, cancel := context.WithTimeout(s.ctx, s.cfg.HoldersInterval)
+			h, err := s.cfg.Holders(ctx)
+			cancel()
+			if err == nil {
+				s.mu.Lock()
+				s.holders = h
+				s.mu.Unlock()
+			}
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// holderOf is the last known holder of a job's lease (standby jobs).
+func (s *Supervisor) holderOf(job string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.holders[job]
 }
 
 // errStopped is the cancellation cause of a job stopped by Apply or Close.

@@ -40,8 +40,11 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) JobStatus {
 		Restarts: sn.Restarts,
 		Counters: JobCounters{Indexed: es.Indexed, Deleted: es.Deleted, Skipped: es.Skipped, Errors: es.Errors, Changes: es.Changes},
 	}
-	if sn.Held {
+	switch {
+	case sn.Held:
 		st.Holder = s.cfg.Holder
+	case sn.State == StateStandby:
+		st.Holder = s.holderOf(sn.Name)
 	}
 	if sn.State == StateRunning {
 		switch es.Phase {

@@ -29,6 +29,10 @@ func TestSupervisorStatus(t *testing.T) {
 		Holder:     "me:1:abc",
 		RestartMin: time.Hour, // stays "restarting" for the test
 		Probe:      func(context.Context) error { return probe },
+		Holders: func(context.Context) (map[string]string, error) {
+			return map[string]string{"waiting": "other:2:def"}, nil
+		},
+		HoldersInterval: 5 * time.Millisecond,
 	})
 	defer closeSupervisor(t, s)
 	s.Apply([]sidecar.JobDef{
@@ -46,7 +50,7 @@ func TestSupervisorStatus(t *testing.T) {
 	}
 	eventually(t, "every job settles", func() bool {
 		m := byName()
-		return m["ok"].Holder != "" && m["flaky"].State == "restarting" && m["waiting"].State == "standby" && m["bad"].State == "failed"
+		return m["ok"].Holder != "" && m["flaky"].State == "restarting" && m["waiting"].Holder != "" && m["bad"].State == "failed"
 	}, func() string { return fmt.Sprintf("%+v", s.Status()) })
 
 	m := byName()
@@ -56,8 +60,8 @@ func TestSupervisorStatus(t *testing.T) {
 	if j := m["flaky"]; j.NextRestart == nil || j.Restarts != 1 || j.LastError == nil || j.LastError.Code != "FAILED" {
 		t.Errorf("flaky = %+v, want a next restart, 1 restart and its FAILED error", j)
 	}
-	if j := m["waiting"]; j.Holder != "" || j.Kind != "mirror" {
-		t.Errorf("waiting = %+v, want no holder (not us)", j)
+	if j := m["waiting"]; j.State != "standby" || j.Holder != "other:2:def" || j.Kind != "mirror" {
+		t.Errorf("waiting = %+v, want standby naming the other holder", j)
 	}
 	if j := m["bad"]; j.LastError == nil || j.LastError.Code != "CONFIG_INVALID" {
 		t.Errorf("bad = %+v, want its CONFIG_INVALID error", j)
