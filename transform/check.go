@@ -35,6 +35,8 @@ func CheckFiles(w io.Writer, paths []string, samplePath string, opts Options) er
 		var err error
 		fileSamples, err = readSampleFile(samplePath)
 		if err != nil {
+			// Say it here: the caller only adds "problems listed above".
+			fmt.Fprintf(w, "error: %v\n", err)
 			return err
 		}
 	}
