@@ -71,7 +71,9 @@
 //     searchable and displayed attributes and pagination.maxTotalHits, have
 //     no effect. Values are only checked to be arrays for the attribute
 //     lists; nested settings (typoTolerance, faceting, pagination) are merged
-//     one level deep.
+//     one level deep. chat and vectorStore are refused with
+//     feature_not_enabled (their experimental features are off, as by
+//     default, and /experimental-features does not exist here).
 //   - Nested primary keys ("a.b") are not supported; the primary key is a
 //     top-level field.
 //   - Tasks are never auto-deleted, cannot be canceled or deleted (no

@@ -58,6 +58,7 @@ var codes = map[string]codeInfo{
 	"index_primary_key_multiple_candidates_found": {400, "invalid_request"},
 	"index_primary_key_already_exists":            {400, "invalid_request"},
 	"payload_too_large":                           {413, "invalid_request"},
+	"feature_not_enabled":                         {400, "invalid_request"},
 	"missing_payload":                             {400, "invalid_request"},
 	"malformed_payload":                           {400, "invalid_request"},
 	"missing_content_type":                        {415, "invalid_request"},

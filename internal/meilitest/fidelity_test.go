@@ -119,3 +119,50 @@ func TestSwapFailureOrderAndDetails(t *testing.T) {
 }
 
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+// chat and vectorStore need experimental features (off by default):
+// Meilisearch refuses them in PATCH settings with feature_not_enabled
+// (routes/indexes/settings.rs validate_settings); null is a reset, allowed.
+func TestExperimentalSettingsRefused(t *testing.T) {
+	srv, _ := start(t, meilitest.Options{})
+	code, m := raw(t, srv, "PATCH", "/indexes/a/settings", `{"chat":{"description":"x"}}`)
+	if code != 400 || m["code"] != "feature_not_enabled" || m["type"] != "invalid_request" {
+		t.Fatalf("%d %v", code, m)
+	}
+	code, m = raw(t, srv, "PATCH", "/indexes/a/settings", `{"vectorStore":"experimental"}`)
+	if code != 400 || m["code"] != "feature_not_enabled" {
+		t.Fatalf("%d %v", code, m)
+	}
+	if code, m = raw(t, srv, "PATCH", "/indexes/a/settings", `{"chat":null}`); code != 202 {
+		t.Fatalf("%d %v", code, m)
+	}
+}
+
+// What the sink does to stage a reindex: GET the live settings and PATCH
+// them onto a fresh index through meilisearch-go's Settings struct. The
+// copy must succeed and read back the same.
+func TestSettingsCopyRoundTrip(t *testing.T) {
+	_, c := start(t, meilitest.Options{})
+	ctx := ctxT(t)
+	distinct := "sku"
+	succeeded(t, c)(c.Index("live").UpdateSettings(ctx, &meilisearch.Settings{
+		FilterableAttributes: []string{"a", "b"}, SortableAttributes: []string{"n"},
+		SearchableAttributes: []string{"title", "body"}, DistinctAttribute: &distinct,
+		StopWords: []string{"the"}, Synonyms: map[string][]string{"car": {"auto"}},
+		Pagination: &meilisearch.Pagination{MaxTotalHits: 5000},
+	}))
+	set, err := c.Index("live").GetSettings(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	succeeded(t, c)(c.Index("tmp").UpdateSettings(ctx, set))
+	got, err := c.Index("tmp").GetSettings(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(set)
+	b, _ := json.Marshal(got)
+	if !bytes.Equal(a, b) {
+		t.Fatalf("copy differs:\n%s\n%s", a, b)
+	}
+}

@@ -43,7 +43,9 @@ var settingDefaults = map[string]json.RawMessage{
 }
 
 // settings accepted by PATCH besides settingKeys (experimental ones are kept
-// and returned as sent).
+// and returned as sent). chat and vectorStore need experimental features
+// that are off by default (and cannot be turned on here): setting them is
+// refused, as validate_settings in routes/indexes/settings.rs does.
 var extraSettingKeys = []string{"chat", "foreignKeys", "vectorStore"}
 
 // objectSettings are merged key by key by PATCH, as Meilisearch's Setting<T>
@@ -128,6 +130,12 @@ func (s *Server) handleUpdateSettings(w http.ResponseWriter, r *http.Request) {
 	if e != nil {
 		writeErr(w, e)
 		return
+	}
+	for _, k := range []string{"chat", "vectorStore"} {
+		if v, ok := m[k]; ok && string(bytes.TrimSpace(v)) != "null" {
+			writeErr(w, errFeatureNotEnabled(k))
+			return
+		}
 	}
 	for k, v := range m {
 		if string(v) == "null" {
@@ -321,4 +329,17 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 	b = append(b, inner...)
 	b = append(b, "}}"...)
 	writeRaw(w, http.StatusOK, b)
+}
+
+// errFeatureNotEnabled is validate_settings' refusal of a setting whose
+// experimental feature is off (crates/index-scheduler/src/features.rs:
+// check_chat_completions, check_vector_store_setting; the message is
+// FeatureNotEnabledError's "{action} requires enabling the `{feature}`
+// experimental feature. See {link}").
+func errFeatureNotEnabled(key string) *apiError {
+	feature, link := "chat completions", "https://github.com/orgs/meilisearch/discussions/835"
+	if key == "vectorStore" {
+		feature, link = "vector_store_setting", "https://github.com/orgs/meilisearch/discussions/860"
+	}
+	return errf("feature_not_enabled", "setting `%s` in the index settings requires enabling the `%s` experimental feature. See %s", key, feature, link)
 }
