@@ -532,10 +532,13 @@ func (j *SupervisedJob) setHeld(held bool, epoch int64) {
 	j.m.Lease(held, j.epoch)
 }
 
+// fail records a job-level error (a run that ended, a lost lease, a bad
+// definition) and counts it in meilistream_errors_total by code.
 func (j *SupervisedJob) fail(err error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.lastErr, j.lastErrAt = err, time.Now()
+	j.m.Error(string(errs.CodeOf(err)))
 }
 
 func (j *SupervisedJob) restarting(next time.Time) {
