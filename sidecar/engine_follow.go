@@ -16,7 +16,9 @@ import (
 
 // errHistoryLost is follow's signal that the recorded position is gone from
 // the server's history (codes 286 ChangeStreamHistoryLost and 280
-// ChangeStreamFatalError on open or resume; reference/mongodb.md 4.2).
+// ChangeStreamFatalError on open or resume, reference/mongodb.md 4.2; 136
+// CappedPositionLost when an open stream is overtaken by the oplog's
+// truncation).
 var errHistoryLost = errors.New("change stream history lost")
 
 // errStreamClosed: the server closed the cursor without an invalidate event.
@@ -25,7 +27,7 @@ var errStreamClosed = errors.New("change stream closed by the server")
 func isHistoryLost(err error) bool {
 	var se mongo.ServerError
 	if errors.As(err, &se) {
-		return se.HasErrorCode(286) || se.HasErrorCode(280)
+		return se.HasErrorCode(286) || se.HasErrorCode(280) || se.HasErrorCode(136)
 	}
 	return false
 }

@@ -778,3 +778,28 @@ func TestOrderHoldsUnderRandomFaults(t *testing.T) {
 		t.Fatalf("faults not met: %+v", s)
 	}
 }
+
+func TestHistoryLostWhileFollowingReindexes(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 100, nil)
+	job := e.job(itemsJS)
+	r := e.run(job, e.acquire())
+	e.settled(job)
+	// The follower falls behind (Meilisearch stuck, its pipe and event
+	// buffer full) while the history is trimmed past its stream.
+	e.mongo.SetHistorySize(5)
+	e.meili.PauseTasks()
+	e.insert(100, 2100, nil)
+	time.Sleep(300 * time.Millisecond) // let the trim overtake the stuck stream
+	// Room again for the reindex's own writes (its checkpoints are oplog
+	// entries too: with 5 the new start would be lost again at once).
+	e.mongo.SetHistorySize(100000)
+	e.meili.ResumeTasks()
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.stats.Snapshot(); s.Reindexes != 2 {
+		t.Fatalf("want the first reindex and one after the history was lost: %+v", s)
+	}
+}
