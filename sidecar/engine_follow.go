@@ -446,8 +446,10 @@ func (f *follower) stop(ctx context.Context, cause error) error {
 func (f *follower) invalidated(ctx context.Context, op string) error {
 	name := f.jc.job.Name
 	f.log.Warn("collection invalidated: stopping; the next run reindexes", "event", op)
-	if f.jc.job.Kind == transform.Mirror {
-		f.e.jm(name).DDL(op) // never applied to the replica (DESIGN.md "Mirror jobs")
+	if o, ok := f.p.sink.(DDLObserver); ok {
+		o.OnDDL(ctx, op) // never applied to a replica (DESIGN.md "Mirror jobs")
+	} else if f.jc.job.Kind == transform.Mirror {
+		f.e.jm(name).DDL(op)
 	}
 	if err := f.flush(); err != nil {
 		return leaseOr(ctx, f.l, err)

@@ -100,3 +100,11 @@ type Staged interface {
 	// from scratch). In place: nothing to do.
 	Discard(ctx context.Context) error
 }
+
+// DDLObserver is implemented by a sink that wants to hear of a drop, rename
+// or dropDatabase of its source collection (the replica sink logs and counts
+// it, DESIGN.md "Mirror jobs"); the engine calls it before it stops the job
+// as invalidated.
+type DDLObserver interface {
+	OnDDL(ctx context.Context, event string)
+}
