@@ -252,7 +252,7 @@ func run() error {
 
 	// Follow: -changes updates of distinct published articles, counted
 	// from the first write until the last one is searchable.
-	n := min(c.changes, c.docs)
+	n := min(c.changes, published)
 	cpu0 := cpu(pid)
 	t1 := time.Now()
 	if err := update(ctx, coll, n, "follow"); err != nil {
