@@ -202,11 +202,12 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 	p.errs = set
 	var skipped, bad, indexed atomic.Int64
 	filter := resumeFilter(cp.LastID)
-	cur, err := coll.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(int32(jc.PageSize)))
+	findOpts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(int32(jc.PageSize))
+	cur, err := coll.Find(ctx, filter, findOpts)
 	if err != nil {
 		return sum, errs.Wrap(errs.Failed, name, err, "read the collection")
 	}
-	defer cur.Close(context.WithoutCancel(ctx))
+	defer func() { cur.Close(context.WithoutCancel(ctx)) }()
 	// submit hands one batch of a page to the pipe; once durable it is
 	// checkpointed (its last _id and the count so far).
 	submit := func(batch []item) error {
@@ -278,23 +279,43 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 	pageSize := jc.PageSize
 	page := make([]item, 0, pageSize)
 	arena := make([]byte, 0, pageSize*512)
-	for cur.Next(ctx) {
-		// Documents are copied into one arena per page: one allocation per
-		// page, not per document. Slices into an outgrown arena stay valid.
-		at := len(arena)
-		arena = append(arena, cur.Current...)
-		doc := bson.Raw(arena[at:len(arena):len(arena)])
-		page = append(page, item{doc: doc, id: doc.Lookup("_id"), op: transform.OpReindex})
-		if len(page) == pageSize {
-			if err := submitPage(page); err != nil {
-				return stopped(err)
+	lastRead := cp.LastID
+	for attempt := 0; ; attempt++ {
+		for cur.Next(ctx) {
+			// Documents are copied into one arena per page: one allocation
+			// per page, not per document. Slices into an outgrown arena
+			// stay valid.
+			at := len(arena)
+			arena = append(arena, cur.Current...)
+			doc := bson.Raw(arena[at:len(arena):len(arena)])
+			page = append(page, item{doc: doc, id: doc.Lookup("_id"), op: transform.OpReindex})
+			lastRead = page[len(page)-1].id
+			attempt = 0
+			if len(page) == pageSize {
+				if err := submitPage(page); err != nil {
+					return stopped(err)
+				}
+				page = make([]item, 0, pageSize)
+				arena = make([]byte, 0, cap(arena))
 			}
-			page = make([]item, 0, pageSize)
-			arena = make([]byte, 0, cap(arena))
 		}
-	}
-	if err := cur.Err(); err != nil {
-		return stopped(leaseOr(ctx, l, errs.Wrap(errs.Failed, name, err, "read the collection")))
+		err := cur.Err()
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		// A dropped connection or a cursor timed out on the server (a
+		// destination stuck for long): read on from the last _id read.
+		if attempt >= 10 {
+			return stopped(leaseOr(ctx, l, errs.Wrap(errs.Failed, name, err, "read the collection")))
+		}
+		log.Warn("reading the collection failed; reading on from the last document read", "error", err, "attempt", attempt+1)
+		if err := sleep(ctx, backoff(jc.EngineConfig, attempt)); err != nil {
+			return stopped(err)
+		}
+		cur.Close(context.WithoutCancel(ctx))
+		if cur, err = coll.Find(ctx, resumeFilter(lastRead), findOpts); err != nil {
+			return stopped(leaseOr(ctx, l, errs.Wrap(errs.Failed, name, err, "read the collection")))
+		}
 	}
 	if ctx.Err() != nil {
 		return stopped(ctx.Err())

@@ -803,3 +803,26 @@ func TestHistoryLostWhileFollowingReindexes(t *testing.T) {
 		t.Fatalf("want the first reindex and one after the history was lost: %+v", s)
 	}
 }
+
+func TestReindexReadsOnAfterDroppedConnections(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.PageSize = 50
+	e.insert(0, 3000, nil)
+	job := e.job(itemsJS)
+	st := sidecar.NewJobStats()
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.engine().Reindex(e.ctx, job, sidecar.NewMeiliSink(e.mc, job, e.log), e.acquire(), st)
+		done <- err
+	}()
+	until(t, "reindex under way", func() bool { return st.Snapshot().Reindex.Done > 0 })
+	e.mongo.DropConnections()
+	e.mongo.FailCommand(bson.D{
+		{Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"getMore"}}, {Key: "errorCode", Value: 43}}},
+	})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	e.equal(job)
+}

@@ -89,11 +89,20 @@ func (e *Engine) fencedSet(ctx context.Context, job string, l EngineLease, id bs
 	filter := bson.D{{Key: "_id", Value: id}, {Key: fenceField, Value: bson.D{{Key: "$lte", Value: l.Epoch()}}}}
 	set = append(set, bson.E{Key: fenceField, Value: l.Epoch()})
 	update := bson.D{{Key: "$set", Value: set}, {Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}}}
-	_, err := e.state.UpdateOne(ctx, filter, update, options.UpdateOne().SetUpsert(true))
-	if mongo.IsDuplicateKeyError(err) {
-		return errs.New(errs.LeaseLost, job, "a holder with a later lease epoch wrote the job's state; stopping")
+	// A transient error (a step-down, a dropped connection) is retried a
+	// few times: the write is idempotent.
+	for attempt := 0; ; attempt++ {
+		_, err := e.state.UpdateOne(ctx, filter, update, options.UpdateOne().SetUpsert(true))
+		if mongo.IsDuplicateKeyError(err) {
+			return errs.New(errs.LeaseLost, job, "a holder with a later lease epoch wrote the job's state; stopping")
+		}
+		if err == nil || attempt >= 4 || ctx.Err() != nil {
+			return err
+		}
+		if err := sleep(ctx, backoff(e.cfg, attempt)); err != nil {
+			return err
+		}
 	}
-	return err
 }
 
 // fencedDelete deletes the state document id unless a later epoch wrote it.
