@@ -415,7 +415,16 @@ func cmdRenameCollection(x *cmdCtx) (bson.D, error) {
 		if !x.boolOpt("dropTarget") {
 			return nil, cmdErrf(48, "NamespaceExists", "target namespace exists")
 		}
-		s.dropColl(x, t)
+		if fdb == tdb {
+			// Within a database mongod logs one renameCollection entry
+			// carrying dropTarget; the target's drop has no oplog entry of
+			// its own (rename_collection.cpp renameCollectionAndDropTarget
+			// drops it at the rename's optime), so streams see no drop
+			// event, and a stream on the target sees the rename.
+			delete(s.dbs[tdb].colls, tcoll)
+		} else {
+			s.dropColl(x, t)
+		}
 	}
 	delete(s.dbs[fdb].colls, fcoll)
 	if len(s.dbs[fdb].colls) == 0 && fdb != tdb {

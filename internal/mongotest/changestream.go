@@ -179,10 +179,25 @@ func (cs *changeStream) inScope(ev *event) bool {
 	case cs.cluster:
 		return ev.db != "admin" && ev.db != "config" && ev.db != "local"
 	case cs.coll == "":
-		return ev.db == cs.db && !strings.HasPrefix(ev.coll, "system.")
+		return ev.db == cs.db && !strings.HasPrefix(ev.coll, "system.") || cs.renamedOnto(ev)
 	default:
-		return ev.db == cs.db && ev.coll == cs.coll
+		return ev.db == cs.db && ev.coll == cs.coll || cs.renamedOnto(ev)
 	}
+}
+
+// renamedOnto: ev renames a collection onto a watched namespace. mongod's
+// stream filter matches {"o.renameCollection": {$exists: true}, "o.to":
+// nsRegex} ("Relevant collection was overwritten",
+// change_stream_filter_helpers.cpp buildOperationFilter), and a
+// single-collection stream is invalidated by it (buildInvalidationFilter).
+func (cs *changeStream) renamedOnto(ev *event) bool {
+	if ev.op != "rename" || ev.toDB != cs.db {
+		return false
+	}
+	if cs.coll == "" {
+		return !strings.HasPrefix(ev.toColl, "system.")
+	}
+	return ev.toColl == cs.coll
 }
 
 // invalidates reports whether ev ends the stream (reference note §4.5):
@@ -195,7 +210,7 @@ func (cs *changeStream) invalidates(ev *event) bool {
 	case cs.coll == "":
 		return ev.op == "dropDatabase" && ev.db == cs.db
 	default:
-		return (ev.op == "drop" || ev.op == "rename") && ev.db == cs.db && ev.coll == cs.coll
+		return (ev.op == "drop" || ev.op == "rename") && ev.db == cs.db && ev.coll == cs.coll || cs.renamedOnto(ev)
 	}
 }
 

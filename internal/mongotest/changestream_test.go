@@ -671,3 +671,47 @@ func TestNoopDisabled(t *testing.T) {
 		t.Fatalf("operationTime moved with the no-op writer off: %v then %v", before, after)
 	}
 }
+
+// Renaming a collection onto the watched one (dropTarget) overwrites it:
+// mongod logs one renameCollection entry (no separate drop), the target's
+// stream sees the rename (ns: the source, to: the target) and is
+// invalidated (change_stream_filter_helpers.cpp: "Relevant collection was
+// overwritten"); a database stream sees just the rename.
+func TestChangeStreamRenameOntoWatchedCollection(t *testing.T) {
+	_, client := start(t)
+	c := ctx(t)
+	db := client.Database("db")
+	db.Collection("live").InsertOne(c, bson.D{{Key: "_id", Value: 1}})
+	db.Collection("rebuilt").InsertOne(c, bson.D{{Key: "_id", Value: 2}})
+	cs, err := db.Collection("live").Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(c)
+	dbs, err := db.Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dbs.Close(c)
+	if err := client.Database("admin").RunCommand(c, bson.D{{Key: "renameCollection", Value: "db.rebuilt"}, {Key: "to", Value: "db.live"}, {Key: "dropTarget", Value: true}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ren := next(t, cs)
+	if ren.OperationType != "rename" || ren.NS["coll"] != "rebuilt" || ren.To["coll"] != "live" {
+		t.Fatalf("%+v", ren)
+	}
+	if ev := next(t, cs); ev.OperationType != "invalidate" {
+		t.Fatalf("%+v", ev)
+	}
+	if ev := next(t, dbs); ev.OperationType != "rename" {
+		t.Fatalf("db stream: %+v", ev)
+	}
+	db.Collection("other").InsertOne(c, bson.D{{Key: "_id", Value: 3}})
+	if ev := next(t, dbs); ev.OperationType != "insert" || ev.NS["coll"] != "other" {
+		t.Fatalf("db stream after the rename: %+v", ev)
+	}
+	var got bson.M
+	if err := db.Collection("live").FindOne(c, bson.D{}).Decode(&got); err != nil || got["_id"] != int32(2) {
+		t.Fatalf("live after the rename: %v %v", got, err)
+	}
+}

@@ -63,6 +63,10 @@
 //     document, approximating mongod's rule. Post-images (fullDocument
 //     whenAvailable/required) exist only for collections created or modified
 //     with changeStreamPreAndPostImages; pre-images are never available.
+//     A rename onto an existing collection (dropTarget) within a database
+//     is one rename event, seen by the target's streams, as on mongod; a
+//     cross-database rename is a drop of the target and a rename (mongod
+//     copies through a temporary collection, with other events).
 //     With showExpandedEvents, create, createIndexes and dropIndexes events
 //     are produced (with collectionUUID and operationDescription), but not
 //     modify or the sharding events.
