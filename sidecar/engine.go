@@ -179,7 +179,7 @@ func (e *Engine) run(ctx context.Context, job *transform.Job, sink Sink, l Engin
 	defer stop()
 	log := e.log.With("job", job.Name)
 	if err := e.stamp(ctx, job.Name, l); err != nil {
-		return leaseOr(ctx, l, err)
+		return closeOr(ctx, l, err)
 	}
 	if err := retryPrepare(ctx, sink, e.cfg, log); err != nil {
 		return closeOr(ctx, l, err)

@@ -826,3 +826,30 @@ func TestReindexReadsOnAfterDroppedConnections(t *testing.T) {
 	}
 	e.equal(job)
 }
+
+func TestCloseWithMeilisearchStuckReturnsWithinTheDrainTimeout(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.DrainTimeout = 300 * time.Millisecond
+	e.insert(0, 10, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	r := e.run(job, l)
+	e.settled(job)
+	e.meili.PauseTasks()
+	e.insert(100, 110, nil)
+	until(t, "changes read", func() bool { return r.stats.Snapshot().Changes >= 10 })
+	start := time.Now()
+	if err := r.stop(t); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("close took %s", d)
+	}
+	e.meili.ResumeTasks()
+	// Not recorded: the next run applies them again.
+	r = e.run(job, l)
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
