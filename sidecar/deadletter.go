@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -183,6 +184,7 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, sink Sink, l Eng
 	coll := e.source.Collection(job.Collection)
 	p := e.newPipe(ctx, jc, sink, nil, log, false)
 	defer p.abort(errPipeClosed)
+	var cleared, refused atomic.Int64 // written by the pipe's wait stage
 	for lo := 0; lo < len(ids); lo += jc.BatchSize {
 		chunk := ids[lo:min(lo+jc.BatchSize, len(ids))]
 		in := make(bson.A, len(chunk))
@@ -233,8 +235,8 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, sink Sink, l Eng
 				ok = append(ok, w.SourceID)
 			}
 			n, err := e.clearDocErrors(ctx, job.Name, ok)
-			sum.Written += n
-			sum.Failed += int64(len(f.refusedPos))
+			cleared.Add(n)
+			refused.Add(int64(len(f.refusedPos)))
 			return err
 		}
 		if err := p.submit(f); err != nil {
@@ -244,7 +246,8 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, sink Sink, l Eng
 	if err := p.close(); err != nil {
 		return sum, leaseOr(ctx, l, err)
 	}
-	sum.Written -= sum.Gone
+	sum.Written = cleared.Load() - sum.Gone
+	sum.Failed += refused.Load()
 	sum.Duration = time.Since(start)
 	log.Info("retry done", "retried", sum.Retried, "written", sum.Written, "gone", sum.Gone, "failed", sum.Failed)
 	return sum, nil
