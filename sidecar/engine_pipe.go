@@ -50,7 +50,7 @@ type pipe struct {
 	latest map[string]uint64 // key -> seq of the last flight that sent it; guarded by sendMu
 	seq    uint64            // guarded by sendMu
 
-	retryLog time.Time // last retry warning, rate-limited
+	retryLog time.Time // last retry warning, rate-limited; guarded by failMu
 
 	errs *errSet // the job's error records; nil: not tracked
 }
@@ -247,8 +247,13 @@ func (p *pipe) sendRetry(ctx context.Context, b Batch) (Receipt, error) {
 func (p *pipe) retried(what string, err error, attempt int) {
 	p.stats.update(func(s *JobSnapshot) { s.Retries++; s.LastError = err.Error(); s.LastErrAt = time.Now() })
 	p.e.observeRetry(p.jc.job.Name)
-	if time.Since(p.retryLog) > 10*time.Second || attempt == 0 {
+	p.failMu.Lock()
+	loud := time.Since(p.retryLog) > 10*time.Second || attempt == 0
+	if loud {
 		p.retryLog = time.Now()
+	}
+	p.failMu.Unlock()
+	if loud {
 		p.log.Warn("destination error; retrying with backoff", "op", what, "attempt", attempt+1, "error", err)
 	}
 }
