@@ -172,6 +172,18 @@ type changeStream struct {
 	invalidateNext *event
 }
 
+// highWater is the stream's high-water-mark token: everything up to pos
+// was seen. When startAtOperationTime lies ahead, the token carries that
+// time (as mongod's, which never lies before the stream's start), so a
+// resume from it still skips the writes before the start.
+func (cs *changeStream) highWater() bson.D {
+	ts := cs.posTs
+	if ts.Before(cs.minTs) {
+		ts = cs.minTs
+	}
+	return makeToken(ts, cs.pos, tokHighWater)
+}
+
 func (cs *changeStream) inScope(ev *event) bool {
 	switch {
 	case ev.op == opNoop:
@@ -323,7 +335,8 @@ func (s *Server) openChangeStream(x *cmdCtx, specV any, user bson.A, batchSize i
 				return notFound
 			}
 			if ev := s.eventAt(tok.seq); ev != nil {
-				if ev.ts != tok.ts {
+				// A high-water mark may carry a later time (highWater).
+				if ev.ts != tok.ts && (tok.kind != tokHighWater || tok.ts.Before(ev.ts)) {
 					return notFound
 				}
 				if tok.kind == tokEvent && cs.invalidates(ev) {
@@ -331,6 +344,12 @@ func (s *Server) openChangeStream(x *cmdCtx, specV any, user bson.A, batchSize i
 				}
 			}
 			cs.pos, cs.posTs = tok.seq, tok.ts
+			if tok.kind == tokHighWater {
+				// Nothing before the token's time: a no-op for ordinary
+				// marks (later events have later times), the start time
+				// of a stream that began ahead of the newest write.
+				cs.minTs = tok.ts
+			}
 		case startAt != nil:
 			ts, ok := startAt.(bson.Timestamp)
 			if !ok {
@@ -365,7 +384,7 @@ func (s *Server) openChangeStream(x *cmdCtx, specV any, user bson.A, batchSize i
 	var pbrt bson.D
 	var invalidated bool
 	if n == 0 {
-		batch, pbrt = bson.A{}, makeToken(cs.posTs, cs.pos, tokHighWater)
+		batch, pbrt = bson.A{}, cs.highWater()
 	} else {
 		batch, pbrt, invalidated, err = s.collectEvents(cs, n)
 	}
@@ -456,7 +475,7 @@ func (s *Server) collectEvents(cs *changeStream, max int) (bson.A, bson.D, bool,
 		}
 	}
 	if lastTok == nil {
-		lastTok = makeToken(cs.posTs, cs.pos, tokHighWater)
+		lastTok = cs.highWater()
 	}
 	return batch, lastTok, false, nil
 }

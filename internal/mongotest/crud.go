@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
@@ -982,6 +983,11 @@ type cursor struct {
 	items  []rawDoc
 	pos    int
 	stream *changeStream
+	// lastUsed is the server time the cursor was last returned to the
+	// client (created or after a getMore); noTimeout: find's
+	// noCursorTimeout.
+	lastUsed  time.Time
+	noTimeout bool
 }
 
 func (s *Server) registerCursor(cur *cursor) int64 {
@@ -989,8 +995,19 @@ func (s *Server) registerCursor(cur *cursor) int64 {
 	defer s.cursorMu.Unlock()
 	s.nextCursor++
 	cur.id = s.nextCursor
+	cur.lastUsed = s.Now()
 	s.cursors[cur.id] = cur
 	return cur.id
+}
+
+// expired reports whether cur was idle longer than Options.CursorTimeout:
+// mongod's cursor manager kills such cursors (cursorTimeoutMillis, 10
+// minutes; src/mongo/db/clientcursor.cpp / cursor_manager.cpp
+// timeoutCursors), and a later getMore finds nothing: 43 CursorNotFound.
+// Idle time is measured on the server clock, so AdvanceClock ages cursors.
+func (s *Server) expired(cur *cursor) bool {
+	t := s.opts.CursorTimeout
+	return t > 0 && !cur.noTimeout && s.Now().Sub(cur.lastUsed) > t
 }
 
 func (s *Server) dropCursor(id int64) bool {
@@ -1033,7 +1050,7 @@ func batchSizeOf(d bson.D, key string) (int, error) {
 // cursorReply builds {cursor: {firstBatch, id, ns}} and registers a cursor
 // for what remains. Default first batch is 101 documents, as mongod; an
 // explicit batchSize 0 opens the cursor with an empty first batch.
-func (s *Server) cursorReply(ns string, items []rawDoc, batchSize int, single bool) bson.D {
+func (s *Server) cursorReply(ns string, items []rawDoc, batchSize int, single bool, noTimeout ...bool) bson.D {
 	n := batchSize
 	if n < 0 {
 		n = 101
@@ -1044,7 +1061,7 @@ func (s *Server) cursorReply(ns string, items []rawDoc, batchSize int, single bo
 	}
 	var id int64
 	if pos < len(items) && !single {
-		id = s.registerCursor(&cursor{ns: ns, items: items, pos: pos})
+		id = s.registerCursor(&cursor{ns: ns, items: items, pos: pos, noTimeout: len(noTimeout) > 0 && noTimeout[0]})
 	}
 	return bson.D{{Key: "cursor", Value: bson.D{{Key: "firstBatch", Value: batch}, {Key: "id", Value: id}, {Key: "ns", Value: ns}}}}
 }
@@ -1101,7 +1118,7 @@ func cmdFind(x *cmdCtx) (bson.D, error) {
 			items[i] = h.raw
 		}
 	}
-	return s.cursorReply(nsString(x.db, name), items, bs, single), nil
+	return s.cursorReply(nsString(x.db, name), items, bs, single, x.boolOpt("noCursorTimeout")), nil
 }
 
 func cmdGetMore(x *cmdCtx) (bson.D, error) {
@@ -1118,6 +1135,11 @@ func cmdGetMore(x *cmdCtx) (bson.D, error) {
 	}
 	cur.mu.Lock()
 	defer cur.mu.Unlock()
+	if s.expired(cur) {
+		s.dropCursor(id)
+		return nil, cmdErrf(43, "CursorNotFound", "cursor id %d not found", id)
+	}
+	defer func() { cur.lastUsed = s.Now() }()
 	bs, err := batchSizeOf(x.cmd, "batchSize")
 	if err != nil {
 		return nil, err

@@ -256,3 +256,49 @@ func TestPipelineUpsertWithNowAndCond(t *testing.T) {
 		t.Fatalf("findOneAndUpdate %v %v", after, err)
 	}
 }
+
+// A cursor idle longer than cursorTimeoutMillis (10 minutes) is killed by
+// mongod's cursor manager; the next getMore fails with 43 CursorNotFound.
+// noCursorTimeout exempts a find cursor. The idle time follows the server
+// clock.
+func TestIdleCursorTimesOut(t *testing.T) {
+	srv, client := start(t)
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	docs := make([]any, 10)
+	for i := range docs {
+		docs[i] = bson.D{{Key: "_id", Value: i}}
+	}
+	if _, err := coll.InsertMany(c, docs); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := coll.Find(c, bson.D{}, options.Find().SetBatchSize(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cur.Close(c)
+	keep, err := coll.Find(c, bson.D{}, options.Find().SetBatchSize(2).SetNoCursorTimeout(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keep.Close(c)
+	for range 3 { // the first batch, then one getMore: in use, not idle
+		if !cur.Next(c) || !keep.Next(c) {
+			t.Fatal(cur.Err(), keep.Err())
+		}
+	}
+	srv.AdvanceClock(11 * time.Minute)
+	for cur.Next(c) {
+	}
+	var ce mongo.CommandError
+	if !errors.As(cur.Err(), &ce) || ce.Code != 43 || ce.Name != "CursorNotFound" {
+		t.Fatalf("idle cursor after 11 minutes: %v", cur.Err())
+	}
+	n := 3
+	for keep.Next(c) {
+		n++
+	}
+	if keep.Err() != nil || n != 10 {
+		t.Fatalf("noCursorTimeout cursor: %d documents, %v", n, keep.Err())
+	}
+}

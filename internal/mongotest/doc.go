@@ -77,8 +77,10 @@
 //     cluster; AdvanceClock by at least the interval writes one no-op at
 //     the new time instead of the several the skipped time would have
 //     held. No-ops take history slots, as they take oplog space.
-//   - Cursors never time out (mongod kills idle ones after 10 minutes);
-//     killCursors or exhausting them frees them.
+//   - Idle cursors are killed after Options.CursorTimeout (10 minutes, as
+//     cursorTimeoutMillis) of server-clock time, checked when a getMore
+//     arrives (mongod's reaper runs every few seconds); find's
+//     noCursorTimeout exempts a cursor. Sessions never expire.
 //   - hello reports maxWireVersion 21 (MongoDB 7.0) and omits lastWrite,
 //     topologyVersion and compression on purpose (see the reference note).
 //   - Authentication commands fail with AuthenticationFailed (18): there

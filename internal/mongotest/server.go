@@ -40,7 +40,16 @@ type Options struct {
 	// AdvanceClock by at least the interval writes one at once (the real
 	// writer would have run during the skipped time).
 	NoopInterval time.Duration
+	// CursorTimeout is how long a cursor may sit idle (no getMore) before
+	// the server kills it, as mongod's cursorTimeoutMillis (10 minutes);
+	// measured on the server clock, so AdvanceClock ages cursors. Change
+	// stream cursors time out too. 0 means DefaultCursorTimeout; negative
+	// means never. find's noCursorTimeout exempts a cursor.
+	CursorTimeout time.Duration
 }
+
+// DefaultCursorTimeout is mongod's cursorTimeoutMillis default.
+const DefaultCursorTimeout = 10 * time.Minute
 
 // DefaultNoopInterval is mongod's periodicNoopIntervalSecs default.
 const DefaultNoopInterval = 10 * time.Second
@@ -123,6 +132,9 @@ func Start(opts Options) (*Server, error) {
 	}
 	if opts.HistorySize <= 0 {
 		opts.HistorySize = DefaultHistorySize
+	}
+	if opts.CursorTimeout == 0 {
+		opts.CursorTimeout = DefaultCursorTimeout
 	}
 	if opts.NoopInterval == 0 {
 		opts.NoopInterval = DefaultNoopInterval
