@@ -243,6 +243,7 @@ func (f *follower) reset() {
 
 func (f *follower) retried(what string, err error, attempt int) {
 	f.stats.update(func(s *JobSnapshot) { s.Retries++; s.LastError = err.Error(); s.LastErrAt = time.Now() })
+	f.e.observeRetry(f.jc.job.Name, err)
 	if attempt == 0 || time.Since(f.retryAt) > 10*time.Second {
 		f.retryAt = time.Now()
 		f.log.Warn("source error; retrying with backoff", "op", what, "attempt", attempt+1, "error", err)

@@ -1,6 +1,10 @@
 package sidecar
 
-import "time"
+import (
+	"time"
+
+	"github.com/meilistream/meilistream/internal/errs"
+)
 
 // The engine's Prometheus hooks; each is a no-op without metrics.
 
@@ -31,10 +35,12 @@ func (e *Engine) setKind(job, kind string) {
 	e.kind[job] = kind
 }
 
-func (e *Engine) observeSend(job string, d time.Duration, writes int) { e.jm(job).Batch(d, writes) }
-func (e *Engine) observeRetry(job string)                             { e.jm(job).Error("RETRY") }
-func (e *Engine) observeDocError(job, code string)                    { e.jm(job).Error(code) }
-func (e *Engine) observeSkipped(job string, n int64)                  { e.jm(job).Skipped(int(n)) }
+func (e *Engine) observeBatch(job string, d time.Duration, writes int) { e.jm(job).Batch(d, writes) }
+func (e *Engine) observeRetry(job string, err error) {
+	e.jm(job).Error(string(errs.CodeOf(err)))
+}
+func (e *Engine) observeDocError(job, code string)   { e.jm(job).Error(code) }
+func (e *Engine) observeSkipped(job string, n int64) { e.jm(job).Skipped(int(n)) }
 func (e *Engine) observeWrites(job string, up, del int64) {
 	j := e.jm(job)
 	j.Indexed(int(up))

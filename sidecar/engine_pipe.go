@@ -65,7 +65,8 @@ type flight struct {
 	receipt Receipt
 	// durable runs in order once the batch is durable; may be nil.
 	durable    func(ctx context.Context, f *flight) error
-	refusedPos []int // positions of writes refused for a document reason (left out)
+	refusedPos []int     // positions of writes refused for a document reason (left out)
+	sentAt     time.Time // when the first send began
 }
 
 func (f *flight) isRefused(pos int) bool {
@@ -176,6 +177,7 @@ func (p *pipe) sendLoop() {
 		p.seq++
 		f.seq = p.seq
 		if len(f.batch.Writes) > 0 {
+			f.sentAt = time.Now()
 			r, err := p.sendRetry(p.ctx, f.batch)
 			if err != nil {
 				p.sendMu.Unlock()
@@ -225,10 +227,8 @@ func (p *pipe) waitLoop() {
 // sendRetry sends b until the sink accepts it; called with sendMu held.
 func (p *pipe) sendRetry(ctx context.Context, b Batch) (Receipt, error) {
 	for attempt := 0; ; attempt++ {
-		start := time.Now()
 		r, err := p.sink.Send(ctx, b)
 		if err == nil {
-			p.e.observeSend(p.jc.job.Name, time.Since(start), len(b.Writes))
 			return r, nil
 		}
 		if ctx.Err() != nil {
@@ -246,7 +246,7 @@ func (p *pipe) sendRetry(ctx context.Context, b Batch) (Receipt, error) {
 
 func (p *pipe) retried(what string, err error, attempt int) {
 	p.stats.update(func(s *JobSnapshot) { s.Retries++; s.LastError = err.Error(); s.LastErrAt = time.Now() })
-	p.e.observeRetry(p.jc.job.Name)
+	p.e.observeRetry(p.jc.job.Name, err)
 	p.failMu.Lock()
 	loud := time.Since(p.retryLog) > 10*time.Second || attempt == 0
 	if loud {
@@ -326,6 +326,7 @@ func (p *pipe) settle(ctx context.Context, f *flight) error {
 	}
 	up -= int64(len(f.refusedPos))
 	p.stats.update(func(s *JobSnapshot) { s.Indexed += up; s.Deleted += del; s.Batches++ })
+	p.e.observeBatch(p.jc.job.Name, time.Since(f.sentAt), len(f.batch.Writes))
 	p.e.observeWrites(p.jc.job.Name, up, del)
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/meilisearch/meilisearch-go"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -852,4 +853,73 @@ func TestCloseWithMeilisearchStuckReturnsWithinTheDrainTimeout(t *testing.T) {
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestMetricsCountWhatTheEngineDid(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 100, nil)
+	e.insert(100, 110, bson.M{"hidden": true})
+	e.insert(110, 111, bson.M{"throw": true})
+	job := e.job(itemsJS)
+	reg := prometheus.NewRegistry()
+	m := sidecar.NewMetrics(reg)
+	eng := sidecar.NewEngine(e.db, e.state, e.errs, e.cfg, m, e.log)
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(ctx, job, sidecar.NewMeiliSink(e.mc, job, e.log), e.acquire(), sidecar.NewJobStats()) }()
+	e.settled(job)
+	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 1}))
+	until(t, "delete counted", func() bool { return metric(t, reg, "meilistream_documents_deleted_total", "") >= 1 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, label string }{
+		{"meilistream_documents_indexed_total", ""},
+		{"meilistream_documents_skipped_total", ""},
+		{"meilistream_errors_total", "TRANSFORM_FAILED"},
+		{"meilistream_reindexes_total", ""},
+		{"meilistream_dead_letters", ""},
+		{"meilistream_batch_duration_seconds", ""},
+	} {
+		if v := metric(t, reg, c.name, c.label); v < 1 {
+			t.Errorf("%s{%s} = %v", c.name, c.label, v)
+		}
+	}
+}
+
+// metric sums the values (histograms: sample counts) of name's series
+// that have a label with value label ("" for any).
+func metric(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			ok := label == ""
+			for _, lp := range m.GetLabel() {
+				if lp.GetValue() == label {
+					ok = true
+				}
+			}
+			if !ok {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				sum += m.Counter.GetValue()
+			case m.Gauge != nil:
+				sum += m.Gauge.GetValue()
+			case m.Histogram != nil:
+				sum += float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return sum
 }
