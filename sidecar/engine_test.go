@@ -866,7 +866,9 @@ func TestMetricsCountWhatTheEngineDid(t *testing.T) {
 	eng := sidecar.NewEngine(e.db, e.state, e.errs, e.cfg, m, e.log)
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
-	go func() { done <- eng.Run(ctx, job, sidecar.NewMeiliSink(e.mc, job, e.log), e.acquire(), sidecar.NewJobStats()) }()
+	go func() {
+		done <- eng.Run(ctx, job, sidecar.NewMeiliSink(e.mc, job, e.log), e.acquire(), sidecar.NewJobStats())
+	}()
 	e.settled(job)
 	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 1}))
 	until(t, "delete counted", func() bool { return metric(t, reg, "meilistream_documents_deleted_total", "") >= 1 })
