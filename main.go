@@ -107,9 +107,11 @@ records. Exits 1 when some still fail.`,
 		},
 		{
 			name: "check", synopsis: "[--sample FILE] [PATH...]", summary: "load transforms and run them on sample documents",
-			help: `Loads every transform (MEILISTREAM_TRANSFORMS, or the files given), runs
-each on sample documents and prints what would be indexed. Exits 1 on any
-error, so it fits in your own CI. Needs no server.`,
+			help: `Loads every transform (the PATHs, each a .js file or a folder, else
+MEILISTREAM_TRANSFORMS), runs each on sample documents and prints what it
+would write: the documents of FILE (MongoDB Extended JSON, one a line)
+through every job, else each job's own samples. Exits 1 on any error, so
+it fits in your own CI. Needs no server.`,
 			plain: runCheck,
 		},
 		{
