@@ -93,8 +93,9 @@ type Sink struct {
 }
 
 var (
-	_ sidecar.Sink   = (*Sink)(nil)
-	_ sidecar.Staged = (*staged)(nil)
+	_ sidecar.Sink        = (*Sink)(nil)
+	_ sidecar.Staged      = (*staged)(nil)
+	_ sidecar.DDLObserver = (*Sink)(nil)
 )
 
 // New returns the replica sink of one mirror job. It does not talk to either
