@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -184,10 +185,17 @@ func (e *Engine) run(ctx context.Context, job *transform.Job, sink Sink, l Engin
 	if err := retryPrepare(ctx, sink, e.cfg, log); err != nil {
 		return closeOr(ctx, l, err)
 	}
+	var (
+		lostStart bson.Raw // the position recorded by a reindex after a history loss
+		afterLost bool     // the reindex just done was for a history loss
+	)
 	for {
 		pos, err := e.readPosition(ctx, job.Name)
 		if err != nil {
 			return closeOr(ctx, l, errs.Wrap(errs.Failed, job.Name, err, "read position"))
+		}
+		if afterLost && pos != nil {
+			lostStart, afterLost = pos.Token, false
 		}
 		if pos == nil || pos.Hash != job.Hash {
 			if pos == nil {
@@ -205,6 +213,12 @@ func (e *Engine) run(ctx context.Context, job *transform.Job, sink Sink, l Engin
 			if e.jobCfg(job).OnHistoryLost == "fail" {
 				return errs.Wrap(errs.HistoryLost, job.Name, err, "the recorded position is older than the server's change history (onHistoryLost: fail)")
 			}
+			if now, _ := e.readPosition(ctx, job.Name); lostStart != nil && now != nil && bytes.Equal(lostStart, now.Token) {
+				// The position a reindex just recorded is already gone, and
+				// nothing was recorded since: reindexing again would loop.
+				return errs.Wrap(errs.HistoryLost, job.Name, err, "the change history (oplog window) is shorter than a reindex of %s takes; enlarge the oplog", job.Collection)
+			}
+			afterLost = true
 			log.Warn("change history lost since the recorded position: reindexing")
 			if _, err := e.reindex(ctx, job, sink, l, stats, log); err != nil {
 				return closeOr(ctx, l, err)

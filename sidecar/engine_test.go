@@ -925,3 +925,23 @@ func metric(t *testing.T, reg *prometheus.Registry, name, label string) float64 
 	}
 	return sum
 }
+
+func TestHistoryShorterThanAReindexFailsInsteadOfLooping(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 300, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	r := e.run(job, l)
+	e.settled(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	// A history so short that the reindex's own checkpoints push its start
+	// out of it.
+	e.mongo.SetHistorySize(2)
+	e.insert(300, 320, nil)
+	r = e.run(job, l)
+	if err := r.wait(t); !errors.Is(err, errs.ErrHistoryLost) || !strings.Contains(err.Error(), "oplog") {
+		t.Fatalf("want HISTORY_LOST naming the oplog, got %v", err)
+	}
+}
