@@ -26,7 +26,9 @@
 //     duration enqueuedAt startedAt finishedAt, customMetadata when sent).
 //     Consecutive document writes to one index share a batchUid like the
 //     autobatcher's, but each is still applied, and fails, on its own, so
-//     batching never changes what is observed.
+//     batching never changes what is observed, except for an internal error
+//     (FailNextTask with an internal code), which fails every task of its
+//     batch, as Meilisearch's scheduler does.
 //   - Document additions check everything before writing anything: one
 //     invalid or missing id, a failed primary-key inference or a primaryKey
 //     differing from the index's fails the whole task (indexedDocuments 0)

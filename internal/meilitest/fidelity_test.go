@@ -166,3 +166,53 @@ func TestSettingsCopyRoundTrip(t *testing.T) {
 		t.Fatalf("copy differs:\n%s\n%s", a, b)
 	}
 }
+
+// An internal error fails the whole autobatched batch (every task, the
+// same error, nothing applied); a document error fails only its task.
+func TestInternalErrorFailsTheWholeBatch(t *testing.T) {
+	srv, c := start(t, meilitest.Options{})
+	ctx := ctxT(t)
+	ix := c.Index("b")
+	srv.PauseTasks()
+	var infos []*meilisearch.TaskInfo
+	for i := range 3 {
+		info, err := ix.AddDocuments(ctx, []map[string]any{{"id": i}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		infos = append(infos, info)
+	}
+	srv.FailNextTask("internal", "disk on fire")
+	srv.ResumeTasks()
+	if err := srv.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, info := range infos {
+		task, err := c.GetTask(ctx, info.TaskUID)
+		if err != nil || task.Status != meilisearch.TaskStatusFailed || task.Error.Code != "internal" || task.Error.Message != "disk on fire" {
+			t.Fatalf("task %d: %+v %v", info.TaskUID, task, err)
+		}
+	}
+	if d := srv.Documents("b"); len(d) != 0 {
+		t.Fatalf("documents after a failed batch: %v", d)
+	}
+	srv.PauseTasks()
+	infos = infos[:0]
+	for i := range 3 {
+		info, _ := ix.AddDocuments(ctx, []map[string]any{{"id": i}}, nil)
+		infos = append(infos, info)
+	}
+	srv.FailNextTask("invalid_document_id", "bad id")
+	srv.ResumeTasks()
+	if err := srv.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var statuses []meilisearch.TaskStatus
+	for _, info := range infos {
+		task, _ := c.GetTask(ctx, info.TaskUID)
+		statuses = append(statuses, task.Status)
+	}
+	if statuses[0] != meilisearch.TaskStatusFailed || statuses[1] != meilisearch.TaskStatusSucceeded || statuses[2] != meilisearch.TaskStatusSucceeded {
+		t.Fatalf("document error: %v", statuses)
+	}
+}

@@ -564,13 +564,15 @@ func TestTasks(t *testing.T) {
 		t.Fatal("WaitIdle returned while paused")
 	}
 	cancel()
-	srv.FailNextTask("internal", "disk on fire")
+	// A document error fails just that task (an internal one would fail
+	// the whole batch: TestInternalErrorFailsTheWholeBatch).
+	srv.FailNextTask("missing_document_id", "simulated")
 	srv.ResumeTasks()
 	if err := srv.WaitIdle(ctx); err != nil {
 		t.Fatal(err)
 	}
 	task, _ = c.GetTask(ctx, 0)
-	if task.Status != meilisearch.TaskStatusFailed || task.Error.Code != "internal" || task.Error.Type != "internal" || task.Error.Message != "disk on fire" {
+	if task.Status != meilisearch.TaskStatusFailed || task.Error.Code != "missing_document_id" || task.Error.Type != "invalid_request" || task.Error.Message != "simulated" {
 		t.Fatalf("FailNextTask: %+v", task)
 	}
 	if d := srv.Documents("t"); len(d) != 4 {

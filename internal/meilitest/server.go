@@ -226,7 +226,10 @@ func (s *Server) ResumeTasks() {
 // FailNextTask makes the next task processed fail with that error code and
 // message, without applying it. The type and link are filled in as
 // Meilisearch does (type from the code's table, unknown codes
-// invalid_request).
+// invalid_request). A code of type internal or system (e.g. "internal")
+// fails every task of the next batch, as an internal error does in
+// Meilisearch; any other code fails only the next task, as a document
+// error does.
 func (s *Server) FailNextTask(code, message string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -190,11 +190,24 @@ func (s *Server) processBatch() bool {
 
 	s.mu.Lock()
 	touched := map[*index]bool{}
+	// A FailNextTask error of type internal or system fails the whole
+	// batch, none of it applied, every task with the same error: the
+	// scheduler's tick patches all the batch's tasks with the error of a
+	// failed process_batch ("In case of a failure we must get back and
+	// patch all the tasks with the error", index-scheduler). Other codes
+	// (a document's) fail that one task, as per-payload errors do.
+	var batchErr *apiError
+	if f := s.failTask; f != nil && (f.Type == "internal" || f.Type == "system") {
+		batchErr, s.failTask = f, nil
+	}
 	for _, t := range batch {
 		var e *apiError
-		if s.failTask != nil {
+		switch {
+		case batchErr != nil:
+			e = batchErr
+		case s.failTask != nil:
 			e, s.failTask = s.failTask, nil
-		} else {
+		default:
 			e = t.apply(t)
 		}
 		t.finishedAt = time.Now().UTC()
