@@ -38,6 +38,7 @@ func init() {
 		"mongo-index":              cmdMongoIndex,
 		"replica-insert":           cmdReplicaInsert,
 		"mongo-rename":             cmdMongoRename,
+		"mongo-drop-database":      cmdMongoDropDatabase,
 	} {
 		scriptCmds[name] = fn
 	}
@@ -409,4 +410,15 @@ func cmdMongoRename(ts *testscript.TestScript, neg bool, args []string) {
 	db := scriptMongo(ts)
 	cmd := bson.D{{Key: "renameCollection", Value: db.Name() + "." + args[0]}, {Key: "to", Value: db.Name() + "." + args[1]}}
 	ts.Check(db.Client().Database("admin").RunCommand(ctx, cmd).Err())
+}
+
+// cmdMongoDropDatabase: mongo-drop-database drops the script's source
+// database (its state collection included).
+func cmdMongoDropDatabase(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 0 {
+		ts.Fatalf("usage: mongo-drop-database")
+	}
+	ctx, cancel := cmdCtx()
+	defer cancel()
+	ts.Check(scriptMongo(ts).Drop(ctx))
 }
