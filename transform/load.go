@@ -158,42 +158,53 @@ func jsFiles(dir string) ([]string, error) {
 	return names, nil
 }
 
-// resolveConflicts refuses a job that writes the index or collection another
-// job writes: the one already running (in prev) keeps it, else the first by
-// name.
+// resolveConflicts refuses jobs that write the same index or replica
+// collection. The rule must give the same answer on every pod whatever each
+// one loaded before (a pod starting fresh and a pod hot-reloading must never
+// pick different writers for one index): every job of a conflict is refused,
+// except that a job already running here unchanged (in prev) keeps running, as
+// any file that fails to load keeps its previous version. A fresh pod then
+// runs neither, so no two pods ever write one index for two jobs.
 func resolveConflicts(jobs []*Job, prev *Set, problems []error, files map[string]fileState) ([]*Job, []error) {
-	sort.SliceStable(jobs, func(a, b int) bool {
-		pa, pb := prev.Job(jobs[a].Name) == jobs[a], prev.Job(jobs[b].Name) == jobs[b]
-		if pa != pb {
-			return pa
-		}
-		return jobs[a].Name < jobs[b].Name
-	})
-	owner := map[string]*Job{}
+	sort.SliceStable(jobs, func(a, b int) bool { return jobs[a].Name < jobs[b].Name })
+	byTarget := map[string][]*Job{}
+	for _, j := range jobs {
+		byTarget[j.target()] = append(byTarget[j.target()], j)
+	}
 	var keep []*Job
 	for _, j := range jobs {
-		key, what := "index\x00"+j.Index, "index"
-		if j.Kind == Mirror {
-			key, what = "mirror\x00"+j.Mirror, "mirror"
-		}
-		if o := owner[key]; o != nil {
-			target := j.Index
-			if j.Kind == Mirror {
-				target = j.Mirror
-			}
-			err := configErr(j.Name, j.file(), what, "%q is already written by job %q (%s); each index or collection has one job", target, o.Name, o.file())
-			problems = append(problems, err)
-			if st, ok := files[j.Name]; ok {
-				st.err = err
-				files[j.Name] = st
-			}
+		group := byTarget[j.target()]
+		if len(group) == 1 || prev.Job(j.Name) == j {
+			keep = append(keep, j)
 			continue
 		}
-		owner[key] = j
-		keep = append(keep, j)
+		var others []string
+		for _, o := range group {
+			if o != j {
+				others = append(others, fmt.Sprintf("%q (%s)", o.Name, o.file()))
+			}
+		}
+		what, target := "index", j.Index
+		if j.Kind == Mirror {
+			what, target = "mirror", j.Mirror
+		}
+		err := configErr(j.Name, j.file(), what, "%q is also written by job %s; each index or collection has one job, so none of them runs until one is changed", target, strings.Join(others, ", "))
+		problems = append(problems, err)
+		if st, ok := files[j.Name]; ok {
+			st.err = err
+			files[j.Name] = st
+		}
 	}
-	sort.Slice(keep, func(a, b int) bool { return keep[a].Name < keep[b].Name })
 	return keep, problems
+}
+
+// target names what j writes, for the one-job-per-destination rule (a
+// mirror may share its name with an index: they are different things).
+func (j *Job) target() string {
+	if j.Kind == Mirror {
+		return "mirror\x00" + j.Mirror
+	}
+	return "index\x00" + j.Index
 }
 
 func (j *Job) file() string {
