@@ -39,6 +39,8 @@ func init() {
 		"replica-insert":           cmdReplicaInsert,
 		"mongo-rename":             cmdMongoRename,
 		"mongo-drop-database":      cmdMongoDropDatabase,
+		"replica-index":            cmdReplicaIndex,
+		"replica-delete":           cmdReplicaDelete,
 	} {
 		scriptCmds[name] = fn
 	}
@@ -358,9 +360,21 @@ func cmdMongoIndex(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 2 || len(args) > 3 {
 		ts.Fatalf("usage: mongo-index COLL KEYS [OPTIONS]")
 	}
+	createIndex(ts, scriptMongo(ts), args)
+}
+
+// cmdReplicaIndex: replica-index COLL KEYS [OPTIONS] creates an index on the
+// replica collection COLL, as the replica's owner would.
+func cmdReplicaIndex(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 || len(args) > 3 {
+		ts.Fatalf("usage: replica-index COLL KEYS [OPTIONS]")
+	}
+	createIndex(ts, scriptReplica(ts), args)
+}
+
+func createIndex(ts *testscript.TestScript, db *mongo.Database, args []string) {
 	ctx, cancel := cmdCtx()
 	defer cancel()
-	db := scriptMongo(ts)
 	spec := bson.D{{Key: "key", Value: extJSON(ts, args[1])}}
 	name := ""
 	for _, e := range extJSON(ts, args[1]) {
@@ -421,4 +435,16 @@ func cmdMongoDropDatabase(ts *testscript.TestScript, neg bool, args []string) {
 	ctx, cancel := cmdCtx()
 	defer cancel()
 	ts.Check(scriptMongo(ts).Drop(ctx))
+}
+
+// cmdReplicaDelete: replica-delete COLL FILTER deletes the matching
+// documents of the replica collection COLL.
+func cmdReplicaDelete(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: replica-delete COLL FILTER")
+	}
+	ctx, cancel := cmdCtx()
+	defer cancel()
+	_, err := scriptReplica(ts).Collection(args[0]).DeleteMany(ctx, extJSON(ts, args[1]))
+	ts.Check(err)
 }
