@@ -354,6 +354,7 @@ func keyOf(id bson.RawValue) string {
 type item struct {
 	doc bson.Raw      // the full document; nil: delete
 	id  bson.RawValue // its _id
+	key string        // keyOf(id), when the caller computed it
 	op  transform.Operation
 	upd bson.Raw // updateDescription, or nil
 }

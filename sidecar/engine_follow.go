@@ -295,6 +295,7 @@ func (f *follower) add(ev bson.Raw) (string, error) {
 	}
 	it.id = idv
 	k := keyOf(idv)
+	it.key = k
 	if i, ok := f.pending[k]; ok {
 		f.items[i] = it
 	} else {
@@ -340,6 +341,14 @@ func (f *follower) flush() error {
 			stats.add(0, 0, int64(skipped), 0)
 			e.observeSkipped(jc.job.Name, int64(skipped))
 			fl.batch = Batch{Writes: writes}
+			// With deleteSkipped every item has its write, in order: the
+			// keys computed while coalescing serve the pipe's tracking.
+			if len(writes) == len(items) {
+				fl.keys = make([]string, len(items))
+				for i := range items {
+					fl.keys[i] = items[i].key
+				}
+			}
 			clear = set.candidates(writes, bad)
 			return nil
 		},
