@@ -170,6 +170,12 @@ type changeStream struct {
 	// invalidateNext: the stream resumed right after its invalidating
 	// event, so the invalidate comes first.
 	invalidateNext *event
+	// foreignToken: the stream resumed from the token of an event it does
+	// not show (another namespace's). mongod's
+	// DocumentSourceChangeStreamEnsureResumeTokenPresent expects the
+	// token's event first and fails with 280 at the first event of the
+	// stream's own that comes instead.
+	foreignToken any
 }
 
 // highWater is the stream's high-water-mark token: everything up to pos
@@ -342,6 +348,9 @@ func (s *Server) openChangeStream(x *cmdCtx, specV any, user bson.A, batchSize i
 				if tok.kind == tokEvent && cs.invalidates(ev) {
 					cs.invalidateNext = ev
 				}
+				if tok.kind == tokEvent && !cs.inScope(ev) {
+					cs.foreignToken = tv
+				}
 			}
 			cs.pos, cs.posTs = tok.seq, tok.ts
 			if tok.kind == tokHighWater {
@@ -457,6 +466,9 @@ func (s *Server) collectEvents(cs *changeStream, max int) (bson.A, bson.D, bool,
 		lastTok = nil
 		if !cs.inScope(ev) || (ev.expanded && !cs.showExpanded) || ev.ts.Before(cs.minTs) {
 			continue
+		}
+		if cs.foreignToken != nil {
+			return nil, nil, false, &cmdError{code: 280, name: "ChangeStreamFatalError", msg: "cannot resume stream; the resume token was not found. " + formatValue(cs.foreignToken), labels: []string{"NonResumableChangeStreamError"}}
 		}
 		doc, err := s.eventDoc(cs, ev)
 		if err != nil {

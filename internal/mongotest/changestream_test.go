@@ -765,3 +765,48 @@ func TestPostBatchResumeTokenAdvancesOnOtherNamespaces(t *testing.T) {
 		t.Fatalf("event token %s not after %s", d3, d2)
 	}
 }
+
+// Resuming a collection stream from the token of another collection's
+// event: mongod expects that event first
+// (document_source_change_stream_ensure_resume_token_present.cpp) and fails
+// with 280 "the resume token was not found" when an event of the stream's
+// own collection comes instead; until then the stream just waits.
+func TestChangeStreamResumeFromAnotherCollectionsToken(t *testing.T) {
+	_, client := start(t)
+	c := ctx(t)
+	db := client.Database("db")
+	other, err := db.Collection("old").Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(c)
+	db.Collection("old").InsertOne(c, bson.D{{Key: "_id", Value: 1}})
+	next(t, other)
+	tok := append(bson.Raw(nil), other.Current.Lookup("_id").Document()...)
+	cs, err := db.Collection("new").Watch(c, mongo.Pipeline{}, options.ChangeStream().SetResumeAfter(tok).SetMaxAwaitTime(20*time.Millisecond))
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	defer cs.Close(c)
+	for range 2 {
+		if cs.TryNext(c) || cs.Err() != nil {
+			t.Fatalf("before any event of its own: %v", cs.Err())
+		}
+	}
+	db.Collection("new").InsertOne(c, bson.D{{Key: "_id", Value: 2}})
+	c2, cancel := context.WithTimeout(c, 5*time.Second)
+	defer cancel()
+	if cs.Next(c2) {
+		t.Fatalf("resumed from a foreign token: %s", cs.Current)
+	}
+	var ce mongo.CommandError
+	if !errors.As(cs.Err(), &ce) || ce.Code != 280 || ce.Name != "ChangeStreamFatalError" || !ce.HasErrorLabel("NonResumableChangeStreamError") {
+		t.Fatalf("Err %v", cs.Err())
+	}
+	// Opened after the other collection's write exists, the aggregate
+	// itself fails.
+	_, err = db.Collection("new").Watch(c, mongo.Pipeline{}, options.ChangeStream().SetResumeAfter(tok))
+	if !errors.As(err, &ce) || ce.Code != 280 {
+		t.Fatalf("open after: %v", err)
+	}
+}

@@ -55,7 +55,9 @@
 //   - Change events are rendered from an in-memory history with seq
 //     numbers; resume tokens are {_data: hex} strings of this server's own
 //     format (ordered by cluster time like real ones, but not interchangeable
-//     with a real server's; a token this server did not issue gives 280).
+//     with a real server's; a token this server did not issue gives 280,
+//     and so does one of an event the stream does not show, at the
+//     stream's first own event, as mongod's resume check does).
 //     updateDescription is computed by diffing the old and new documents:
 //     nested changes are dotted paths, a changed array is reported whole
 //     and truncatedArrays is always empty. A pipeline
