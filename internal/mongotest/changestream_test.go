@@ -810,3 +810,35 @@ func TestChangeStreamResumeFromAnotherCollectionsToken(t *testing.T) {
 		t.Fatalf("open after: %v", err)
 	}
 }
+
+// updateLookup reads the document when the event is read: a later update
+// shows, and a document deleted since gives fullDocument: null (present,
+// null), as mongod's DocumentSourceLookupChangePostImage does.
+func TestChangeStreamUpdateLookupAfterDelete(t *testing.T) {
+	_, client := start(t)
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	cs, err := coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetFullDocument(options.UpdateLookup))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(c)
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: 1}, {Key: "n", Value: 1}})
+	coll.UpdateOne(c, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "$set", Value: bson.D{{Key: "n", Value: 2}}}})
+	coll.DeleteOne(c, bson.D{{Key: "_id", Value: 1}})
+	next(t, cs) // insert: the inserted document itself
+	upd := next(t, cs)
+	fd, err := cs.Current.LookupErr("fullDocument")
+	if upd.OperationType != "update" || err != nil || fd.Type != bson.TypeNull {
+		t.Fatalf("update of a deleted document: %s", cs.Current)
+	}
+	if upd.UpdateDescription == nil || upd.UpdateDescription.UpdatedFields["n"] != int32(2) {
+		t.Fatalf("updateDescription: %s", cs.Current)
+	}
+	if del := next(t, cs); del.OperationType != "delete" || del.DocumentKey["_id"] != int32(1) {
+		t.Fatalf("%+v", del)
+	}
+	if _, err := cs.Current.LookupErr("fullDocument"); err == nil {
+		t.Fatalf("a delete event has no fullDocument: %s", cs.Current)
+	}
+}
