@@ -67,7 +67,9 @@
 //     not identical with, Meilisearch's.
 //   - Fetch order is insertion order (a replaced document keeps its place),
 //     a stand-in for Meilisearch's internal docid order, which is also not
-//     id order. fields selects top-level attributes only. displayedAttributes
+//     id order; Meilisearch also gives a new document the smallest docid a
+//     deleted one freed (milli's AvailableIds), so there a document added
+//     while paging with offset may appear on a page already read. fields selects top-level attributes only. displayedAttributes
 //     applies to search hits only, not to document fetches.
 //   - Settings are stored and returned but, except filterable, sortable,
 //     searchable and displayed attributes and pagination.maxTotalHits, have
