@@ -131,6 +131,11 @@ func cmdCreateIndexes(x *cmdCtx) (bson.D, error) {
 		if !ok {
 			return nil, cmdErrf(14, "TypeMismatch", "index specification must be an object")
 		}
+		for _, e := range spec {
+			if !indexSpecFields[e.Key] {
+				return nil, cmdErrf(197, "InvalidIndexSpecificationOption", "Error in specification %s :: caused by :: The field '%s' is not valid for an index specification. Specification: %s", formatValue(spec), e.Key, formatValue(spec))
+			}
+		}
 		kv, _ := docGet(spec, "key")
 		key, ok := kv.(bson.D)
 		if !ok || len(key) == 0 {
@@ -441,4 +446,18 @@ func cmdRenameCollection(x *cmdCtx) (bson.D, error) {
 	d.colls[tcoll] = c
 	s.appendEvent(x, &event{op: "rename", evNS: fromNS, evExtra: &evExtra{toDB: tdb, toColl: tcoll}})
 	return bson.D{}, nil
+}
+
+// indexSpecFields are the index specification fields mongod accepts
+// (index_key_validate.h allowedFieldNames); any other is 197
+// InvalidIndexSpecificationOption (validateIndexSpecFieldNames).
+var indexSpecFields = map[string]bool{
+	"key": true, "name": true, "v": true, "ns": true, "background": true, "unique": true,
+	"sparse": true, "partialFilterExpression": true, "expireAfterSeconds": true,
+	"collation": true, "hidden": true, "weights": true, "default_language": true,
+	"language_override": true, "textIndexVersion": true, "2dsphereIndexVersion": true,
+	"bits": true, "min": true, "max": true, "coarsestIndexedLevel": true,
+	"finestIndexedLevel": true, "wildcardProjection": true, "columnstoreProjection": true,
+	"columnstoreCompressor": true, "storageEngine": true, "dropDups": true,
+	"originalSpec": true, "prepareUnique": true, "clustered": true, "_id": true,
 }

@@ -302,3 +302,28 @@ func TestIdleCursorTimesOut(t *testing.T) {
 		t.Fatalf("noCursorTimeout cursor: %d documents, %v", n, keep.Err())
 	}
 }
+
+// An index specification field mongod does not know is refused with 197
+// InvalidIndexSpecificationOption (index_key_validate.cpp
+// validateIndexSpecFieldNames), so a spec copied with a stray field fails
+// here as it would there.
+func TestCreateIndexUnknownSpecField(t *testing.T) {
+	_, client := start(t)
+	c := ctx(t)
+	db := client.Database("db")
+	err := db.RunCommand(c, bson.D{{Key: "createIndexes", Value: "c"}, {Key: "indexes", Value: bson.A{
+		bson.D{{Key: "key", Value: bson.D{{Key: "a", Value: 1}}}, {Key: "name", Value: "a_1"}, {Key: "bogus", Value: true}},
+	}}}).Err()
+	var ce mongo.CommandError
+	if !errors.As(err, &ce) || ce.Code != 197 || ce.Name != "InvalidIndexSpecificationOption" {
+		t.Fatalf("unknown field: %v", err)
+	}
+	// The fields a listIndexes answer carries are all accepted back.
+	err = db.RunCommand(c, bson.D{{Key: "createIndexes", Value: "c"}, {Key: "indexes", Value: bson.A{
+		bson.D{{Key: "v", Value: 2}, {Key: "key", Value: bson.D{{Key: "b", Value: 1}}}, {Key: "name", Value: "b_1"}, {Key: "unique", Value: true},
+			{Key: "background", Value: true}, {Key: "ns", Value: "db.c"}},
+	}}}).Err()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
