@@ -44,7 +44,9 @@
 //     $not $regex $size $all $elemMatch $mod $and $or $nor $expr. Update
 //     operators: $set $unset $inc $mul $min $max $rename $setOnInsert $push
 //     ($each $slice $position $sort) $addToSet $pull $pullAll $pop
-//     $currentDate. Conflicting update paths are not rejected.
+//     $currentDate. Overlapping paths in one update are refused with 40
+//     ConflictingUpdateOperators, as on mongod. Unknown top-level command
+//     fields are ignored (mongod's IDL refuses them with 40415).
 //   - Aggregation stages: $match $sort $limit $skip $project $addFields/$set
 //     $unset $replaceRoot/$replaceWith $count $group ($sum $avg $min $max
 //     $first $last $push $addToSet $count) $unwind $sortByCount; no $lookup,

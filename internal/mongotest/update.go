@@ -57,6 +57,9 @@ func compileUpdate(u any, ec *evalCtx) (*compiledUpdate, error) {
 					return nil, cmdErrf(9, "FailedToParse", "Modifiers operate on fields but we found type %s instead. For example: {$mod: {<field>: ...}} not {%s: %s}", typeName(op.Value), op.Key, formatValue(op.Value))
 				}
 			}
+			if err := checkConflicts(x); err != nil {
+				return nil, err
+			}
 			return &compiledUpdate{kind: updOperators, ops: x}, nil
 		}
 		for _, e := range x {
@@ -745,4 +748,41 @@ func oplogDiff(o, n bson.D) bson.D {
 		out = append(out, bson.E{Key: "i", Value: i})
 	}
 	return append(out, subs...)
+}
+
+// checkConflicts refuses an update whose paths overlap: mongod builds one
+// tree of every modified path (UpdateObjectNode::parseAndMerge) and fails
+// with 40 ConflictingUpdateOperators when a path equals another or is a
+// prefix of it, whatever the operators ($rename counts both its source and
+// its target; $setOnInsert counts even when not inserting).
+func checkConflicts(ops bson.D) error {
+	var seen []string
+	add := func(p string) error {
+		for _, q := range seen {
+			short, long := q, p
+			if len(p) < len(q) {
+				short, long = p, q
+			}
+			if long == short || strings.HasPrefix(long, short+".") {
+				return cmdErrf(40, "ConflictingUpdateOperators", "Updating the path '%s' would create a conflict at '%s'", p, short)
+			}
+		}
+		seen = append(seen, p)
+		return nil
+	}
+	for _, op := range ops {
+		for _, f := range op.Value.(bson.D) {
+			if err := add(f.Key); err != nil {
+				return err
+			}
+			if op.Key == "$rename" {
+				if to, ok := f.Value.(string); ok {
+					if err := add(to); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -324,3 +324,30 @@ func TestEmptyObjectInPipelineSetIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Overlapping paths in one update are refused with 40
+// ConflictingUpdateOperators, as mongod's update tree does
+// (UpdateObjectNode::parseAndMerge), across operators.
+func TestConflictingUpdatePaths(t *testing.T) {
+	_, client := start(t)
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: 1}})
+	for _, u := range []bson.D{
+		{{Key: "$set", Value: bson.D{{Key: "a", Value: 1}}}, {Key: "$inc", Value: bson.D{{Key: "a", Value: 1}}}},
+		{{Key: "$set", Value: bson.D{{Key: "a.b", Value: 1}, {Key: "a", Value: 1}}}},
+		{{Key: "$set", Value: bson.D{{Key: "updatedAt", Value: 1}}}, {Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}}},
+		{{Key: "$set", Value: bson.D{{Key: "b", Value: 1}}}, {Key: "$rename", Value: bson.D{{Key: "x", Value: "b"}}}},
+	} {
+		_, err := coll.UpdateOne(c, bson.D{{Key: "_id", Value: 1}}, u, options.UpdateOne().SetUpsert(true))
+		var we mongo.WriteException
+		if !errors.As(err, &we) || len(we.WriteErrors) != 1 || we.WriteErrors[0].Code != 40 {
+			t.Fatalf("%v: %v", u, err)
+		}
+	}
+	// Siblings and distinct prefixes are fine.
+	u := bson.D{{Key: "$set", Value: bson.D{{Key: "a.b", Value: 1}, {Key: "a.c", Value: 2}, {Key: "ab", Value: 3}}}, {Key: "$currentDate", Value: bson.D{{Key: "at", Value: true}}}}
+	if _, err := coll.UpdateOne(c, bson.D{{Key: "_id", Value: 1}}, u); err != nil {
+		t.Fatal(err)
+	}
+}
