@@ -149,7 +149,7 @@ func Diff(expected, actual Docs) string {
 			line = "missing " + k
 		case !inE && inA:
 			line = "unexpected " + k
-		case !reflect.DeepEqual(e, a):
+		case !same(e, a):
 			eb, _ := json.Marshal(e)
 			ab, _ := json.Marshal(a)
 			line = fmt.Sprintf("differs %s: want %s, have %s", k, clip(eb), clip(ab))
@@ -206,6 +206,48 @@ func Eventually(ctx context.Context, timeout time.Duration, coll, errorsColl *mo
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// same compares decoded JSON values; numbers are equal when their text is
+// or their value is (a server may render 1.50 as 1.5).
+func same(a, b any) bool {
+	switch x := a.(type) {
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for k, v := range x {
+			w, ok := y[k]
+			if !ok || !same(v, w) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if !same(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	case json.Number:
+		y, ok := b.(json.Number)
+		if !ok {
+			return false
+		}
+		if x == y {
+			return true
+		}
+		fx, err1 := x.Float64()
+		fy, err2 := y.Float64()
+		return err1 == nil && err2 == nil && fx == fy
+	}
+	return reflect.DeepEqual(a, b)
 }
 
 func decode(b []byte, pk string) (map[string]any, string, error) {
