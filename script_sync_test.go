@@ -52,6 +52,7 @@ func init() {
 		"meili-fail":             cmdMeiliFail,
 		"meili-requests":         cmdMeiliRequests,
 		"mongo-count":            cmdMongoCount,
+		"wait-metric":            cmdWaitMetric,
 	} {
 		scriptCmds[name] = fn
 	}
@@ -581,4 +582,44 @@ func getStatus(addr, path string) (string, error) {
 	}
 	out, _ := json.Marshal(v)
 	return string(out), nil
+}
+
+// cmdWaitMetric: wait-metric [-timeout D] NAME LABELS VALUE polls the
+// sidecar's /metrics (address from $MEILISTREAM_READY_FILE) until it has the
+// sample line `NAME LABELS VALUE`, e.g.
+// wait-metric meilistream_lease_held '{job="books"}' 1.
+func cmdWaitMetric(ts *testscript.TestScript, neg bool, args []string) {
+	fs := flag.NewFlagSet("wait-metric", flag.ContinueOnError)
+	timeout := fs.Duration("timeout", 10*time.Second, "")
+	if neg || fs.Parse(args) != nil || fs.NArg() != 3 {
+		ts.Fatalf("usage: wait-metric [-timeout D] NAME LABELS VALUE")
+	}
+	want := fs.Arg(0) + fs.Arg(1) + " " + fs.Arg(2)
+	deadline := time.Now().Add(*timeout)
+	last := "no ready file"
+	c := http.Client{Timeout: 5 * time.Second}
+	for {
+		if addr, err := os.ReadFile(ts.Getenv("MEILISTREAM_READY_FILE")); err == nil && len(bytes.TrimSpace(addr)) > 0 {
+			resp, err := c.Get("http://" + strings.TrimSpace(string(addr)) + "/metrics")
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				last = "no such line"
+				for _, l := range strings.Split(string(b), "\n") {
+					if l == want {
+						return
+					}
+					if strings.HasPrefix(l, fs.Arg(0)+fs.Arg(1)+" ") {
+						last = l
+					}
+				}
+			} else {
+				last = err.Error()
+			}
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("/metrics: no line %q after %s; last seen: %s", want, *timeout, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -208,7 +208,38 @@ func NewSupervisor(cfg SupervisorConfig) *Supervisor {
 			s.watchHolders()
 		}()
 	}
+	if cfg.Metrics != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.refreshStates()
+		}()
+	}
 	return s
+}
+
+// refreshStates keeps meilistream_job_state equal to /status's state: the
+// engine's phase (reindexing, following) refines "running" without telling
+// the supervisor, so it is read every second.
+func (s *Supervisor) refreshStates() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		jobs := make([]*SupervisedJob, 0, len(s.jobs))
+		for _, j := range s.jobs {
+			jobs = append(jobs, j.stats)
+		}
+		s.mu.Unlock()
+		for _, j := range jobs {
+			j.m.State(s.jobStatus(j).State)
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // watchHolders refreshes who holds the leases of standing-by jobs.
@@ -514,7 +545,9 @@ func (j *SupervisedJob) setState(state string) {
 	if j.state != state {
 		j.state = state
 		j.since = time.Now()
-		j.m.State(state)
+		if state != StateRunning { // refined by refreshStates
+			j.m.State(state)
+		}
 	}
 	if state != StateRestarting {
 		j.nextRestart = time.Time{}
