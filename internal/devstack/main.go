@@ -1,7 +1,9 @@
 // Command devstack runs the project's test servers for trying meilistream by
 // hand: internal/mongotest (a single-node replica set) on 127.0.0.1:27017 and
 // internal/meilitest (Meilisearch's HTTP API) on 127.0.0.1:7700. It prints
-// the environment for meilistream and runs until SIGINT or SIGTERM.
+// the environment for meilistream (MEILISTREAM_REPLICA_URI names the same
+// server's database <db>_replica, for mirror jobs) and runs until SIGINT or
+// SIGTERM.
 //
 //	go run ./internal/devstack [-mongo-addr 127.0.0.1:27017] [-meili-addr 127.0.0.1:7700]
 //	                           [-master-key KEY] [-db app] [-seed DIR]
@@ -95,6 +97,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *masterKey != "" {
 		fmt.Fprintf(stdout, "export MEILISTREAM_MEILI_API_KEY=%s\n", shellQuote(*masterKey))
 	}
+	// Mirror jobs (examples/transforms/people.js) need a replica: the same
+	// server, another database.
+	fmt.Fprintf(stdout, "export MEILISTREAM_REPLICA_URI=%s\n", shellQuote(withDatabase(mg.URI(), *db+"_replica")))
 	fmt.Fprintf(stdout, "# running; stop with Ctrl-C\n")
 	if ready != nil {
 		ready(mg, ml)

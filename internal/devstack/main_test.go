@@ -80,6 +80,7 @@ func TestDevstack(t *testing.T) {
 		"export MEILISTREAM_MONGODB_URI='mongodb://" + s.mg.Addr() + "/demo?replicaSet=",
 		"export MEILISTREAM_MEILI_URL='" + s.ml.URL() + "'",
 		"export MEILISTREAM_MEILI_API_KEY='devkey'",
+		"export MEILISTREAM_REPLICA_URI='mongodb://" + s.mg.Addr() + "/demo_replica?replicaSet=",
 		"seeded demo.articles with 2 documents",
 		"seeded shop.items with 2 documents",
 	} {
