@@ -16,6 +16,8 @@ import (
 //     (Writes), so the engine can bisect a refusal of a whole task.
 //   - Stage returns whether it resumed an existing target.
 //   - Keys yields source _ids.
+//   - (08:40) optional DDLObserver: the engine calls OnDDL(ctx, event)
+//     before it stops a job as invalidated.
 
 // Write is one change for one document, after the transform: an upsert of
 // Doc or a delete.
