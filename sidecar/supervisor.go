@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"runtime/debug"
 	"sort"
 	"sync"
 	"time"
@@ -470,11 +471,19 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 	}
 }
 
-// runHeld keeps the lease and runs the job under it.
-func (s *Supervisor) runHeld(ctx context.Context, j *supervised, h HeldLease) error {
+// runHeld keeps the lease and runs the job under it. A panic of the run
+// (in its own goroutine) is a failure of that job, restarted like any other,
+// not the end of every job of the process.
+func (s *Supervisor) runHeld(ctx context.Context, j *supervised, h HeldLease) (err error) {
 	kctx, stop := h.Keep(ctx)
 	defer stop()
-	err := s.cfg.Driver.Run(kctx, j.def, h, j.stats)
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("job panicked", "job", j.def.Name, "panic", r, "stack", string(debug.Stack()))
+			err = errs.New(errs.Failed, j.def.Name, "panic: %v", r)
+		}
+	}()
+	err = s.cfg.Driver.Run(kctx, j.def, h, j.stats)
 	if err == nil && kctx.Err() != nil && ctx.Err() == nil {
 		// The lease went away while Run was ending: report it as such.
 		if c := context.Cause(kctx); c != nil && errors.Is(c, errs.ErrLeaseLost) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -214,6 +215,25 @@ func TestSupervisor(t *testing.T) {
 			func() string { return fmt.Sprintf("%+v", s.Jobs()) })
 		if d.callsOf("good") != 1 {
 			t.Errorf("good ran %d times, want 1 (unchanged jobs keep running)", d.callsOf("good"))
+		}
+		closeSupervisor(t, s)
+	})
+
+	t.Run("a run that panics is restarted like a failure, the others go on", func(t *testing.T) {
+		d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+			if def.Name == "bad" && call == 1 {
+				panic("boom")
+			}
+			<-ctx.Done()
+			return nil
+		})
+		s := newTestSupervisor(d)
+		s.Apply([]sidecar.JobDef{{Name: "bad", Hash: "1"}, {Name: "good", Hash: "1"}})
+		eventually(t, "bad runs again and good runs", func() bool {
+			return d.callsOf("bad") == 2 && jobState(s, "good").State == sidecar.StateRunning
+		}, func() string { return fmt.Sprintf("%+v", s.Jobs()) })
+		if j := jobState(s, "bad"); j.Restarts != 1 || !strings.Contains(j.LastError, "panic: boom") {
+			t.Errorf("bad = %+v, want 1 restart after the panic", j)
 		}
 		closeSupervisor(t, s)
 	})
