@@ -37,6 +37,10 @@
 //     document. Primary-key inference looks at the first document's keys
 //     ending in "id", case-insensitively. A missing index is created by the
 //     first document or settings write (not by a failed one).
+//   - With _geo sortable or filterable, a bad _geo fails the task with
+//     invalid_document_geo_field and milli's GeoError messages (prefixed
+//     "Index `uid`: "); as an indexing error it fails every task of its
+//     batch.
 //   - Payloads: Content-Type checks (415), empty (400 missing_payload),
 //     malformed (400 malformed_payload), over MaxPayloadBytes after
 //     gzip/deflate decompression (413 payload_too_large).

@@ -216,3 +216,59 @@ func TestInternalErrorFailsTheWholeBatch(t *testing.T) {
 		t.Fatalf("document error: %v", statuses)
 	}
 }
+
+// With _geo sortable or filterable, a bad _geo fails the task with
+// invalid_document_geo_field and the messages of Meilisearch's own test
+// (crates/meilisearch/tests/documents/add_documents.rs
+// add_documents_invalid_geo_field); being an indexing error it fails every
+// task of its batch. Without geo settings _geo is not checked.
+func TestInvalidGeoField(t *testing.T) {
+	srv, c := start(t, meilitest.Options{})
+	ctx := ctxT(t)
+	pk := "id"
+	succeeded(t, c)(c.Index("plain").AddDocuments(ctx, []map[string]any{{"id": "1", "_geo": "bad"}}, &meilisearch.DocumentOptions{PrimaryKey: &pk}))
+	succeeded(t, c)(c.CreateIndex(ctx, &meilisearch.IndexConfig{Uid: "test", PrimaryKey: "id"}))
+	succeeded(t, c)(c.Index("test").UpdateSettings(ctx, &meilisearch.Settings{SortableAttributes: []string{"_geo"}}))
+	for _, tc := range []struct {
+		geo  any
+		want string
+	}{
+		{"foobar", "Index `test`: The `_geo` field in the document with the id: `\"11\"` is not an object. Was expecting an object with the `_geo.lat` and `_geo.lng` fields but instead got `\"foobar\"`."},
+		{map[string]any{}, "Index `test`: Could not find latitude nor longitude in the document with the id: `\"11\"`. Was expecting `_geo.lat` and `_geo.lng` fields."},
+		{map[string]any{"doggos": "are good"}, "Index `test`: Could not find latitude nor longitude in the document with the id: `\"11\"`. Was expecting `_geo.lat` and `_geo.lng` fields."},
+		{map[string]any{"lat": 12}, "Index `test`: Could not find longitude in the document with the id: `\"11\"`. Was expecting a `_geo.lng` field."},
+		{map[string]any{"lng": true}, "Index `test`: Could not find latitude in the document with the id: `\"11\"`. Was expecting a `_geo.lat` field."},
+		{map[string]any{"lat": false, "lng": true}, "Index `test`: Could not parse latitude nor longitude in the document with the id: `\"11\"`. Was expecting finite numbers but instead got `false` and `true`."},
+		{map[string]any{"lat": "doggo", "lng": 1}, "Index `test`: Could not parse latitude in the document with the id: `\"11\"`. Was expecting a finite number but instead got `\"doggo\"`."},
+	} {
+		task := failed(t, c, "invalid_document_geo_field")(c.Index("test").AddDocuments(ctx, []map[string]any{{"id": "11", "_geo": tc.geo}}, nil))
+		if task.Error.Message != tc.want || task.Details.IndexedDocuments != 0 {
+			t.Errorf("_geo %v:\n got %q\nwant %q", tc.geo, task.Error.Message, tc.want)
+		}
+	}
+	succeeded(t, c)(c.Index("test").AddDocuments(ctx, []map[string]any{{"id": "1", "_geo": nil}, {"id": "2", "_geo": map[string]any{"lat": "1", "lng": "1.5"}}}, nil))
+
+	// One bad document fails its whole batch.
+	srv.PauseTasks()
+	var infos []*meilisearch.TaskInfo
+	for i, geo := range []any{map[string]any{"lat": 1, "lng": 2}, "bad", map[string]any{"lat": 3, "lng": 4}} {
+		info, err := c.Index("test").AddDocuments(ctx, []map[string]any{{"id": 10 + i, "_geo": geo}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		infos = append(infos, info)
+	}
+	srv.ResumeTasks()
+	if err := srv.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, info := range infos {
+		task, _ := c.GetTask(ctx, info.TaskUID)
+		if task.Status != meilisearch.TaskStatusFailed || task.Error.Code != "invalid_document_geo_field" {
+			t.Fatalf("task %d of the batch: %+v", info.TaskUID, task)
+		}
+	}
+	if n := len(srv.Documents("test")); n != 2 {
+		t.Fatalf("%d documents after the failed batch", n)
+	}
+}

@@ -57,6 +57,10 @@ type task struct {
 	// apply runs the task with s.mu held for writing. It returns the
 	// task's error, or nil and sets its finished details.
 	apply func(t *task) *apiError
+	// batchCheck, when set, runs before any task of the batch is applied
+	// (s.mu held); an error fails the whole batch (an indexing error, as
+	// opposed to a payload's own).
+	batchCheck func() *apiError
 }
 
 func (t *task) setDetail(key string, val any) {
@@ -199,6 +203,11 @@ func (s *Server) processBatch() bool {
 	var batchErr *apiError
 	if f := s.failTask; f != nil && (f.Type == "internal" || f.Type == "system") {
 		batchErr, s.failTask = f, nil
+	}
+	for _, t := range batch {
+		if batchErr == nil && t.batchCheck != nil {
+			batchErr = t.batchCheck()
+		}
 	}
 	for _, t := range batch {
 		var e *apiError
