@@ -19,6 +19,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/connstring"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/lease"
 )
 
 // EnvPrefix starts every configuration variable.
@@ -176,7 +177,7 @@ var Variables = []Variable{
 	{Key: "transforms", Accepts: "a folder path (default " + DefaultTransforms + ")"},
 	{Key: "state_collection", Accepts: "a collection name (default " + DefaultStateCollection + ")"},
 	{Key: "index_prefix", Accepts: "a prefix of letters, digits, - and _ (default empty)"},
-	{Key: "lease", Accepts: "a Go duration of at least 1s, e.g. 30s (default 30s)"},
+	{Key: "lease", Accepts: "a Go duration from 1s to 1h, e.g. 30s (default 30s)"},
 	{Key: "batch_size", Accepts: "a whole number from 1 to 100000 (default 500)"},
 	{Key: "flush_interval", Accepts: "a positive Go duration, e.g. 1s or 250ms (default 1s)"},
 	{Key: "position_interval", Accepts: "a positive Go duration, e.g. 60s (default 60s)"},
@@ -534,8 +535,13 @@ func (c *Config) validate(ps *problems, requireServers bool) {
 			break
 		}
 	}
-	if c.Lease < time.Second {
+	if c.Lease < lease.MinTTL {
 		bad("lease", "%s is too short", c.Lease)
+	}
+	if c.Lease > lease.MaxTTL {
+		// A holder that dies keeps the job this long: past an hour a
+		// failover is an outage, and the lease package refuses it.
+		bad("lease", "%s is too long", c.Lease)
 	}
 	positive := map[string]time.Duration{
 		"flush_interval":    c.FlushInterval,

@@ -183,6 +183,11 @@ func TestLoad(t *testing.T) {
 			problems: []string{"MEILISTREAM_LEASE: 500ms is too short"},
 		},
 		{
+			name:     "a lease over an hour is refused",
+			environ:  withBase("MEILISTREAM_LEASE=2h"),
+			problems: []string{"MEILISTREAM_LEASE: 2h0m0s is too long; accepts a Go duration from 1s to 1h"},
+		},
+		{
 			name:     "an unknown ON_HISTORY_LOST value lists the choices",
 			environ:  withBase("MEILISTREAM_ON_HISTORY_LOST=ignore"),
 			problems: []string{`MEILISTREAM_ON_HISTORY_LOST: "ignore" is not a choice; accepts reindex or fail`},
