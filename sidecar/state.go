@@ -25,7 +25,11 @@ import (
 // stream, the process clock when it was taken). Every write is fenced by the
 // lease epoch (lease package doc): the filter has {leaseEpoch: {$lte:
 // epoch}} and the update sets leaseEpoch, so a deposed holder's upsert
-// misses and fails with a duplicate key, which is LEASE_LOST.
+// misses and fails with a duplicate key, which is LEASE_LOST. A holder
+// stamps both documents (creating them empty if needed) before it works.
+// Neither is ever deleted: clearing a position or a checkpoint $unsets its
+// payload and restamps leaseEpoch, so a deposed holder cannot recreate it;
+// readers take a document without its token as "none".
 
 // fenceField is lease.FenceField.
 const fenceField = "leaseEpoch"
@@ -64,7 +68,7 @@ func (e *Engine) readPosition(ctx context.Context, job string) (*position, error
 		return nil, err
 	}
 	if len(p.Token) == 0 {
-		return nil, nil
+		return nil, nil // cleared or only stamped: no position
 	}
 	return &p, nil
 }
@@ -78,17 +82,33 @@ func (e *Engine) readCheckpoint(ctx context.Context, job string) (*checkpoint, e
 	if err != nil {
 		return nil, err
 	}
+	if len(c.StartToken) == 0 {
+		return nil, nil // cleared: only the epoch stamp is left
+	}
 	return &c, nil
 }
 
 // fencedSet upserts fields into the state document id, fenced by l's epoch.
 func (e *Engine) fencedSet(ctx context.Context, job string, l EngineLease, id bson.D, set bson.D) error {
+	return e.fencedUpdate(ctx, job, l, id, set, nil)
+}
+
+// fencedUpdate upserts the state document id, fenced by l's epoch: it sets
+// set and removes unset (field names), and stamps l's epoch.
+func (e *Engine) fencedUpdate(ctx context.Context, job string, l EngineLease, id bson.D, set bson.D, unset []string) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
 	filter := bson.D{{Key: "_id", Value: id}, {Key: fenceField, Value: bson.D{{Key: "$lte", Value: l.Epoch()}}}}
-	set = append(set, bson.E{Key: fenceField, Value: l.Epoch()})
+	set = append(set[:len(set):len(set)], bson.E{Key: fenceField, Value: l.Epoch()})
 	update := bson.D{{Key: "$set", Value: set}, {Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}}}
+	if len(unset) > 0 {
+		u := make(bson.D, len(unset))
+		for i, f := range unset {
+			u[i] = bson.E{Key: f, Value: ""}
+		}
+		update = append(update, bson.E{Key: "$unset", Value: u})
+	}
 	// A transient error (a step-down, a dropped connection) is retried a
 	// few times: the write is idempotent.
 	for attempt := 0; ; attempt++ {
@@ -105,26 +125,27 @@ func (e *Engine) fencedSet(ctx context.Context, job string, l EngineLease, id bs
 	}
 }
 
-// fencedDelete deletes the state document id unless a later epoch wrote it.
-func (e *Engine) fencedDelete(ctx context.Context, l EngineLease, id bson.D) error {
-	if err := l.Err(); err != nil {
-		return err
-	}
-	filter := bson.D{{Key: "_id", Value: id}, {Key: fenceField, Value: bson.D{{Key: "$lte", Value: l.Epoch()}}}}
-	_, err := e.state.DeleteOne(ctx, filter)
-	return err
-}
+// The payload fields of the state documents: clearing one removes these and
+// keeps (restamps) leaseEpoch. A fenced document is never deleted: its stamp
+// would go with it, and a deposed holder's next fenced upsert would create
+// it again (lease package doc, "Epoch and fencing").
+var (
+	positionFields   = []string{"token", "wallTime"}
+	checkpointFields = []string{"startToken", "startedAt", "hash", "inPlace", "lastId", "count"}
+)
 
-// stamp writes l's epoch into the job's existing state documents before it
-// works, so that from now on every write of an earlier holder fails.
+// stamp writes l's epoch into the job's state documents (creating them
+// empty when missing) before it works, so that from now on every write of
+// an earlier holder fails (LEASE_LOST for this one when a later holder
+// stamped them already).
 func (e *Engine) stamp(ctx context.Context, job string, l EngineLease) error {
-	filter := bson.D{
-		{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{posKey(job), cpKey(job)}}}},
-		{Key: fenceField, Value: bson.D{{Key: "$lte", Value: l.Epoch()}}},
-	}
-	_, err := e.state.UpdateMany(ctx, filter, bson.D{{Key: "$set", Value: bson.D{{Key: fenceField, Value: l.Epoch()}}}})
-	if err != nil {
-		return errs.Wrap(errs.Failed, job, err, "stamp the job's state with the lease epoch")
+	for _, id := range []bson.D{posKey(job), cpKey(job)} {
+		if err := e.fencedSet(ctx, job, l, id, nil); err != nil {
+			if errors.Is(err, errs.ErrLeaseLost) {
+				return err
+			}
+			return errs.Wrap(errs.Failed, job, err, "stamp the job's state with the lease epoch")
+		}
 	}
 	return nil
 }
@@ -143,8 +164,10 @@ func (e *Engine) recordPosition(ctx context.Context, job string, l EngineLease, 
 	return err
 }
 
+// clearPosition removes the job's position (the next run reindexes); the
+// document and its epoch stay.
 func (e *Engine) clearPosition(ctx context.Context, job string, l EngineLease) error {
-	if err := e.fencedDelete(ctx, l, posKey(job)); err != nil && !errors.Is(err, errs.ErrLeaseLost) {
+	if err := e.fencedUpdate(ctx, job, l, posKey(job), nil, positionFields); err != nil && !errors.Is(err, errs.ErrLeaseLost) {
 		return errs.Wrap(errs.Failed, job, err, "clear position")
 	} else if err != nil {
 		return err
@@ -170,8 +193,10 @@ func (e *Engine) writeCheckpoint(ctx context.Context, job string, l EngineLease,
 	return err
 }
 
+// deleteCheckpoint clears the job's reindex checkpoint (the document and
+// its epoch stay).
 func (e *Engine) deleteCheckpoint(ctx context.Context, job string, l EngineLease) error {
-	if err := e.fencedDelete(ctx, l, cpKey(job)); err != nil && !errors.Is(err, errs.ErrLeaseLost) {
+	if err := e.fencedUpdate(ctx, job, l, cpKey(job), nil, checkpointFields); err != nil && !errors.Is(err, errs.ErrLeaseLost) {
 		return errs.Wrap(errs.Failed, job, err, "delete reindex checkpoint")
 	} else if err != nil {
 		return err
@@ -226,7 +251,7 @@ func ReadState(ctx context.Context, state, errorsColl *mongo.Collection) ([]JobS
 		bson.D{{Key: "_id.position", Value: bson.D{{Key: "$exists", Value: true}}}},
 		bson.D{{Key: "_id.reindex", Value: bson.D{{Key: "$exists", Value: true}}}},
 	}}}
-	cur, err := state.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "token", Value: 0}, {Key: "startToken", Value: 0}}))
+	cur, err := state.Find(ctx, filter)
 	if err != nil {
 		return nil, errs.Wrap(errs.Failed, "", err, "read job state")
 	}
@@ -237,22 +262,26 @@ func ReadState(ctx context.Context, state, errorsColl *mongo.Collection) ([]JobS
 				Position string `bson:"position"`
 				Reindex  string `bson:"reindex"`
 			} `bson:"_id"`
-			WallTime  time.Time     `bson:"wallTime"`
-			StartedAt time.Time     `bson:"startedAt"`
-			Hash      string        `bson:"hash"`
-			InPlace   bool          `bson:"inPlace"`
-			LastID    bson.RawValue `bson:"lastId"`
-			Count     int64         `bson:"count"`
-			Epoch     int64         `bson:"leaseEpoch"`
-			Updated   time.Time     `bson:"updatedAt"`
+			Token      bson.Raw      `bson:"token"`
+			StartToken bson.Raw      `bson:"startToken"`
+			WallTime   time.Time     `bson:"wallTime"`
+			StartedAt  time.Time     `bson:"startedAt"`
+			Hash       string        `bson:"hash"`
+			InPlace    bool          `bson:"inPlace"`
+			LastID     bson.RawValue `bson:"lastId"`
+			Count      int64         `bson:"count"`
+			Epoch      int64         `bson:"leaseEpoch"`
+			Updated    time.Time     `bson:"updatedAt"`
 		}
 		if err := cur.Decode(&d); err != nil {
 			return nil, errs.Wrap(errs.Failed, "", err, "decode job state")
 		}
+		// A document without its token is a cleared (or only stamped)
+		// one: no position, no checkpoint.
 		switch {
-		case d.ID.Position != "":
+		case d.ID.Position != "" && len(d.Token) > 0:
 			get(d.ID.Position).Position = &PositionState{WallTime: d.WallTime, Hash: d.Hash, Epoch: d.Epoch, UpdatedAt: d.Updated}
-		case d.ID.Reindex != "":
+		case d.ID.Reindex != "" && len(d.StartToken) > 0:
 			r := &ReindexState{StartedAt: d.StartedAt, Hash: d.Hash, InPlace: d.InPlace, Count: d.Count, Epoch: d.Epoch, UpdatedAt: d.Updated}
 			if d.LastID.Type != 0 {
 				r.LastID = d.LastID.String()
