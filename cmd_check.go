@@ -18,7 +18,9 @@ import (
 // sample document (FILE: MongoDB Extended JSON, one document a line, run
 // through every job; else each job's own `samples`), and exits 1 on any
 // problem, 2 on bad usage. It needs no server: the configuration is read
-// with sidecar.LoadLocal, so MEILISTREAM_MONGODB_URI may be unset.
+// with sidecar.LoadLocal, so MEILISTREAM_MONGODB_URI may be unset. The
+// MEILISTREAM_JOB_<NAME>_<OPTION> overrides and MEILISTREAM_INDEX_PREFIX
+// apply as in run, and the jobs they declare alone are checked too.
 // console output of the transforms goes to stderr.
 func runCheck(args []string, stdout, stderr io.Writer) int {
 	var sample string
@@ -55,18 +57,11 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			return usageError(stderr, "check", "--sample: %v", err)
 		}
 	}
-	opts := transform.Options{
-		Pool:     1,
-		Timeout:  cfg.TransformTimeout,
-		Database: cfg.MongoDBDatabase,
-		Logger:   hclog.New(&hclog.LoggerOptions{Name: "check", Output: stderr, Level: hclog.Debug}),
-		Defaults: transform.JobDefaults{
-			OnDocumentError: cfg.OnDocumentError,
-			OnHistoryLost:   cfg.OnHistoryLost,
-			BatchSize:       cfg.BatchSize,
-			FlushInterval:   cfg.FlushInterval,
-		},
-	}
+	// The options run loads with (transformOptions), per-job environment
+	// overrides and the index prefix included, so check shows what run
+	// would do; one runtime per job is enough here.
+	opts := transformOptions(cfg, hclog.New(&hclog.LoggerOptions{Name: "check", Output: stderr, Level: hclog.Debug}))
+	opts.Pool = 1
 	if err := transform.CheckFiles(stdout, paths, sample, opts); err != nil {
 		fmt.Fprintln(stderr, "meilistream check: the transforms have problems (listed above)")
 		return exitFailed

@@ -63,7 +63,7 @@ func oneJob(inv *invocation, name string) (*transform.Job, error) {
 	if set == nil {
 		return nil, loadErr
 	}
-	for _, j := range newJobEnv(inv.Config, inv.Log).jobs(set.Jobs()) {
+	for _, j := range set.Jobs() {
 		if j.Name == name {
 			return j, nil
 		}

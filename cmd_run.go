@@ -2,14 +2,8 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
-	"fmt"
-	"sort"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -74,9 +68,8 @@ func runRun(ctx context.Context, inv *invocation) int {
 	defer srv.Close()
 	log.Info("serving", "addr", srv.Addr())
 
-	env := newJobEnv(cfg, log)
 	applyDefs := func(set *transform.Set, err error) {
-		defs, other := sidecar.JobDefs(env.jobs(set.Jobs()), err)
+		defs, other := sidecar.JobDefs(set.Jobs(), err)
 		for _, e := range other {
 			log.Error("transform problem", "error", e)
 		}
@@ -262,7 +255,11 @@ func (w *wiring) sinkFactory(log hclog.Logger) sidecar.SinkFactory {
 	}
 }
 
-// transformOptions maps the configuration onto transform loading.
+// transformOptions maps the configuration onto transform loading, the
+// per-job environment overrides (MEILISTREAM_JOB_<NAME>_<OPTION>) and
+// MEILISTREAM_INDEX_PREFIX included: transform applies them to every job as
+// it loads (and on every hot reload), before its one-job-per-destination
+// check, and declares the jobs named by environment alone.
 func transformOptions(cfg sidecar.Config, log hclog.Logger) transform.Options {
 	return transform.Options{
 		Pool:     cfg.TransformPool,
@@ -275,191 +272,25 @@ func transformOptions(cfg sidecar.Config, log hclog.Logger) transform.Options {
 			BatchSize:       cfg.BatchSize,
 			FlushInterval:   cfg.FlushInterval,
 		},
+		Overrides:   cfg.Jobs,
+		IndexPrefix: cfg.IndexPrefix,
 	}
 }
 
-// loadJobs loads the transforms folder. The Set is nil only when the
-// folder cannot be read; problems of single files come back joined in err
-// with the Set (see sidecar.JobDefs). An unreadable folder is fine when the
+// loadJobs loads the transforms folder with the environment's per-job
+// options (see transformOptions). The Set is nil only when the folder
+// cannot be read; problems of single files come back joined in err with the
+// Set (see sidecar.JobDefs). An unreadable folder is fine when the
 // environment declares jobs (MEILISTREAM_JOB_<NAME>_<OPTION>): those run
 // alone.
 func loadJobs(cfg sidecar.Config, log hclog.Logger) (*transform.Set, error) {
-	set, err := transform.Load(cfg.Transforms, transformOptions(cfg, log))
+	opts := transformOptions(cfg, log)
+	set, err := transform.Load(cfg.Transforms, opts)
 	if set == nil && len(cfg.Jobs) > 0 {
 		log.Warn("transforms folder unreadable; running the jobs declared by environment", "error", err)
-		return &transform.Set{}, nil
+		return transform.LoadFiles(nil, opts)
 	}
 	return set, err
-}
-
-// jobEnv adjusts loaded jobs to the environment: it applies
-// MEILISTREAM_JOB_<NAME>_<OPTION> (names matched case-insensitively, '-' as
-// '_'), puts MEILISTREAM_INDEX_PREFIX before every search job's index uid,
-// and adds the jobs declared by environment alone (identity transform). A
-// job's Hash covers what it changed, so changing it reindexes, as a
-// transform edit does.
-type jobEnv struct {
-	cfg sidecar.Config
-	log hclog.Logger
-
-	mu sync.Mutex
-	// applied remembers the loaded jobs already adjusted: a reload keeps
-	// unchanged jobs' pointers, and those must not be written again while
-	// they run.
-	applied map[*transform.Job]bool
-	only    map[string]*transform.Job // jobs by environment alone, built once
-}
-
-func newJobEnv(cfg sidecar.Config, log hclog.Logger) *jobEnv {
-	return &jobEnv{cfg: cfg, log: log, applied: map[*transform.Job]bool{}, only: map[string]*transform.Job{}}
-}
-
-func envKey(name string) string { return strings.ToLower(strings.ReplaceAll(name, "-", "_")) }
-
-// jobs returns the loaded jobs adjusted, plus the jobs declared by
-// environment alone.
-func (e *jobEnv) jobs(loaded []*transform.Job) []*transform.Job {
-	if len(e.cfg.Jobs) == 0 && e.cfg.IndexPrefix == "" {
-		return loaded
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	seen := map[string]bool{}
-	var all []*transform.Job
-	for _, j := range loaded {
-		o := e.cfg.Jobs[envKey(j.Name)]
-		seen[envKey(j.Name)] = true
-		if !e.applied[j] {
-			e.applied[j] = true
-			if err := applyJobEnv(j, o, e.cfg.IndexPrefix); err != nil {
-				e.log.Error("per-job environment option", "job", j.Name, "error", err)
-			}
-		}
-		all = append(all, j)
-	}
-	names := make([]string, 0, len(e.cfg.Jobs))
-	for name := range e.cfg.Jobs {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		if seen[name] {
-			continue
-		}
-		j, ok := e.only[name]
-		if !ok {
-			j = &transform.Job{Name: name}
-			if err := applyJobEnv(j, e.cfg.Jobs[name], e.cfg.IndexPrefix); err != nil {
-				e.log.Error("job declared by environment", "job", name, "error", err)
-				j = nil
-			}
-			e.only[name] = j
-		}
-		if j != nil {
-			all = append(all, j)
-		}
-	}
-	return all
-}
-
-// applyJobEnv sets a job's options from its environment overrides (o, may
-// be nil), fills the defaults of a job without a file, and prefixes a search
-// job's index uid. The hash changes with both: either can point the job at
-// another index, which must then be rebuilt.
-func applyJobEnv(j *transform.Job, o map[string]string, prefix string) error {
-	var problems []string
-	keys := make([]string, 0, len(o))
-	for k := range o {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		v := o[k]
-		switch k {
-		case "collection":
-			j.Collection = v
-		case "index":
-			j.Index = v
-		case "primary_key":
-			j.PrimaryKey = v
-		case "mirror":
-			j.Mirror, j.Kind, j.Index, j.Reindex = v, transform.Mirror, "", "inplace"
-		case "sweep":
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				problems = append(problems, "sweep: want true or false")
-			}
-			j.Sweep = b
-		case "reindex":
-			if v != "swap" && v != "inplace" {
-				problems = append(problems, "reindex: want swap or inplace")
-			}
-			j.Reindex = v
-		case "on_history_lost":
-			if v != "reindex" && v != "fail" {
-				problems = append(problems, "on_history_lost: want reindex or fail")
-			}
-			j.OnHistoryLost = v
-		case "on_document_error":
-			if v != "skip" && v != "fail" {
-				problems = append(problems, "on_document_error: want skip or fail")
-			}
-			j.OnDocumentError = v
-		case "batch_size":
-			n, err := strconv.Atoi(v)
-			if err != nil || n <= 0 {
-				problems = append(problems, "batch_size: want a positive integer")
-			}
-			j.BatchSize = n
-		case "flush_interval":
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				problems = append(problems, "flush_interval: want a positive Go duration like 1s")
-			}
-			j.FlushInterval = d
-		case "transform_timeout":
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				problems = append(problems, "transform_timeout: want a positive Go duration like 1s")
-			}
-			j.Timeout = d
-		}
-	}
-	if j.Collection == "" {
-		j.Collection = j.Name
-	}
-	if j.Kind == transform.Search {
-		if j.Index == "" {
-			j.Index = j.Name
-		}
-		if j.PrimaryKey == "" {
-			j.PrimaryKey = transform.DefaultPrimaryKey
-		}
-		if j.Reindex == "" {
-			j.Reindex = "swap"
-		}
-		if j.File == "" && !j.Sweep {
-			j.Sweep = true
-		}
-	}
-	if j.Kind == transform.Search && prefix != "" {
-		j.Index = prefix + j.Index
-	}
-	if len(keys) > 0 || j.File == "" || prefix != "" {
-		sum := sha256.New()
-		sum.Write([]byte(j.Hash))
-		for _, k := range keys {
-			fmt.Fprintf(sum, "\x00%s=%s", k, o[k])
-		}
-		if j.Kind == transform.Search && prefix != "" {
-			fmt.Fprintf(sum, "\x00index_prefix=%s", prefix)
-		}
-		j.Hash = hex.EncodeToString(sum.Sum(nil))
-	}
-	if len(problems) > 0 {
-		return errs.New(errs.ConfigInvalid, j.Name, "MEILISTREAM_JOB_%s_*: %s", strings.ToUpper(j.Name), strings.Join(problems, "; "))
-	}
-	return nil
 }
 
 // leaseForEngine is a held lease as the engine takes it.

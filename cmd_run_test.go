@@ -19,18 +19,17 @@ func TestJobEnv(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	load := func() []*transform.Job {
-		set, err := transform.Load(dir, transform.Options{Pool: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return set.Jobs()
+	plainSet, err := transform.Load(dir, transform.Options{Pool: 1})
+	if err != nil {
+		t.Fatal(err)
 	}
 	plain := map[string]string{}
-	for _, j := range load() {
+	for _, j := range plainSet.Jobs() {
 		plain[j.Name] = j.Hash
 	}
 	cfg := sidecar.Default()
+	cfg.Transforms = dir
+	cfg.TransformPool = 1
 	cfg.IndexPrefix = "staging_"
 	cfg.Jobs = map[string]map[string]string{
 		"articles": {"index": "articles_v2", "batch_size": "50"},
@@ -38,8 +37,11 @@ func TestJobEnv(t *testing.T) {
 		"users":    {"mirror": "users_public", "collection": "accounts"},
 		"tags":     {},
 	}
-	env := newJobEnv(cfg, hclog.NewNullLogger())
-	jobs := env.jobs(load())
+	set, err := loadJobs(cfg, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := set.Jobs()
 	by := map[string]*transform.Job{}
 	for _, j := range jobs {
 		by[j.Name] = j
@@ -67,16 +69,26 @@ func TestJobEnv(t *testing.T) {
 		}
 	})
 	t.Run("a reload keeps adjusted jobs as they are", func(t *testing.T) {
-		again := env.jobs(jobs[:2])
-		if again[0].Index != by[again[0].Name].Index || by["articles"].Index != "staging_articles_v2" {
+		next, err := set.Reload()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range next.Jobs() {
+			if j != by[j.Name] {
+				t.Errorf("job %s built anew by a reload of unchanged files", j.Name)
+			}
+		}
+		if by["articles"].Index != "staging_articles_v2" {
 			t.Errorf("adjusted twice: %q", by["articles"].Index)
 		}
-		found := false
-		for _, j := range env.jobs(load()) {
-			found = found || j == by["tags"]
-		}
-		if !found {
-			t.Error("a job by environment alone is built anew on every reload")
+	})
+	t.Run("an unreadable folder runs the jobs declared by environment", func(t *testing.T) {
+		c := cfg
+		c.Transforms = filepath.Join(dir, "missing")
+		set, err := loadJobs(c, hclog.NewNullLogger())
+		// Every override key is then a job of its own, files' included.
+		if err != nil || set == nil || len(set.Jobs()) != 4 || set.Job("users") == nil || set.Job("my_books") == nil {
+			t.Fatalf("set %v err %v, want articles, my_books, tags and users", set.Jobs(), err)
 		}
 	})
 }

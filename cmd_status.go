@@ -64,7 +64,7 @@ func runStatus(ctx context.Context, inv *invocation) int {
 		get(states[i].Name).state = &states[i]
 	}
 	if set, _ := loadJobs(inv.Config, inv.Log); set != nil {
-		for _, j := range newJobEnv(inv.Config, inv.Log).jobs(set.Jobs()) {
+		for _, j := range set.Jobs() {
 			get(j.Name).known = true
 		}
 	}

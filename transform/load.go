@@ -31,7 +31,8 @@ func Load(dir string, opts Options) (*Set, error) {
 
 // LoadFiles is Load for a list of paths, each a *.js file or a folder of
 // them (meilistream check FILE...). Two files with one name are
-// CONFIG_INVALID.
+// CONFIG_INVALID. With no paths the Set holds only the jobs declared by
+// environment alone (Options.Overrides), and a reload never finds files.
 func LoadFiles(paths []string, opts Options) (*Set, error) {
 	return load(paths, opts, nil)
 }
@@ -85,10 +86,28 @@ func load(paths []string, opts Options, prev *Set) (*Set, error) {
 	if err != nil {
 		return nil, errs.Wrap(errs.ConfigInvalid, "", err, "read transforms folder %s", strings.Join(paths, ", "))
 	}
+	// Job names by override key: an override whose key two names fold to
+	// cannot say which job it means.
+	byKey := map[string][]string{}
+	for _, name := range names {
+		byKey[EnvKey(name)] = append(byKey[EnvKey(name)], name)
+	}
+	refuse := map[string]error{}
 	s := &Set{paths: paths, opts: opts, files: make(map[string]fileState, len(names))}
 	var loaded []*Job
 	for _, name := range names {
 		path := files[name]
+		key := EnvKey(name)
+		ov, hasOv := opts.Overrides[key]
+		if hasOv && len(byKey[key]) > 1 {
+			var all []string
+			for _, n := range byKey[key] {
+				all = append(all, fmt.Sprintf("%q (%s)", n, filepath.Base(files[n])))
+			}
+			refuse[name] = errs.New(errs.ConfigInvalid, name, "%s: %s would apply to jobs %s alike (job names match case-insensitively, '-' as '_'); none of them runs until one file is renamed or the variables are removed",
+				filepath.Base(path), envVar(key, "*"), strings.Join(all, " and "))
+			ov = nil // refused anyway: load it for its own problems only
+		}
 		src, err := os.ReadFile(path)
 		if err != nil {
 			err = errs.Wrap(errs.ConfigInvalid, name, err, "read %s", path)
@@ -101,21 +120,26 @@ func load(paths []string, opts Options, prev *Set) (*Set, error) {
 		}
 		sum := sha256.Sum256(src)
 		hash := hex.EncodeToString(sum[:])
-		if old := prev.Job(name); old != nil && old.Hash == hash && old.File == path {
-			loaded = append(loaded, old) // unchanged: the same Job, no recompiling
-			s.files[name] = fileState{path: path, hash: hash}
-			continue
-		}
-		if st, ok := prev.fileState(name); ok && st.hash == hash && st.path == path && st.err != nil {
-			// Still the same broken content: keep what runs, report again.
-			problems = append(problems, st.err)
-			s.files[name] = st
-			if old := prev.Job(name); old != nil {
-				loaded = append(loaded, old)
+		if st, ok := prev.fileState(name); ok && st.hash == hash && st.path == path {
+			old := prev.Job(name)
+			if st.err != nil {
+				// Still the same broken content: keep what runs, report again.
+				problems = append(problems, st.err)
+				s.files[name] = st
+				if old != nil {
+					loaded = append(loaded, old)
+				}
+				continue
 			}
-			continue
+			if old != nil {
+				loaded = append(loaded, old) // unchanged: the same Job, no recompiling
+				s.files[name] = st
+				continue
+			}
+			// Unchanged but refused last time (a conflict): load it again,
+			// the conflict may be gone.
 		}
-		j, err := LoadFile(path, src, opts)
+		j, err := loadFile(path, src, opts, ov)
 		if err != nil {
 			problems = append(problems, err)
 			s.files[name] = fileState{path: path, hash: hash, err: err}
@@ -127,7 +151,28 @@ func load(paths []string, opts Options, prev *Set) (*Set, error) {
 		loaded = append(loaded, j)
 		s.files[name] = fileState{path: path, hash: hash}
 	}
-	s.jobs, problems = resolveConflicts(loaded, prev, problems, s.files)
+	// Jobs declared by environment alone: an override key no file's job
+	// name folds to. Built once; a reload keeps them.
+	keys := make([]string, 0, len(opts.Overrides))
+	for key := range opts.Overrides {
+		if len(byKey[key]) == 0 {
+			keys = append(keys, key)
+		}
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		if old := prev.Job(key); old != nil && old.envOnly {
+			loaded = append(loaded, old)
+			continue
+		}
+		j, err := envJob(key, opts.Overrides[key], opts)
+		if err != nil {
+			problems = append(problems, err)
+			continue
+		}
+		loaded = append(loaded, j)
+	}
+	s.jobs, problems = resolveConflicts(loaded, prev, refuse, problems)
 	return s, joinErrs(problems)
 }
 
@@ -158,21 +203,31 @@ func jsFiles(dir string) ([]string, error) {
 	return names, nil
 }
 
-// resolveConflicts refuses jobs that write the same index or replica
-// collection. The rule must give the same answer on every pod whatever each
-// one loaded before (a pod starting fresh and a pod hot-reloading must never
-// pick different writers for one index): every job of a conflict is refused,
-// except that a job already running here unchanged (in prev) keeps running, as
-// any file that fails to load keeps its previous version. A fresh pod then
-// runs neither, so no two pods ever write one index for two jobs.
-func resolveConflicts(jobs []*Job, prev *Set, problems []error, files map[string]fileState) ([]*Job, []error) {
+// resolveConflicts refuses the jobs of refuse (an override naming two of
+// them) and jobs that write the same index or replica collection. The rule
+// must give the same answer on every pod whatever each one loaded before (a
+// pod starting fresh and a pod hot-reloading must never pick different
+// writers for one index): every job of a conflict is refused, except that a
+// job already running here unchanged (in prev) keeps running, as any file
+// that fails to load keeps its previous version. A fresh pod then runs
+// neither, so no two pods ever write one index for two jobs. Destinations
+// are compared after environment overrides and the index prefix.
+func resolveConflicts(jobs []*Job, prev *Set, refuse map[string]error, problems []error) ([]*Job, []error) {
 	sort.SliceStable(jobs, func(a, b int) bool { return jobs[a].Name < jobs[b].Name })
-	byTarget := map[string][]*Job{}
+	var candidates []*Job
 	for _, j := range jobs {
+		if err, ok := refuse[j.Name]; ok && prev.Job(j.Name) != j {
+			problems = append(problems, err)
+			continue
+		}
+		candidates = append(candidates, j)
+	}
+	byTarget := map[string][]*Job{}
+	for _, j := range candidates {
 		byTarget[j.target()] = append(byTarget[j.target()], j)
 	}
 	var keep []*Job
-	for _, j := range jobs {
+	for _, j := range candidates {
 		group := byTarget[j.target()]
 		if len(group) == 1 || prev.Job(j.Name) == j {
 			keep = append(keep, j)
@@ -184,16 +239,12 @@ func resolveConflicts(jobs []*Job, prev *Set, problems []error, files map[string
 				others = append(others, fmt.Sprintf("%q (%s)", o.Name, o.file()))
 			}
 		}
-		what, target := "index", j.Index
+		target := j.Index
 		if j.Kind == Mirror {
-			what, target = "mirror", j.Mirror
+			target = j.Mirror
 		}
-		err := configErr(j.Name, j.file(), what, "%q is also written by job %s; each index or collection has one job, so none of them runs until one is changed", target, strings.Join(others, ", "))
-		problems = append(problems, err)
-		if st, ok := files[j.Name]; ok {
-			st.err = err
-			files[j.Name] = st
-		}
+		problems = append(problems, errs.New(errs.ConfigInvalid, j.Name, "%s: %s: %q is also written by job %s; each index or collection has one job, so none of them runs until one is changed",
+			j.file(), j.targetBy(), target, strings.Join(others, ", ")))
 	}
 	return keep, problems
 }
@@ -208,6 +259,9 @@ func (j *Job) target() string {
 }
 
 func (j *Job) file() string {
+	if j.envOnly {
+		return envVar(EnvKey(j.Name), "*")
+	}
 	if j.File == "" {
 		return j.Name
 	}
@@ -215,9 +269,15 @@ func (j *Job) file() string {
 }
 
 // LoadFile compiles and checks one transform file's content src; path names
-// it (its base name without ".js" is the job name). Most callers want Load.
+// it (its base name without ".js" is the job name). opts.Overrides of the
+// job's EnvKey and opts.IndexPrefix are applied. Most callers want Load.
 func LoadFile(path string, src []byte, opts Options) (*Job, error) {
-	opts = opts.withDefaults()
+	name := strings.TrimSuffix(filepath.Base(path), ".js")
+	return loadFile(path, src, opts.withDefaults(), opts.Overrides[EnvKey(name)])
+}
+
+// loadFile is LoadFile with the job's overrides ov given (nil: none).
+func loadFile(path string, src []byte, opts Options, ov map[string]string) (*Job, error) {
 	name := strings.TrimSuffix(filepath.Base(path), ".js")
 	sum := sha256.Sum256(src)
 	j := &Job{
@@ -239,6 +299,9 @@ func LoadFile(path string, src []byte, opts Options) (*Job, error) {
 	// the pool.
 	first, err := newVM(j, prog, con, func(v *vm) error {
 		if err := j.readOptions(v); err != nil {
+			return err
+		}
+		if err := j.applyEnv(ov, opts.IndexPrefix); err != nil {
 			return err
 		}
 		return v.makeCtxs(j) // now that collection is known
@@ -319,12 +382,14 @@ func (j *Job) readOptions(v *vm) error {
 	}
 	keys := o.Keys()
 	set := map[string]goja.Value{}
+	j.keys = map[string]bool{}
 	for _, k := range keys {
 		if !knownKeys[k] {
 			bad(k, "unknown key (known: batchSize, collection, dates, flushInterval, index, mirror, onDocumentError, onHistoryLost, primaryKey, reindex, samples, settings, sweep, transform, transformTimeout)")
 			continue
 		}
 		set[k] = o.Get(k)
+		j.keys[k] = true
 	}
 	str := func(key string, dst *string, valid func(string) string) {
 		val, ok := set[key]

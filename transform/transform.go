@@ -44,6 +44,19 @@ type Options struct {
 	// Database is the source database name, only used for the `ns`
 	// argument ("db.collection") of monstache-style function transforms.
 	Database string
+	// Overrides are the per-job options of the environment,
+	// MEILISTREAM_JOB_<NAME>_<OPTION>=value, as sidecar.Config.Jobs holds
+	// them: override key (EnvKey of the job name) -> option in lower case
+	// ("index", "primary_key", ...) -> value. They are applied to every job
+	// as it loads, before the one-job-per-destination check, and the job's
+	// Hash covers them. A key no file's job name folds to declares a job
+	// by environment alone (no file: the identity transform). Two files
+	// whose names fold to one key that has overrides (Upper.js and
+	// upper.js, my-job.js and my_job.js) are CONFIG_INVALID, both.
+	Overrides map[string]map[string]string
+	// IndexPrefix (MEILISTREAM_INDEX_PREFIX) goes before every search job's
+	// index uid; the job's Hash covers it.
+	IndexPrefix string
 }
 
 // JobDefaults are the global per-job defaults (from the environment) that a
@@ -137,8 +150,10 @@ type Job struct {
 	Settings map[string]any
 	// Samples are the file's `samples` documents, for check.
 	Samples []bson.Raw
-	// Hash is the sha256 (hex) of the file's content; "" without a file. A
-	// changed hash means the job must reindex.
+	// Hash is the sha256 (hex) of the file's content; with environment
+	// overrides or an index prefix, the sha256 of that hash followed by
+	// them (see Options.Overrides). A changed hash means the job must
+	// reindex.
 	Hash string
 	// Function says the file exports a bare monstache-style function.
 	Function bool
@@ -146,6 +161,12 @@ type Job struct {
 	rt   *jobRuntime // nil: identity
 	opts Options     // with defaults
 	log  hclog.Logger
+	// keys are the option keys the file set; env are the overrides applied
+	// (option -> value); envOnly says the job is declared by environment
+	// alone.
+	keys    map[string]bool
+	env     map[string]string
+	envOnly bool
 }
 
 // Operation is what happened to the document, as ctx.operation shows it.
