@@ -24,6 +24,15 @@
 //     is "database.collection", updateDesc the change's updateDescription
 //     or undefined. It is a search job with every default.
 //
+// The environment's per-job options (Options.Overrides,
+// MEILISTREAM_JOB_<NAME>_<OPTION>) and index prefix (Options.IndexPrefix)
+// apply as each file loads, and an override name no file folds to (EnvKey)
+// is a job of its own with the identity transform. Only then is every
+// destination checked: two jobs writing one index or replica collection
+// are both refused (CONFIG_INVALID), except a job already running unchanged,
+// which keeps running; so are two files whose names fold to one override
+// name that has overrides.
+//
 // What a transform returns decides (both shapes): an object is the
 // document; true is the document argument as the transform left it (the
 // source document if it changed nothing); null, undefined and false keep it

@@ -116,10 +116,10 @@ func (k Kind) String() string {
 }
 
 // Job is one loaded transform file: the job's options and its compiled
-// transform. Jobs come from Load or a Watcher; the options are plain fields
-// that the configuration may adjust (environment overrides) before the job's
-// first Apply, never after. A Job built by hand (a job declared by
-// environment alone) has no transform: Apply is then the identity.
+// transform. Jobs come from Load or a Watcher, environment overrides and
+// the index prefix already applied (Options.Overrides); their fields are
+// read-only once loaded. A job declared by environment alone, or a Job
+// built by hand, has no transform: Apply is then the identity.
 type Job struct {
 	Name       string // the file name without ".js"
 	File       string // the file's path; "" for a job without a file
