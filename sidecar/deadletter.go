@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,31 +124,54 @@ func countErrors(ctx context.Context, coll *mongo.Collection) (map[string]int64,
 }
 
 // handleDocErrors takes transform failures through the per-document error
-// path: recorded and counted (skip), or the job's error (fail).
+// path: recorded and counted, then the job goes on (skip) or stops with an
+// error naming the document (fail).
 func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *JobStats, set *errSet, bad []docError) error {
 	for _, b := range bad {
-		if jc.OnDocumentError == "fail" {
-			return errs.WithJob(jc.job.Name, b.err)
-		}
 		code := string(errs.CodeOf(b.err))
-		var ee *errs.Error
-		msg := b.err.Error()
-		if errors.As(b.err, &ee) && ee.Msg != "" {
-			msg = ee.Msg
-			if ee.Err != nil {
-				msg += ": " + ee.Err.Error()
-			}
-		}
+		msg := docErrMessage(b.err)
+		// Recorded in both modes, so `meilistream retry` and `status` see
+		// the document that stopped a job with onDocumentError: fail.
 		if err := e.recordDocError(ctx, jc.job.Name, b.id, code, msg); err != nil {
 			return err
 		}
 		set.add(b.id)
-		e.log.Warn("document left out", "job", jc.job.Name, "id", idString(b.id), "code", code, "error", msg)
 		stats.add(0, 0, 0, 1)
 		e.observeDocError(jc.job.Name, code)
+		if jc.OnDocumentError == "fail" {
+			e.log.Error("document failed; stopping the job (onDocumentError: fail)", "job", jc.job.Name, "id", idString(b.id), "op", string(b.op), "code", code, "error", msg)
+			return &errs.Error{Code: errs.CodeOf(b.err), Job: jc.job.Name, Err: &docFailed{
+				msg:   fmt.Sprintf("document _id %s (%s): %s; fix the transform or the document; onDocumentError is fail, so the job stops (the document is recorded in the errors collection: `meilistream retry %s` after a fix)", idString(b.id), b.op, msg, jc.job.Name),
+				cause: b.err,
+			}}
+		}
+		e.log.Warn("document left out", "job", jc.job.Name, "id", idString(b.id), "op", string(b.op), "code", code, "error", msg)
 	}
 	return nil
 }
+
+// docErrMessage is a per-document error's text without its code and job
+// (they are recorded apart).
+func docErrMessage(err error) string {
+	var ee *errs.Error
+	if errors.As(err, &ee) && ee.Msg != "" {
+		if ee.Err != nil {
+			return ee.Msg + ": " + ee.Err.Error()
+		}
+		return ee.Msg
+	}
+	return err.Error()
+}
+
+// docFailed is the cause of a job stopped by one document: its message
+// names the document and what to do, and it wraps the transform's error.
+type docFailed struct {
+	msg   string
+	cause error
+}
+
+func (d *docFailed) Error() string { return d.msg }
+func (d *docFailed) Unwrap() error { return d.cause }
 
 // RetrySummary is what Retry did.
 type RetrySummary struct {

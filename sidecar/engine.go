@@ -362,6 +362,7 @@ type item struct {
 // docError is a per-document failure found while transforming.
 type docError struct {
 	id  bson.RawValue
+	op  transform.Operation
 	err error
 }
 
@@ -438,7 +439,7 @@ func transformAll(ctx context.Context, job *transform.Job, items []item, deleteS
 		case 1:
 			skipped++
 		case 2:
-			bad = append(bad, docError{id: items[i].id, err: errsAt[i]})
+			bad = append(bad, docError{id: items[i].id, op: items[i].op, err: errsAt[i]})
 		}
 		if kind[i] != 0 && !deleteSkipped {
 			continue

@@ -36,13 +36,19 @@ func isHistoryLost(err error) bool {
 // stream reports (its post-batch resume token), not a latency bound.
 const streamAwait = 500 * time.Millisecond
 
-// csItem is what the stream reader hands the follow loop: an event (copied),
-// an idle report with the post-batch resume token, or the stream's error.
+// csItem is what the stream reader hands the follow loop: the events of one
+// getMore batch (copied, in order), an idle report with the post-batch
+// resume token, or the stream's error. One hand-off per batch, not per
+// event: a goroutine switch per change was a large part of follow's CPU.
 type csItem struct {
-	ev  bson.Raw
+	evs []bson.Raw
 	tok bson.Raw
 	err error
 }
+
+// maxItemEvents bounds the events of one csItem (a getMore batch is at most
+// 16 MB; this keeps the follow loop's turns short).
+const maxItemEvents = 1000
 
 func (e *Engine) openStream(ctx context.Context, job *transform.Job, token bson.Raw) (*mongo.ChangeStream, error) {
 	opts := options.ChangeStream().SetFullDocument(options.UpdateLookup).SetMaxAwaitTime(streamAwait)
@@ -64,7 +70,21 @@ func readStream(ctx context.Context, cs *mongo.ChangeStream, out chan<- csItem) 
 	}
 	for {
 		if cs.TryNext(ctx) {
-			if !send(csItem{ev: append(bson.Raw(nil), cs.Current...)}) {
+			// The rest of the batch the driver holds, without another
+			// getMore: copied into one arena (slices into an outgrown
+			// arena stay valid).
+			n := min(cs.RemainingBatchLength()+1, maxItemEvents)
+			evs := make([]bson.Raw, 0, n)
+			arena := make([]byte, 0, n*len(cs.Current))
+			for {
+				at := len(arena)
+				arena = append(arena, cs.Current...)
+				evs = append(evs, bson.Raw(arena[at:len(arena):len(arena)]))
+				if len(evs) == maxItemEvents || cs.RemainingBatchLength() == 0 || !cs.TryNext(ctx) {
+					break
+				}
+			}
+			if !send(csItem{evs: evs}) {
 				return
 			}
 			continue
@@ -181,25 +201,31 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l En
 				if err := open(); err != nil {
 					return f.stop(ctx, err)
 				}
-			case it.ev != nil:
+			case it.evs != nil:
 				attempt = 0
-				inv, err := f.add(it.ev)
-				if err != nil {
-					return f.stop(ctx, err)
-				}
-				if inv != "" {
-					stopReader()
-					return f.invalidated(ctx, inv)
-				}
-				if len(f.items) == 1 {
-					flush.Reset(jc.FlushInterval)
-				}
-				if len(f.items) >= jc.BatchSize {
-					flush.Stop()
-					if err := f.flush(); err != nil {
+				for k, ev := range it.evs {
+					inv, err := f.add(ev)
+					if err != nil {
+						f.counted(k + 1)
 						return f.stop(ctx, err)
 					}
+					if inv != "" {
+						f.counted(k + 1)
+						stopReader()
+						return f.invalidated(ctx, inv)
+					}
+					if len(f.items) == 1 {
+						flush.Reset(jc.FlushInterval)
+					}
+					if len(f.items) >= jc.BatchSize {
+						flush.Stop()
+						if err := f.flush(); err != nil {
+							f.counted(k + 1)
+							return f.stop(ctx, err)
+						}
+					}
 				}
+				f.counted(len(it.evs))
 			default:
 				attempt = 0
 				if err := f.idle(it.tok); err != nil {
@@ -210,7 +236,9 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l En
 			if err := f.flush(); err != nil {
 				return f.stop(ctx, err)
 			}
-		case <-p.Done():
+		case <-p.Failed():
+			// A stage failed (a send refused for good, a record that
+			// failed, a document with onDocumentError: fail).
 			return f.stop(ctx, p.Err())
 		case <-ctx.Done():
 			return f.stop(ctx, nil)
@@ -241,6 +269,12 @@ func (f *follower) reset() {
 	f.items = make([]item, 0, f.jc.BatchSize)
 }
 
+// counted adds n change events read to the stats (once per batch of
+// events, not per event).
+func (f *follower) counted(n int) {
+	f.stats.update(func(s *JobSnapshot) { s.Changes += int64(n) })
+}
+
 func (f *follower) retried(what string, err error, attempt int) {
 	f.stats.update(func(s *JobSnapshot) { s.Retries++; s.LastError = err.Error(); s.LastErrAt = time.Now() })
 	f.e.observeRetry(f.jc.job.Name, err)
@@ -266,7 +300,6 @@ func (f *follower) add(ev bson.Raw) (string, error) {
 	}
 	tok, _ := tokv.DocumentOK()
 	f.tok = tok
-	f.stats.update(func(s *JobSnapshot) { s.Changes++ })
 	var it item
 	switch op {
 	case "insert", "replace", "update":

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -118,6 +119,10 @@ func (p *pipe) Err() error {
 
 // Done is closed when the pipe has stopped (failed, or closed and drained).
 func (p *pipe) Done() <-chan struct{} { return p.done }
+
+// Failed is closed as soon as the pipe fails (or is stopped): its stages
+// stop taking work, though Done waits until the submitter closes it.
+func (p *pipe) Failed() <-chan struct{} { return p.ctx.Done() }
 
 // submit hands f to the pipe, blocking while it is full.
 func (p *pipe) submit(f *flight) error {
@@ -443,11 +448,12 @@ func (p *pipe) refused(ctx context.Context, f *flight, pos int, code, msg string
 	f.refusedPos = append(f.refusedPos, pos)
 	name := p.jc.job.Name
 	p.log.Warn("destination refused a document", "id", idString(w.SourceID), "code", code, "error", msg)
-	if p.jc.OnDocumentError == "fail" {
-		return errs.New(errs.Failed, name, "the destination refused document %s: %s: %s (onDocumentError: fail)", idString(w.SourceID), code, msg)
-	}
+	// Recorded in both modes, so `meilistream retry` and `status` see it.
 	if err := p.e.recordDocError(ctx, name, w.SourceID, code, msg); err != nil {
 		return err
+	}
+	if p.jc.OnDocumentError == "fail" {
+		return errs.New(errs.Failed, name, "the destination refused document _id %s: %s: %s; fix the document (or the transform); onDocumentError is fail, so the job stops", idString(w.SourceID), code, msg)
 	}
 	p.errs.add(w.SourceID)
 	p.stats.add(0, 0, 0, 1)
@@ -462,12 +468,19 @@ func (p *pipe) refused(ctx context.Context, f *flight, pos int, code, msg string
 	return err
 }
 
-// idString renders a source _id for logs and messages.
+// idString renders a source _id for logs and messages as relaxed Extended
+// JSON (what mongosh shows and a query takes: "f1", 5,
+// {"$oid":"65f1..."}).
 func idString(id bson.RawValue) string {
 	if id.Type == 0 {
 		return "<none>"
 	}
-	return id.String()
+	b, err := bson.MarshalExtJSON(bson.D{{Key: "v", Value: id}}, false, false)
+	if err != nil {
+		return id.String()
+	}
+	s := strings.TrimPrefix(string(b), `{"v":`)
+	return strings.TrimSuffix(s, "}")
 }
 
 var errPipeClosed = errors.New("pipe closed")

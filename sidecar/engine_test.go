@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -949,5 +950,64 @@ func TestHistoryShorterThanAReindexFailsInsteadOfLooping(t *testing.T) {
 	r = e.run(job, l)
 	if err := r.wait(t); !errors.Is(err, errs.ErrHistoryLost) || !strings.Contains(err.Error(), "oplog") {
 		t.Fatalf("want HISTORY_LOST naming the oplog, got %v", err)
+	}
+}
+
+// syncBuffer is a log sink tests read while the engine writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestOnDocumentErrorFailNamesTheDocumentAndRecordsIt(t *testing.T) {
+	e := newEnv(t, 0)
+	var logs syncBuffer
+	e.log = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: &logs, JSONFormat: true})
+	e.insert(0, 10, nil)
+	job := e.job(itemsJS)
+	job.OnDocumentError = "fail"
+	r := e.run(job, e.acquire())
+	e.settled(job)
+	e.ok(e.coll.InsertOne(e.ctx, bson.M{"_id": "f1", "throw": true}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	})
+	err := r.wait(t)
+	if !errors.Is(err, errs.ErrTransformFailed) {
+		t.Fatalf("want TRANSFORM_FAILED, got %v", err)
+	}
+	t.Log(err)
+	for _, want := range []string{`items: document _id "f1" (insert)`, "boom", "fix the transform or the document; onDocumentError is fail"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	var rec bson.M
+	if err := e.errs.FindOne(e.ctx, bson.M{"sourceId": "f1"}).Decode(&rec); err != nil {
+		t.Fatalf("no error record for the failing document: %v", err)
+	}
+	if rec["code"] != "TRANSFORM_FAILED" || !strings.Contains(rec["message"].(string), "boom") {
+		t.Fatalf("record %v", rec)
+	}
+	if !strings.Contains(logs.String(), `"id":"\"f1\""`) {
+		t.Errorf("the log does not name the document:\n%s", logs.String())
+	}
+	states, err := sidecar.ReadState(e.ctx, e.state, e.errs)
+	if err != nil || len(states) != 1 || states[0].Errors != 1 {
+		t.Fatalf("state %+v %v", states, err)
 	}
 }
