@@ -74,9 +74,9 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) JobStatus {
 	// The later of the supervisor's and the engine's last errors.
 	switch {
 	case sn.LastError != "" && (es.LastError == "" || !es.LastErrAt.After(sn.LastErrorAt)):
-		st.LastError = &ErrorStatus{Code: sn.Code, Message: sn.LastError, At: sn.LastErrorAt}
+		st.LastError = &ErrorStatus{Code: sn.Code, Message: BareMessage(sn.LastError, sn.Name), At: sn.LastErrorAt}
 	case es.LastError != "":
-		st.LastError = &ErrorStatus{Code: codeOfText(es.LastError), Message: es.LastError, At: es.LastErrAt}
+		st.LastError = &ErrorStatus{Code: codeOfText(es.LastError), Message: BareMessage(es.LastError, sn.Name), At: es.LastErrAt}
 	}
 	return st
 }
@@ -84,14 +84,62 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) JobStatus {
 // codeOfText reads the code an *errs.Error's text starts with ("FAILED
 // job: ..."); the engine keeps the text only.
 func codeOfText(msg string) string {
+	if c := leadingCode(msg); c != "" {
+		return c
+	}
+	return "FAILED"
+}
+
+var knownCodes = []string{"RUNNING", "LEASE_LOST", "HISTORY_LOST", "ID_MISMATCH", "NOT_A_DOCUMENT", "TRANSFORM_FAILED", "CONFIG_INVALID", "FAILED"}
+
+// leadingCode is the errs code msg starts with ("CODE job: ..." or
+// "CODE: ..."), or "".
+func leadingCode(msg string) string {
 	code, _, _ := strings.Cut(msg, " ")
 	code = strings.TrimSuffix(code, ":")
-	for _, c := range []string{"RUNNING", "LEASE_LOST", "HISTORY_LOST", "ID_MISMATCH", "NOT_A_DOCUMENT", "TRANSFORM_FAILED", "CONFIG_INVALID", "FAILED"} {
+	for _, c := range knownCodes {
 		if code == c {
 			return c
 		}
 	}
-	return "FAILED"
+	return ""
+}
+
+// BareMessage is an error's text without the "CODE job: " prefixes that
+// /status already shows as fields (an errs.Error wrapped for its job renders
+// them once per layer): "CONFIG_INVALID people: CONFIG_INVALID people: a
+// mirror job needs ..." becomes "a mirror job needs ...".
+func BareMessage(text, job string) string {
+	text = bareInner(text, job)
+	for {
+		c := leadingCode(text)
+		if c == "" {
+			return text
+		}
+		rest := strings.TrimPrefix(text[len(c):], ":")
+		rest = strings.TrimPrefix(rest, " ")
+		if job != "" && strings.HasPrefix(rest, job+":") {
+			rest = strings.TrimPrefix(rest[len(job)+1:], " ")
+		} else if job != "" && rest == job {
+			rest = ""
+		}
+		if rest == "" {
+			return text
+		}
+		text = rest
+	}
+}
+
+// bareInner also drops the "CODE job: " of wrapped layers inside the text
+// ("load: CONFIG_INVALID people: x" -> "load: x").
+func bareInner(text, job string) string {
+	if job == "" {
+		return text
+	}
+	for _, c := range knownCodes {
+		text = strings.ReplaceAll(text, ": "+c+" "+job+": ", ": ")
+	}
+	return text
 }
 
 // Ready reports whether the sidecar does its work (/readyz): the servers
@@ -107,9 +155,11 @@ func (s *Supervisor) Ready(ctx context.Context) error {
 	for _, j := range s.Status() {
 		switch {
 		case j.State == StateFailed || j.State == StateRestarting:
+			// "job people failed: CONFIG_INVALID: <message>", the code and
+			// the job once each.
 			msg := "job " + j.Name + " " + j.State
 			if j.LastError != nil {
-				msg += ": " + j.LastError.Code + " " + firstLine(j.LastError.Message)
+				msg += ": " + j.LastError.Code + ": " + firstLine(j.LastError.Message)
 			}
 			problems = append(problems, msg)
 		case j.State == "following" && j.LagSeconds > s.cfg.StallAfter.Seconds():

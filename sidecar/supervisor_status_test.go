@@ -39,7 +39,7 @@ func TestSupervisorStatus(t *testing.T) {
 		{Name: "ok", Kind: "search", Hash: "1"},
 		{Name: "flaky", Kind: "search", Hash: "1"},
 		{Name: "waiting", Kind: "mirror", Hash: "1"},
-		{Name: "bad", Kind: "search", Err: errs.New(errs.ConfigInvalid, "bad", "index: must be a string")},
+		{Name: "bad", Kind: "search", Err: errs.WithJob("bad", fmt.Errorf("load: %w", errs.New(errs.ConfigInvalid, "bad", "index: must be a string")))},
 	})
 	byName := func() map[string]sidecar.JobStatus {
 		m := map[string]sidecar.JobStatus{}
@@ -66,10 +66,15 @@ func TestSupervisorStatus(t *testing.T) {
 	if j := m["bad"]; j.LastError == nil || j.LastError.Code != "CONFIG_INVALID" {
 		t.Errorf("bad = %+v, want its CONFIG_INVALID error", j)
 	}
+	// The message is bare: code and job are fields of their own (QA F4).
+	if j := m["flaky"]; j.LastError == nil || j.LastError.Message != "meilisearch unreachable" {
+		t.Errorf("flaky message = %+v, want the bare message", j.LastError)
+	}
 
 	err := s.Ready(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "job flaky restarting") || !strings.Contains(err.Error(), "job bad failed") {
-		t.Errorf("Ready = %v, want flaky and bad named", err)
+	if err == nil || !strings.Contains(err.Error(), "job flaky restarting: FAILED: meilisearch unreachable") ||
+		!strings.Contains(err.Error(), "job bad failed: CONFIG_INVALID: ") || strings.Count(err.Error(), "CONFIG_INVALID") != 1 {
+		t.Errorf("Ready = %v, want flaky and bad named, each code once", err)
 	}
 	s.Apply([]sidecar.JobDef{{Name: "ok", Kind: "search", Hash: "1"}})
 	if err := s.Ready(context.Background()); err != nil {
@@ -78,5 +83,20 @@ func TestSupervisorStatus(t *testing.T) {
 	probe = probeErr
 	if err := s.Ready(context.Background()); err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("Ready with a failing probe = %v", err)
+	}
+}
+
+func TestBareMessage(t *testing.T) {
+	for _, c := range []struct{ in, job, want string }{
+		{"CONFIG_INVALID people: CONFIG_INVALID people: a mirror job needs X", "people", "a mirror job needs X"},
+		{"FAILED people: send batch: refused", "people", "send batch: refused"},
+		{"FAILED: no job here", "people", "no job here"},
+		{"connection refused", "people", "connection refused"},
+		{"FAILED other: x", "people", "other: x"},
+		{"FAILED people", "people", "FAILED people"},
+	} {
+		if got := sidecar.BareMessage(c.in, c.job); got != c.want {
+			t.Errorf("BareMessage(%q) = %q, want %q", c.in, got, c.want)
+		}
 	}
 }
