@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"time"
@@ -25,6 +26,7 @@ const (
 	DefaultRetryBase        = 200 * time.Millisecond
 	DefaultRetryCap         = 30 * time.Second
 	DefaultProgressInterval = 5 * time.Second
+	DefaultRolloutGrace     = 2 * time.Minute
 )
 
 // ErrInvalidated is the cause (wrapped in a FAILED *errs.Error) of Run's
@@ -32,6 +34,13 @@ const (
 // the position is cleared, so the next run reindexes what the collection
 // then holds (DESIGN.md "Invalidate").
 var ErrInvalidated = errors.New("change stream invalidated: collection dropped or renamed")
+
+// ErrTransformOlder is the cause (wrapped in a FAILED *errs.Error, so the
+// supervisor restarts the job with backoff and releases the lease meanwhile)
+// of Run's return when this process's transform is the one another process
+// replaced less than RolloutGrace ago: during a rollout, a pod that still
+// has the old file must not reindex the job back to the old output.
+var ErrTransformOlder = errors.New("transform older than the one recorded")
 
 // EngineConfig tunes the engine. Zero fields take the defaults of config.go
 // (DefaultBatchSize...) or of this file. A job's own options (BatchSize,
@@ -51,6 +60,12 @@ type EngineConfig struct {
 	RetryBase        time.Duration // first backoff of a retried send (default 200ms)
 	RetryCap         time.Duration // backoff cap (default 30s)
 	ProgressInterval time.Duration // reindex progress log period (default 5s)
+	// RolloutGrace: a job whose transform hash is the one the recorded hash
+	// replaced less than this long ago (server time) does not reindex; it
+	// fails with ErrTransformOlder and is retried, so a pod whose file has
+	// not been updated yet in a rollout does not roll the index back. After
+	// it, a deliberate revert is honoured (default 2m).
+	RolloutGrace time.Duration
 }
 
 func (c EngineConfig) withDefaults() EngineConfig {
@@ -89,6 +104,9 @@ func (c EngineConfig) withDefaults() EngineConfig {
 	}
 	if c.ProgressInterval <= 0 {
 		c.ProgressInterval = DefaultProgressInterval
+	}
+	if c.RolloutGrace <= 0 {
+		c.RolloutGrace = DefaultRolloutGrace
 	}
 	return c
 }
@@ -201,6 +219,9 @@ func (e *Engine) run(ctx context.Context, job *transform.Job, sink Sink, l Engin
 			if pos == nil {
 				log.Info("no recorded position: reindexing")
 			} else {
+				if err := e.olderTransform(ctx, job, pos, log); err != nil {
+					return closeOr(ctx, l, err)
+				}
 				log.Info("transform changed since the position was recorded: reindexing", "recorded_hash", short(pos.Hash), "hash", short(job.Hash))
 			}
 			if _, err := e.reindex(ctx, job, sink, l, stats, log); err != nil {
@@ -227,6 +248,36 @@ func (e *Engine) run(ctx context.Context, job *transform.Job, sink Sink, l Engin
 		}
 		return err
 	}
+}
+
+// olderTransform applies the rollout rule: when job's hash is the one the
+// recorded hash replaced, less than RolloutGrace ago by the server's clock,
+// this process has the old transform file (a pod not yet updated in a
+// rollout) and must not reindex back to it: FAILED wrapping
+// ErrTransformOlder. After the grace the revert is deliberate: nil.
+func (e *Engine) olderTransform(ctx context.Context, job *transform.Job, pos *position, log hclog.Logger) error {
+	if pos.PreviousHash != job.Hash || pos.HashSince.IsZero() {
+		return nil
+	}
+	now, err := e.serverNow(ctx)
+	if err != nil {
+		return errs.Wrap(errs.Failed, job.Name, err, "read the server's time")
+	}
+	grace := e.cfg.RolloutGrace
+	if now.Before(pos.HashSince.Add(grace)) {
+		file := job.File
+		if file == "" {
+			file = job.Name + " (no file)"
+		} else {
+			file = filepath.Base(file)
+		}
+		return errs.Wrap(errs.Failed, job.Name, ErrTransformOlder,
+			"this pod's transform %s (hash %s) is older than the one recorded by another pod (hash %s) at %s; waiting for the file to update (a revert is honoured after %s)",
+			file, short(job.Hash), short(pos.Hash), pos.HashSince.UTC().Format(time.RFC3339), grace)
+	}
+	log.Info("transform reverted to the one recorded before: reindexing (the rollout grace has passed)",
+		"recorded_hash", short(pos.Hash), "hash", short(job.Hash), "recorded_at", pos.HashSince, "grace", grace)
+	return nil
 }
 
 // leaseContext derives a context cancelled with the lease's LEASE_LOST

@@ -364,7 +364,7 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 			return sum, err
 		}
 	}
-	if err := e.recordPosition(fctx, name, l, cp.StartToken, cp.StartedAt, job.Hash); err != nil {
+	if err := e.recordNewPosition(fctx, job, l, cp.StartToken, cp.StartedAt); err != nil {
 		return sum, err
 	}
 	if err := e.deleteCheckpoint(fctx, name, l); err != nil {

@@ -11,12 +11,16 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/transform"
 )
 
 // Job state lives in the state collection beside the leases:
 //
 //	{_id: {position: <job>}, token: <resume token>, wallTime: <date>,
-//	 hash: <transform hash>, leaseEpoch: <int64>, updatedAt: <server date>}
+//	 hash: <transform hash>, previousHash: <the hash before it>,
+//	 hashSince: <server date hash was first recorded>,
+//	 destination: <index uid or replica collection>,
+//	 leaseEpoch: <int64>, updatedAt: <server date>}
 //	{_id: {reindex: <job>}, startToken, startedAt, hash, inPlace, lastId,
 //	 count, leaseEpoch, updatedAt}
 //
@@ -39,8 +43,17 @@ type position struct {
 	Token    bson.Raw  `bson:"token"`
 	WallTime time.Time `bson:"wallTime"`
 	Hash     string    `bson:"hash"`
-	Epoch    int64     `bson:"leaseEpoch"`
-	Updated  time.Time `bson:"updatedAt"`
+	// PreviousHash is the hash recorded before Hash, and HashSince the
+	// server time Hash was first recorded: during a rollout, a pod still
+	// running the previous transform must not reindex back to it
+	// (EngineConfig.RolloutGrace).
+	PreviousHash string    `bson:"previousHash"`
+	HashSince    time.Time `bson:"hashSince"`
+	// Destination is the index uid (search) or replica collection (mirror)
+	// the position was recorded for.
+	Destination string    `bson:"destination"`
+	Epoch       int64     `bson:"leaseEpoch"`
+	Updated     time.Time `bson:"updatedAt"`
 }
 
 // checkpoint is a reindex's progress after its last durable page.
@@ -90,18 +103,23 @@ func (e *Engine) readCheckpoint(ctx context.Context, job string) (*checkpoint, e
 
 // fencedSet upserts fields into the state document id, fenced by l's epoch.
 func (e *Engine) fencedSet(ctx context.Context, job string, l EngineLease, id bson.D, set bson.D) error {
-	return e.fencedUpdate(ctx, job, l, id, set, nil)
+	return e.fencedUpdate(ctx, job, l, id, set, nil, nil)
 }
 
 // fencedUpdate upserts the state document id, fenced by l's epoch: it sets
-// set and removes unset (field names), and stamps l's epoch.
-func (e *Engine) fencedUpdate(ctx context.Context, job string, l EngineLease, id bson.D, set bson.D, unset []string) error {
+// set, removes unset and sets now to the server's time (field names), and
+// stamps l's epoch.
+func (e *Engine) fencedUpdate(ctx context.Context, job string, l EngineLease, id bson.D, set bson.D, unset, now []string) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
 	filter := bson.D{{Key: "_id", Value: id}, {Key: fenceField, Value: bson.D{{Key: "$lte", Value: l.Epoch()}}}}
 	set = append(set[:len(set):len(set)], bson.E{Key: fenceField, Value: l.Epoch()})
-	update := bson.D{{Key: "$set", Value: set}, {Key: "$currentDate", Value: bson.D{{Key: "updatedAt", Value: true}}}}
+	cd := bson.D{{Key: "updatedAt", Value: true}}
+	for _, f := range now {
+		cd = append(cd, bson.E{Key: f, Value: true})
+	}
+	update := bson.D{{Key: "$set", Value: set}, {Key: "$currentDate", Value: cd}}
 	if len(unset) > 0 {
 		u := make(bson.D, len(unset))
 		for i, f := range unset {
@@ -126,7 +144,8 @@ func (e *Engine) fencedUpdate(ctx context.Context, job string, l EngineLease, id
 }
 
 // The payload fields of the state documents: clearing one removes these and
-// keeps (restamps) leaseEpoch. A fenced document is never deleted: its stamp
+// keeps (restamps) leaseEpoch. A position keeps its hash history (hash,
+// previousHash, hashSince, destination) for the rollout rule. A fenced document is never deleted: its stamp
 // would go with it, and a deposed holder's next fenced upsert would create
 // it again (lease package doc, "Epoch and fencing").
 var (
@@ -164,10 +183,69 @@ func (e *Engine) recordPosition(ctx context.Context, job string, l EngineLease, 
 	return err
 }
 
+// recordNewPosition records the position a reindex took, with job's hash
+// and destination. When the hash differs from the recorded one, that one
+// becomes previousHash and hashSince the server time of this write (the
+// rollout rule of Run). The caller holds the lease and stamped the state, so
+// nothing else writes between the read and the write.
+func (e *Engine) recordNewPosition(ctx context.Context, job *transform.Job, l EngineLease, token bson.Raw, wall time.Time) error {
+	var cur struct {
+		Hash string `bson:"hash"`
+	}
+	err := e.state.FindOne(ctx, bson.D{{Key: "_id", Value: posKey(job.Name)}}).Decode(&cur)
+	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
+		return errs.Wrap(errs.Failed, job.Name, err, "read position")
+	}
+	set := bson.D{
+		{Key: "token", Value: token},
+		{Key: "wallTime", Value: wall},
+		{Key: "hash", Value: job.Hash},
+		{Key: "destination", Value: destination(job)},
+	}
+	var unset, now []string
+	if cur.Hash != job.Hash {
+		if cur.Hash != "" {
+			set = append(set, bson.E{Key: "previousHash", Value: cur.Hash})
+		} else {
+			unset = append(unset, "previousHash")
+		}
+		now = append(now, "hashSince")
+	}
+	err = e.fencedUpdate(ctx, job.Name, l, posKey(job.Name), set, unset, now)
+	if err != nil && !errors.Is(err, errs.ErrLeaseLost) {
+		return errs.Wrap(errs.Failed, job.Name, err, "record position")
+	}
+	return err
+}
+
+// destination is where job writes: its index uid, or its replica
+// collection.
+func destination(job *transform.Job) string {
+	if job.Kind == transform.Mirror {
+		return job.Mirror
+	}
+	return job.Index
+}
+
+// serverNow is the server's clock (hello's localTime), for decisions that
+// must not depend on this process's clock.
+func (e *Engine) serverNow(ctx context.Context) (time.Time, error) {
+	var r struct {
+		LocalTime time.Time `bson:"localTime"`
+	}
+	if err := e.source.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&r); err != nil {
+		return time.Time{}, err
+	}
+	if r.LocalTime.IsZero() {
+		return time.Time{}, errors.New("hello reply without localTime")
+	}
+	return r.LocalTime, nil
+}
+
 // clearPosition removes the job's position (the next run reindexes); the
 // document and its epoch stay.
 func (e *Engine) clearPosition(ctx context.Context, job string, l EngineLease) error {
-	if err := e.fencedUpdate(ctx, job, l, posKey(job), nil, positionFields); err != nil && !errors.Is(err, errs.ErrLeaseLost) {
+	if err := e.fencedUpdate(ctx, job, l, posKey(job), nil, positionFields, nil); err != nil && !errors.Is(err, errs.ErrLeaseLost) {
 		return errs.Wrap(errs.Failed, job, err, "clear position")
 	} else if err != nil {
 		return err
@@ -196,7 +274,7 @@ func (e *Engine) writeCheckpoint(ctx context.Context, job string, l EngineLease,
 // deleteCheckpoint clears the job's reindex checkpoint (the document and
 // its epoch stay).
 func (e *Engine) deleteCheckpoint(ctx context.Context, job string, l EngineLease) error {
-	if err := e.fencedUpdate(ctx, job, l, cpKey(job), nil, checkpointFields); err != nil && !errors.Is(err, errs.ErrLeaseLost) {
+	if err := e.fencedUpdate(ctx, job, l, cpKey(job), nil, checkpointFields, nil); err != nil && !errors.Is(err, errs.ErrLeaseLost) {
 		return errs.Wrap(errs.Failed, job, err, "delete reindex checkpoint")
 	} else if err != nil {
 		return err
@@ -220,6 +298,8 @@ type JobState struct {
 type PositionState struct {
 	WallTime  time.Time // wall time of the change it stands after
 	Hash      string    // transform hash it was recorded with
+	Previous  string    // the hash recorded before Hash ("" if none)
+	HashSince time.Time // server time Hash was first recorded
 	Epoch     int64     // lease epoch of the writer
 	UpdatedAt time.Time // server time of the write
 }
@@ -267,6 +347,8 @@ func ReadState(ctx context.Context, state, errorsColl *mongo.Collection) ([]JobS
 			WallTime   time.Time     `bson:"wallTime"`
 			StartedAt  time.Time     `bson:"startedAt"`
 			Hash       string        `bson:"hash"`
+			Previous   string        `bson:"previousHash"`
+			HashSince  time.Time     `bson:"hashSince"`
 			InPlace    bool          `bson:"inPlace"`
 			LastID     bson.RawValue `bson:"lastId"`
 			Count      int64         `bson:"count"`
@@ -280,7 +362,7 @@ func ReadState(ctx context.Context, state, errorsColl *mongo.Collection) ([]JobS
 		// one: no position, no checkpoint.
 		switch {
 		case d.ID.Position != "" && len(d.Token) > 0:
-			get(d.ID.Position).Position = &PositionState{WallTime: d.WallTime, Hash: d.Hash, Epoch: d.Epoch, UpdatedAt: d.Updated}
+			get(d.ID.Position).Position = &PositionState{WallTime: d.WallTime, Hash: d.Hash, Previous: d.Previous, HashSince: d.HashSince, Epoch: d.Epoch, UpdatedAt: d.Updated}
 		case d.ID.Reindex != "" && len(d.StartToken) > 0:
 			r := &ReindexState{StartedAt: d.StartedAt, Hash: d.Hash, InPlace: d.InPlace, Count: d.Count, Epoch: d.Epoch, UpdatedAt: d.Updated}
 			if d.LastID.Type != 0 {
