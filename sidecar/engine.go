@@ -184,6 +184,9 @@ func (e *Engine) jobCfg(job *transform.Job) jobConfig {
 // onDocumentError: fail.
 func (e *Engine) Run(ctx context.Context, job *transform.Job, sink Sink, l EngineLease, stats *JobStats) error {
 	e.setKind(job.Name, job.Kind.String())
+	if stats == nil {
+		stats = NewJobStats() // the lag metric is computed from it
+	}
 	err := e.run(ctx, job, sink, l, stats)
 	if err != nil {
 		err = errs.WithJob(job.Name, err)

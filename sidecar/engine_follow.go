@@ -36,6 +36,9 @@ func isHistoryLost(err error) bool {
 // stream reports (its post-batch resume token), not a latency bound.
 const streamAwait = 500 * time.Millisecond
 
+// lagInterval is how often the follow lag gauge is updated while following.
+var lagInterval = time.Second
+
 // csItem is what the stream reader hands the follow loop: the events of one
 // getMore batch (copied, in order), an idle report with the post-batch
 // resume token, or the stream's error. One hand-off per batch, not per
@@ -58,8 +61,20 @@ func (e *Engine) openStream(ctx context.Context, job *transform.Job, token bson.
 	return e.source.Collection(job.Collection).Watch(ctx, mongo.Pipeline{}, opts)
 }
 
-// readStream feeds out until ctx ends or the stream fails.
-func readStream(ctx context.Context, cs *mongo.ChangeStream, out chan<- csItem) {
+// streamPace is the least time between two getMores of a busy stream:
+// FlushInterval/10, at most 10ms. A getMore returns as soon as anything
+// is there, so a stream of a few thousand changes a second read without a
+// pause costs one round trip (and its goroutine switches) per change or
+// two; pausing after a batch lets the next one gather more. An idle
+// stream's getMore still waits on the server (maxAwaitTime), so a lone
+// write is not delayed; a busy one by at most the pace.
+func streamPace(flush time.Duration) time.Duration {
+	return min(flush/10, 10*time.Millisecond)
+}
+
+// readStream feeds out until ctx ends or the stream fails, pausing at
+// least pace between getMores that returned events.
+func readStream(ctx context.Context, cs *mongo.ChangeStream, out chan<- csItem, pace time.Duration) {
 	send := func(it csItem) bool {
 		select {
 		case out <- it:
@@ -69,6 +84,7 @@ func readStream(ctx context.Context, cs *mongo.ChangeStream, out chan<- csItem) 
 		}
 	}
 	for {
+		started := time.Now()
 		if cs.TryNext(ctx) {
 			// The rest of the batch the driver holds, without another
 			// getMore: copied into one arena (slices into an outgrown
@@ -86,6 +102,11 @@ func readStream(ctx context.Context, cs *mongo.ChangeStream, out chan<- csItem) 
 			}
 			if !send(csItem{evs: evs}) {
 				return
+			}
+			if d := time.Until(started.Add(pace)); d > 0 && cs.RemainingBatchLength() == 0 {
+				if sleep(ctx, d) != nil {
+					return
+				}
 			}
 			continue
 		}
@@ -155,7 +176,7 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l En
 				items = make(chan csItem, 256)
 				go func(done chan struct{}) {
 					defer close(done)
-					readStream(rctx, cs, items)
+					readStream(rctx, cs, items, streamPace(jc.FlushInterval))
 					cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 					_ = cs.Close(cctx)
 					cancel()
@@ -181,8 +202,15 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l En
 	flush := time.NewTimer(time.Hour)
 	flush.Stop()
 	defer flush.Stop()
+	// The lag gauge reads the live lag (the age of the oldest change not yet
+	// durable) every second, as /status does, so it grows while the
+	// destination is down instead of keeping the last durable batch's value.
+	lagTick := time.NewTicker(lagInterval)
+	defer lagTick.Stop()
 	for {
 		select {
+		case <-lagTick.C:
+			e.observeLag(job.Name, stats.Snapshot().LagSeconds)
 		case it := <-items:
 			switch {
 			case it.err != nil:
@@ -415,7 +443,7 @@ func (f *follower) recordAfter(tok bson.Raw, wall time.Time, idle bool) func(ctx
 			lag = max(time.Since(wall).Seconds(), 0)
 		}
 		stats.update(func(s *JobSnapshot) { s.LastPosition = wall; s.RecordedAt = time.Now(); s.LagSeconds = lag })
-		e.observeLag(jc.job.Name, lag)
+		e.observeLag(jc.job.Name, stats.Snapshot().LagSeconds)
 		return nil
 	}
 }

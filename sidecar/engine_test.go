@@ -57,6 +57,8 @@ type env struct {
 	leases *lease.Manager
 	cfg    sidecar.EngineConfig
 	log    hclog.Logger
+	// metrics, when set, is what engine() reports to.
+	metrics *sidecar.Metrics
 }
 
 func newEnv(t *testing.T, history int) *env {
@@ -125,7 +127,7 @@ func (e *env) job(src string) *transform.Job {
 }
 
 func (e *env) engine() *sidecar.Engine {
-	return sidecar.NewEngine(e.db, e.state, e.errs, e.cfg, nil, e.log)
+	return sidecar.NewEngine(e.db, e.state, e.errs, e.cfg, e.metrics, e.log)
 }
 
 func (e *env) acquire() *lease.Lease {
@@ -729,6 +731,8 @@ func TestDeposedFollowerStopsWithLeaseLostWhenItsPositionWriteIsFenced(t *testin
 
 func TestLagGrowsWhileMeilisearchIsStuckAndFallsBackToZero(t *testing.T) {
 	e := newEnv(t, 0)
+	reg := prometheus.NewRegistry()
+	e.metrics = sidecar.NewMetrics(reg)
 	e.insert(0, 10, nil)
 	job := e.job(itemsJS)
 	r := e.run(job, e.acquire())
@@ -736,9 +740,13 @@ func TestLagGrowsWhileMeilisearchIsStuckAndFallsBackToZero(t *testing.T) {
 	e.meili.PauseTasks()
 	e.insert(100, 110, nil)
 	until(t, "lag over 300ms", func() bool { return r.stats.Snapshot().LagSeconds > 0.3 })
+	// The metric (what alerts read) grows too, not only /status (QA F19).
+	lag := func() float64 { return metric(t, reg, "meilistream_follow_lag_seconds", "items") }
+	until(t, "lag metric over 1s", func() bool { return lag() > 1 })
 	e.meili.ResumeTasks()
 	e.equal(job)
 	until(t, "lag back to 0 when idle", func() bool { return r.stats.Snapshot().LagSeconds == 0 })
+	until(t, "lag metric back to 0", func() bool { return lag() == 0 })
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
