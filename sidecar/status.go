@@ -26,7 +26,8 @@ type JobStatus struct {
 	Name string `json:"name"`
 	// Kind is "search" (into Meilisearch) or "mirror" (into the replica).
 	Kind string `json:"kind"`
-	// State is one of: "starting" (loaded, not yet asking for its lease),
+	// State is one of: "starting" (asking for its lease, or preparing its
+	// destination: see LastError and Attempts when that fails),
 	// "standby" (another process holds the lease), "reindexing",
 	// "following", "restarting" (waiting after a failure, see
 	// NextRestart), "failed" (cannot run until fixed), "stopping",
@@ -52,6 +53,10 @@ type JobStatus struct {
 	Restarts int `json:"restarts"`
 	// NextRestart is when a "restarting" job tries again.
 	NextRestart *time.Time `json:"next_restart,omitempty"`
+	// Attempts counts the failed attempts to prepare the destination of a
+	// "starting" job that holds its lease (the engine retries with backoff;
+	// LastError is the latest failure). 0 otherwise.
+	Attempts int `json:"attempts,omitempty"`
 }
 
 // ReindexStatus is a running reindex's progress.

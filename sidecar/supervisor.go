@@ -17,7 +17,7 @@ import (
 // Job states shown in /status. The engine refines "running" into
 // "reindexing" or "following" through the job's stats.
 const (
-	StateStarting   = "starting"   // loaded, not yet waiting for its lease
+	StateStarting   = "starting"   // loaded, asking for its lease or preparing its destination
 	StateStandby    = "standby"    // waiting for the lease another process holds
 	StateRunning    = "running"    // holds the lease, the engine runs
 	StateRestarting = "restarting" // the last run failed; waiting for the next try
@@ -66,9 +66,12 @@ type HeldLease interface {
 // and run the job while holding it. The production driver wraps lease.Manager
 // and the Engine; tests use fakes.
 type JobDriver interface {
-	// Standby blocks until the job's lease is ours (waiting, with backoff,
-	// while another process holds it). It returns ctx's error when cancelled.
-	Standby(ctx context.Context, name string) (HeldLease, error)
+	// Standby blocks until the job's lease is ours, waiting, with backoff,
+	// while another process holds it: it calls held (with the RUNNING error
+	// naming the holder) each time it finds the lease held. It returns any
+	// other failure to ask (MongoDB unreachable, credentials refused), for
+	// the supervisor to show and retry, and ctx's error when cancelled.
+	Standby(ctx context.Context, name string, held func(why error)) (HeldLease, error)
 	// Run runs the job under h until ctx is cancelled (it then flushes and
 	// records before returning) or it fails. ctx is cancelled with cause
 	// LEASE_LOST when the lease is lost; Run then returns an error with code
@@ -155,6 +158,7 @@ type SupervisedJob struct {
 	lastErrAt   time.Time
 	epoch       int64
 	held        bool
+	attempts    int // failed attempts to prepare the destination, this run
 }
 
 // SupervisedSnapshot is a copy of a SupervisedJob at one instant.
@@ -169,6 +173,7 @@ type SupervisedSnapshot struct {
 	Code        string // code of LastError
 	Held        bool   // this process holds the job's lease
 	Epoch       int64  // lease epoch while held
+	Attempts    int    // failed attempts to prepare the destination, this run
 }
 
 // NewSupervisor returns a supervisor with no jobs; call Apply to start some.
@@ -399,8 +404,14 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 	}
 	failures := 0
 	for ctx.Err() == nil {
-		st.setState(StateStandby)
-		h, err := s.cfg.Driver.Standby(ctx, j.def.Name)
+		// "standby" only once the lease is known held by another process:
+		// a job that cannot even ask shows its error instead (QA F9).
+		st.setState(StateStarting)
+		h, err := s.cfg.Driver.Standby(ctx, j.def.Name, func(why error) {
+			if st.setState(StateStandby) {
+				log.Info("lease held by another process; standing by", "lease", BareMessage(why.Error(), j.def.Name))
+			}
+		})
 		if ctx.Err() != nil {
 			if h != nil {
 				s.release(log, h)
@@ -409,6 +420,11 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 		}
 		if err != nil {
 			failures++
+			if errors.Is(err, errs.ErrConfigInvalid) {
+				// Refused credentials: retried at the longest backoff, the
+				// error visible meanwhile (a user created late, say).
+				failures = max(failures, 64)
+			}
 			st.fail(err)
 			if !s.backoff(ctx, log, st, failures, err) {
 				return
@@ -548,10 +564,12 @@ func errText(err error) string {
 	return err.Error()
 }
 
-func (j *SupervisedJob) setState(state string) {
+// setState sets the job's state; true when it changed.
+func (j *SupervisedJob) setState(state string) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.state != state {
+	changed := j.state != state
+	if changed {
 		j.state = state
 		j.since = time.Now()
 		if state != StateRunning { // refined by refreshStates
@@ -561,6 +579,27 @@ func (j *SupervisedJob) setState(state string) {
 	if state != StateRestarting {
 		j.nextRestart = time.Time{}
 	}
+	if state != StateRunning {
+		j.attempts = 0
+	}
+	return changed
+}
+
+// prepared records the outcome of one attempt to prepare the job's
+// destination (the engine retries it): a failure is the job's last error
+// and counts an attempt, shown in /status while the job is "starting"; a
+// success ends the count.
+func (j *SupervisedJob) prepared(err error) {
+	if err == nil {
+		j.mu.Lock()
+		j.attempts = 0
+		j.mu.Unlock()
+		return
+	}
+	j.fail(err)
+	j.mu.Lock()
+	j.attempts++
+	j.mu.Unlock()
 }
 
 func (j *SupervisedJob) setHeld(held bool, epoch int64) {
@@ -608,6 +647,7 @@ func (j *SupervisedJob) Snapshot() SupervisedSnapshot {
 		LastErrorAt: j.lastErrAt,
 		Held:        j.held,
 		Epoch:       j.epoch,
+		Attempts:    j.attempts,
 	}
 	if j.lastErr != nil {
 		s.LastError = j.lastErr.Error()

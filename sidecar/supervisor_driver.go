@@ -2,6 +2,12 @@ package sidecar
 
 import (
 	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/lease"
@@ -15,8 +21,9 @@ import (
 // job until its definition changes; other errors restart it with backoff.
 type SinkFactory func(job *transform.Job) (Sink, error)
 
-// EngineDriver is the production JobDriver: standby is lease.Manager.Wait,
-// a run is Engine.Run into the job's sink.
+// EngineDriver is the production JobDriver: standby polls lease.Manager's
+// Acquire while another process holds the lease, a run is Engine.Run into
+// the job's sink.
 type EngineDriver struct {
 	Leases *lease.Manager
 	Engine *Engine
@@ -25,16 +32,74 @@ type EngineDriver struct {
 
 var _ JobDriver = (*EngineDriver)(nil)
 
-// Standby waits until the job's lease is ours.
-func (d *EngineDriver) Standby(ctx context.Context, name string) (HeldLease, error) {
-	l, err := d.Leases.Wait(ctx, name)
-	if err != nil {
-		return nil, err
+// Standby waits until the job's lease is ours. Only a lease held by another
+// process is waited for here (polling from 500ms up to a third of the lease
+// period, jittered, so a freed lease is noticed within one renewal period);
+// any other failure to ask (MongoDB unreachable, credentials refused) is
+// returned, so the supervisor shows it in /status (last_error, restarting)
+// instead of a "standby" that claims another pod works (QA F9). A refused
+// authentication is CONFIG_INVALID naming MEILISTREAM_MONGODB_URI.
+func (d *EngineDriver) Standby(ctx context.Context, name string, held func(why error)) (HeldLease, error) {
+	capd := d.Leases.TTL() / 3
+	base := min(lease.DefaultWaitBase, capd)
+	wait := base
+	for {
+		l, err := d.Leases.Acquire(ctx, name)
+		if err == nil {
+			return l, nil
+		}
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		if !errors.Is(err, errs.ErrRunning) {
+			return nil, MongoAccessError(name, err)
+		}
+		held(err)
+		p := time.Duration(float64(wait) * (0.75 + 0.5*rand.Float64()))
+		p = max(min(p, capd), time.Millisecond)
+		t := time.NewTimer(p)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, context.Cause(ctx)
+		case <-t.C:
+		}
+		wait = min(2*wait, capd)
 	}
-	return l, nil
+}
+
+// mongoAuthFailed is MongoDB's AuthenticationFailed error code.
+const mongoAuthFailed = 18
+
+// MongoAccessError classifies a failure to reach the source MongoDB: an
+// authentication failure (code 18 AuthenticationFailed, which the driver
+// reports from the connection handshake) is CONFIG_INVALID naming
+// MEILISTREAM_MONGODB_URI, since waiting alone will not fix it; anything
+// else is returned as is (FAILED: retried). The driver's errors name hosts,
+// never the password.
+func MongoAccessError(job string, err error) error {
+	if err == nil || !AuthFailed(err) {
+		return err
+	}
+	return errs.Wrap(errs.ConfigInvalid, job, err,
+		"MongoDB refused the credentials of MEILISTREAM_MONGODB_URI (or MEILISTREAM_MONGODB_URI_FILE): fix them and restart meilistream (retried every minute meanwhile)")
+}
+
+// AuthFailed reports whether err is MongoDB refusing the credentials.
+func AuthFailed(err error) bool {
+	var se mongo.ServerError
+	if errors.As(err, &se) && se.HasErrorCode(mongoAuthFailed) {
+		return true
+	}
+	// Handshake failures arrive as connection errors whose text carries
+	// the server's code name ("auth error: ... (AuthenticationFailed)").
+	msg := err.Error()
+	return strings.Contains(msg, "(AuthenticationFailed)") || strings.Contains(msg, "auth error:")
 }
 
 // Run builds the job's sink and runs the engine under the held lease.
+// Failures to prepare the destination, which the engine retries itself,
+// show in /status as the job's last_error and attempts (QA F13).
 func (d *EngineDriver) Run(ctx context.Context, def JobDef, h HeldLease, st *SupervisedJob) error {
 	job, ok := def.Spec.(*transform.Job)
 	if !ok || job == nil {
@@ -48,5 +113,33 @@ func (d *EngineDriver) Run(ctx context.Context, def JobDef, h HeldLease, st *Sup
 	if err != nil {
 		return errs.WithJob(job.Name, err)
 	}
-	return d.Engine.Run(ctx, job, sink, el, st.Stats)
+	return d.Engine.Run(ctx, job, ReportingSink(sink, st.prepared), el, st.Stats)
+}
+
+// ReportingSink wraps s so that every Prepare's outcome is passed to report
+// (nil on success). The wrapper keeps s's optional DDLObserver.
+func ReportingSink(s Sink, report func(error)) Sink {
+	r := &reportingSink{Sink: s, report: report}
+	if o, ok := s.(DDLObserver); ok {
+		return &reportingObserver{reportingSink: r, DDLObserver: o}
+	}
+	return r
+}
+
+type reportingSink struct {
+	Sink
+	report func(error)
+}
+
+func (r *reportingSink) Prepare(ctx context.Context) error {
+	err := r.Sink.Prepare(ctx)
+	if ctx.Err() == nil {
+		r.report(err)
+	}
+	return err
+}
+
+type reportingObserver struct {
+	*reportingSink
+	DDLObserver
 }

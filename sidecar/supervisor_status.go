@@ -38,6 +38,7 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) JobStatus {
 		State:    sn.State,
 		Epoch:    sn.Epoch,
 		Restarts: sn.Restarts,
+		Attempts: sn.Attempts,
 		Counters: JobCounters{Indexed: es.Indexed, Deleted: es.Deleted, Skipped: es.Skipped, Errors: es.Errors, Changes: es.Changes},
 	}
 	switch {

@@ -48,6 +48,7 @@ func (l *fakeLease) loseIt() {
 type fakeDriver struct {
 	mu     sync.Mutex
 	gate   map[string]chan struct{} // a job's Standby blocks until its gate is closed (nil: free)
+	askErr map[string]error         // a job's Standby fails with this (nil: asks fine)
 	run    func(ctx context.Context, def sidecar.JobDef, call int) error
 	calls  map[string]int
 	leases []*fakeLease
@@ -55,14 +56,18 @@ type fakeDriver struct {
 }
 
 func newFakeDriver(run func(ctx context.Context, def sidecar.JobDef, call int) error) *fakeDriver {
-	return &fakeDriver{gate: map[string]chan struct{}{}, run: run, calls: map[string]int{}}
+	return &fakeDriver{gate: map[string]chan struct{}{}, askErr: map[string]error{}, run: run, calls: map[string]int{}}
 }
 
-func (d *fakeDriver) Standby(ctx context.Context, name string) (sidecar.HeldLease, error) {
+func (d *fakeDriver) Standby(ctx context.Context, name string, held func(error)) (sidecar.HeldLease, error) {
 	d.mu.Lock()
-	g := d.gate[name]
+	g, askErr := d.gate[name], d.askErr[name]
 	d.mu.Unlock()
+	if askErr != nil {
+		return nil, askErr
+	}
 	if g != nil {
+		held(errs.New(errs.Running, name, "lease held by other:2:def until 2026-01-01T00:00:00Z (server time)"))
 		select {
 		case <-g:
 		case <-ctx.Done():
