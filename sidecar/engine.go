@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -225,7 +226,7 @@ func (e *Engine) run(ctx context.Context, job *transform.Job, sink Sink, l Engin
 				if err := e.olderTransform(ctx, job, pos, log); err != nil {
 					return closeOr(ctx, l, err)
 				}
-				log.Info("transform changed since the position was recorded: reindexing", "recorded_hash", short(pos.Hash), "hash", short(job.Hash))
+				e.logWhyReindex(job, pos, log)
 			}
 			if _, err := e.reindex(ctx, job, sink, l, stats, log); err != nil {
 				return closeOr(ctx, l, err)
@@ -251,6 +252,31 @@ func (e *Engine) run(ctx context.Context, job *transform.Job, sink Sink, l Engin
 		}
 		return err
 	}
+}
+
+// logWhyReindex says why a changed hash reindexes: a changed job
+// definition (index uid, options) or a changed transform file, and that an
+// index (or replica collection) the job no longer writes is left in place.
+func (e *Engine) logWhyReindex(job *transform.Job, pos *position, log hclog.Logger) {
+	changes := definitionChanges(pos.Definition, job)
+	if len(changes) == 0 && pos.Destination != "" && pos.Destination != destination(job) {
+		changes = []string{fmt.Sprintf("destination %q, was %q", destination(job), pos.Destination)}
+	}
+	if len(changes) == 0 {
+		log.Info("transform changed since the position was recorded: reindexing", "recorded_hash", short(pos.Hash), "hash", short(job.Hash))
+		return
+	}
+	args := []any{"changes", strings.Join(changes, "; "), "recorded_hash", short(pos.Hash), "hash", short(job.Hash)}
+	if pos.Destination != "" && pos.Destination != destination(job) {
+		what := "index"
+		if job.Kind == transform.Mirror {
+			what = "replica collection"
+		}
+		log.Info(fmt.Sprintf("job definition changed (%s): reindexing into %s %s; the old %s %s is left in place for you to delete when no longer needed",
+			strings.Join(changes, "; "), what, destination(job), what, pos.Destination), args...)
+		return
+	}
+	log.Info(fmt.Sprintf("job definition changed (%s): reindexing", strings.Join(changes, "; ")), args...)
 }
 
 // olderTransform applies the rollout rule: when job's hash is the one the

@@ -1081,3 +1081,44 @@ func TestOldTransformDuringARolloutDoesNotReindexBackUntilTheGraceHasPassed(t *t
 		t.Fatalf("revert: stats %+v, want one reindex", s)
 	}
 }
+
+func TestChangedJobDefinitionSaysSoAndLeavesTheOldIndex(t *testing.T) {
+	e := newEnv(t, 0)
+	var logs syncBuffer
+	e.log = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: &logs})
+	e.insert(0, 20, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	r := e.run(job, l)
+	e.settled(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	// The file changed: said so.
+	edited := e.job(strings.Replace(itemsJS, "n: doc.n", "n: doc.n * 2", 1))
+	r = e.run(edited, l)
+	e.settled(edited)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "transform changed since the position was recorded: reindexing") {
+		t.Errorf("file change not said:\n%s", logs.String())
+	}
+	// The destination changed (as an index prefix or override does).
+	moved := e.job(strings.Replace(itemsJS, `index: "items"`, `index: "items_v2"`, 1))
+	r = e.run(moved, l)
+	if err := synccheck.Eventually(e.ctx, 15*time.Second, e.coll, e.errs, moved, e.mc, "items_v2"); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "position recorded", func() bool { return e.positionHash() == moved.Hash })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	want := `job definition changed (index "items_v2", was "items"): reindexing into index items_v2; the old index items is left in place for you to delete when no longer needed`
+	if !strings.Contains(logs.String(), want) {
+		t.Errorf("log does not say %q:\n%s", want, logs.String())
+	}
+	if n := len(e.meili.Documents("items")); n != 20 {
+		t.Fatalf("old index: %d documents, want it left as it was", n)
+	}
+}

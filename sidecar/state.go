@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"time"
 
@@ -50,10 +51,12 @@ type position struct {
 	PreviousHash string    `bson:"previousHash"`
 	HashSince    time.Time `bson:"hashSince"`
 	// Destination is the index uid (search) or replica collection (mirror)
-	// the position was recorded for.
-	Destination string    `bson:"destination"`
-	Epoch       int64     `bson:"leaseEpoch"`
-	Updated     time.Time `bson:"updatedAt"`
+	// the position was recorded for; Definition the job's options then
+	// (definition), to say why a changed hash reindexes.
+	Destination string            `bson:"destination"`
+	Definition  map[string]string `bson:"definition"`
+	Epoch       int64             `bson:"leaseEpoch"`
+	Updated     time.Time         `bson:"updatedAt"`
 }
 
 // checkpoint is a reindex's progress after its last durable page.
@@ -201,6 +204,7 @@ func (e *Engine) recordNewPosition(ctx context.Context, job *transform.Job, l En
 		{Key: "wallTime", Value: wall},
 		{Key: "hash", Value: job.Hash},
 		{Key: "destination", Value: destination(job)},
+		{Key: "definition", Value: definition(job)},
 	}
 	var unset, now []string
 	if cur.Hash != job.Hash {
@@ -225,6 +229,49 @@ func destination(job *transform.Job) string {
 		return job.Mirror
 	}
 	return job.Index
+}
+
+// definition is what of job, besides its transform code, decides its
+// output: recorded with the position, compared on a hash change to tell a
+// changed definition (index uid, primary key... from the file, environment
+// overrides or the index prefix) from a changed transform.
+func definition(job *transform.Job) map[string]string {
+	// Only what changes the output: a changed batchSize (which the
+	// hash does not cover) must not be named as the cause of a reindex.
+	d := map[string]string{
+		"kind":       job.Kind.String(),
+		"collection": job.Collection,
+	}
+	if job.Kind == transform.Mirror {
+		d["mirror"] = job.Mirror
+	} else {
+		d["index"] = job.Index
+		d["primaryKey"] = job.PrimaryKey
+		d["dates"] = job.Dates
+	}
+	return d
+}
+
+// definitionChanges lists what differs between a recorded definition and
+// job's ("index qa_products, was products"); nil when none or when none was
+// recorded.
+func definitionChanges(was map[string]string, job *transform.Job) []string {
+	if len(was) == 0 {
+		return nil
+	}
+	now := definition(job)
+	keys := make([]string, 0, len(now))
+	for k := range now {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var out []string
+	for _, k := range keys {
+		if old, ok := was[k]; ok && old != now[k] {
+			out = append(out, fmt.Sprintf("%s %q, was %q", k, now[k], old))
+		}
+	}
+	return out
 }
 
 // serverNow is the server's clock (hello's localTime), for decisions that
