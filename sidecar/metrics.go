@@ -35,6 +35,8 @@ type Metrics struct {
 	DDLEvents        *prometheus.CounterVec   // meilistream_ddl_events_total{job,event}: drop/rename/dropDatabase seen by a mirror
 	JobState         *prometheus.GaugeVec     // meilistream_job_state{job,state}: 1 for the job's current state
 	JobRestarts      *prometheus.CounterVec   // meilistream_job_restarts_total{job}
+	TransformErrors  *prometheus.CounterVec   // meilistream_transform_reload_errors_total{job}: changed files that failed to load while the previous version runs
+	TransformStale   *prometheus.GaugeVec     // meilistream_transform_stale{job}: 1 while the job's changed file fails to load
 
 	mu  sync.Mutex
 	odd map[string]string // job -> a state outside jobStates last set, see JobMetrics.State
@@ -81,12 +83,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		DDLEvents:    counter("ddl_events_total", "Collection or database drops and renames seen by a mirror job (never applied).", "job", "event"),
 		JobState:     gauge("job_state", "1 for the job's current state, 0 for the others.", "job", "state"),
 		JobRestarts:  counter("job_restarts_total", "Restarts of the job after a failure.", "job"),
-		odd:          map[string]string{},
+		TransformErrors: counter("transform_reload_errors_total",
+			"Changes of the job's transform file that failed to load (the previous version kept running).", "job"),
+		TransformStale: gauge("transform_stale", "1 while the job's changed transform file fails to load and the previous version runs.", "job"),
+		odd:            map[string]string{},
 	}
 	reg.MustRegister(m.DocumentsIndexed, m.DocumentsDeleted, m.DocumentsSkipped, m.Errors,
 		m.BatchDuration, m.BatchDocuments, m.FollowLag, m.PositionTime, m.DeadLetters,
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes, m.DDLEvents,
-		m.JobState, m.JobRestarts)
+		m.JobState, m.JobRestarts, m.TransformErrors, m.TransformStale)
 	return m
 }
 
@@ -241,6 +246,20 @@ func (j *JobMetrics) State(state string) {
 	}
 }
 
+// TransformError records that the job's changed file failed to load
+// (failed) or that the file in effect is the latest again.
+func (j *JobMetrics) TransformError(failed bool) {
+	if j == nil {
+		return
+	}
+	if failed {
+		j.m.TransformErrors.WithLabelValues(j.job).Inc()
+		j.m.TransformStale.WithLabelValues(j.job).Set(1)
+	} else {
+		j.m.TransformStale.WithLabelValues(j.job).Set(0)
+	}
+}
+
 // Restart counts one restart after a failure.
 func (j *JobMetrics) Restart() {
 	if j != nil {
@@ -262,7 +281,7 @@ func (j *JobMetrics) Forget() {
 		j.m.DocumentsIndexed, j.m.DocumentsDeleted, j.m.DocumentsSkipped, j.m.Errors,
 		j.m.BatchDuration, j.m.BatchDocuments, j.m.FollowLag, j.m.PositionTime, j.m.DeadLetters,
 		j.m.LeaseHeld, j.m.LeaseEpoch, j.m.ReindexDone, j.m.ReindexTotal, j.m.Reindexes,
-		j.m.DDLEvents, j.m.JobState, j.m.JobRestarts,
+		j.m.DDLEvents, j.m.JobState, j.m.JobRestarts, j.m.TransformErrors, j.m.TransformStale,
 	} {
 		v.DeletePartialMatch(l)
 	}

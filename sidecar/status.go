@@ -57,6 +57,10 @@ type JobStatus struct {
 	// "starting" job that holds its lease (the engine retries with backoff;
 	// LastError is the latest failure). 0 otherwise.
 	Attempts int `json:"attempts,omitempty"`
+	// TransformError is set while the job's transform file, changed,
+	// fails to load: the previous version keeps running (State is its
+	// state) until the file is fixed.
+	TransformError *ErrorStatus `json:"transform_error,omitempty"`
 }
 
 // ReindexStatus is a running reindex's progress.

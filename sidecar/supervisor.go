@@ -49,6 +49,11 @@ type JobDef struct {
 	Err error
 	// Spec is what the driver needs to run the job (*transform.Job).
 	Spec any
+	// LoadErr is set when the job's file changed and failed to load while
+	// the previous version (Spec, Hash) keeps running: the job is not
+	// restarted; the error shows in /status as transform_error and is
+	// logged once, until a later load succeeds or fails differently.
+	LoadErr error
 }
 
 // HeldLease is what the supervisor needs of a job lease it holds.
@@ -159,6 +164,8 @@ type SupervisedJob struct {
 	epoch       int64
 	held        bool
 	attempts    int // failed attempts to prepare the destination, this run
+	loadErr     error
+	loadErrAt   time.Time
 }
 
 // SupervisedSnapshot is a copy of a SupervisedJob at one instant.
@@ -174,6 +181,10 @@ type SupervisedSnapshot struct {
 	Held        bool   // this process holds the job's lease
 	Epoch       int64  // lease epoch while held
 	Attempts    int    // failed attempts to prepare the destination, this run
+	// TransformError is the job's file's failure to load while the
+	// previous version runs ("" when the file in effect is the latest).
+	TransformError   string
+	TransformErrorAt time.Time
 }
 
 // NewSupervisor returns a supervisor with no jobs; call Apply to start some.
@@ -331,6 +342,12 @@ func (s *Supervisor) Apply(defs []JobDef) {
 	for _, j := range stopping {
 		if _, ok := want[j.def.Name]; !ok {
 			j.stats.m.Forget()
+		}
+	}
+	for _, d := range defs {
+		if j, ok := s.jobs[d.Name]; ok && j.stats.setTransformErr(d.LoadErr) && d.LoadErr != nil {
+			s.log.Error("transform file failed to load; the previous version keeps running",
+				"job", d.Name, "error", d.LoadErr)
 		}
 	}
 }
@@ -585,6 +602,23 @@ func (j *SupervisedJob) setState(state string) bool {
 	return changed
 }
 
+// setTransformErr records that the job's file failed to load (err) or
+// loaded (nil) while this version runs; true when that changed, counted in
+// meilistream_transform_reload_errors_total.
+func (j *SupervisedJob) setTransformErr(err error) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if errText(err) == errText(j.loadErr) {
+		return false
+	}
+	j.loadErr = err
+	if err != nil {
+		j.loadErrAt = time.Now()
+	}
+	j.m.TransformError(err != nil)
+	return true
+}
+
 // prepared records the outcome of one attempt to prepare the job's
 // destination (the engine retries it): a failure is the job's last error
 // and counts an attempt, shown in /status while the job is "starting"; a
@@ -648,6 +682,9 @@ func (j *SupervisedJob) Snapshot() SupervisedSnapshot {
 		Held:        j.held,
 		Epoch:       j.epoch,
 		Attempts:    j.attempts,
+	}
+	if j.loadErr != nil {
+		s.TransformError, s.TransformErrorAt = j.loadErr.Error(), j.loadErrAt
 	}
 	if j.lastErr != nil {
 		s.LastError = j.lastErr.Error()

@@ -12,8 +12,9 @@ import (
 // overrides applied), and the problems loading reported, into the supervisor's job definitions: one per loaded job (Spec
 // is the *transform.Job), and one failed definition (Err set) per job whose
 // file did not load and that has no earlier version still running, so it
-// shows as failed in /status while the others run. Problems that name no
-// job are returned for the caller to log.
+// shows as failed in /status while the others run. A file that failed to
+// load while its previous version is loaded sets that job's LoadErr.
+// Problems that name no job are returned for the caller to log.
 func JobDefs(jobs []*transform.Job, loadErr error) (defs []JobDef, other []error) {
 	have := map[string]bool{}
 	for _, j := range jobs {
@@ -28,8 +29,13 @@ func JobDefs(jobs []*transform.Job, loadErr error) (defs []JobDef, other []error
 		}
 		if have[e.Job] {
 			// An edit that broke a running job's file: the previous version
-			// keeps running; the error is the caller's to log.
-			other = append(other, err)
+			// keeps running; the supervisor logs the error with the job and
+			// shows it in /status as transform_error (QA F12).
+			for i := range defs {
+				if defs[i].Name == e.Job {
+					defs[i].LoadErr = errors.Join(defs[i].LoadErr, err)
+				}
+			}
 			continue
 		}
 		have[e.Job] = true

@@ -42,12 +42,12 @@ func TestJobDefs(t *testing.T) {
 		write("good.js", `module.exports = { transform(doc) { return ; `)
 		next, err := set.Reload()
 		defs, other := sidecar.JobDefs(next.Jobs(), err)
-		if len(other) != 1 {
-			t.Errorf("other = %v, want the broken edit reported", other)
+		if len(other) != 0 {
+			t.Errorf("other = %v, want the broken edit on its job", other)
 		}
 		for _, d := range defs {
-			if d.Name == "good" && (d.Err != nil || d.Spec == nil) {
-				t.Errorf("good = %+v, want the previous version kept", d)
+			if d.Name == "good" && (d.Err != nil || d.Spec == nil || d.LoadErr == nil) {
+				t.Errorf("good = %+v, want the previous version kept and the load error on it (QA F12)", d)
 			}
 		}
 	})

@@ -68,6 +68,9 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) JobStatus {
 		t := es.LastPosition
 		st.PositionTime = &t
 	}
+	if sn.TransformError != "" {
+		st.TransformError = &ErrorStatus{Code: codeOfText(sn.TransformError), Message: BareMessage(sn.TransformError, sn.Name), At: sn.TransformErrorAt}
+	}
 	if !sn.NextRestart.IsZero() {
 		t := sn.NextRestart
 		st.NextRestart = &t

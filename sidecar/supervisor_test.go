@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar"
@@ -347,4 +352,64 @@ func TestRestartDelay(t *testing.T) {
 			t.Errorf("RestartDelay(1s, 1m, %d, %v) = %v, want %v", tc.n, tc.r, got, tc.want)
 		}
 	}
+}
+
+// A changed file that fails to load leaves the previous version running,
+// shown as transform_error on the job, counted, and logged with the job
+// (QA F12).
+func TestSupervisorTransformError(t *testing.T) {
+	d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+		<-ctx.Done()
+		return nil
+	})
+	metrics := sidecar.NewMetrics(prometheus.NewRegistry())
+	var logs strings.Builder
+	var mu sync.Mutex
+	s := sidecar.NewSupervisor(sidecar.SupervisorConfig{
+		Driver:  d,
+		Metrics: metrics,
+		Logger:  hclog.New(&hclog.LoggerOptions{Output: &lockedWriter{w: &logs, mu: &mu}, JSONFormat: true}),
+	})
+	defer closeSupervisor(t, s)
+	s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1"}})
+	eventually(t, "a runs", func() bool { return jobState(s, "a").State == sidecar.StateRunning },
+		func() string { return fmt.Sprintf("%+v", jobState(s, "a")) })
+	bad := errs.New(errs.TransformFailed, "a", "a.js:7:25: syntax error")
+	s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1", LoadErr: bad}})
+	s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1", LoadErr: bad}}) // another file changed: not counted again
+	st := s.Status()[0]
+	if st.State == "stopped" || d.callsOf("a") != 1 {
+		t.Errorf("state %s after %d runs, want the first run kept", st.State, d.callsOf("a"))
+	}
+	if te := st.TransformError; te == nil || te.Code != "TRANSFORM_FAILED" || te.Message != "a.js:7:25: syntax error" {
+		t.Errorf("transform_error = %+v", st.TransformError)
+	}
+	var mm dto.Metric
+	if err := metrics.TransformErrors.WithLabelValues("a").Write(&mm); err != nil {
+		t.Fatal(err)
+	}
+	if n := mm.GetCounter().GetValue(); n != 1 {
+		t.Errorf("reload errors = %v, want 1", n)
+	}
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if strings.Count(out, "previous version keeps running") != 1 || !strings.Contains(out, `"job":"a"`) {
+		t.Errorf("log = %s, want one line with the job", out)
+	}
+	s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1"}})
+	if st := s.Status()[0]; st.TransformError != nil {
+		t.Errorf("transform_error after a good load = %+v", st.TransformError)
+	}
+}
+
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
