@@ -83,12 +83,15 @@ func runRun(ctx context.Context, inv *invocation) int {
 	watcher.Start(ctx)
 
 	<-ctx.Done()
-	log.Info("shutting down: flushing, recording positions, releasing leases", "timeout", cfg.ShutdownTimeout)
+	log.Info("shutting down: flushing, recording positions, releasing leases", "timeout", cfg.ShutdownTimeout.String())
 	watcher.Close()
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	if err := sup.Close(sctx); err != nil {
-		log.Error("shutdown timed out: some jobs did not finish flushing", "timeout", cfg.ShutdownTimeout)
+		// Exit 1: what was not durable is replayed by the next holder
+		// from the recorded position (README "Exit codes").
+		log.Error("shutdown timed out (MEILISTREAM_SHUTDOWN_TIMEOUT); exiting 1, the next holder replays what was not durable",
+			"timeout", cfg.ShutdownTimeout.String(), "error", err)
 		return exitFailed
 	}
 	log.Info("shutdown complete")

@@ -3,9 +3,11 @@ package sidecar
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -401,8 +403,42 @@ func (s *Supervisor) Close(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return s.unfinished(ctx.Err())
 	}
+}
+
+// unfinished is Close's error when ctx ended first: it wraps cause and
+// names each job that had not stopped, in what state, and what was pending
+// (QA F20): "people (following): 3s of changes not durable, last error
+// FAILED: send batch: ...; position left at T: the next holder replays
+// the changes after it".
+func (s *Supervisor) unfinished(cause error) error {
+	var parts []string
+	for _, j := range s.Status() {
+		if j.State == StateStopped {
+			continue
+		}
+		var what []string
+		if j.LagSeconds > 0 {
+			what = append(what, fmt.Sprintf("%s of changes not durable", (time.Duration(j.LagSeconds*float64(time.Second))).Round(time.Millisecond)))
+		}
+		if j.Reindex != nil {
+			what = append(what, fmt.Sprintf("reindex at %d of ~%d documents (resumes from its checkpoint)", j.Reindex.Done, j.Reindex.TotalEstimate))
+		}
+		if j.LastError != nil {
+			what = append(what, "last error "+j.LastError.Code+": "+firstLine(j.LastError.Message))
+		}
+		if j.PositionTime != nil {
+			what = append(what, "position left at "+j.PositionTime.UTC().Format(time.RFC3339)+": the next holder replays the changes after it")
+		} else {
+			what = append(what, "no position recorded yet")
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s): %s", j.Name, j.State, strings.Join(what, "; ")))
+	}
+	if len(parts) == 0 {
+		return fmt.Errorf("%w: releasing the leases did not finish", cause)
+	}
+	return fmt.Errorf("%w: jobs not finished: %s", cause, strings.Join(parts, " | "))
 }
 
 // loop is one job's life: standby, run, and per the outcome back to standby,

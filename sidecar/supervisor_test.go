@@ -327,8 +327,10 @@ func TestSupervisor(t *testing.T) {
 		eventually(t, "a runs", func() bool { return d.callsOf("a") == 1 }, func() string { return fmt.Sprint(d.events) })
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer cancel()
-		if err := s.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("Close = %v, want deadline exceeded", err)
+		err := s.Close(ctx)
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "jobs not finished: a (") ||
+			!strings.Contains(err.Error(), "no position recorded yet") {
+			t.Errorf("Close = %v, want deadline exceeded naming job a and what it left (QA F20)", err)
 		}
 		close(release)
 		closeSupervisor(t, s)
