@@ -28,6 +28,9 @@ func runReindex(ctx context.Context, inv *invocation) int {
 		return fail(inv.Stderr, err)
 	}
 	defer w.close()
+	if err := w.reach(ctx); err != nil {
+		return fail(inv.Stderr, err)
+	}
 	var out string
 	err = w.underLease(ctx, job.Name, func(ctx context.Context, l leaseForEngine) error {
 		sink, err := w.sinkFactory(inv.Log)(job)

@@ -26,6 +26,9 @@ func runRetry(ctx context.Context, inv *invocation) int {
 		return fail(inv.Stderr, err)
 	}
 	defer w.close()
+	if err := w.reach(ctx); err != nil {
+		return fail(inv.Stderr, err)
+	}
 	var failed int64
 	err = w.underLease(ctx, job.Name, func(ctx context.Context, l leaseForEngine) error {
 		sink, err := w.sinkFactory(inv.Log)(job)

@@ -161,6 +161,38 @@ func connect(ctx context.Context, cfg sidecar.Config, log hclog.Logger) (*wiring
 	return w, nil
 }
 
+// reachTimeout bounds how long an interactive command (status, reindex,
+// retry) waits for MongoDB before saying it cannot reach it, instead of
+// the driver's 30 s server selection (QA F23).
+var reachTimeout = 10 * time.Second
+
+// reach checks, within reachTimeout, that the source MongoDB answers, for
+// the interactive commands: FAILED "cannot reach MongoDB
+// (MEILISTREAM_MONGODB_URI): <cause>", never with the URI's password; a
+// refused authentication is CONFIG_INVALID naming the variable.
+func (w *wiring) reach(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, reachTimeout)
+	defer cancel()
+	err := w.client.Ping(ctx, nil)
+	if err == nil {
+		return nil
+	}
+	cause := errors.New(w.withoutPassword(redactedErr(err)))
+	if sidecar.AuthFailed(err) {
+		return errs.Wrap(errs.ConfigInvalid, "", cause, "MongoDB refused the credentials of MEILISTREAM_MONGODB_URI (or MEILISTREAM_MONGODB_URI_FILE)")
+	}
+	return errs.Wrap(errs.Failed, "", cause, "cannot reach MongoDB (MEILISTREAM_MONGODB_URI) within %s", reachTimeout)
+}
+
+// withoutPassword masks the URI's password in msg, should a driver message
+// ever carry it.
+func (w *wiring) withoutPassword(msg string) string {
+	if o := options.Client().ApplyURI(w.cfg.MongoDBURI); o.Auth != nil && o.Auth.Password != "" {
+		msg = strings.ReplaceAll(msg, o.Auth.Password, "xxxxx")
+	}
+	return msg
+}
+
 // holders reads who holds each job's lease (unexpired), for /status of
 // standing-by jobs.
 func (w *wiring) holders(ctx context.Context) (map[string]string, error) {

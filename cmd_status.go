@@ -29,6 +29,9 @@ func runStatus(ctx context.Context, inv *invocation) int {
 		return fail(inv.Stderr, err)
 	}
 	defer w.close()
+	if err := w.reach(ctx); err != nil {
+		return fail(inv.Stderr, err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 
