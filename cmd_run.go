@@ -328,6 +328,18 @@ func loadJobs(cfg sidecar.Config, log hclog.Logger) (*transform.Set, error) {
 	return set, err
 }
 
+// runningHint adds to a RUNNING error of reindex or retry what to do (QA
+// F6): in a deployment where a sidecar always runs, some pod always holds
+// the lease.
+func runningHint(name string, err error) error {
+	if !errors.Is(err, errs.ErrRunning) {
+		return err
+	}
+	return errs.New(errs.Running, name, "another meilistream holds job %s's lease (%s); run this where no sidecar runs the job "+
+		"(scale the sidecars down, run it, scale them back up), or change the job's transform: the holder then reindexes by itself",
+		name, sidecar.BareMessage(err.Error(), name))
+}
+
 // leaseForEngine is a held lease as the engine takes it.
 type leaseForEngine = sidecar.EngineLease
 
@@ -337,7 +349,7 @@ type leaseForEngine = sidecar.EngineLease
 func (w *wiring) underLease(ctx context.Context, name string, fn func(ctx context.Context, l leaseForEngine) error) error {
 	l, err := w.leases.Acquire(ctx, name)
 	if err != nil {
-		return err
+		return runningHint(name, err)
 	}
 	kctx, stop := l.Keep(ctx)
 	err = fn(kctx, l)

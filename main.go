@@ -95,14 +95,18 @@ Configuration comes from MEILISTREAM_* environment variables (README.md,
 			help: `Takes the lease of job NAME and rebuilds its destination from the source
 collection (a fresh index swapped in atomically, or in place), then records
 the new position and exits. A running sidecar holding the lease makes this
-exit 3 (RUNNING).`,
+exit 3 (RUNNING): run it where no sidecar runs the job (scale the sidecars
+down, run it, scale them back up), or change the job's transform instead:
+the sidecar holding the lease then reindexes by itself.`,
 			serve: runReindex,
 		},
 		{
 			name: "retry", synopsis: "NAME", summary: "run recorded per-document errors of one job again",
 			help: `Runs the documents recorded in the errors collection for job NAME through
 its (fixed) transform again, writes those that succeed and clears their
-records. Exits 1 when some still fail.`,
+records. Exits 1 when some still fail. It needs the job's lease: while a
+sidecar runs the job it exits 3 (RUNNING); run it where no sidecar runs the
+job (scale the sidecars down, run it, scale them back up).`,
 			serve: runRetry,
 		},
 		{
