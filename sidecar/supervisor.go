@@ -518,7 +518,8 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 			}
 			continue
 		case errors.Is(err, errs.ErrConfigInvalid):
-			log.Error("job configuration invalid, not restarting until it changes", "error", err)
+			err = restartHint(j.def.Name, err)
+			log.Error("job configuration invalid, not restarting until its definition changes or meilistream restarts", "error", err)
 			st.fail(err)
 			st.setState(StateFailed)
 			<-ctx.Done()
@@ -538,6 +539,34 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 			return
 		}
 	}
+}
+
+// processSettings are the settings read once at start that a job's
+// CONFIG_INVALID may name: a new definition of the job does not change them,
+// only a restart of meilistream does.
+var processSettings = []struct{ name, file string }{
+	{"MEILISTREAM_MEILI_API_KEY", " (or MEILISTREAM_MEILI_API_KEY_FILE)"},
+	{"MEILISTREAM_MEILI_URL", ""},
+	{"MEILISTREAM_REPLICA_URI", " (or MEILISTREAM_REPLICA_URI_FILE)"},
+	{"MEILISTREAM_MONGODB_URI", " (or MEILISTREAM_MONGODB_URI_FILE)"},
+}
+
+// restartHint adds "fix X (or its _FILE) and restart meilistream" to a
+// job's CONFIG_INVALID error that names a process-wide setting (a
+// Meilisearch key refused, no replica configured), which no edit of the
+// job's transform fixes (QA F14).
+func restartHint(job string, err error) error {
+	msg := err.Error()
+	if strings.Contains(msg, "restart meilistream") {
+		return err
+	}
+	for _, v := range processSettings {
+		if strings.Contains(msg, v.name) {
+			return &errs.Error{Code: errs.ConfigInvalid, Job: job,
+				Msg: BareMessage(msg, job) + "; fix " + v.name + v.file + " and restart meilistream: it is read only at start"}
+		}
+	}
+	return err
 }
 
 // runHeld keeps the lease and runs the job under it. A panic of the run

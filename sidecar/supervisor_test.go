@@ -415,3 +415,22 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// A job refused for a process-wide setting says to fix it and restart
+// (QA F14).
+func TestSupervisorRestartHint(t *testing.T) {
+	d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+		return errs.New(errs.ConfigInvalid, def.Name, "read index %s: Meilisearch refused the API key (MEILISTREAM_MEILI_API_KEY): 403", def.Name)
+	})
+	s := newTestSupervisor(d)
+	defer closeSupervisor(t, s)
+	s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1"}})
+	eventually(t, "a failed", func() bool { return jobState(s, "a").State == sidecar.StateFailed },
+		func() string { return fmt.Sprintf("%+v", jobState(s, "a")) })
+	st := s.Status()[0]
+	if st.LastError == nil || st.LastError.Code != "CONFIG_INVALID" ||
+		!strings.HasSuffix(st.LastError.Message, "; fix MEILISTREAM_MEILI_API_KEY (or MEILISTREAM_MEILI_API_KEY_FILE) and restart meilistream: it is read only at start") ||
+		!strings.HasPrefix(st.LastError.Message, "read index a: Meilisearch refused") {
+		t.Errorf("last_error = %+v", st.LastError)
+	}
+}
