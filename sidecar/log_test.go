@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meilistream/meilistream/sidecar"
 )
@@ -51,6 +52,19 @@ func TestLoggerFormatsAndLevels(t *testing.T) {
 		}
 		if strings.Contains(out, testAPIKey) || strings.Contains(out, "s3cr3t-pw") {
 			t.Errorf("a secret is in the log: %s", out)
+		}
+	})
+
+	t.Run("durations as Go duration strings, in every derived logger", func(t *testing.T) {
+		var buf bytes.Buffer
+		log := sidecar.NewLogger(load(), &buf)
+		log.Named("engine").With("job", "a", "pause", 1500*time.Millisecond).Info("reindex done", "duration", 81*time.Millisecond, "count", 3)
+		var line map[string]any
+		if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+			t.Fatalf("not one JSON line: %v\n%s", err, buf.String())
+		}
+		if line["duration"] != "81ms" || line["pause"] != "1.5s" || line["count"] != float64(3) || line["@module"] != "meilistream.engine" {
+			t.Errorf("line: %s", buf.String())
 		}
 	})
 

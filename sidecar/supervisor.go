@@ -502,7 +502,7 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 		switch {
 		case errors.Is(err, errs.ErrLeaseLost):
 			// Someone else holds it now: stand by, without counting a failure.
-			log.Warn("lease lost, standing by", "error", err, "after", s.cfg.LostPause)
+			log.Warn("lease lost, standing by", "error", err, "after", s.cfg.LostPause.String())
 			st.fail(err)
 			failures = 0
 			if s.cfg.LostPause > 0 {
@@ -614,7 +614,7 @@ func (s *Supervisor) backoff(ctx context.Context, log hclog.Logger, st *Supervis
 	d := RestartDelay(s.cfg.RestartMin, s.cfg.RestartMax, failures, rand.Float64())
 	next := time.Now().Add(d)
 	st.restarting(next)
-	log.Error("job failed, restarting", "error", err, "restarts", failures, "in", d.Round(time.Millisecond))
+	log.Error("job failed, restarting", "error", err, "restarts", failures, "in", d.Round(time.Millisecond).String())
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
