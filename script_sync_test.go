@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"sync"
 	"time"
 
@@ -53,6 +54,7 @@ func init() {
 		"meili-requests":         cmdMeiliRequests,
 		"mongo-count":            cmdMongoCount,
 		"wait-metric":            cmdWaitMetric,
+		"sigterm":                cmdSigterm,
 	} {
 		scriptCmds[name] = fn
 	}
@@ -622,4 +624,36 @@ func cmdWaitMetric(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// cmdSigterm: sigterm [-ready FILE] sends a real SIGTERM (testscript's kill
+// sends only INT and KILL) to the meilistream process serving at the
+// address in FILE (default $MEILISTREAM_READY_FILE): its pid is read from
+// the lease holder ("host:pid:random") of the first job in /status, which
+// must be held by it.
+func cmdSigterm(ts *testscript.TestScript, neg bool, args []string) {
+	fs := flag.NewFlagSet("sigterm", flag.ContinueOnError)
+	ready := fs.String("ready", "", "")
+	if neg || fs.Parse(args) != nil || fs.NArg() != 0 {
+		ts.Fatalf("usage: sigterm [-ready FILE] (no !)")
+	}
+	if *ready == "" {
+		*ready = ts.Getenv("MEILISTREAM_READY_FILE")
+	}
+	addr, err := os.ReadFile(ts.MkAbs(*ready))
+	ts.Check(err)
+	holder, err := getStatus(strings.TrimSpace(string(addr)), "jobs.0.holder")
+	ts.Check(err)
+	parts := strings.Split(holder, ":")
+	if len(parts) != 3 {
+		ts.Fatalf("sigterm: holder %q is not host:pid:random", holder)
+	}
+	pid, err := strconv.Atoi(parts[1])
+	ts.Check(err)
+	if pid == os.Getpid() || pid <= 1 {
+		ts.Fatalf("sigterm: holder pid %d is not a child process", pid)
+	}
+	p, err := os.FindProcess(pid)
+	ts.Check(err)
+	ts.Check(p.Signal(syscall.SIGTERM))
 }

@@ -97,8 +97,9 @@ var scriptConds = map[string]func() (bool, error){
 	},
 }
 
-// srv is the one set of servers for the whole run (started on first use by
-// a script's Setup, closed when TestScripts ends).
+// srv is the set of servers of the running TestScripts call (made anew by
+// each call, started on first use by a script's Setup, closed when the call
+// ends).
 var srv = &servers{}
 
 // scriptSetups run after the harness's own Setup, for each script, in the
@@ -165,6 +166,9 @@ func (s *servers) close() {
 }
 
 func TestScripts(t *testing.T) {
+	// Servers of this call's own, started on first use and closed when it
+	// ends, so "go test -count=N" runs every time against live servers.
+	srv = &servers{}
 	t.Cleanup(srv.close)
 	leakDir := t.TempDir()
 	t.Cleanup(func() { reportLeaks(t, leakDir) })
