@@ -43,8 +43,14 @@ func (d *EngineDriver) Standby(ctx context.Context, name string, held func(why e
 	capd := d.Leases.TTL() / 3
 	base := min(lease.DefaultWaitBase, capd)
 	wait := base
+	// One attempt may take a renewal period (a third of the lease, 1s to
+	// 10s), not the driver's 30 s server selection: an unreachable server
+	// shows in /status that soon.
+	each := min(max(capd, time.Second), 10*time.Second)
 	for {
-		l, err := d.Leases.Acquire(ctx, name)
+		actx, cancel := context.WithTimeout(ctx, each)
+		l, err := d.Leases.Acquire(actx, name)
+		cancel()
 		if err == nil {
 			return l, nil
 		}
