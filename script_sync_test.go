@@ -644,6 +644,10 @@ func cmdSigterm(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	holder, err := getStatus(strings.TrimSpace(string(addr)), "jobs.0.holder")
 	ts.Check(err)
+	// A standby job names another process's holder: never signal that one.
+	if state, err := getStatus(strings.TrimSpace(string(addr)), "jobs.0.state"); err != nil || (state != "reindexing" && state != "following") {
+		ts.Fatalf("sigterm: jobs.0 is %q (%v), want reindexing or following: its holder is this process then", state, err)
+	}
 	parts := strings.Split(holder, ":")
 	if len(parts) != 3 {
 		ts.Fatalf("sigterm: holder %q is not host:pid:random", holder)
