@@ -801,12 +801,22 @@ func TestHistoryLostWhileFollowingReindexes(t *testing.T) {
 	job := e.job(itemsJS)
 	r := e.run(job, e.acquire())
 	e.settled(job)
+	// settled means the reindex recorded its position, not that the
+	// follower has opened its stream yet: on a slow machine the trim below
+	// would then hit the position it is about to open, and the reindex for
+	// that loss would race the insert below (still with a history of 5) and
+	// lose its own start: a second loss, rightly fatal. One change through
+	// the stream proves it is following.
+	e.insert(100, 101, nil)
+	e.equal(job)
 	// The follower falls behind (Meilisearch stuck, its pipe and event
-	// buffer full) while the history is trimmed past its stream.
+	// buffer full) while the history is trimmed past its stream. The insert
+	// is one command, trimmed under the server's write lock: when it
+	// returns the stream's position is gone (its next getMore fails with
+	// 286), so no sleep is needed before enlarging the history again.
 	e.mongo.SetHistorySize(5)
 	e.meili.PauseTasks()
-	e.insert(100, 2100, nil)
-	time.Sleep(300 * time.Millisecond) // let the trim overtake the stuck stream
+	e.insert(101, 2100, nil)
 	// Room again for the reindex's own writes (its checkpoints are oplog
 	// entries too: with 5 the new start would be lost again at once).
 	e.mongo.SetHistorySize(100000)

@@ -213,9 +213,12 @@ func TestSupervisor(t *testing.T) {
 		s.Apply([]sidecar.JobDef{{Name: "bad", Hash: "x", Err: bad}, {Name: "good", Hash: "1"}})
 		eventually(t, "good runs", func() bool { return jobState(s, "good").State == sidecar.StateRunning },
 			func() string { return fmt.Sprintf("%+v", s.Jobs()) })
-		if j := jobState(s, "bad"); j.State != sidecar.StateFailed || j.Code != "CONFIG_INVALID" {
-			t.Errorf("bad = %+v, want failed with CONFIG_INVALID", j)
-		}
+		// bad's goroutine is independent of good's: good running says nothing
+		// about whether bad has reached "failed" yet, so wait for it too.
+		eventually(t, "bad fails with CONFIG_INVALID", func() bool {
+			j := jobState(s, "bad")
+			return j.State == sidecar.StateFailed && j.Code == "CONFIG_INVALID"
+		}, func() string { return fmt.Sprintf("%+v", jobState(s, "bad")) })
 		if d.callsOf("bad") != 0 {
 			t.Errorf("bad ran %d times", d.callsOf("bad"))
 		}
