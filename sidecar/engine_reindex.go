@@ -103,6 +103,10 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 		return sum, errs.Wrap(errs.Failed, name, err, "read reindex checkpoint")
 	}
 	var staged Staged
+	if cp != nil && cp.Swapping {
+		log.Info("the last reindex stopped while swapping its index in: starting over (its staged index may already be the old live one)")
+		cp = nil
+	}
 	if cp != nil && cp.Hash == job.Hash && cp.InPlace == inPlace && len(cp.StartToken) > 0 {
 		ok, err := e.tokenValid(ctx, job, cp.StartToken)
 		if err != nil {
@@ -354,6 +358,10 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 		return sum, err
 	}
 	if !inPlace {
+		cp.Swapping = true
+		if err := e.writeCheckpoint(fctx, name, l, cp); err != nil {
+			return sum, err
+		}
 		if err := staged.Commit(fctx); err != nil {
 			return sum, errs.Wrap(errs.Failed, name, err, "swap the rebuilt index in")
 		}

@@ -678,27 +678,77 @@ func TestResumedReindexKeepsIdsOfEveryType(t *testing.T) {
 	if _, err := e.coll.InsertMany(e.ctx, docs); err != nil {
 		t.Fatal(err)
 	}
-	job := e.job(itemsJS)
+	// A slow transform (about 3 ms a document) keeps the first run from
+	// finishing before the test stops it once a checkpoint is recorded.
+	job := e.job(strings.Replace(itemsJS, "transform(doc) {", "transform(doc) { const t = Date.now(); while (Date.now() - t < 3) {}", 1))
 	l := e.acquire()
 	eng := e.engine()
 	sink := sidecar.NewMeiliSink(e.mc, job, e.log)
 	ctx, cancel := context.WithCancel(e.ctx)
-	st := sidecar.NewJobStats()
 	done := make(chan error, 1)
-	go func() { _, err := eng.Reindex(ctx, job, sink, l, st); done <- err }()
-	for st.Snapshot().Reindex.Done < 10 {
-		time.Sleep(50 * time.Microsecond)
+	go func() { _, err := eng.Reindex(ctx, job, sink, l, nil); done <- err }()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var cp struct {
+			Count int64 `bson:"count"`
+		}
+		err := e.state.FindOne(e.ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "reindex", Value: "items"}}}}).Decode(&cp)
+		if err == nil && cp.Count >= 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint of 10 documents within 15s (last count %d, %v)", cp.Count, err)
+		}
+		time.Sleep(time.Millisecond)
 	}
-	e.meili.PauseTasks()
 	cancel()
-	<-done
-	e.meili.ResumeTasks()
+	if err := <-done; err == nil {
+		t.Fatal("the first reindex finished before it was stopped; the test cannot see a resume")
+	}
 	sum, err := eng.Reindex(e.ctx, job, sink, l, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !sum.Resumed || sum.Previous == 0 || sum.Previous+sum.Indexed != 120 {
 		t.Fatalf("summary %+v: want a resumed reindex and 120 documents in all", sum)
+	}
+	e.equal(job)
+}
+
+// A reindex that gives up waiting for its swap (Meilisearch slow, or the
+// process killed) leaves a swap task that may still succeed: the staged index
+// is then the old live one. The next run must not resume into it and swap a
+// partial index live; it starts over.
+func TestReindexStoppedWhileSwappingStartsOverInsteadOfResuming(t *testing.T) {
+	e := newEnv(t, 0)
+	slow, err := meilitest.Start(meilitest.Options{TaskDelay: 40 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { slow.Close() })
+	e.meili, e.mc = slow, meilisearch.New(slow.URL(), meilisearch.DisableRetries())
+	e.cfg.DrainTimeout = 10 * time.Millisecond // shorter than one task: the swap wait gives up
+	e.insert(0, 50, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	eng := e.engine()
+	sink := sidecar.NewMeiliSink(e.mc, job, e.log)
+	if err := sink.Prepare(e.ctx); err != nil { // the live index exists: a swap, not a rename
+		t.Fatal(err)
+	}
+	if _, err := eng.Reindex(e.ctx, job, sink, l, nil); err == nil {
+		t.Fatal("the first reindex did not give up waiting for its swap")
+	}
+	if err := slow.WaitIdle(e.ctx); err != nil { // the swap lands anyway
+		t.Fatal(err)
+	}
+	e.cfg.DrainTimeout = 15 * time.Second
+	sum, err := e.engine().Reindex(e.ctx, job, sink, l, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Resumed || sum.Indexed != 50 {
+		t.Fatalf("summary %+v: want a reindex started over with 50 documents", sum)
 	}
 	e.equal(job)
 }

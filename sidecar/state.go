@@ -67,8 +67,16 @@ type checkpoint struct {
 	InPlace    bool          `bson:"inPlace"`
 	LastID     bson.RawValue `bson:"lastId,omitempty"`
 	Count      int64         `bson:"count"`
-	Epoch      int64         `bson:"leaseEpoch"`
-	Updated    time.Time     `bson:"updatedAt"`
+	// Swapping is set just before the staged index is swapped in: from
+	// then on the staged index may already be the old live one (the swap
+	// task can succeed after this process died or gave up waiting), so a
+	// resume into it would put a partial index live. Such a checkpoint is
+	// never resumed: the reindex starts over, which is safe because
+	// Meilisearch runs tasks in enqueue order, so a pending swap is applied
+	// before the fresh staged index is created.
+	Swapping bool      `bson:"swapping,omitempty"`
+	Epoch    int64     `bson:"leaseEpoch"`
+	Updated  time.Time `bson:"updatedAt"`
 }
 
 func posKey(job string) bson.D { return bson.D{{Key: "position", Value: job}} }
@@ -153,7 +161,7 @@ func (e *Engine) fencedUpdate(ctx context.Context, job string, l EngineLease, id
 // it again (lease package doc, "Epoch and fencing").
 var (
 	positionFields   = []string{"token", "wallTime"}
-	checkpointFields = []string{"startToken", "startedAt", "hash", "inPlace", "lastId", "count"}
+	checkpointFields = []string{"startToken", "startedAt", "hash", "inPlace", "lastId", "count", "swapping"}
 )
 
 // stamp writes l's epoch into the job's state documents (creating them
@@ -307,6 +315,7 @@ func (e *Engine) writeCheckpoint(ctx context.Context, job string, l EngineLease,
 		{Key: "hash", Value: c.Hash},
 		{Key: "inPlace", Value: c.InPlace},
 		{Key: "count", Value: c.Count},
+		{Key: "swapping", Value: c.Swapping},
 	}
 	if c.LastID.Type != 0 {
 		set = append(set, bson.E{Key: "lastId", Value: c.LastID})
