@@ -325,6 +325,15 @@ func loadJobs(cfg sidecar.Config, log hclog.Logger) (*transform.Set, error) {
 		log.Warn("transforms folder unreadable; running the jobs declared by environment", "error", err)
 		return transform.LoadFiles(nil, opts)
 	}
+	if set == nil {
+		// transform knows folders, not variables: name the setting here,
+		// around the cause alone (err is already CONFIG_INVALID).
+		cause := err
+		if u := errors.Unwrap(err); u != nil {
+			cause = u
+		}
+		return nil, errs.Wrap(errs.ConfigInvalid, "", cause, "MEILISTREAM_TRANSFORMS: want a readable folder of *.js transform files (default %s)", sidecar.DefaultTransforms)
+	}
 	return set, err
 }
 
