@@ -450,8 +450,7 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 	if j.def.Err != nil {
 		// A bad definition fails alone; Apply replaces it when fixed.
 		log.Error("job cannot start", "error", j.def.Err)
-		st.fail(j.def.Err)
-		st.setState(StateFailed)
+		st.failed(j.def.Err)
 		<-ctx.Done()
 		return
 	}
@@ -520,8 +519,7 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 		case errors.Is(err, errs.ErrConfigInvalid):
 			err = restartHint(j.def.Name, err)
 			log.Error("job configuration invalid, not restarting until its definition changes or meilistream restarts", "error", err)
-			st.fail(err)
-			st.setState(StateFailed)
+			st.failed(err)
 			<-ctx.Done()
 			return
 		}
@@ -650,6 +648,21 @@ func errText(err error) string {
 func (j *SupervisedJob) setState(state string) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	return j.setStateLocked(state)
+}
+
+// failed records err and the "failed" state in one locked step, so /status
+// never shows the error with the state before it (a bad definition seen as
+// "starting" with CONFIG_INVALID).
+func (j *SupervisedJob) failed(err error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.failLocked(err)
+	j.setStateLocked(StateFailed)
+}
+
+// setStateLocked is setState with j.mu held.
+func (j *SupervisedJob) setStateLocked(state string) bool {
 	changed := j.state != state
 	if changed {
 		j.state = state
@@ -717,6 +730,11 @@ func (j *SupervisedJob) setHeld(held bool, epoch int64) {
 func (j *SupervisedJob) fail(err error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	j.failLocked(err)
+}
+
+// failLocked is fail with j.mu held.
+func (j *SupervisedJob) failLocked(err error) {
 	j.lastErr, j.lastErrAt = err, time.Now()
 	j.m.Error(string(errs.CodeOf(err)))
 }
