@@ -500,6 +500,22 @@ func TestCheck(t *testing.T) {
 		}
 	})
 
+	t.Run("a replica that refuses the credentials is CONFIG_INVALID", func(t *testing.T) {
+		uri := strings.Replace(p.repServer.URI(), "mongodb://", "mongodb://ruser:REPLpw999@", 1)
+		c, err := mongo.Connect(options.Client().ApplyURI(uri).SetServerSelectionTimeout(2 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Disconnect(ctx)
+		err = replicate.Check(ctx, "articles", p.source, c.Database("copy").Collection("x"))
+		if !errors.Is(err, errs.ErrConfigInvalid) || !strings.Contains(err.Error(), "MEILISTREAM_REPLICA_URI") {
+			t.Fatalf("got %v", err)
+		}
+		if strings.Contains(err.Error(), "REPLpw999") {
+			t.Fatalf("the password is in the error: %v", err)
+		}
+	})
+
 	t.Run("mirroring a collection into itself is CONFIG_INVALID", func(t *testing.T) {
 		err := replicate.Check(ctx, "articles", p.source, p.source)
 		if !errors.Is(err, errs.ErrConfigInvalid) {
