@@ -146,6 +146,18 @@ func (s *HTTPServer) ready(ctx context.Context) error {
 	return s.opts.Status.Ready(ctx)
 }
 
+// readyNow is ready without waiting on a probe when the source can answer
+// from memory (QuickReadier): what /status shows.
+func (s *HTTPServer) readyNow(ctx context.Context) error {
+	q, ok := s.opts.Status.(QuickReadier)
+	if !ok {
+		return s.ready(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	return q.ReadyNow(ctx)
+}
+
 func (s *HTTPServer) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
@@ -161,7 +173,7 @@ func (s *HTTPServer) status(w http.ResponseWriter, r *http.Request) {
 	rep := StatusReport{
 		Version: s.opts.Version,
 		Time:    time.Now().UTC(),
-		Ready:   s.ready(r.Context()) == nil,
+		Ready:   s.readyNow(r.Context()) == nil,
 		Jobs:    []JobStatus{},
 	}
 	if s.opts.Status != nil {

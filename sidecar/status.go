@@ -19,6 +19,17 @@ type StatusSource interface {
 	Ready(ctx context.Context) error
 }
 
+// QuickReadier is optionally implemented by a StatusSource whose Ready does
+// I/O (the supervisor probes MongoDB and Meilisearch). GET /status uses
+// ReadyNow, so it answers at once even while a server is down and a probe
+// would take seconds; GET /readyz still calls Ready.
+type QuickReadier interface {
+	// ReadyNow is Ready from memory: the latest probe's result, however
+	// old, refreshed in the background when stale. It waits (bounded by
+	// ctx) only when no probe has finished yet.
+	ReadyNow(ctx context.Context) error
+}
+
 // JobStatus is one job in GET /status (a JSON array under "jobs"). Field
 // names are snake_case and stable: operators script against them.
 type JobStatus struct {

@@ -104,6 +104,9 @@ type SupervisorConfig struct {
 	// Probe, when set, is part of Ready: it checks that the servers the
 	// jobs need are reachable (a few seconds at most, bounded by ctx).
 	Probe func(ctx context.Context) error
+	// ProbeTTL is how long a Probe result is reused (default 2s; see
+	// Ready and ReadyNow).
+	ProbeTTL time.Duration
 	// StallAfter makes Ready fail when a following job's durable position
 	// is more than this far behind the change stream (default 5m).
 	StallAfter time.Duration
@@ -138,6 +141,8 @@ type Supervisor struct {
 	closed  bool
 	holders map[string]string // from cfg.Holders
 	wg      sync.WaitGroup
+
+	probes probeCache // cfg.Probe's latest result, for Ready and ReadyNow
 }
 
 // supervised is one running job goroutine.
@@ -211,6 +216,9 @@ func NewSupervisor(cfg SupervisorConfig) *Supervisor {
 	}
 	if cfg.HoldersInterval <= 0 {
 		cfg.HoldersInterval = 2 * time.Second
+	}
+	if cfg.ProbeTTL <= 0 {
+		cfg.ProbeTTL = DefaultProbeTTL
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Supervisor{

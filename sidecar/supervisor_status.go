@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -149,10 +150,84 @@ func bareInner(text, job string) string {
 // Ready reports whether the sidecar does its work (/readyz): the servers
 // answer (Probe), no job has failed or waits to restart after a failure,
 // and no following job has fallen more than StallAfter behind.
+//
+// /readyz keeps probing: a probe result older than ProbeTTL is not used, a
+// new probe runs (bounded by probeTimeout and ctx) and Ready waits for it,
+// so the orchestrator sees a server go down within seconds. A result
+// younger than ProbeTTL is shared, and concurrent calls join the probe in
+// flight, so frequent checks never pile probes onto a server that is down.
+// The jobs' part is always current (from memory).
 func (s *Supervisor) Ready(ctx context.Context) error {
+	return s.readiness(ctx, true)
+}
+
+// ReadyNow is Ready for /status (QuickReadier): the latest probe's result
+// even when older than ProbeTTL, in which case a probe starts in the
+// background for the next call. /status so answers at once while a server
+// is down (a probe then takes seconds); it waits only before the first
+// probe has finished.
+func (s *Supervisor) ReadyNow(ctx context.Context) error {
+	return s.readiness(ctx, false)
+}
+
+// DefaultProbeTTL is how long a probe's result is reused by Ready (and
+// counted fresh by ReadyNow): SupervisorConfig.ProbeTTL's default.
+const DefaultProbeTTL = 2 * time.Second
+
+// probeTimeout bounds one probe; under /readyz's own 3 s so a probe's own
+// error (which server does not answer) is what /readyz shows.
+const probeTimeout = 2500 * time.Millisecond
+
+// probeCache is cfg.Probe's latest result and the probe in flight.
+type probeCache struct {
+	mu      sync.Mutex
+	err     error
+	at      time.Time     // when the latest probe finished; zero: none yet
+	running chan struct{} // closed when the probe in flight ends; nil: none
+}
+
+// probe returns the servers' state per Ready (wait) or ReadyNow (!wait).
+func (s *Supervisor) probe(ctx context.Context, wait bool) error {
+	c := &s.probes
+	c.mu.Lock()
+	have := !c.at.IsZero()
+	if have && time.Since(c.at) < s.cfg.ProbeTTL {
+		err := c.err
+		c.mu.Unlock()
+		return err
+	}
+	if c.running == nil {
+		done := make(chan struct{})
+		c.running = done
+		go func() {
+			pctx, cancel := context.WithTimeout(s.ctx, probeTimeout)
+			err := s.cfg.Probe(pctx)
+			cancel()
+			c.mu.Lock()
+			c.err, c.at, c.running = err, time.Now(), nil
+			c.mu.Unlock()
+			close(done)
+		}()
+	}
+	done, last := c.running, c.err
+	c.mu.Unlock()
+	if have && !wait {
+		return last
+	}
+	select {
+	case <-done:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.err
+	case <-ctx.Done():
+		return fmt.Errorf("servers not checked in time: %w", ctx.Err())
+	}
+}
+
+func (s *Supervisor) readiness(ctx context.Context, wait bool) error {
 	var problems []string
 	if s.cfg.Probe != nil {
-		if err := s.cfg.Probe(ctx); err != nil {
+		if err := s.probe(ctx, wait); err != nil {
 			problems = append(problems, err.Error())
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,12 +26,14 @@ func TestSupervisorStatus(t *testing.T) {
 	d.askErr["unreachable"] = errs.Wrap(errs.Failed, "unreachable", errors.New("server selection error: connection refused"), "acquire lease")
 	d.askErr["denied"] = sidecar.MongoAccessError("denied", errors.New("connection() error occurred during connection handshake: auth error: sasl conversation error: unable to authenticate using mechanism \"SCRAM-SHA-1\": (AuthenticationFailed) Authentication failed."))
 	probeErr := errors.New("mongodb: connection refused")
-	probe := error(nil)
+	var probe atomic.Pointer[error]
+	probe.Store(new(error))
 	s := sidecar.NewSupervisor(sidecar.SupervisorConfig{
 		Driver:     d,
 		Holder:     "me:1:abc",
 		RestartMin: time.Hour, // stays "restarting" for the test
-		Probe:      func(context.Context) error { return probe },
+		Probe:      func(context.Context) error { return *probe.Load() },
+		ProbeTTL:   time.Nanosecond, // every Ready probes again
 		Holders: func(context.Context) (map[string]string, error) {
 			return map[string]string{"waiting": "other:2:def"}, nil
 		},
@@ -94,7 +97,7 @@ func TestSupervisorStatus(t *testing.T) {
 	if err := s.Ready(context.Background()); err != nil {
 		t.Errorf("Ready with only a running job = %v", err)
 	}
-	probe = probeErr
+	probe.Store(&probeErr)
 	if err := s.Ready(context.Background()); err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("Ready with a failing probe = %v", err)
 	}
