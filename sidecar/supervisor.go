@@ -620,7 +620,17 @@ func (s *Supervisor) backoff(ctx context.Context, log hclog.Logger, st *Supervis
 	d := RestartDelay(s.cfg.RestartMin, s.cfg.RestartMax, failures, rand.Float64())
 	next := time.Now().Add(d)
 	st.restarting(next)
-	log.Error("job failed, restarting", "error", err, "restarts", failures, "in", d.Round(time.Millisecond).String())
+	in := d.Round(time.Millisecond).String()
+	switch {
+	case errors.Is(err, ErrInvalidated):
+		// A drop or rename of the source is a normal path (DESIGN
+		// "Invalidate"), not an error to page anyone about (QA F27).
+		log.Warn("source collection dropped or renamed: restarting the job, which reindexes what the collection now holds", "error", err, "in", in)
+	case errors.Is(err, ErrTransformOlder):
+		log.Warn("waiting for this pod's transform file to update (another pod recorded a newer one)", "error", err, "restarts", failures, "in", in)
+	default:
+		log.Error("job failed, restarting", "error", err, "restarts", failures, "in", in)
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
