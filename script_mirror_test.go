@@ -219,28 +219,7 @@ func firstFew(ids []string) string {
 // replica collection COLL holds N documents matching FILTER (relaxed
 // Extended JSON).
 func cmdReplicaCount(ts *testscript.TestScript, neg bool, args []string) {
-	fs := flag.NewFlagSet("replica-count", flag.ContinueOnError)
-	timeout := fs.Duration("timeout", 30*time.Second, "")
-	if neg || fs.Parse(args) != nil || fs.NArg() != 3 {
-		ts.Fatalf("usage: replica-count [-timeout D] COLL FILTER N")
-	}
-	want, err := strconv.ParseInt(fs.Arg(2), 10, 64)
-	ts.Check(err)
-	coll := scriptReplica(ts).Collection(fs.Arg(0))
-	filter := extJSON(ts, fs.Arg(1))
-	deadline := time.Now().Add(*timeout)
-	for {
-		ctx, cancel := cmdCtx()
-		n, err := coll.CountDocuments(ctx, filter)
-		cancel()
-		if err == nil && n == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			ts.Fatalf("replica %s: %d documents match %s, want %d (err %v)", fs.Arg(0), n, fs.Arg(1), want, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	pollCount(ts, neg, args, "replica-count", "replica ", scriptReplica)
 }
 
 // cmdReplicaIndexes: replica-indexes COLL NAME... asserts that the replica

@@ -74,14 +74,20 @@ func init() {
 // (of the script's database) holds N documents matching FILTER (relaxed
 // Extended JSON).
 func cmdMongoCount(ts *testscript.TestScript, neg bool, args []string) {
-	fs := flag.NewFlagSet("mongo-count", flag.ContinueOnError)
+	pollCount(ts, neg, args, "mongo-count", "", scriptMongo)
+}
+
+// pollCount is mongo-count and replica-count: it polls until the
+// collection of db(ts) holds the wanted number of matching documents.
+func pollCount(ts *testscript.TestScript, neg bool, args []string, cmd, what string, db func(*testscript.TestScript) *mongo.Database) {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	timeout := fs.Duration("timeout", 30*time.Second, "")
 	if neg || fs.Parse(args) != nil || fs.NArg() != 3 {
-		ts.Fatalf("usage: mongo-count [-timeout D] COLL FILTER N")
+		ts.Fatalf("usage: %s [-timeout D] COLL FILTER N", cmd)
 	}
 	want, err := strconv.ParseInt(fs.Arg(2), 10, 64)
 	ts.Check(err)
-	coll := scriptMongo(ts).Collection(fs.Arg(0))
+	coll := db(ts).Collection(fs.Arg(0))
 	filter := extJSON(ts, fs.Arg(1))
 	deadline := time.Now().Add(*timeout)
 	for {
@@ -92,7 +98,7 @@ func cmdMongoCount(ts *testscript.TestScript, neg bool, args []string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			ts.Fatalf("%s: %d documents match %s, want %d (err %v)", fs.Arg(0), n, fs.Arg(1), want, err)
+			ts.Fatalf("%s%s: %d documents match %s, want %d (err %v)", what, fs.Arg(0), n, fs.Arg(1), want, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
