@@ -23,7 +23,11 @@ import (
 // folder under the supervisor, the HTTP endpoints, hot reload of the
 // folder, and a clean shutdown on SIGINT/SIGTERM (ctx cancelled): every job
 // flushes, records its position and releases its lease, within
-// MEILISTREAM_SHUTDOWN_TIMEOUT, and the process exits 0.
+// MEILISTREAM_SHUTDOWN_TIMEOUT, and the process exits 0. A job that fails
+// for good (HISTORY_LOST with onHistoryLost: fail, see Supervisor.Fatal)
+// starts the same shutdown, and the process exits 1, its last stderr line
+// that job's error: the loud signal the user asked for (in Kubernetes, a
+// CrashLoopBackOff).
 func runRun(ctx context.Context, inv *invocation) int {
 	cfg, log := inv.Config, inv.Log
 	log.Info("starting", "transforms", cfg.Transforms, "database", cfg.MongoDBDatabase, "holder", lease.Holder())
@@ -82,8 +86,15 @@ func runRun(ctx context.Context, inv *invocation) int {
 	})
 	watcher.Start(ctx)
 
-	<-ctx.Done()
-	log.Info("shutting down: flushing, recording positions, releasing leases", "timeout", cfg.ShutdownTimeout.String())
+	var fatal error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: flushing, recording positions, releasing leases", "timeout", cfg.ShutdownTimeout.String())
+	case fatal = <-sup.Fatal():
+		// The supervisor logged the job's error and what to do.
+		log.Info("a job failed for good: shutting down, then exiting 1; flushing, recording positions, releasing leases",
+			"timeout", cfg.ShutdownTimeout.String())
+	}
 	watcher.Close()
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
@@ -92,10 +103,14 @@ func runRun(ctx context.Context, inv *invocation) int {
 		// from the recorded position (README "Exit codes").
 		log.Error("shutdown timed out (MEILISTREAM_SHUTDOWN_TIMEOUT); exiting 1, the next holder replays what was not durable",
 			"timeout", cfg.ShutdownTimeout.String(), "error", err)
+		if fatal != nil {
+			return fail(inv.Stderr, fatal)
+		}
 		return exitFailed
 	}
 	log.Info("shutdown complete")
-	return exitOK
+	// The job's error (code, job, what to do) is the last line, exit 1.
+	return fail(inv.Stderr, fatal)
 }
 
 // wiring is what the server-facing commands share: clients, the lease

@@ -23,7 +23,7 @@ const (
 	StateStandby    = "standby"    // waiting for the lease another process holds
 	StateRunning    = "running"    // holds the lease, the engine runs
 	StateRestarting = "restarting" // the last run failed; waiting for the next try
-	StateFailed     = "failed"     // cannot run until its configuration is fixed
+	StateFailed     = "failed"     // cannot run until its configuration is fixed, or failed for good (ErrFatal)
 	StateStopping   = "stopping"   // flushing, recording and releasing
 	StateStopped    = "stopped"    // done (shutdown or removed)
 )
@@ -82,7 +82,9 @@ type JobDriver interface {
 	// Run runs the job under h until ctx is cancelled (it then flushes and
 	// records before returning) or it fails. ctx is cancelled with cause
 	// LEASE_LOST when the lease is lost; Run then returns an error with code
-	// LEASE_LOST. stats is the job's, kept across runs.
+	// LEASE_LOST. An error marked with MarkFatal (errors.Is ErrFatal) ends
+	// the job for good: it is not restarted and the supervisor reports it
+	// on Fatal. stats is the job's, kept across runs.
 	Run(ctx context.Context, def JobDef, h HeldLease, stats *SupervisedJob) error
 }
 
@@ -127,7 +129,8 @@ type SupervisorConfig struct {
 // Supervisor runs every job in its own goroutine: standby (waiting for the
 // lease), run, back to standby when the lease is lost; other failures restart
 // the job with exponential backoff and jitter; a job that cannot load fails
-// alone. Apply starts, restarts and stops jobs as definitions change; Close
+// alone; a job whose run fails for good (ErrFatal) stays failed and is
+// reported on Fatal. Apply starts, restarts and stops jobs as definitions change; Close
 // stops them all (each flushes, records and releases its lease).
 type Supervisor struct {
 	cfg SupervisorConfig
@@ -143,7 +146,31 @@ type Supervisor struct {
 	wg      sync.WaitGroup
 
 	probes probeCache // cfg.Probe's latest result, for Ready and ReadyNow
+
+	fatal chan error // the first job error marked fatal; see Fatal
 }
+
+// ErrFatal marks a run's error after which the job must not run again in
+// this process, because the user asked to be told rather than have it
+// repaired (HISTORY_LOST with onHistoryLost: fail): the supervisor shows the
+// job failed, does not restart it, and reports the error on Fatal. Test it
+// with errors.Is; MarkFatal sets it.
+var ErrFatal = errors.New("job failed for good")
+
+// MarkFatal returns err marked with ErrFatal; its text, code (errs.CodeOf)
+// and chain are err's. nil stays nil.
+func MarkFatal(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &fatalError{err: err}
+}
+
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string        { return e.err.Error() }
+func (e *fatalError) Unwrap() error        { return e.err }
+func (e *fatalError) Is(target error) bool { return target == ErrFatal }
 
 // supervised is one running job goroutine.
 type supervised struct {
@@ -227,6 +254,7 @@ func NewSupervisor(cfg SupervisorConfig) *Supervisor {
 		ctx:    ctx,
 		cancel: cancel,
 		jobs:   map[string]*supervised{},
+		fatal:  make(chan error, 1),
 	}
 	if cfg.Holders != nil {
 		s.wg.Add(1)
@@ -302,6 +330,14 @@ func (s *Supervisor) holderOf(job string) string {
 	defer s.mu.Unlock()
 	return s.holders[job]
 }
+
+// Fatal delivers the error of the first job that failed for good (its run
+// returned an error marked with MarkFatal), once; later ones are only
+// logged. The job then shows as failed (/status, /readyz, metrics) and is
+// not restarted; the other jobs go on. The supervisor does not stop by
+// itself: the caller decides, and "meilistream run" shuts down as on
+// SIGTERM (Close) and exits 1.
+func (s *Supervisor) Fatal() <-chan error { return s.fatal }
 
 // errStopped is the cancellation cause of a job stopped by Apply or Close.
 var errStopped = errors.New("job stopped")
@@ -450,7 +486,8 @@ func (s *Supervisor) unfinished(cause error) error {
 }
 
 // loop is one job's life: standby, run, and per the outcome back to standby,
-// restart after a backoff, or wait for a new definition.
+// restart after a backoff, wait for a new definition, or stay failed for
+// good (ErrFatal, reported on Fatal).
 func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 	st := j.stats
 	log := s.log.With("job", j.def.Name)
@@ -507,6 +544,18 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 			return
 		}
 		switch {
+		case errors.Is(err, ErrFatal):
+			// The user asked to be told (onHistoryLost: fail): no restart
+			// in a loop; the lease is released, so a standby pod takes it
+			// and meets the same until an operator repairs the job.
+			log.Error("job failed for good, not restarting it; meilistream shuts down", "error", err)
+			st.failed(err)
+			select {
+			case s.fatal <- err:
+			default: // another job's is already there
+			}
+			<-ctx.Done()
+			return
 		case errors.Is(err, errs.ErrLeaseLost):
 			// Someone else holds it now: stand by, without counting a failure.
 			log.Warn("lease lost, standing by", "error", err, "after", s.cfg.LostPause.String())

@@ -119,7 +119,23 @@ func (d *EngineDriver) Run(ctx context.Context, def JobDef, h HeldLease, st *Sup
 	if err != nil {
 		return errs.WithJob(job.Name, err)
 	}
-	return d.Engine.Run(ctx, job, ReportingSink(sink, st.prepared), el, st.Stats)
+	err = d.Engine.Run(ctx, job, ReportingSink(sink, st.prepared), el, st.Stats)
+	return historyLostForGood(job.Name, d.Engine.jobCfg(job).OnHistoryLost, err)
+}
+
+// historyLostForGood marks the engine's HISTORY_LOST as fatal when the job's
+// onHistoryLost is "fail" (the user chose to be told, and a restart would
+// only meet the same lost history), adding what to do. The engine's other
+// HISTORY_LOST, an oplog window shorter than a reindex (onHistoryLost:
+// reindex), stays an ordinary failure, restarted with backoff: the next
+// reindex may fit.
+func historyLostForGood(job, onHistoryLost string, err error) error {
+	if onHistoryLost != "fail" || !errors.Is(err, errs.ErrHistoryLost) {
+		return err
+	}
+	return MarkFatal(&errs.Error{Code: errs.HistoryLost, Job: job, Msg: BareMessage(err.Error(), job) +
+		"; to repair it, run `meilistream reindex " + job + "` where no sidecar runs the job (scale the sidecars down, run it, scale them back up), " +
+		"or set onHistoryLost: \"reindex\" (the transform file, MEILISTREAM_JOB_<NAME>_ON_HISTORY_LOST or MEILISTREAM_ON_HISTORY_LOST=reindex) so the job reindexes by itself"})
 }
 
 // ReportingSink wraps s so that every Prepare's outcome is passed to report
