@@ -173,7 +173,10 @@ func (c inConv) value(val bsoncore.Value, depth int) (goja.Value, error) {
 // date makes a JavaScript Date; one beyond JavaScript's range (±8.64e15 ms)
 // is an Invalid Date.
 func (v *vm) date(ms int64) (goja.Value, error) {
-	return v.rt.New(v.dateCtor, v.rt.ToValue(ms))
+	v.dateArg[0] = v.rt.ToValue(ms)
+	d, err := v.rt.New(v.dateCtor, v.dateArg[:]...)
+	v.dateArg[0] = nil
+	return d, err
 }
 
 // uuidString is the canonical text of a UUID (binary subtype 4, 16 bytes),
@@ -272,7 +275,7 @@ func (c *outConv) object(o *goja.Object, _ string) (map[string]any, error) {
 		c.seen = c.seen[:len(c.seen)-1]
 		return m, nil
 	}
-	keys := o.Keys()
+	keys := c.keys(o)
 	m := make(map[string]any, len(keys))
 	for _, k := range keys {
 		c.path = append(c.path, k)
@@ -290,6 +293,15 @@ func (c *outConv) object(o *goja.Object, _ string) (map[string]any, error) {
 	}
 	c.seen = c.seen[:len(c.seen)-1]
 	return m, nil
+}
+
+// keys lists o's keys through the vm when there is one (fewer
+// allocations than goja's Keys).
+func (c *outConv) keys(o *goja.Object) []string {
+	if c.v != nil {
+		return c.v.keys(o)
+	}
+	return o.Keys()
 }
 
 func (c *outConv) array(o *goja.Object) ([]any, error) {

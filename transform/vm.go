@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -96,6 +97,7 @@ type vm struct {
 	hid      *goja.Symbol
 	hidBits  *goja.Symbol // a Decimal128's exact bits (its text may not round-trip)
 	dateCtor goja.Value
+	dateArg  [1]goja.Value // date's argument, reused (no slice per Date)
 	protos   struct{ oid, dec, bin, ts, re, opaque *goja.Object }
 	ctxs     map[Operation]*goja.Object
 	vTrue    goja.Value
@@ -110,6 +112,10 @@ type vm struct {
 	// of built-in objects that are not documents (Map, Set, iterators...).
 	objectProto   *goja.Object
 	builtinProtos []builtinProto
+	// objectKeys is Object.keys: it lists an object's keys with one
+	// allocation per key, where goja's (*Object).Keys makes three (its
+	// iterator closures); results are converted key by key.
+	objectKeys goja.Callable
 }
 
 type builtinProto struct {
@@ -146,6 +152,22 @@ func (v *vm) builtin(o *goja.Object) string {
 		p = p.Prototype()
 	}
 	return ""
+}
+
+// keys lists the enumerable own string keys of o in order (what
+// Object.keys and JSON.stringify see). It panics as goja does when a
+// proxy's trap throws.
+func (v *vm) keys(o *goja.Object) []string {
+	kv, err := v.objectKeys(goja.Undefined(), o)
+	if err != nil {
+		panic(err)
+	}
+	arr := kv.(*goja.Object)
+	keys := make([]string, arr.Get("length").ToInteger())
+	for i := range keys {
+		keys[i] = arr.Get(strconv.Itoa(i)).String()
+	}
+	return keys
 }
 
 // loadTimeout bounds evaluating a module (and reading its options): user
@@ -221,7 +243,9 @@ func newVMUntimed(j *Job, prog *goja.Program, con *consoleLimiter, rt *goja.Runt
 		}
 	}
 	v.dateCtor = rt.Get("Date")
-	v.objectProto = rt.Get("Object").ToObject(rt).Get("prototype").ToObject(rt)
+	objectCtor := rt.Get("Object").ToObject(rt)
+	v.objectProto = objectCtor.Get("prototype").ToObject(rt)
+	v.objectKeys, _ = goja.AssertFunction(objectCtor.Get("keys"))
 	builtins, err := rt.RunProgram(builtinsProgram)
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: %w", err)
