@@ -50,7 +50,7 @@ var scriptOwnReplicas sync.Map // *testscript.TestScript -> *mongotest.Server
 
 // scriptReplica returns the script's replica database.
 func scriptReplica(ts *testscript.TestScript) *mongo.Database {
-	uri := ts.Getenv("MEILISTREAM_REPLICA_URI")
+	uri := directURI(ts.Getenv("MEILISTREAM_REPLICA_URI"))
 	if uri == "" {
 		ts.Fatalf("MEILISTREAM_REPLICA_URI is not set (env MEILISTREAM_REPLICA_URI=$MONGODB_URI, or own-replica)")
 	}
@@ -291,36 +291,45 @@ func ownReplica(ts *testscript.TestScript) *mongotest.Server {
 	return s.(*mongotest.Server)
 }
 
-// cmdReplicaFail: replica-fail CODE|close|block=MS COMMAND... makes every
-// named command on the replica fail with CODE, close its connection, or
-// wait MS milliseconds before it runs (a slow replica), until "replica-fail
-// off" (the failCommand fail point; own-replica only).
+// cmdReplicaFail: replica-fail [-ns COLL] CODE|close|block=MS COMMAND...
+// makes every named command on the replica fail with CODE, close its
+// connection, or wait MS milliseconds before it runs (a slow replica), until
+// "replica-fail off": the failCommand fail point, set through
+// configureFailPoint on the replica's server (own-replica's, or the shared
+// one: the test server, or real mongod with enableTestCommands, see
+// [failpoints]). -ns COLL limits it to the commands on COLL of the replica
+// database, which the shared server needs (see mongo-failcommand).
 func cmdReplicaFail(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) < 1 || (args[0] != "off" && len(args) < 2) {
-		ts.Fatalf("usage: replica-fail CODE|close|block=MS COMMAND... | replica-fail off")
+	fs := flag.NewFlagSet("replica-fail", flag.ContinueOnError)
+	ns := fs.String("ns", "", "")
+	if neg || fs.Parse(args) != nil || fs.NArg() < 1 || (fs.Arg(0) != "off" && fs.NArg() < 2) {
+		ts.Fatalf("usage: replica-fail [-ns COLL] CODE|close|block=MS COMMAND... | replica-fail off")
 	}
-	s := ownReplica(ts)
-	if args[0] == "off" {
-		s.FailCommand(bson.D{{Key: "mode", Value: "off"}, {Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"ping"}}}}})
+	db := scriptReplica(ts)
+	if fs.Arg(0) == "off" {
+		setFailPoint(ts, db, failPointOff)
 		return
 	}
-	names := bson.A{}
-	for _, c := range args[1:] {
-		names = append(names, c)
-	}
-	data := bson.D{{Key: "failCommands", Value: names}}
-	if ms, ok := strings.CutPrefix(args[0], "block="); ok {
+	data := bson.D{{Key: "failCommands", Value: commandNames(fs.Args()[1:])}}
+	if ms, ok := strings.CutPrefix(fs.Arg(0), "block="); ok {
 		n, err := strconv.Atoi(ms)
 		ts.Check(err)
 		data = append(data, bson.E{Key: "blockConnection", Value: true}, bson.E{Key: "blockTimeMS", Value: int32(n)})
-	} else if args[0] == "close" {
+	} else if fs.Arg(0) == "close" {
 		data = append(data, bson.E{Key: "closeConnection", Value: true})
 	} else {
-		code, err := strconv.Atoi(args[0])
+		code, err := strconv.Atoi(fs.Arg(0))
 		ts.Check(err)
 		data = append(data, bson.E{Key: "errorCode", Value: int32(code)})
 	}
-	s.FailCommand(bson.D{{Key: "mode", Value: "alwaysOn"}, {Key: "data", Value: data}})
+	if *ns != "" {
+		data = append(data, bson.E{Key: "namespace", Value: db.Name() + "." + *ns})
+	}
+	setFailPoint(ts, db, bson.D{
+		{Key: "configureFailPoint", Value: "failCommand"},
+		{Key: "mode", Value: "alwaysOn"},
+		{Key: "data", Value: data},
+	})
 }
 
 // cmdReplicaDropConnections: replica-drop-connections closes every client

@@ -243,7 +243,7 @@ func cmdMeiliRequests(ts *testscript.TestScript, neg bool, args []string) {
 var scriptClients sync.Map // uri -> *mongo.Client
 
 func scriptMongo(ts *testscript.TestScript) *mongo.Database {
-	uri := ts.Getenv("MEILISTREAM_MONGODB_URI")
+	uri := directURI(ts.Getenv("MEILISTREAM_MONGODB_URI"))
 	if uri == "" {
 		ts.Fatalf("MEILISTREAM_MONGODB_URI is not set")
 	}
@@ -262,7 +262,7 @@ func scriptMongo(ts *testscript.TestScript) *mongo.Database {
 }
 
 func scriptMeili(ts *testscript.TestScript) meilisearch.ServiceManager {
-	url := ts.Getenv("MEILISTREAM_MEILI_URL")
+	url := directURI(ts.Getenv("MEILISTREAM_MEILI_URL"))
 	if url == "" {
 		ts.Fatalf("MEILISTREAM_MEILI_URL is not set")
 	}
@@ -372,42 +372,97 @@ func cmdMongoSeed(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// cmdMongoFailCommand: mongo-failcommand N CODE COMMAND... makes the next N
-// of the named commands fail with CODE (the failCommand fail point, which
-// real mongod has with enableTestCommands), adding the ResumableChangeStreamError
-// label so a change stream resumes after it. "mongo-failcommand off" turns
-// it off.
+// cmdMongoFailCommand: mongo-failcommand [-ns COLL] N CODE COMMAND...
+// makes the next N of the named commands fail with CODE (the failCommand
+// fail point: the test servers have it, real mongod with
+// enableTestCommands; see [failpoints]), adding the
+// ResumableChangeStreamError label so a change stream resumes after it.
+// -ns COLL limits it to the commands on COLL of the script's database: on
+// a shared server it must (the fail point is the server's, for all its
+// clients), and then the script holds the server's fail point until
+// "mongo-failcommand off" or its end.
+//
+// On the test servers -ns does not reach getMore (mongotest matches the
+// namespace by the command's first value, a cursor id for getMore; real
+// mongod by the cursor's namespace, GetMoreCommandRequest's collection):
+// a script failing getMore there uses own-servers instead.
 func cmdMongoFailCommand(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) < 1 {
-		ts.Fatalf("usage: mongo-failcommand N CODE COMMAND... | mongo-failcommand off")
+	fs := flag.NewFlagSet("mongo-failcommand", flag.ContinueOnError)
+	ns := fs.String("ns", "", "")
+	if neg || fs.Parse(args) != nil || fs.NArg() < 1 || (fs.Arg(0) != "off" && fs.NArg() < 3) {
+		ts.Fatalf("usage: mongo-failcommand [-ns COLL] N CODE COMMAND... | mongo-failcommand off")
+	}
+	db := scriptMongo(ts)
+	if fs.Arg(0) == "off" {
+		setFailPoint(ts, db, failPointOff)
+		return
+	}
+	n, err := strconv.Atoi(fs.Arg(0))
+	ts.Check(err)
+	code, err := strconv.Atoi(fs.Arg(1))
+	ts.Check(err)
+	data := bson.D{
+		{Key: "failCommands", Value: commandNames(fs.Args()[2:])},
+		{Key: "errorCode", Value: int32(code)},
+		{Key: "errorLabels", Value: bson.A{"ResumableChangeStreamError"}},
+	}
+	if *ns != "" {
+		data = append(data, bson.E{Key: "namespace", Value: db.Name() + "." + *ns})
+	}
+	setFailPoint(ts, db, bson.D{
+		{Key: "configureFailPoint", Value: "failCommand"},
+		{Key: "mode", Value: bson.D{{Key: "times", Value: int32(n)}}},
+		{Key: "data", Value: data},
+	})
+}
+
+func commandNames(names []string) bson.A {
+	a := bson.A{}
+	for _, c := range names {
+		a = append(a, c)
+	}
+	return a
+}
+
+// setFailPoint runs configureFailPoint cmd on db's server. On the server
+// every script shares, a script sets it only in its turn (until it turns it
+// off, or ends), and must scope it to a namespace of its own.
+func setFailPoint(ts *testscript.TestScript, db *mongo.Database, cmd bson.D) {
+	admin := db.Client().Database("admin")
+	off := len(cmd) > 1 && cmd[1].Key == "mode" && cmd[1].Value == "off"
+	if db.Client() == scriptClientOf(srv.mongoURI) {
+		if !off {
+			if data, _ := docValue(cmd, "data").(bson.D); docValue(data, "namespace") == nil {
+				ts.Fatalf("a fail point on the shared MongoDB server needs -ns (it would fail every script's commands)")
+			}
+			takeFailPointTurn(ts, admin)
+		} else if _, held := failPointHolder.Load(ts); !held {
+			return // not ours to turn off
+		}
 	}
 	ctx, cancel := cmdCtx()
 	defer cancel()
-	admin := scriptMongo(ts).Client().Database("admin")
-	cmd := bson.D{{Key: "configureFailPoint", Value: "failCommand"}}
-	if args[0] == "off" {
-		cmd = append(cmd, bson.E{Key: "mode", Value: "off"})
-	} else {
-		if len(args) < 3 {
-			ts.Fatalf("usage: mongo-failcommand N CODE COMMAND...")
-		}
-		n, err := strconv.Atoi(args[0])
-		ts.Check(err)
-		code, err := strconv.Atoi(args[1])
-		ts.Check(err)
-		names := bson.A{}
-		for _, c := range args[2:] {
-			names = append(names, c)
-		}
-		cmd = append(cmd,
-			bson.E{Key: "mode", Value: bson.D{{Key: "times", Value: int32(n)}}},
-			bson.E{Key: "data", Value: bson.D{
-				{Key: "failCommands", Value: names},
-				{Key: "errorCode", Value: int32(code)},
-				{Key: "errorLabels", Value: bson.A{"ResumableChangeStreamError"}},
-			}})
-	}
 	ts.Check(admin.RunCommand(ctx, cmd).Err())
+	if off {
+		releaseFailPointTurn(ts)
+	}
+}
+
+func docValue(d bson.D, key string) any {
+	for _, e := range d {
+		if e.Key == key {
+			return e.Value
+		}
+	}
+	return nil
+}
+
+// scriptClientOf returns the cached client of uri, or nil.
+func scriptClientOf(uri string) *mongo.Client {
+	if c, ok := scriptClients.Load(uri); ok {
+		return c.(*mongo.Client)
+	}
+	return nil
 }
 
 // loadScriptJob loads job name from the transforms folder of the script
