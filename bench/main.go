@@ -81,6 +81,7 @@ type config struct {
 	transform, sidecar     string
 	mongoURI, meiliURL     string
 	verbose                bool
+	profile                string
 }
 
 func run() error {
@@ -94,6 +95,7 @@ func run() error {
 	flag.StringVar(&c.mongoURI, "mongo", "", "use this MongoDB (replica set) instead of the test server")
 	flag.StringVar(&c.meiliURL, "meili", "", "use this Meilisearch instead of the test server")
 	flag.BoolVar(&c.verbose, "v", false, "show the sidecar's log")
+	flag.StringVar(&c.profile, "cpuprofile", "", "write CPU profiles of the sidecar process (reindex.pprof, follow.pprof) and its binary (meilistream) into this directory; builds the sidecar with a profiling hook (-sidecar is then not allowed)")
 	flag.Parse()
 	if runtime.GOOS != "linux" {
 		return errors.New("reads the sidecar's CPU and RSS from /proc: Linux only")
@@ -121,10 +123,30 @@ func run() error {
 			c.meiliURL = addrs["meili"]
 		}
 	}
-	if c.sidecar == "" {
-		c.sidecar = filepath.Join(tmp, "meilistream")
+	var build []string
+	if c.profile != "" {
+		if c.sidecar != "" {
+			return errors.New("-cpuprofile builds the sidecar itself: drop -sidecar")
+		}
+		if err := os.MkdirAll(c.profile, 0o755); err != nil {
+			return err
+		}
+		if c.profile, err = filepath.Abs(c.profile); err != nil {
+			return err
+		}
+		overlay, err := profileOverlay(tmp)
+		if err != nil {
+			return err
+		}
+		build = append(build, "-overlay", overlay)
+		c.sidecar = filepath.Join(c.profile, "meilistream")
+	}
+	if c.sidecar == "" || c.profile != "" {
+		if c.sidecar == "" {
+			c.sidecar = filepath.Join(tmp, "meilistream")
+		}
 		fmt.Fprintln(os.Stderr, "building meilistream ...")
-		b := exec.CommandContext(ctx, "go", "build", "-o", c.sidecar, ".")
+		b := exec.CommandContext(ctx, "go", append(append([]string{"build"}, build...), "-o", c.sidecar, ".")...)
 		b.Stderr = os.Stderr
 		if err := b.Run(); err != nil {
 			return fmt.Errorf("go build: %w", err)
@@ -183,6 +205,9 @@ func run() error {
 		"MEILISTREAM_FLUSH_INTERVAL="+c.flush.String(),
 		"MEILISTREAM_LOG_LEVEL=info",
 	)
+	if c.profile != "" {
+		cmd.Env = append(cmd.Env, profileDirEnv+"="+c.profile)
+	}
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 30 * time.Second
 	var logBuf strings.Builder
@@ -230,7 +255,9 @@ func run() error {
 	}); err != nil {
 		return fail(fmt.Errorf("start: %w", err))
 	}
-	cpuStart := cpu(pid)
+	toggleProfile(c, pid) // start reindex.pprof
+	cpuStart, flt0 := cpu(pid), faults(pid)
+	_, sys0 := cpuSplit(pid)
 	load0 := loadavg()
 	if err := waitFor(ctx, exited, 30*time.Minute, sample, func() (bool, error) {
 		n, err := indexCount(ctx, ms, uid)
@@ -239,7 +266,10 @@ func run() error {
 		return fail(fmt.Errorf("reindex: %w", err))
 	}
 	reindexWall := time.Since(start)
-	cpuReindex := cpu(pid) - cpuStart
+	cpuReindex, fltReindex := cpu(pid)-cpuStart, faults(pid)-flt0
+	_, sys1 := cpuSplit(pid)
+	sysReindex := sys1 - sys0
+	toggleProfile(c, pid) // stop reindex.pprof
 	if h := hwm(pid); h > peak {
 		peak = h
 	}
@@ -253,8 +283,10 @@ func run() error {
 	// Follow: -changes updates of distinct published articles, counted
 	// from the first write until the last one is searchable.
 	n := min(c.changes, published)
-	cpu0 := cpu(pid)
+	toggleProfile(c, pid) // start follow.pprof
+	cpu0, flt1 := cpu(pid), faults(pid)
 	t1 := time.Now()
+	_, sys2 := cpuSplit(pid)
 	if err := update(ctx, coll, n, "follow"); err != nil {
 		return fail(err)
 	}
@@ -265,7 +297,10 @@ func run() error {
 		return fail(fmt.Errorf("follow: %w", err))
 	}
 	followWall := time.Since(t1)
-	cpuFollow := cpu(pid) - cpu0
+	cpuFollow, fltFollow := cpu(pid)-cpu0, faults(pid)-flt1
+	_, sys3 := cpuSplit(pid)
+	sysFollow := sys3 - sys2
+	toggleProfile(c, pid) // stop follow.pprof
 
 	// Latency: one write at a time, until searchable.
 	var lat []time.Duration
@@ -299,6 +334,9 @@ func run() error {
 		return fail(fmt.Errorf("sidecar exit: %w", err))
 	}
 
+	if c.profile != "" {
+		fmt.Fprintf(os.Stderr, "profiles: go tool pprof -top %[1]s/meilistream %[1]s/reindex.pprof (and follow.pprof)\n", c.profile)
+	}
 	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
 	fmt.Printf("meilistream bench: %d articles (~1 KB BSON each, %d published), %d followed updates, %d latency samples, flushInterval %s, %d CPUs, load average %s at the start, %s at the end\n",
 		c.docs, published, n, len(lat), c.flush, runtime.NumCPU(), load0, loadavg())
@@ -307,6 +345,9 @@ func run() error {
 		float64(c.docs)/reindexWall.Seconds(), float64(peak)/(1<<20))
 	fmt.Printf("follow:  %.1f µs sidecar CPU per change, %s wall (%.0f changes/s)\n",
 		float64(cpuFollow.Microseconds())/float64(n), followWall.Round(time.Millisecond), float64(n)/followWall.Seconds())
+	fmt.Printf("of which system time (kernel: sockets, page faults): reindex %.1f µs, %.2f page faults per document; follow %.1f µs, %.2f page faults per change\n",
+		float64(sysReindex.Microseconds())/float64(c.docs), float64(fltReindex)/float64(c.docs),
+		float64(sysFollow.Microseconds())/float64(n), float64(fltFollow)/float64(n))
 	if len(lat) > 0 {
 		fmt.Printf("latency: write to searchable median %s, p99 %s (flushInterval %s)\n",
 			lat[len(lat)/2].Round(time.Millisecond), lat[min(len(lat)-1, len(lat)*99/100)].Round(time.Millisecond), c.flush)
@@ -508,18 +549,46 @@ func waitFor(ctx context.Context, exited chan error, timeout time.Duration, each
 }
 
 // cpu is the process's user+system CPU time from /proc/PID/stat (fields 14
-// and 15, in clock ticks of 1/100 s on Linux).
+// and 15, in clock ticks of 1/100 s on Linux): every thread's, the
+// collector's included.
 func cpu(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
+	u, s := cpuSplit(pid)
+	return u + s
+}
+
+// cpuSplit is cpu as user and system time.
+func cpuSplit(pid int) (user, system time.Duration) {
+	f := procStat(pid)
+	if f == nil {
+		return 0, 0
 	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
 	// f[0] is field 3 (state): utime is field 14, stime 15.
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond
+	return time.Duration(ut) * 10 * time.Millisecond, time.Duration(st) * 10 * time.Millisecond
+}
+
+// faults is the process's count of minor page faults (field 10 of
+// /proc/PID/stat): each is a fresh page of memory touched for the first
+// time, much of the system CPU time of a process that allocates a lot (its
+// heap returned to the kernel and taken again).
+func faults(pid int) int64 {
+	f := procStat(pid)
+	if f == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(f[7], 10, 64)
+	return n
+}
+
+// procStat returns the fields of /proc/PID/stat from field 3 (state) on.
+func procStat(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
 }
 
 // rss and hwm read VmRSS and VmHWM (peak) from /proc/PID/status, in bytes.

@@ -6,9 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -28,6 +33,7 @@ const ReindexSuffix = "__reindex"
 // task succeeded.
 type MeiliSink struct {
 	client  meilisearch.ServiceManager
+	direct  *meiliClient // client as NewMeiliClient made it, or nil
 	job     *transform.Job
 	uid     string // the index written
 	live    string // the job's index
@@ -58,7 +64,132 @@ func NewMeiliSink(client meilisearch.ServiceManager, job *transform.Job, logger 
 	if uid == "" {
 		uid = job.Name
 	}
-	return &MeiliSink{client: client, job: job, uid: uid, live: uid, pk: pk, log: logger.With("index", uid)}
+	direct, _ := client.(*meiliClient)
+	return &MeiliSink{client: client, direct: direct, job: job, uid: uid, live: uid, pk: pk, log: logger.With("index", uid)}
+}
+
+// meiliClient is the client NewMeiliClient makes: meilisearch-go's, and
+// what the sink needs to post document batches itself.
+type meiliClient struct {
+	meilisearch.ServiceManager
+	url, key string
+	hc       *http.Client
+}
+
+// NewMeiliClient returns the sidecar's Meilisearch client for baseURL and
+// apiKey (may be empty): meilisearch-go's without retries of its
+// own (the engine retries 5xx and connection errors itself), with two
+// changes for the cost of a batch, the sidecar's main work. Responses are
+// not compressed: they are small (task summaries and statuses), and
+// decompressing each one (a fresh gzip reader per response) cost more CPU
+// than the bytes saved. A MeiliSink on this client posts its document
+// batches itself: meilisearch-go copies a body it is given whole before
+// sending it, a second copy of every batch.
+func NewMeiliClient(baseURL, apiKey string) meilisearch.ServiceManager {
+	tr := &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   30 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		MaxIdleConns:          100,
+		MaxIdleConnsPerHost:   100,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: 1 * time.Second,
+		ForceAttemptHTTP2:     true,
+		DisableCompression:    true,
+	}
+	hc := &http.Client{Transport: tr}
+	opts := []meilisearch.Option{meilisearch.DisableRetries(), meilisearch.WithCustomClient(hc)}
+	if apiKey != "" {
+		opts = append(opts, meilisearch.WithAPIKey(apiKey))
+	}
+	return &meiliClient{ServiceManager: meilisearch.New(baseURL, opts...), url: baseURL, key: apiKey, hc: hc}
+}
+
+// trackedBody is a request body that says when the transport closed it:
+// only then may its bytes be reused (http.RoundTripper: the body may be
+// closed, and so read, after RoundTrip returns).
+type trackedBody struct {
+	bytes.Reader
+	closed  chan struct{}
+	once    sync.Once
+	rewound atomic.Bool // GetBody was called: another reader of the bytes exists
+}
+
+func (b *trackedBody) Close() error {
+	b.once.Do(func() { close(b.closed) })
+	return nil
+}
+
+// addDocuments posts body (a JSON array) to uid's documents with primary
+// key pk, as meilisearch-go's AddDocuments does, and returns the task uid.
+// Errors are the *meilisearch.Error meilisearch-go would return. It reports
+// whether body may be reused.
+func (c *meiliClient) addDocuments(ctx context.Context, uid, pk string, body []byte) (task int64, reusable bool, err error) {
+	endpoint := "/indexes/" + uid + "/documents?" + url.Values{"primaryKey": {pk}}.Encode()
+	me := &meilisearch.Error{
+		Endpoint:           endpoint,
+		Method:             http.MethodPost,
+		Function:           "AddDocuments",
+		RequestToString:    "empty request",
+		ResponseToString:   "empty response",
+		StatusCodeExpected: []int{http.StatusAccepted},
+	}
+	me.APIError.Message = "empty meilisearch message"
+	tb := &trackedBody{closed: make(chan struct{})}
+	tb.Reset(body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url+endpoint, tb)
+	if err != nil {
+		return 0, false, fmt.Errorf("unable to create request: %w", err)
+	}
+	req.ContentLength = int64(len(body))
+	req.GetBody = func() (io.ReadCloser, error) {
+		tb.rewound.Store(true)
+		return io.NopCloser(bytes.NewReader(body)), nil
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	req.Header.Set("User-Agent", meilisearch.GetQualifiedVersion())
+	resp, err := c.hc.Do(req)
+	free := func() bool {
+		select {
+		case <-tb.closed:
+			return !tb.rewound.Load()
+		default:
+			return false
+		}
+	}
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return 0, free(), me.WithErrCode(meilisearch.TimeoutError, err)
+		}
+		return 0, free(), me.WithErrCode(meilisearch.CommunicationError, err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return 0, free(), err
+	}
+	me.StatusCode = resp.StatusCode
+	if resp.StatusCode != http.StatusAccepted {
+		me.ErrorBody(b)
+		if me.APIError.Code == "" {
+			return 0, free(), me.WithErrCode(meilisearch.APIErrorWithoutMessage)
+		}
+		return 0, free(), me.WithErrCode(meilisearch.APIError)
+	}
+	var ti struct {
+		TaskUID int64 `json:"taskUid"`
+	}
+	if err := json.Unmarshal(b, &ti); err != nil {
+		me.ResponseToString = string(b)
+		return 0, free(), me.WithErrCode(meilisearch.ErrCodeResponseUnmarshalBody, err)
+	}
+	return ti.TaskUID, free(), nil
 }
 
 // classify turns a meilisearch-go error into the engine's: CONFIG_INVALID
@@ -266,10 +397,30 @@ func (s *MeiliSink) Send(ctx context.Context, b Batch) (Receipt, error) {
 func (s *MeiliSink) sendDocs(ctx context.Context, b Batch, positions []int, r *meiliReceipt) error {
 	body, positions := s.encodeDocs(b, positions, r)
 	if len(positions) == 0 {
+		releaseBody(body)
 		return nil
 	}
-	pk := s.pk
-	ti, err := s.client.Index(s.uid).AddDocuments(ctx, body, &meilisearch.DocumentOptions{PrimaryKey: &pk})
+	var (
+		task int64
+		err  error
+	)
+	if s.direct != nil {
+		var reusable bool
+		task, reusable, err = s.direct.addDocuments(ctx, s.uid, s.pk, body)
+		if reusable {
+			releaseBody(body)
+		}
+	} else {
+		pk := s.pk
+		var ti *meilisearch.TaskInfo
+		ti, err = s.client.Index(s.uid).AddDocuments(ctx, body, &meilisearch.DocumentOptions{PrimaryKey: &pk})
+		if err == nil {
+			task = ti.TaskUID
+		}
+		// meilisearch-go copies a []byte body before it sends it: body
+		// is free again.
+		releaseBody(body)
+	}
 	if err != nil {
 		if apiCode(err) == "payload_too_large" {
 			if len(positions) == 1 {
@@ -284,15 +435,39 @@ func (s *MeiliSink) sendDocs(ctx context.Context, b Batch, positions []int, r *m
 		}
 		return s.classify(err, "add documents")
 	}
-	r.tasks = append(r.tasks, meiliTask{uid: ti.TaskUID, positions: positions})
+	r.tasks = append(r.tasks, meiliTask{uid: task, positions: positions})
 	return nil
+}
+
+// bodies holds the buffers request bodies are encoded into (*[]byte), so a
+// batch does not allocate (and the runtime zero and later return to the
+// kernel) a body of hundreds of kilobytes each time.
+var bodies sync.Pool
+
+// maxPooledBody is the largest body buffer kept for reuse.
+const maxPooledBody = 32 << 20
+
+func takeBody(n int) []byte {
+	if p, ok := bodies.Get().(*[]byte); ok && cap(*p) >= n {
+		return (*p)[:0]
+	}
+	return make([]byte, 0, n)
+}
+
+// releaseBody gives buf back for reuse; the caller no longer uses it.
+func releaseBody(buf []byte) {
+	if cap(buf) > maxPooledBody || cap(buf) == 0 {
+		return
+	}
+	bodies.Put(&buf)
 }
 
 // encodeDocs renders the documents at positions as one JSON array; a
 // document that cannot be rendered is refused on its own (r.failed). It
-// returns the positions encoded.
+// returns the positions encoded. The body comes from takeBody: give it back
+// with releaseBody once sent.
 func (s *MeiliSink) encodeDocs(b Batch, positions []int, r *meiliReceipt) ([]byte, []int) {
-	buf := make([]byte, 0, len(positions)*768)
+	buf := takeBody(len(positions) * 768)
 	buf = append(buf, '[')
 	sent := make([]int, 0, len(positions))
 	for _, i := range positions {

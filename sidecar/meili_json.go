@@ -106,6 +106,27 @@ func appendJSONFloat(b []byte, f float64) ([]byte, error) {
 
 const hexDigits = "0123456789abcdef"
 
+// SWAR constants: a byte repeated in each of the 8 bytes of a word.
+const (
+	swarLSB = 0x0101010101010101
+	swarMSB = 0x8080808080808080
+)
+
+// plain8 reports whether none of the 8 bytes of s at i needs work in a JSON
+// string: no control character, quote, backslash or non-ASCII byte. It
+// tests a word at once ("has less than" and "has zero byte" tricks,
+// https://graphics.stanford.edu/~seander/bithacks.html#HasLessInWord):
+// article text is almost all plain bytes, and a loop over single bytes was
+// most of the encoder's time.
+func plain8(s string, i int) bool {
+	_ = s[i+7]
+	x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+	q := x ^ (swarLSB * '"')
+	bs := x ^ (swarLSB * '\\')
+	return (x|(x-swarLSB*0x20)|(q-swarLSB)&^q|(bs-swarLSB)&^bs)&swarMSB == 0
+}
+
 // appendJSONString quotes s as encoding/json does with HTML escaping off:
 // control characters escaped, invalid UTF-8 as U+FFFD, U+2028 and U+2029
 // escaped.
@@ -113,6 +134,10 @@ func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		if i+8 <= len(s) && plain8(s, i) {
+			i += 8
+			continue
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {

@@ -2,9 +2,17 @@ package sidecar
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"math"
+	"os"
+	"strings"
 	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/meilistream/meilistream/bench/articles"
+	"github.com/meilistream/meilistream/transform"
 )
 
 func TestAppendJSONWritesWhatEncodingJSONWrites(t *testing.T) {
@@ -33,4 +41,73 @@ func TestAppendJSONWritesWhatEncodingJSONWrites(t *testing.T) {
 	if _, err := appendJSON(nil, math.NaN()); err == nil {
 		t.Error("NaN encoded")
 	}
+}
+
+// Every byte value at every position of strings around the 8-byte words
+// the string scanner tests at once.
+func TestAppendJSONStringEscapesAtEveryPosition(t *testing.T) {
+	specials := []string{"\x00", "\x1f", " ", "\"", "\\", "\x7f", "é", "\u2028", "\xff", "<", "~"}
+	for c := 0; c < 256; c++ {
+		specials = append(specials, string([]byte{byte(c)}))
+	}
+	for _, sp := range specials {
+		for n := 0; n < 20; n++ {
+			for at := 0; at <= n; at++ {
+				s := strings.Repeat("a", at) + sp + strings.Repeat("b", n-at)
+				var want bytes.Buffer
+				enc := json.NewEncoder(&want)
+				enc.SetEscapeHTML(false)
+				if err := enc.Encode(s); err != nil {
+					t.Fatal(err)
+				}
+				if got, w := appendJSONString(nil, s), bytes.TrimSuffix(want.Bytes(), []byte("\n")); !bytes.Equal(got, w) {
+					t.Fatalf("%q:\n got %s\nwant %s", s, got, w)
+				}
+			}
+		}
+	}
+}
+
+// The JSON body of a batch of 500 articles as the Meilisearch sink sends it
+// (examples/transforms/articles.js output), without the transform:
+// go test ./sidecar -run '^$' -bench EncodeArticles -benchmem
+func BenchmarkEncodeArticles(b *testing.B) {
+	src, err := os.ReadFile("../examples/transforms/articles.js")
+	if err != nil {
+		b.Skip(err)
+	}
+	job, err := transform.LoadFile("articles.js", src, transform.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n = 500
+	items := make([]item, 0, n)
+	for i := 1; len(items) < n; i++ {
+		if !articles.Published(i) {
+			continue
+		}
+		raw, _ := bson.Marshal(articles.Article(i))
+		items = append(items, item{doc: raw, id: bson.Raw(raw).Lookup("_id"), op: transform.OpReindex})
+	}
+	writes, _, _, err := transformAll(context.Background(), job, items, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	positions := make([]int, len(writes))
+	for i := range positions {
+		positions[i] = i
+	}
+	sink := &MeiliSink{job: job, pk: "id"}
+	batch := Batch{Writes: writes}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	var size int
+	for it := 0; it < b.N; it++ {
+		body, _ := sink.encodeDocs(batch, positions, &meiliReceipt{})
+		size = len(body)
+		releaseBody(body)
+	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N*n), "cpu-ns/doc")
+	b.ReportMetric(float64(size)/n, "bytes/doc")
 }

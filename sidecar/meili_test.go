@@ -1,0 +1,111 @@
+package sidecar_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meilisearch/meilisearch-go"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/internal/meilitest"
+	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/transform"
+)
+
+// The sink behaves alike on meilisearch-go's client and on NewMeiliClient's,
+// which posts document batches itself: same documents, same errors.
+func TestMeiliSinkPostsBatchesAsMeilisearchGoDoes(t *testing.T) {
+	clients := map[string]func(url, key string) meilisearch.ServiceManager{
+		"meilisearch-go": func(url, key string) meilisearch.ServiceManager {
+			return meilisearch.New(url, meilisearch.WithAPIKey(key), meilisearch.DisableRetries())
+		},
+		"NewMeiliClient": sidecar.NewMeiliClient,
+	}
+	for name, newClient := range clients {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			srv, err := meilitest.Start(meilitest.Options{MasterKey: "key", MaxPayloadBytes: 4000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			mc := newClient(srv.URL(), "key")
+			job := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}
+			sink := sidecar.NewMeiliSink(mc, job, nil)
+			if err := sink.Prepare(ctx); err != nil {
+				t.Fatal(err)
+			}
+			write := func(id int64, title string) sidecar.Write {
+				_, raw, _ := bson.MarshalValue(id)
+				v := bson.RawValue{Type: bson.TypeInt64, Value: raw}
+				return sidecar.Write{SourceID: v, Doc: map[string]any{"id": id, "title": title, "tags": []any{"a", "é"}}}
+			}
+			send := func(b sidecar.Batch) ([]sidecar.DocFailure, error) {
+				r, err := sink.Send(ctx, b)
+				if err != nil {
+					return nil, err
+				}
+				return sink.Wait(ctx, r)
+			}
+
+			t.Log("a batch is durable and reads back as written")
+			var b sidecar.Batch
+			for i := int64(1); i <= 20; i++ {
+				b.Writes = append(b.Writes, write(i, fmt.Sprintf("title \"%d\"\n日本", i)))
+			}
+			if fails, err := send(b); err != nil || len(fails) > 0 {
+				t.Fatalf("send: %v %v", fails, err)
+			}
+			var doc map[string]any
+			if err := mc.Index("items").GetDocument(ctx, "7", nil, &doc); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := json.Marshal(doc); string(got) != `{"id":7,"tags":["a","é"],"title":"title \"7\"\n日本"}` {
+				t.Errorf("document 7 reads back as %s", got)
+			}
+
+			t.Log("a payload over the server's limit is split; a document alone over it is refused on its own")
+			big := write(100, strings.Repeat("x", 5000))
+			b = sidecar.Batch{Writes: []sidecar.Write{write(21, "a"), write(22, "b"), big, write(23, "c")}}
+			fails, err := send(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(fails) != 1 || len(fails[0].Writes) != 1 || fails[0].Writes[0] != 2 || fails[0].Code != "payload_too_large" {
+				t.Errorf("failures %+v, want the third write refused as payload_too_large", fails)
+			}
+			if err := mc.Index("items").GetDocument(ctx, "23", nil, &doc); err != nil {
+				t.Errorf("document 23 after the split: %v", err)
+			}
+
+			t.Log("a 5xx and a dropped connection are FAILED (retried), nothing enqueued")
+			for _, mode := range []meilitest.FailMode{meilitest.Fail5xx, meilitest.FailDrop} {
+				srv.FailNextOn("POST /indexes/{uid}/documents", 1, mode)
+				_, err := sink.Send(ctx, sidecar.Batch{Writes: []sidecar.Write{write(30, "z")}})
+				var me *meilisearch.Error
+				if errs.CodeOf(err) != errs.Failed || !errors.As(err, &me) {
+					t.Errorf("%s: error %v (code %s), want FAILED wrapping a *meilisearch.Error", mode, err, errs.CodeOf(err))
+				} else if mode == meilitest.Fail5xx && (me.StatusCode != 503 || me.APIError.Code != "internal") {
+					t.Errorf("%s: status %d code %q", mode, me.StatusCode, me.APIError.Code)
+				}
+			}
+			if fails, err := send(sidecar.Batch{Writes: []sidecar.Write{write(30, "z")}}); err != nil || len(fails) > 0 {
+				t.Fatalf("send after the failures: %v %v", fails, err)
+			}
+
+			t.Log("a wrong API key is CONFIG_INVALID")
+			bad := sidecar.NewMeiliSink(newClient(srv.URL(), "wrong"), job, nil)
+			_, err = bad.Send(ctx, sidecar.Batch{Writes: []sidecar.Write{write(40, "k")}})
+			if errs.CodeOf(err) != errs.ConfigInvalid {
+				t.Errorf("wrong key: %v (code %s), want CONFIG_INVALID", err, errs.CodeOf(err))
+			}
+		})
+	}
+}
