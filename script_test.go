@@ -668,7 +668,14 @@ func cmdProxy(ts *testscript.TestScript, neg bool, args []string) {
 	case op == "up" && fs.NArg() == 1:
 		p.setDown(false)
 	case op == "drop" && fs.NArg() == 1:
-		p.dropAll()
+		// The proxy must have carried something, or the client does not
+		// go through it (a mongodb:// client following the announced
+		// hosts): dropping nothing would test nothing.
+		n, total := p.dropAll()
+		fmt.Fprintf(ts.Stdout(), "dropped %d of %d connections\n", n, total)
+		if total == 0 {
+			ts.Fatalf("proxy drop %s: no connection ever went through it: does the client use $%s?", fs.Arg(0), fs.Arg(0))
+		}
 	case op == "refused" && fs.NArg() == 2:
 		want, err := strconv.ParseInt(fs.Arg(1), 10, 64)
 		ts.Check(err)
@@ -761,7 +768,9 @@ type faultProxy struct {
 	down    bool
 	closed  bool
 	refused int64
-	conns   map[net.Conn]struct{}
+	conns   map[net.Conn]struct{} // both sides of every connection
+	clients int                   // open client connections
+	total   int                   // client connections passed through
 	wg      sync.WaitGroup
 }
 
@@ -839,6 +848,15 @@ func (p *faultProxy) handle(c net.Conn) {
 		return
 	}
 	defer p.untrack(s)
+	p.mu.Lock()
+	p.clients++
+	p.total++
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.clients--
+		p.mu.Unlock()
+	}()
 	done := make(chan struct{})
 	go func() {
 		_, _ = io.Copy(s, c)
@@ -863,12 +881,15 @@ func (p *faultProxy) setDown(down bool) {
 	}
 }
 
-func (p *faultProxy) dropAll() {
+// dropAll closes every open connection and returns how many clients had
+// one, and how many ever went through.
+func (p *faultProxy) dropAll() (open, total int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for c := range p.conns {
 		_ = c.Close()
 	}
+	return p.clients, p.total
 }
 
 func (p *faultProxy) refusedCount() int64 {
