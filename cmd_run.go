@@ -150,8 +150,10 @@ func connect(ctx context.Context, cfg sidecar.Config, log hclog.Logger) (*wiring
 	w.errColl = w.source.Collection(cfg.StateCollection + "_errors")
 	if cfg.MeiliURL != "" {
 		// The engine retries with its own backoff and keeps batches in
-		// order; the client's own retries would only hide failures.
-		w.meili = meilisearch.New(cfg.MeiliURL, meilisearch.WithAPIKey(cfg.MeiliAPIKey), meilisearch.DisableRetries())
+		// order; the client's own retries would only hide failures. The
+		// sidecar's client also posts document batches itself (see
+		// sidecar.NewMeiliClient).
+		w.meili = sidecar.NewMeiliClient(cfg.MeiliURL, cfg.MeiliAPIKey)
 		w.closeFns = append(w.closeFns, w.meili.Close)
 	}
 	if cfg.ReplicaURI != "" {
