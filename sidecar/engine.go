@@ -49,7 +49,7 @@ var ErrTransformOlder = errors.New("transform older than the one recorded")
 // override the matching fields here.
 type EngineConfig struct {
 	BatchSize        int           // pending changes that trigger a send (follow); writes per batch (reindex)
-	PageSize         int           // documents per reindex page (and checkpoint)
+	PageSize         int           // documents a reindex reads ahead of its checkpoint at most (parts of half of it)
 	FlushInterval    time.Duration // longest a pending change waits
 	PositionInterval time.Duration // how often a quiet stream records its position
 	OnHistoryLost    string        // "reindex" | "fail"

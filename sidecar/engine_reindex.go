@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -177,19 +178,32 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 		}
 	}()
 
-	// Pages in _id order: read here, transformed on the pipe's prepare
-	// stage, sent and waited for on its other stages, checkpointed in order
-	// once durable.
+	// Pages in _id order, read in parts: a part is one batch of the cursor
+	// (the find or one getMore) and one batch to the destination,
+	// transformed on the pipe's prepare stage, sent and waited for on its
+	// other stages, and checkpointed in order once durable. A window keeps
+	// the documents read and not yet checkpointed to one page: a part is
+	// fetched only when it fits, and its documents leave the window once
+	// their checkpoint is written. So a process killed at any point reads
+	// again at most one page on restart, while the next part is still read
+	// as the ones before it are transformed and uploaded.
 	// The pipe outlives ctx on a clean stop, so what was sent is made
 	// durable and checkpointed (within DrainTimeout); the lease still stops
-	// it at once. Reindex keeps at most two batches in flight: enough to keep
-	// Meilisearch busy, and it bounds what a killed process reads again.
+	// it at once. At most two batches are in flight: enough to keep
+	// Meilisearch busy (the window holds two parts at most by default).
 	rjc := jc
 	rjc.MaxInFlight = min(jc.MaxInFlight, 2)
 	pctx, pstop := leaseContext(context.WithoutCancel(ctx), l)
 	defer pstop()
 	p := e.newPipe(pctx, rjc, staged, stats, log, false)
 	defer p.abort(errPipeClosed)
+	win := newWindow(jc.PageSize)
+	ckp := e.newCheckpointer(pctx, name, l, cp, win, p.fail, func(n int64) {
+		done.Store(n)
+		stats.update(func(s *JobSnapshot) { s.Reindex.Done = n })
+		e.observeProgress(name, n, est)
+	})
+	defer ckp.abort()
 	// Error records: in place, a document written without error clears its
 	// record once durable; into a staged index, records are only known
 	// stale when the swap is done (then every record not made again by this
@@ -205,15 +219,10 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 	}
 	p.errs = set
 	var skipped, bad, indexed atomic.Int64
-	filter := resumeFilter(cp.LastID)
-	findOpts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(int32(jc.PageSize))
-	cur, err := coll.Find(ctx, filter, findOpts)
-	if err != nil {
-		return sum, errs.Wrap(errs.Failed, name, err, "read the collection")
-	}
-	defer func() { cur.Close(context.WithoutCancel(ctx)) }()
-	// submit hands one batch of a page to the pipe; once durable it is
-	// checkpointed (its last _id and the count so far).
+	size := partSize(jc.PageSize, jc.BatchSize)
+	findOpts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(int32(size))
+	// submit hands one part to the pipe; once durable, the checkpointer
+	// records its last _id and the count so far.
 	submit := func(batch []item) error {
 		last := batch[len(batch)-1].id
 		var clear []int
@@ -246,62 +255,62 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 				}
 				indexed.Add(up - int64(len(f.refusedPos)))
 				bad.Add(int64(len(f.refusedPos)))
-				cp.LastID = last
-				cp.Count += int64(len(batch))
-				if err := e.writeCheckpoint(ctx, name, l, cp); err != nil {
-					return err
-				}
-				n := done.Add(int64(len(batch)))
-				stats.update(func(s *JobSnapshot) { s.Reindex.Done = n })
-				e.observeProgress(name, n, est)
+				ckp.durable(last, len(batch))
 				return nil
 			},
 		}
 		return p.submit(f)
 	}
-	submitPage := func(page []item) error {
-		for lo := 0; lo < len(page); lo += jc.BatchSize {
-			if err := submit(page[lo:min(lo+jc.BatchSize, len(page))]); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
 	// stopped ends a reindex cut short: on a clean stop (ctx cancelled, not
 	// a lost lease) what was sent is made durable and checkpointed first.
 	stopped := func(err error) (ReindexSummary, error) {
 		if ctx.Err() != nil && !errors.Is(context.Cause(ctx), errs.ErrLeaseLost) {
-			timer := time.AfterFunc(jc.DrainTimeout, func() { p.fail(context.DeadlineExceeded) })
+			timer := time.AfterFunc(jc.DrainTimeout, func() {
+				p.fail(context.DeadlineExceeded)
+				ckp.fail(context.DeadlineExceeded)
+			})
 			defer timer.Stop()
-			if cerr := p.close(); cerr == nil {
+			cerr := p.close()
+			if cerr == nil {
+				cerr = ckp.close()
+			}
+			if cerr == nil {
 				log.Info("reindex stopped; it resumes from its checkpoint", "done", done.Load())
 			}
 			return sum, context.Cause(ctx)
 		}
 		return sum, err
 	}
-	pageSize := jc.PageSize
-	page := make([]item, 0, pageSize)
-	arena := make([]byte, 0, pageSize*512)
+	var cur *mongo.Cursor
+	defer func() {
+		if cur != nil {
+			cur.Close(context.WithoutCancel(ctx))
+		}
+	}()
 	lastRead := cp.LastID
-	for attempt := 0; ; attempt++ {
-		for cur.Next(ctx) {
-			// Documents are copied into one arena per page: one allocation
-			// per page, not per document. Slices into an outgrown arena
-			// stay valid.
-			at := len(arena)
-			arena = append(arena, cur.Current...)
-			doc := bson.Raw(arena[at:len(arena):len(arena)])
-			page = append(page, item{doc: doc, id: doc.Lookup("_id"), op: transform.OpReindex})
-			lastRead = page[len(page)-1].id
-			attempt = 0
-			if len(page) == pageSize {
-				if err := submitPage(page); err != nil {
-					return stopped(err)
-				}
-				page = make([]item, 0, pageSize)
-				arena = make([]byte, 0, cap(arena))
+	for attempt := 0; ; {
+		// Room for a whole part before anything is fetched: the find and
+		// each getMore return up to size documents.
+		if err := win.acquire(ctx, p, size); err != nil {
+			return stopped(err)
+		}
+		if cur == nil {
+			if cur, err = coll.Find(ctx, resumeFilter(lastRead), findOpts); err != nil {
+				win.release(size)
+				return stopped(leaseOr(ctx, l, errs.Wrap(errs.Failed, name, err, "read the collection")))
 			}
+		}
+		batch, more := readPart(ctx, cur, size)
+		win.release(size - len(batch))
+		if len(batch) > 0 {
+			lastRead = batch[len(batch)-1].id
+			attempt = 0
+			if err := submit(batch); err != nil {
+				return stopped(err)
+			}
+		}
+		if more {
+			continue
 		}
 		err := cur.Err()
 		if err == nil || ctx.Err() != nil {
@@ -316,20 +325,17 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 		if err := sleep(ctx, backoff(jc.EngineConfig, attempt)); err != nil {
 			return stopped(err)
 		}
+		attempt++
 		cur.Close(context.WithoutCancel(ctx))
-		if cur, err = coll.Find(ctx, resumeFilter(lastRead), findOpts); err != nil {
-			return stopped(leaseOr(ctx, l, errs.Wrap(errs.Failed, name, err, "read the collection")))
-		}
+		cur = nil
 	}
 	if ctx.Err() != nil {
 		return stopped(ctx.Err())
 	}
-	if len(page) > 0 {
-		if err := submitPage(page); err != nil {
-			return stopped(err)
-		}
-	}
 	if err := p.close(); err != nil {
+		return sum, leaseOr(ctx, l, err)
+	}
+	if err := ckp.close(); err != nil {
 		return sum, leaseOr(ctx, l, err)
 	}
 	sum.Indexed, sum.Skipped, sum.Errors = indexed.Load(), skipped.Load(), bad.Load()
@@ -389,6 +395,192 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 	log.Info("reindex done", "indexed", sum.Indexed, "skipped", sum.Skipped, "removed", sum.Removed, "errors", sum.Errors,
 		"resumed", sum.Resumed, "duration", sum.Duration.Round(time.Millisecond))
 	return sum, nil
+}
+
+// partSize is how many documents a reindex reads and sends at a time: half
+// a page, so that one part is read while the one before it is transformed
+// and uploaded and still at most one page is read and not checkpointed,
+// and no more than a batch.
+func partSize(pageSize, batchSize int) int {
+	return max(1, min(batchSize, pageSize/2))
+}
+
+// readPart reads the documents of the cursor's current batch, fetching
+// one if it has none (at most size: the cursor's batch size), each copied
+// into one arena per part: one allocation per part, not per document
+// (slices into an outgrown arena stay valid). more is false once the
+// cursor is exhausted or failed (see cur.Err).
+func readPart(ctx context.Context, cur *mongo.Cursor, size int) (batch []item, more bool) {
+	arena := make([]byte, 0, size*512)
+	for len(batch) < size && cur.Next(ctx) {
+		if batch == nil {
+			batch = make([]item, 0, size)
+		}
+		at := len(arena)
+		arena = append(arena, cur.Current...)
+		doc := bson.Raw(arena[at:len(arena):len(arena)])
+		batch = append(batch, item{doc: doc, id: doc.Lookup("_id"), op: transform.OpReindex})
+		if cur.RemainingBatchLength() == 0 {
+			return batch, true
+		}
+	}
+	return batch, len(batch) == size
+}
+
+// window bounds the documents a reindex has read and not yet
+// checkpointed.
+type window struct {
+	mu   sync.Mutex
+	used int
+	max  int
+	wake chan struct{} // closed (and replaced) when room is made
+}
+
+func newWindow(n int) *window { return &window{max: n, wake: make(chan struct{})} }
+
+// acquire waits until n more documents fit, or ctx ends or p fails.
+func (w *window) acquire(ctx context.Context, p *pipe, n int) error {
+	for {
+		w.mu.Lock()
+		if w.used+n <= w.max || w.used == 0 {
+			w.used += n
+			w.mu.Unlock()
+			return nil
+		}
+		wake := w.wake
+		w.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-p.Failed():
+			if err := p.Err(); err != nil {
+				return err
+			}
+			return errPipeClosed
+		}
+	}
+}
+
+// release lets n documents out.
+func (w *window) release(n int) {
+	if n <= 0 {
+		return
+	}
+	w.mu.Lock()
+	w.used -= n
+	close(w.wake)
+	w.wake = make(chan struct{})
+	w.mu.Unlock()
+}
+
+// checkpointer records a reindex's checkpoint off the pipe's wait stage: a
+// part that became durable only hands over its last _id and size (in
+// submission order, so the last one handed over is the furthest durable
+// point, in _id order). One goroutine writes the latest (parts that became
+// durable during a write are recorded together by the next one), then lets
+// their documents out of the window. The checkpoint is fenced by the lease
+// epoch (writeCheckpoint); a failed write fails the pipe.
+type checkpointer struct {
+	e        *Engine
+	job      string
+	l        EngineLease
+	cp       *checkpoint // the goroutine's until done is closed
+	win      *window
+	failPipe func(error)
+	written  func(count int64)
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	wake   chan struct{} // one pending signal at most
+	done   chan struct{}
+	err    error // set before done is closed
+
+	mu     sync.Mutex
+	lastID bson.RawValue
+	count  int64 // documents read up to lastID, earlier runs included
+	docs   int   // documents durable and not yet recorded
+	closed bool
+}
+
+func (e *Engine) newCheckpointer(ctx context.Context, job string, l EngineLease, cp *checkpoint, win *window, failPipe func(error), written func(int64)) *checkpointer {
+	ctx, cancel := context.WithCancelCause(ctx)
+	c := &checkpointer{
+		e: e, job: job, l: l, cp: cp, win: win, failPipe: failPipe, written: written,
+		ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), done: make(chan struct{}),
+		lastID: cp.LastID, count: cp.Count,
+	}
+	go c.loop()
+	return c
+}
+
+// durable hands over a part that is durable: n documents up to last.
+func (c *checkpointer) durable(last bson.RawValue, n int) {
+	c.mu.Lock()
+	c.lastID = last
+	c.count += int64(n)
+	c.docs += n
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *checkpointer) loop() {
+	defer close(c.done)
+	for {
+		c.mu.Lock()
+		last, count, docs, closed := c.lastID, c.count, c.docs, c.closed
+		c.docs = 0
+		c.mu.Unlock()
+		if docs > 0 {
+			c.cp.LastID, c.cp.Count = last, count
+			if err := c.e.writeCheckpoint(c.ctx, c.job, c.l, c.cp); err != nil {
+				if c.ctx.Err() != nil {
+					err = context.Cause(c.ctx)
+				}
+				c.err = err
+				c.failPipe(err)
+				return
+			}
+			c.win.release(docs)
+			c.written(count)
+			continue
+		}
+		if closed {
+			return
+		}
+		select {
+		case <-c.wake:
+		case <-c.ctx.Done():
+			c.err = context.Cause(c.ctx)
+			return
+		}
+	}
+}
+
+// close records what was handed over and stops; it returns why a write
+// failed or the checkpointer was stopped.
+func (c *checkpointer) close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	<-c.done
+	return c.err
+}
+
+// fail stops the checkpointer without waiting.
+func (c *checkpointer) fail(err error) { c.cancel(err) }
+
+// abort stops the checkpointer and waits until it has.
+func (c *checkpointer) abort() {
+	c.cancel(errPipeClosed)
+	<-c.done
 }
 
 // sweep deletes, after an in-place reindex, what the destination holds for

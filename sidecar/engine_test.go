@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/meilisearch/meilisearch-go"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -405,6 +407,166 @@ func TestReindexKilledMidwayResumesFromItsCheckpoint(t *testing.T) {
 		t.Fatalf("resumed=%v previous=%d (checkpoint %d) read again=%d, total %d", sum.Resumed, sum.Previous, cp, read, total)
 	}
 	t.Logf("killed at %d done, checkpoint at %d: re-read %d documents", st.Snapshot().Reindex.Done, cp, st.Snapshot().Reindex.Done-cp)
+	if e.positionHash() != job.Hash {
+		t.Fatal("no position after the resumed reindex")
+	}
+	e.equal(job)
+}
+
+// killSink plays kill -9 on a reindex once it was sent a random number of
+// documents: the batch it was handed then and everything after is never
+// sent, nothing more becomes durable, and the reindex's context is
+// cancelled.
+type killSink struct {
+	sidecar.Sink
+	k *killer
+}
+
+type killer struct {
+	mu     sync.Mutex
+	sent   int
+	killAt int // 0: never
+	dead   bool
+	kill   func()
+}
+
+// hit says whether the process is dead, counting n documents about to be
+// sent.
+func (k *killer) hit(n int) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.dead && k.killAt > 0 && k.sent+n >= k.killAt {
+		k.dead = true
+		k.kill()
+	}
+	if !k.dead {
+		k.sent += n
+	}
+	return k.dead
+}
+
+func (s killSink) Stage(ctx context.Context, resume bool) (sidecar.Staged, error) {
+	st, err := s.Sink.Stage(ctx, resume)
+	if err != nil {
+		return nil, err
+	}
+	return killStaged{st, s.k}, nil
+}
+
+type killStaged struct {
+	sidecar.Staged
+	k *killer
+}
+
+func (s killStaged) Send(ctx context.Context, b sidecar.Batch) (sidecar.Receipt, error) {
+	if s.k.hit(len(b.Writes)) {
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
+	}
+	return s.Staged.Send(ctx, b)
+}
+
+func (s killStaged) Wait(ctx context.Context, r sidecar.Receipt) ([]sidecar.DocFailure, error) {
+	if s.k.hit(0) {
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
+	}
+	return s.Staged.Wait(ctx, r)
+}
+
+// readIDs connects to the test MongoDB with a monitor that collects the
+// _ids of the items the server returned (find and getMore replies): what
+// a process read, whether or not it got as far as sending it.
+func (e *env) readIDs() (*mongo.Database, func() map[int64]bool) {
+	e.t.Helper()
+	var mu sync.Mutex
+	ids := map[int64]bool{}
+	mon := &event.CommandMonitor{Succeeded: func(_ context.Context, ev *event.CommandSucceededEvent) {
+		if ns, _ := ev.Reply.Lookup("cursor", "ns").StringValueOK(); ns != "app.items" {
+			return
+		}
+		batch, ok := ev.Reply.Lookup("cursor", "firstBatch").ArrayOK()
+		if !ok {
+			batch, _ = ev.Reply.Lookup("cursor", "nextBatch").ArrayOK()
+		}
+		vals, _ := batch.Values()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, v := range vals {
+			doc, ok := v.DocumentOK()
+			if !ok {
+				continue
+			}
+			// Items have integer _ids; a change event's _id (its resume
+			// token) is a document.
+			if id, ok := doc.Lookup("_id").AsInt64OK(); ok {
+				ids[id] = true
+			}
+		}
+	}}
+	client, err := mongo.Connect(options.Client().ApplyURI(e.mongo.URI()).SetMonitor(mon))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { client.Disconnect(context.Background()) })
+	return client.Database("app"), func() map[int64]bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(ids)
+	}
+}
+
+// A process killed at any point of a reindex reads again, on restart, at
+// most one page of what it had read: the reader never runs more than a
+// page ahead of the last checkpoint, yet still reads while earlier parts
+// are transformed and sent.
+func TestReindexKilledAnywhereReadsAtMostOnePageAgain(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.PageSize, e.cfg.BatchSize = 100, 100
+	e.cfg.DrainTimeout = 100 * time.Millisecond
+	const total = 2000
+	e.insert(0, total, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	var before map[int64]bool // read by the run before
+	for run := 0; ; run++ {
+		src, read := e.readIDs()
+		eng := sidecar.NewEngine(src, e.state, e.errs, e.cfg, nil, e.log)
+		ctx, cancel := context.WithCancel(e.ctx)
+		k := &killer{kill: cancel}
+		if run < 8 {
+			k.killAt = 1 + rng.IntN(4*e.cfg.PageSize)
+		}
+		sum, err := eng.Reindex(ctx, job, killSink{sidecar.NewMeiliSink(e.mc, job, e.log), k}, l, nil)
+		cancel()
+		ids := read()
+		twice := 0
+		for id := range ids {
+			if before[id] {
+				twice++
+			}
+		}
+		t.Logf("run %d: sent %d (kill at %d), read %d, %d of them read by the run before", run, k.sent, k.killAt, len(ids), twice)
+		if twice > e.cfg.PageSize {
+			t.Fatalf("run %d read %d documents again, more than a page (%d)", run, twice, e.cfg.PageSize)
+		}
+		if k.killAt == 0 {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if run > 0 && !sum.Resumed {
+				t.Fatalf("the last run did not resume: %+v", sum)
+			}
+			break
+		}
+		if err == nil {
+			t.Fatalf("run %d killed after %d sent reported success", run, k.sent)
+		}
+		before = ids
+	}
 	if e.positionHash() != job.Hash {
 		t.Fatal("no position after the resumed reindex")
 	}

@@ -59,7 +59,7 @@ type position struct {
 	Updated     time.Time         `bson:"updatedAt"`
 }
 
-// checkpoint is a reindex's progress after its last durable page.
+// checkpoint is a reindex's progress after its last durable part.
 type checkpoint struct {
 	StartToken bson.Raw      `bson:"startToken"`
 	StartedAt  time.Time     `bson:"startedAt"`
