@@ -933,8 +933,11 @@ func cmdSignal(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		p, err := os.FindProcess(v.(int))
 		ts.Check(err)
-		ts.Check(p.Signal(syscall.SIGCONT))
+		ts.Check(p.Signal(sigCont))
 	case "STOP", "TERM":
+		if fs.Arg(0) == "STOP" && sigStop == nil {
+			ts.Fatalf("signal STOP: this OS has no SIGSTOP")
+		}
 		pid := holderPid(ts, file)
 		p, err := os.FindProcess(pid)
 		ts.Check(err)
@@ -942,13 +945,13 @@ func cmdSignal(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Check(p.Signal(syscall.SIGTERM))
 			return
 		}
-		ts.Check(p.Signal(syscall.SIGSTOP))
+		ts.Check(p.Signal(sigStop))
 		stopped.Store(file, pid)
 		ts.Defer(func() {
 			// Still stopped at the end (a failed script): continue it,
 			// so testscript's closing interrupt can end it.
 			if _, ok := stopped.LoadAndDelete(file); ok {
-				_ = p.Signal(syscall.SIGCONT)
+				_ = p.Signal(sigCont)
 			}
 		})
 	default:
