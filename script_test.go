@@ -33,14 +33,20 @@ package main
 //	              so "exec meilistream &s&" just works; override with "env".
 //
 // Conditions: [real] when real servers are used; [servers] when servers are
-// available (always). Commands that inject faults into the in-process
-// servers reach them through srv.mongo and srv.meili (nil under [real]: such
-// scripts start with "[real] skip").
+// available (always); [failpoints] when MongoDB takes configureFailPoint.
+// Faults that real servers can be given too go through the harness: a TCP
+// proxy in front of a server (proxy), signals to a sidecar (signal), the
+// failCommand fail point scoped to the script's namespace (mongo-failcommand
+// -ns, replica-fail -ns); see "Fault injection" below. Commands that need
+// the in-process servers' hooks (a moved clock, 503 answers, trimmed
+// history) work on a script's own servers (own-servers, own-replica) and
+// are for [!real] lines only.
 //
 // Generic commands: waitfile FILE [timeout]; httpget [-wait=DUR] URL-or-path
 // [want-status] (a path is relative to the address in $MEILISTREAM_READY_FILE);
 // exitcode N PROG [ARGS...] (exec that asserts the exit code, keeping stdout
-// and stderr for the next assertions).
+// and stderr for the next assertions); proxy and
+// signal (below).
 //
 // Every run of the meilistream command in a script is watched: if its
 // stdout or stderr ever holds a secret of its environment (the Meilisearch
@@ -556,7 +562,7 @@ func TestScriptServers(t *testing.T) {
 	}
 }
 
-// Fault injection that works on real servers as on the test servers:
+// Fault injection, working on real servers as on the test servers:
 //
 //	proxy start VAR        puts a TCP proxy in front of the server whose
 //	                       address is in $VAR (http://host:port or a
