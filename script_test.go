@@ -730,6 +730,9 @@ func proxyTarget(uri string) (string, func(addr string) string, error) {
 	if at := strings.LastIndex(authority, "@"); at >= 0 {
 		userinfo, authority = authority[:at+1], authority[at+1:]
 	}
+	if q := strings.ToLower(tail); scheme == "mongodb" && (strings.Contains(q, "tls=true") || strings.Contains(q, "ssl=true")) {
+		return "", nil, fmt.Errorf("%q uses TLS: the test proxy needs a plain TCP server", redactURI(uri))
+	}
 	if strings.Contains(authority, ",") {
 		return "", nil, fmt.Errorf("%q names several hosts; the proxy stands in front of one server", redactURI(uri))
 	}
@@ -1046,4 +1049,37 @@ func probeFailPoints(uri string) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// TestProxyTarget checks how proxy start rewrites a server address: a
+// mongodb:// URI keeps its user, database and options and gets
+// directConnection=true; what a TCP proxy cannot stand in front of is
+// refused.
+func TestProxyTarget(t *testing.T) {
+	for _, c := range []struct{ in, dial, out string }{
+		{"mongodb://127.0.0.1:4000/?replicaSet=rs0", "127.0.0.1:4000", "mongodb://127.0.0.1:9/?replicaSet=rs0&directConnection=true"},
+		{"mongodb://u:p%40ss@db:27017/admin?directConnection=false&authSource=admin", "db:27017", "mongodb://u:p%40ss@127.0.0.1:9/admin?authSource=admin&directConnection=true"},
+		{"mongodb://localhost?replicaSet=rs0", "localhost:27017", "mongodb://127.0.0.1:9/?replicaSet=rs0&directConnection=true"},
+		{"http://127.0.0.1:7700", "127.0.0.1:7700", "http://127.0.0.1:9"},
+		{"http://meili/prefix", "meili:80", "http://127.0.0.1:9/prefix"},
+		{"mongodb://a:1,b:2/?replicaSet=rs0", "", ""},
+		{"mongodb://h/?tls=true", "", ""},
+		{"mongodb+srv://cluster.example/", "", ""},
+		{"https://meili", "", ""},
+	} {
+		dial, rewrite, err := proxyTarget(c.in)
+		if c.dial == "" {
+			if err == nil {
+				t.Errorf("proxyTarget(%q): no error, want one", c.in)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("proxyTarget(%q): %v", c.in, err)
+			continue
+		}
+		if out := rewrite("127.0.0.1:9"); dial != c.dial || out != c.out {
+			t.Errorf("proxyTarget(%q) = %q, %q; want %q, %q", c.in, dial, out, c.dial, c.out)
+		}
+	}
 }
