@@ -62,14 +62,17 @@ func (e *Engine) openStream(ctx context.Context, job *transform.Job, token bson.
 }
 
 // streamPace is the least time between two getMores of a busy stream:
-// FlushInterval/10, at most 10ms. A getMore returns as soon as anything
-// is there, so a stream of a few thousand changes a second read without a
-// pause costs one round trip (and its goroutine switches) per change or
-// two; pausing after a batch lets the next one gather more. An idle
-// stream's getMore still waits on the server (maxAwaitTime), so a lone
-// write is not delayed; a busy one by at most the pace.
+// FlushInterval/4, at most 25ms. A getMore returns as soon as anything is
+// there, so a stream of a few thousand changes a second read without a
+// pause costs one round trip (and its goroutine switches and syscalls) per
+// change or two; pausing after a batch lets the next one gather more. An
+// idle stream's getMore still waits on the server (maxAwaitTime), so a lone
+// write is not delayed; a busy one by at most the pace, which keeps a busy
+// stream's write-to-searchable within flushInterval + 50 ms. (At 10ms the
+// round trips of a busy stream were still about a tenth of follow's CPU per
+// change; go run ./bench, README "Performance".)
 func streamPace(flush time.Duration) time.Duration {
-	return min(flush/10, 10*time.Millisecond)
+	return min(flush/4, 25*time.Millisecond)
 }
 
 // readStream feeds out until ctx ends or the stream fails, pausing at
