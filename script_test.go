@@ -153,10 +153,9 @@ type servers struct {
 	// the scripts run against real servers ([real]).
 	mongo *mongotest.Server
 	meili *meilitest.Server
-	// [failpoints], probed once.
-	fpOnce sync.Once
-	fpOK   bool
-	fpErr  error
+	// [failpoints], probed by start.
+	fpOK  bool
+	fpErr error
 }
 
 func (s *servers) start() error {
@@ -165,8 +164,12 @@ func (s *servers) start() error {
 			s.mongoURI = os.Getenv(envTestMongoURI)
 			s.meiliURL = os.Getenv(envTestMeiliURL)
 			s.meiliKey = os.Getenv(envTestMeiliKey)
+			// Before any script runs (every Setup waits for this), so
+			// turning the fail point off disturbs none.
+			s.fpOK, s.fpErr = probeFailPoints(s.mongoURI)
 			return
 		}
+		s.fpOK = true
 		s.err = s.startInternal()
 	})
 	return s.err
@@ -619,7 +622,6 @@ func init() {
 		if err := srv.start(); err != nil {
 			return false, err
 		}
-		srv.fpOnce.Do(func() { srv.fpOK, srv.fpErr = probeFailPoints(srv.mongoURI) })
 		return srv.fpOK, srv.fpErr
 	}
 }
@@ -1027,13 +1029,8 @@ func releaseFailPointTurn(ts *testscript.TestScript) {
 var failPointOff = bson.D{{Key: "configureFailPoint", Value: "failCommand"}, {Key: "mode", Value: "off"}}
 
 // probeFailPoints tells whether the server at uri takes configureFailPoint:
-// it turns the failCommand fail point off, in turn with the scripts.
+// it turns the failCommand fail point off.
 func probeFailPoints(uri string) (bool, error) {
-	if !realServers() {
-		return true, nil
-	}
-	failPointTurn <- nil
-	defer func() { <-failPointTurn }()
 	ctx, cancel := cmdCtx()
 	defer cancel()
 	client, err := mongo.Connect(options.Client().ApplyURI(uri))
