@@ -457,7 +457,7 @@ func (w *window) acquire(ctx context.Context, p *pipe, n int) error {
 			if err := p.Err(); err != nil {
 				return err
 			}
-			return errPipeClosed
+			return context.Cause(p.ctx)
 		}
 	}
 }
