@@ -580,7 +580,9 @@ func TestScriptServers(t *testing.T) {
 //	                       gone away mid-request), until "proxy up VAR".
 //	proxy up VAR           passes connections through again.
 //	proxy drop VAR         drops every open connection once (a network blip,
-//	                       the connections an old primary closes).
+//	                       the connections an old primary closes) and prints
+//	                       how many; fails if no connection ever went
+//	                       through the proxy (the client does not use it).
 //	proxy refused [-timeout D] VAR N
 //	                       polls until at least N connections were dropped
 //	                       since the last "proxy down VAR": the client did try.
@@ -613,7 +615,7 @@ func directURI(uri string) string {
 	return uri
 }
 
-var scriptProxies sync.Map // *testscript.TestScript -> map[string]*faultProxy (by VAR)
+var scriptProxies sync.Map // *testscript.TestScript -> *sync.Map (VAR -> *faultProxy)
 
 func init() {
 	scriptCmds["proxy"] = cmdProxy
