@@ -164,11 +164,8 @@ func (s *Server) checkFailPoint(c *conn, x *cmdCtx) *fpAction {
 	if fp.appName != "" && fp.appName != c.app {
 		return nil
 	}
-	if fp.ns != "" {
-		coll, _ := x.cmd[0].Value.(string)
-		if fp.ns != x.db+"."+coll {
-			return nil
-		}
+	if fp.ns != "" && fp.ns != x.db+"."+failPointColl(x) {
+		return nil
 	}
 	if fp.skip > 0 {
 		fp.skip--
@@ -206,6 +203,23 @@ func (s *Server) checkFailPoint(c *conn, x *cmdCtx) *fpAction {
 		a.err = ce
 	}
 	return a
+}
+
+// failPointColl is the collection of the command's namespace as mongod
+// matches data.namespace against it: the invocation's ns()
+// (src/mongo/db/commands.cpp CommandHelpers::shouldActivateFailCommandFailPoint
+// compares data.namespace with invocation->ns()). For most commands that is
+// the collection named by the command's first value; a getMore's first value
+// is a cursor id, and its ns() is the database and its "collection" field,
+// the cursor's collection (src/mongo/db/commands/getmore_cmd.cpp,
+// GetMoreCmd::Invocation::ns: NamespaceStringUtil::deserialize(
+// _cmd.getDbName(), _cmd.getCollection())).
+func failPointColl(x *cmdCtx) string {
+	if x.name == "getMore" {
+		return x.str("collection")
+	}
+	coll, _ := x.cmd[0].Value.(string)
+	return coll
 }
 
 // isChangeStreamCommand: an aggregate opening a change stream, or a getMore

@@ -3,11 +3,13 @@ package mongotest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 func TestFailCommandMakesFindFail(t *testing.T) {
@@ -171,5 +173,63 @@ func TestFailCommandLabelCategories(t *testing.T) {
 	}
 	if !errors.As(cs.Err(), &se) || !se.HasErrorCode(11000) {
 		t.Fatalf("Err %v", cs.Err())
+	}
+}
+
+// data.namespace limits the fail point to one collection's commands, a
+// getMore's included: mongod matches a getMore by its cursor's collection
+// (the command's "collection" field), not by its first value, a cursor id.
+func TestFailCommandNamespaceMatchesGetMore(t *testing.T) {
+	srv, client := start(t)
+	c := ctx(t)
+	db := client.Database("db")
+	for _, name := range []string{"books", "other"} {
+		if _, err := db.Collection(name).InsertMany(c, []any{bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "_id", Value: 2}}, bson.D{{Key: "_id", Value: 3}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.FailCommand(bson.D{{Key: "mode", Value: "alwaysOn"},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"getMore"}}, {Key: "errorCode", Value: 2}, {Key: "namespace", Value: "db.books"}}}})
+	drain := func(name string) error {
+		cur, err := db.Collection(name).Find(c, bson.D{}, options.Find().SetBatchSize(1))
+		if err != nil {
+			return err
+		}
+		defer cur.Close(c)
+		n := 0
+		for cur.Next(c) {
+			n++
+		}
+		if err := cur.Err(); err != nil {
+			return err
+		}
+		if n != 3 {
+			return fmt.Errorf("%d documents, want 3", n)
+		}
+		return nil
+	}
+	var ce mongo.CommandError
+	if err := drain("books"); !errors.As(err, &ce) || ce.Code != 2 {
+		t.Fatalf("getMore on db.books: %v, want the fail point's error 2", err)
+	}
+	if err := drain("other"); err != nil {
+		t.Fatalf("getMore on db.other failed: %v", err)
+	}
+	// A change stream's getMore on books fails too (11000: not resumable).
+	cs, err := db.Collection("books").Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(c)
+	srv.FailCommand(bson.D{{Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"getMore"}}, {Key: "errorCode", Value: 11000}, {Key: "namespace", Value: "db.books"}}}})
+	c2, cancel := context.WithTimeout(c, 5*time.Second)
+	defer cancel()
+	if cs.Next(c2) {
+		t.Fatal("a change stream getMore on db.books did not fail")
+	}
+	var se mongo.ServerError
+	if !errors.As(cs.Err(), &se) || !se.HasErrorCode(11000) {
+		t.Fatalf("change stream Err %v, want 11000", cs.Err())
 	}
 }
