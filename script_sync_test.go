@@ -380,12 +380,8 @@ func cmdMongoSeed(ts *testscript.TestScript, neg bool, args []string) {
 // -ns COLL limits it to the commands on COLL of the script's database: on
 // a shared server it must (the fail point is the server's, for all its
 // clients), and then the script holds the server's fail point until
-// "mongo-failcommand off" or its end.
-//
-// On the test servers -ns does not reach getMore (mongotest matches the
-// namespace by the command's first value, a cursor id for getMore; real
-// mongod by the cursor's namespace, GetMoreCommandRequest's collection):
-// a script failing getMore there uses own-servers instead.
+// "mongo-failcommand off" or its end. A getMore is on COLL when its
+// cursor is (mongod and mongotest match it by the getMore's collection).
 func cmdMongoFailCommand(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("mongo-failcommand", flag.ContinueOnError)
 	ns := fs.String("ns", "", "")
