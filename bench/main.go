@@ -13,6 +13,13 @@
 //   - follow: sidecar CPU µs per change for -changes updates;
 //   - latency: write in MongoDB until the document is visible in
 //     Meilisearch (median, p99) over -latency sequential writes.
+//
+// CPU time on a shared machine varies with its load far more than most
+// changes move it. -against OTHER runs a second sidecar binary side by
+// side with the first (same collection, servers and moment; its own index
+// and state collection) and reports both: compare those two figures, not
+// runs made minutes apart. -cpuprofile DIR writes CPU profiles of the
+// sidecar's reindex and follow phases.
 package main
 
 import (
@@ -81,7 +88,7 @@ type config struct {
 	transform, sidecar     string
 	mongoURI, meiliURL     string
 	verbose                bool
-	profile                string
+	profile, against       string
 }
 
 func run() error {
@@ -96,6 +103,7 @@ func run() error {
 	flag.StringVar(&c.meiliURL, "meili", "", "use this Meilisearch instead of the test server")
 	flag.BoolVar(&c.verbose, "v", false, "show the sidecar's log")
 	flag.StringVar(&c.profile, "cpuprofile", "", "write CPU profiles of the sidecar process (reindex.pprof, follow.pprof) and its binary (meilistream) into this directory; builds the sidecar with a profiling hook (-sidecar is then not allowed)")
+	flag.StringVar(&c.against, "against", "", "another meilistream binary to run side by side with the first on the same collection and servers (its own index and state collection), so both meet the same load: an A/B comparison on a noisy machine")
 	flag.Parse()
 	if runtime.GOOS != "linux" {
 		return errors.New("reads the sidecar's CPU and RSS from /proc: Linux only")
@@ -173,10 +181,6 @@ func run() error {
 	coll := db.Collection("articles")
 	_ = db.Drop(ctx)
 	ms := meilisearch.New(c.meiliURL, meilisearch.DisableRetries())
-	uid := "bench_articles"
-	if t, err := ms.DeleteIndex(ctx, uid); err == nil {
-		ms.WaitForTask(ctx, t.TaskUID, 10*time.Millisecond)
-	}
 
 	fmt.Fprintf(os.Stderr, "seeding %d articles ...\n", c.docs)
 	t0 := time.Now()
@@ -191,91 +195,100 @@ func run() error {
 		}
 	}
 
-	// The sidecar.
-	ready := filepath.Join(tmp, "ready")
-	cmd := exec.CommandContext(ctx, c.sidecar, "run")
-	cmd.Env = append(os.Environ(),
-		"MEILISTREAM_MONGODB_URI="+c.mongoURI,
-		"MEILISTREAM_MONGODB_DATABASE=bench",
-		"MEILISTREAM_MEILI_URL="+c.meiliURL,
-		"MEILISTREAM_TRANSFORMS="+transforms,
-		"MEILISTREAM_INDEX_PREFIX=bench_",
-		"MEILISTREAM_HTTP_ADDR=127.0.0.1:0",
-		"MEILISTREAM_READY_FILE="+ready,
-		"MEILISTREAM_FLUSH_INTERVAL="+c.flush.String(),
-		"MEILISTREAM_LOG_LEVEL=info",
-	)
-	if c.profile != "" {
-		cmd.Env = append(cmd.Env, profileDirEnv+"="+c.profile)
+	// The sidecar, and with -against the other one, run side by side: each
+	// its own index and state collection, the same collection and servers
+	// and the same moment's load on the machine.
+	runs := []*sidecar{{label: "", bin: c.sidecar, prefix: "bench_", state: "meilistream"}}
+	if c.against != "" {
+		runs[0].label = c.sidecar
+		runs = append(runs, &sidecar{label: c.against, bin: c.against, prefix: "benchb_", state: "meilistream_b"})
 	}
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = 30 * time.Second
-	var logBuf strings.Builder
-	var logMu sync.Mutex
-	if c.verbose {
-		cmd.Stderr = os.Stderr
-	} else {
-		cmd.Stderr = writerFunc(func(p []byte) (int, error) {
-			logMu.Lock()
-			defer logMu.Unlock()
-			if logBuf.Len() < 1<<20 {
-				logBuf.Write(p)
-			}
-			return len(p), nil
-		})
+	for i, r := range runs {
+		r.uid = r.prefix + "articles"
+		if t, err := ms.DeleteIndex(ctx, r.uid); err == nil {
+			ms.WaitForTask(ctx, t.TaskUID, 10*time.Millisecond)
+		}
+		r.ready = filepath.Join(tmp, fmt.Sprintf("ready%d", i))
+		env := []string{
+			"MEILISTREAM_MONGODB_URI=" + c.mongoURI,
+			"MEILISTREAM_MONGODB_DATABASE=bench",
+			"MEILISTREAM_MEILI_URL=" + c.meiliURL,
+			"MEILISTREAM_TRANSFORMS=" + transforms,
+			"MEILISTREAM_INDEX_PREFIX=" + r.prefix,
+			"MEILISTREAM_STATE_COLLECTION=" + r.state,
+			"MEILISTREAM_HTTP_ADDR=127.0.0.1:0",
+			"MEILISTREAM_READY_FILE=" + r.ready,
+			"MEILISTREAM_FLUSH_INTERVAL=" + c.flush.String(),
+			"MEILISTREAM_LOG_LEVEL=info",
+		}
+		if c.profile != "" && i == 0 {
+			env = append(env, profileDirEnv+"="+c.profile)
+		}
+		if err := r.start(ctx, env, c.verbose); err != nil {
+			return err
+		}
+		defer r.stop()
 	}
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	pid := cmd.Process.Pid
 	fail := func(err error) error {
-		cmd.Process.Signal(os.Interrupt)
-		<-exited
-		logMu.Lock()
-		defer logMu.Unlock()
-		return fmt.Errorf("%w\nsidecar log (tail):\n%s", err, tail(logBuf.String(), 3000))
+		var b strings.Builder
+		for _, r := range runs {
+			r.stop()
+			fmt.Fprintf(&b, "\nsidecar %s log (tail):\n%s", r.label, tail(r.log(), 3000))
+		}
+		return fmt.Errorf("%w%s", err, b.String())
 	}
 
-	// Reindex: from process start until the live index holds every
-	// published article (the swap makes them appear at once).
-	var peak int64
-	sample := func() {
-		if r := rss(pid); r > peak {
-			peak = r
+	// Reindex: from when each serves HTTP (the process's start, runtime,
+	// clients, loading transforms, is not the reindex's) until its live
+	// index holds every published article (the swap makes them appear at
+	// once).
+	if err := waitFor(ctx, runs, time.Minute, nil, func() (bool, error) {
+		for _, r := range runs {
+			if b, err := os.ReadFile(r.ready); err != nil || len(b) == 0 {
+				return false, nil
+			}
 		}
-	}
-	// The process's start (runtime, clients, loading transforms) is not
-	// the reindex's: count from when it serves HTTP.
-	if err := waitFor(ctx, exited, time.Minute, nil, func() (bool, error) {
-		b, err := os.ReadFile(ready)
-		return err == nil && len(b) > 0, nil
+		return true, nil
 	}); err != nil {
 		return fail(fmt.Errorf("start: %w", err))
 	}
-	toggleProfile(c, pid) // start reindex.pprof
-	cpuStart, flt0 := cpu(pid), faults(pid)
-	_, sys0 := cpuSplit(pid)
+	toggleProfile(c, runs[0].pid) // start reindex.pprof
 	load0 := loadavg()
-	if err := waitFor(ctx, exited, 30*time.Minute, sample, func() (bool, error) {
-		n, err := indexCount(ctx, ms, uid)
-		return n == int64(published), err
+	for _, r := range runs {
+		r.begin()
+	}
+	if err := waitFor(ctx, runs, 30*time.Minute, func() {
+		for _, r := range runs {
+			r.sample()
+		}
+	}, func() (bool, error) {
+		all := true
+		for _, r := range runs {
+			if r.running {
+				n, err := indexCount(ctx, ms, r.uid)
+				if err != nil {
+					return false, err
+				}
+				if n == int64(published) {
+					r.reindex = r.end()
+					r.peak = max(r.peak, hwm(r.pid))
+				}
+			}
+			all = all && !r.running
+		}
+		return all, nil
 	}); err != nil {
 		return fail(fmt.Errorf("reindex: %w", err))
 	}
-	reindexWall := time.Since(start)
-	cpuReindex, fltReindex := cpu(pid)-cpuStart, faults(pid)-flt0
-	_, sys1 := cpuSplit(pid)
-	sysReindex := sys1 - sys0
-	toggleProfile(c, pid) // stop reindex.pprof
-	if h := hwm(pid); h > peak {
-		peak = h
-	}
-	addr, _ := os.ReadFile(ready)
-	if err := waitFor(ctx, exited, time.Minute, nil, func() (bool, error) {
-		return following(strings.TrimSpace(string(addr)))
+	toggleProfile(c, runs[0].pid) // stop reindex.pprof
+	if err := waitFor(ctx, runs, time.Minute, nil, func() (bool, error) {
+		for _, r := range runs {
+			addr, _ := os.ReadFile(r.ready)
+			if ok, err := following(strings.TrimSpace(string(addr))); !ok {
+				return false, err
+			}
+		}
+		return true, nil
 	}); err != nil {
 		return fail(fmt.Errorf("wait for follow: %w", err))
 	}
@@ -283,26 +296,35 @@ func run() error {
 	// Follow: -changes updates of distinct published articles, counted
 	// from the first write until the last one is searchable.
 	n := min(c.changes, published)
-	toggleProfile(c, pid) // start follow.pprof
-	cpu0, flt1 := cpu(pid), faults(pid)
-	t1 := time.Now()
-	_, sys2 := cpuSplit(pid)
+	toggleProfile(c, runs[0].pid) // start follow.pprof
+	for _, r := range runs {
+		r.begin()
+	}
 	if err := update(ctx, coll, n, "follow"); err != nil {
 		return fail(err)
 	}
 	last := lastPublished(n)
-	if err := waitFor(ctx, exited, 10*time.Minute, nil, func() (bool, error) {
-		return titleIs(ctx, ms, uid, last, "follow")
+	if err := waitFor(ctx, runs, 10*time.Minute, nil, func() (bool, error) {
+		all := true
+		for _, r := range runs {
+			if r.running {
+				ok, err := titleIs(ctx, ms, r.uid, last, "follow")
+				if err != nil {
+					return false, err
+				}
+				if ok {
+					r.follow = r.end()
+				}
+			}
+			all = all && !r.running
+		}
+		return all, nil
 	}); err != nil {
 		return fail(fmt.Errorf("follow: %w", err))
 	}
-	followWall := time.Since(t1)
-	cpuFollow, fltFollow := cpu(pid)-cpu0, faults(pid)-flt1
-	_, sys3 := cpuSplit(pid)
-	sysFollow := sys3 - sys2
-	toggleProfile(c, pid) // stop follow.pprof
+	toggleProfile(c, runs[0].pid) // stop follow.pprof
 
-	// Latency: one write at a time, until searchable.
+	// Latency: one write at a time, until searchable (in every index).
 	var lat []time.Duration
 	for k := 0; k < c.latency; k++ {
 		id := 1 + (k*7919)%c.docs
@@ -315,23 +337,26 @@ func run() error {
 			bson.D{{Key: "$set", Value: bson.D{{Key: "title", Value: mark}}}}); err != nil {
 			return fail(err)
 		}
-		for {
-			ok, err := titleIs(ctx, ms, uid, id, mark)
-			if err != nil {
-				return fail(err)
+		for _, r := range runs {
+			for {
+				ok, err := titleIs(ctx, ms, r.uid, id, mark)
+				if err != nil {
+					return fail(err)
+				}
+				if ok {
+					break
+				}
+				time.Sleep(time.Millisecond)
 			}
-			if ok {
-				break
-			}
-			time.Sleep(time.Millisecond)
 		}
 		lat = append(lat, time.Since(t))
 	}
 
 	// Clean shutdown.
-	cmd.Process.Signal(os.Interrupt)
-	if err := <-exited; err != nil {
-		return fail(fmt.Errorf("sidecar exit: %w", err))
+	for _, r := range runs {
+		if err := r.stop(); err != nil {
+			return fail(fmt.Errorf("sidecar exit: %w", err))
+		}
 	}
 
 	if c.profile != "" {
@@ -340,19 +365,118 @@ func run() error {
 	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
 	fmt.Printf("meilistream bench: %d articles (~1 KB BSON each, %d published), %d followed updates, %d latency samples, flushInterval %s, %d CPUs, load average %s at the start, %s at the end\n",
 		c.docs, published, n, len(lat), c.flush, runtime.NumCPU(), load0, loadavg())
-	fmt.Printf("reindex: %.1f µs sidecar CPU per document, %s wall (%.0f docs/s), peak RSS %.1f MB\n",
-		float64(cpuReindex.Microseconds())/float64(c.docs), reindexWall.Round(time.Millisecond),
-		float64(c.docs)/reindexWall.Seconds(), float64(peak)/(1<<20))
-	fmt.Printf("follow:  %.1f µs sidecar CPU per change, %s wall (%.0f changes/s)\n",
-		float64(cpuFollow.Microseconds())/float64(n), followWall.Round(time.Millisecond), float64(n)/followWall.Seconds())
-	fmt.Printf("of which system time (kernel: sockets, page faults): reindex %.1f µs, %.2f page faults per document; follow %.1f µs, %.2f page faults per change\n",
-		float64(sysReindex.Microseconds())/float64(c.docs), float64(fltReindex)/float64(c.docs),
-		float64(sysFollow.Microseconds())/float64(n), float64(fltFollow)/float64(n))
+	for _, r := range runs {
+		if r.label != "" {
+			fmt.Printf("%s (side by side with the other):\n", r.label)
+		}
+		fmt.Printf("reindex: %.1f µs sidecar CPU per document, %s wall (%.0f docs/s), peak RSS %.1f MB\n",
+			float64(r.reindex.cpu.Microseconds())/float64(c.docs), r.reindex.wall.Round(time.Millisecond),
+			float64(c.docs)/r.reindex.wall.Seconds(), float64(r.peak)/(1<<20))
+		fmt.Printf("follow:  %.1f µs sidecar CPU per change, %s wall (%.0f changes/s)\n",
+			float64(r.follow.cpu.Microseconds())/float64(n), r.follow.wall.Round(time.Millisecond), float64(n)/r.follow.wall.Seconds())
+		fmt.Printf("of which system time (kernel: sockets, page faults): reindex %.1f µs, %.2f page faults per document; follow %.1f µs, %.2f page faults per change\n",
+			float64(r.reindex.sys.Microseconds())/float64(c.docs), float64(r.reindex.faults)/float64(c.docs),
+			float64(r.follow.sys.Microseconds())/float64(n), float64(r.follow.faults)/float64(n))
+	}
 	if len(lat) > 0 {
-		fmt.Printf("latency: write to searchable median %s, p99 %s (flushInterval %s)\n",
-			lat[len(lat)/2].Round(time.Millisecond), lat[min(len(lat)-1, len(lat)*99/100)].Round(time.Millisecond), c.flush)
+		what := ""
+		if len(runs) > 1 {
+			what = " (in both indexes)"
+		}
+		fmt.Printf("latency: write to searchable%s median %s, p99 %s (flushInterval %s)\n",
+			what, lat[len(lat)/2].Round(time.Millisecond), lat[min(len(lat)-1, len(lat)*99/100)].Round(time.Millisecond), c.flush)
 	}
 	return nil
+}
+
+// sidecar is one meilistream process under measurement.
+type sidecar struct {
+	label, bin, prefix, state string
+	uid, ready                string
+
+	cmd    *exec.Cmd
+	pid    int
+	exited chan error
+	done   bool // exited was received
+	err    error
+	logMu  sync.Mutex
+	logBuf strings.Builder
+
+	// The phase being counted.
+	running         bool
+	t0              time.Time
+	cpu0, sys0      time.Duration
+	flt0            int64
+	peak            int64
+	reindex, follow phase
+}
+
+// phase is what a sidecar cost in one phase.
+type phase struct {
+	cpu, sys, wall time.Duration
+	faults         int64
+}
+
+func (r *sidecar) start(ctx context.Context, env []string, verbose bool) error {
+	r.cmd = exec.CommandContext(ctx, r.bin, "run")
+	r.cmd.Env = append(os.Environ(), env...)
+	r.cmd.Cancel = func() error { return r.cmd.Process.Signal(os.Interrupt) }
+	r.cmd.WaitDelay = 30 * time.Second
+	if verbose {
+		r.cmd.Stderr = os.Stderr
+	} else {
+		r.cmd.Stderr = writerFunc(func(p []byte) (int, error) {
+			r.logMu.Lock()
+			defer r.logMu.Unlock()
+			if r.logBuf.Len() < 1<<20 {
+				r.logBuf.Write(p)
+			}
+			return len(p), nil
+		})
+	}
+	if err := r.cmd.Start(); err != nil {
+		return err
+	}
+	r.exited = make(chan error, 1)
+	go func() { r.exited <- r.cmd.Wait() }()
+	r.pid = r.cmd.Process.Pid
+	return nil
+}
+
+// stop interrupts the sidecar (a clean shutdown) and returns how it
+// exited; it may be called again.
+func (r *sidecar) stop() error {
+	if r.cmd == nil || r.done {
+		return r.err
+	}
+	r.cmd.Process.Signal(os.Interrupt)
+	r.err, r.done = <-r.exited, true
+	return r.err
+}
+
+func (r *sidecar) log() string {
+	r.logMu.Lock()
+	defer r.logMu.Unlock()
+	return r.logBuf.String()
+}
+
+// begin starts counting a phase; end returns what it cost.
+func (r *sidecar) begin() {
+	r.running, r.t0 = true, time.Now()
+	u, s := cpuSplit(r.pid)
+	r.cpu0, r.sys0, r.flt0 = u+s, s, faults(r.pid)
+}
+
+func (r *sidecar) end() phase {
+	u, s := cpuSplit(r.pid)
+	r.running = false
+	return phase{cpu: u + s - r.cpu0, sys: s - r.sys0, wall: time.Since(r.t0), faults: faults(r.pid) - r.flt0}
+}
+
+func (r *sidecar) sample() {
+	if rs := rss(r.pid); rs > r.peak {
+		r.peak = rs
+	}
 }
 
 func startServers(ctx context.Context) (*exec.Cmd, io.WriteCloser, map[string]string, error) {
@@ -521,8 +645,8 @@ func following(addr string) (bool, error) {
 }
 
 // waitFor polls cond every 20ms (calling each, when set, at every poll)
-// until it holds, the sidecar exits or the timeout passes.
-func waitFor(ctx context.Context, exited chan error, timeout time.Duration, each func(), cond func() (bool, error)) error {
+// until it holds, a sidecar exits or the timeout passes.
+func waitFor(ctx context.Context, runs []*sidecar, timeout time.Duration, each func(), cond func() (bool, error)) error {
 	deadline := time.Now().Add(timeout)
 	var lastErr error
 	for {
@@ -534,10 +658,15 @@ func waitFor(ctx context.Context, exited chan error, timeout time.Duration, each
 			return nil
 		}
 		lastErr = err
+		for _, r := range runs {
+			select {
+			case err := <-r.exited:
+				r.exited <- err
+				return fmt.Errorf("the sidecar %s exited: %v", r.label, err)
+			default:
+			}
+		}
 		select {
-		case err := <-exited:
-			exited <- err
-			return fmt.Errorf("the sidecar exited: %v", err)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
