@@ -116,7 +116,9 @@ var scriptOwnServers sync.Map // *testscript.TestScript -> *ownServers
 // Meilisearch test server for this script alone and points the script's
 // MEILISTREAM_MONGODB_URI and MEILISTREAM_MEILI_URL at them: fault
 // injection (dropped connections, a moved clock, failing requests) must not
-// disturb the scripts running beside it. Scripts using it skip on [real].
+// disturb the scripts running beside it. It needs the in-process servers:
+// scripts call it as [!real] own-servers and inject faults another way
+// under [real] (the proxy, signal, [failpoints]).
 func cmdOwnServers(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("own-servers", flag.ContinueOnError)
 	delay := fs.Duration("task-delay", 0, "meilitest TaskDelay")
