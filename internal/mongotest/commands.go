@@ -89,6 +89,7 @@ func init() {
 		"dropDatabase":       cmdDropDatabase,
 		"renameCollection":   cmdRenameCollection,
 		"configureFailPoint": cmdConfigureFailPoint,
+		"waitForFailPoint":   cmdWaitForFailPoint,
 		"abortTransaction":   cmdNoTransactions,
 		"commitTransaction":  cmdNoTransactions,
 		"dbStats":            cmdDBStats,

@@ -1,6 +1,8 @@
 package mongotest
 
 import (
+	"time"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -35,10 +37,58 @@ func cmdConfigureFailPoint(x *cmdCtx) (bson.D, error) {
 	if x.db != "admin" {
 		return nil, cmdErrf(13, "Unauthorized", "configureFailPoint may only be run against the admin database.")
 	}
+	x.s.fpMu.Lock()
+	count := x.s.fpEntered
+	x.s.fpMu.Unlock()
 	if err := x.s.configureFailPoint(x.cmd); err != nil {
 		return nil, err
 	}
-	return bson.D{{Key: "count", Value: int32(0)}}, nil
+	// count: the times the fail point was entered until now, as mongod
+	// answers (jstests/libs/fail_point_util.js waits for count+n with
+	// waitForFailPoint).
+	return bson.D{{Key: "count", Value: count}}, nil
+}
+
+// cmdWaitForFailPoint: {waitForFailPoint: "failCommand", timesEntered: N,
+// maxTimeMS: M} returns once the fail point was entered N times in all, or
+// fails with MaxTimeMSExpired after M ms, as mongod does
+// (src/mongo/db/commands/fail_point_cmd.cpp WaitForFailPointCommand).
+func cmdWaitForFailPoint(x *cmdCtx) (bson.D, error) {
+	if x.db != "admin" {
+		return nil, cmdErrf(13, "Unauthorized", "waitForFailPoint may only be run against the admin database.")
+	}
+	if name, _ := x.cmd[0].Value.(string); name != "failCommand" {
+		return nil, cmdErrf(2, "BadValue", "mongotest supports only the failCommand fail point, not %q", name)
+	}
+	v, ok := x.get("timesEntered")
+	want, _ := toInt64(v)
+	if !ok {
+		return nil, cmdErrf(2, "BadValue", "waitForFailPoint needs timesEntered")
+	}
+	v, ok = x.get("maxTimeMS")
+	ms, _ := toInt64(v)
+	if !ok {
+		return nil, cmdErrf(2, "BadValue", "waitForFailPoint needs maxTimeMS")
+	}
+	deadline := time.Now().Add(time.Duration(ms) * time.Millisecond)
+	for {
+		x.s.fpMu.Lock()
+		n := x.s.fpEntered
+		x.s.fpMu.Unlock()
+		if n >= want {
+			return bson.D{}, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, cmdErrf(50, "MaxTimeMSExpired", "operation exceeded time limit")
+		}
+		select {
+		case <-x.s.closed:
+			return nil, cmdErrf(11600, "InterruptedAtShutdown", "interrupted at shutdown")
+		case <-x.c.done:
+			return nil, cmdErrf(11601, "Interrupted", "the client disconnected")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 func (s *Server) configureFailPoint(cmd bson.D) error {
@@ -181,6 +231,7 @@ func (s *Server) checkFailPoint(c *conn, x *cmdCtx) *fpAction {
 			s.fp = nil
 		}
 	}
+	s.fpEntered++
 	a := &fpAction{blockMS: fp.blockMS, closeConn: fp.close, wce: fp.wce}
 	if fp.code != nil {
 		ce := &cmdError{code: *fp.code, name: codeName(*fp.code), msg: "Failing command via 'failCommand' failpoint"}

@@ -233,3 +233,57 @@ func TestFailCommandNamespaceMatchesGetMore(t *testing.T) {
 		t.Fatalf("change stream Err %v, want 11000", cs.Err())
 	}
 }
+
+// configureFailPoint answers how many times the fail point was entered so
+// far (over every configuration), and waitForFailPoint waits for a total,
+// failing with MaxTimeMSExpired: a script can so check that the fault it
+// set up happened.
+func TestFailPointCountAndWaitForFailPoint(t *testing.T) {
+	_, client := start(t)
+	c := ctx(t)
+	admin := client.Database("admin")
+	coll := client.Database("db").Collection("c")
+	configure := func(cmd bson.D) int64 {
+		t.Helper()
+		res, err := admin.RunCommand(c, cmd).Raw()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, ok := res.Lookup("count").AsInt64OK()
+		if !ok {
+			t.Fatalf("reply %s has no count", res)
+		}
+		return n
+	}
+	wait := func(n int64, ms int) error {
+		return admin.RunCommand(c, bson.D{{Key: "waitForFailPoint", Value: "failCommand"},
+			{Key: "timesEntered", Value: n}, {Key: "maxTimeMS", Value: ms}}).Err()
+	}
+	on := bson.D{{Key: "configureFailPoint", Value: "failCommand"}, {Key: "mode", Value: bson.D{{Key: "times", Value: 2}}},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"find"}}, {Key: "errorCode", Value: 2}, {Key: "namespace", Value: "db.c"}}}}
+	off := bson.D{{Key: "configureFailPoint", Value: "failCommand"}, {Key: "mode", Value: "off"}}
+	if n := configure(on); n != 0 {
+		t.Fatalf("count %d before any fail point fired", n)
+	}
+	// Not entered: another namespace, another command.
+	_ = client.Database("db").Collection("other").FindOne(c, bson.D{}).Err()
+	_, _ = coll.InsertOne(c, bson.D{{Key: "_id", Value: 1}})
+	var ce mongo.CommandError
+	if err := wait(1, 50); !errors.As(err, &ce) || ce.Code != 50 {
+		t.Fatalf("waitForFailPoint 1 before it fired = %v, want MaxTimeMSExpired", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- wait(2, 30000) }()
+	for i := 0; i < 3; i++ {
+		_ = coll.FindOne(c, bson.D{}).Err()
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("waitForFailPoint 2 after two failures: %v", err)
+	}
+	if n := configure(off); n != 2 {
+		t.Fatalf("count %d after times:2 fired, want 2", n)
+	}
+	if n := configure(on); n != 2 {
+		t.Fatalf("count %d after a new configuration, want 2 (it counts on)", n)
+	}
+}

@@ -104,8 +104,9 @@ type Server struct {
 	conns   map[*conn]struct{}
 	connSeq int32
 
-	fpMu sync.Mutex
-	fp   *failPoint
+	fpMu      sync.Mutex
+	fp        *failPoint
+	fpEntered int64 // times the fail point fired, over every configuration
 
 	retryMu sync.Mutex
 	retry   map[string]retryEntry
