@@ -299,15 +299,23 @@ func ownReplica(ts *testscript.TestScript) *mongotest.Server {
 // one: the test server, or real mongod with enableTestCommands, see
 // [failpoints]). -ns COLL limits it to the commands on COLL of the replica
 // database, which the shared server needs (see mongo-failcommand).
+// "replica-fail entered N" waits until it acted on N commands since it was
+// set (see mongo-failcommand entered).
 func cmdReplicaFail(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("replica-fail", flag.ContinueOnError)
 	ns := fs.String("ns", "", "")
-	if neg || fs.Parse(args) != nil || fs.NArg() < 1 || (fs.Arg(0) != "off" && fs.NArg() < 2) {
-		ts.Fatalf("usage: replica-fail [-ns COLL] CODE|close|block=MS COMMAND... | replica-fail off")
+	if neg || fs.Parse(args) != nil || fs.NArg() < 1 || (fs.Arg(0) != "off" && fs.NArg() < 2) || (fs.Arg(0) == "entered" && fs.NArg() != 2) {
+		ts.Fatalf("usage: replica-fail [-ns COLL] CODE|close|block=MS COMMAND... | replica-fail entered N | replica-fail off")
 	}
 	db := scriptReplica(ts)
-	if fs.Arg(0) == "off" {
+	switch fs.Arg(0) {
+	case "off":
 		setFailPoint(ts, db, failPointOff)
+		return
+	case "entered":
+		n, err := strconv.ParseInt(fs.Arg(1), 10, 64)
+		ts.Check(err)
+		failPointEntered(ts, db, n, 30*time.Second)
 		return
 	}
 	data := bson.D{{Key: "failCommands", Value: commandNames(fs.Args()[1:])}}

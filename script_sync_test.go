@@ -384,15 +384,25 @@ func cmdMongoSeed(ts *testscript.TestScript, neg bool, args []string) {
 // clients), and then the script holds the server's fail point until
 // "mongo-failcommand off" or its end. A getMore is on COLL when its
 // cursor is (mongod and mongotest match it by the getMore's collection).
+// "mongo-failcommand entered N" waits (30s at most) until the fail point
+// failed N commands since it was set: a script asserts so that its fault
+// happened (a fail point that never fires fails nothing).
 func cmdMongoFailCommand(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("mongo-failcommand", flag.ContinueOnError)
 	ns := fs.String("ns", "", "")
-	if neg || fs.Parse(args) != nil || fs.NArg() < 1 || (fs.Arg(0) != "off" && fs.NArg() < 3) {
-		ts.Fatalf("usage: mongo-failcommand [-ns COLL] N CODE COMMAND... | mongo-failcommand off")
+	if neg || fs.Parse(args) != nil || fs.NArg() < 1 || (fs.Arg(0) != "off" && fs.Arg(0) != "entered" && fs.NArg() < 3) ||
+		(fs.Arg(0) == "entered" && fs.NArg() != 2) {
+		ts.Fatalf("usage: mongo-failcommand [-ns COLL] N CODE COMMAND... | mongo-failcommand entered N | mongo-failcommand off")
 	}
 	db := scriptMongo(ts)
-	if fs.Arg(0) == "off" {
+	switch fs.Arg(0) {
+	case "off":
 		setFailPoint(ts, db, failPointOff)
+		return
+	case "entered":
+		n, err := strconv.ParseInt(fs.Arg(1), 10, 64)
+		ts.Check(err)
+		failPointEntered(ts, db, n, 30*time.Second)
 		return
 	}
 	n, err := strconv.Atoi(fs.Arg(0))
@@ -440,10 +450,49 @@ func setFailPoint(ts *testscript.TestScript, db *mongo.Database, cmd bson.D) {
 	}
 	ctx, cancel := cmdCtx()
 	defer cancel()
-	ts.Check(admin.RunCommand(ctx, cmd).Err())
+	res, err := admin.RunCommand(ctx, cmd).Raw()
+	ts.Check(err)
 	if off {
 		releaseFailPointTurn(ts)
+		return
 	}
+	// The times the server's fail point was entered before this one was
+	// set: "entered" waits for more.
+	count, _ := res.Lookup("count").AsInt64OK()
+	failPointBase.Store(failPointKey{ts, db.Client()}, count)
+}
+
+type failPointKey struct {
+	ts     *testscript.TestScript
+	client *mongo.Client
+}
+
+// failPointBase holds, per script and server, the fail point's entry count
+// when the script last set it.
+var failPointBase sync.Map // failPointKey -> int64
+
+// failPointEntered waits until the fail point the script last set on db's
+// server was entered n times since (waitForFailPoint, as
+// jstests/libs/fail_point_util.js does): that the fault happened, not just
+// that it was set up. Call it before turning the fail point off on the
+// shared server (the script's turn keeps other scripts' out meanwhile).
+func failPointEntered(ts *testscript.TestScript, db *mongo.Database, n int64, timeout time.Duration) {
+	base, ok := failPointBase.Load(failPointKey{ts, db.Client()})
+	if !ok {
+		ts.Fatalf("entered: this script set no fail point on that server")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+10*time.Second)
+	defer cancel()
+	err := db.Client().Database("admin").RunCommand(ctx, bson.D{
+		{Key: "waitForFailPoint", Value: "failCommand"},
+		{Key: "timesEntered", Value: base.(int64) + n},
+		{Key: "maxTimeMS", Value: timeout.Milliseconds()},
+	}).Err()
+	var ce mongo.CommandError
+	if errors.As(err, &ce) && ce.Code == 50 {
+		ts.Fatalf("the fail point was not entered %d times within %s of being set", n, timeout)
+	}
+	ts.Check(err)
 }
 
 func docValue(d bson.D, key string) any {

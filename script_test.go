@@ -579,10 +579,15 @@ func TestScriptServers(t *testing.T) {
 //	                       once the client has sent its first bytes (a server
 //	                       gone away mid-request), until "proxy up VAR".
 //	proxy up VAR           passes connections through again.
-//	proxy drop VAR         drops every open connection once (a network blip,
+//	proxy drop [-timeout D] VAR
+//	                       drops every open connection once (a network blip,
 //	                       the connections an old primary closes) and prints
-//	                       how many; fails if no connection ever went
-//	                       through the proxy (the client does not use it).
+//	                       how many. It first polls until at least one is
+//	                       open (a client that lost its connections to an
+//	                       earlier drop has to come back first, or the drop
+//	                       would hit nothing), and fails if none is within D
+//	                       (default 30s): the client does not use the proxy,
+//	                       or never reconnected.
 //	proxy refused [-timeout D] VAR N
 //	                       polls until at least N connections were dropped
 //	                       since the last "proxy down VAR": the client did try.
@@ -629,7 +634,7 @@ func init() {
 }
 
 func cmdProxy(ts *testscript.TestScript, neg bool, args []string) {
-	usage := "usage: proxy start|down|up|drop VAR | proxy refused [-timeout D] VAR N"
+	usage := "usage: proxy start|down|up VAR | proxy drop [-timeout D] VAR | proxy refused [-timeout D] VAR N"
 	if neg || len(args) < 2 {
 		ts.Fatalf("%s", usage)
 	}
@@ -678,13 +683,26 @@ func cmdProxy(ts *testscript.TestScript, neg bool, args []string) {
 	case op == "up" && fs.NArg() == 1:
 		p.setDown(false)
 	case op == "drop" && fs.NArg() == 1:
-		// The proxy must have carried something, or the client does not
-		// go through it (a mongodb:// client following the announced
-		// hosts): dropping nothing would test nothing.
-		n, total := p.dropAll()
-		fmt.Fprintf(ts.Stdout(), "dropped %d of %d connections\n", n, total)
-		if total == 0 {
-			ts.Fatalf("proxy drop %s: no connection ever went through it: does the client use $%s?", fs.Arg(0), fs.Arg(0))
+		// A connection must be open, or the drop tests nothing: the
+		// client does not go through the proxy (a mongodb:// client
+		// following the announced hosts), or has not reconnected since
+		// the last drop yet (two drops a few commands apart hit the
+		// second time nothing). Wait for one.
+		deadline := time.Now().Add(*timeout)
+		for {
+			if p.openClients() > 0 {
+				n, total := p.dropAll()
+				fmt.Fprintf(ts.Stdout(), "dropped %d of %d connections\n", n, total)
+				break
+			}
+			total := p.totalClients()
+			if time.Now().After(deadline) {
+				if total == 0 {
+					ts.Fatalf("proxy drop %s: no connection ever went through it: does the client use $%s?", fs.Arg(0), fs.Arg(0))
+				}
+				ts.Fatalf("proxy drop %s: no connection open after %s (%d went through before): the client did not reconnect", fs.Arg(0), *timeout, total)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	case op == "refused" && fs.NArg() == 2:
 		want, err := strconv.ParseInt(fs.Arg(1), 10, 64)
@@ -903,6 +921,20 @@ func (p *faultProxy) dropAll() (open, total int) {
 		_ = c.Close()
 	}
 	return p.clients, p.total
+}
+
+// openClients is how many client connections are open through the
+// proxy; totalClients how many ever went through.
+func (p *faultProxy) openClients() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.clients
+}
+
+func (p *faultProxy) totalClients() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.total
 }
 
 func (p *faultProxy) refusedCount() int64 {
