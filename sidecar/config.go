@@ -42,7 +42,7 @@ const (
 	DefaultBatchSize        = 500
 	DefaultFlushInterval    = time.Second
 	DefaultPositionInterval = 60 * time.Second
-	DefaultPageSize         = 1000
+	DefaultPageSize         = 2000
 	DefaultOnHistoryLost    = "reindex"
 	DefaultOnDocumentError  = "skip"
 	DefaultTransformTimeout = time.Second
@@ -92,8 +92,8 @@ type Config struct {
 	FlushInterval time.Duration `koanf:"flush_interval"`
 	// PositionInterval is how often a quiet stream records its position.
 	PositionInterval time.Duration `koanf:"position_interval"`
-	// PageSize is how many documents a reindex reads per page (and
-	// checkpoint).
+	// PageSize bounds the documents a reindex has read and not yet
+	// checkpointed; it reads, sends and checkpoints in parts of half a page.
 	PageSize int `koanf:"page_size"`
 	// OnHistoryLost is "reindex" or "fail".
 	OnHistoryLost string `koanf:"on_history_lost"`
@@ -181,7 +181,7 @@ var Variables = []Variable{
 	{Key: "batch_size", Accepts: "a whole number from 1 to 100000 (default 500)"},
 	{Key: "flush_interval", Accepts: "a positive Go duration, e.g. 1s or 250ms (default 1s)"},
 	{Key: "position_interval", Accepts: "a positive Go duration, e.g. 60s (default 60s)"},
-	{Key: "page_size", Accepts: "a whole number from 1 to 100000 (default 1000)"},
+	{Key: "page_size", Accepts: "a whole number from 1 to 100000 (default 2000)"},
 	{Key: "on_history_lost", Accepts: "reindex or fail (default reindex)"},
 	{Key: "on_document_error", Accepts: "skip or fail (default skip)"},
 	{Key: "transform_timeout", Accepts: "a positive Go duration, e.g. 1s (default 1s)"},

@@ -219,7 +219,7 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 	}
 	p.errs = set
 	var skipped, bad, indexed atomic.Int64
-	size := partSize(jc.PageSize, jc.BatchSize)
+	size := partSize(jc.PageSize)
 	findOpts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(int32(size))
 	// submit hands one part to the pipe; once durable, the checkpointer
 	// records its last _id and the count so far.
@@ -400,10 +400,14 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 
 // partSize is how many documents a reindex reads and sends at a time: half
 // a page, so that one part is read while the one before it is transformed
-// and uploaded and still at most one page is read and not checkpointed,
-// and no more than a batch.
-func partSize(pageSize, batchSize int) int {
-	return max(1, min(batchSize, pageSize/2))
+// and uploaded and still at most one page is read and not checkpointed.
+// It is not capped by batchSize, follow's trigger: bigger batches cost less
+// per document (fewer tasks, getMores and checkpoints: 1.4 us of sidecar
+// CPU per document less with parts of 1000 than of 500, bench -against),
+// and a part is one cursor batch, so never more than the 16 MB MongoDB
+// returns at once, however large the documents.
+func partSize(pageSize int) int {
+	return max(1, pageSize/2)
 }
 
 // readPart reads the documents of the cursor's current batch, fetching
