@@ -38,7 +38,6 @@ func asLazy(o *goja.Object) *lazyDoc {
 type lazyDoc struct {
 	v       *vm
 	raw     []byte // the document's elements (without length and terminator)
-	next    int    // offset of the element after the last one looked up
 	depth   int
 	entries []lazyEntry
 }
@@ -70,42 +69,21 @@ func (d *lazyDoc) entry(key string) *lazyEntry {
 	return nil
 }
 
-// lookup finds key among the raw elements. It starts where the last
-// lookup ended and wraps around: transforms mostly read fields in document
-// order, so a document of n fields read field by field costs about n
-// element reads in all, not n*n/2. A key held twice reads as one of its
-// values: MongoDB does not support documents with duplicate field names
-// ("Field Names" in its documentation), so none arrives from it.
+// lookup finds key among the raw elements.
 func (d *lazyDoc) lookup(key string) (bsoncore.Value, bool) {
-	if val, next, ok := d.scan(d.next, len(d.raw), key); ok {
-		d.next = next
-		return val, true
-	}
-	if val, next, ok := d.scan(0, d.next, key); ok {
-		d.next = next
-		return val, true
-	}
-	return bsoncore.Value{}, false
-}
-
-// scan looks for key among the elements starting at offset from (an
-// element boundary) and before offset to.
-func (d *lazyDoc) scan(from, to int, key string) (bsoncore.Value, int, bool) {
-	rem := d.raw[from:]
-	at := from
-	for at < to && len(rem) > 0 {
+	rem := d.raw
+	for len(rem) > 0 {
 		el, rest, ok := bsoncore.ReadElement(rem)
 		if !ok {
-			return bsoncore.Value{}, 0, false
+			return bsoncore.Value{}, false
 		}
-		at += len(rem) - len(rest)
 		if kb, err := el.KeyBytesErr(); err == nil && string(kb) == key {
 			val, err := el.ValueErr()
-			return val, at, err == nil
+			return val, err == nil
 		}
 		rem = rest
 	}
-	return bsoncore.Value{}, 0, false
+	return bsoncore.Value{}, false
 }
 
 func (d *lazyDoc) Get(key string) goja.Value {
