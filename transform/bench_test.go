@@ -160,18 +160,7 @@ func BenchmarkGojaAlone(b *testing.B) {
 }
 
 func newGojaAlone(b *testing.B) func() {
-	src, err := os.ReadFile("../examples/transforms/articles.js")
-	if err != nil {
-		b.Fatal(err)
-	}
-	rt := goja.New()
-	mod := rt.NewObject()
-	_ = mod.Set("exports", rt.NewObject())
-	_ = rt.Set("module", mod)
-	if _, err := rt.RunString(string(src)); err != nil {
-		b.Fatal(err)
-	}
-	fn, _ := goja.AssertFunction(mod.Get("exports").ToObject(rt).Get("transform"))
+	rt, fn := plainArticles(b)
 	// The same fields as articleDoc, as JavaScript values.
 	doc, err := rt.RunString(`({_id: "65f1c0a2b3c4d5e6f7a8b9c0", status: "published", slug: "change-streams-in-practice",
 		title: "Change streams in practice: resume tokens and history",
@@ -195,6 +184,24 @@ func newGojaAlone(b *testing.B) func() {
 	}
 }
 
+// plainArticles evaluates articles.js in a bare goja runtime (no sandbox,
+// no pool) and returns its transform: what the baseline and GojaAlone call.
+func plainArticles(b *testing.B) (*goja.Runtime, goja.Callable) {
+	src, err := os.ReadFile("../examples/transforms/articles.js")
+	if err != nil {
+		b.Fatal(err)
+	}
+	rt := goja.New()
+	mod := rt.NewObject()
+	_ = mod.Set("exports", rt.NewObject())
+	_ = rt.Set("module", mod)
+	if _, err := rt.RunString(string(src)); err != nil {
+		b.Fatal(err)
+	}
+	fn, _ := goja.AssertFunction(mod.Get("exports").ToObject(rt).Get("transform"))
+	return rt, fn
+}
+
 // BenchmarkBaseline is the straightforward way the issue measures at about
 // 7 µs on an idle machine: decode the BSON into a Go map, hand it to goja,
 // call the same transform, export the result and encode it as JSON. It runs
@@ -211,18 +218,7 @@ func BenchmarkBaseline(b *testing.B) {
 }
 
 func newBaseline(b *testing.B) func(bson.Raw) {
-	src, err := os.ReadFile("../examples/transforms/articles.js")
-	if err != nil {
-		b.Fatal(err)
-	}
-	rt := goja.New()
-	mod := rt.NewObject()
-	_ = mod.Set("exports", rt.NewObject())
-	_ = rt.Set("module", mod)
-	if _, err := rt.RunString(string(src)); err != nil {
-		b.Fatal(err)
-	}
-	fn, _ := goja.AssertFunction(mod.Get("exports").ToObject(rt).Get("transform"))
+	rt, fn := plainArticles(b)
 	return func(doc bson.Raw) {
 		var m map[string]any
 		if err := bson.Unmarshal(doc, &m); err != nil {
