@@ -308,14 +308,7 @@ func cmdReplicaFail(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: replica-fail [-ns COLL] CODE|close|block=MS COMMAND... | replica-fail entered N | replica-fail off")
 	}
 	db := scriptReplica(ts)
-	switch fs.Arg(0) {
-	case "off":
-		setFailPoint(ts, db, failPointOff)
-		return
-	case "entered":
-		n, err := strconv.ParseInt(fs.Arg(1), 10, 64)
-		ts.Check(err)
-		failPointEntered(ts, db, n, 30*time.Second)
+	if failPointControl(ts, db, fs.Args()) {
 		return
 	}
 	data := bson.D{{Key: "failCommands", Value: commandNames(fs.Args()[1:])}}

@@ -395,14 +395,7 @@ func cmdMongoFailCommand(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: mongo-failcommand [-ns COLL] N CODE COMMAND... | mongo-failcommand entered N | mongo-failcommand off")
 	}
 	db := scriptMongo(ts)
-	switch fs.Arg(0) {
-	case "off":
-		setFailPoint(ts, db, failPointOff)
-		return
-	case "entered":
-		n, err := strconv.ParseInt(fs.Arg(1), 10, 64)
-		ts.Check(err)
-		failPointEntered(ts, db, n, 30*time.Second)
+	if failPointControl(ts, db, fs.Args()) {
 		return
 	}
 	n, err := strconv.Atoi(fs.Arg(0))
@@ -422,6 +415,22 @@ func cmdMongoFailCommand(ts *testscript.TestScript, neg bool, args []string) {
 		{Key: "mode", Value: bson.D{{Key: "times", Value: int32(n)}}},
 		{Key: "data", Value: data},
 	})
+}
+
+// failPointControl runs the "off" and "entered N" forms shared by
+// mongo-failcommand and replica-fail on db, reporting whether args was one.
+func failPointControl(ts *testscript.TestScript, db *mongo.Database, args []string) bool {
+	switch args[0] {
+	case "off":
+		setFailPoint(ts, db, failPointOff)
+		return true
+	case "entered":
+		n, err := strconv.ParseInt(args[1], 10, 64)
+		ts.Check(err)
+		failPointEntered(ts, db, n, 30*time.Second)
+		return true
+	}
+	return false
 }
 
 func commandNames(names []string) bson.A {
