@@ -18,14 +18,7 @@ import (
 // (examples/transforms/articles.js) and the JSON the Meilisearch sink sends,
 // with no servers. go test ./sidecar -run XXX -bench Engine -benchmem
 func BenchmarkEngineReindexTransformAndEncode(b *testing.B) {
-	src, err := os.ReadFile("../examples/transforms/articles.js")
-	if err != nil {
-		b.Skip(err)
-	}
-	job, err := transform.LoadFile("articles.js", src, transform.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	job := articlesJob(b)
 	const n = 1000
 	items := make([]item, n)
 	for i := range items {
@@ -74,14 +67,7 @@ func (s *encodeSink) Wait(context.Context, Receipt) ([]DocFailure, error) { retu
 // The engine's own CPU per change on the follow path, without servers:
 // coalescing, transform (articles.js), encoding, the ordered pipe.
 func BenchmarkEngineFollowPerChange(b *testing.B) {
-	src, err := os.ReadFile("../examples/transforms/articles.js")
-	if err != nil {
-		b.Skip(err)
-	}
-	job, err := transform.LoadFile("articles.js", src, transform.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	job := articlesJob(b)
 	const n = 1000
 	events := make([]bson.Raw, n)
 	for i := range events {
@@ -138,4 +124,19 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// articlesJob loads examples/transforms/articles.js, the job the benchmarks
+// measure.
+func articlesJob(b *testing.B) *transform.Job {
+	b.Helper()
+	src, err := os.ReadFile("../examples/transforms/articles.js")
+	if err != nil {
+		b.Skip(err)
+	}
+	job, err := transform.LoadFile("articles.js", src, transform.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return job
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"math"
-	"os"
 	"strings"
 	"testing"
 
@@ -72,14 +71,7 @@ func TestAppendJSONStringEscapesAtEveryPosition(t *testing.T) {
 // (examples/transforms/articles.js output), without the transform:
 // go test ./sidecar -run '^$' -bench EncodeArticles -benchmem
 func BenchmarkEncodeArticles(b *testing.B) {
-	src, err := os.ReadFile("../examples/transforms/articles.js")
-	if err != nil {
-		b.Skip(err)
-	}
-	job, err := transform.LoadFile("articles.js", src, transform.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	job := articlesJob(b)
 	const n = 500
 	items := make([]item, 0, n)
 	for i := 1; len(items) < n; i++ {
