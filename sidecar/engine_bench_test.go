@@ -26,7 +26,9 @@ func BenchmarkEngineReindexTransformAndEncode(b *testing.B) {
 		items[i] = item{doc: raw, id: bson.Raw(raw).Lookup("_id"), op: transform.OpReindex}
 	}
 	sink := &MeiliSink{job: job, pk: "id"}
-	ctx := context.Background()
+	// A context that can end, as the pipe's is: the transform watches it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	b.ResetTimer()
 	cpu0 := cpuTime()
 	for it := 0; it < b.N; it++ {

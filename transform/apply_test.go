@@ -169,6 +169,59 @@ func TestACanceledContextStopsTheCall(t *testing.T) {
 	}
 }
 
+// The time limit is kept per call though the timer is not re-armed at
+// each call: quick calls spread over several limits are never stopped, and
+// a call that starts while the timer is set for an earlier call's deadline
+// still gets its whole limit.
+func TestTheTimeLimitIsEachCallsOwn(t *testing.T) {
+	const limit = 300 * time.Millisecond
+	j := loadJob(t, `module.exports = { transform(doc) { if (doc.loop) { for (;;) {} } return {}; } };`,
+		transform.Options{Pool: 1, Timeout: limit})
+	for end := time.Now().Add(3 * limit); time.Now().Before(end); {
+		if _, err := apply(t, j, bson.D{{Key: "_id", Value: 1}}); err != nil {
+			t.Fatalf("a quick call was stopped: %v", err)
+		}
+	}
+	// Let the timer lapse, then arm it with one quick call: it is set for
+	// that call's deadline, half-way through the next call's limit.
+	time.Sleep(limit + limit/2)
+	if _, err := apply(t, j, bson.D{{Key: "_id", Value: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(limit / 2)
+	start := time.Now()
+	_, err := apply(t, j, bson.D{{Key: "_id", Value: 1}, {Key: "loop", Value: true}})
+	wantErr(t, err, errs.TransformFailed, "did not finish within 300ms")
+	if d := time.Since(start); d < limit {
+		t.Fatalf("stopped after %s, before its own limit of %s", d, limit)
+	}
+	if _, err := apply(t, j, bson.D{{Key: "_id", Value: 1}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A context that ended while no call ran (its registration found nothing
+// to stop) still stops the next call made under it.
+func TestAContextThatEndedBetweenCallsStopsTheNext(t *testing.T) {
+	j := loadJob(t, `module.exports = { transform(doc) { if (doc.loop) { for (;;) {} } return {}; } };`,
+		transform.Options{Pool: 1, Timeout: time.Minute})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	if _, err := j.Apply(ctx, marshal(t, bson.D{{Key: "_id", Value: 1}}), transform.OpInsert, nil); err != nil {
+		t.Fatal(err)
+	}
+	stop := errors.New("shutting down")
+	cancel(stop)
+	time.Sleep(10 * time.Millisecond) // let the registration's callback run and find no call
+	_, err := j.Apply(ctx, marshal(t, bson.D{{Key: "_id", Value: 1}, {Key: "loop", Value: true}}), transform.OpInsert, nil)
+	if !errors.Is(err, stop) {
+		t.Fatalf("got %v", err)
+	}
+	// The runtime that was stopped is replaced; a live context works.
+	if _, err := j.Apply(context.Background(), marshal(t, bson.D{{Key: "_id", Value: 1}}), transform.OpInsert, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestTheSandboxHoldsNothingOutside(t *testing.T) {
 	probes := map[string]string{
 		"require":               `typeof require`,

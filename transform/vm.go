@@ -102,9 +102,9 @@ type vm struct {
 	ctxs     map[Operation]*goja.Object
 	vTrue    goja.Value
 	vFalse   goja.Value
-	// timer interrupts a call that runs past its limit; one per vm,
-	// re-armed each call (no allocation per call).
-	timer *time.Timer
+	// guard interrupts a call that runs past its limit or whose context
+	// ends; made at the first call.
+	guard *guard
 	// path and seen are scratch for the output walk, reused across calls.
 	path []string
 	seen []*goja.Object
@@ -398,12 +398,16 @@ func (p *pool) get(ctx context.Context) (*vm, error) {
 func (p *pool) put(v *vm) { p.idle <- v }
 
 // discard forgets a vm that must not be reused (interrupted).
-func (p *pool) discard(*vm) { <-p.sem }
+func (p *pool) discard(v *vm) {
+	v.close()
+	<-p.sem
+}
 
 func (p *pool) drain() {
 	for {
 		select {
-		case <-p.idle:
+		case v := <-p.idle:
+			v.close()
 			<-p.sem
 		default:
 			return
@@ -428,20 +432,15 @@ func (jr *jobRuntime) apply(ctx context.Context, j *Job, doc bson.Raw, idv bson.
 	if timeout <= 0 {
 		timeout = j.opts.Timeout
 	}
-	if v.timer == nil {
-		v.timer = time.AfterFunc(time.Hour, func() { v.rt.Interrupt(errTimeout) })
+	if v.guard == nil {
+		v.guard = newGuard(v.rt)
 	}
-	v.timer.Reset(timeout)
-	stopCtx := noStop
-	if ctx.Done() != nil {
-		stopCtx = context.AfterFunc(ctx, func() { v.rt.Interrupt(context.Cause(ctx)) })
-	}
+	v.guard.begin(ctx, timeout)
 	res, err = v.run(j, doc, idv, op, updateDesc, res)
-	// Reuse the runtime only if no interrupt can have fired or still fire
-	// (goja's ClearInterrupt must not race an Interrupt); otherwise a fresh
-	// one replaces it, so no half-updated module state survives either.
-	if v.timer.Stop() && stopCtx() {
-		v.rt.ClearInterrupt()
+	// Reuse the runtime only if no interrupt was sent (it may still be
+	// pending in it); otherwise a fresh one replaces it, so no
+	// half-updated module state survives either.
+	if v.guard.end() {
 		jr.pool.put(v)
 	} else {
 		jr.pool.discard(v)
@@ -463,7 +462,13 @@ func (jr *jobRuntime) apply(ctx context.Context, j *Job, doc bson.Raw, idv bson.
 
 var errTimeout = errors.New("transform timeout")
 
-func noStop() bool { return true }
+// close releases what the vm holds outside itself (its guard's timer and
+// context registration).
+func (v *vm) close() {
+	if v.guard != nil {
+		v.guard.close()
+	}
+}
 
 // run calls the transform and converts its result; panics from goja while
 // reading the result (a throwing getter, an interrupt) become errors.
