@@ -3,6 +3,7 @@ package sidecar
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -446,6 +447,10 @@ type docError struct {
 	err error
 }
 
+// docBytes is a guess at a search document's JSON size, to size the
+// buffers documents are written into.
+const docBytes = 768
+
 // transformAll turns items into writes, in parallel on the transform pool,
 // keeping their order. A document the transform keeps out becomes a delete
 // when deleteSkipped (follow, in place), else it is dropped from the writes.
@@ -474,13 +479,22 @@ func transformAll(ctx context.Context, job *transform.Job, items []item, deleteS
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// The worker's search documents are written one after the
+			// other into one buffer (grown as needed: what was written
+			// before stays where it is).
+			var buf []byte
+			if job.Kind == transform.Search {
+				buf = make([]byte, 0, (hi-lo)*docBytes)
+			}
 			for i := lo; i < hi; i++ {
 				it := &items[i]
 				if it.doc == nil {
 					res[i] = Write{SourceID: it.id, Delete: true}
 					continue
 				}
-				r, err := job.Apply(ctx, it.doc, it.op, it.upd)
+				var r transform.Result
+				var err error
+				r, buf, err = job.ApplyTo(ctx, buf, it.doc, it.op, it.upd)
 				switch {
 				case err == nil && r.Skip:
 					kind[i] = 1
@@ -489,7 +503,7 @@ func transformAll(ctx context.Context, job *transform.Job, items []item, deleteS
 					if job.Kind == transform.Mirror {
 						res[i] = Write{SourceID: it.id, Doc: r.Raw}
 					} else {
-						res[i] = Write{SourceID: it.id, Doc: r.Doc}
+						res[i] = Write{SourceID: it.id, Doc: json.RawMessage(r.JSON)}
 					}
 				case ctx.Err() != nil || errs.CodeOf(err) == errs.Failed:
 					fatalMu.Lock()

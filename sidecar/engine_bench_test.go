@@ -142,3 +142,40 @@ func articlesJob(b *testing.B) *transform.Job {
 	}
 	return job
 }
+
+// The JSON body of a batch of 500 articles as the Meilisearch sink sends it
+// (examples/transforms/articles.js output), without the transform:
+// go test ./sidecar -run '^$' -bench EncodeArticles -benchmem
+func BenchmarkEncodeArticles(b *testing.B) {
+	job := articlesJob(b)
+	const n = 500
+	items := make([]item, 0, n)
+	for i := 1; len(items) < n; i++ {
+		if !articles.Published(i) {
+			continue
+		}
+		raw, _ := bson.Marshal(articles.Article(i))
+		items = append(items, item{doc: raw, id: bson.Raw(raw).Lookup("_id"), op: transform.OpReindex})
+	}
+	writes, _, _, err := transformAll(context.Background(), job, items, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	positions := make([]int, len(writes))
+	for i := range positions {
+		positions[i] = i
+	}
+	sink := &MeiliSink{job: job, pk: "id"}
+	batch := Batch{Writes: writes}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	var size int
+	for it := 0; it < b.N; it++ {
+		body, _ := sink.encodeDocs(batch, positions, &meiliReceipt{})
+		size = len(body)
+		releaseBody(body)
+	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N*n), "cpu-ns/doc")
+	b.ReportMetric(float64(size)/n, "bytes/doc")
+}

@@ -478,7 +478,7 @@ func (s *MeiliSink) encodeDocs(b Batch, positions []int, r *meiliReceipt) ([]byt
 			buf = append(buf, ',')
 		}
 		var err error
-		if buf, err = appendJSON(buf, b.Writes[i].Doc); err != nil {
+		if buf, err = transform.AppendJSON(buf, b.Writes[i].Doc); err != nil {
 			buf = buf[:mark]
 			r.failed = append(r.failed, DocFailure{Writes: []int{i}, Code: "not_json", Message: err.Error()})
 			continue

@@ -28,9 +28,10 @@ type Write struct {
 	// Delete removes the document; otherwise Doc replaces whatever the
 	// destination holds for SourceID.
 	Delete bool
-	// Doc is the document to write: the transform's Result.Doc
-	// (map[string]any, JSON-ready, primary key included) for Meilisearch,
-	// its Result.Raw (bson.Raw, _id included) for a mirror. Nil when Delete.
+	// Doc is the document to write: the transform's Result.JSON (as a
+	// json.RawMessage; any value transform.AppendJSON takes will do) for
+	// Meilisearch, its Result.Raw (bson.Raw, _id included) for a mirror.
+	// Nil when Delete.
 	Doc any
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -204,16 +205,51 @@ func opaqueJSON(val bsoncore.Value) string {
 
 // ---- search output ----
 
-// outConv turns a transform's result (or a BSON document, for the identity)
-// into a JSON-ready document for Meilisearch, checking what it holds.
+// outConv writes a transform's result (or a BSON document, for the
+// identity) as the JSON document Meilisearch receives, checking what it
+// holds. It writes straight from the JavaScript (or BSON) values: building
+// a Go map first and encoding it after cost a map, a boxed value per field
+// and a second walk per document.
 type outConv struct {
 	job   *Job
 	v     *vm // nil when converting BSON
 	epoch bool
 	limit int
-	size  int
+	buf   []byte // the output; the document starts at start
+	start int
 	path  []string
 	seen  []*goja.Object
+	level int // objects and arrays open
+
+	// The top-level object's primary key: pk (none when empty) is set to
+	// id, derived from idv, the source _id.
+	pk    string
+	id    any
+	idv   bson.RawValue
+	pkSet bool
+}
+
+// newOutConv starts a search document at the end of dst (v: the runtime
+// the result comes from, nil for BSON).
+func (j *Job) newOutConv(v *vm, dst []byte, idv bson.RawValue, id any) outConv {
+	pk := j.PrimaryKey
+	if pk == "" {
+		pk = DefaultPrimaryKey
+	}
+	c := outConv{job: j, v: v, epoch: j.Dates == "epoch", limit: j.maxResult(), buf: dst, start: len(dst), pk: pk, id: id, idv: idv}
+	if v != nil {
+		c.path, c.seen = v.path[:0], v.seen[:0]
+	}
+	return c
+}
+
+// result is res with the document written, and the buffer it is in.
+func (c *outConv) result(res Result) (Result, []byte, error) {
+	if c.v != nil {
+		c.v.path, c.v.seen = c.path[:0], c.seen[:0]
+	}
+	res.JSON = c.buf[c.start:len(c.buf):len(c.buf)]
+	return res, c.buf, nil
 }
 
 func (c *outConv) fail(code errs.Code, format string, args ...any) error {
@@ -224,79 +260,143 @@ func (c *outConv) fail(code errs.Code, format string, args ...any) error {
 	return &errs.Error{Code: code, Job: c.job.Name, Msg: msg}
 }
 
-func (c *outConv) grow(n int) error {
-	c.size += n
-	if c.size > c.limit {
+// room fails when n more bytes would take the document over the limit.
+func (c *outConv) room(n int) error {
+	if len(c.buf)-c.start+n > c.limit {
 		c.path = c.path[:0]
 		return c.fail(errs.NotADocument, "the result is larger than the limit of %d bytes of JSON", c.limit)
 	}
 	return nil
 }
 
-func (c *outConv) object(o *goja.Object, _ string) (map[string]any, error) {
+// document writes o, the top-level result, with the primary key set.
+func (c *outConv) document(o *goja.Object) error {
+	if err := c.object(o); err != nil {
+		return err
+	}
+	return c.room(0)
+}
+
+// open and close bracket an object or array, with the depth checks.
+func (c *outConv) open(b byte) error {
+	if c.level >= maxDepth {
+		return c.fail(errs.NotADocument, "nested more than %d levels deep", maxDepth)
+	}
+	c.level++
+	c.buf = append(c.buf, b)
+	return c.room(0)
+}
+
+func (c *outConv) close(b byte) {
+	c.level--
+	c.buf = append(c.buf, b)
+}
+
+// member writes one key of an object and its value (write), or nothing
+// when write reports undefined; n counts the keys written.
+func (c *outConv) member(n *int, k string, write func() (bool, error)) error {
+	mark := len(c.buf)
+	if *n > 0 {
+		c.buf = append(c.buf, ',')
+	}
+	c.buf = appendJSONString(c.buf, k)
+	c.buf = append(c.buf, ':')
+	at := len(c.buf)
+	c.path = append(c.path, k)
+	ok, err := write()
+	if err != nil {
+		return err
+	}
+	c.path = c.path[:len(c.path)-1]
+	if !ok {
+		c.buf = c.buf[:mark]
+		return nil
+	}
+	if c.level == 1 && k == c.pk && !c.pkSet {
+		if err := c.primaryKey(at); err != nil {
+			return err
+		}
+	}
+	*n++
+	return c.room(0)
+}
+
+// endObject closes an object, adding the primary key to the top-level one
+// when the transform left it out.
+func (c *outConv) endObject(n int) error {
+	if c.level == 1 && c.pk != "" && !c.pkSet {
+		c.pkSet = true
+		if err := c.member(&n, c.pk, func() (bool, error) { return true, c.writeID() }); err != nil {
+			return err
+		}
+	}
+	c.close('}')
+	return nil
+}
+
+func (c *outConv) writeID() (err error) {
+	c.buf, err = AppendJSON(c.buf, c.id)
+	return err
+}
+
+// primaryKey checks the value the result holds under the primary key
+// (written from at) against the id derived from _id, ID_MISMATCH when it
+// differs, and writes the id in its place. The transform may keep the
+// document's own _id value under the primary key (as a monstache script
+// returning the document with primaryKey "_id" does).
+func (c *outConv) primaryKey(at int) error {
+	got, err := decodeJSON(c.buf[at:])
+	if err != nil || !sameID(got, c.id) {
+		oc := outConv{job: c.job, epoch: c.epoch, limit: math.MaxInt}
+		_, err := oc.bsonValue(bsoncore.Value{Type: bsoncore.Type(c.idv.Type), Data: c.idv.Value})
+		var orig any
+		if err == nil {
+			orig, err = decodeJSON(oc.buf)
+		}
+		if err != nil || !sameJSON(got, orig) {
+			return errs.New(errs.IDMismatch, c.job.Name, "the transform set the primary key %q to %s, not the id %s derived from _id", c.pk, describeID(got), describeID(c.id))
+		}
+	}
+	c.buf = c.buf[:at]
+	c.pkSet = true
+	return c.writeID()
+}
+
+func (c *outConv) object(o *goja.Object) error {
 	for _, s := range c.seen {
 		if s == o {
-			return nil, c.fail(errs.NotADocument, "a cyclic object (it contains itself)")
+			return c.fail(errs.NotADocument, "a cyclic object (it contains itself)")
 		}
 	}
-	if len(c.seen) >= maxDepth {
-		return nil, c.fail(errs.NotADocument, "nested more than %d levels deep", maxDepth)
+	if err := c.open('{'); err != nil {
+		return err
 	}
 	c.seen = append(c.seen, o)
-	if err := c.grow(2); err != nil {
-		return nil, err
-	}
+	n := 0
 	if d := asLazy(o); d != nil {
 		// Untouched fields go straight from BSON.
-		m := make(map[string]any, 16)
 		err := d.each(func(k string, jv goja.Value, _ bsoncore.Element, raw bsoncore.Value, touched bool) error {
-			c.path = append(c.path, k)
-			var x any
-			var ok bool
-			var err error
-			if touched {
-				x, ok, err = c.value(jv)
-			} else {
-				x, ok, err = c.bsonValue(raw)
-			}
-			if err != nil {
-				return err
-			}
-			c.path = c.path[:len(c.path)-1]
-			if ok {
-				m[k] = x
-				return c.grow(len(k) + 4)
-			}
-			return nil
+			return c.member(&n, k, func() (bool, error) {
+				if touched {
+					return c.value(jv)
+				}
+				return c.bsonValue(raw)
+			})
 		})
 		if err != nil {
-			return nil, errs.WithJob(c.job.Name, err)
+			return errs.WithJob(c.job.Name, err)
 		}
-		c.seen = c.seen[:len(c.seen)-1]
-		return m, nil
-	}
-	keys := c.keys(o)
-	m := make(map[string]any, len(keys))
-	for _, k := range keys {
-		c.path = append(c.path, k)
-		x, ok, err := c.value(o.Get(k))
-		if err != nil {
-			return nil, err
-		}
-		c.path = c.path[:len(c.path)-1]
-		if ok {
-			if err := c.grow(len(k) + 4); err != nil {
-				return nil, err
+	} else {
+		for _, k := range c.keys(o) {
+			if err := c.member(&n, k, func() (bool, error) { return c.value(o.Get(k)) }); err != nil {
+				return err
 			}
-			m[k] = x
 		}
 	}
 	c.seen = c.seen[:len(c.seen)-1]
-	return m, nil
+	return c.endObject(n)
 }
 
-// keys lists o's keys through the vm when there is one (fewer
-// allocations than goja's Keys).
 func (c *outConv) keys(o *goja.Object) []string {
 	if c.v != nil {
 		return c.v.keys(o)
@@ -304,130 +404,151 @@ func (c *outConv) keys(o *goja.Object) []string {
 	return o.Keys()
 }
 
-func (c *outConv) array(o *goja.Object) ([]any, error) {
+func (c *outConv) array(o *goja.Object) error {
 	for _, s := range c.seen {
 		if s == o {
-			return nil, c.fail(errs.NotADocument, "a cyclic array (it contains itself)")
+			return c.fail(errs.NotADocument, "a cyclic array (it contains itself)")
 		}
 	}
-	if len(c.seen) >= maxDepth {
-		return nil, c.fail(errs.NotADocument, "nested more than %d levels deep", maxDepth)
+	n := o.Get("length").ToInteger()
+	if err := c.room(2 + int(n)); err != nil { // at least a byte an element
+		return err
+	}
+	if err := c.open('['); err != nil {
+		return err
 	}
 	c.seen = append(c.seen, o)
-	n := o.Get("length").ToInteger()
-	if err := c.grow(2 + int(n)); err != nil {
-		return nil, err
-	}
-	a := make([]any, n)
 	for i := int64(0); i < n; i++ {
-		c.path = append(c.path, strconv.FormatInt(i, 10))
-		x, _, err := c.value(o.Get(strconv.FormatInt(i, 10)))
+		if i > 0 {
+			c.buf = append(c.buf, ',')
+		}
+		k := strconv.FormatInt(i, 10)
+		c.path = append(c.path, k)
+		ok, err := c.value(o.Get(k))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		c.path = c.path[:len(c.path)-1]
-		a[i] = x
+		if !ok {
+			c.buf = append(c.buf, "null"...)
+		}
+		if err := c.room(0); err != nil {
+			return err
+		}
 	}
 	c.seen = c.seen[:len(c.seen)-1]
-	return a, nil
+	c.close(']')
+	return nil
 }
 
-// value converts one JavaScript value; ok is false for undefined (a key
+var (
+	typeString = reflect.TypeOf("")
+	typeInt64  = reflect.TypeOf(int64(0))
+	typeFloat  = reflect.TypeOf(float64(0))
+	typeBool   = reflect.TypeOf(false)
+	typeBigInt = reflect.TypeOf((*big.Int)(nil))
+)
+
+// value writes one JavaScript value; ok is false for undefined (a key
 // holding it is left out, as JSON.stringify does; in an array it is null).
-func (c *outConv) value(val goja.Value) (x any, ok bool, err error) {
+func (c *outConv) value(val goja.Value) (ok bool, err error) {
 	if val == nil || goja.IsUndefined(val) {
-		return nil, false, nil
+		return false, nil
 	}
 	if goja.IsNull(val) {
-		return nil, true, c.grow(4)
+		c.buf = append(c.buf, "null"...)
+		return true, nil
 	}
 	o, isObj := val.(*goja.Object)
 	if !isObj {
-		if _, isSym := val.(*goja.Symbol); isSym { // its Export is its description
-			return nil, false, c.fail(errs.NotADocument, "a symbol is not a value a document can hold")
+		if _, isSym := val.(*goja.Symbol); isSym { // its ExportType is string's
+			return false, c.fail(errs.NotADocument, "a symbol is not a value a document can hold")
 		}
-		x := val.Export() // returned as it is: re-boxing p would allocate
-		switch p := x.(type) {
-		case string:
-			return x, true, c.grow(len(p) + 2)
-		case bool:
-			return x, true, c.grow(5)
-		case int64:
-			return x, true, c.grow(20)
-		case float64:
-			f, err := c.number(p)
-			return f, true, err
-		case *big.Int:
-			if p.IsInt64() {
-				return p.Int64(), true, c.grow(20)
+		// A primitive, read by its type (Export would box it).
+		switch val.ExportType() {
+		case typeString:
+			c.buf = appendJSONString(c.buf, val.String())
+		case typeInt64:
+			c.buf = strconv.AppendInt(c.buf, val.ToInteger(), 10)
+		case typeFloat:
+			return true, c.number(val.ToFloat())
+		case typeBool:
+			c.buf = strconv.AppendBool(c.buf, val.ToBoolean())
+		case typeBigInt:
+			p, _ := val.Export().(*big.Int)
+			switch {
+			case p == nil:
+				return false, c.fail(errs.NotADocument, "%s is not a value a document can hold", typeName(val))
+			case p.IsInt64():
+				c.buf = strconv.AppendInt(c.buf, p.Int64(), 10)
+			case p.IsUint64():
+				c.buf = strconv.AppendUint(c.buf, p.Uint64(), 10)
+			default:
+				return false, c.fail(errs.NotADocument, "a BigInt beyond 64 bits")
 			}
-			if p.IsUint64() {
-				return p.Uint64(), true, c.grow(20)
-			}
-			return nil, false, c.fail(errs.NotADocument, "a BigInt beyond 64 bits")
+		default:
+			return false, c.fail(errs.NotADocument, "%s is not a value a document can hold", typeName(val))
 		}
-		return nil, false, c.fail(errs.NotADocument, "%s is not a value a document can hold", typeName(val))
+		return true, nil
 	}
 	switch o.ClassName() {
 	case "Object":
 		if c.v != nil {
-			if x, handled, err := c.special(o); handled {
-				return x, true, err
+			if handled, err := c.special(o); handled {
+				return true, err
 			}
 			if b := c.v.builtin(o); b != "" {
-				return nil, false, c.fail(errs.NotADocument, "a %s is not a value a document can hold", b)
+				return false, c.fail(errs.NotADocument, "a %s is not a value a document can hold", b)
 			}
 		}
-		m, err := c.object(o, "")
-		return m, true, err
+		return true, c.object(o)
 	case "Array":
-		a, err := c.array(o)
-		return a, true, err
+		return true, c.array(o)
 	case "Date":
 		t, ok := o.Export().(time.Time)
 		if !ok {
-			return nil, false, c.fail(errs.NotADocument, "an invalid Date")
+			return false, c.fail(errs.NotADocument, "an invalid Date")
 		}
-		x, err := c.date(t.UnixMilli())
-		return x, true, err
+		c.date(t.UnixMilli())
+		return true, nil
 	case "String":
-		s := o.String()
-		return s, true, c.grow(len(s) + 2)
+		c.buf = appendJSONString(c.buf, o.String())
+		return true, nil
 	case "Number":
-		f, err := c.number(o.ToFloat())
-		return f, true, err
+		return true, c.number(o.ToFloat())
 	case "Boolean":
 		b, _ := o.Export().(bool)
-		return b, true, c.grow(5)
+		c.buf = strconv.AppendBool(c.buf, b)
+		return true, nil
 	}
-	return nil, false, c.fail(errs.NotADocument, "%s is not a value a document can hold", typeName(val))
+	return false, c.fail(errs.NotADocument, "%s is not a value a document can hold", typeName(val))
 }
 
-// number writes an integral value as int64 (JSON prints both alike) and
-// refuses what JSON cannot hold.
-func (c *outConv) number(f float64) (any, error) {
+// number writes an integral value as an integer (also turning -0 into 0)
+// and refuses what JSON cannot hold.
+func (c *outConv) number(f float64) error {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		what := "NaN"
 		if math.IsInf(f, 0) {
 			what = "Infinity"
 		}
-		return nil, c.fail(errs.NotADocument, "a number that is %s", what)
-	}
-	if err := c.grow(24); err != nil {
-		return nil, err
+		return c.fail(errs.NotADocument, "a number that is %s", what)
 	}
 	if f == math.Trunc(f) && math.Abs(f) <= maxSafe {
-		return int64(f), nil // also turns -0 into 0
+		c.buf = strconv.AppendInt(c.buf, int64(f), 10)
+		return nil
 	}
-	return f, nil
+	var err error
+	c.buf, err = appendJSONFloat(c.buf, f)
+	return err
 }
 
-func (c *outConv) date(ms int64) (any, error) {
+func (c *outConv) date(ms int64) {
 	if c.epoch {
-		return ms, c.grow(20)
+		c.buf = strconv.AppendInt(c.buf, ms, 10)
+		return
 	}
-	s := isoDate(ms)
-	return s, c.grow(len(s) + 2)
+	c.buf = appendJSONString(c.buf, isoDate(ms))
 }
 
 // isoDate formats like JavaScript's Date.prototype.toISOString, including
@@ -446,161 +567,162 @@ func isoDate(ms int64) string {
 	return fmt.Sprintf("%s%06d%s", sign, y, t.Format("-01-02T15:04:05.000Z"))
 }
 
-// special converts the BSON classes of doc.go; handled is false for any
+// timestamp writes a BSON Timestamp as {t, i}.
+func (c *outConv) timestamp(t, i int64) {
+	c.buf = append(c.buf, `{"t":`...)
+	c.buf = strconv.AppendInt(c.buf, t, 10)
+	c.buf = append(c.buf, `,"i":`...)
+	c.buf = strconv.AppendInt(c.buf, i, 10)
+	c.buf = append(c.buf, '}')
+}
+
+// special writes the BSON classes of doc.go; handled is false for any
 // other object.
-func (c *outConv) special(o *goja.Object) (x any, handled bool, err error) {
+func (c *outConv) special(o *goja.Object) (handled bool, err error) {
 	v := c.v
 	switch o.Prototype() {
 	case v.protos.oid:
 		h := o.GetSymbol(v.hid)
 		if h == nil || !isOIDHex(h.String()) {
-			return nil, true, c.fail(errs.NotADocument, "a malformed ObjectId")
+			return true, c.fail(errs.NotADocument, "a malformed ObjectId")
 		}
-		return h.String(), true, c.grow(26)
+		c.buf = appendJSONString(c.buf, h.String())
 	case v.protos.dec:
 		h := o.GetSymbol(v.hid)
 		if h == nil {
-			return nil, true, c.fail(errs.NotADocument, "a malformed Decimal128")
+			return true, c.fail(errs.NotADocument, "a malformed Decimal128")
 		}
 		f, perr := strconv.ParseFloat(h.String(), 64)
 		if perr != nil && !math.IsInf(f, 0) {
-			return nil, true, c.fail(errs.NotADocument, "a malformed Decimal128")
+			return true, c.fail(errs.NotADocument, "a malformed Decimal128")
 		}
-		x, err := c.number(f)
-		return x, true, err
+		return true, c.number(f)
 	case v.protos.bin:
 		p, ok := o.GetSymbol(v.hid).(*goja.Object)
 		if !ok {
-			return nil, true, c.fail(errs.NotADocument, "a malformed Binary")
+			return true, c.fail(errs.NotADocument, "a malformed Binary")
 		}
 		s := p.Get("u")
 		if s == nil || goja.IsUndefined(s) {
 			s = p.Get("d")
 		}
-		return s.String(), true, c.grow(len(s.String()) + 2)
+		c.buf = appendJSONString(c.buf, s.String())
 	case v.protos.ts:
-		t, i := o.Get("t").ToInteger(), o.Get("i").ToInteger()
-		return map[string]any{"t": t, "i": i}, true, c.grow(30)
+		c.timestamp(o.Get("t").ToInteger(), o.Get("i").ToInteger())
 	case v.protos.re:
-		s := "/" + o.Get("pattern").String() + "/" + o.Get("options").String()
-		return s, true, c.grow(len(s) + 2)
+		c.buf = appendJSONString(c.buf, "/"+o.Get("pattern").String()+"/"+o.Get("options").String())
 	case v.protos.opaque:
 		p, ok := o.GetSymbol(v.hid).(*goja.Object)
 		if !ok {
-			return nil, true, c.fail(errs.NotADocument, "a malformed BSON value")
+			return true, c.fail(errs.NotADocument, "a malformed BSON value")
 		}
-		s := p.Get("j").String()
-		return s, true, c.grow(len(s) + 2)
+		c.buf = appendJSONString(c.buf, p.Get("j").String())
+	default:
+		return false, nil
 	}
-	return nil, false, nil
+	return true, nil
 }
 
-// docFromBSON converts a BSON document straight to the JSON-ready form, with
-// the same rules a document going through JavaScript gets.
-func (c *outConv) docFromBSON(raw []byte) (map[string]any, error) {
-	if len(c.path) >= maxDepth {
-		return nil, c.fail(errs.NotADocument, "nested more than %d levels deep", maxDepth)
+// docFromBSON writes a BSON document straight as JSON, with the same rules
+// a document going through JavaScript gets (the top-level one: the
+// identity, with its primary key set).
+func (c *outConv) docFromBSON(raw []byte) error {
+	if err := c.open('{'); err != nil {
+		return err
 	}
-	m := make(map[string]any)
-	if err := c.grow(2); err != nil {
-		return nil, err
-	}
+	n := 0
 	err := eachElement(raw, func(key string, val bsoncore.Value) error {
-		c.path = append(c.path, key)
-		x, ok, err := c.bsonValue(val)
-		if err != nil {
-			return err
-		}
-		c.path = c.path[:len(c.path)-1]
-		if ok {
-			m[key] = x
-			return c.grow(len(key) + 4)
-		}
-		return nil
+		return c.member(&n, key, func() (bool, error) { return c.bsonValue(val) })
 	})
 	if err != nil {
-		return nil, errs.WithJob(c.job.Name, err)
+		return errs.WithJob(c.job.Name, err)
 	}
-	return m, nil
+	if err := c.endObject(n); err != nil {
+		return err
+	}
+	return c.room(0)
 }
 
-func (c *outConv) bsonValue(val bsoncore.Value) (any, bool, error) {
+// bsonValue writes one BSON value; ok is false for undefined.
+func (c *outConv) bsonValue(val bsoncore.Value) (ok bool, err error) {
 	switch val.Type {
 	case bsoncore.TypeDouble:
-		x, err := c.number(val.Double())
-		return x, true, err
+		return true, c.number(val.Double())
 	case bsoncore.TypeString:
-		s := val.StringValue()
-		return s, true, c.grow(len(s) + 2)
+		c.buf = appendJSONString(c.buf, val.StringValue())
 	case bsoncore.TypeEmbeddedDocument:
-		m, err := c.docFromBSON(val.Data)
-		return m, true, err
+		return true, c.docFromBSON(val.Data)
 	case bsoncore.TypeArray:
-		if len(c.path) >= maxDepth {
-			return nil, false, c.fail(errs.NotADocument, "nested more than %d levels deep", maxDepth)
+		if err := c.open('['); err != nil {
+			return false, err
 		}
-		a := []any{}
 		err := eachValue(val.Data, func(i int, ev bsoncore.Value) error {
+			if i > 0 {
+				c.buf = append(c.buf, ',')
+			}
 			c.path = append(c.path, strconv.Itoa(i))
-			x, _, err := c.bsonValue(ev)
+			ok, err := c.bsonValue(ev)
 			if err != nil {
 				return err
 			}
 			c.path = c.path[:len(c.path)-1]
-			a = append(a, x)
-			return c.grow(1)
+			if !ok {
+				c.buf = append(c.buf, "null"...)
+			}
+			return c.room(0)
 		})
-		return a, true, err
+		if err != nil {
+			return false, err
+		}
+		c.close(']')
 	case bsoncore.TypeBinary:
 		sub, data := val.Binary()
 		s := uuidString(sub, data)
 		if s == "" {
 			s = base64.StdEncoding.EncodeToString(data)
 		}
-		return s, true, c.grow(len(s) + 2)
+		c.buf = appendJSONString(c.buf, s)
 	case bsoncore.TypeUndefined:
-		return nil, false, nil
+		return false, nil
 	case bsoncore.TypeObjectID:
-		return bson.ObjectID(val.ObjectID()).Hex(), true, c.grow(26)
+		c.buf = append(c.buf, '"')
+		c.buf = hex.AppendEncode(c.buf, val.Data[:12])
+		c.buf = append(c.buf, '"')
 	case bsoncore.TypeBoolean:
-		return val.Boolean(), true, c.grow(5)
+		c.buf = strconv.AppendBool(c.buf, val.Boolean())
 	case bsoncore.TypeDateTime:
 		ms := val.DateTime()
 		if ms > maxJSTime || ms < -maxJSTime {
-			return nil, false, c.fail(errs.NotADocument, "a date outside the range JavaScript dates can hold")
+			return false, c.fail(errs.NotADocument, "a date outside the range JavaScript dates can hold")
 		}
-		x, err := c.date(ms)
-		return x, true, err
+		c.date(ms)
 	case bsoncore.TypeNull:
-		return nil, true, c.grow(4)
+		c.buf = append(c.buf, "null"...)
 	case bsoncore.TypeRegex:
 		p, o := val.Regex()
-		s := "/" + p + "/" + o
-		return s, true, c.grow(len(s) + 2)
+		c.buf = appendJSONString(c.buf, "/"+p+"/"+o)
 	case bsoncore.TypeJavaScript:
-		s := val.JavaScript()
-		return s, true, c.grow(len(s) + 2)
+		c.buf = appendJSONString(c.buf, val.JavaScript())
 	case bsoncore.TypeSymbol:
-		s := val.Symbol()
-		return s, true, c.grow(len(s) + 2)
+		c.buf = appendJSONString(c.buf, val.Symbol())
 	case bsoncore.TypeInt32:
-		return int64(val.Int32()), true, c.grow(11)
+		c.buf = strconv.AppendInt(c.buf, int64(val.Int32()), 10)
 	case bsoncore.TypeTimestamp:
 		t, i := val.Timestamp()
-		return map[string]any{"t": int64(t), "i": int64(i)}, true, c.grow(30)
+		c.timestamp(int64(t), int64(i))
 	case bsoncore.TypeInt64:
-		return val.Int64(), true, c.grow(20)
+		c.buf = strconv.AppendInt(c.buf, val.Int64(), 10)
 	case bsoncore.TypeDecimal128:
 		h, l := val.Decimal128()
 		f, err := strconv.ParseFloat(bson.NewDecimal128(h, l).String(), 64)
 		if err != nil && !math.IsInf(f, 0) {
-			return nil, false, c.fail(errs.NotADocument, "a malformed Decimal128")
+			return false, c.fail(errs.NotADocument, "a malformed Decimal128")
 		}
-		x, err := c.number(f)
-		return x, true, err
+		return true, c.number(f)
+	default:
+		c.buf = appendJSONString(c.buf, opaqueJSON(val))
 	}
-	s := opaqueJSON(val)
-	return s, true, c.grow(len(s) + 2)
+	return true, nil
 }
 
 // maxJSTime is the largest magnitude of a JavaScript Date, in milliseconds.
@@ -687,26 +809,6 @@ func (v *vm) special(o *goja.Object) bool {
 		return true
 	}
 	return false
-}
-
-// setPrimaryKey checks the result's primary key against the id derived from
-// _id (ID_MISMATCH when it differs) and sets it. The transform may keep the
-// document's own _id value under the primary key (as a monstache script
-// returning the document with primaryKey "_id" does).
-func (j *Job) setPrimaryKey(m map[string]any, idv bson.RawValue, id any) error {
-	pk := j.PrimaryKey
-	if pk == "" {
-		pk = DefaultPrimaryKey
-	}
-	if got, ok := m[pk]; ok && !sameID(got, id) {
-		c := outConv{job: j, limit: math.MaxInt}
-		orig, _, err := c.bsonValue(bsoncore.Value{Type: bsoncore.Type(idv.Type), Data: idv.Value})
-		if err != nil || !sameJSON(got, orig) {
-			return errs.New(errs.IDMismatch, j.Name, "the transform set the primary key %q to %s, not the id %s derived from _id", pk, describeID(got), describeID(id))
-		}
-	}
-	m[pk] = id
-	return nil
 }
 
 // describeID shows an id in an ID_MISMATCH message: its kind, and the value

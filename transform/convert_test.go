@@ -2,6 +2,9 @@ package transform_test
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
@@ -402,4 +405,71 @@ func TestAHugeSparseArrayIsRefusedNotAllocated(t *testing.T) {
 	j := loadJob(t, `module.exports = { mirror: "m", transform(d) { return {a: new Array(1e9)}; } };`)
 	_, err = apply(t, j, bson.D{{Key: "_id", Value: 1}})
 	wantErr(t, err, errs.NotADocument, "limit")
+}
+
+// ApplyTo writes each search document at the end of the buffer it is
+// given, as the JSON Apply decodes: keys in the result's order, the
+// primary key where the transform put it or else last; a document kept out
+// or refused writes nothing.
+func TestApplyToWritesDocumentsOneAfterAnother(t *testing.T) {
+	j := loadJob(t, `module.exports = { transform(doc) {
+		if (doc.skip) return null;
+		if (doc.bad) return {n: NaN};
+		if (doc.own) return {id: doc._id, b: "x"};
+		return {b: doc.n, a: [doc.n, "é\n"], at: new Date(0)};
+	} };`)
+	ctx := context.Background()
+	buf := []byte("before|")
+	var want []byte
+	want = append(want, buf...)
+	for _, tc := range []struct {
+		doc  bson.D
+		json string // "" when nothing is written
+	}{
+		{bson.D{{Key: "_id", Value: 1}, {Key: "n", Value: 2.5}}, `{"b":2.5,"a":[2.5,"é\n"],"at":"1970-01-01T00:00:00.000Z","id":1}`},
+		{bson.D{{Key: "_id", Value: 2}, {Key: "skip", Value: true}}, ""},
+		{bson.D{{Key: "_id", Value: 3}, {Key: "bad", Value: true}}, ""},
+		{bson.D{{Key: "_id", Value: "k"}, {Key: "own", Value: true}}, `{"id":"k","b":"x"}`},
+	} {
+		raw := marshal(t, tc.doc)
+		res, out, err := j.ApplyTo(ctx, buf, raw, transform.OpInsert, nil)
+		if tc.json == "" {
+			if len(out) != len(buf) || res.JSON != nil {
+				t.Fatalf("%v: wrote %q (err %v)", tc.doc, out[len(buf):], err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(res.JSON) != tc.json || cap(res.JSON) != len(res.JSON) {
+			t.Fatalf("%v: JSON %s (cap %d), want %s", tc.doc, res.JSON, cap(res.JSON), tc.json)
+		}
+		want = append(want, tc.json...)
+		if string(out) != string(want) {
+			t.Fatalf("buffer %q, want %q", out, want)
+		}
+		applied := mustApply(t, j, tc.doc)
+		var decoded map[string]any
+		if err := json.Unmarshal(res.JSON, &decoded); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(decoded) != fmt.Sprint(jsonRoundTrip(t, applied.Doc)) {
+			t.Fatalf("Apply's Doc %v, ApplyTo's JSON %s", applied.Doc, res.JSON)
+		}
+		buf = out
+	}
+}
+
+func jsonRoundTrip(t *testing.T, v any) any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -1,6 +1,6 @@
 // Package transform loads the users' JavaScript transform files, runs them
 // on a pool of goja runtimes, and turns what they return into documents for
-// the destination: JSON-ready maps for Meilisearch, BSON for a replica.
+// the destination: the JSON Meilisearch receives, BSON for a replica.
 // It knows goja and value conversion and nothing of the drivers' clients.
 //
 // # Files

@@ -480,11 +480,15 @@ func (j *Job) readOptions(v *vm) error {
 			bad("settings", "must be an object of Meilisearch index settings, not %s", typeName(val))
 		} else {
 			c := outConv{job: j, v: v, limit: j.opts.MaxResultBytes}
-			m, err := c.object(so, "")
+			err := c.object(so)
+			var m any
+			if err == nil {
+				m, err = decodeJSON(c.buf)
+			}
 			if err != nil {
 				bad("settings", "%v", errMsg(err))
 			} else {
-				j.Settings = m
+				j.Settings = m.(map[string]any)
 			}
 		}
 	}

@@ -189,8 +189,11 @@ type Result struct {
 	// (string or int64), for mirror the source _id as a bson.RawValue. Set
 	// also when Skip is true, for the delete.
 	ID any
-	// Doc is the search document, JSON-ready (map[string]any, []any,
-	// string, int64, float64, bool, nil), primary key set. Nil for mirror.
+	// JSON is the search document as Meilisearch receives it: a JSON
+	// object, primary key set. Nil for mirror.
+	JSON []byte
+	// Doc is JSON as Go values (map[string]any, []any, string, int64,
+	// uint64, float64, bool, nil), set by Apply only (not by ApplyTo).
 	Doc map[string]any
 	// Raw is the mirror document: BSON with _id first and the original BSON
 	// types kept. Nil for search.
@@ -210,9 +213,26 @@ type Result struct {
 // primary key or _id is not the document's). A context error is returned
 // as it is.
 func (j *Job) Apply(ctx context.Context, doc bson.Raw, op Operation, updateDesc bson.Raw) (Result, error) {
+	res, _, err := j.ApplyTo(ctx, nil, doc, op, updateDesc)
+	if err != nil || res.JSON == nil {
+		return res, err
+	}
+	m, err := decodeJSON(res.JSON)
+	if err != nil {
+		return Result{}, errs.Wrap(errs.Failed, j.Name, err, "read back the document written")
+	}
+	res.Doc = m.(map[string]any)
+	return res, nil
+}
+
+// ApplyTo is Apply for the hot path: a search document is written at the
+// end of dst (returned, grown), Result.JSON being that part of it, and no
+// Result.Doc is made. Documents written one after the other into one
+// buffer cost no allocation each.
+func (j *Job) ApplyTo(ctx context.Context, dst []byte, doc bson.Raw, op Operation, updateDesc bson.Raw) (Result, []byte, error) {
 	idv, err := doc.LookupErr("_id")
 	if err != nil {
-		return Result{}, errs.New(errs.NotADocument, j.Name, "the source document has no _id")
+		return Result{}, dst, errs.New(errs.NotADocument, j.Name, "the source document has no _id")
 	}
 	var res Result
 	if j.Kind == Mirror {
@@ -220,37 +240,32 @@ func (j *Job) Apply(ctx context.Context, doc bson.Raw, op Operation, updateDesc 
 	} else {
 		id, err := IndexID(idv)
 		if err != nil {
-			return Result{}, errs.WithJob(j.Name, err)
+			return Result{}, dst, errs.WithJob(j.Name, err)
 		}
 		res.ID = id
 	}
 	if j.rt == nil {
-		return j.identity(doc, idv, res)
+		return j.identity(dst, doc, idv, res)
 	}
-	return j.rt.apply(ctx, j, doc, idv, op, updateDesc, res)
+	return j.rt.apply(ctx, j, dst, doc, idv, op, updateDesc, res)
 }
 
 // identity is the result of a job without a transform (and of a transform
 // returning true): the document as it is.
-func (j *Job) identity(doc bson.Raw, idv bson.RawValue, res Result) (Result, error) {
+func (j *Job) identity(dst []byte, doc bson.Raw, idv bson.RawValue, res Result) (Result, []byte, error) {
 	limit := j.maxResult()
 	if j.Kind == Mirror {
 		if len(doc) > limit {
-			return Result{}, errs.New(errs.NotADocument, j.Name, "the document is %d bytes of BSON, more than the limit of %d", len(doc), limit)
+			return Result{}, dst, errs.New(errs.NotADocument, j.Name, "the document is %d bytes of BSON, more than the limit of %d", len(doc), limit)
 		}
 		res.Raw = doc
-		return res, nil
+		return res, dst, nil
 	}
-	c := outConv{job: j, epoch: j.Dates == "epoch", limit: limit}
-	m, err := c.docFromBSON(doc)
-	if err != nil {
-		return Result{}, err
+	c := j.newOutConv(nil, dst, idv, res.ID)
+	if err := c.docFromBSON(doc); err != nil {
+		return Result{}, dst, err
 	}
-	if err := j.setPrimaryKey(m, idv, res.ID); err != nil {
-		return Result{}, err
-	}
-	res.Doc = m
-	return res, nil
+	return c.result(res)
 }
 
 // maxResult is the result size limit, also for a Job built by hand.

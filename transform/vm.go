@@ -416,17 +416,17 @@ func (p *pool) drain() {
 }
 
 // apply runs one document through the transform (see Job.Apply).
-func (jr *jobRuntime) apply(ctx context.Context, j *Job, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, res Result) (Result, error) {
+func (jr *jobRuntime) apply(ctx context.Context, j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, res Result) (Result, []byte, error) {
 	v, err := jr.pool.get(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
-			return Result{}, err
+			return Result{}, dst, err
 		}
-		return Result{}, errs.WithJob(j.Name, err)
+		return Result{}, dst, errs.WithJob(j.Name, err)
 	}
 	if v.fn == nil { // an object without transform: identity
 		jr.pool.put(v)
-		return j.identity(doc, idv, res)
+		return j.identity(dst, doc, idv, res)
 	}
 	timeout := j.Timeout
 	if timeout <= 0 {
@@ -436,7 +436,7 @@ func (jr *jobRuntime) apply(ctx context.Context, j *Job, doc bson.Raw, idv bson.
 		v.guard = newGuard(v.rt)
 	}
 	v.guard.begin(ctx, timeout)
-	res, err = v.run(j, doc, idv, op, updateDesc, res)
+	res, out, err := v.run(j, dst, doc, idv, op, updateDesc, res)
 	// Reuse the runtime only if no interrupt was sent (it may still be
 	// pending in it); otherwise a fresh one replaces it, so no
 	// half-updated module state survives either.
@@ -449,15 +449,15 @@ func (jr *jobRuntime) apply(ctx context.Context, j *Job, doc bson.Raw, idv bson.
 		var ie *goja.InterruptedError
 		if errors.As(err, &ie) {
 			if ie.Value() == errTimeout {
-				return Result{}, errs.New(errs.TransformFailed, j.Name, "the transform did not finish within %s", timeout)
+				return Result{}, dst, errs.New(errs.TransformFailed, j.Name, "the transform did not finish within %s", timeout)
 			}
 			if ctx.Err() != nil {
-				return Result{}, context.Cause(ctx)
+				return Result{}, dst, context.Cause(ctx)
 			}
 		}
-		return Result{}, err
+		return Result{}, dst, err
 	}
-	return res, nil
+	return res, out, nil
 }
 
 var errTimeout = errors.New("transform timeout")
@@ -472,7 +472,7 @@ func (v *vm) close() {
 
 // run calls the transform and converts its result; panics from goja while
 // reading the result (a throwing getter, an interrupt) become errors.
-func (v *vm) run(j *Job, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, res Result) (_ Result, err error) {
+func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, res Result) (_ Result, out []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			switch x := r.(type) {
@@ -487,22 +487,23 @@ func (v *vm) run(j *Job, doc bson.Raw, idv bson.RawValue, op Operation, updateDe
 			default:
 				panic(r)
 			}
+			out = dst
 		}
 	}()
 	in := inConv{v: v}
 	jsDoc, err := in.doc(doc, 0)
 	if err != nil {
-		return Result{}, errs.WithJob(j.Name, err)
+		return Result{}, dst, errs.WithJob(j.Name, err)
 	}
-	var out goja.Value
+	var ret goja.Value
 	if v.bare {
 		ud := goja.Undefined()
 		if updateDesc != nil {
 			if ud, err = in.doc(updateDesc, 0); err != nil {
-				return Result{}, errs.WithJob(j.Name, err)
+				return Result{}, dst, errs.WithJob(j.Name, err)
 			}
 		}
-		out, err = v.fn(jsDoc, jsDoc, v.ns, ud)
+		ret, err = v.fn(jsDoc, jsDoc, v.ns, ud)
 	} else {
 		c := v.ctxs[op]
 		if c == nil || updateDesc != nil {
@@ -510,60 +511,54 @@ func (v *vm) run(j *Job, doc bson.Raw, idv bson.RawValue, op Operation, updateDe
 			if updateDesc != nil {
 				ud, err := in.doc(updateDesc, 0)
 				if err != nil {
-					return Result{}, errs.WithJob(j.Name, err)
+					return Result{}, dst, errs.WithJob(j.Name, err)
 				}
 				_ = c.Set("updateDescription", ud)
 			}
 		}
-		out, err = v.fn(v.this, jsDoc, c)
+		ret, err = v.fn(v.this, jsDoc, c)
 	}
 	if err != nil {
 		var ie *goja.InterruptedError
 		if errors.As(err, &ie) {
-			return Result{}, ie
+			return Result{}, dst, ie
 		}
-		return Result{}, runErr(j, "transform", err)
+		return Result{}, dst, runErr(j, "transform", err)
 	}
 	// What the transform returned decides: null/undefined/false keep the
 	// document out, true keeps it as it is, an object is the document.
 	switch {
-	case out == nil || goja.IsUndefined(out) || goja.IsNull(out):
+	case ret == nil || goja.IsUndefined(ret) || goja.IsNull(ret):
 		res.Skip = true
-		return res, nil
+		return res, dst, nil
 	}
-	if out.StrictEquals(v.vFalse) {
+	if ret.StrictEquals(v.vFalse) {
 		res.Skip = true
-		return res, nil
+		return res, dst, nil
 	}
-	if out.StrictEquals(v.vTrue) {
+	if ret.StrictEquals(v.vTrue) {
 		// The document as the transform left it (monstache scripts may
 		// change `this` and return true); untouched, it is the source.
-		out = jsDoc
+		ret = jsDoc
 	}
-	obj, ok := out.(*goja.Object)
+	obj, ok := ret.(*goja.Object)
 	if !ok || obj.ClassName() != "Object" || v.special(obj) || v.builtin(obj) != "" {
-		return Result{}, errs.New(errs.NotADocument, j.Name, "the transform returned %s, not a document, null or a boolean", v.typeName(out))
+		return Result{}, dst, errs.New(errs.NotADocument, j.Name, "the transform returned %s, not a document, null or a boolean", v.typeName(ret))
 	}
 	if j.Kind == Mirror {
 		oc := mirrorConv{v: v, job: j, limit: j.opts.MaxResultBytes}
 		raw, err := oc.document(obj, doc, idv)
 		if err != nil {
-			return Result{}, err
+			return Result{}, dst, err
 		}
 		res.Raw = raw
-		return res, nil
+		return res, dst, nil
 	}
-	oc := outConv{job: j, v: v, epoch: j.Dates == "epoch", limit: j.opts.MaxResultBytes, path: v.path[:0], seen: v.seen[:0]}
-	m, err := oc.object(obj, "")
-	v.path, v.seen = oc.path[:0], oc.seen[:0]
-	if err != nil {
-		return Result{}, err
+	oc := j.newOutConv(v, dst, idv, res.ID)
+	if err := oc.document(obj); err != nil {
+		return Result{}, dst, err
 	}
-	if err := j.setPrimaryKey(m, idv, res.ID); err != nil {
-		return Result{}, err
-	}
-	res.Doc = m
-	return res, nil
+	return oc.result(res)
 }
 
 // consoleLimiter sends console output to the job's logger, at most burst

@@ -1,17 +1,11 @@
-package sidecar
+package transform
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"math"
 	"strings"
 	"testing"
-
-	"go.mongodb.org/mongo-driver/v2/bson"
-
-	"github.com/meilistream/meilistream/bench/articles"
-	"github.com/meilistream/meilistream/transform"
 )
 
 func TestAppendJSONWritesWhatEncodingJSONWrites(t *testing.T) {
@@ -29,7 +23,7 @@ func TestAppendJSONWritesWhatEncodingJSONWrites(t *testing.T) {
 		if err := enc.Encode(v); err != nil {
 			t.Fatal(err)
 		}
-		got, err := appendJSON(nil, v)
+		got, err := AppendJSON(nil, v)
 		if err != nil {
 			t.Fatalf("%#v: %v", v, err)
 		}
@@ -37,7 +31,7 @@ func TestAppendJSONWritesWhatEncodingJSONWrites(t *testing.T) {
 			t.Errorf("%#v:\n got %s\nwant %s", v, got, w)
 		}
 	}
-	if _, err := appendJSON(nil, math.NaN()); err == nil {
+	if _, err := AppendJSON(nil, math.NaN()); err == nil {
 		t.Error("NaN encoded")
 	}
 }
@@ -65,41 +59,4 @@ func TestAppendJSONStringEscapesAtEveryPosition(t *testing.T) {
 			}
 		}
 	}
-}
-
-// The JSON body of a batch of 500 articles as the Meilisearch sink sends it
-// (examples/transforms/articles.js output), without the transform:
-// go test ./sidecar -run '^$' -bench EncodeArticles -benchmem
-func BenchmarkEncodeArticles(b *testing.B) {
-	job := articlesJob(b)
-	const n = 500
-	items := make([]item, 0, n)
-	for i := 1; len(items) < n; i++ {
-		if !articles.Published(i) {
-			continue
-		}
-		raw, _ := bson.Marshal(articles.Article(i))
-		items = append(items, item{doc: raw, id: bson.Raw(raw).Lookup("_id"), op: transform.OpReindex})
-	}
-	writes, _, _, err := transformAll(context.Background(), job, items, false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	positions := make([]int, len(writes))
-	for i := range positions {
-		positions[i] = i
-	}
-	sink := &MeiliSink{job: job, pk: "id"}
-	batch := Batch{Writes: writes}
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu0 := cpuTime()
-	var size int
-	for it := 0; it < b.N; it++ {
-		body, _ := sink.encodeDocs(batch, positions, &meiliReceipt{})
-		size = len(body)
-		releaseBody(body)
-	}
-	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N*n), "cpu-ns/doc")
-	b.ReportMetric(float64(size)/n, "bytes/doc")
 }

@@ -1,23 +1,27 @@
-package sidecar
+package transform
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"math"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
-// appendJSON appends v, a JSON-ready value as the transform makes them
-// (map[string]any, []any, string, int64, float64, bool, nil, json.Number),
-// to b. It writes what encoding/json writes (minus HTML escaping and key
-// sorting, which Meilisearch does not need) without reflection: the
-// document encoding is on the reindex hot path. Other types go through
+// AppendJSON appends v, a JSON-ready value (map[string]any, []any,
+// string, int64, float64, bool, nil, json.Number, or json.RawMessage such
+// as a Result's JSON, appended as it is), to b. It writes what
+// encoding/json writes (minus HTML escaping and key sorting, which
+// Meilisearch does not need) without reflection. Other types go through
 // encoding/json.
-func appendJSON(b []byte, v any) ([]byte, error) {
+func AppendJSON(b []byte, v any) ([]byte, error) {
 	switch x := v.(type) {
 	case nil:
 		return append(b, "null"...), nil
+	case json.RawMessage:
+		return append(b, x...), nil
 	case string:
 		return appendJSONString(b, x), nil
 	case map[string]any:
@@ -31,7 +35,7 @@ func appendJSON(b []byte, v any) ([]byte, error) {
 			b = appendJSONString(b, k)
 			b = append(b, ':')
 			var err error
-			if b, err = appendJSON(b, e); err != nil {
+			if b, err = AppendJSON(b, e); err != nil {
 				return b, err
 			}
 		}
@@ -43,7 +47,7 @@ func appendJSON(b []byte, v any) ([]byte, error) {
 				b = append(b, ',')
 			}
 			var err error
-			if b, err = appendJSON(b, e); err != nil {
+			if b, err = AppendJSON(b, e); err != nil {
 				return b, err
 			}
 		}
@@ -184,4 +188,43 @@ func appendJSONString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// decodeJSON reads JSON as AppendJSON's Go values: integers as int64 (or
+// uint64 beyond it), other numbers as float64, objects as map[string]any.
+// It is how Apply gives the written document as Go values.
+func decodeJSON(b []byte) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	return numbers(v), nil
+}
+
+func numbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		s := string(x)
+		if !strings.ContainsAny(s, ".eE") {
+			if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+				return n
+			}
+			if n, err := strconv.ParseUint(s, 10, 64); err == nil {
+				return n
+			}
+		}
+		f, _ := strconv.ParseFloat(s, 64)
+		return f
+	case map[string]any:
+		for k, e := range x {
+			x[k] = numbers(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = numbers(e)
+		}
+	}
+	return v
 }
