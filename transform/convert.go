@@ -79,25 +79,31 @@ func (c inConv) value(val bsoncore.Value, depth int) (goja.Value, error) {
 	case bsoncore.TypeDouble:
 		return rt.ToValue(val.Double()), nil
 	case bsoncore.TypeString:
-		return rt.ToValue(val.StringValue()), nil
+		return c.v.str(val.Data)
 	case bsoncore.TypeEmbeddedDocument:
 		return c.doc(val.Data, depth+1)
 	case bsoncore.TypeArray:
 		if depth+1 > maxDepth {
 			return nil, errs.New(errs.NotADocument, "", "the document is nested more than %d levels deep", maxDepth)
 		}
-		n := 0
-		_ = eachValue(val.Data, func(int, bsoncore.Value) error { n++; return nil })
-		items := make([]any, 0, n)
+		// The elements go on the vm's scratch stack (an element that is an
+		// array pushes and pops its own above them), then into the array.
+		v := c.v
+		base := len(v.items)
 		err := eachValue(val.Data, func(_ int, ev bsoncore.Value) error {
 			jv, err := c.value(ev, depth+1)
-			items = append(items, jv)
+			v.items = append(v.items, jv)
 			return err
 		})
 		if err != nil {
+			clear(v.items[base:])
+			v.items = v.items[:base]
 			return nil, err
 		}
-		return rt.NewArray(items...), nil
+		arr := rt.NewArray(v.items[base:]...)
+		clear(v.items[base:]) // hold no value of the document
+		v.items = v.items[:base]
+		return arr, nil
 	case bsoncore.TypeBinary:
 		sub, data := val.Binary()
 		o := rt.CreateObject(c.v.protos.bin)
@@ -169,6 +175,42 @@ func (c inConv) value(val bsoncore.Value, depth int) (goja.Value, error) {
 	_ = p.Set("j", opaqueJSON(val))
 	_ = o.SetSymbol(c.v.hid, p)
 	return o, nil
+}
+
+// Short strings are kept per runtime, each made into a JavaScript string
+// once: field values repeat across documents (a status, tags, a category,
+// an author's name) and each new one cost a copy and two boxed values. A
+// JavaScript string is an immutable value, so sharing one is invisible to
+// the transform.
+const (
+	maxKeptString  = 64
+	maxKeptStrings = 4096
+)
+
+// str makes the JavaScript string of a BSON string value (its bytes, as in
+// a bsoncore.Value).
+func (v *vm) str(data []byte) (goja.Value, error) {
+	n, rem, ok := bsoncore.ReadLength(data)
+	if !ok || n < 1 || int(n) > len(rem) || rem[n-1] != 0 {
+		return nil, errMalformed
+	}
+	b := rem[:n-1]
+	if len(b) > maxKeptString {
+		return v.rt.ToValue(string(b)), nil
+	}
+	if jv, ok := v.strs[string(b)]; ok {
+		return jv, nil
+	}
+	s := string(b)
+	jv := v.rt.ToValue(s)
+	if len(v.strs) >= maxKeptStrings {
+		clear(v.strs)
+	}
+	if v.strs == nil {
+		v.strs = make(map[string]goja.Value)
+	}
+	v.strs[s] = jv
+	return jv, nil
 }
 
 // date makes a JavaScript Date; one beyond JavaScript's range (±8.64e15 ms)

@@ -473,3 +473,23 @@ func jsonRoundTrip(t *testing.T, v any) any {
 	}
 	return out
 }
+
+// String values are kept per runtime (short ones): converting more of them
+// than it keeps, repeated or not, long or short, gives each its own text,
+// and a key holding a NUL matches no field (not even "a", whose 97-byte
+// value's length, 98, is a "b" after the NUL that ends the key "a").
+func TestStringValuesStayRightAcrossTheKeptOnes(t *testing.T) {
+	j := loadJob(t, `module.exports = { transform(doc) { return { s: doc.s, same: doc.same, nul: doc["a\u0000b"] === undefined }; } };`,
+		transform.Options{Pool: 1})
+	long := strings.Repeat("x", 100)
+	for i := 0; i < 10000; i++ {
+		s := fmt.Sprintf("v%d", i)
+		if i%3 == 0 {
+			s = long + s
+		}
+		res := mustApply(t, j, bson.D{{Key: "_id", Value: i}, {Key: "a", Value: strings.Repeat("b", 97)}, {Key: "s", Value: s}, {Key: "same", Value: "published"}})
+		if res.Doc["s"] != s || res.Doc["same"] != "published" || res.Doc["nul"] != true {
+			t.Fatalf("document %d: got %v", i, res.Doc)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package transform
 
 import (
 	"reflect"
+	"strings"
 
 	"github.com/dop251/goja"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
@@ -71,15 +72,19 @@ func (d *lazyDoc) entry(key string) *lazyEntry {
 
 // lookup finds key among the raw elements.
 func (d *lazyDoc) lookup(key string) (bsoncore.Value, bool) {
+	if strings.IndexByte(key, 0) >= 0 { // no BSON key holds a NUL
+		return bsoncore.Value{}, false
+	}
 	rem := d.raw
 	for len(rem) > 0 {
 		el, rest, ok := bsoncore.ReadElement(rem)
 		if !ok {
 			return bsoncore.Value{}, false
 		}
-		if kb, err := el.KeyBytesErr(); err == nil && string(kb) == key {
-			val, err := el.ValueErr()
-			return val, err == nil
+		// The key is the element's bytes after its type, ended by a NUL
+		// (ReadElement checked the element's length already).
+		if len(el) > len(key)+1 && el[1+len(key)] == 0 && string(el[1:1+len(key)]) == key {
+			return bsoncore.Value{Type: bsoncore.Type(el[0]), Data: el[2+len(key):]}, true
 		}
 		rem = rest
 	}

@@ -108,6 +108,10 @@ type vm struct {
 	// path and seen are scratch for the output walk, reused across calls.
 	path []string
 	seen []*goja.Object
+	// items is scratch for the elements of arrays being converted.
+	items []any
+	// strs holds the JavaScript strings of short string values seen (str).
+	strs map[string]goja.Value
 	// objectProto is Object.prototype; builtinProtos are the prototypes
 	// of built-in objects that are not documents (Map, Set, iterators...).
 	objectProto   *goja.Object
