@@ -116,16 +116,14 @@ const (
 	swarMSB = 0x8080808080808080
 )
 
-// plain8 reports whether none of the 8 bytes of s at i needs work in a JSON
-// string: no control character, quote, backslash or non-ASCII byte. It
-// tests a word at once ("has less than" and "has zero byte" tricks,
+// plainWord reports whether none of the 8 bytes of x (a string's bytes,
+// the first lowest) needs work in a JSON string: no control character,
+// quote, backslash or non-ASCII byte. It tests them at once ("has less
+// than" and "has zero byte" tricks,
 // https://graphics.stanford.edu/~seander/bithacks.html#HasLessInWord):
 // article text is almost all plain bytes, and a loop over single bytes was
 // most of the encoder's time.
-func plain8(s string, i int) bool {
-	_ = s[i+7]
-	x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+func plainWord(x uint64) bool {
 	q := x ^ (swarLSB * '"')
 	bs := x ^ (swarLSB * '\\')
 	return (x|(x-swarLSB*0x20)|(q-swarLSB)&^q|(bs-swarLSB)&^bs)&swarMSB == 0
@@ -138,9 +136,15 @@ func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
-		if i+8 <= len(s) && plain8(s, i) {
-			i += 8
-			continue
+		if i+8 <= len(s) {
+			// Written this way, the 8 bytes are one load with no bounds
+			// check, and plainWord is inlined.
+			w := s[i : i+8]
+			if plainWord(uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+				uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56) {
+				i += 8
+				continue
+			}
 		}
 		c := s[i]
 		if c < utf8.RuneSelf {
