@@ -295,6 +295,7 @@ func run() error {
 
 	// Follow: -changes updates of distinct published articles, counted
 	// from the first write until the last one is searchable.
+	// With -changes 0 there is nothing to wait for.
 	n := min(c.changes, published)
 	toggleProfile(c, runs[0].pid) // start follow.pprof
 	for _, r := range runs {
@@ -305,6 +306,9 @@ func run() error {
 	}
 	last := lastPublished(n)
 	if err := waitFor(ctx, runs, 10*time.Minute, nil, func() (bool, error) {
+		if n == 0 {
+			return true, nil
+		}
 		all := true
 		for _, r := range runs {
 			if r.running {
@@ -372,6 +376,11 @@ func run() error {
 		fmt.Printf("reindex: %.1f µs sidecar CPU per document, %s wall (%.0f docs/s), peak RSS %.1f MB\n",
 			float64(r.reindex.cpu.Microseconds())/float64(c.docs), r.reindex.wall.Round(time.Millisecond),
 			float64(c.docs)/r.reindex.wall.Seconds(), float64(r.peak)/(1<<20))
+		if n == 0 {
+			fmt.Printf("of which system time (kernel: sockets, page faults): reindex %.1f µs, %.2f page faults per document\n",
+				float64(r.reindex.sys.Microseconds())/float64(c.docs), float64(r.reindex.faults)/float64(c.docs))
+			continue
+		}
 		fmt.Printf("follow:  %.1f µs sidecar CPU per change, %s wall (%.0f changes/s)\n",
 			float64(r.follow.cpu.Microseconds())/float64(n), r.follow.wall.Round(time.Millisecond), float64(n)/r.follow.wall.Seconds())
 		fmt.Printf("of which system time (kernel: sockets, page faults): reindex %.1f µs, %.2f page faults per document; follow %.1f µs, %.2f page faults per change\n",
