@@ -115,11 +115,5 @@ func (g *guard) watch(ctx context.Context) {
 // dropped).
 func (g *guard) close() {
 	g.timer.Stop()
-	if g.stopCtx != nil {
-		g.stopCtx()
-		g.stopCtx = nil
-	}
-	g.mu.Lock()
-	g.ctx = nil
-	g.mu.Unlock()
+	g.watch(context.Background()) // which cannot end: nothing registered
 }
