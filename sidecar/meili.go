@@ -89,12 +89,16 @@ type meiliClient struct {
 func NewMeiliClient(baseURL, apiKey string) meilisearch.ServiceManager {
 	// meilisearch-go's own transport (baseTransport in its options.go),
 	// compression off.
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
-		DialContext: (&net.Dialer{
-			Timeout:   30 * time.Second,
-			KeepAlive: 30 * time.Second,
-		}).DialContext,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return bodyConn{c}, nil
+		},
 		MaxIdleConns:          100,
 		MaxIdleConnsPerHost:   100,
 		IdleConnTimeout:       90 * time.Second,
@@ -108,6 +112,24 @@ func NewMeiliClient(baseURL, apiKey string) meilisearch.ServiceManager {
 		opts = append(opts, meilisearch.WithAPIKey(apiKey))
 	}
 	return &meiliClient{ServiceManager: meilisearch.New(baseURL, opts...), url: baseURL, key: apiKey, hc: hc}
+}
+
+// bodyConn writes a document batch's body with one write: the transport
+// copies a body of known length through a 32 KB buffer (io.Copy of an
+// io.LimitedReader), a copy and a write syscall per 32 KB, and each write
+// long enough for the runtime to hand the goroutine's processor to another
+// thread and wake one. Other bodies go as the transport sends them.
+type bodyConn struct{ net.Conn }
+
+func (c bodyConn) ReadFrom(r io.Reader) (int64, error) {
+	if lr, ok := r.(*io.LimitedReader); ok {
+		if tb, ok := lr.R.(*trackedBody); ok && int64(tb.Len()) <= lr.N {
+			n, err := tb.WriteTo(c.Conn)
+			lr.N -= n
+			return n, err
+		}
+	}
+	return io.Copy(struct{ io.Writer }{c.Conn}, r)
 }
 
 // trackedBody is a request body that says when the transport closed it:
