@@ -283,6 +283,7 @@ func engineConfig(cfg sidecar.Config) sidecar.EngineConfig {
 		OnDocumentError:  cfg.OnDocumentError,
 		StateCollection:  cfg.StateCollection,
 		DrainTimeout:     drain,
+		RolloutGrace:     cfg.RolloutGrace,
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -91,4 +92,17 @@ func TestJobEnv(t *testing.T) {
 			t.Fatalf("set %v err %v, want articles, my_books, tags and users", set.Jobs(), err)
 		}
 	})
+}
+
+// The engine gets the configured rollout grace, batch and page sizes, and
+// most of the shutdown timeout to drain.
+func TestEngineConfigCarriesTheVariables(t *testing.T) {
+	cfg := sidecar.Default()
+	cfg.RolloutGrace = 15 * time.Minute
+	cfg.BatchSize, cfg.PageSize = 50, 300
+	cfg.ShutdownTimeout = 8 * time.Second
+	ec := engineConfig(cfg)
+	if ec.RolloutGrace != 15*time.Minute || ec.BatchSize != 50 || ec.PageSize != 300 || ec.DrainTimeout != 6*time.Second {
+		t.Fatalf("engine config %+v", ec)
+	}
 }

@@ -112,6 +112,10 @@ type Config struct {
 	ReadyFile string `koanf:"ready_file"`
 	// ShutdownTimeout bounds the clean shutdown after SIGTERM/SIGINT.
 	ShutdownTimeout time.Duration `koanf:"shutdown_timeout"`
+	// RolloutGrace is how long after a transform change a pod still on the
+	// previous file waits instead of reindexing back to it (README
+	// "Rollouts"; EngineConfig.RolloutGrace).
+	RolloutGrace time.Duration `koanf:"rollout_grace"`
 	// LogLevel is trace, debug, info, warn, error or off.
 	LogLevel string `koanf:"log_level"`
 	// LogFormat is json or text.
@@ -149,6 +153,7 @@ func Default() Config {
 		TransformTimeout: DefaultTransformTimeout,
 		HTTPAddr:         DefaultHTTPAddr,
 		ShutdownTimeout:  DefaultShutdownTimeout,
+		RolloutGrace:     DefaultRolloutGrace,
 		LogLevel:         DefaultLogLevel,
 		LogFormat:        DefaultLogFormat,
 	}
@@ -189,6 +194,7 @@ var Variables = []Variable{
 	{Key: "http_addr", Accepts: "a listen address host:port, e.g. :8080 or 127.0.0.1:0 (default :8080)"},
 	{Key: "ready_file", Accepts: "a file path (default empty: none)"},
 	{Key: "shutdown_timeout", Accepts: "a positive Go duration, e.g. 20s (default 20s)"},
+	{Key: "rollout_grace", Accepts: "a positive Go duration, e.g. 10m (default 2m)"},
 	{Key: "log_level", Accepts: "trace, debug, info, warn, error or off (default info)"},
 	{Key: "log_format", Accepts: "json or text (default json)"},
 }
@@ -548,6 +554,7 @@ func (c *Config) validate(ps *problems, requireServers bool) {
 		"position_interval": c.PositionInterval,
 		"transform_timeout": c.TransformTimeout,
 		"shutdown_timeout":  c.ShutdownTimeout,
+		"rollout_grace":     c.RolloutGrace,
 	}
 	for _, key := range sortedKeys(positive) {
 		if positive[key] <= 0 {

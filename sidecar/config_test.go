@@ -67,6 +67,7 @@ func TestLoad(t *testing.T) {
 				"MEILISTREAM_HTTP_ADDR=127.0.0.1:0",
 				"MEILISTREAM_READY_FILE=/tmp/ready",
 				"MEILISTREAM_SHUTDOWN_TIMEOUT=5s",
+				"MEILISTREAM_ROLLOUT_GRACE=15m",
 				"MEILISTREAM_LOG_LEVEL=DEBUG",
 				"MEILISTREAM_LOG_FORMAT=text",
 			),
@@ -91,6 +92,7 @@ func TestLoad(t *testing.T) {
 				c.HTTPAddr = "127.0.0.1:0"
 				c.ReadyFile = "/tmp/ready"
 				c.ShutdownTimeout = 5 * time.Second
+				c.RolloutGrace = 15 * time.Minute
 				c.LogLevel = "debug"
 				c.LogFormat = "text"
 			}),
@@ -176,6 +178,11 @@ func TestLoad(t *testing.T) {
 			name:     "a zero duration is refused",
 			environ:  withBase("MEILISTREAM_TRANSFORM_TIMEOUT=0s"),
 			problems: []string{"MEILISTREAM_TRANSFORM_TIMEOUT: 0s is not positive"},
+		},
+		{
+			name:     "a negative rollout grace is refused",
+			environ:  withBase("MEILISTREAM_ROLLOUT_GRACE=-1m"),
+			problems: []string{"MEILISTREAM_ROLLOUT_GRACE: -1m0s is not positive"},
 		},
 		{
 			name:     "a lease below a second is refused",
@@ -306,7 +313,7 @@ func TestLoad(t *testing.T) {
 
 // rawConfig is Config without its masking methods, to compare every field.
 type rawConfigT struct {
-	C    [23]string
+	C    [24]string
 	Jobs map[string]map[string]string
 }
 
@@ -315,7 +322,7 @@ func rawConfig(c sidecar.Config) rawConfigT {
 	vals := []any{c.MongoDBURI, c.MongoDBDatabase, c.MeiliURL, c.MeiliAPIKey, c.ReplicaURI, c.ReplicaDatabase,
 		c.Transforms, c.StateCollection, c.IndexPrefix, c.Lease, c.BatchSize, c.FlushInterval, c.PositionInterval,
 		c.PageSize, c.OnHistoryLost, c.OnDocumentError, c.TransformTimeout, c.TransformPool, c.HTTPAddr,
-		c.ReadyFile, c.ShutdownTimeout, c.LogLevel, c.LogFormat}
+		c.ReadyFile, c.ShutdownTimeout, c.RolloutGrace, c.LogLevel, c.LogFormat}
 	for i, v := range vals {
 		r.C[i] = fmt.Sprint(v)
 	}
