@@ -105,7 +105,10 @@ func (c inConv) value(val bsoncore.Value, depth int) (goja.Value, error) {
 		v.items = v.items[:base]
 		return arr, nil
 	case bsoncore.TypeBinary:
-		sub, data := val.Binary()
+		sub, data, ok := val.BinaryOK()
+		if !ok { // an old binary (subtype 2) whose inner length is wrong
+			return nil, errMalformedValue
+		}
 		o := rt.CreateObject(c.v.protos.bin)
 		p := rt.NewObject()
 		_ = p.Set("s", int64(sub))
@@ -142,10 +145,8 @@ func (c inConv) value(val bsoncore.Value, depth int) (goja.Value, error) {
 		_ = o.Set("pattern", pat)
 		_ = o.Set("options", opts)
 		return o, nil
-	case bsoncore.TypeJavaScript:
-		return rt.ToValue(val.JavaScript()), nil
-	case bsoncore.TypeSymbol:
-		return rt.ToValue(val.Symbol()), nil
+	case bsoncore.TypeJavaScript, bsoncore.TypeSymbol:
+		return c.v.str(val.Data)
 	case bsoncore.TypeInt32:
 		return rt.ToValue(int64(val.Int32())), nil
 	case bsoncore.TypeTimestamp:
@@ -718,7 +719,10 @@ func (c *outConv) bsonValue(val bsoncore.Value) (ok bool, err error) {
 		}
 		c.close(']')
 	case bsoncore.TypeBinary:
-		sub, data := val.Binary()
+		sub, data, ok := val.BinaryOK()
+		if !ok {
+			return false, c.fail(errs.NotADocument, "a malformed BSON binary value")
+		}
 		s := uuidString(sub, data)
 		if s == "" {
 			s = base64.StdEncoding.EncodeToString(data)
@@ -743,10 +747,12 @@ func (c *outConv) bsonValue(val bsoncore.Value) (ok bool, err error) {
 	case bsoncore.TypeRegex:
 		p, o := val.Regex()
 		c.buf = appendJSONString(c.buf, "/"+p+"/"+o)
-	case bsoncore.TypeJavaScript:
-		c.buf = appendJSONString(c.buf, val.JavaScript())
-	case bsoncore.TypeSymbol:
-		c.buf = appendJSONString(c.buf, val.Symbol())
+	case bsoncore.TypeJavaScript, bsoncore.TypeSymbol:
+		s, _, ok := bsoncore.ReadString(val.Data)
+		if !ok {
+			return false, c.fail(errs.NotADocument, "a malformed BSON string")
+		}
+		c.buf = appendJSONString(c.buf, s)
 	case bsoncore.TypeInt32:
 		c.buf = strconv.AppendInt(c.buf, int64(val.Int32()), 10)
 	case bsoncore.TypeTimestamp:

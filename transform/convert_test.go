@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/transform"
@@ -492,4 +493,24 @@ func TestStringValuesStayRightAcrossTheKeptOnes(t *testing.T) {
 			t.Fatalf("document %d: got %v", i, res.Doc)
 		}
 	}
+}
+
+// A value the driver's reader refuses though the document's lengths add
+// up (an old binary, subtype 2, whose inner length is wrong) is a
+// per-document error, never a panic: NOT_A_DOCUMENT written as it is,
+// TRANSFORM_FAILED when the transform reads it.
+func TestAMalformedValueIsAPerDocumentError(t *testing.T) {
+	// {_id: 1, b: BinData(2, inner length 9 of 4 bytes)}
+	b := bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).Build()
+	elems := b[4 : len(b)-1]
+	elems = append(elems, byte(bsoncore.TypeBinary), 'b', 0)
+	elems = append(elems, 8, 0, 0, 0, 2, 9, 0, 0, 0, 'a', 'b', 'c', 'd')
+	doc := bsoncore.BuildDocument(nil, elems)
+	ctx := context.Background()
+	_, err := loadJob(t, `module.exports = {};`).Apply(ctx, bson.Raw(doc), transform.OpInsert, nil)
+	wantErr(t, err, errs.NotADocument, "b: a malformed BSON binary value")
+	_, err = loadJob(t, `module.exports = { transform(doc) { return { b: doc.b }; } };`).Apply(ctx, bson.Raw(doc), transform.OpInsert, nil)
+	wantErr(t, err, errs.TransformFailed, "malformed BSON value")
+	_, err = loadJob(t, `module.exports = { mirror: "m", transform(doc) { return { x: doc.b }; } };`).Apply(ctx, bson.Raw(doc), transform.OpInsert, nil)
+	wantErr(t, err, errs.TransformFailed, "malformed BSON value")
 }

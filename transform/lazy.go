@@ -13,6 +13,10 @@ import (
 var (
 	lazyDocType  = reflect.TypeOf((*lazyDoc)(nil))
 	errMalformed = errs.New(errs.NotADocument, "", "malformed BSON document")
+	// errMalformedValue is a value the driver's reader refuses though the
+	// document's lengths add up (MongoDB validates what it stores; a
+	// document from elsewhere may hold one).
+	errMalformedValue = errs.New(errs.NotADocument, "", "malformed BSON value")
 )
 
 // asLazy returns the lazyDoc behind o, if it is one (without exporting a

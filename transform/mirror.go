@@ -165,11 +165,11 @@ func (c *mirrorConv) value(dst []byte, key string, val goja.Value, hint bsoncore
 		case string:
 			switch hint.Type {
 			case bsoncore.TypeSymbol:
-				if hint.Symbol() == p {
+				if sym, ok := hint.SymbolOK(); ok && sym == p {
 					return bsoncore.AppendSymbolElement(dst, key, p), false, nil
 				}
 			case bsoncore.TypeJavaScript:
-				if hint.JavaScript() == p {
+				if js, ok := hint.JavaScriptOK(); ok && js == p {
 					return bsoncore.AppendJavaScriptElement(dst, key, p), false, nil
 				}
 			}
