@@ -353,3 +353,50 @@ func TestADocumentWithoutIDIsNotADocument(t *testing.T) {
 	_, err := apply(t, loadJob(t, `module.exports = {};`), bson.D{{Key: "x", Value: 1}})
 	wantErr(t, err, errs.NotADocument, "no _id")
 }
+
+// A panic that no case expects (a bug in a conversion, here a stand-in
+// for one) fails that document with TRANSFORM_FAILED, never the process:
+// raised inside goja (a field read), after it (a key written out) or with
+// no transform at all. The runtime it unwound through is not reused (the
+// module's state starts again) and the pool's place is given back; the
+// log has the stack.
+func TestAnUnexpectedPanicIsAPerDocumentError(t *testing.T) {
+	defer transform.SetTestPanic("boom", "a stand-in bug")()
+	var buf syncBuffer
+	log := hclog.New(&hclog.LoggerOptions{Output: &buf, JSONFormat: true})
+	opts := transform.Options{Pool: 1, Logger: log}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	applyCtx := func(j *transform.Job, d any) (transform.Result, error) {
+		return j.Apply(ctx, marshal(t, d), transform.OpInsert, nil)
+	}
+
+	read := loadJob(t, `let n = 0;
+		module.exports = { transform(doc) { n++; if (doc.read) doc.boom; return { n: n, out: doc.out }; } };`, opts)
+	if res, err := applyCtx(read, bson.D{{Key: "_id", Value: 1}}); err != nil || res.Doc["n"] != int64(1) {
+		t.Fatalf("first document: %v, %v", res.Doc, err)
+	}
+	_, err := applyCtx(read, bson.D{{Key: "_id", Value: 2}, {Key: "read", Value: true}, {Key: "boom", Value: 1}})
+	wantErr(t, err, errs.TransformFailed, "internal error", "a stand-in bug", "report")
+	res, err := applyCtx(read, bson.D{{Key: "_id", Value: 3}})
+	if err != nil || res.Doc["n"] != int64(1) {
+		t.Fatalf("after the panic: %v, %v; want n 1 from a fresh runtime", res.Doc, err)
+	}
+	_, err = applyCtx(read, bson.D{{Key: "_id", Value: 4}, {Key: "out", Value: bson.D{{Key: "boom", Value: 1}}}})
+	wantErr(t, err, errs.TransformFailed, "internal error", "a stand-in bug")
+	if res, err := applyCtx(read, bson.D{{Key: "_id", Value: 5}}); err != nil || res.Doc["n"] != int64(1) {
+		t.Fatalf("after the second panic: %v, %v", res.Doc, err)
+	}
+
+	for _, src := range []string{`module.exports = {};`, `module.exports = { transform(doc) { return true; } };`} {
+		same := loadJob(t, src, opts)
+		_, err = applyCtx(same, bson.D{{Key: "_id", Value: 1}, {Key: "boom", Value: 1}})
+		wantErr(t, err, errs.TransformFailed, "internal error", "a stand-in bug")
+		if res, err := applyCtx(same, bson.D{{Key: "_id", Value: 2}, {Key: "ok", Value: 1}}); err != nil || res.Doc["ok"] != int64(1) {
+			t.Fatalf("%s after the panic: %v, %v", src, res.Doc, err)
+		}
+	}
+	if out := buf.String(); strings.Count(out, `"stack":"goroutine`) != 4 || !strings.Contains(out, "please report") {
+		t.Fatalf("log: %s", out)
+	}
+}

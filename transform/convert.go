@@ -338,6 +338,9 @@ func (c *outConv) close(b byte) {
 // member writes one key of an object and its value (write), or nothing
 // when write reports undefined; n counts the keys written.
 func (c *outConv) member(n *int, k string, write func() (bool, error)) error {
+	if testPanic != nil {
+		testPanic(k)
+	}
 	mark := len(c.buf)
 	if *n > 0 {
 		c.buf = append(c.buf, ',')

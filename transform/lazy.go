@@ -19,6 +19,11 @@ var (
 	errMalformedValue = errs.New(errs.NotADocument, "", "malformed BSON value")
 )
 
+// testPanic, set only by tests, is called with each field read by a
+// transform and each key written out: a stand-in for a bug, to show that
+// one panicking document does not stop the process.
+var testPanic func(key string)
+
 // asLazy returns the lazyDoc behind o, if it is one (without exporting a
 // plain object, which would copy it).
 func asLazy(o *goja.Object) *lazyDoc {
@@ -96,6 +101,9 @@ func (d *lazyDoc) lookup(key string) (bsoncore.Value, bool) {
 }
 
 func (d *lazyDoc) Get(key string) goja.Value {
+	if testPanic != nil {
+		testPanic(key)
+	}
 	if e := d.entry(key); e != nil {
 		return e.val // nil when deleted: the prototype chain answers
 	}

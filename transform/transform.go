@@ -245,7 +245,7 @@ func (j *Job) ApplyTo(ctx context.Context, dst []byte, doc bson.Raw, op Operatio
 		res.ID = id
 	}
 	if j.rt == nil {
-		return j.identity(dst, doc, idv, res)
+		return j.identityGuarded(dst, doc, idv, res)
 	}
 	return j.rt.apply(ctx, j, dst, doc, idv, op, updateDesc, res)
 }

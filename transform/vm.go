@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,6 +106,9 @@ type vm struct {
 	// guard interrupts a call that runs past its limit or whose context
 	// ends; made at the first call.
 	guard *guard
+	// spoiled: a panic no case expects unwound through the runtime; it is
+	// discarded rather than reused.
+	spoiled bool
 	// path and seen are scratch for the output walk, reused across calls.
 	path []string
 	seen []*goja.Object
@@ -430,7 +434,7 @@ func (jr *jobRuntime) apply(ctx context.Context, j *Job, dst []byte, doc bson.Ra
 	}
 	if v.fn == nil { // an object without transform: identity
 		jr.pool.put(v)
-		return j.identity(dst, doc, idv, res)
+		return j.identityGuarded(dst, doc, idv, res)
 	}
 	timeout := j.Timeout
 	if timeout <= 0 {
@@ -442,9 +446,10 @@ func (jr *jobRuntime) apply(ctx context.Context, j *Job, dst []byte, doc bson.Ra
 	v.guard.begin(ctx, timeout)
 	res, out, err := v.run(j, dst, doc, idv, op, updateDesc, res)
 	// Reuse the runtime only if no interrupt was sent (it may still be
-	// pending in it); otherwise a fresh one replaces it, so no
-	// half-updated module state survives either.
-	if v.guard.end() {
+	// pending in it) and no unexpected panic unwound through it; otherwise
+	// a fresh one replaces it, so no half-updated module state survives
+	// either.
+	if v.guard.end() && !v.spoiled {
 		jr.pool.put(v)
 	} else {
 		jr.pool.discard(v)
@@ -465,6 +470,28 @@ func (jr *jobRuntime) apply(ctx context.Context, j *Job, dst []byte, doc bson.Ra
 }
 
 var errTimeout = errors.New("transform timeout")
+
+// internalErr is a panic that no case expects, from our conversion code
+// or from goja: a bug, met on one document. It fails that document with
+// TRANSFORM_FAILED (recorded with the other per-document errors; `retry`
+// runs it again once fixed) rather than the process, which a restart
+// would bring back to the same document to fail again. The stack goes to
+// the log, to be reported.
+func internalErr(j *Job, r any) error {
+	j.opts.Logger.Error("internal error while converting a document; it is recorded as a per-document error: please report this log line",
+		"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+	return errs.New(errs.TransformFailed, j.Name, "internal error while converting the document (%v): the log has the stack, please report it", r)
+}
+
+// identityGuarded is identity with internalErr for a panic.
+func (j *Job) identityGuarded(dst []byte, doc bson.Raw, idv bson.RawValue, res Result) (_ Result, out []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			res, out, err = Result{}, dst, internalErr(j, r)
+		}
+	}()
+	return j.identity(dst, doc, idv, res)
+}
 
 // close releases what the vm holds outside itself (its guard's timer and
 // context registration).
@@ -489,7 +516,10 @@ func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operati
 			case goja.Value: // thrown from Go code (a DynamicObject) outside JavaScript
 				err = errs.New(errs.TransformFailed, j.Name, "transform: %s: %s", j.file(), x.String())
 			default:
-				panic(r)
+				// Unwound through goja from the middle of a call: its
+				// state is not to be trusted again.
+				v.spoiled = true
+				err = internalErr(j, r)
 			}
 			out = dst
 		}
