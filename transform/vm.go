@@ -487,7 +487,7 @@ func internalErr(j *Job, r any) error {
 func (j *Job) identityGuarded(dst []byte, doc bson.Raw, idv bson.RawValue, res Result) (_ Result, out []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			res, out, err = Result{}, dst, internalErr(j, r)
+			out, err = dst, internalErr(j, r) // the Result stays zero
 		}
 	}()
 	return j.identity(dst, doc, idv, res)
@@ -502,7 +502,8 @@ func (v *vm) close() {
 }
 
 // run calls the transform and converts its result; panics from goja while
-// reading the result (a throwing getter, an interrupt) become errors.
+// reading the result (a throwing getter, an interrupt) become errors, and
+// so does any other panic (internalErr, the runtime then spoiled).
 func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, res Result) (_ Result, out []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
