@@ -30,7 +30,11 @@ const (
 	exitRunning = 3 // the job's lease is held by another process (RUNNING)
 )
 
-func main() { tuneGC(); os.Exit(Main()) }
+func main() {
+	adviseHugePages(os.Getenv("GODEBUG")) // a hint: an error only means no huge pages
+	tuneGC()
+	os.Exit(Main())
+}
 
 // Main runs the command line in os.Args and returns the process exit code.
 // The testscript suite registers this same function as the "meilistream"
