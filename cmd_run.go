@@ -284,6 +284,7 @@ func engineConfig(cfg sidecar.Config) sidecar.EngineConfig {
 		StateCollection:  cfg.StateCollection,
 		DrainTimeout:     drain,
 		RolloutGrace:     cfg.RolloutGrace,
+		Reindexes:        hugePagesWhileReindexing,
 	}
 }
 

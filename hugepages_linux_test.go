@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,27 +35,35 @@ func TestShouldAdvise(t *testing.T) {
 	}
 }
 
-// TestAdviseHeapMarksTheHeapItThenUses checks what the advice is for:
-// a range of the heap marked for huge pages ("hg" in /proc/self/smaps),
-// not resident when given back, and where the heap's next allocations land.
-func TestAdviseHeapMarksTheHeapItThenUses(t *testing.T) {
-	if err := adviseHeap(); errors.Is(err, syscall.EINVAL) {
+// TestHugeRangeIsTheHeapsAndAdvisedOnlyWhileReindexing checks what the
+// range is for: set aside at start, not resident, marked for huge pages
+// ("hg" in /proc/self/smaps) while a reindex runs and against them ("nh")
+// after, and where the heap's next allocations land.
+func TestHugeRangeIsTheHeapsAndAdvisedOnlyWhileReindexing(t *testing.T) {
+	reserve()
+	debug.FreeOSMemory() // as at start, also when the test runs again
+	lo, hi := hugeRange.start, hugeRange.start+hugeRange.n
+	in := func(v vma) bool { return v.start < hi && lo < v.end }
+	for _, v := range mappings(t) {
+		if in(v) && (v.flagged("hg") || v.rssKB > 8<<10) {
+			t.Fatalf("the range before any reindex: %+v", v)
+		}
+	}
+
+	if err := adviseHugeRange(false); errors.Is(err, syscall.EINVAL) {
 		t.Skip("this kernel has no transparent huge pages:", err)
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	marked := hugePageRanges(t)
-	var big *vma
-	for i := range marked {
-		if marked[i].end-marked[i].start >= hugeHeapBytes {
-			big = &marked[i]
+	hugePagesWhileReindexing(1)
+	marked := uintptr(0)
+	for _, v := range mappings(t) {
+		if in(v) && v.flagged("hg") {
+			marked += min(v.end, hi) - max(v.start, lo)
 		}
 	}
-	if big == nil {
-		t.Fatalf("no range of %d MB marked for huge pages; marked: %+v", hugeHeapBytes>>20, marked)
-	}
-	if big.rssKB > 8<<10 {
-		t.Errorf("the advised range is resident before use: %d kB", big.rssKB)
+	if marked != hugeRange.n {
+		t.Fatalf("%d of the range's %d bytes marked for huge pages while reindexing", marked, hugeRange.n)
 	}
 
 	// 32 MB in pieces of 128 KB, as a reindex's parts and batches come.
@@ -62,12 +71,8 @@ func TestAdviseHeapMarksTheHeapItThenUses(t *testing.T) {
 	inside := 0
 	for i := range pieces {
 		pieces[i] = make([]byte, 128<<10)
-		p := uintptr(unsafe.Pointer(unsafe.SliceData(pieces[i])))
-		for _, r := range marked {
-			if p >= r.start && p < r.end {
-				inside++
-				break
-			}
+		if p := uintptr(unsafe.Pointer(unsafe.SliceData(pieces[i]))); p >= lo && p < hi {
+			inside++
 		}
 		for j := 0; j < len(pieces[i]); j += 4096 {
 			pieces[i][j] = 1
@@ -76,13 +81,20 @@ func TestAdviseHeapMarksTheHeapItThenUses(t *testing.T) {
 	// The heap's free pages below the range come first; in a test binary
 	// that is a few MB, so most pieces must land in the range.
 	if inside < len(pieces)/2 {
-		t.Errorf("%d of %d allocations landed in the advised range", inside, len(pieces))
+		t.Errorf("%d of %d allocations landed in the range", inside, len(pieces))
 	}
+
+	hugePagesWhileReindexing(0)
 	huge := int64(0)
-	for _, r := range hugePageRanges(t) {
-		huge += r.hugeKB
+	for _, v := range mappings(t) {
+		if in(v) && (v.flagged("hg") || !v.flagged("nh")) {
+			t.Errorf("after the reindex the range is not marked against huge pages: %+v", v)
+		}
+		if in(v) {
+			huge += v.hugeKB
+		}
 	}
-	t.Logf("%d of %d allocations in the advised range; %d kB of it in huge pages (what the kernel could give)", inside, len(pieces), huge)
+	t.Logf("%d of %d allocations in the range; %d kB of it in huge pages (what the kernel could give)", inside, len(pieces), huge)
 }
 
 type vma struct {
@@ -91,8 +103,8 @@ type vma struct {
 	flags         string
 }
 
-// hugePageRanges lists the mappings of this process marked for huge pages.
-func hugePageRanges(t *testing.T) []vma {
+// mappings lists this process's memory mappings from /proc/self/smaps.
+func mappings(t *testing.T) []vma {
 	t.Helper()
 	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
@@ -125,11 +137,10 @@ func hugePageRanges(t *testing.T) []vma {
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	var marked []vma
-	for _, v := range all {
-		if strings.Contains(" "+v.flags+" ", " hg ") {
-			marked = append(marked, v)
-		}
-	}
-	return marked
+	return all
+}
+
+// flagged reports whether the mapping's VmFlags include flag.
+func (v vma) flagged(flag string) bool {
+	return strings.Contains(" "+v.flags+" ", " "+flag+" ")
 }

@@ -2,6 +2,9 @@
 
 package main
 
-// adviseHugePages is Linux only (hugepages_linux.go): elsewhere the
-// sidecar leaves its heap's pages to the runtime.
-func adviseHugePages(string) error { return nil }
+// Huge pages for the heap are Linux only (hugepages_linux.go): elsewhere
+// the sidecar leaves its heap's pages to the runtime.
+
+func reserveHugeRange(string) {}
+
+func hugePagesWhileReindexing(int) {}

@@ -31,7 +31,7 @@ const (
 )
 
 func main() {
-	adviseHugePages(os.Getenv("GODEBUG")) // a hint: an error only means no huge pages
+	reserveHugeRange(os.Getenv("GODEBUG"))
 	tuneGC()
 	os.Exit(Main())
 }
