@@ -125,7 +125,7 @@ func mappings(t *testing.T) []vma {
 				t.Fatalf("smaps: %q", line)
 			}
 			all = append(all, vma{start: uintptr(s), end: uintptr(e)})
-		case len(all) == 0:
+		case len(fields) < 2 || len(all) == 0:
 		case fields[0] == "Rss:":
 			all[len(all)-1].rssKB, _ = strconv.ParseInt(fields[1], 10, 64)
 		case fields[0] == "AnonHugePages:":
