@@ -56,7 +56,9 @@ var hugeRange struct{ start, n uintptr }
 // stopped asking). And advised memory stays resident in 2 MB pieces around
 // the heap's live objects: advised for good, a quiet follow after a reindex
 // of 300 000 articles stayed at 76 MB resident, against 44 MB without and
-// 44-46 MB when the advice is taken back after the reindex.
+// 44-46 MB when the advice is taken back after the reindex. (The follow
+// after a reindex still measured up to 7 % more CPU per change, with more
+// page faults: README "Performance".)
 func reserveHugeRange(godebug string) {
 	enabled, _ := os.ReadFile(thpEnabled) // unreadable: let the kernel decide
 	if shouldAdvise(godebug, string(enabled)) {
