@@ -84,7 +84,7 @@ func serve() {
 
 type config struct {
 	docs, changes, latency int
-	flush                  time.Duration
+	flush, settle          time.Duration
 	transform, sidecar     string
 	mongoURI, meiliURL     string
 	verbose                bool
@@ -97,6 +97,7 @@ func run() error {
 	flag.IntVar(&c.changes, "changes", 20000, "updates to follow")
 	flag.IntVar(&c.latency, "latency", 200, "sequential writes timed from MongoDB to searchable")
 	flag.DurationVar(&c.flush, "flush", time.Second, "MEILISTREAM_FLUSH_INTERVAL of the sidecar")
+	flag.DurationVar(&c.settle, "settle", 0, "wait this long between the reindex and the follow, so the follow is measured after the reindex's memory was given back (a follow's steady state) rather than right after it")
 	flag.StringVar(&c.transform, "transform", "examples/transforms/articles.js", "the job's transform file")
 	flag.StringVar(&c.sidecar, "sidecar", "", "meilistream binary (default: go build . into a temp dir)")
 	flag.StringVar(&c.mongoURI, "mongo", "", "use this MongoDB (replica set) instead of the test server")
@@ -296,6 +297,7 @@ func run() error {
 	// Follow: -changes updates of distinct published articles, counted
 	// from the first write until the last one is searchable.
 	// With -changes 0 there is nothing to wait for.
+	time.Sleep(c.settle)
 	n := min(c.changes, published)
 	toggleProfile(c, runs[0].pid) // start follow.pprof
 	for _, r := range runs {
@@ -381,8 +383,12 @@ func run() error {
 				float64(r.reindex.sys.Microseconds())/float64(c.docs), float64(r.reindex.faults)/float64(c.docs))
 			continue
 		}
-		fmt.Printf("follow:  %.1f µs sidecar CPU per change, %s wall (%.0f changes/s)\n",
-			float64(r.follow.cpu.Microseconds())/float64(n), r.follow.wall.Round(time.Millisecond), float64(n)/r.follow.wall.Seconds())
+		settled := ""
+		if c.settle > 0 {
+			settled = fmt.Sprintf(", begun %s after the reindex", c.settle)
+		}
+		fmt.Printf("follow:  %.1f µs sidecar CPU per change, %s wall (%.0f changes/s)%s\n",
+			float64(r.follow.cpu.Microseconds())/float64(n), r.follow.wall.Round(time.Millisecond), float64(n)/r.follow.wall.Seconds(), settled)
 		fmt.Printf("of which system time (kernel: sockets, page faults): reindex %.1f µs, %.2f page faults per document; follow %.1f µs, %.2f page faults per change\n",
 			float64(r.reindex.sys.Microseconds())/float64(c.docs), float64(r.reindex.faults)/float64(c.docs),
 			float64(r.follow.sys.Microseconds())/float64(n), float64(r.follow.faults)/float64(n))
