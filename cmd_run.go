@@ -284,7 +284,6 @@ func engineConfig(cfg sidecar.Config) sidecar.EngineConfig {
 		StateCollection:  cfg.StateCollection,
 		DrainTimeout:     drain,
 		RolloutGrace:     cfg.RolloutGrace,
-		Reindexes:        hugePagesWhileReindexing,
 	}
 }
 

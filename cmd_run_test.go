@@ -94,8 +94,8 @@ func TestJobEnv(t *testing.T) {
 	})
 }
 
-// The engine gets the configured rollout grace, batch and page sizes, most
-// of the shutdown timeout to drain, and the huge pages hook.
+// The engine gets the configured rollout grace, batch and page sizes, and
+// most of the shutdown timeout to drain.
 func TestEngineConfigCarriesTheVariables(t *testing.T) {
 	cfg := sidecar.Default()
 	cfg.RolloutGrace = 15 * time.Minute
@@ -104,8 +104,5 @@ func TestEngineConfigCarriesTheVariables(t *testing.T) {
 	ec := engineConfig(cfg)
 	if ec.RolloutGrace != 15*time.Minute || ec.BatchSize != 50 || ec.PageSize != 300 || ec.DrainTimeout != 6*time.Second {
 		t.Fatalf("engine config %+v", ec)
-	}
-	if ec.Reindexes == nil {
-		t.Fatal("no Reindexes hook: reindexes would run without huge pages")
 	}
 }

@@ -30,11 +30,7 @@ const (
 	exitRunning = 3 // the job's lease is held by another process (RUNNING)
 )
 
-func main() {
-	reserveHugeRange(os.Getenv("GODEBUG"))
-	tuneGC()
-	os.Exit(Main())
-}
+func main() { tuneGC(); os.Exit(Main()) }
 
 // Main runs the command line in os.Args and returns the process exit code.
 // The testscript suite registers this same function as the "meilistream"

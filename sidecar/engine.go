@@ -68,11 +68,6 @@ type EngineConfig struct {
 	// not been updated yet in a rollout does not roll the index back. After
 	// it, a deliberate revert is honoured (default 2m).
 	RolloutGrace time.Duration
-	// Reindexes, when set, is called with the number of reindexes the
-	// engine is running each time it changes, one call at a time: the
-	// process asks for huge pages on its heap only while a reindex grows
-	// it (main's hugepages_linux.go).
-	Reindexes func(running int)
 }
 
 func (c EngineConfig) withDefaults() EngineConfig {
@@ -141,9 +136,6 @@ type Engine struct {
 
 	kindMu sync.Mutex
 	kind   map[string]string // job name -> metrics kind label
-
-	reindexMu sync.Mutex
-	reindexes int // running, for cfg.Reindexes
 }
 
 // NewEngine returns an engine reading jobs' collections from source and
@@ -155,18 +147,6 @@ func NewEngine(source *mongo.Database, state *mongo.Collection, errorsColl *mong
 		logger = hclog.NewNullLogger()
 	}
 	return &Engine{source: source, state: state, errColl: errorsColl, cfg: cfg.withDefaults(), metrics: metrics, log: logger}
-}
-
-// countReindex adds delta to the reindexes running and tells
-// cfg.Reindexes.
-func (e *Engine) countReindex(delta int) {
-	if e.cfg.Reindexes == nil {
-		return
-	}
-	e.reindexMu.Lock()
-	defer e.reindexMu.Unlock()
-	e.reindexes += delta
-	e.cfg.Reindexes(e.reindexes)
 }
 
 // jobConfig is the engine configuration with a job's overrides applied.

@@ -94,8 +94,6 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 	name := job.Name
 	var sum ReindexSummary
 	stats.setPhase(PhaseReindexing)
-	e.countReindex(1)
-	defer e.countReindex(-1)
 	inPlace := job.Reindex == "inplace" || job.Kind == transform.Mirror
 	coll := e.source.Collection(job.Collection)
 
