@@ -10,7 +10,9 @@
 // benchmark's own is counted. It reports:
 //
 //   - reindex: sidecar CPU µs per document, wall time, docs/s, peak RSS;
-//   - follow: sidecar CPU µs per change for -changes updates;
+//   - follow: sidecar CPU µs per change for -changes updates (begun
+//     -settle after the reindex: its steady state, once the reindex's
+//     memory was given back);
 //   - latency: write in MongoDB until the document is visible in
 //     Meilisearch (median, p99) over -latency sequential writes.
 //
@@ -297,7 +299,11 @@ func run() error {
 	// Follow: -changes updates of distinct published articles, counted
 	// from the first write until the last one is searchable.
 	// With -changes 0 there is nothing to wait for.
-	time.Sleep(c.settle)
+	select {
+	case <-time.After(c.settle):
+	case <-ctx.Done():
+		return fail(ctx.Err())
+	}
 	n := min(c.changes, published)
 	toggleProfile(c, runs[0].pid) // start follow.pprof
 	for _, r := range runs {
