@@ -291,9 +291,11 @@ func ownReplica(ts *testscript.TestScript) *mongotest.Server {
 	return s.(*mongotest.Server)
 }
 
-// cmdReplicaFail: replica-fail [-ns COLL] CODE|close|block=MS COMMAND...
-// makes every named command on the replica fail with CODE, close its
-// connection, or wait MS milliseconds before it runs (a slow replica), until
+// cmdReplicaFail: replica-fail [-ns COLL] CODE|wce=CODE|close|block=MS
+// COMMAND... makes every named command on the replica fail with CODE, run
+// but answer with a write concern error of CODE (applied, not known to be
+// majority-committed), close its connection, or wait MS milliseconds before
+// it runs (a slow replica), until
 // "replica-fail off": the failCommand fail point, set through
 // configureFailPoint on the replica's server (own-replica's, or the shared
 // one: the test server, or real mongod with enableTestCommands, see
@@ -305,7 +307,7 @@ func cmdReplicaFail(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("replica-fail", flag.ContinueOnError)
 	ns := fs.String("ns", "", "")
 	if neg || fs.Parse(args) != nil || fs.NArg() < 1 || (fs.Arg(0) != "off" && fs.NArg() < 2) || (fs.Arg(0) == "entered" && fs.NArg() != 2) {
-		ts.Fatalf("usage: replica-fail [-ns COLL] CODE|close|block=MS COMMAND... | replica-fail entered N | replica-fail off")
+		ts.Fatalf("usage: replica-fail [-ns COLL] CODE|wce=CODE|close|block=MS COMMAND... | replica-fail entered N | replica-fail off")
 	}
 	db := scriptReplica(ts)
 	if failPointControl(ts, db, fs.Args()) {
@@ -318,6 +320,11 @@ func cmdReplicaFail(ts *testscript.TestScript, neg bool, args []string) {
 		data = append(data, bson.E{Key: "blockConnection", Value: true}, bson.E{Key: "blockTimeMS", Value: int32(n)})
 	} else if fs.Arg(0) == "close" {
 		data = append(data, bson.E{Key: "closeConnection", Value: true})
+	} else if c, ok := strings.CutPrefix(fs.Arg(0), "wce="); ok {
+		code, err := strconv.Atoi(c)
+		ts.Check(err)
+		data = append(data, bson.E{Key: "writeConcernError", Value: bson.D{
+			{Key: "code", Value: int32(code)}, {Key: "errmsg", Value: "failCommand write concern error"}}})
 	} else {
 		code, err := strconv.Atoi(fs.Arg(0))
 		ts.Check(err)
