@@ -216,6 +216,96 @@ func (c *meiliClient) addDocuments(ctx context.Context, uid, pk string, body []b
 	return ti.TaskUID, free(), nil
 }
 
+// call sends a request with a small JSON body (nil for none) to endpoint
+// and returns the response body, or the *meilisearch.Error meilisearch-go
+// would return when the status is not want.
+func (c *meiliClient) call(ctx context.Context, method, endpoint, function string, body []byte, want int) ([]byte, error) {
+	me := &meilisearch.Error{
+		Endpoint:           endpoint,
+		Method:             method,
+		Function:           function,
+		RequestToString:    "empty request",
+		ResponseToString:   "empty response",
+		StatusCodeExpected: []int{want},
+	}
+	me.APIError.Message = "empty meilisearch message"
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.url+endpoint, rd)
+	if err != nil {
+		return nil, fmt.Errorf("unable to create request: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	req.Header.Set("User-Agent", meilisearch.GetQualifiedVersion())
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return nil, me.WithErrCode(meilisearch.TimeoutError, err)
+		}
+		return nil, me.WithErrCode(meilisearch.CommunicationError, err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	me.StatusCode = resp.StatusCode
+	if resp.StatusCode != want {
+		me.ErrorBody(b)
+		if me.APIError.Code == "" {
+			return nil, me.WithErrCode(meilisearch.APIErrorWithoutMessage)
+		}
+		return nil, me.WithErrCode(meilisearch.APIError)
+	}
+	return b, nil
+}
+
+// getSettings returns uid's settings as Meilisearch sends them (GET
+// /indexes/{uid}/settings), every key kept.
+func (s *MeiliSink) getSettings(ctx context.Context, uid string) (json.RawMessage, error) {
+	if s.direct == nil {
+		set, err := s.client.Index(uid).GetSettings(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(set)
+	}
+	return s.direct.call(ctx, http.MethodGet, "/indexes/"+uid+"/settings", "GetSettings", nil, http.StatusOK)
+}
+
+// updateSettings sends settings (a JSON object) to uid as they are (PATCH
+// /indexes/{uid}/settings). Through meilisearch-go's Settings struct a key
+// it does not know would be dropped, and a false facetSearch too
+// (omitempty): a reindex would then reset the live index's facetSearch, and
+// a misspelt key in a transform's settings would be ignored instead of
+// refused. A client not made by NewMeiliClient (tests) still goes through
+// the struct.
+func (s *MeiliSink) updateSettings(ctx context.Context, uid string, settings json.RawMessage) (*meilisearch.TaskInfo, error) {
+	if s.direct == nil {
+		set := &meilisearch.Settings{}
+		if err := json.Unmarshal(settings, set); err != nil {
+			return nil, err
+		}
+		return s.client.Index(uid).UpdateSettings(ctx, set)
+	}
+	b, err := s.direct.call(ctx, http.MethodPatch, "/indexes/"+uid+"/settings", "UpdateSettings", settings, http.StatusAccepted)
+	if err != nil {
+		return nil, err
+	}
+	ti := &meilisearch.TaskInfo{}
+	if err := json.Unmarshal(b, ti); err != nil {
+		return nil, fmt.Errorf("update settings of %s: %w", uid, err)
+	}
+	return ti, nil
+}
+
 // classify turns a meilisearch-go error into the engine's: CONFIG_INVALID
 // for what retrying cannot fix (auth, a bad index uid), FAILED (retried)
 // otherwise.
@@ -332,27 +422,30 @@ func (s *MeiliSink) ensureIndex(ctx context.Context, uid string) error {
 }
 
 // applySettings sets uid's settings: the job's declared ones, else from
-// (copied from another index).
-func (s *MeiliSink) applySettings(ctx context.Context, uid string, from *meilisearch.Settings) error {
-	set := from
+// (copied from another index, as Meilisearch sent them).
+func (s *MeiliSink) applySettings(ctx context.Context, uid string, from json.RawMessage) error {
+	set, what := from, "copy the settings of "+s.live+" to "+uid
 	if s.job.Settings != nil {
 		b, err := json.Marshal(s.job.Settings)
 		if err != nil {
 			return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "settings")
 		}
-		set = &meilisearch.Settings{}
-		if err := json.Unmarshal(b, set); err != nil {
-			return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "settings are not Meilisearch settings")
-		}
+		set, what = b, "apply the transform's settings to "+uid
 	}
 	if set == nil {
 		return nil
 	}
-	ti, err := s.client.Index(uid).UpdateSettings(ctx, set)
-	if err != nil {
-		return s.classify(err, "update settings of "+uid)
+	ti, err := s.updateSettings(ctx, uid, set)
+	var me *meilisearch.Error
+	if errors.As(err, &me) && me.StatusCode == http.StatusBadRequest {
+		// An unknown key, a value of the wrong shape: Meilisearch's message
+		// names it, and only the settings can fix it.
+		return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "%s: Meilisearch refused them: %s", what, me.APIError.Message)
 	}
-	if err := s.waitOK(ctx, ti, "update settings of "+uid); err != nil {
+	if err != nil {
+		return s.classify(err, what)
+	}
+	if err := s.waitOK(ctx, ti, what); err != nil {
 		return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "apply settings")
 	}
 	return nil
@@ -624,9 +717,9 @@ func (s *MeiliSink) Stage(ctx context.Context, resume bool) (Staged, error) {
 	if err := c.ensureIndex(ctx, tmp); err != nil {
 		return nil, err
 	}
-	var from *meilisearch.Settings
+	var from json.RawMessage
 	if s.job.Settings == nil {
-		set, err := s.client.Index(s.live).GetSettings(ctx)
+		set, err := s.getSettings(ctx, s.live)
 		switch {
 		case err == nil:
 			from = set

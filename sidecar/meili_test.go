@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +108,63 @@ func TestMeiliSinkPostsBatchesAsMeilisearchGoDoes(t *testing.T) {
 				t.Errorf("wrong key: %v (code %s), want CONFIG_INVALID", err, errs.CodeOf(err))
 			}
 		})
+	}
+}
+
+// Settings go to Meilisearch as written: a transform's, and a live index's
+// copied into a reindex's index, every key kept (through meilisearch-go's
+// Settings struct a false facetSearch was dropped, so a reindex turned it
+// back on), and a misspelt key is refused at start, by name.
+func TestSettingsGoToMeilisearchAsWritten(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := meilitest.Start(meilitest.Options{MasterKey: "key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	mc := sidecar.NewMeiliClient(srv.URL(), "key")
+	settings := func(uid string) map[string]any {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL()+"/indexes/"+uid+"/settings", nil)
+		req.Header.Set("Authorization", "Bearer key")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+
+	declared := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id",
+		Settings: map[string]any{"filterableAttributes": []any{"tags"}, "facetSearch": false}}
+	if err := sidecar.NewMeiliSink(mc, declared, nil).Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	live := settings("items")
+	if live["facetSearch"] != false || fmt.Sprint(live["filterableAttributes"]) != "[tags]" {
+		t.Fatalf("declared settings not applied as written: facetSearch %v, filterableAttributes %v", live["facetSearch"], live["filterableAttributes"])
+	}
+
+	// A job that declares none: its reindex copies the live index's.
+	plain := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}
+	staged, err := sidecar.NewMeiliSink(mc, plain, nil).Stage(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer staged.Discard(ctx)
+	if got := settings("items" + sidecar.ReindexSuffix); fmt.Sprint(got) != fmt.Sprint(live) {
+		t.Fatalf("the reindex's index has settings\n%v\nthe live index\n%v", got, live)
+	}
+
+	misspelt := &transform.Job{Name: "other", Index: "other", PrimaryKey: "id",
+		Settings: map[string]any{"filterableAtributes": []any{"tags"}}}
+	err = sidecar.NewMeiliSink(mc, misspelt, nil).Prepare(ctx)
+	if !errors.Is(err, errs.ErrConfigInvalid) || !strings.Contains(err.Error(), "filterableAtributes") {
+		t.Fatalf("want CONFIG_INVALID naming filterableAtributes, got %v", err)
 	}
 }
