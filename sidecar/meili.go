@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -711,12 +713,6 @@ func (s *MeiliSink) Stage(ctx context.Context, resume bool) (Staged, error) {
 		}
 		return &c, nil
 	}
-	if err := c.dropIndex(ctx, tmp); err != nil {
-		return nil, err
-	}
-	if err := c.ensureIndex(ctx, tmp); err != nil {
-		return nil, err
-	}
 	var from json.RawMessage
 	if s.job.Settings == nil {
 		set, err := s.getSettings(ctx, s.live)
@@ -727,11 +723,55 @@ func (s *MeiliSink) Stage(ctx context.Context, resume bool) (Staged, error) {
 		default:
 			return nil, s.classify(err, "read settings of "+s.live)
 		}
+		if name := embedderWithKey(from); name != "" {
+			return nil, errs.New(errs.ConfigInvalid, s.job.Name,
+				"the embedder %q of index %s has an API key, which Meilisearch returns redacted, so a reindex cannot copy it into a new index: "+
+					"give the job reindex: \"inplace\" (the index keeps its settings), or declare its settings, embedders included, in the transform file", name, s.live)
+		}
+	}
+	if err := c.dropIndex(ctx, tmp); err != nil {
+		return nil, err
+	}
+	if err := c.ensureIndex(ctx, tmp); err != nil {
+		return nil, err
 	}
 	if err := c.applySettings(ctx, tmp, from); err != nil {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// embedderWithKey returns the name of an embedder in settings (as GET
+// /indexes/{uid}/settings returns them) that has an API key, its own or a
+// composite's sub-embedder's; "" when none has. Meilisearch redacts those
+// keys when it returns them ("Do not use the redacted API key when updating
+// settings", its settings reference), so copied they would break the
+// embedder in the new index.
+func embedderWithKey(settings json.RawMessage) string {
+	var s struct {
+		Embedders map[string]map[string]json.RawMessage `json:"embedders"`
+	}
+	if json.Unmarshal(settings, &s) != nil {
+		return ""
+	}
+	hasKey := func(e map[string]json.RawMessage) bool {
+		var k string
+		return json.Unmarshal(e["apiKey"], &k) == nil && k != ""
+	}
+	names := slices.Sorted(maps.Keys(s.Embedders))
+	for _, name := range names {
+		e := s.Embedders[name]
+		if hasKey(e) {
+			return name
+		}
+		for _, sub := range []string{"searchEmbedder", "indexingEmbedder"} {
+			var se map[string]json.RawMessage
+			if json.Unmarshal(e[sub], &se) == nil && hasKey(se) {
+				return name
+			}
+		}
+	}
+	return ""
 }
 
 func (s *MeiliSink) dropIndex(ctx context.Context, uid string) error {

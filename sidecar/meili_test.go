@@ -168,3 +168,38 @@ func TestSettingsGoToMeilisearchAsWritten(t *testing.T) {
 		t.Fatalf("want CONFIG_INVALID naming filterableAtributes, got %v", err)
 	}
 }
+
+// A live index whose embedder has an API key cannot be copied by a swap
+// reindex (Meilisearch returns the key redacted): the reindex refuses, by
+// name, before it creates anything, and says what to do; in place it runs.
+func TestReindexRefusesToCopyAnEmbedderKey(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := meilitest.Start(meilitest.Options{MasterKey: "key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	mc := sidecar.NewMeiliClient(srv.URL(), "key")
+	withKey := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id", Settings: map[string]any{
+		"embedders": map[string]any{"plain": map[string]any{"source": "userProvided", "dimensions": 3},
+			"remote": map[string]any{"source": "rest", "url": "http://127.0.0.1:9/embed", "apiKey": "secret",
+				"request": map[string]any{"input": "{{text}}"}, "response": map[string]any{"embedding": "{{embedding}}"}}}}}
+	if err := sidecar.NewMeiliSink(mc, withKey, nil).Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	plain := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}
+	_, err = sidecar.NewMeiliSink(mc, plain, nil).Stage(ctx, false)
+	if !errors.Is(err, errs.ErrConfigInvalid) || !strings.Contains(err.Error(), `"remote"`) || !strings.Contains(err.Error(), "inplace") {
+		t.Fatalf("want CONFIG_INVALID naming the embedder and the way out, got %v", err)
+	}
+	if _, err := mc.GetIndex(ctx, "items"+sidecar.ReindexSuffix); err == nil {
+		t.Fatal("the reindex created its index before refusing")
+	}
+
+	inPlace := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id", Reindex: "inplace"}
+	if _, err := sidecar.NewMeiliSink(mc, inPlace, nil).Stage(ctx, false); err != nil {
+		t.Fatalf("in place: %v", err)
+	}
+}

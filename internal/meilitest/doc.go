@@ -81,7 +81,9 @@
 //     lists; nested settings (typoTolerance, faceting, pagination) are merged
 //     one level deep. chat and vectorStore are refused with
 //     feature_not_enabled (their experimental features are off, as by
-//     default, and /experimental-features does not exist here).
+//     default, and /experimental-features does not exist here). Embedders
+//     are returned as stored, their apiKey included; Meilisearch returns it
+//     redacted (its settings reference, apiKey).
 //   - Nested primary keys ("a.b") are not supported; the primary key is a
 //     top-level field.
 //   - Tasks are never auto-deleted, cannot be canceled or deleted (no
