@@ -116,14 +116,7 @@ func TestMeiliSinkPostsBatchesAsMeilisearchGoDoes(t *testing.T) {
 // Settings struct a false facetSearch was dropped, so a reindex turned it
 // back on), and a misspelt key is refused at start, by name.
 func TestSettingsGoToMeilisearchAsWritten(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	srv, err := meilitest.Start(meilitest.Options{MasterKey: "key"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	mc := sidecar.NewMeiliClient(srv.URL(), "key")
+	ctx, srv, mc := startMeili(t)
 	settings := func(uid string) map[string]any {
 		t.Helper()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL()+"/indexes/"+uid+"/settings", nil)
@@ -173,14 +166,7 @@ func TestSettingsGoToMeilisearchAsWritten(t *testing.T) {
 // reindex (Meilisearch returns the key redacted): the reindex refuses, by
 // name, before it creates anything, and says what to do; in place it runs.
 func TestReindexRefusesToCopyAnEmbedderKey(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	srv, err := meilitest.Start(meilitest.Options{MasterKey: "key"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	mc := sidecar.NewMeiliClient(srv.URL(), "key")
+	ctx, _, mc := startMeili(t)
 	withKey := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id", Settings: map[string]any{
 		"embedders": map[string]any{"plain": map[string]any{"source": "userProvided", "dimensions": 3},
 			"remote": map[string]any{"source": "rest", "url": "http://127.0.0.1:9/embed", "apiKey": "secret",
@@ -190,7 +176,7 @@ func TestReindexRefusesToCopyAnEmbedderKey(t *testing.T) {
 	}
 
 	plain := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}
-	_, err = sidecar.NewMeiliSink(mc, plain, nil).Stage(ctx, false)
+	_, err := sidecar.NewMeiliSink(mc, plain, nil).Stage(ctx, false)
 	if !errors.Is(err, errs.ErrConfigInvalid) || !strings.Contains(err.Error(), `"remote"`) || !strings.Contains(err.Error(), "inplace") {
 		t.Fatalf("want CONFIG_INVALID naming the embedder and the way out, got %v", err)
 	}
@@ -202,4 +188,18 @@ func TestReindexRefusesToCopyAnEmbedderKey(t *testing.T) {
 	if _, err := sidecar.NewMeiliSink(mc, inPlace, nil).Stage(ctx, false); err != nil {
 		t.Fatalf("in place: %v", err)
 	}
+}
+
+// startMeili starts a test Meilisearch with the master key "key" for the
+// test, and returns a context bounding it and NewMeiliClient's client.
+func startMeili(t *testing.T) (context.Context, *meilitest.Server, meilisearch.ServiceManager) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	srv, err := meilitest.Start(meilitest.Options{MasterKey: "key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return ctx, srv, sidecar.NewMeiliClient(srv.URL(), "key")
 }
