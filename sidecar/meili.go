@@ -155,15 +155,6 @@ func (b *trackedBody) Close() error {
 // whether body may be reused.
 func (c *meiliClient) addDocuments(ctx context.Context, uid, pk string, body []byte) (task int64, reusable bool, err error) {
 	endpoint := "/indexes/" + uid + "/documents?" + url.Values{"primaryKey": {pk}}.Encode()
-	me := &meilisearch.Error{
-		Endpoint:           endpoint,
-		Method:             http.MethodPost,
-		Function:           "AddDocuments",
-		RequestToString:    "empty request",
-		ResponseToString:   "empty response",
-		StatusCodeExpected: []int{http.StatusAccepted},
-	}
-	me.APIError.Message = "empty meilisearch message"
 	tb := &trackedBody{closed: make(chan struct{})}
 	tb.Reset(body)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url+endpoint, tb)
@@ -176,11 +167,7 @@ func (c *meiliClient) addDocuments(ctx context.Context, uid, pk string, body []b
 		return io.NopCloser(bytes.NewReader(body)), nil
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if c.key != "" {
-		req.Header.Set("Authorization", "Bearer "+c.key)
-	}
-	req.Header.Set("User-Agent", meilisearch.GetQualifiedVersion())
-	resp, err := c.hc.Do(req)
+	b, me, err := c.do(req, endpoint, "AddDocuments", http.StatusAccepted)
 	free := func() bool {
 		select {
 		case <-tb.closed:
@@ -190,23 +177,7 @@ func (c *meiliClient) addDocuments(ctx context.Context, uid, pk string, body []b
 		}
 	}
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			return 0, free(), me.WithErrCode(meilisearch.TimeoutError, err)
-		}
-		return 0, free(), me.WithErrCode(meilisearch.CommunicationError, err)
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
 		return 0, free(), err
-	}
-	me.StatusCode = resp.StatusCode
-	if resp.StatusCode != http.StatusAccepted {
-		me.ErrorBody(b)
-		if me.APIError.Code == "" {
-			return 0, free(), me.WithErrCode(meilisearch.APIErrorWithoutMessage)
-		}
-		return 0, free(), me.WithErrCode(meilisearch.APIError)
 	}
 	var ti struct {
 		TaskUID int64 `json:"taskUid"`
@@ -222,15 +193,6 @@ func (c *meiliClient) addDocuments(ctx context.Context, uid, pk string, body []b
 // and returns the response body, or the *meilisearch.Error meilisearch-go
 // would return when the status is not want.
 func (c *meiliClient) call(ctx context.Context, method, endpoint, function string, body []byte, want int) ([]byte, error) {
-	me := &meilisearch.Error{
-		Endpoint:           endpoint,
-		Method:             method,
-		Function:           function,
-		RequestToString:    "empty request",
-		ResponseToString:   "empty response",
-		StatusCodeExpected: []int{want},
-	}
-	me.APIError.Message = "empty meilisearch message"
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -242,6 +204,24 @@ func (c *meiliClient) call(ctx context.Context, method, endpoint, function strin
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	b, _, err := c.do(req, endpoint, function, want)
+	return b, err
+}
+
+// do sends req (to endpoint, for errors) with the client's key and returns
+// the response body when its status is want. Errors are the
+// *meilisearch.Error meilisearch-go would return; me is returned too, for
+// a caller that fails later on the body.
+func (c *meiliClient) do(req *http.Request, endpoint, function string, want int) (b []byte, me *meilisearch.Error, err error) {
+	me = &meilisearch.Error{
+		Endpoint:           endpoint,
+		Method:             req.Method,
+		Function:           function,
+		RequestToString:    "empty request",
+		ResponseToString:   "empty response",
+		StatusCodeExpected: []int{want},
+	}
+	me.APIError.Message = "empty meilisearch message"
 	if c.key != "" {
 		req.Header.Set("Authorization", "Bearer "+c.key)
 	}
@@ -249,24 +229,24 @@ func (c *meiliClient) call(ctx context.Context, method, endpoint, function strin
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			return nil, me.WithErrCode(meilisearch.TimeoutError, err)
+			return nil, me, me.WithErrCode(meilisearch.TimeoutError, err)
 		}
-		return nil, me.WithErrCode(meilisearch.CommunicationError, err)
+		return nil, me, me.WithErrCode(meilisearch.CommunicationError, err)
 	}
-	b, err := io.ReadAll(resp.Body)
+	b, err = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil {
-		return nil, err
+		return nil, me, err
 	}
 	me.StatusCode = resp.StatusCode
 	if resp.StatusCode != want {
 		me.ErrorBody(b)
 		if me.APIError.Code == "" {
-			return nil, me.WithErrCode(meilisearch.APIErrorWithoutMessage)
+			return nil, me, me.WithErrCode(meilisearch.APIErrorWithoutMessage)
 		}
-		return nil, me.WithErrCode(meilisearch.APIError)
+		return nil, me, me.WithErrCode(meilisearch.APIError)
 	}
-	return b, nil
+	return b, me, nil
 }
 
 // getSettings returns uid's settings as Meilisearch sends them (GET
