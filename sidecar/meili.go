@@ -273,7 +273,7 @@ func (s *MeiliSink) updateSettings(ctx context.Context, uid string, settings jso
 	if s.direct == nil {
 		set := &meilisearch.Settings{}
 		if err := json.Unmarshal(settings, set); err != nil {
-			return nil, err
+			return nil, errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "settings are not Meilisearch settings")
 		}
 		return s.client.Index(uid).UpdateSettings(ctx, set)
 	}
@@ -423,6 +423,9 @@ func (s *MeiliSink) applySettings(ctx context.Context, uid string, from json.Raw
 		// An unknown key, a value of the wrong shape: Meilisearch's message
 		// names it, and only the settings can fix it.
 		return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "%s: Meilisearch refused them: %s", what, me.APIError.Message)
+	}
+	if errors.Is(err, errs.ErrConfigInvalid) {
+		return err
 	}
 	if err != nil {
 		return s.classify(err, what)
