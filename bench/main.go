@@ -9,7 +9,10 @@
 // and peak RSS from /proc (Linux), so neither the servers' work nor the
 // benchmark's own is counted. It reports:
 //
-//   - reindex: sidecar CPU µs per document, wall time, docs/s, peak RSS;
+//   - reindex: sidecar CPU µs per document, wall time, docs/s, peak RSS,
+//     and the CPU per document over the middle half of the articles,
+//     apart from what a reindex costs whatever its size (its start: the
+//     heap growing to its working size);
 //   - follow: sidecar CPU µs per change for -changes updates (begun
 //     -settle after the reindex: its steady state, once the reindex's
 //     memory was given back);
@@ -275,6 +278,21 @@ func run() error {
 				if n == int64(published) {
 					r.reindex = r.end()
 					r.peak = max(r.peak, hwm(r.pid))
+					continue
+				}
+				if r.q3In == 0 {
+					// The index being rebuilt: its count trails what the
+					// sidecar has read by the batches in flight, by
+					// about as much at both points.
+					m, err := indexCount(ctx, ms, r.uid+"__reindex")
+					if err != nil {
+						return false, err
+					}
+					if r.q1In == 0 && m >= int64(published)/4 {
+						r.q1, r.q1In = r.sofar(), m
+					} else if r.q1In > 0 && m >= int64(published)*3/4 {
+						r.q3, r.q3In = r.sofar(), m
+					}
 				}
 			}
 			all = all && !r.running
@@ -384,6 +402,15 @@ func run() error {
 		fmt.Printf("reindex: %.1f µs sidecar CPU per document, %s wall (%.0f docs/s), peak RSS %.1f MB\n",
 			float64(r.reindex.cpu.Microseconds())/float64(c.docs), r.reindex.wall.Round(time.Millisecond),
 			float64(c.docs)/r.reindex.wall.Seconds(), float64(r.peak)/(1<<20))
+		if r.q3In > 0 {
+			// Documents read, drafts included, in the same proportion as
+			// the published ones counted in the index.
+			mid := float64(r.q3In-r.q1In) * float64(c.docs) / float64(published)
+			each := float64((r.q3.cpu - r.q1.cpu).Microseconds()) / mid
+			fmt.Printf("of which the middle half of the documents %.1f µs each (%.2f page faults each), and %.2f s of CPU beyond that rate (fixed: the start, the heap's growth, the swap)\n",
+				each, float64(r.q3.faults-r.q1.faults)/mid,
+				(float64(r.reindex.cpu.Microseconds())-each*float64(c.docs))/1e6)
+		}
 		if n == 0 {
 			fmt.Printf("of which system time (kernel: sockets, page faults): reindex %.1f µs, %.2f page faults per document\n",
 				float64(r.reindex.sys.Microseconds())/float64(c.docs), float64(r.reindex.faults)/float64(c.docs))
@@ -430,6 +457,13 @@ type sidecar struct {
 	flt0            int64
 	peak            int64
 	reindex, follow phase
+	// The reindex's cost until about a quarter and three quarters of the
+	// published articles were in the index being rebuilt (q1In and q3In
+	// of them; 0: not seen, e.g. a reindex faster than the polling). The
+	// half between is the cost per document once running; the rest of
+	// the reindex's cost is fixed (the heap growing to its working size).
+	q1, q3     phase
+	q1In, q3In int64
 }
 
 // phase is what a sidecar cost in one phase.
@@ -489,8 +523,13 @@ func (r *sidecar) begin() {
 }
 
 func (r *sidecar) end() phase {
-	u, s := cpuSplit(r.pid)
 	r.running = false
+	return r.sofar()
+}
+
+// sofar is what the phase being counted has cost until now.
+func (r *sidecar) sofar() phase {
+	u, s := cpuSplit(r.pid)
 	return phase{cpu: u + s - r.cpu0, sys: s - r.sys0, wall: time.Since(r.t0), faults: faults(r.pid) - r.flt0}
 }
 
