@@ -278,9 +278,7 @@ func run() error {
 				if n == int64(published) {
 					r.reindex = r.end()
 					r.peak = max(r.peak, hwm(r.pid))
-					continue
-				}
-				if r.q3In == 0 {
+				} else if r.q3In == 0 {
 					// The index being rebuilt: its count trails what the
 					// sidecar has read by the batches in flight, by
 					// about as much at both points.
