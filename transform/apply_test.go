@@ -94,8 +94,42 @@ func TestTheTransformSeesItsContext(t *testing.T) {
 	}
 	ud := marshal(t, bson.D{{Key: "updatedFields", Value: bson.D{}}, {Key: "removedFields", Value: bson.A{"x", "y"}}})
 	res, err := j.Apply(context.Background(), marshal(t, bson.D{{Key: "_id", Value: 1}}), transform.OpUpdate, ud)
-	if err != nil || res.Doc["ud"] != "x,y" {
+	if err != nil || res.Doc["ud"] != "x,y" || res.Doc["frozen"] != true || res.Doc["op"] != "update" || res.Doc["job"] != "job" {
 		t.Fatalf("%v %v", res.Doc, err)
+	}
+}
+
+// The ctx of an update with an updateDescription is a new object for each
+// call (made as a host object, for speed), and reads, lists, spreads and
+// serialises like the plain frozen ctx of the other calls.
+func TestTheUpdateContextIsAnOrdinaryObject(t *testing.T) {
+	j := loadJob(t, `let kept = null;
+	module.exports = { collection: "things", transform(doc, ctx) {
+		const first = kept === null;
+		if (first) kept = ctx;
+		let refused = false;
+		try { (function () { "use strict"; ctx.extra = 1; })(); } catch (e) { refused = e instanceof TypeError; }
+		return {
+			keys: Object.keys(ctx).join(),
+			spread: Object.keys({...ctx}).join(),
+			json: JSON.stringify(ctx),
+			has: "updateDescription" in ctx && "job" in ctx && !("extra" in ctx) && ctx.hasOwnProperty("operation"),
+			refused: refused,
+			keptUnchanged: first || (kept !== ctx && kept.updateDescription.removedFields.join() === "a"),
+		};
+	} };`)
+	for i, removed := range []string{"a", "b"} {
+		ud := marshal(t, bson.D{{Key: "updatedFields", Value: bson.D{{Key: "n", Value: int32(i)}}}, {Key: "removedFields", Value: bson.A{removed}}})
+		res, err := j.Apply(context.Background(), marshal(t, bson.D{{Key: "_id", Value: 1}}), transform.OpUpdate, ud)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := res.Doc
+		wantJSON := fmt.Sprintf(`{"job":"job","collection":"things","operation":"update","updateDescription":{"updatedFields":{"n":%d},"removedFields":["%s"]}}`, i, removed)
+		if d["keys"] != "job,collection,operation,updateDescription" || d["spread"] != d["keys"] || d["json"] != wantJSON ||
+			d["has"] != true || d["refused"] != true || d["keptUnchanged"] != true {
+			t.Errorf("call %d: %v", i, d)
+		}
 	}
 }
 

@@ -73,6 +73,43 @@ func BenchmarkArticles(b *testing.B) {
 	}
 }
 
+// BenchmarkArticlesUpdate is BenchmarkArticles as follow runs it for an
+// update: with the change's updateDescription, which the transform's ctx
+// carries.
+func BenchmarkArticlesUpdate(b *testing.B) {
+	set, err := transform.Load("../examples/transforms", transform.Options{Pool: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer set.Close()
+	j := set.Job("articles")
+	doc := articleDoc(b)
+	ud, err := bson.Marshal(bson.D{
+		{Key: "updatedFields", Value: bson.D{{Key: "title", Value: "Change streams in practice, revised"}}},
+		{Key: "removedFields", Value: bson.A{}},
+		{Key: "truncatedArrays", Value: bson.A{}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.SetBytes(int64(len(doc)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	defer cpuPerOp(b)()
+	var buf []byte
+	for i := 0; i < b.N; i++ {
+		if i%1000 == 0 {
+			buf = buf[:0]
+		}
+		res, out, err := j.ApplyTo(ctx, buf, doc, transform.OpUpdate, ud)
+		if err != nil || res.Skip {
+			b.Fatal(err, res.Skip)
+		}
+		buf = out
+	}
+}
+
 // BenchmarkArticlesVsBaseline runs the articles example, the baseline and
 // goja alone (BenchmarkGojaAlone) in alternating blocks, so all see the
 // same machine load, and reports their CPU time per document and the ratio

@@ -43,7 +43,9 @@
 //
 // ctx is a frozen {job, collection, operation} where operation is "insert",
 // "update", "replace" or "reindex"; on an update it also has
-// updateDescription.
+// updateDescription, and is then a new read-only host object for each call
+// (a write is refused as by a frozen object; Object.freeze on it is a
+// TypeError).
 //
 // # Sandbox
 //

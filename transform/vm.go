@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -306,24 +307,64 @@ func newVMUntimed(j *Job, prog *goja.Program, con *consoleLimiter, rt *goja.Runt
 // an updateDescription allocates none.
 func (v *vm) makeCtxs(j *Job) error {
 	v.ctxs = make(map[Operation]*goja.Object, 4)
-	freeze, _ := goja.AssertFunction(v.rt.Get("Object").ToObject(v.rt).Get("freeze"))
 	for _, op := range []Operation{OpInsert, OpUpdate, OpReplace, OpReindex} {
-		c := v.newCtx(j, op)
-		if _, err := freeze(goja.Undefined(), c); err != nil {
+		if _, err := v.ctx(j, op); err != nil {
 			return err
 		}
-		v.ctxs[op] = c
 	}
 	return nil
 }
 
-func (v *vm) newCtx(j *Job, op Operation) *goja.Object {
+// ctx is the frozen ctx of op, made on first use.
+func (v *vm) ctx(j *Job, op Operation) (*goja.Object, error) {
+	if c := v.ctxs[op]; c != nil {
+		return c, nil
+	}
+	freeze, _ := goja.AssertFunction(v.rt.Get("Object").ToObject(v.rt).Get("freeze"))
 	c := v.rt.NewObject()
 	_ = c.Set("job", j.Name)
 	_ = c.Set("collection", j.Collection)
 	_ = c.Set("operation", string(op))
-	return c
+	if _, err := freeze(goja.Undefined(), c); err != nil {
+		return nil, err
+	}
+	v.ctxs[op] = c
+	return c, nil
 }
+
+// updateCtx is the ctx of a call with an updateDescription (most of
+// follow's calls): a new object for each such call, since a transform may
+// keep its ctx. It is a host object because a plain one with its four
+// properties took 1.15 µs and 13 allocations to make, this one 0.15 µs and
+// 3; BenchmarkArticlesUpdate went from 131 to 121 allocations, and took
+// 0.92 of the time in alternating blocks of 1000 articles. Like the frozen
+// ctx of other calls it refuses writes (a TypeError in strict code);
+// unlike them it cannot be passed to Object.freeze (a TypeError too). Its
+// other fields are read from the frozen ctx of the same operation.
+type updateCtx struct {
+	base *goja.Object
+	ud   goja.Value
+}
+
+var updateCtxKeys = []string{"job", "collection", "operation", "updateDescription"}
+
+func (c *updateCtx) Get(key string) goja.Value {
+	switch key {
+	case "updateDescription":
+		return c.ud
+	case "job", "collection", "operation":
+		return c.base.Get(key)
+	}
+	return nil
+}
+
+func (c *updateCtx) Has(key string) bool {
+	return slices.Contains(updateCtxKeys, key)
+}
+
+func (c *updateCtx) Set(string, goja.Value) bool { return false }
+func (c *updateCtx) Delete(string) bool          { return false }
+func (c *updateCtx) Keys() []string              { return slices.Clone(updateCtxKeys) }
 
 // runErr turns an error from running JavaScript into TRANSFORM_FAILED,
 // naming the file and the place it was thrown.
@@ -540,16 +581,16 @@ func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operati
 		}
 		ret, err = v.fn(jsDoc, jsDoc, v.ns, ud)
 	} else {
-		c := v.ctxs[op]
-		if c == nil || updateDesc != nil {
-			c = v.newCtx(j, op)
-			if updateDesc != nil {
-				ud, err := in.doc(updateDesc, 0)
-				if err != nil {
-					return Result{}, dst, errs.WithJob(j.Name, err)
-				}
-				_ = c.Set("updateDescription", ud)
+		c, cerr := v.ctx(j, op)
+		if cerr != nil {
+			return Result{}, dst, runErr(j, "transform", cerr)
+		}
+		if updateDesc != nil {
+			ud, err := in.doc(updateDesc, 0)
+			if err != nil {
+				return Result{}, dst, errs.WithJob(j.Name, err)
 			}
+			c = v.rt.NewDynamicObject(&updateCtx{base: c, ud: ud})
 		}
 		ret, err = v.fn(v.this, jsDoc, c)
 	}
