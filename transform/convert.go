@@ -433,7 +433,13 @@ func (c *outConv) object(o *goja.Object) error {
 			return errs.WithJob(c.job.Name, err)
 		}
 	} else {
-		for _, k := range c.keys(o) {
+		// goja's Keys: the enumerable own string keys in order, as
+		// Object.keys and JSON.stringify see them (it panics as goja does
+		// when a proxy's trap throws). Calling Object.keys instead made
+		// fewer allocations (18 against 26 for seven keys) but more bytes,
+		// and the transform took 1.000 to 1.008 of the time against 0.979
+		// to 0.993 with Keys, in alternating blocks of 1000 articles.
+		for _, k := range o.Keys() {
 			if err := c.member(&n, k, func() (bool, error) { return c.value(o.Get(k)) }); err != nil {
 				return err
 			}
@@ -441,13 +447,6 @@ func (c *outConv) object(o *goja.Object) error {
 	}
 	c.seen = c.seen[:len(c.seen)-1]
 	return c.endObject(n)
-}
-
-func (c *outConv) keys(o *goja.Object) []string {
-	if c.v != nil {
-		return c.v.keys(o)
-	}
-	return o.Keys()
 }
 
 func (c *outConv) array(o *goja.Object) error {

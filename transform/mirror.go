@@ -113,7 +113,7 @@ func (c *mirrorConv) fields(dst []byte, o *goja.Object, hint bsoncore.Value, dep
 	if hint.Type == bsoncore.TypeEmbeddedDocument {
 		hdoc = hint.Data
 	}
-	for _, k := range c.v.keys(o) {
+	for _, k := range o.Keys() {
 		if top && k == "_id" {
 			continue
 		}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -121,10 +120,6 @@ type vm struct {
 	// of built-in objects that are not documents (Map, Set, iterators...).
 	objectProto   *goja.Object
 	builtinProtos []builtinProto
-	// objectKeys is Object.keys: it lists an object's keys with one
-	// allocation per key, where goja's (*Object).Keys makes three (its
-	// iterator closures); results are converted key by key.
-	objectKeys goja.Callable
 }
 
 type builtinProto struct {
@@ -161,22 +156,6 @@ func (v *vm) builtin(o *goja.Object) string {
 		p = p.Prototype()
 	}
 	return ""
-}
-
-// keys lists the enumerable own string keys of o in order (what
-// Object.keys and JSON.stringify see). It panics as goja does when a
-// proxy's trap throws.
-func (v *vm) keys(o *goja.Object) []string {
-	kv, err := v.objectKeys(goja.Undefined(), o)
-	if err != nil {
-		panic(err)
-	}
-	arr := kv.(*goja.Object)
-	keys := make([]string, arr.Get("length").ToInteger())
-	for i := range keys {
-		keys[i] = arr.Get(strconv.Itoa(i)).String()
-	}
-	return keys
 }
 
 // loadTimeout bounds evaluating a module (and reading its options): user
@@ -254,7 +233,6 @@ func newVMUntimed(j *Job, prog *goja.Program, con *consoleLimiter, rt *goja.Runt
 	v.dateCtor = rt.Get("Date")
 	objectCtor := rt.Get("Object").ToObject(rt)
 	v.objectProto = objectCtor.Get("prototype").ToObject(rt)
-	v.objectKeys, _ = goja.AssertFunction(objectCtor.Get("keys"))
 	builtins, err := rt.RunProgram(builtinsProgram)
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: %w", err)
