@@ -67,7 +67,9 @@ func (s *encodeSink) Send(_ context.Context, b Batch) (Receipt, error) {
 func (s *encodeSink) Wait(context.Context, Receipt) ([]DocFailure, error) { return nil, nil }
 
 // The engine's own CPU per change on the follow path, without servers:
-// coalescing, transform (articles.js), encoding, the ordered pipe.
+// coalescing, transform (articles.js), encoding, the ordered pipe. The
+// changes are updates as the bench makes them (updateOne with $set, read
+// with updateLookup): the transform's ctx carries their updateDescription.
 func BenchmarkEngineFollowPerChange(b *testing.B) {
 	job := articlesJob(b)
 	const n = 1000
@@ -75,12 +77,17 @@ func BenchmarkEngineFollowPerChange(b *testing.B) {
 	for i := range events {
 		ev, _ := bson.Marshal(bson.D{
 			{Key: "_id", Value: bson.D{{Key: "_data", Value: fmt.Sprintf("82%030d", i)}}},
-			{Key: "operationType", Value: "insert"},
+			{Key: "operationType", Value: "update"},
 			{Key: "clusterTime", Value: bson.Timestamp{T: 1, I: uint32(i)}},
 			{Key: "wallTime", Value: bson.DateTime(1700000000000)},
 			{Key: "fullDocument", Value: articles.Article(i)},
 			{Key: "ns", Value: bson.D{{Key: "db", Value: "app"}, {Key: "coll", Value: "articles"}}},
 			{Key: "documentKey", Value: bson.D{{Key: "_id", Value: int64(i)}}},
+			{Key: "updateDescription", Value: bson.D{
+				{Key: "updatedFields", Value: bson.D{{Key: "title", Value: "follow"}}},
+				{Key: "removedFields", Value: bson.A{}},
+				{Key: "truncatedArrays", Value: bson.A{}},
+			}},
 		})
 		events[i] = ev
 	}
