@@ -412,6 +412,8 @@ func run() error {
 		if n == 0 {
 			fmt.Printf("of which system time (kernel: sockets, page faults): reindex %.1f µs, %.2f page faults per document\n",
 				float64(r.reindex.sys.Microseconds())/float64(c.docs), float64(r.reindex.faults)/float64(c.docs))
+			fmt.Printf("allocated (Go heap, from /metrics): reindex %.0f bytes in %.0f objects per document\n",
+				r.reindex.heap.bytes/float64(c.docs), r.reindex.heap.objects/float64(c.docs))
 			continue
 		}
 		settled := ""
@@ -423,6 +425,9 @@ func run() error {
 		fmt.Printf("of which system time (kernel: sockets, page faults): reindex %.1f µs, %.2f page faults per document; follow %.1f µs, %.2f page faults per change\n",
 			float64(r.reindex.sys.Microseconds())/float64(c.docs), float64(r.reindex.faults)/float64(c.docs),
 			float64(r.follow.sys.Microseconds())/float64(n), float64(r.follow.faults)/float64(n))
+		fmt.Printf("allocated (Go heap, from /metrics): reindex %.0f bytes in %.0f objects per document; follow %.0f bytes in %.0f objects per change\n",
+			r.reindex.heap.bytes/float64(c.docs), r.reindex.heap.objects/float64(c.docs),
+			r.follow.heap.bytes/float64(n), r.follow.heap.objects/float64(n))
 	}
 	if len(lat) > 0 {
 		what := ""
@@ -453,6 +458,7 @@ type sidecar struct {
 	t0              time.Time
 	cpu0, sys0      time.Duration
 	flt0            int64
+	heap0           heapCount
 	peak            int64
 	reindex, follow phase
 	// The reindex's cost until about a quarter and three quarters of the
@@ -468,6 +474,41 @@ type sidecar struct {
 type phase struct {
 	cpu, sys, wall time.Duration
 	faults         int64
+	heap           heapCount
+}
+
+// heapCount is what the sidecar's Go heap has allocated so far, in bytes
+// and objects, as its /metrics reports it (go_memstats_alloc_bytes_total,
+// go_memstats_mallocs_total): unlike CPU time it does not depend on the
+// machine's speed, so it shows a change in what the code allocates in a
+// single run.
+type heapCount struct{ bytes, objects float64 }
+
+// heap reads the sidecar's heapCount from its /metrics (zero when it
+// cannot).
+func (r *sidecar) heap() heapCount {
+	addr, _ := os.ReadFile(r.ready)
+	resp, err := http.Get("http://" + strings.TrimSpace(string(addr)) + "/metrics")
+	if err != nil {
+		return heapCount{}
+	}
+	defer resp.Body.Close()
+	var h heapCount
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		switch name {
+		case "go_memstats_alloc_bytes_total":
+			h.bytes, _ = strconv.ParseFloat(val, 64)
+		case "go_memstats_mallocs_total":
+			h.objects, _ = strconv.ParseFloat(val, 64)
+		}
+	}
+	return h
 }
 
 func (r *sidecar) start(ctx context.Context, env []string, verbose bool) error {
@@ -518,6 +559,7 @@ func (r *sidecar) begin() {
 	r.running, r.t0 = true, time.Now()
 	u, s := cpuSplit(r.pid)
 	r.cpu0, r.sys0, r.flt0 = u+s, s, faults(r.pid)
+	r.heap0 = r.heap()
 }
 
 func (r *sidecar) end() phase {
@@ -528,7 +570,9 @@ func (r *sidecar) end() phase {
 // sofar is what the phase being counted has cost until now.
 func (r *sidecar) sofar() phase {
 	u, s := cpuSplit(r.pid)
-	return phase{cpu: u + s - r.cpu0, sys: s - r.sys0, wall: time.Since(r.t0), faults: faults(r.pid) - r.flt0}
+	h := r.heap()
+	return phase{cpu: u + s - r.cpu0, sys: s - r.sys0, wall: time.Since(r.t0), faults: faults(r.pid) - r.flt0,
+		heap: heapCount{bytes: h.bytes - r.heap0.bytes, objects: h.objects - r.heap0.objects}}
 }
 
 func (r *sidecar) sample() {
