@@ -100,7 +100,7 @@ func BenchmarkEngineFollowPerChange(b *testing.B) {
 		f := &follower{e: e, jc: jc, p: p}
 		f.reset()
 		for _, ev := range events {
-			if _, err := f.add(append(bson.Raw(nil), ev...)); err != nil {
+			if _, err := f.add(ev); err != nil {
 				b.Fatal(err)
 			}
 			if len(f.items) >= jc.BatchSize {
