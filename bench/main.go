@@ -817,8 +817,9 @@ func faults(pid int) int64 {
 // or preempted: the sum over /proc/PID/task/*/status. Switches are dear on
 // this virtual machine (in a perf recording of a follow, the runtime's
 // sysmon thread, which does little but sleep and wake, took 12 % of the
-// sidecar's CPU: about 30 µs a wake-up), and unlike CPU time their count
-// does not move with the machine's speed.
+// sidecar's CPU: about 30 µs a wake-up). A count is not inflated when the
+// machine runs slow, as CPU time is; a follow's switches per change still
+// grow when changes arrive more slowly (fewer share each wake-up).
 func switches(pid int) int64 {
 	dirs, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
