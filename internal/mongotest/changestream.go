@@ -43,7 +43,10 @@ type evNS struct {
 type evExtra struct {
 	toDB, toColl string
 	upd          bson.D // updateDescription
-	desc         bson.D // operationDescription of an expanded event
+	// pre is the document before an update, replace or delete, kept when
+	// the collection has changeStreamPreAndPostImages enabled.
+	pre  []byte
+	desc bson.D // operationDescription of an expanded event
 }
 
 func (s *Server) lockWrite() { s.mu.Lock() }
@@ -296,13 +299,22 @@ func (s *Server) openChangeStream(x *cmdCtx, specV any, user bson.A, batchSize i
 	if startAt != nil && (resumeAfter != nil || startAfter != nil) {
 		return nil, cmdErrf(40674, "Location40674", "Only one type of resume option is allowed, but multiple were found")
 	}
-	for _, st := range user {
+	for i, st := range user {
 		sd, ok := st.(bson.D)
 		if !ok || len(sd) != 1 {
 			return nil, cmdErrf(40323, "Location40323", "A pipeline stage specification object must contain exactly one field.")
 		}
 		switch sd[0].Key {
 		case "$match", "$project", "$addFields", "$set", "$unset", "$replaceRoot", "$replaceWith":
+		case "$changeStreamSplitLargeEvent":
+			// Accepted where mongod 7.0 accepts it, last
+			// (document_source_change_stream_split_large_event.cpp); it
+			// changes nothing here, as events over 16 MB are refused
+			// rather than split (see emit).
+			if i != len(user)-1 {
+				return nil, cmdErrf(7182802, "Location7182802", "$changeStreamSplitLargeEvent can only appear as the final stage in the pipeline")
+			}
+			user = user[:i]
 		default:
 			return nil, cmdErrf(20, "IllegalOperation", "Stage %s is not permitted in a $changeStream pipeline", sd[0].Key)
 		}
@@ -442,6 +454,12 @@ func (s *Server) collectEvents(cs *changeStream, max int) (bson.A, bson.D, bool,
 			return false, &cmdError{code: 280, name: "ChangeStreamFatalError", msg: "Encountered an event whose _id field, which contains the resume token, was modified by the pipeline. Modifying the _id field of an event makes it impossible to resume the stream from that point. Only transformations that retain the unmodified _id field are allowed.", labels: []string{"NonResumableChangeStreamError"}}
 		}
 		raw := encodeDoc(out[0])
+		if len(raw) > maxBSONSize {
+			// mongod fails the getMore with BSONObjectTooLarge, or with
+			// $changeStreamSplitLargeEvent splits the event into
+			// fragments, which this server does not do.
+			return false, cmdErrf(10334, "BSONObjectTooLarge", "BSONObj size: %d (0x%X) is invalid. Size must be between 0 and 16793600(16MB) First element: _id: %s", len(raw), len(raw), formatValue(tok))
+		}
 		size += len(raw)
 		batch = append(batch, rawDoc(raw))
 		return true, nil
@@ -513,9 +531,19 @@ func (s *Server) eventDoc(cs *changeStream, ev *event) (bson.D, error) {
 	if ev.op != "dropDatabase" {
 		ns = append(ns, bson.E{Key: "coll", Value: ev.coll})
 	}
+	// A stream with a pipeline of its own gets decoded documents, so that
+	// its stages can see into fullDocument ($match on "fullDocument.x",
+	// $expr on "$fullDocument.x", $project of "fullDocument.x"); without
+	// one the stored bytes are passed through as they are.
+	doc := func(raw []byte) any {
+		if len(cs.stages) > 0 {
+			return mustDecode(raw)
+		}
+		return rawDoc(raw)
+	}
 	switch ev.op {
 	case "insert", "replace":
-		d = append(d, bson.E{Key: "fullDocument", Value: rawDoc(ev.doc)})
+		d = append(d, bson.E{Key: "fullDocument", Value: doc(ev.doc)})
 	case "update":
 		switch cs.fullDocument {
 		case "updateLookup":
@@ -524,13 +552,13 @@ func (s *Server) eventDoc(cs *changeStream, ev *event) (bson.D, error) {
 			var cur any
 			if c := s.getColl(ev.db, ev.coll); c != nil {
 				if n := c.docs.get(ev.id); n != nil {
-					cur = rawDoc(n.raw)
+					cur = doc(n.raw)
 				}
 			}
 			d = append(d, bson.E{Key: "fullDocument", Value: cur})
 		case "whenAvailable", "required":
 			if ev.postImages {
-				d = append(d, bson.E{Key: "fullDocument", Value: rawDoc(ev.doc)})
+				d = append(d, bson.E{Key: "fullDocument", Value: doc(ev.doc)})
 			} else if cs.fullDocument == "required" {
 				return nil, cmdErrf(47, "NoMatchingDocument", "Change stream was configured to require a post-image for all update, delete and replace events, but the post-image was not found for event: %s", formatValue(tok))
 			} else {
@@ -543,10 +571,14 @@ func (s *Server) eventDoc(cs *changeStream, ev *event) (bson.D, error) {
 	case "insert", "update", "replace", "delete":
 		d = append(d, bson.E{Key: "documentKey", Value: bson.D{{Key: "_id", Value: ev.id}}})
 		if cs.beforeChange != "off" && ev.op != "insert" {
-			if cs.beforeChange == "required" {
+			switch {
+			case ev.evExtra != nil && ev.pre != nil:
+				d = append(d, bson.E{Key: "fullDocumentBeforeChange", Value: doc(ev.pre)})
+			case cs.beforeChange == "required":
 				return nil, cmdErrf(47, "NoMatchingDocument", "Change stream was configured to require a pre-image for all update, delete and replace events, but the pre-image was not found for event: %s", formatValue(tok))
+			default:
+				d = append(d, bson.E{Key: "fullDocumentBeforeChange", Value: nil})
 			}
-			d = append(d, bson.E{Key: "fullDocumentBeforeChange", Value: nil})
 		}
 	}
 	if cs.showExpanded {

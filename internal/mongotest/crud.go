@@ -126,7 +126,8 @@ func (s *Server) insertRaw(x *cmdCtx, c *collection, raw []byte, id any) error {
 
 // replaceStored swaps a document for its updated version, keeping unique
 // indexes and recording the change event (update or replace).
-func (s *Server) replaceStored(x *cmdCtx, c *collection, id any, oldDoc, newDoc bson.D, newRaw []byte, kind int) error {
+func (s *Server) replaceStored(x *cmdCtx, c *collection, id any, oldDoc, newDoc bson.D, newRaw []byte, cu *compiledUpdate) error {
+	kind := cu.kind
 	if c.hasSecondaryUnique() {
 		type change struct {
 			ix       *index
@@ -159,6 +160,15 @@ func (s *Server) replaceStored(x *cmdCtx, c *collection, id any, oldDoc, newDoc 
 			}
 		}
 	}
+	// The pre-image is kept only for collections with
+	// changeStreamPreAndPostImages, as mongod writes it to
+	// config.system.preimages only for them.
+	var pre []byte
+	if c.postImages {
+		if n := c.docs.get(id); n != nil {
+			pre = n.raw
+		}
+	}
 	c.docs.put(id, newRaw)
 	ev := &event{evNS: c.ns, id: id, doc: newRaw}
 	switch {
@@ -168,7 +178,17 @@ func (s *Server) replaceStored(x *cmdCtx, c *collection, id any, oldDoc, newDoc 
 		ev.op = "replace"
 	default:
 		ev.op = "update"
-		ev.evExtra = &evExtra{upd: updateDescription(oldDoc, newDoc)}
+		if kind == updOperators {
+			ev.evExtra = &evExtra{upd: opsUpdateDescription(cu.ops, oldDoc, newDoc)}
+		} else {
+			ev.evExtra = &evExtra{upd: updateDescription(oldDoc, newDoc)}
+		}
+	}
+	if pre != nil {
+		if ev.evExtra == nil {
+			ev.evExtra = &evExtra{}
+		}
+		ev.pre = pre
 	}
 	s.appendEvent(x, ev)
 	return nil
@@ -189,7 +209,11 @@ func (s *Server) deleteStored(x *cmdCtx, c *collection, id any, raw []byte) {
 		}
 	}
 	c.docs.remove(id)
-	s.appendEvent(x, &event{op: "delete", evNS: c.ns, id: id})
+	ev := &event{op: "delete", evNS: c.ns, id: id}
+	if c.postImages {
+		ev.evExtra = &evExtra{pre: raw}
+	}
+	s.appendEvent(x, ev)
 }
 
 // ---- query planning ----
@@ -640,7 +664,7 @@ func (s *Server) updateStatement(x *cmdCtx, c **collection, collName string, q b
 			if bytes.Equal(nraw, h.raw) {
 				continue
 			}
-			if err := s.replaceStored(x, *c, h.id, oldCopy, nd, nraw, cu.kind); err != nil {
+			if err := s.replaceStored(x, *c, h.id, oldCopy, nd, nraw, cu); err != nil {
 				return r, err
 			}
 			r.modified++
@@ -927,7 +951,7 @@ func cmdFindAndModify(x *cmdCtx) (bson.D, error) {
 		}
 		nraw := encodeDoc(nd)
 		if !bytes.Equal(nraw, h.raw) {
-			if err := s.replaceStored(x, c, h.id, oldCopy, nd, nraw, cu.kind); err != nil {
+			if err := s.replaceStored(x, c, h.id, oldCopy, nd, nraw, cu); err != nil {
 				return nil, err
 			}
 		}
@@ -1140,6 +1164,16 @@ func cmdGetMore(x *cmdCtx) (bson.D, error) {
 		return nil, cmdErrf(43, "CursorNotFound", "cursor id %d not found", id)
 	}
 	defer func() { cur.lastUsed = s.Now() }()
+	// failGetMoreAfterCursorCheckout fires here, with the cursor in hand,
+	// so its error is labelled knowing whether the cursor is a change
+	// stream's (getmore_cmd.cpp); the failed cursor is gone, as after any
+	// getMore error.
+	if a := s.checkFailPoint(fpGetMoreFailed, x.c, x); a != nil && a.err != nil {
+		ce := a.err.(*cmdError)
+		ce.labels = errorLabels(x, &ce.code, nil, cur.stream != nil)
+		s.dropCursor(cur.id)
+		return nil, ce
+	}
 	bs, err := batchSizeOf(x.cmd, "batchSize")
 	if err != nil {
 		return nil, err

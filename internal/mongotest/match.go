@@ -570,6 +570,10 @@ func resolvePath(v any, parts []string) []any {
 			if fv, ok := docGet(x, parts[0]); ok {
 				walk(fv, parts[1:])
 			}
+		case rawDoc:
+			if fv, ok := rawLookup(x, parts[0]); ok {
+				walk(fv, parts[1:])
+			}
 		case bson.A:
 			if i, err := strconv.Atoi(parts[0]); err == nil && i >= 0 {
 				if i < len(x) {

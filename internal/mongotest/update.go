@@ -670,6 +670,97 @@ func hasExpr(v any) bool {
 // updateDescription computes {updatedFields, removedFields, truncatedArrays}
 // from the old and new documents, as the $v:2 delta would: nested changes as
 // dotted paths, arrays as whole values.
+// opsUpdateDescription is the updateDescription of an update by operators,
+// as mongod logs it: each operator logs the path it names
+// (update/v2_log_builder.cpp, read back by
+// change_stream_document_diff_parser.cpp), so $set {a: {b: 3}} is
+// updatedFields {a: {b: 3}} and $set {"a.b": 3} is {"a.b": 3}. A path whose
+// parents did not exist is logged at the first one created ($set {"x.y": 1}
+// on a document without x is {x: {y: 1}}); a value set to what it was is
+// not logged (a no-op). $push appending to an existing array logs each new
+// element ("arr.3"; push_node.cpp kArrayAppendUpdate), any other array
+// operator the whole array. $unset and the source of $rename are
+// removedFields.
+func opsUpdateDescription(ops, old, nw bson.D) bson.D {
+	type logged struct {
+		path   string
+		remove bool
+	}
+	var paths []logged
+	for _, op := range ops {
+		for _, f := range op.Value.(bson.D) {
+			switch op.Key {
+			case "$setOnInsert":
+				// Applies only to inserts, which are insert events.
+			case "$unset":
+				paths = append(paths, logged{f.Key, true})
+			case "$rename":
+				to, _ := f.Value.(string)
+				paths = append(paths, logged{f.Key, true}, logged{to, false})
+			case "$push":
+				parts := splitPath(f.Key)
+				ov, ook := getAt(old, parts)
+				nv, nok := getAt(nw, parts)
+				oa, isOld := ov.(bson.A)
+				na, isNew := nv.(bson.A)
+				if ook && nok && isOld && isNew && len(na) > len(oa) && compareValues(oa, na[:len(oa)]) == 0 {
+					for i := len(oa); i < len(na); i++ {
+						paths = append(paths, logged{f.Key + "." + strconv.Itoa(i), false})
+					}
+					continue
+				}
+				paths = append(paths, logged{f.Key, false})
+			default:
+				paths = append(paths, logged{f.Key, false})
+			}
+		}
+	}
+	sort.SliceStable(paths, func(i, j int) bool { return lessPath(paths[i].path, paths[j].path) })
+	updated := bson.D{}
+	removed := bson.A{}
+	covered := func(p string) bool {
+		for _, e := range updated {
+			if p == e.Key || strings.HasPrefix(p, e.Key+".") {
+				return true
+			}
+		}
+		return false
+	}
+	for _, l := range paths {
+		parts := splitPath(l.path)
+		ov, ook := getAt(old, parts)
+		nv, nok := getAt(nw, parts)
+		if l.remove {
+			if ook && !nok {
+				removed = append(removed, l.path)
+			}
+			continue
+		}
+		if !nok || covered(l.path) {
+			continue
+		}
+		if ook && typeName(ov) == typeName(nv) && compareValues(ov, nv) == 0 {
+			continue
+		}
+		// The first component the update created, if it created any.
+		for k := 1; k < len(parts); k++ {
+			if _, ok := getAt(old, parts[:k]); !ok {
+				parts = parts[:k]
+				nv, _ = getAt(nw, parts)
+				break
+			}
+		}
+		p := strings.Join(parts, ".")
+		if !covered(p) {
+			updated = append(updated, bson.E{Key: p, Value: nv})
+		}
+	}
+	return bson.D{{Key: "updatedFields", Value: updated}, {Key: "removedFields", Value: removed}, {Key: "truncatedArrays", Value: bson.A{}}}
+}
+
+// updateDescription is the updateDescription of a pipeline update, from the
+// difference of the documents, as mongod computes a pipeline update's delta
+// (doc_diff::computeOplogDiff): nested changes are dotted paths.
 func updateDescription(old, nw bson.D) bson.D {
 	updated := bson.D{}
 	var removed bson.A = bson.A{}
