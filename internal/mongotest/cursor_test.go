@@ -77,8 +77,14 @@ func changeBehind(t *testing.T, coll *mongo.Collection) {
 			return err
 		},
 		func() error { _, err := coll.DeleteOne(c, bson.D{{Key: "_id", Value: 6}}); return err },
-		func() error { _, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: 11}, {Key: "v", Value: "new"}}); return err },
-		func() error { _, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: 0}, {Key: "v", Value: "new"}}); return err },
+		func() error {
+			_, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: 11}, {Key: "v", Value: "new"}})
+			return err
+		},
+		func() error {
+			_, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: 0}, {Key: "v", Value: "new"}})
+			return err
+		},
 	} {
 		if err := w(); err != nil {
 			t.Fatal(err)
