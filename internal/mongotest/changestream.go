@@ -47,6 +47,10 @@ type evExtra struct {
 	// the collection has changeStreamPreAndPostImages enabled.
 	pre  []byte
 	desc bson.D // operationDescription of an expanded event
+	// before is a modify event's stateBeforeChange.
+	before bson.D
+	// dropTarget is the UUID of the collection a rename replaced.
+	dropTarget *bson.Binary
 }
 
 func (s *Server) lockWrite() { s.mu.Lock() }
@@ -586,7 +590,14 @@ func (s *Server) eventDoc(cs *changeStream, ev *event) (bson.D, error) {
 		case ev.evExtra != nil && ev.desc != nil:
 			d = append(d, bson.E{Key: "operationDescription", Value: ev.desc})
 		case ev.op == "rename":
-			d = append(d, bson.E{Key: "operationDescription", Value: bson.D{{Key: "to", Value: bson.D{{Key: "db", Value: ev.toDB}, {Key: "coll", Value: ev.toColl}}}}})
+			desc := bson.D{{Key: "to", Value: bson.D{{Key: "db", Value: ev.toDB}, {Key: "coll", Value: ev.toColl}}}}
+			if ev.dropTarget != nil {
+				desc = append(desc, bson.E{Key: "dropTarget", Value: *ev.dropTarget})
+			}
+			d = append(d, bson.E{Key: "operationDescription", Value: desc})
+		}
+		if ev.evExtra != nil && ev.before != nil {
+			d = append(d, bson.E{Key: "stateBeforeChange", Value: ev.before})
 		}
 	}
 	if ev.op == "update" {

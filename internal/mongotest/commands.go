@@ -119,6 +119,12 @@ func (s *Server) runCommand(c *conn, cmd bson.D) (bson.D, bool) {
 		dbName = "admin"
 	}
 	x := &cmdCtx{s: s, c: c, cmd: cmd, name: name, db: dbName}
+	// Every command's database is checked before it runs
+	// (service_entry_point_common.cpp _initiateCommand; a $ is allowed
+	// there, for commands on "$external").
+	if strings.ContainsAny(dbName, "/\\. \"\x00") {
+		return s.withClusterTime(errorReply(cmdErrf(73, "InvalidNamespace", "Invalid database name: '%s'", dbName)), bson.Timestamp{}), false
+	}
 
 	// failCommand is evaluated before the command runs, as in mongod
 	// (CommandHelpers::evaluateFailCommandFailPoint).
@@ -446,18 +452,22 @@ func sortStrings(s []string) {
 	}
 }
 
+// checkDBName applies mongod's NamespaceString::validDBName: not empty,
+// under 64 bytes, none of / \ . space " $ or NUL.
 func checkDBName(db string) error {
-	if db == "" || strings.ContainsAny(db, "/\\. \"$") {
+	if db == "" || len(db) >= 64 || strings.ContainsAny(db, "/\\. \"$\x00") {
 		return cmdErrf(73, "InvalidNamespace", "Invalid database name: '%s'", db)
 	}
 	return nil
 }
 
+// checkCollName applies validCollectionName: not empty, no $ or NUL, not
+// starting with a dot.
 func checkCollName(db, coll string) error {
 	if err := checkDBName(db); err != nil {
 		return err
 	}
-	if coll == "" || strings.Contains(coll, "$") || strings.HasPrefix(coll, ".") {
+	if coll == "" || strings.ContainsAny(coll, "$\x00") || strings.HasPrefix(coll, ".") {
 		return cmdErrf(73, "InvalidNamespace", "Invalid collection name: %s.%s", db, coll)
 	}
 	return nil

@@ -96,6 +96,11 @@ func (s *Server) prepareInsert(v any) ([]byte, any, error) {
 
 // insertRaw stores a prepared document and records its insert event.
 func (s *Server) insertRaw(x *cmdCtx, c *collection, raw []byte, id any) error {
+	if c.validator != nil {
+		if err := s.validate(x, c, mustDecode(raw), nil); err != nil {
+			return err
+		}
+	}
 	if c.docs.get(id) != nil {
 		return dupKeyError(c, c.indexes[0], bson.D{{Key: "_id", Value: id}})
 	}
@@ -128,6 +133,11 @@ func (s *Server) insertRaw(x *cmdCtx, c *collection, raw []byte, id any) error {
 // indexes and recording the change event (update or replace).
 func (s *Server) replaceStored(x *cmdCtx, c *collection, id any, oldDoc, newDoc bson.D, newRaw []byte, cu *compiledUpdate) error {
 	kind := cu.kind
+	if c.validator != nil {
+		if err := s.validate(x, c, newDoc, oldDoc); err != nil {
+			return err
+		}
+	}
 	if c.hasSecondaryUnique() {
 		type change struct {
 			ix       *index
@@ -612,6 +622,11 @@ func statements(x *cmdCtx, key string) ([]any, error) {
 	arr, ok := v.(bson.A)
 	if !ok {
 		return nil, cmdErrf(14, "TypeMismatch", "BSON field '%s.%s' is the wrong type '%s', expected type 'array'", x.name, key, typeName(v))
+	}
+	// write_ops.cpp checkOpCountForCommand: an empty batch, or one over
+	// maxWriteBatchSize, is refused before anything is written.
+	if len(arr) == 0 || len(arr) > 100000 {
+		return nil, cmdErrf(16, "InvalidLength", "Write batch sizes must be between 1 and 100000. Got %d operations.", len(arr))
 	}
 	return arr, nil
 }

@@ -131,6 +131,12 @@ func compileTop(key string, val any, ec *evalCtx) (pred, error) {
 				}
 				return truthy(v)
 			}, nil
+		case "$jsonSchema":
+			fn, err := compileJSONSchema(val)
+			if err != nil {
+				return nil, err
+			}
+			return func(d bson.D) bool { ok, _ := fn(d); return ok }, nil
 		case "$comment":
 			return nil, nil
 		case "$alwaysTrue":
