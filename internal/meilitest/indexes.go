@@ -350,7 +350,7 @@ func (s *Server) handleDeleteIndex(w http.ResponseWriter, r *http.Request) {
 // apply_index_swap does (crates/index-scheduler/src/scheduler/process_batch.rs).
 func (s *Server) renameTasks(names map[string]string, before int64) {
 	for _, t := range s.tasks[:before] {
-		if t.global {
+		if t == nil || t.global {
 			continue
 		}
 		if n, ok := names[t.indexUID]; ok {

@@ -42,15 +42,26 @@ var settingDefaults = map[string]json.RawMessage{
 	"prefixSearch":         json.RawMessage(`"indexingTime"`),
 }
 
-// settings accepted by PATCH besides settingKeys (experimental ones are kept
-// and returned as sent). chat and vectorStore need experimental features
-// that are off by default (and cannot be turned on here): setting them is
-// refused, as validate_settings in routes/indexes/settings.rs does.
-var extraSettingKeys = []string{"chat", "foreignKeys", "vectorStore"}
+// chatDefault is an index's chat setting before it is set
+// (crates/meilisearch/tests/settings/get_settings.rs, the chat default).
+const chatDefault = `{"description":"","documentTemplate":"{% for field in fields %}{% if field.is_searchable and field.value != nil %}{{ field.name }}: {{ field.value }}\n{% endif %}{% endfor %}","documentTemplateMaxBytes":400,"searchParameters":{}}`
+
+func init() {
+	settingDefaults["chat"] = json.RawMessage(chatDefault)
+	settingDefaults["foreignKeys"] = json.RawMessage(`[]`)
+}
+
+// extraSettingKeys are settings behind experimental features: GET
+// /settings shows them only while their feature is on, and setting them
+// with it off is refused (routes/indexes/settings.rs get_all and
+// validate_settings).
+var extraSettingKeys = []string{"chat", "foreignKeys"}
+
+var settingFeature = map[string]string{"chat": "chatCompletions", "foreignKeys": "foreignKeys"}
 
 // objectSettings are merged key by key by PATCH, as Meilisearch's Setting<T>
 // sub-fields are.
-var objectSettings = map[string]bool{"typoTolerance": true, "faceting": true, "pagination": true}
+var objectSettings = map[string]bool{"typoTolerance": true, "faceting": true, "pagination": true, "chat": true}
 
 // stringListSettings must be arrays of strings.
 var stringListSettings = map[string]string{
@@ -58,6 +69,38 @@ var stringListSettings = map[string]string{
 	"searchableAttributes": "invalid_settings_searchable_attributes",
 	"sortableAttributes":   "invalid_settings_sortable_attributes",
 	"rankingRules":         "invalid_settings_ranking_rules",
+	"stopWords":            "invalid_settings_stop_words",
+	"nonSeparatorTokens":   "invalid_settings_non_separator_tokens",
+	"separatorTokens":      "invalid_settings_separator_tokens",
+	"dictionary":           "invalid_settings_dictionary",
+}
+
+// settingRoutes are the per-setting routes /indexes/{uid}/settings/<route>
+// with the verb that updates each (make_setting_routes! in
+// routes/indexes/settings.rs): PUT replaces, PATCH merges an object's keys.
+var settingRoutes = []struct{ route, key, verb string }{
+	{"filterable-attributes", "filterableAttributes", "PUT"},
+	{"sortable-attributes", "sortableAttributes", "PUT"},
+	{"displayed-attributes", "displayedAttributes", "PUT"},
+	{"typo-tolerance", "typoTolerance", "PATCH"},
+	{"searchable-attributes", "searchableAttributes", "PUT"},
+	{"stop-words", "stopWords", "PUT"},
+	{"non-separator-tokens", "nonSeparatorTokens", "PUT"},
+	{"separator-tokens", "separatorTokens", "PUT"},
+	{"dictionary", "dictionary", "PUT"},
+	{"synonyms", "synonyms", "PUT"},
+	{"distinct-attribute", "distinctAttribute", "PUT"},
+	{"proximity-precision", "proximityPrecision", "PUT"},
+	{"localized-attributes", "localizedAttributes", "PUT"},
+	{"ranking-rules", "rankingRules", "PUT"},
+	{"faceting", "faceting", "PATCH"},
+	{"pagination", "pagination", "PATCH"},
+	{"embedders", "embedders", "PATCH"},
+	{"search-cutoff-ms", "searchCutoffMs", "PUT"},
+	{"facet-search", "facetSearch", "PUT"},
+	{"prefix-search", "prefixSearch", "PUT"},
+	{"chat", "chat", "PATCH"},
+	{"foreign-keys", "foreignKeys", "PUT"},
 }
 
 func (ix *index) setting(key string) json.RawMessage {
@@ -74,23 +117,28 @@ func (ix *index) stringList(key string) []string {
 	return out
 }
 
-func (ix *index) appendSettings(b []byte) []byte {
+// appendSettings renders the settings object in the order of Meilisearch's
+// Settings struct (crates/meilisearch-types/src/settings.rs): foreignKeys
+// after sortableAttributes and chat last, each only while its experimental
+// feature is on.
+func (ix *index) appendSettings(b []byte, f *features) []byte {
 	b = append(b, '{')
-	for i, k := range settingKeys {
-		if i > 0 {
+	add := func(k string) {
+		if len(b) > 1 {
 			b = append(b, ',')
 		}
 		b = appendString(b, k)
 		b = append(b, ':')
 		b = append(b, ix.setting(k)...)
 	}
-	for _, k := range extraSettingKeys {
-		if v, ok := ix.settings[k]; ok {
-			b = append(b, ',')
-			b = appendString(b, k)
-			b = append(b, ':')
-			b = append(b, v...)
+	for _, k := range settingKeys {
+		add(k)
+		if k == "sortableAttributes" && f.enabled("foreignKeys") {
+			add("foreignKeys")
 		}
+	}
+	if f.enabled("chatCompletions") {
+		add("chat")
 	}
 	return append(b, '}')
 }
@@ -104,7 +152,7 @@ func (s *Server) handleGetSettings(w http.ResponseWriter, r *http.Request) {
 	ix := s.indexes[uid]
 	var b []byte
 	if ix != nil {
-		b = ix.appendSettings(nil)
+		b = ix.appendSettings(nil, &s.features)
 	}
 	s.mu.RUnlock()
 	if ix == nil {
@@ -114,46 +162,78 @@ func (s *Server) handleGetSettings(w http.ResponseWriter, r *http.Request) {
 	writeRaw(w, http.StatusOK, b)
 }
 
-// handleUpdateSettings is PATCH /indexes/{uid}/settings: a partial update,
-// null resetting a key to its default; it creates a missing index
-// (routes/indexes/settings.rs).
-func (s *Server) handleUpdateSettings(w http.ResponseWriter, r *http.Request) {
-	uid, ok := pathIndex(w, r)
-	if !ok {
-		return
+// checkSetting checks the type of a new setting value (not null) as
+// deserr does for each key of Settings, with the key's error code.
+func checkSetting(k string, v json.RawMessage) *apiError {
+	code := "invalid_settings_" + camelToSnake(k)
+	switch k {
+	case "chat":
+		code = "invalid_settings_index_chat"
+	case "distinctAttribute", "proximityPrecision", "prefixSearch":
+		var s string
+		if json.Unmarshal(v, &s) != nil {
+			return errf(code, "Invalid value type at `.%s`: expected a string, but found %s", k, compactJSON(v))
+		}
+		return nil
+	case "searchCutoffMs":
+		var n uint64
+		if json.Unmarshal(v, &n) != nil {
+			return errf(code, "Invalid value type at `.%s`: expected a positive integer, but found %s", k, compactJSON(v))
+		}
+		return nil
+	case "facetSearch":
+		var b bool
+		if json.Unmarshal(v, &b) != nil {
+			return errf(code, "Invalid value type at `.%s`: expected a boolean, but found %s", k, compactJSON(v))
+		}
+		return nil
+	case "filterableAttributes", "localizedAttributes", "foreignKeys":
+		var l []json.RawMessage
+		if json.Unmarshal(v, &l) != nil {
+			return errf(code, "Invalid value type at `.%s`: expected an array, but found %s", k, compactJSON(v))
+		}
+		return nil
+	case "synonyms":
+		var m map[string][]string
+		if json.Unmarshal(v, &m) != nil {
+			return errf(code, "Invalid value type at `.%s`: expected an object, but found %s", k, compactJSON(v))
+		}
+		return nil
 	}
-	body, ok := s.readJSONBody(w, r)
-	if !ok {
-		return
+	if c, ok := stringListSettings[k]; ok {
+		var l []string
+		if json.Unmarshal(v, &l) != nil {
+			return errf(c, "Invalid value type at `.%s`: expected an array, but found %s", k, compactJSON(v))
+		}
+		return nil
 	}
-	m, e := decodeObject(body, append(slices.Clone(settingKeys), extraSettingKeys...)...)
-	if e != nil {
-		writeErr(w, e)
-		return
+	if objectSettings[k] || k == "embedders" {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(v, &m) != nil || m == nil {
+			return errf(code, "Invalid value type at `.%s`: expected an object, but found %s", k, compactJSON(v))
+		}
 	}
-	for _, k := range []string{"chat", "vectorStore"} {
-		if v, ok := m[k]; ok && string(bytes.TrimSpace(v)) != "null" {
-			writeErr(w, errFeatureNotEnabled(k))
-			return
+	return nil
+}
+
+// settingsTask checks new settings (key -> raw value, null resetting) and
+// returns the settingsUpdate task that applies them, creating a missing
+// index, as register_new_settings does (s.mu not held).
+func (s *Server) settingsTask(uid string, m map[string]json.RawMessage) (*task, *apiError) {
+	s.mu.RLock()
+	feats := s.features
+	s.mu.RUnlock()
+	for _, k := range extraSettingKeys {
+		if v, ok := m[k]; ok && string(bytes.TrimSpace(v)) != "null" && !feats.enabled(settingFeature[k]) {
+			return nil, errFeatureNotEnabled(k)
 		}
 	}
 	for k, v := range m {
-		if string(v) == "null" {
+		if string(bytes.TrimSpace(v)) == "null" {
 			continue
 		}
-		if code, ok := stringListSettings[k]; ok {
-			var l []string
-			if json.Unmarshal(v, &l) != nil {
-				writeErr(w, errf(code, "Invalid value type at `.%s`: expected an array, but found %s", k, compactJSON(v)))
-				return
-			}
-		}
-		if k == "filterableAttributes" {
-			var l []any
-			if json.Unmarshal(v, &l) != nil {
-				writeErr(w, errf("invalid_settings_filterable_attributes", "Invalid value type at `.filterableAttributes`: expected an array, but found %s", compactJSON(v)))
-				return
-			}
+		if e := checkSetting(k, v); e != nil {
+			return nil, e
 		}
 	}
 	t := &task{indexUID: uid, kind: kindSettingsUpdate}
@@ -191,12 +271,122 @@ func (s *Server) handleUpdateSettings(w http.ResponseWriter, r *http.Request) {
 					continue
 				}
 			}
-			ix.settings[k] = json.RawMessage(compactJSON(v))
+			ix.settings[k] = normalizeSetting(k, v)
 		}
 		ix.updatedAt = time.Now().UTC()
 		return nil
 	}
+	return t, nil
+}
+
+// setSettings are BTreeSet<String> in Meilisearch's Settings: stored sorted
+// and without duplicates, and so returned.
+var setSettings = map[string]bool{"sortableAttributes": true, "stopWords": true, "nonSeparatorTokens": true, "separatorTokens": true, "dictionary": true}
+
+// normalizeSetting stores a value as Meilisearch's types hold it: sets
+// sorted and deduplicated, synonyms (a BTreeMap) by sorted key.
+func normalizeSetting(k string, v json.RawMessage) json.RawMessage {
+	switch {
+	case setSettings[k]:
+		var l []string
+		if json.Unmarshal(v, &l) == nil {
+			slices.Sort(l)
+			b, _ := json.Marshal(slices.Compact(l))
+			return b
+		}
+	case k == "synonyms":
+		var m map[string][]string
+		if json.Unmarshal(v, &m) == nil {
+			b, _ := json.Marshal(m)
+			return b
+		}
+	}
+	return json.RawMessage(compactJSON(v))
+}
+
+// handleUpdateSettings is PATCH /indexes/{uid}/settings: a partial update,
+// null resetting a key to its default; it creates a missing index
+// (routes/indexes/settings.rs).
+func (s *Server) handleUpdateSettings(w http.ResponseWriter, r *http.Request) {
+	uid, ok := pathIndex(w, r)
+	if !ok {
+		return
+	}
+	body, ok := s.readJSONBody(w, r)
+	if !ok {
+		return
+	}
+	m, e := decodeObject(body, append(slices.Clone(settingKeys), extraSettingKeys...)...)
+	if e != nil {
+		writeErr(w, e)
+		return
+	}
+	t, e := s.settingsTask(uid, m)
+	if e != nil {
+		writeErr(w, e)
+		return
+	}
 	s.enqueue(w, r, t)
+}
+
+// settingHandlers returns the GET, update and DELETE handlers of one
+// setting's route. GET shows the value whatever the experimental features
+// (only the whole settings object hides chat and foreignKeys); the update
+// takes the value itself (null resets it); DELETE resets it.
+func (s *Server) settingHandlers(key string) (get, update, reset handlerFunc) {
+	get = func(w http.ResponseWriter, r *http.Request) {
+		uid, ok := pathIndex(w, r)
+		if !ok {
+			return
+		}
+		s.mu.RLock()
+		ix := s.indexes[uid]
+		var v json.RawMessage
+		if ix != nil {
+			v = ix.setting(key)
+		}
+		s.mu.RUnlock()
+		if ix == nil {
+			writeErr(w, errIndexNotFound(uid))
+			return
+		}
+		writeRaw(w, http.StatusOK, v)
+	}
+	update = func(w http.ResponseWriter, r *http.Request) {
+		uid, ok := pathIndex(w, r)
+		if !ok {
+			return
+		}
+		body, ok := s.readJSONBody(w, r)
+		if !ok {
+			return
+		}
+		if !json.Valid(body) {
+			var x any
+			err := json.Unmarshal(body, &x)
+			writeErr(w, errBadRequest("Json deserialize error: %s", jsonErrText(err)))
+			return
+		}
+		t, e := s.settingsTask(uid, map[string]json.RawMessage{key: json.RawMessage(bytes.TrimSpace(body))})
+		if e != nil {
+			writeErr(w, e)
+			return
+		}
+		s.enqueue(w, r, t)
+	}
+	reset = func(w http.ResponseWriter, r *http.Request) {
+		uid, ok := pathIndex(w, r)
+		if !ok {
+			return
+		}
+		t, e := s.settingsTask(uid, map[string]json.RawMessage{key: json.RawMessage("null")})
+		if e != nil {
+			writeErr(w, e)
+			return
+		}
+		s.enqueue(w, r, t)
+	}
+	return get, update, reset
 }
 
 func (s *Server) handleResetSettings(w http.ResponseWriter, r *http.Request) {
@@ -333,13 +523,13 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 
 // errFeatureNotEnabled is validate_settings' refusal of a setting whose
 // experimental feature is off (crates/index-scheduler/src/features.rs:
-// check_chat_completions, check_vector_store_setting; the message is
+// check_chat_completions, check_foreign_keys_setting; the message is
 // FeatureNotEnabledError's "{action} requires enabling the `{feature}`
 // experimental feature. See {link}").
 func errFeatureNotEnabled(key string) *apiError {
 	feature, link := "chat completions", "https://github.com/orgs/meilisearch/discussions/835"
-	if key == "vectorStore" {
-		feature, link = "vector_store_setting", "https://github.com/orgs/meilisearch/discussions/860"
+	if key == "foreignKeys" {
+		feature, link = "foreign_keys", "https://github.com/orgs/meilisearch/discussions/873"
 	}
 	return errf("feature_not_enabled", "setting `%s` in the index settings requires enabling the `%s` experimental feature. See %s", key, feature, link)
 }
