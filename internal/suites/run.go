@@ -111,6 +111,12 @@ func runUnit(ctx context.Context, u unit, bin, root string, c *config) unitResul
 			return r
 		}
 		defer srv.Close()
+		// meilisearch-go's suite runs its tests in one process against one
+		// Meilisearch, and its first file (chat_test.go) turns the
+		// chatCompletions feature on for good; later tests expect the chat
+		// setting it makes visible. Each test here has a fresh server, so
+		// it starts in that state.
+		srv.SetExperimentalFeature("chatCompletions", true)
 		env = append(env, "MEILISEARCH_URL="+srv.URL())
 	}
 
