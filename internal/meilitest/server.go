@@ -194,7 +194,12 @@ func (s *Server) FailNextOn(route string, n int, mode FailMode) {
 //	POST /indexes/{uid}/search  GET /indexes/{uid}/search
 //	GET /indexes/{uid}/settings  PATCH /indexes/{uid}/settings
 //	DELETE /indexes/{uid}/settings
-//	GET /tasks  GET /tasks/{taskUid}  POST /swap-indexes
+//	GET|PUT|PATCH|DELETE /indexes/{uid}/settings/<setting> (e.g.
+//	  PUT /indexes/{uid}/settings/stop-words)
+//	GET /tasks  GET /tasks/{taskUid}  POST /tasks/cancel  DELETE /tasks
+//	GET /batches  GET /batches/{batchUid}
+//	GET /experimental-features  PATCH /experimental-features
+//	POST /swap-indexes
 //
 // Requests that match no route (answered 404, or 405 when the path exists
 // for other methods) are counted under "unknown". Every request
