@@ -118,6 +118,10 @@ const (
 	tokHighWater  = 0xC0 // everything up to and including seq has been seen
 	tokEvent      = 0x80 // the event seq
 	tokInvalidate = 0x81 // the invalidate that follows event seq
+	// tokFragment+i is fragment i (from 0) of event seq, split by
+	// $changeStreamSplitLargeEvent.
+	tokFragment  = 0x90
+	maxFragments = 16
 )
 
 func makeToken(ts bson.Timestamp, seq int64, kind byte) bson.D {
@@ -183,6 +187,12 @@ type changeStream struct {
 	// token's event first and fails with 280 at the first event of the
 	// stream's own that comes instead.
 	foreignToken any
+	// split: the pipeline ends with $changeStreamSplitLargeEvent.
+	split bool
+	// skipSeq/skipFrags: resumed from a fragment's token, the first
+	// skipFrags fragments of event skipSeq were already seen.
+	skipSeq   int64
+	skipFrags int
 }
 
 // highWater is the stream's high-water-mark token: everything up to pos
@@ -311,14 +321,14 @@ func (s *Server) openChangeStream(x *cmdCtx, specV any, user bson.A, batchSize i
 		switch sd[0].Key {
 		case "$match", "$project", "$addFields", "$set", "$unset", "$replaceRoot", "$replaceWith":
 		case "$changeStreamSplitLargeEvent":
-			// Accepted where mongod 7.0 accepts it, last
-			// (document_source_change_stream_split_large_event.cpp); it
-			// changes nothing here, as events over 16 MB are refused
-			// rather than split (see emit).
+			// Last, as mongod 7.0 requires
+			// (document_source_change_stream_split_large_event.cpp): events
+			// over 16 MB are split into fragments (see splitEvent).
 			if i != len(user)-1 {
 				return nil, cmdErrf(7182802, "Location7182802", "$changeStreamSplitLargeEvent can only appear as the final stage in the pipeline")
 			}
 			user = user[:i]
+			cs.split = true
 		default:
 			return nil, cmdErrf(20, "IllegalOperation", "Stage %s is not permitted in a $changeStream pipeline", sd[0].Key)
 		}
@@ -369,6 +379,15 @@ func (s *Server) openChangeStream(x *cmdCtx, specV any, user bson.A, batchSize i
 				}
 			}
 			cs.pos, cs.posTs = tok.seq, tok.ts
+			if tok.kind >= tokFragment && tok.kind < tokFragment+maxFragments {
+				// Resuming inside a split event: it is read again, from
+				// the fragment after the token's.
+				if !cs.split {
+					return &cmdError{code: 280, name: "ChangeStreamFatalError", msg: "Attempting to resume a change stream using a resume token of a split event fragment, but the pipeline does not contain $changeStreamSplitLargeEvent", labels: []string{"NonResumableChangeStreamError"}}
+				}
+				cs.pos = tok.seq - 1
+				cs.skipSeq, cs.skipFrags = tok.seq, int(tok.kind-tokFragment)+1
+			}
 			if tok.kind == tokHighWater {
 				// Nothing before the token's time: a no-op for ordinary
 				// marks (later events have later times), the start time
@@ -445,33 +464,52 @@ func (s *Server) collectEvents(cs *changeStream, max int) (bson.A, bson.D, bool,
 	batch := bson.A{}
 	size := 0
 	var lastTok bson.D
-	emit := func(doc bson.D, tok bson.D) (bool, error) {
+	// emit runs the stream's stages on an event and adds what comes out to
+	// the batch, split into fragments if it is too large and the stream
+	// asked for that; it returns the token of the last document added (nil
+	// if none).
+	emit := func(doc bson.D, tok bson.D, seq int64) (bson.D, error) {
 		out, err := runStages(cs.stages, []bson.D{doc})
 		if err != nil {
-			return false, err
+			return nil, err
 		}
 		if len(out) == 0 {
-			return false, nil
+			return nil, nil
 		}
 		id, _ := docGet(out[0], "_id")
 		if compareValues(id, tok) != 0 {
-			return false, &cmdError{code: 280, name: "ChangeStreamFatalError", msg: "Encountered an event whose _id field, which contains the resume token, was modified by the pipeline. Modifying the _id field of an event makes it impossible to resume the stream from that point. Only transformations that retain the unmodified _id field are allowed.", labels: []string{"NonResumableChangeStreamError"}}
+			return nil, &cmdError{code: 280, name: "ChangeStreamFatalError", msg: "Encountered an event whose _id field, which contains the resume token, was modified by the pipeline. Modifying the _id field of an event makes it impossible to resume the stream from that point. Only transformations that retain the unmodified _id field are allowed.", labels: []string{"NonResumableChangeStreamError"}}
 		}
 		raw := encodeDoc(out[0])
-		if len(raw) > maxBSONSize {
-			// mongod fails the getMore with BSONObjectTooLarge, or with
-			// $changeStreamSplitLargeEvent splits the event into
-			// fragments, which this server does not do.
-			return false, cmdErrf(10334, "BSONObjectTooLarge", "BSONObj size: %d (0x%X) is invalid. Size must be between 0 and 16793600(16MB) First element: _id: %s", len(raw), len(raw), formatValue(tok))
+		if len(raw) <= maxBSONSize {
+			size += len(raw)
+			batch = append(batch, rawDoc(raw))
+			return tok, nil
 		}
-		size += len(raw)
-		batch = append(batch, rawDoc(raw))
-		return true, nil
+		if !cs.split {
+			// mongod fails the getMore with BSONObjectTooLarge.
+			return nil, cmdErrf(10334, "BSONObjectTooLarge", "BSONObj size: %d (0x%X) is invalid. Size must be between 0 and 16793600(16MB) First element: _id: %s", len(raw), len(raw), formatValue(tok))
+		}
+		frags, toks, err := splitEvent(out[0], tok)
+		if err != nil {
+			return nil, err
+		}
+		first := 0
+		if seq == cs.skipSeq {
+			first, cs.skipSeq = cs.skipFrags, 0
+		}
+		var last bson.D
+		for i := first; i < len(frags); i++ {
+			size += len(frags[i])
+			batch = append(batch, rawDoc(frags[i]))
+			last = toks[i]
+		}
+		return last, nil
 	}
 	invalidate := func(ev *event) (bson.A, bson.D, bool, error) {
 		tok := makeToken(ev.ts, ev.seq, tokInvalidate)
 		doc := bson.D{{Key: "_id", Value: tok}, {Key: "operationType", Value: "invalidate"}, {Key: "clusterTime", Value: ev.ts}, {Key: "wallTime", Value: ev.wall}}
-		if _, err := emit(doc, tok); err != nil {
+		if _, err := emit(doc, tok, -1); err != nil {
 			return nil, nil, false, err
 		}
 		return batch, tok, true, nil
@@ -497,12 +535,12 @@ func (s *Server) collectEvents(cs *changeStream, max int) (bson.A, bson.D, bool,
 			return nil, nil, false, err
 		}
 		tok := makeToken(ev.ts, ev.seq, tokEvent)
-		ok, err := emit(doc, tok)
+		last, err := emit(doc, tok, ev.seq)
 		if err != nil {
 			return nil, nil, false, err
 		}
-		if ok {
-			lastTok = tok
+		if last != nil {
+			lastTok = last
 		}
 		if cs.invalidates(ev) {
 			return invalidate(ev)
@@ -656,4 +694,49 @@ func (s *Server) streamReply(cur *cursor, batch bson.A, pbrt bson.D, invalidated
 		{Key: "id", Value: id},
 		{Key: "ns", Value: cur.ns},
 	}}}
+}
+
+// splitEvent cuts an event over 16 MB into fragments, as mongod's
+// $changeStreamSplitLargeEvent does (change_stream_split_event_helpers.cpp
+// splitChangeEvent): the top-level fields in order, as many to a fragment as
+// fit, each fragment led by its own resume token (the event's, with the
+// fragment's number) and splitEvent {fragment, of}. A single field too large
+// for a fragment cannot be split: 10334 BSONObjectTooLarge.
+func splitEvent(doc bson.D, tok bson.D) ([][]byte, []bson.D, error) {
+	t, err := parseToken(tok)
+	if err != nil {
+		return nil, nil, err
+	}
+	fragTok := func(i int) bson.D { return makeToken(t.ts, t.seq, byte(tokFragment+i)) }
+	head := len(encodeDoc(bson.D{{Key: "_id", Value: fragTok(0)}, {Key: "splitEvent", Value: bson.D{{Key: "fragment", Value: int32(0)}, {Key: "of", Value: int32(0)}}}}))
+	var groups []bson.D
+	var cur bson.D
+	curSize := head
+	for _, f := range doc {
+		if f.Key == "_id" {
+			continue
+		}
+		fs := len(appendElem(nil, f.Key, f.Value))
+		if head+fs > maxBSONSize {
+			return nil, nil, cmdErrf(10334, "BSONObjectTooLarge", "the field '%s' of the change event %s is too large for an event fragment (%d bytes)", f.Key, formatValue(tok), fs)
+		}
+		if len(cur) > 0 && curSize+fs > maxBSONSize {
+			groups = append(groups, cur)
+			cur, curSize = nil, head
+		}
+		cur = append(cur, f)
+		curSize += fs
+	}
+	groups = append(groups, cur)
+	if len(groups) > maxFragments {
+		return nil, nil, cmdErrf(10334, "BSONObjectTooLarge", "the change event %s needs %d fragments; mongotest makes at most %d", formatValue(tok), len(groups), maxFragments)
+	}
+	frags := make([][]byte, len(groups))
+	toks := make([]bson.D, len(groups))
+	for i, g := range groups {
+		toks[i] = fragTok(i)
+		d := append(bson.D{{Key: "_id", Value: toks[i]}, {Key: "splitEvent", Value: bson.D{{Key: "fragment", Value: int32(i + 1)}, {Key: "of", Value: int32(len(groups))}}}}, g...)
+		frags[i] = encodeDoc(d)
+	}
+	return frags, toks, nil
 }

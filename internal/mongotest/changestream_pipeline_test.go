@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -282,5 +283,79 @@ func TestDatabaseStreamFilteredByCollection(t *testing.T) {
 	want := []string{"books insert 2", "authors insert 3", "books update 2", "books insert 99"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("events %v, want %v", got, want)
+	}
+}
+
+// An event over 16 MB (here an update with its 10 MB post-image and its 10
+// MB updatedFields) fails a plain stream with 10334 BSONObjectTooLarge; with
+// $changeStreamSplitLargeEvent it comes as fragments, each with its own
+// resume token and splitEvent {fragment, of}, and a stream resumed from a
+// fragment's token goes on with the next fragment (mongod 7.0,
+// change_stream_split_event_helpers.cpp).
+func TestChangeStreamSplitsLargeEvents(t *testing.T) {
+	_, client := start(t)
+	c := ctx(t)
+	db := client.Database("db")
+	if err := db.CreateCollection(c, "big", options.CreateCollection().SetChangeStreamPreAndPostImages(bson.D{{Key: "enabled", Value: true}})); err != nil {
+		t.Fatal(err)
+	}
+	coll := db.Collection("big")
+	big := func(c string) string { return c + strings.Repeat("q", 10<<20) }
+	if _, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: 1}, {Key: "value", Value: big("a")}}); err != nil {
+		t.Fatal(err)
+	}
+	split := mongo.Pipeline{{{Key: "$changeStreamSplitLargeEvent", Value: bson.D{}}}}
+	required := options.ChangeStream().SetFullDocument(options.Required)
+	cs, err := coll.Watch(c, split, required)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(c)
+	plain, err := coll.Watch(c, mongo.Pipeline{}, required)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close(c)
+	if _, err := coll.UpdateOne(c, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "$set", Value: bson.D{{Key: "value", Value: big("b")}}}}); err != nil {
+		t.Fatal(err)
+	}
+	type fragment struct {
+		SplitEvent struct {
+			Fragment int32 `bson:"fragment"`
+			Of       int32 `bson:"of"`
+		} `bson:"splitEvent"`
+		OperationType     string `bson:"operationType"`
+		UpdateDescription bson.M `bson:"updateDescription"`
+	}
+	read := func(cs *mongo.ChangeStream) fragment {
+		t.Helper()
+		if !cs.Next(c) {
+			t.Fatal(cs.Err())
+		}
+		var f fragment
+		if err := cs.Decode(&f); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	f1 := read(cs)
+	tok1 := cs.ResumeToken()
+	f2 := read(cs)
+	if f1.SplitEvent.Fragment != 1 || f1.SplitEvent.Of != 2 || f1.OperationType != "update" || f2.SplitEvent.Fragment != 2 || f2.UpdateDescription == nil {
+		t.Fatalf("fragments %+v / %+v", f1.SplitEvent, f2.SplitEvent)
+	}
+	resumed, err := coll.Watch(c, split, options.ChangeStream().SetFullDocument(options.Required).SetResumeAfter(tok1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resumed.Close(c)
+	if f := read(resumed); f.SplitEvent.Fragment != 2 {
+		t.Fatalf("resumed after fragment 1: %+v", f.SplitEvent)
+	}
+	c2, cancel := context.WithTimeout(c, 10*time.Second)
+	defer cancel()
+	var se mongo.ServerError
+	if plain.Next(c2) || !errors.As(plain.Err(), &se) || !se.HasErrorCode(10334) {
+		t.Fatalf("a stream without the split stage: %v", plain.Err())
 	}
 }

@@ -101,9 +101,9 @@
 //   - Post- and pre-images (fullDocument and fullDocumentBeforeChange
 //     whenAvailable/required) exist for collections created or modified
 //     with changeStreamPreAndPostImages; they are kept as long as the change
-//     history, with no expireAfterSeconds. $changeStreamSplitLargeEvent is
-//     accepted (last), but an event over 16 MB fails the stream with 10334
-//     BSONObjectTooLarge instead of being split into fragments.
+//     history, with no expireAfterSeconds. An event over 16 MB fails the
+//     stream with 10334 BSONObjectTooLarge, or with
+//     $changeStreamSplitLargeEvent comes in fragments (at most 16).
 //   - A rename onto an existing collection (dropTarget) within a database
 //     is one rename event, seen by the target's streams, as on mongod; a
 //     cross-database rename is a drop of the target and a rename (mongod
