@@ -3,6 +3,7 @@ package mongotest
 import (
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -330,6 +331,11 @@ func (s *Server) openChangeStream(x *cmdCtx, specV any, user bson.A, batchSize i
 			user = user[:i]
 			cs.split = true
 		default:
+			// A name mongod does not know is refused as in any pipeline
+			// (40324); a known stage is not allowed after $changeStream.
+			if !knownStages[sd[0].Key] {
+				return nil, cmdErrf(40324, "Location40324", "Unrecognized pipeline stage name: '%s'", sd[0].Key)
+			}
 			return nil, cmdErrf(20, "IllegalOperation", "Stage %s is not permitted in a $changeStream pipeline", sd[0].Key)
 		}
 	}
@@ -639,9 +645,93 @@ func (s *Server) eventDoc(cs *changeStream, ev *event) (bson.D, error) {
 		}
 	}
 	if ev.op == "update" {
-		d = append(d, bson.E{Key: "updateDescription", Value: ev.upd})
+		upd := ev.upd
+		if cs.showExpanded {
+			if dp := disambiguatedPaths(ev.upd, ev.doc); dp != nil {
+				upd = append(append(bson.D{}, upd...), bson.E{Key: "disambiguatedPaths", Value: dp})
+			}
+		}
+		d = append(d, bson.E{Key: "updateDescription", Value: upd})
 	}
 	return d, nil
+}
+
+// knownStages are the aggregation stage names mongod 7.0 parses, whether or
+// not this server runs them.
+var knownStages = map[string]bool{
+	"$addFields": true, "$bucket": true, "$bucketAuto": true, "$changeStream": true,
+	"$changeStreamSplitLargeEvent": true, "$collStats": true, "$count": true, "$currentOp": true,
+	"$densify": true, "$documents": true, "$facet": true, "$fill": true, "$geoNear": true,
+	"$graphLookup": true, "$group": true, "$indexStats": true, "$limit": true,
+	"$listLocalSessions": true, "$listSampledQueries": true, "$listSearchIndexes": true,
+	"$listSessions": true, "$lookup": true, "$match": true, "$merge": true, "$out": true,
+	"$planCacheStats": true, "$project": true, "$redact": true, "$replaceRoot": true,
+	"$replaceWith": true, "$sample": true, "$search": true, "$searchMeta": true, "$set": true,
+	"$setWindowFields": true, "$shardedDataDistribution": true, "$skip": true, "$sort": true,
+	"$sortByCount": true, "$unionWith": true, "$unset": true, "$unwind": true, "$vectorSearch": true,
+}
+
+// disambiguatedPaths is updateDescription.disambiguatedPaths, which streams
+// with showExpandedEvents get (mongod 6.1+): for each updated or removed
+// path with a component that is a numeric field name (which a reader would
+// take for an array index), the path's components, array indices as
+// integers and field names as strings. nil when no path is ambiguous. The
+// components' kinds are read from the document after the update.
+func disambiguatedPaths(upd bson.D, post []byte) bson.D {
+	var paths []string
+	if v, ok := docGet(upd, "updatedFields"); ok {
+		if d, ok := v.(bson.D); ok {
+			for _, e := range d {
+				paths = append(paths, e.Key)
+			}
+		}
+	}
+	if v, ok := docGet(upd, "removedFields"); ok {
+		if a, ok := v.(bson.A); ok {
+			for _, e := range a {
+				if p, ok := e.(string); ok {
+					paths = append(paths, p)
+				}
+			}
+		}
+	}
+	var doc bson.D
+	var out bson.D
+	for _, p := range paths {
+		parts := strings.Split(p, ".")
+		ambiguous := false
+		comps := make(bson.A, len(parts))
+		if doc == nil && post != nil {
+			doc = mustDecode(post)
+		}
+		var cur any = doc
+		for i, part := range parts {
+			_, numErr := strconv.Atoi(part)
+			switch x := cur.(type) {
+			case bson.A:
+				n, _ := strconv.Atoi(part)
+				comps[i] = int32(n)
+				if n >= 0 && n < len(x) {
+					cur = x[n]
+				} else {
+					cur = nil
+				}
+				continue
+			case bson.D:
+				cur, _ = docGet(x, part)
+			default:
+				cur = nil
+			}
+			comps[i] = part
+			if numErr == nil {
+				ambiguous = true
+			}
+		}
+		if ambiguous {
+			out = append(out, bson.E{Key: p, Value: comps})
+		}
+	}
+	return out
 }
 
 // streamGetMore blocks until events exist or maxTimeMS (default 1000 ms,

@@ -359,3 +359,57 @@ func TestChangeStreamSplitsLargeEvents(t *testing.T) {
 		t.Fatalf("a stream without the split stage: %v", plain.Err())
 	}
 }
+
+// With showExpandedEvents an update whose paths hold a numeric field name
+// carries disambiguatedPaths, the path's components with array indices as
+// integers (mongod 6.1+; the change-streams specification's
+// change-streams-disambiguatedPaths tests). A stage mongod does not know is
+// 40324, as in any pipeline.
+func TestChangeStreamDisambiguatedPaths(t *testing.T) {
+	_, client := start(t)
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	if _, err := coll.Watch(c, mongo.Pipeline{{{Key: "$unsupported", Value: 1}}}); err == nil || !strings.Contains(err.Error(), "40324") && !strings.Contains(err.Error(), "Unrecognized pipeline stage") {
+		t.Fatalf("an unknown stage: %v", err)
+	}
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: 1}, {Key: "a", Value: bson.D{{Key: "1", Value: 1}}}, {Key: "b", Value: bson.A{bson.D{{Key: "1", Value: 1}}}}, {Key: "n", Value: 0}})
+	expanded, err := coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetShowExpandedEvents(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer expanded.Close(c)
+	plain, err := coll.Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close(c)
+	for _, u := range []bson.D{
+		{{Key: "$set", Value: bson.D{{Key: "a.1", Value: 2}}}},
+		{{Key: "$set", Value: bson.D{{Key: "b.0.1", Value: 2}}}},
+		{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}},
+	} {
+		if _, err := coll.UpdateOne(c, bson.D{{Key: "_id", Value: 1}}, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{`{"a.1": ["a","1"]}`, `{"b.0.1": ["b",{"$numberInt":"0"},"1"]}`, `<nil>`}
+	for i, w := range want {
+		if !expanded.Next(c) {
+			t.Fatal(expanded.Err())
+		}
+		dp := expanded.Current.Lookup("updateDescription", "disambiguatedPaths")
+		got := "<nil>"
+		if dp.Type != 0 {
+			got = strings.ReplaceAll(dp.String(), " ", "")
+		}
+		if strings.ReplaceAll(w, " ", "") != got {
+			t.Errorf("update %d: disambiguatedPaths %s, want %s", i, got, w)
+		}
+		if !plain.Next(c) {
+			t.Fatal(plain.Err())
+		}
+		if plain.Current.Lookup("updateDescription", "disambiguatedPaths").Type != 0 {
+			t.Errorf("update %d: disambiguatedPaths without showExpandedEvents", i)
+		}
+	}
+}

@@ -95,7 +95,9 @@
 //     created is the parent, $push appending is "arr.N", other array
 //     operators the whole array); for a pipeline update, the document's
 //     difference (nested changes as dotted paths, a changed array whole).
-//     truncatedArrays is always empty and disambiguatedPaths never given.
+//     truncatedArrays is always empty; disambiguatedPaths (streams with
+//     showExpandedEvents) covers numeric field names, not field names
+//     holding dots.
 //     A pipeline update becomes a replace event when its delta is not
 //     smaller than the document, approximating mongod's rule.
 //   - Post- and pre-images (fullDocument and fullDocumentBeforeChange
