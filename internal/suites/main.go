@@ -9,9 +9,12 @@
 //	                         [-j 1] [-failures] [-out results.json]
 //
 // Each top-level test (each spec directory, for the spec runners) runs in
-// its own process of the test binary, against its own fresh mongotest and
-// meilitest started in this process, so an os.Exit, a hang (killed after
-// -timeout) or a test that leaves a fail point on costs that test only.
+// its own process of the test binary, so an os.Exit or a hang (killed after
+// -timeout) costs that test only. The driver's processes each get a fresh
+// mongotest (a test that leaves a fail point on spoils no other);
+// meilisearch-go's share one meilitest, one process after the other, as
+// their CI shares one Meilisearch and the tests expect what earlier ones
+// left (-fresh gives them fresh ones too). The servers run in this process.
 // It prints, per group (the test's file, or the spec directory), how many
 // top-level tests and how many cases (tests without subtests) passed,
 // failed and were skipped. The modules come from the module cache (`go mod
@@ -59,6 +62,7 @@ type config struct {
 	timeout    time.Duration
 	dirTimeout time.Duration
 	jobs       int
+	fresh      bool
 	failures   bool
 	out        string
 }
@@ -73,7 +77,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	work := fs.String("work", "", "directory for module copies, test binaries and logs (default: the user cache directory)")
 	timeout := fs.Duration("timeout", 3*time.Minute, "time allowed to one top-level test")
 	dirTimeout := fs.Duration("dir-timeout", 20*time.Minute, "time allowed to one directory of spec tests")
-	jobs := fs.Int("j", 1, "test processes run at once")
+	jobs := fs.Int("j", 1, "test processes run at once (the shared suite, meili, runs one at a time)")
+	fresh := fs.Bool("fresh", false, "give every test process fresh servers, meili's too (it shares one pair by default, as its CI does)")
 	failures := fs.Bool("failures", false, "print every failed case with the start of its output")
 	out := fs.String("out", "", "write every case's outcome to this JSON file")
 	if err := fs.Parse(args); err != nil {
@@ -82,7 +87,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	c := &config{specs: *specs, specsRev: *rev, work: *work, timeout: *timeout, dirTimeout: *dirTimeout, jobs: max(*jobs, 1), failures: *failures, out: *out}
+	c := &config{specs: *specs, specsRev: *rev, work: *work, timeout: *timeout, dirTimeout: *dirTimeout, jobs: max(*jobs, 1), fresh: *fresh, failures: *failures, out: *out}
 	for _, n := range strings.Split(*names, ",") {
 		n = strings.TrimSpace(n)
 		found := false
@@ -148,6 +153,35 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	logf("%d test processes to run", len(units))
 
 	results := make([]unitResult, len(units))
+	one := func(i int, sv *servers) {
+		u := units[i]
+		start := time.Now()
+		r := runUnit(ctx, u, bins[u.suite], roots[u.suite], c, sv)
+		results[i] = r
+		logf("[%d/%d] %s: %s (%s)", i+1, len(units), u, r.summary(), time.Since(start).Round(time.Second))
+	}
+	// Shared suites: one goroutine, one pair of servers, in order.
+	for _, s := range c.suites {
+		if !s.shared || c.fresh {
+			continue
+		}
+		var sv *servers
+		for i, u := range units {
+			if u.suite != s || ctx.Err() != nil {
+				continue
+			}
+			if sv == nil {
+				var err error
+				if sv, err = startServers(s); err != nil {
+					return err
+				}
+			}
+			one(i, sv)
+		}
+		if sv != nil {
+			sv.close()
+		}
+	}
 	var next int
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -163,11 +197,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				if i >= len(units) || ctx.Err() != nil {
 					return
 				}
-				u := units[i]
-				start := time.Now()
-				r := runUnit(ctx, u, bins[u.suite], roots[u.suite], c)
-				results[i] = r
-				logf("[%d/%d] %s: %s (%s)", i+1, len(units), u, r.summary(), time.Since(start).Round(time.Second))
+				if units[i].suite.shared && !c.fresh {
+					continue
+				}
+				one(i, nil)
 			}
 		}()
 	}

@@ -88,37 +88,73 @@ func (r unitResult) summary() string {
 	return s
 }
 
-// runUnit starts fresh servers, runs the unit's test process against them
-// and parses what it printed. Its output is kept in work/logs.
-func runUnit(ctx context.Context, u unit, bin, root string, c *config) unitResult {
-	r := unitResult{unit: u, out: &processOutput{results: map[string]Outcome{}, logs: map[string][]string{}}}
-	env := os.Environ()
-	if u.suite.mongo {
+// servers are the test servers a test process talks to.
+type servers struct {
+	mongo *mongotest.Server
+	meili *meilitest.Server
+}
+
+// startServers starts the servers suite s needs.
+func startServers(s *suite) (*servers, error) {
+	var sv servers
+	if s.mongo {
 		srv, err := mongotest.Start(mongotest.Options{})
 		if err != nil {
-			r.note = "start mongotest: " + err.Error()
-			return r
+			return nil, fmt.Errorf("start mongotest: %w", err)
 		}
-		defer srv.Close()
-		// The driver's spec runners find their files under
-		// PROJECT_DIRECTORY (internal/spectest.Path).
-		env = append(env, "MONGODB_URI="+srv.URI(), "PROJECT_DIRECTORY="+root)
+		sv.mongo = srv
 	}
-	if u.suite.meili {
+	if s.meili {
 		srv, err := meilitest.Start(meilitest.Options{MasterKey: meiliMasterKey})
 		if err != nil {
-			r.note = "start meilitest: " + err.Error()
+			sv.close()
+			return nil, fmt.Errorf("start meilitest: %w", err)
+		}
+		// meilisearch-go's suite runs chat_test.go first, which turns the
+		// chatCompletions feature on for good; later tests expect the chat
+		// setting it makes visible, also when run alone (-run).
+		srv.SetExperimentalFeature("chatCompletions", true)
+		sv.meili = srv
+	}
+	return &sv, nil
+}
+
+func (sv *servers) close() {
+	if sv.mongo != nil {
+		sv.mongo.Close()
+	}
+	if sv.meili != nil {
+		sv.meili.Close()
+	}
+}
+
+func (sv *servers) env(root string) []string {
+	var env []string
+	if sv.mongo != nil {
+		// The driver's spec runners find their files under
+		// PROJECT_DIRECTORY (internal/spectest.Path).
+		env = append(env, "MONGODB_URI="+sv.mongo.URI(), "PROJECT_DIRECTORY="+root)
+	}
+	if sv.meili != nil {
+		env = append(env, "MEILISEARCH_URL="+sv.meili.URL())
+	}
+	return env
+}
+
+// runUnit runs the unit's test process against sv (fresh servers when sv
+// is nil) and parses what it printed. Its output is kept in work/logs.
+func runUnit(ctx context.Context, u unit, bin, root string, c *config, sv *servers) unitResult {
+	r := unitResult{unit: u, out: &processOutput{results: map[string]Outcome{}, logs: map[string][]string{}}}
+	if sv == nil {
+		fresh, err := startServers(u.suite)
+		if err != nil {
+			r.note = err.Error()
 			return r
 		}
-		defer srv.Close()
-		// meilisearch-go's suite runs its tests in one process against one
-		// Meilisearch, and its first file (chat_test.go) turns the
-		// chatCompletions feature on for good; later tests expect the chat
-		// setting it makes visible. Each test here has a fresh server, so
-		// it starts in that state.
-		srv.SetExperimentalFeature("chatCompletions", true)
-		env = append(env, "MEILISEARCH_URL="+srv.URL())
+		defer fresh.close()
+		sv = fresh
 	}
+	env := append(os.Environ(), sv.env(root)...)
 
 	timeout := unitTimeout(u, c.timeout, c.dirTimeout)
 	// The test binary's own -test.timeout panics with every goroutine's

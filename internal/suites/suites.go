@@ -21,6 +21,12 @@ type suite struct {
 	pkg  string // the test package, relative to the module root
 	// needs says which test servers a process of this suite talks to.
 	mongo, meili bool
+	// shared: the suite's processes run one after the other against one
+	// pair of servers, as the suite's own CI runs every test against one
+	// server (meilisearch-go's tests expect what earlier tests left: task
+	// uids above 0, experimental features turned on); otherwise each
+	// process gets fresh servers.
+	shared bool
 	// split names top-level tests that run one process per element of a
 	// []string variable of their file (a directory of spec files each),
 	// so that one hang costs one directory, not the suite.
@@ -45,7 +51,7 @@ var allSuites = []suite{
 		name: "unified", mod: driverModule, pkg: "internal/integration/unified", mongo: true,
 		split: map[string]string{"TestUnifiedSpec": "passDirectories,failDirectories"},
 	},
-	{name: "meili", mod: meiliModule, pkg: "integration", meili: true},
+	{name: "meili", mod: meiliModule, pkg: "integration", meili: true, shared: true},
 }
 
 // unit is what one test process runs.
