@@ -14,12 +14,15 @@
 //     /stats, indexes (create, get, list, update primary key or uid, delete,
 //     stats), documents (POST add-or-replace, PUT add-or-update with
 //     ?primaryKey= and ?skipCreation=, JSON array or object, NDJSON, CSV;
-//     GET and POST /fetch with offset, limit, fields, ids, filter; get one;
+//     GET and POST /fetch with offset, limit, fields, ids, filter and sort
+//     (on sortable attributes); get one;
 //     delete one, delete-batch, delete by filter, delete all), settings (get,
 //     patch, reset: all 20 default keys returned, plus chat and foreignKeys
 //     while their experimental features are on; and every setting's own
 //     route /indexes/{uid}/settings/<setting> with GET, its update verb,
-//     PUT or PATCH, and DELETE), search, swap-indexes, tasks (GET /tasks
+//     PUT or PATCH, and DELETE; localizedAttributes' locales checked),
+//     index compaction (POST /indexes/{uid}/compact), search, swap-indexes,
+//     tasks (GET /tasks
 //     with uids, batchUids, canceledBy, statuses, types, indexUids, limit,
 //     from, reverse and the date filters; GET /tasks/{taskUid}; POST
 //     /tasks/cancel and DELETE /tasks), batches (GET /batches with the same
@@ -111,11 +114,17 @@
 //     /dynamic-search-rules or /tasks/{uid}/documents; those answer 404
 //     with an empty body, as unknown routes do. Only the master key exists:
 //     no API keys or tenant tokens.
-//   - Compression: gzip and deflate request bodies are decoded and responses
-//     are compressed when Accept-Encoding asks for them (so meilisearch-go's
-//     WithContentEncoding works with GzipEncoding and DeflateEncoding);
-//     brotli is not supported either way.
-//   - /stats sizes are the bytes of raw JSON held, not LMDB sizes.
+//   - Compression: gzip, deflate and br request bodies are decoded and
+//     responses compressed when Accept-Encoding asks for them (br preferred,
+//     as actix's Compress does), so meilisearch-go's WithContentEncoding
+//     works with every encoding it has.
+//   - /stats sizes are the bytes of raw JSON held, not LMDB sizes (a
+//     Meilisearch index of a few small documents reports one 4096-byte
+//     page); sizeFormat and showInternalDatabaseSizes are ignored.
+//   - Tasks finish within microseconds of being enqueued (unless
+//     Options.TaskDelay), so a client polling with a deadline of a few
+//     milliseconds finds them done where Meilisearch would still be
+//     processing them.
 //   - GET /version reports pkgVersion "1.50.0" and "unknown" commit fields.
 //
 // # Test controls

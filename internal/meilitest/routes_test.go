@@ -330,3 +330,60 @@ func TestDocumentNestingLimits(t *testing.T) {
 		t.Fatalf("succeeded tasks: %+v %v", tasks, err)
 	}
 }
+
+// GET /documents and POST /documents/fetch take sort criteria on sortable
+// attributes (Meilisearch 1.16+, milli's recursive_sort), refusing others
+// with invalid_document_sort.
+func TestFetchDocumentsSorted(t *testing.T) {
+	srv, c := start(t, meilitest.Options{})
+	ctx := ctxT(t)
+	succeeded(t, c)(c.Index("b").AddDocuments(ctx, []map[string]any{
+		{"id": 1, "year": 2001, "t": "b"}, {"id": 2, "year": 1999, "t": "a"}, {"id": 3, "year": 2001, "t": "a"}, {"id": 4, "t": "z"},
+	}, nil))
+	code, v := rawAny(t, srv, "GET", "/indexes/b/documents?sort=year:asc", "")
+	if m, _ := v.(map[string]any); code != 400 || m["code"] != "invalid_document_sort" || !strings.Contains(m["message"].(string), "Attribute `year` is not sortable") {
+		t.Fatalf("sort on an attribute not sortable: %d %v", code, v)
+	}
+	succeeded(t, c)(c.Index("b").UpdateSortableAttributes(ctx, &[]string{"year", "t"}))
+	ids := func(v any) string {
+		var out []string
+		for _, d := range v.(map[string]any)["results"].([]any) {
+			out = append(out, asJSON(d.(map[string]any)["id"]))
+		}
+		return strings.Join(out, ",")
+	}
+	if _, v := rawAny(t, srv, "GET", "/indexes/b/documents?sort=year:desc,t:asc", ""); ids(v) != "3,1,2,4" {
+		t.Fatalf("GET sorted by year desc, t asc: %s", ids(v))
+	}
+	if _, v := rawAny(t, srv, "POST", "/indexes/b/documents/fetch", `{"sort":["t:asc","year:asc"],"limit":2,"offset":1}`); ids(v) != "3,1" {
+		t.Fatalf("fetch sorted by t, year: %s", ids(v))
+	}
+	if code, _ := rawAny(t, srv, "POST", "/indexes/b/documents/fetch", `{"sort":["year"]}`); code != 400 {
+		t.Fatalf("a criterion without asc/desc: %d", code)
+	}
+}
+
+// localizedAttributes takes only the locales Meilisearch knows
+// (locales.rs make_locale!); POST /indexes/{uid}/compact is an
+// indexCompaction task.
+func TestLocalesAndCompaction(t *testing.T) {
+	srv, c := start(t, meilitest.Options{})
+	ctx := ctxT(t)
+	code, v := rawAny(t, srv, "PATCH", "/indexes/l/settings", `{"localizedAttributes":[{"attributePatterns":["*_ja"],"locales":["jpn","xx"]}]}`)
+	if m, _ := v.(map[string]any); code != 400 || m["code"] != "invalid_settings_localized_attributes" || !strings.Contains(m["message"].(string), "Unsupported locale `xx`") {
+		t.Fatalf("an unknown locale: %d %v", code, v)
+	}
+	succeeded(t, c)(c.Index("l").UpdateLocalizedAttributes(ctx, []*meilisearch.LocalizedAttributes{{Locales: []string{"ja", "cmn"}, AttributePatterns: []string{"*_ja"}}}))
+	task := succeeded(t, c)(c.Index("l").Compact(ctx))
+	if task.Type != "indexCompaction" {
+		t.Fatalf("compaction task: %+v", task)
+	}
+	if _, v := rawAny(t, srv, "GET", "/tasks/"+itoa(task.UID), ""); v.(map[string]any)["details"].(map[string]any)["preCompactionSize"] == nil {
+		t.Fatalf("compaction details: %v", v)
+	}
+	if info, err := c.Index("none").Compact(ctx); err != nil {
+		t.Fatal(err)
+	} else if done, _ := c.WaitForTask(ctx, info.TaskUID, 0); done.Status != meilisearch.TaskStatusFailed || done.Error.Code != "index_not_found" {
+		t.Fatalf("compacting a missing index: %+v", done)
+	}
+}

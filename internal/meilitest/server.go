@@ -184,7 +184,7 @@ func (s *Server) FailNextOn(route string, n int, mode FailMode) {
 //	GET /  GET /health  GET /version  GET /stats
 //	GET /indexes  POST /indexes
 //	GET /indexes/{uid}  PATCH /indexes/{uid}  DELETE /indexes/{uid}
-//	GET /indexes/{uid}/stats
+//	GET /indexes/{uid}/stats  POST /indexes/{uid}/compact
 //	GET /indexes/{uid}/documents  POST /indexes/{uid}/documents
 //	PUT /indexes/{uid}/documents  DELETE /indexes/{uid}/documents
 //	POST /indexes/{uid}/documents/fetch
@@ -287,6 +287,7 @@ func (s *Server) routes() http.Handler {
 	add("PATCH /indexes/{uid}", s.handleUpdateIndex)
 	add("DELETE /indexes/{uid}", s.handleDeleteIndex)
 	add("GET /indexes/{uid}/stats", s.handleIndexStats)
+	add("POST /indexes/{uid}/compact", s.handleCompactIndex)
 	add("GET /indexes/{uid}/documents", s.handleGetDocuments)
 	add("POST /indexes/{uid}/documents", s.handleAddDocuments)
 	add("PUT /indexes/{uid}/documents", s.handleAddDocuments)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -187,7 +188,23 @@ func checkSetting(k string, v json.RawMessage) *apiError {
 			return errf(code, "Invalid value type at `.%s`: expected a boolean, but found %s", k, compactJSON(v))
 		}
 		return nil
-	case "filterableAttributes", "localizedAttributes", "foreignKeys":
+	case "localizedAttributes":
+		var rules []struct {
+			AttributePatterns []string `json:"attributePatterns"`
+			Locales           []string `json:"locales"`
+		}
+		if json.Unmarshal(v, &rules) != nil {
+			return errf(code, "Invalid value type at `.%s`: expected an array of rules with `attributePatterns` and `locales`, but found %s", k, compactJSON(v))
+		}
+		for i, r := range rules {
+			for j, l := range r.Locales {
+				if !slices.Contains(locales, l) {
+					return errf(code, "Invalid value at `.localizedAttributes[%d].locales[%d]`: Unsupported locale `%s`, expected one of %s", i, j, l, strings.Join(locales, ", "))
+				}
+			}
+		}
+		return nil
+	case "filterableAttributes", "foreignKeys":
 		var l []json.RawMessage
 		if json.Unmarshal(v, &l) != nil {
 			return errf(code, "Invalid value type at `.%s`: expected an array, but found %s", k, compactJSON(v))
@@ -533,3 +550,23 @@ func errFeatureNotEnabled(key string) *apiError {
 	}
 	return errf("feature_not_enabled", "setting `%s` in the index settings requires enabling the `%s` experimental feature. See %s", key, feature, link)
 }
+
+// locales are the languages localizedAttributes (and search's locales)
+// accept: ISO 639-1 and 639-3 codes of the tokenizer's languages, plus cmn,
+// in the order Meilisearch lists them, shortest first
+// (crates/meilisearch-types/src/locales.rs, make_locale!).
+var locales = func() []string {
+	pairs := "af afr ak aka am amh ar ara az aze be bel bn ben bg bul ca cat cs ces da dan de deu el ell en eng eo epo et est " +
+		"fi fin fr fra gu guj he heb hi hin hr hrv hu hun hy hye id ind it ita jv jav ja jpn kn kan ka kat km khm ko kor la lat " +
+		"lv lav lt lit ml mal mr mar mk mkd my mya ne nep nl nld nb nob or ori pa pan fa pes pl pol pt por ro ron ru rus si sin " +
+		"sk slk sl slv sn sna es spa sr srp sv swe ta tam te tel tl tgl th tha tk tuk tr tur uk ukr ur urd uz uzb vi vie yi yid " +
+		"zh zho zu zul cmn"
+	l := strings.Fields(pairs)
+	slices.SortFunc(l, func(a, b string) int {
+		if len(a) != len(b) {
+			return len(a) - len(b)
+		}
+		return strings.Compare(a, b)
+	})
+	return l
+}()

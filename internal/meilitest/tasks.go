@@ -18,6 +18,7 @@ const (
 	kindIndexDeletion            = "indexDeletion"
 	kindIndexUpdate              = "indexUpdate"
 	kindIndexSwap                = "indexSwap"
+	kindIndexCompaction          = "indexCompaction"
 
 	statusEnqueued   = "enqueued"
 	statusProcessing = "processing"
