@@ -101,9 +101,11 @@
 //     feature_not_enabled unless their experimental feature is on. Of the
 //     experimental features only chatCompletions and foreignKeys change
 //     anything (the others are stored and reported: no /metrics, /logs,
-//     CONTAINS filter, network or document edition). Embedders are returned
-//     as stored, their apiKey included; Meilisearch returns it redacted
-//     (its settings reference, apiKey).
+//     CONTAINS filter, network or document edition). Embedders are shown
+//     with their API keys redacted and a rest embedder's defaults filled in,
+//     as Meilisearch does, but other sources' defaults (models, dimensions)
+//     are not added, and nothing is embedded: no vectors, no
+//     retrieveVectors.
 //   - Nested primary keys ("a.b") are not supported; the primary key is a
 //     top-level field.
 //   - Tasks are never auto-deleted (Meilisearch drops the oldest finished

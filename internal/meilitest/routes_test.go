@@ -387,3 +387,19 @@ func TestLocalesAndCompaction(t *testing.T) {
 		t.Fatalf("compacting a missing index: %+v", done)
 	}
 }
+
+// Embedders are shown as Meilisearch shows them: API keys redacted
+// (hide_secret), a rest embedder's defaults filled in.
+func TestEmbeddersView(t *testing.T) {
+	srv, _ := start(t, meilitest.Options{})
+	rawAny(t, srv, "PATCH", "/indexes/e/settings", `{"embedders":{"r":{"source":"rest","url":"https://x","apiKey":"My super secret value you will never guess","dimensions":4,"request":"{{text}}","response":"{{embedding}}"},"u":{"source":"userProvided","dimensions":3}}}`)
+	waitIdle(t, srv)
+	_, v := rawAny(t, srv, "GET", "/indexes/e/settings/embedders", "")
+	r := v.(map[string]any)["r"].(map[string]any)
+	if r["apiKey"] != "My suXXXXXX..." || r["documentTemplateMaxBytes"] != 400.0 || !strings.HasSuffix(r["documentTemplate"].(string), "{{ field.value }}\n{% endif %}{% endfor %}") || asJSON(r["headers"]) != "{}" {
+		t.Fatalf("rest embedder: %v", r)
+	}
+	if u := asJSON(v.(map[string]any)["u"]); u != `{"dimensions":3,"source":"userProvided"}` {
+		t.Fatalf("userProvided embedder: %s", u)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // settingKeys are the settings GET /indexes/{uid}/settings returns, in
@@ -130,7 +131,7 @@ func (ix *index) appendSettings(b []byte, f *features) []byte {
 		}
 		b = appendString(b, k)
 		b = append(b, ':')
-		b = append(b, ix.setting(k)...)
+		b = append(b, ix.settingView(k)...)
 	}
 	for _, k := range settingKeys {
 		add(k)
@@ -360,7 +361,7 @@ func (s *Server) settingHandlers(key string) (get, update, reset handlerFunc) {
 		ix := s.indexes[uid]
 		var v json.RawMessage
 		if ix != nil {
-			v = ix.setting(key)
+			v = ix.settingView(key)
 		}
 		s.mu.RUnlock()
 		if ix == nil {
@@ -570,3 +571,76 @@ var locales = func() []string {
 	})
 	return l
 }()
+
+// settingView is a setting as GET shows it. Embedders are shown as
+// Meilisearch's settings() renders them with SecretPolicy::HideSecrets
+// (crates/meilisearch-types/src/settings.rs): API keys redacted by
+// hide_secret, and a rest embedder's defaults filled in (headers {}, and
+// without fragments the default documentTemplate and its 400-byte limit).
+func (ix *index) settingView(key string) json.RawMessage {
+	v := ix.setting(key)
+	if key != "embedders" {
+		return v
+	}
+	var emb map[string]map[string]json.RawMessage
+	if json.Unmarshal(v, &emb) != nil || len(emb) == 0 {
+		return v
+	}
+	var view func(e map[string]json.RawMessage)
+	view = func(e map[string]json.RawMessage) {
+		if k, ok := e["apiKey"]; ok {
+			var key string
+			if json.Unmarshal(k, &key) == nil {
+				e["apiKey"], _ = json.Marshal(hideSecret(key))
+			}
+		}
+		if string(e["source"]) == `"rest"` {
+			if _, ok := e["headers"]; !ok {
+				e["headers"] = json.RawMessage(`{}`)
+			}
+			_, fragments := e["indexingFragments"]
+			if _, ok := e["documentTemplate"]; !ok && !fragments {
+				e["documentTemplate"] = json.RawMessage(strconv.Quote(defaultDocumentTemplate))
+			}
+			if _, ok := e["documentTemplateMaxBytes"]; !ok && !fragments {
+				e["documentTemplateMaxBytes"] = json.RawMessage(`400`)
+			}
+		}
+		for _, sub := range []string{"searchEmbedder", "indexingEmbedder"} {
+			var se map[string]json.RawMessage
+			if json.Unmarshal(e[sub], &se) == nil && se != nil {
+				view(se)
+				e[sub], _ = json.Marshal(se)
+			}
+		}
+	}
+	for _, e := range emb {
+		view(e)
+	}
+	out, _ := json.Marshal(emb)
+	return out
+}
+
+// defaultDocumentTemplate is the template an embedder renders documents
+// with when it is given none.
+const defaultDocumentTemplate = "{% for field in fields %}{% if field.is_searchable and field.value != nil %}{{ field.name }}: {{ field.value }}\n{% endif %}{% endfor %}"
+
+// hideSecret redacts a secret as Meilisearch's hide_secret does with offset
+// 0: the first 0, 2, 3 or 5 characters kept (by the secret's length, under
+// 10, 20, 30 bytes or more), then XXX..., XXXX..., XXXXX... or XXXXXX....
+func hideSecret(s string) string {
+	keep, mask := 5, "XXXXXX..."
+	switch n := len(s); {
+	case n < 10:
+		keep, mask = 0, "XXX..."
+	case n < 20:
+		keep, mask = 2, "XXXX..."
+	case n < 30:
+		keep, mask = 3, "XXXXX..."
+	}
+	// Up to a character boundary, as ceil_char_boundary does.
+	for keep < len(s) && !utf8.RuneStart(s[keep]) {
+		keep++
+	}
+	return s[:keep] + mask
+}
