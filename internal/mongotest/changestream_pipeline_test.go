@@ -413,3 +413,47 @@ func TestChangeStreamDisambiguatedPaths(t *testing.T) {
 		}
 	}
 }
+
+// A pipeline update's updateDescription is read from its delta as mongod
+// computes it (doc_diff computeOplogDiff, an array diff when smaller than
+// the array): a shortened array is truncatedArrays {field, newSize}, a
+// changed element its own path (the change-streams specification's "Test
+// array truncation").
+func TestChangeStreamPipelineUpdateArrays(t *testing.T) {
+	_, client := start(t)
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	// The text makes the document large enough that a small delta is
+	// logged rather than the whole document (a replace event).
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: 1}, {Key: "a", Value: 1}, {Key: "array", Value: bson.A{"foo", bson.D{{Key: "a", Value: "bar"}}, 1, 2, 3}},
+		{Key: "text", Value: strings.Repeat("x", 200)}})
+	foo := strings.Repeat("f", 100)
+	coll.UpdateOne(c, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "$set", Value: bson.D{{Key: "array.0", Value: foo}}}})
+	cs, err := coll.Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(c)
+	for _, u := range []bson.A{
+		{bson.D{{Key: "$set", Value: bson.D{{Key: "array", Value: bson.A{foo, bson.D{{Key: "a", Value: "bar"}}}}}}}},
+		// The long first element makes an element's diff smaller than
+		// the array, so the array is diffed, not logged whole.
+		{bson.D{{Key: "$set", Value: bson.D{{Key: "array", Value: bson.A{foo, bson.D{{Key: "a", Value: "baz"}}}}}}}},
+	} {
+		if _, err := coll.UpdateOne(c, bson.D{{Key: "_id", Value: 1}}, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, want := range []string{
+		`{"updatedFields": {},"removedFields": [],"truncatedArrays": [{"field": "array","newSize": {"$numberInt":"2"}}]}`,
+		`{"updatedFields": {"array.1.a": "baz"},"removedFields": [],"truncatedArrays": []}`,
+	} {
+		if !cs.Next(c) {
+			t.Fatal(cs.Err())
+		}
+		got := cs.Current.Lookup("updateDescription").String()
+		if cs.Current.Lookup("operationType").StringValue() != "update" || strings.ReplaceAll(got, " ", "") != strings.ReplaceAll(want, " ", "") {
+			t.Fatalf("update %d: %s %s, want an update with %s", i, cs.Current.Lookup("operationType"), got, want)
+		}
+	}
+}

@@ -93,9 +93,11 @@
 //     the paths the operators named, as mongod logs them ($set {a: {b: 1}}
 //     is "a", $set {"a.b": 1} is "a.b", a path under a parent the update
 //     created is the parent, $push appending is "arr.N", other array
-//     operators the whole array); for a pipeline update, the document's
-//     difference (nested changes as dotted paths, a changed array whole).
-//     truncatedArrays is always empty; disambiguatedPaths (streams with
+//     operators the whole array, as for $set; truncatedArrays is empty);
+//     for a pipeline update, its delta as mongod computes one (nested
+//     changes as dotted paths, an array diffed element by element when that
+//     is smaller than the array, a shortened one in truncatedArrays).
+//     disambiguatedPaths (streams with
 //     showExpandedEvents) covers numeric field names, not field names
 //     holding dots.
 //     A pipeline update becomes a replace event when its delta is not

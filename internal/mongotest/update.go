@@ -758,38 +758,46 @@ func opsUpdateDescription(ops, old, nw bson.D) bson.D {
 	return bson.D{{Key: "updatedFields", Value: updated}, {Key: "removedFields", Value: removed}, {Key: "truncatedArrays", Value: bson.A{}}}
 }
 
-// updateDescription is the updateDescription of a pipeline update, from the
-// difference of the documents, as mongod computes a pipeline update's delta
-// (doc_diff::computeOplogDiff): nested changes are dotted paths.
+// updateDescription is the updateDescription of a pipeline update, read
+// from its delta as mongod's change stream reads a $v:2 oplog diff
+// (change_stream_document_diff_parser.cpp): removed fields, updated and
+// inserted ones as dotted paths, array diffs as their elements' paths
+// ("arr.3") and truncations (truncatedArrays {field, newSize}).
 func updateDescription(old, nw bson.D) bson.D {
 	updated := bson.D{}
-	var removed bson.A = bson.A{}
-	var walk func(prefix string, o, n bson.D)
-	walk = func(prefix string, o, n bson.D) {
-		for _, e := range o {
-			if _, ok := docGet(n, e.Key); !ok {
-				removed = append(removed, prefix+e.Key)
-			}
+	removed := bson.A{}
+	truncated := bson.A{}
+	var walk func(prefix string, diff bson.D)
+	walk = func(prefix string, diff bson.D) {
+		isArray := false
+		if v, ok := docGet(diff, "a"); ok && v == true {
+			isArray = true
 		}
-		for _, e := range n {
-			ov, ok := docGet(o, e.Key)
-			if !ok {
-				updated = append(updated, bson.E{Key: prefix + e.Key, Value: e.Value})
-				continue
-			}
-			od, ook := ov.(bson.D)
-			nd, nok := e.Value.(bson.D)
-			if ook && nok {
-				walk(prefix+e.Key+".", od, nd)
-				continue
-			}
-			if typeName(ov) != typeName(e.Value) || compareValues(ov, e.Value) != 0 {
-				updated = append(updated, bson.E{Key: prefix + e.Key, Value: e.Value})
+		for _, e := range diff {
+			switch {
+			case e.Key == "a":
+			case isArray && e.Key == "l":
+				n, _ := toInt64(e.Value)
+				truncated = append(truncated, bson.D{{Key: "field", Value: strings.TrimSuffix(prefix, ".")}, {Key: "newSize", Value: int32(n)}})
+			case isArray && strings.HasPrefix(e.Key, "u"):
+				updated = append(updated, bson.E{Key: prefix + e.Key[1:], Value: e.Value})
+			case isArray && strings.HasPrefix(e.Key, "s"):
+				walk(prefix+e.Key[1:]+".", e.Value.(bson.D))
+			case e.Key == "d":
+				for _, f := range e.Value.(bson.D) {
+					removed = append(removed, prefix+f.Key)
+				}
+			case e.Key == "u" || e.Key == "i":
+				for _, f := range e.Value.(bson.D) {
+					updated = append(updated, bson.E{Key: prefix + f.Key, Value: f.Value})
+				}
+			case strings.HasPrefix(e.Key, "s"):
+				walk(prefix+e.Key[1:]+".", e.Value.(bson.D))
 			}
 		}
 	}
-	walk("", old, nw)
-	return bson.D{{Key: "updatedFields", Value: updated}, {Key: "removedFields", Value: removed}, {Key: "truncatedArrays", Value: bson.A{}}}
+	walk("", oplogDiff(old, nw))
+	return bson.D{{Key: "updatedFields", Value: updated}, {Key: "removedFields", Value: removed}, {Key: "truncatedArrays", Value: truncated}}
 }
 
 // deltaSmaller applies mongod's rule for pipeline updates: the delta is
@@ -816,17 +824,13 @@ func oplogDiff(o, n bson.D) bson.D {
 			i = append(i, e)
 			continue
 		}
-		od, ook := ov.(bson.D)
-		nd, nok := e.Value.(bson.D)
-		if ook && nok {
-			if sd := oplogDiff(od, nd); len(sd) > 0 {
-				subs = append(subs, bson.E{Key: "s" + e.Key, Value: sd})
-			}
+		if sd, same, ok := subDiff(ov, e.Value); same {
+			continue
+		} else if ok {
+			subs = append(subs, bson.E{Key: "s" + e.Key, Value: sd})
 			continue
 		}
-		if typeName(ov) != typeName(e.Value) || compareValues(ov, e.Value) != 0 {
-			u = append(u, e)
-		}
+		u = append(u, e)
 	}
 	var out bson.D
 	if len(d) > 0 {
@@ -839,6 +843,50 @@ func oplogDiff(o, n bson.D) bson.D {
 		out = append(out, bson.E{Key: "i", Value: i})
 	}
 	return append(out, subs...)
+}
+
+// subDiff compares a field's old and new values: same when equal; else a
+// sub-diff when both are documents, or both arrays and the array diff is
+// smaller than the new array (document_diff_calculator.cpp computeArrayDiff
+// logs the whole array otherwise); else ok is false and the field is
+// updated whole.
+func subDiff(ov, nv any) (diff bson.D, same, ok bool) {
+	if typeName(ov) == typeName(nv) && compareValues(ov, nv) == 0 {
+		return nil, true, false
+	}
+	switch o := ov.(type) {
+	case bson.D:
+		if n, isDoc := nv.(bson.D); isDoc {
+			return oplogDiff(o, n), false, true
+		}
+	case bson.A:
+		n, isArr := nv.(bson.A)
+		if !isArr {
+			return nil, false, false
+		}
+		ad := bson.D{{Key: "a", Value: true}}
+		if len(n) < len(o) {
+			ad = append(ad, bson.E{Key: "l", Value: int32(len(n))})
+		}
+		for k, nel := range n {
+			key := strconv.Itoa(k)
+			if k >= len(o) {
+				ad = append(ad, bson.E{Key: "u" + key, Value: nel})
+				continue
+			}
+			if sd, same, ok := subDiff(o[k], nel); same {
+				continue
+			} else if ok {
+				ad = append(ad, bson.E{Key: "s" + key, Value: sd})
+				continue
+			}
+			ad = append(ad, bson.E{Key: "u" + key, Value: nel})
+		}
+		if len(appendElem(nil, "", ad)) < len(appendElem(nil, "", n)) {
+			return ad, false, true
+		}
+	}
+	return nil, false, false
 }
 
 // checkConflicts refuses an update whose paths overlap: mongod builds one
