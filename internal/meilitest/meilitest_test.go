@@ -709,7 +709,7 @@ func Test50kDocuments(t *testing.T) {
 }
 
 func TestCompressedRequests(t *testing.T) {
-	for _, enc := range []meilisearch.ContentEncoding{meilisearch.GzipEncoding, meilisearch.DeflateEncoding} {
+	for _, enc := range []meilisearch.ContentEncoding{meilisearch.GzipEncoding, meilisearch.DeflateEncoding, meilisearch.BrotliEncoding} {
 		t.Run(string(enc), func(t *testing.T) {
 			srv, _ := start(t, meilitest.Options{})
 			c := meilisearch.New(srv.URL(), meilisearch.DisableRetries(), meilisearch.WithContentEncoding(enc, meilisearch.DefaultCompression))
