@@ -301,7 +301,7 @@ func (w *wiring) sinkFactory(log hclog.Logger) sidecar.SinkFactory {
 			return replicate.ForJob(rdb, w.source, job, jl, w.metrics)
 		default:
 			if w.meili == nil {
-				return nil, errs.New(errs.ConfigInvalid, job.Name, "a search job needs MEILISTREAM_MEILI_URL")
+				return nil, &errs.Error{Code: errs.ConfigInvalid, Job: job.Name, Msg: "a search job needs MEILISTREAM_MEILI_URL", Setting: "MEILISTREAM_MEILI_URL"}
 			}
 			return sidecar.NewMeiliSink(w.meili, job, jl), nil
 		}
@@ -364,7 +364,7 @@ func runningHint(name string, err error) error {
 	}
 	return errs.New(errs.Running, name, "another meilistream holds job %s's lease (%s); run this where no sidecar runs the job "+
 		"(scale the sidecars down, run it, scale them back up), or change the job's transform: the holder then reindexes by itself",
-		name, sidecar.BareMessage(err.Error(), name))
+		name, err.Error())
 }
 
 // leaseForEngine is a held lease as the engine takes it.

@@ -251,13 +251,14 @@ func exitCode(err error) int {
 	}
 }
 
-// fail prints err on stderr (prefixed "meilistream: ") and returns its exit
-// code. The error must hold no secret: configuration errors never carry one.
+// fail prints err on stderr (prefixed "meilistream: ", with its code and
+// job once, errs.Format) and returns its exit code. The error must hold no
+// secret: configuration errors never carry one.
 func fail(stderr io.Writer, err error) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "meilistream: %v\n", err)
+	fmt.Fprintf(stderr, "meilistream: %s\n", errs.Format(err))
 	return exitCode(err)
 }
 

@@ -102,7 +102,8 @@ var (
 // server; Prepare does.
 func New(o Options) (*Sink, error) {
 	if o.Source == nil || o.Replica == nil {
-		return nil, errs.New(errs.ConfigInvalid, o.Job, "a mirror job needs a source and a replica collection (is MEILISTREAM_REPLICA_URI set?)")
+		return nil, &errs.Error{Code: errs.ConfigInvalid, Job: o.Job, Setting: replicaURI,
+			Msg: "a mirror job needs a source and a replica collection (is MEILISTREAM_REPLICA_URI set?)"}
 	}
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
@@ -135,7 +136,7 @@ func ForJob(replicaDB, sourceDB *mongo.Database, job *transform.Job, logger hclo
 		return nil, errs.New(errs.ConfigInvalid, "", "replicate.ForJob: not a mirror job")
 	}
 	if replicaDB == nil {
-		return nil, errs.New(errs.ConfigInvalid, job.Name, "a mirror job needs MEILISTREAM_REPLICA_URI")
+		return nil, &errs.Error{Code: errs.ConfigInvalid, Job: job.Name, Setting: replicaURI, Msg: "a mirror job needs MEILISTREAM_REPLICA_URI"}
 	}
 	if sourceDB == nil || job.Collection == "" || job.Mirror == "" {
 		return nil, errs.New(errs.ConfigInvalid, job.Name, "a mirror job needs a source and a destination collection")
@@ -315,8 +316,8 @@ func (s *Sink) bulk(ctx context.Context, models []mongo.WriteModel) (map[int]mon
 // configuration can fix it, otherwise a plain error the engine retries.
 func (s *Sink) writeError(err error) error {
 	if isConfigError(err) {
-		return errs.Wrap(errs.ConfigInvalid, s.job, err,
-			"the replica refuses writes to %s (check the user's roles in MEILISTREAM_REPLICA_URI)", s.namespace())
+		return &errs.Error{Code: errs.ConfigInvalid, Job: s.job, Err: err, Setting: replicaURI,
+			Msg: fmt.Sprintf("the replica refuses writes to %s (check the user's roles in MEILISTREAM_REPLICA_URI)", s.namespace())}
 	}
 	return fmt.Errorf("write to replica %s: %w", s.namespace(), err)
 }

@@ -2,7 +2,6 @@ package sidecar
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -129,7 +128,7 @@ func countErrors(ctx context.Context, coll *mongo.Collection) (map[string]int64,
 func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *JobStats, set *errSet, bad []docError) error {
 	for _, b := range bad {
 		code := string(errs.CodeOf(b.err))
-		msg := docErrMessage(b.err)
+		msg := b.err.Error() // the code and job are recorded apart
 		// Recorded in both modes, so `meilistream retry` and `status` see
 		// the document that stopped a job with onDocumentError: fail.
 		if err := e.recordDocError(ctx, jc.job.Name, b.id, code, msg); err != nil {
@@ -148,19 +147,6 @@ func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *JobSt
 		e.log.Warn("document left out", "job", jc.job.Name, "id", idString(b.id), "op", string(b.op), "code", code, "error", msg)
 	}
 	return nil
-}
-
-// docErrMessage is a per-document error's text without its code and job
-// (they are recorded apart).
-func docErrMessage(err error) string {
-	var ee *errs.Error
-	if errors.As(err, &ee) && ee.Msg != "" {
-		if ee.Err != nil {
-			return ee.Msg + ": " + ee.Err.Error()
-		}
-		return ee.Msg
-	}
-	return err.Error()
 }
 
 // docFailed is the cause of a job stopped by one document: its message

@@ -383,15 +383,9 @@ func retryPrepare(ctx context.Context, sink Sink, cfg EngineConfig, log hclog.Lo
 	}
 }
 
-// retryable says whether an error of a sink may be retried: anything but an
-// *errs.Error with a code other than FAILED.
-func retryable(err error) bool {
-	var e *errs.Error
-	if errors.As(err, &e) {
-		return e.Code == errs.Failed
-	}
-	return true
-}
+// retryable says whether an error of a sink may be retried: one whose code
+// (errs.CodeOf) is FAILED.
+func retryable(err error) bool { return errs.CodeOf(err) == errs.Failed }
 
 // backoff is exponential with full jitter in [d/2, d], capped.
 func backoff(cfg EngineConfig, attempt int) time.Duration {

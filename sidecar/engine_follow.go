@@ -309,7 +309,7 @@ func (f *follower) counted(n int) {
 }
 
 func (f *follower) retried(what string, err error, attempt int) {
-	f.stats.update(func(s *JobSnapshot) { s.Retries++; s.LastError = err.Error(); s.LastErrAt = time.Now() })
+	f.stats.update(func(s *JobSnapshot) { s.Retries++; s.noteError(err) })
 	f.e.observeRetry(f.jc.job.Name, err)
 	if attempt == 0 || time.Since(f.retryAt) > 10*time.Second {
 		f.retryAt = time.Now()

@@ -250,7 +250,7 @@ func (p *pipe) sendRetry(ctx context.Context, b Batch) (Receipt, error) {
 }
 
 func (p *pipe) retried(what string, err error, attempt int) {
-	p.stats.update(func(s *JobSnapshot) { s.Retries++; s.LastError = err.Error(); s.LastErrAt = time.Now() })
+	p.stats.update(func(s *JobSnapshot) { s.Retries++; s.noteError(err) })
 	p.e.observeRetry(p.jc.job.Name, err)
 	p.failMu.Lock()
 	loud := time.Since(p.retryLog) > 10*time.Second || attempt == 0

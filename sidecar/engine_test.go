@@ -1244,8 +1244,8 @@ func TestOnDocumentErrorFailNamesTheDocumentAndRecordsIt(t *testing.T) {
 	}
 	t.Log(err)
 	for _, want := range []string{`items: document _id "f1" (insert)`, "boom", "fix the transform or the document; onDocumentError is fail"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not say %q", err, want)
+		if !strings.Contains(errs.Format(err), want) {
+			t.Errorf("error %q does not say %q", errs.Format(err), want)
 		}
 	}
 	var rec bson.M
@@ -1298,8 +1298,8 @@ func TestOldTransformDuringARolloutDoesNotReindexBackUntilTheGraceHasPassed(t *t
 		t.Fatalf("old transform: want FAILED wrapping ErrTransformOlder, got %v", err)
 	}
 	for _, want := range []string{"items.js", "(hash " + old.Hash[:12] + ") is older than the one recorded by another pod (hash " + updated.Hash[:12] + ")", "a revert is honoured after 2m0s"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not say %q", err, want)
+		if !strings.Contains(errs.Format(err), want) {
+			t.Errorf("error %q does not say %q", errs.Format(err), want)
 		}
 	}
 	if e.meili.Requests("POST /swap-indexes") != swaps || e.positionHash() != updated.Hash {

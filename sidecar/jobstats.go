@@ -3,6 +3,8 @@ package sidecar
 import (
 	"sync"
 	"time"
+
+	"github.com/meilistream/meilistream/internal/errs"
 )
 
 // Phase is what a job's engine is doing.
@@ -42,17 +44,20 @@ type JobSnapshot struct {
 	// LagSeconds is how far the durable position is behind the change
 	// stream: the age of the last durable change's wall time, 0 when the
 	// stream is idle and everything is durable.
-	LagSeconds float64   `json:"lagSeconds"`
-	Indexed    int64     `json:"indexed"`   // documents upserted (durable)
-	Deleted    int64     `json:"deleted"`   // deletes sent (durable)
-	Skipped    int64     `json:"skipped"`   // documents the transform kept out
-	Errors     int64     `json:"errors"`    // per-document errors recorded
-	Changes    int64     `json:"changes"`   // change events read
-	Batches    int64     `json:"batches"`   // batches made durable
-	Retries    int64     `json:"retries"`   // sends or waits retried
-	Reindexes  int64     `json:"reindexes"` // reindexes completed
-	LastError  string    `json:"lastError,omitempty"`
-	LastErrAt  time.Time `json:"lastErrorAt,omitempty"`
+	LagSeconds float64 `json:"lagSeconds"`
+	Indexed    int64   `json:"indexed"`   // documents upserted (durable)
+	Deleted    int64   `json:"deleted"`   // deletes sent (durable)
+	Skipped    int64   `json:"skipped"`   // documents the transform kept out
+	Errors     int64   `json:"errors"`    // per-document errors recorded
+	Changes    int64   `json:"changes"`   // change events read
+	Batches    int64   `json:"batches"`   // batches made durable
+	Retries    int64   `json:"retries"`   // sends or waits retried
+	Reindexes  int64   `json:"reindexes"` // reindexes completed
+	// LastError is the text of the last error (errs.Error's, without code
+	// and job), LastErrorCode its code (errs.CodeOf).
+	LastError     string    `json:"lastError,omitempty"`
+	LastErrorCode string    `json:"lastErrorCode,omitempty"`
+	LastErrAt     time.Time `json:"lastErrorAt,omitempty"`
 }
 
 // ReindexProgress is the state of a running (or the last) reindex.
@@ -136,7 +141,12 @@ func (j *JobStats) setError(err error) {
 	if err == nil {
 		return
 	}
-	j.update(func(s *JobSnapshot) { s.LastError = err.Error(); s.LastErrAt = time.Now() })
+	j.update(func(s *JobSnapshot) { s.noteError(err) })
+}
+
+// noteError records err as the last error.
+func (s *JobSnapshot) noteError(err error) {
+	s.LastError, s.LastErrorCode, s.LastErrAt = err.Error(), string(errs.CodeOf(err)), time.Now()
 }
 
 func (j *JobStats) add(indexed, deleted, skipped, errors int64) {

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/meilistream/meilistream/internal/errs"
 )
 
 // NewLogger returns the root logger for cfg, writing to w (the process's
@@ -21,7 +23,7 @@ func NewLogger(cfg Config, w io.Writer) hclog.Logger {
 		// skipped it still must not log at every level.
 		level = hclog.Info
 	}
-	return durationLogger{hclog.New(&hclog.LoggerOptions{
+	return fieldLogger{hclog.New(&hclog.LoggerOptions{
 		Name:            "meilistream",
 		Level:           level,
 		Output:          w,
@@ -32,21 +34,33 @@ func NewLogger(cfg Config, w io.Writer) hclog.Logger {
 	})}
 }
 
-// durationLogger logs time.Duration values as Go duration strings ("81ms",
+// fieldLogger logs time.Duration values as Go duration strings ("81ms",
 // "20s"), the syntax of the configuration, instead of hclog's integer
-// nanoseconds in JSON (QA F11). Every logger derived from it (Named, With)
-// does the same, so components' logs (engine, lease) follow.
-type durationLogger struct{ hclog.Logger }
+// nanoseconds in JSON, and errors with their code and job once in front
+// (errs.Format: "FAILED books: send batch: ..."), since an error's own text
+// leaves them out. Every logger derived from it (Named, With) does the
+// same, so components' logs (engine, lease) follow.
+type fieldLogger struct{ hclog.Logger }
 
-func durations(args []any) []any {
+func fields(args []any) []any {
 	var out []any
 	for i, a := range args {
-		if d, ok := a.(time.Duration); ok && i%2 == 1 {
-			if out == nil {
-				out = append([]any(nil), args...)
-			}
-			out[i] = d.String()
+		if i%2 == 0 {
+			continue // a key
 		}
+		var v string
+		switch a := a.(type) {
+		case time.Duration:
+			v = a.String()
+		case error:
+			v = errs.Format(a)
+		default:
+			continue
+		}
+		if out == nil {
+			out = append([]any(nil), args...)
+		}
+		out[i] = v
 	}
 	if out == nil {
 		return args
@@ -54,18 +68,18 @@ func durations(args []any) []any {
 	return out
 }
 
-func (l durationLogger) Log(level hclog.Level, msg string, args ...any) {
-	l.Logger.Log(level, msg, durations(args)...)
+func (l fieldLogger) Log(level hclog.Level, msg string, args ...any) {
+	l.Logger.Log(level, msg, fields(args)...)
 }
-func (l durationLogger) Trace(msg string, args ...any) { l.Logger.Trace(msg, durations(args)...) }
-func (l durationLogger) Debug(msg string, args ...any) { l.Logger.Debug(msg, durations(args)...) }
-func (l durationLogger) Info(msg string, args ...any)  { l.Logger.Info(msg, durations(args)...) }
-func (l durationLogger) Warn(msg string, args ...any)  { l.Logger.Warn(msg, durations(args)...) }
-func (l durationLogger) Error(msg string, args ...any) { l.Logger.Error(msg, durations(args)...) }
-func (l durationLogger) With(args ...any) hclog.Logger {
-	return durationLogger{l.Logger.With(durations(args)...)}
+func (l fieldLogger) Trace(msg string, args ...any) { l.Logger.Trace(msg, fields(args)...) }
+func (l fieldLogger) Debug(msg string, args ...any) { l.Logger.Debug(msg, fields(args)...) }
+func (l fieldLogger) Info(msg string, args ...any)  { l.Logger.Info(msg, fields(args)...) }
+func (l fieldLogger) Warn(msg string, args ...any)  { l.Logger.Warn(msg, fields(args)...) }
+func (l fieldLogger) Error(msg string, args ...any) { l.Logger.Error(msg, fields(args)...) }
+func (l fieldLogger) With(args ...any) hclog.Logger {
+	return fieldLogger{l.Logger.With(fields(args)...)}
 }
-func (l durationLogger) Named(name string) hclog.Logger { return durationLogger{l.Logger.Named(name)} }
-func (l durationLogger) ResetNamed(name string) hclog.Logger {
-	return durationLogger{l.Logger.ResetNamed(name)}
+func (l fieldLogger) Named(name string) hclog.Logger { return fieldLogger{l.Logger.Named(name)} }
+func (l fieldLogger) ResetNamed(name string) hclog.Logger {
+	return fieldLogger{l.Logger.ResetNamed(name)}
 }

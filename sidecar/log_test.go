@@ -3,10 +3,12 @@ package sidecar_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar"
 )
 
@@ -65,6 +67,21 @@ func TestLoggerFormatsAndLevels(t *testing.T) {
 		}
 		if line["duration"] != "81ms" || line["pause"] != "1.5s" || line["count"] != float64(3) || line["@module"] != "meilistream.engine" {
 			t.Errorf("line: %s", buf.String())
+		}
+	})
+
+	t.Run("errors with their code and job once, in every derived logger", func(t *testing.T) {
+		var buf bytes.Buffer
+		log := sidecar.NewLogger(load(), &buf)
+		err := errs.WithJob("books", fmt.Errorf("follow: %w", errs.Wrap(errs.Failed, "books", errs.New(errs.HistoryLost, "books", "position gone"), "open change stream")))
+		log.Named("engine").With("cause", err).Error("job failed", "error", err)
+		var line map[string]any
+		if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+			t.Fatalf("not one JSON line: %v\n%s", err, buf.String())
+		}
+		want := "HISTORY_LOST books: follow: open change stream: position gone"
+		if line["error"] != want || line["cause"] != want {
+			t.Errorf("line: %s, want error %q", buf.String(), want)
 		}
 	})
 

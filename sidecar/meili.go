@@ -299,7 +299,8 @@ func (s *MeiliSink) classify(err error, what string) error {
 	if errors.As(err, &me) {
 		switch me.StatusCode {
 		case http.StatusUnauthorized, http.StatusForbidden:
-			return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "%s: Meilisearch refused the API key (MEILISTREAM_MEILI_API_KEY)", what)
+			return &errs.Error{Code: errs.ConfigInvalid, Job: s.job.Name, Err: err, Setting: "MEILISTREAM_MEILI_API_KEY",
+				Msg: what + ": Meilisearch refused the API key (MEILISTREAM_MEILI_API_KEY)"}
 		}
 		switch string(me.APIError.Code) {
 		case "invalid_index_uid":
@@ -424,7 +425,7 @@ func (s *MeiliSink) applySettings(ctx context.Context, uid string, from json.Raw
 		// names it, and only the settings can fix it.
 		return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "%s: Meilisearch refused them: %s", what, me.APIError.Message)
 	}
-	if errors.Is(err, errs.ErrConfigInvalid) {
+	if errs.CodeOf(err) == errs.ConfigInvalid {
 		return err
 	}
 	if err != nil {

@@ -211,14 +211,15 @@ type SupervisedSnapshot struct {
 	NextRestart time.Time // zero unless State is restarting
 	LastError   string
 	LastErrorAt time.Time
-	Code        string // code of LastError
+	Code        string // code of LastError (errs.CodeOf)
 	Held        bool   // this process holds the job's lease
 	Epoch       int64  // lease epoch while held
 	Attempts    int    // failed attempts to prepare the destination, this run
 	// TransformError is the job's file's failure to load while the
 	// previous version runs ("" when the file in effect is the latest).
-	TransformError   string
-	TransformErrorAt time.Time
+	TransformError     string
+	TransformErrorCode string
+	TransformErrorAt   time.Time
 }
 
 // NewSupervisor returns a supervisor with no jobs; call Apply to start some.
@@ -506,7 +507,7 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 		st.setState(StateStarting)
 		h, err := s.cfg.Driver.Standby(ctx, j.def.Name, func(why error) {
 			if st.setState(StateStandby) {
-				log.Info("lease held by another process; standing by", "lease", BareMessage(why.Error(), j.def.Name))
+				log.Info("lease held by another process; standing by", "lease", why.Error())
 			}
 		})
 		if ctx.Err() != nil {
@@ -517,7 +518,7 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 		}
 		if err != nil {
 			failures++
-			if errors.Is(err, errs.ErrConfigInvalid) {
+			if errs.CodeOf(err) == errs.ConfigInvalid {
 				// Refused credentials: retried at the longest backoff, the
 				// error visible meanwhile (a user created late, say).
 				failures = max(failures, 64)
@@ -543,7 +544,7 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 			}
 			return
 		}
-		switch {
+		switch code := errs.CodeOf(err); {
 		case errors.Is(err, ErrFatal):
 			// The user asked to be told (onHistoryLost: fail): no restart
 			// in a loop; the lease is released, so a standby pod takes it
@@ -556,7 +557,7 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 			}
 			<-ctx.Done()
 			return
-		case errors.Is(err, errs.ErrLeaseLost):
+		case code == errs.LeaseLost:
 			// Someone else holds it now: stand by, without counting a failure.
 			log.Warn("lease lost, standing by", "error", err, "after", s.cfg.LostPause.String())
 			st.fail(err)
@@ -573,8 +574,8 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 				}
 			}
 			continue
-		case errors.Is(err, errs.ErrConfigInvalid):
-			err = restartHint(j.def.Name, err)
+		case code == errs.ConfigInvalid:
+			err = restartHint(err)
 			log.Error("job configuration invalid, not restarting until its definition changes or meilistream restarts", "error", err)
 			st.failed(err)
 			<-ctx.Done()
@@ -596,33 +597,44 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 	}
 }
 
-// processSettings are the settings read once at start that a job's
-// CONFIG_INVALID may name: a new definition of the job does not change them,
-// only a restart of meilistream does.
-var processSettings = []struct{ name, file string }{
-	{"MEILISTREAM_MEILI_API_KEY", " (or MEILISTREAM_MEILI_API_KEY_FILE)"},
-	{"MEILISTREAM_MEILI_URL", ""},
-	{"MEILISTREAM_REPLICA_URI", " (or MEILISTREAM_REPLICA_URI_FILE)"},
-	{"MEILISTREAM_MONGODB_URI", " (or MEILISTREAM_MONGODB_URI_FILE)"},
+// settingFiles are the process-wide settings a job's CONFIG_INVALID may
+// name (errs.Error.Setting) that can also be read from a file
+// (<NAME>_FILE), to name both in the hint.
+var settingFiles = map[string]bool{
+	"MEILISTREAM_MEILI_API_KEY": true,
+	"MEILISTREAM_REPLICA_URI":   true,
+	"MEILISTREAM_MONGODB_URI":   true,
 }
 
 // restartHint adds "fix X (or its _FILE) and restart meilistream" to a
-// job's CONFIG_INVALID error that names a process-wide setting (a
-// Meilisearch key refused, no replica configured), which no edit of the
-// job's transform fixes (QA F14).
-func restartHint(job string, err error) error {
-	msg := err.Error()
-	if strings.Contains(msg, "restart meilistream") {
+// job's CONFIG_INVALID error that names a process-wide setting
+// (errs.Error.Setting: a Meilisearch key refused, no replica configured):
+// the settings are read once at start, so no edit of the job's transform
+// fixes it.
+func restartHint(err error) error {
+	setting := errs.SettingOf(err)
+	if setting == "" {
 		return err
 	}
-	for _, v := range processSettings {
-		if strings.Contains(msg, v.name) {
-			return &errs.Error{Code: errs.ConfigInvalid, Job: job,
-				Msg: BareMessage(msg, job) + "; fix " + v.name + v.file + " and restart meilistream: it is read only at start"}
-		}
+	if settingFiles[setting] {
+		return advise(err, "fix %s (or %s_FILE) and restart meilistream: it is read only at start", setting, setting)
 	}
-	return err
+	return advise(err, "fix %s and restart meilistream: it is read only at start", setting)
 }
+
+// advised is an error followed by what to do about it; its code, job and
+// chain are the error's.
+type advised struct {
+	err    error
+	advice string
+}
+
+func advise(err error, format string, args ...any) error {
+	return &advised{err: err, advice: fmt.Sprintf(format, args...)}
+}
+
+func (a *advised) Error() string { return a.err.Error() + "; " + a.advice }
+func (a *advised) Unwrap() error { return a.err }
 
 // runHeld keeps the lease and runs the job under it. A panic of the run
 // (in its own goroutine) is a failure of that job, restarted like any other,
@@ -643,7 +655,7 @@ func (s *Supervisor) runHeld(ctx context.Context, j *supervised, h HeldLease) (e
 			return c
 		}
 	}
-	if err != nil && !errors.Is(err, errs.ErrLeaseLost) && ctx.Err() == nil {
+	if err != nil && errs.CodeOf(err) != errs.LeaseLost && ctx.Err() == nil {
 		if c := context.Cause(kctx); c != nil && errors.Is(c, errs.ErrLeaseLost) {
 			// Run failed because its context ended on lease loss (say, a
 			// cancelled write): that is a lost lease, not a failure.
@@ -704,12 +716,9 @@ func RestartDelay(min, max time.Duration, n int, r float64) time.Duration {
 	return d - time.Duration(float64(d)*0.2*r)
 }
 
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
+// errText is err as a person reads it, code included, to tell whether an
+// error changed.
+func errText(err error) string { return errs.Format(err) }
 
 // setState sets the job's state; true when it changed.
 func (j *SupervisedJob) setState(state string) bool {
@@ -835,6 +844,7 @@ func (j *SupervisedJob) Snapshot() SupervisedSnapshot {
 	}
 	if j.loadErr != nil {
 		s.TransformError, s.TransformErrorAt = j.loadErr.Error(), j.loadErrAt
+		s.TransformErrorCode = string(errs.CodeOf(j.loadErr))
 	}
 	if j.lastErr != nil {
 		s.LastError = j.lastErr.Error()

@@ -57,7 +57,7 @@ func (d *EngineDriver) Standby(ctx context.Context, name string, held func(why e
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
-		if !errors.Is(err, errs.ErrRunning) {
+		if errs.CodeOf(err) != errs.Running {
 			return nil, MongoAccessError(name, err)
 		}
 		held(err)
@@ -130,12 +130,12 @@ func (d *EngineDriver) Run(ctx context.Context, def JobDef, h HeldLease, st *Sup
 // reindex), stays an ordinary failure, restarted with backoff: the next
 // reindex may fit.
 func historyLostForGood(job, onHistoryLost string, err error) error {
-	if onHistoryLost != "fail" || !errors.Is(err, errs.ErrHistoryLost) {
+	if onHistoryLost != "fail" || errs.CodeOf(err) != errs.HistoryLost {
 		return err
 	}
-	return MarkFatal(&errs.Error{Code: errs.HistoryLost, Job: job, Msg: BareMessage(err.Error(), job) +
-		"; to repair it, run `meilistream reindex " + job + "` where no sidecar runs the job (scale the sidecars down, run it, scale them back up), " +
-		"or set onHistoryLost: \"reindex\" (the transform file, MEILISTREAM_JOB_<NAME>_ON_HISTORY_LOST or MEILISTREAM_ON_HISTORY_LOST=reindex) so the job reindexes by itself"})
+	return MarkFatal(advise(errs.WithJob(job, err),
+		"to repair it, run `meilistream reindex %s` where no sidecar runs the job (scale the sidecars down, run it, scale them back up), "+
+			"or set onHistoryLost: \"reindex\" (the transform file, MEILISTREAM_JOB_<NAME>_ON_HISTORY_LOST or MEILISTREAM_ON_HISTORY_LOST=reindex) so the job reindexes by itself", job))
 }
 
 // ReportingSink wraps s so that every Prepare's outcome is passed to report

@@ -24,7 +24,7 @@ func TestHistoryLostForGood(t *testing.T) {
 	}
 	want := "HISTORY_LOST books: the recorded position is older than the server's change history (onHistoryLost: fail): change stream history lost; " +
 		"to repair it, run `meilistream reindex books` where no sidecar runs the job"
-	if msg := got.Error(); !strings.HasPrefix(msg, want) || !strings.Contains(msg, `onHistoryLost: "reindex"`) ||
+	if msg := errs.Format(got); !strings.HasPrefix(msg, want) || !strings.Contains(msg, `onHistoryLost: "reindex"`) ||
 		!strings.Contains(msg, "MEILISTREAM_ON_HISTORY_LOST=reindex") || strings.Count(msg, "HISTORY_LOST books") != 1 {
 		t.Errorf("message = %q, want the engine's message once, then the fix", msg)
 	}

@@ -53,7 +53,7 @@ func TestSupervisorFatal(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatalf("no error on Fatal after 5s; jobs: %+v", s.Jobs())
 	}
-	if !errors.Is(fatal, sidecar.ErrFatal) || errs.CodeOf(fatal) != errs.HistoryLost || !strings.Contains(fatal.Error(), "HISTORY_LOST books:") {
+	if !errors.Is(fatal, sidecar.ErrFatal) || errs.CodeOf(fatal) != errs.HistoryLost || !strings.Contains(errs.Format(fatal), "HISTORY_LOST books:") {
 		t.Errorf("Fatal gave %v, want books' HISTORY_LOST", fatal)
 	}
 	// The supervisor records the state before it reports: no wait needed.

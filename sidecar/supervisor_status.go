@@ -70,7 +70,7 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) JobStatus {
 		st.PositionTime = &t
 	}
 	if sn.TransformError != "" {
-		st.TransformError = &ErrorStatus{Code: codeOfText(sn.TransformError), Message: BareMessage(sn.TransformError, sn.Name), At: sn.TransformErrorAt}
+		st.TransformError = &ErrorStatus{Code: sn.TransformErrorCode, Message: sn.TransformError, At: sn.TransformErrorAt}
 	}
 	if !sn.NextRestart.IsZero() {
 		t := sn.NextRestart
@@ -79,72 +79,11 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) JobStatus {
 	// The later of the supervisor's and the engine's last errors.
 	switch {
 	case sn.LastError != "" && (es.LastError == "" || !es.LastErrAt.After(sn.LastErrorAt)):
-		st.LastError = &ErrorStatus{Code: sn.Code, Message: BareMessage(sn.LastError, sn.Name), At: sn.LastErrorAt}
+		st.LastError = &ErrorStatus{Code: sn.Code, Message: sn.LastError, At: sn.LastErrorAt}
 	case es.LastError != "":
-		st.LastError = &ErrorStatus{Code: codeOfText(es.LastError), Message: BareMessage(es.LastError, sn.Name), At: es.LastErrAt}
+		st.LastError = &ErrorStatus{Code: es.LastErrorCode, Message: es.LastError, At: es.LastErrAt}
 	}
 	return st
-}
-
-// codeOfText reads the code an *errs.Error's text starts with ("FAILED
-// job: ..."); the engine keeps the text only.
-func codeOfText(msg string) string {
-	if c := leadingCode(msg); c != "" {
-		return c
-	}
-	return "FAILED"
-}
-
-var knownCodes = []string{"RUNNING", "LEASE_LOST", "HISTORY_LOST", "ID_MISMATCH", "NOT_A_DOCUMENT", "TRANSFORM_FAILED", "CONFIG_INVALID", "FAILED"}
-
-// leadingCode is the errs code msg starts with ("CODE job: ..." or
-// "CODE: ..."), or "".
-func leadingCode(msg string) string {
-	code, _, _ := strings.Cut(msg, " ")
-	code = strings.TrimSuffix(code, ":")
-	for _, c := range knownCodes {
-		if code == c {
-			return c
-		}
-	}
-	return ""
-}
-
-// BareMessage is an error's text without the "CODE job: " prefixes that
-// /status already shows as fields (an errs.Error wrapped for its job renders
-// them once per layer): "CONFIG_INVALID people: CONFIG_INVALID people: a
-// mirror job needs ..." becomes "a mirror job needs ...".
-func BareMessage(text, job string) string {
-	text = bareInner(text, job)
-	for {
-		c := leadingCode(text)
-		if c == "" {
-			return text
-		}
-		rest := strings.TrimPrefix(text[len(c):], ":")
-		rest = strings.TrimPrefix(rest, " ")
-		if job != "" && strings.HasPrefix(rest, job+":") {
-			rest = strings.TrimPrefix(rest[len(job)+1:], " ")
-		} else if job != "" && rest == job {
-			rest = ""
-		}
-		if rest == "" {
-			return text
-		}
-		text = rest
-	}
-}
-
-// bareInner also drops the "CODE job: " of wrapped layers inside the text
-// ("load: CONFIG_INVALID people: x" -> "load: x").
-func bareInner(text, job string) string {
-	if job == "" {
-		return text
-	}
-	for _, c := range knownCodes {
-		text = strings.ReplaceAll(text, ": "+c+" "+job+": ", ": ")
-	}
-	return text
 }
 
 // Ready reports whether the sidecar does its work (/readyz): the servers

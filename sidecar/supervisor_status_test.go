@@ -103,17 +103,41 @@ func TestSupervisorStatus(t *testing.T) {
 	}
 }
 
-func TestBareMessage(t *testing.T) {
-	for _, c := range []struct{ in, job, want string }{
-		{"CONFIG_INVALID people: CONFIG_INVALID people: a mirror job needs X", "people", "a mirror job needs X"},
-		{"FAILED people: send batch: refused", "people", "send batch: refused"},
-		{"FAILED: no job here", "people", "no job here"},
-		{"connection refused", "people", "connection refused"},
-		{"FAILED other: x", "people", "other: x"},
-		{"FAILED people", "people", "FAILED people"},
-	} {
-		if got := sidecar.BareMessage(c.in, c.job); got != c.want {
-			t.Errorf("BareMessage(%q) = %q, want %q", c.in, got, c.want)
+// /status shows an error's code and its message apart, each once, however
+// many layers wrapped it: the code is data on the error, and the message
+// never repeats it (nor the job, which /status shows beside it).
+func TestStatusShowsCodeAndMessageApart(t *testing.T) {
+	cases := map[string]struct {
+		err       error
+		code, msg string
+	}{
+		"mirror": {errs.WithJob("mirror", fmt.Errorf("start: %w", errs.New(errs.ConfigInvalid, "mirror", "a mirror job needs X"))),
+			"CONFIG_INVALID", "start: a mirror job needs X"},
+		"send":   {errs.New(errs.Failed, "send", "send batch: refused"), "FAILED", "send batch: refused"},
+		"nojob":  {errs.New(errs.Failed, "", "no job here"), "FAILED", "no job here"},
+		"plain":  {errors.New("connection refused"), "FAILED", "connection refused"},
+		"nested": {errs.Wrap(errs.Failed, "nested", errs.New(errs.ConfigInvalid, "nested", "bad key"), "prepare"), "CONFIG_INVALID", "prepare: bad key"},
+	}
+	d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error { return cases[def.Name].err })
+	s := sidecar.NewSupervisor(sidecar.SupervisorConfig{Driver: d, RestartMin: time.Hour})
+	defer closeSupervisor(t, s)
+	var defs []sidecar.JobDef
+	for name := range cases {
+		defs = append(defs, sidecar.JobDef{Name: name, Hash: "1"})
+	}
+	s.Apply(defs)
+	eventually(t, "every job has its error", func() bool {
+		for _, j := range s.Status() {
+			if j.LastError == nil {
+				return false
+			}
+		}
+		return len(s.Status()) == len(cases)
+	}, func() string { return fmt.Sprintf("%+v", s.Status()) })
+	for _, j := range s.Status() {
+		c := cases[j.Name]
+		if j.LastError.Code != c.code || j.LastError.Message != c.msg {
+			t.Errorf("%s: last_error %q %q, want %q %q", j.Name, j.LastError.Code, j.LastError.Message, c.code, c.msg)
 		}
 	}
 }

@@ -423,7 +423,8 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // (QA F14).
 func TestSupervisorRestartHint(t *testing.T) {
 	d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
-		return errs.New(errs.ConfigInvalid, def.Name, "read index %s: Meilisearch refused the API key (MEILISTREAM_MEILI_API_KEY): 403", def.Name)
+		return &errs.Error{Code: errs.ConfigInvalid, Job: def.Name, Setting: "MEILISTREAM_MEILI_API_KEY",
+			Msg: fmt.Sprintf("read index %s: Meilisearch refused the API key (MEILISTREAM_MEILI_API_KEY): 403", def.Name)}
 	})
 	s := newTestSupervisor(d)
 	defer closeSupervisor(t, s)
