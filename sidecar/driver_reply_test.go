@@ -95,8 +95,14 @@ func TestStreamEventsStayValidAcrossGetMores(t *testing.T) {
 	}
 	items := make(chan csItem)
 	rctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go readStream(rctx, cs, items, time.Millisecond)
+	// The reader owns cs until it returns: wait for it before the deferred
+	// Close above (a change stream is not safe for concurrent use).
+	read := make(chan struct{})
+	defer func() { stop(); <-read }()
+	go func() {
+		defer close(read)
+		readStream(rctx, cs, items, time.Millisecond)
+	}()
 	var evs []bson.Raw
 	batches := 0
 	for len(evs) < n {
