@@ -9,7 +9,6 @@ import (
 	"os"
 	"reflect"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/lease"
+	"github.com/meilistream/meilistream/transform"
 )
 
 // EnvPrefix starts every configuration variable.
@@ -123,18 +123,11 @@ type Config struct {
 
 	// Jobs holds the per-job overrides MEILISTREAM_JOB_<NAME>_<OPTION>,
 	// keyed by job name (lower case) then option (lower case, e.g.
-	// "primary_key"), values as written. Option names are checked here
-	// (JobOptions); values are checked by whoever applies them, which also
+	// "primary_key"), values as written. Option names and the kind of
+	// their values are checked here (transform.JobOptions); the transform
+	// package checks the values against the job when it applies them, and
 	// decides what a job declared by environment alone means.
 	Jobs map[string]map[string]string `koanf:"-"`
-}
-
-// JobOptions are the OPTION parts accepted in MEILISTREAM_JOB_<NAME>_<OPTION>,
-// in lower case: the transform module's per-job options.
-var JobOptions = []string{
-	"collection", "index", "primary_key", "mirror", "sweep", "reindex",
-	"on_history_lost", "on_document_error", "batch_size", "flush_interval",
-	"transform_timeout",
 }
 
 // Default returns the configuration with every default set and nothing
@@ -408,7 +401,7 @@ func pathError(err error) string {
 func (c *Config) parseJob(ps *problems, key, value string) {
 	rest := strings.TrimPrefix(key, "job_")
 	best := ""
-	for _, o := range JobOptions {
+	for _, o := range transform.EnvOptions() {
 		if strings.HasSuffix(rest, "_"+o) && len(o) > len(best) && len(rest) > len(o)+1 {
 			best = o
 		}
@@ -416,11 +409,12 @@ func (c *Config) parseJob(ps *problems, key, value string) {
 	name := EnvPrefix + strings.ToUpper(key)
 	if best == "" {
 		ps.addRaw(name, "unknown per-job option (did you mean "+closestJobName(rest)+"?)",
-			"MEILISTREAM_JOB_<NAME>_<OPTION> with OPTION one of "+strings.ToUpper(strings.Join(JobOptions, ", ")))
+			"MEILISTREAM_JOB_<NAME>_<OPTION> with OPTION one of "+strings.ToUpper(strings.Join(transform.EnvOptions(), ", ")))
 		return
 	}
 	job := strings.TrimSuffix(rest, "_"+best)
-	if problem, accepts := jobOptionProblem(best, value); problem != "" {
+	// A bad value fails at start like any other variable.
+	if problem, accepts, _ := transform.CheckOverride(best, value); problem != "" {
 		ps.addRaw(name, problem, accepts)
 		return
 	}
@@ -431,46 +425,6 @@ func (c *Config) parseJob(ps *problems, key, value string) {
 		c.Jobs[job] = map[string]string{}
 	}
 	c.Jobs[job][best] = value
-}
-
-// jobOptionProblem checks a per-job override's value, so a bad one fails at
-// start like any other variable; it returns what is wrong and what the
-// option accepts, or "" when the value is fine.
-func jobOptionProblem(option, value string) (problem, accepts string) {
-	q := fmt.Sprintf("%q", value)
-	switch option {
-	case "index":
-		for _, r := range value {
-			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-				return q + " is not a Meilisearch index uid", "letters, digits, - and _"
-			}
-		}
-	case "sweep":
-		if _, err := strconv.ParseBool(value); err != nil {
-			return q + " is not a boolean", "true or false"
-		}
-	case "reindex":
-		if value != "swap" && value != "inplace" {
-			return q + " is not a choice", "swap or inplace"
-		}
-	case "on_history_lost":
-		if value != "reindex" && value != "fail" {
-			return q + " is not a choice", "reindex or fail"
-		}
-	case "on_document_error":
-		if value != "skip" && value != "fail" {
-			return q + " is not a choice", "skip or fail"
-		}
-	case "batch_size":
-		if n, err := strconv.Atoi(value); err != nil || n < 1 || n > 100000 {
-			return q + " is not a whole number from 1 to 100000", "a whole number from 1 to 100000"
-		}
-	case "flush_interval", "transform_timeout":
-		if d, err := time.ParseDuration(value); err != nil || d <= 0 {
-			return q + " is not a positive Go duration", "a positive Go duration, e.g. 1s or 250ms"
-		}
-	}
-	return "", ""
 }
 
 // fieldsByKey maps each koanf key to its settable field in *c.
@@ -799,7 +753,7 @@ func closestName(name string) string {
 // closestJobName suggests a per-job variable for "<name>_<option?>".
 func closestJobName(rest string) string {
 	best, bestD := "", -1
-	for _, o := range JobOptions {
+	for _, o := range transform.EnvOptions() {
 		// The job name is whatever precedes the last underscore-separated
 		// part that looks most like an option.
 		for i := 0; i <= len(rest); i++ {

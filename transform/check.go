@@ -102,7 +102,7 @@ func (j *Job) describe() string {
 	if j.Kind == Mirror {
 		fmt.Fprintf(&b, "mirror %s -> replica collection %s", j.Collection, j.Mirror)
 	} else {
-		fmt.Fprintf(&b, "search %s -> index %s (primary key %s, dates %s, reindex %s)", j.Collection, j.Index, j.PrimaryKey, j.Dates, j.Reindex)
+		fmt.Fprintf(&b, "search %s -> index %s (%s)", j.Collection, j.Index, j.describeOptions())
 	}
 	switch {
 	case j.Function:
