@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -26,12 +27,13 @@ type HTTPOptions struct {
 	// is removed by Close.
 	ReadyFile string
 	// Status answers /status and /readyz. Nil: no jobs, always ready.
-	Status StatusSource
+	Status status.Source
 	// Gatherer is served on /metrics (the registry from NewRegistry). Nil:
 	// /metrics answers 404.
 	Gatherer prometheus.Gatherer
-	// Config, when set, is shown in /status with its secrets masked.
-	Config *Config
+	// Config, when set, is the configuration shown in /status: its JSON
+	// must mask the secrets, as the configuration's own MarshalJSON does.
+	Config json.Marshaler
 	// Version is shown in /status.
 	Version string
 	// Log receives the server's own errors. Nil: discarded.
@@ -149,7 +151,7 @@ func (s *HTTPServer) ready(ctx context.Context) error {
 // readyNow is ready without waiting on a probe when the source can answer
 // from memory (QuickReadier): what /status shows.
 func (s *HTTPServer) readyNow(ctx context.Context) error {
-	q, ok := s.opts.Status.(QuickReadier)
+	q, ok := s.opts.Status.(status.QuickReadier)
 	if !ok {
 		return s.ready(ctx)
 	}
@@ -170,11 +172,11 @@ func (s *HTTPServer) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *HTTPServer) status(w http.ResponseWriter, r *http.Request) {
-	rep := StatusReport{
+	rep := status.Report{
 		Version: s.opts.Version,
 		Time:    time.Now().UTC(),
 		Ready:   s.readyNow(r.Context()) == nil,
-		Jobs:    []JobStatus{},
+		Jobs:    []status.Job{},
 	}
 	if s.opts.Status != nil {
 		if jobs := s.opts.Status.Status(); jobs != nil {
@@ -182,8 +184,7 @@ func (s *HTTPServer) status(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if s.opts.Config != nil {
-		c := s.opts.Config.Redacted()
-		rep.Config = &c
+		rep.Config = s.opts.Config
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")

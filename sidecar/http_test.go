@@ -15,14 +15,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/status"
 )
 
 type fakeStatus struct {
-	jobs     []sidecar.JobStatus
+	jobs     []status.Job
 	notReady error
 }
 
-func (f *fakeStatus) Status() []sidecar.JobStatus { return f.jobs }
+func (f *fakeStatus) Status() []status.Job { return f.jobs }
 
 func (f *fakeStatus) Ready(ctx context.Context) error { return f.notReady }
 
@@ -43,10 +44,10 @@ func get(t *testing.T, url string) (int, string) {
 func TestHTTPServer(t *testing.T) {
 	ready := filepath.Join(t.TempDir(), "ready")
 	pos := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	src := &fakeStatus{jobs: []sidecar.JobStatus{{
+	src := &fakeStatus{jobs: []status.Job{{
 		Name: "articles", Kind: "search", State: "following", Holder: "pod-a:1:abc", Epoch: 3,
-		LagSeconds: 0.5, PositionTime: &pos, Counters: sidecar.JobCounters{Indexed: 10, Deleted: 2},
-		LastError: &sidecar.ErrorStatus{Code: "FAILED", Message: "send batch: connection refused", At: pos},
+		LagSeconds: 0.5, PositionTime: &pos, Counters: status.Counters{Indexed: 10, Deleted: 2},
+		LastError: &status.ErrorInfo{Code: "FAILED", Message: "send batch: connection refused", At: pos},
 	}}}
 	reg := sidecar.NewRegistry("v0.0.0-test")
 	m := sidecar.NewMetrics(reg)

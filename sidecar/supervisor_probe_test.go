@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/status"
 )
 
 // With a server down a probe takes seconds; /status answers at once from
@@ -76,7 +77,7 @@ func TestReadyNowDoesNotWaitForAProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep sidecar.StatusReport
+	var rep status.Report
 	err = json.NewDecoder(resp.Body).Decode(&rep)
 	resp.Body.Close()
 	if err != nil {

@@ -8,21 +8,23 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/meilistream/meilistream/sidecar/status"
 )
 
-var _ StatusSource = (*Supervisor)(nil)
+var _ status.Source = (*Supervisor)(nil)
 
 // Status returns every job's status for /status, sorted by name, from
 // memory: the supervisor's state (standby, restarting, failed...) refined by
 // the engine's phase (reindexing, following) while the job runs.
-func (s *Supervisor) Status() []JobStatus {
+func (s *Supervisor) Status() []status.Job {
 	s.mu.Lock()
 	jobs := make([]*SupervisedJob, 0, len(s.jobs))
 	for _, j := range s.jobs {
 		jobs = append(jobs, j.stats)
 	}
 	s.mu.Unlock()
-	out := make([]JobStatus, 0, len(jobs))
+	out := make([]status.Job, 0, len(jobs))
 	for _, j := range jobs {
 		out = append(out, s.jobStatus(j))
 	}
@@ -30,17 +32,17 @@ func (s *Supervisor) Status() []JobStatus {
 	return out
 }
 
-func (s *Supervisor) jobStatus(j *SupervisedJob) JobStatus {
+func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 	sn := j.Snapshot()
 	es := j.Stats.Snapshot()
-	st := JobStatus{
+	st := status.Job{
 		Name:     sn.Name,
 		Kind:     j.Kind,
 		State:    sn.State,
 		Epoch:    sn.Epoch,
 		Restarts: sn.Restarts,
 		Attempts: sn.Attempts,
-		Counters: JobCounters{Indexed: es.Indexed, Deleted: es.Deleted, Skipped: es.Skipped, Errors: es.Errors, Changes: es.Changes},
+		Counters: status.Counters{Indexed: es.Indexed, Deleted: es.Deleted, Skipped: es.Skipped, Errors: es.Errors, Changes: es.Changes},
 	}
 	switch {
 	case sn.Held:
@@ -63,14 +65,14 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) JobStatus {
 	}
 	if st.State == "reindexing" {
 		r := es.Reindex
-		st.Reindex = &ReindexStatus{Done: r.Done, TotalEstimate: r.Estimated, Rate: r.Rate, ETASeconds: r.ETA.Seconds(), Resumed: r.Resumed}
+		st.Reindex = &status.Reindex{Done: r.Done, TotalEstimate: r.Estimated, Rate: r.Rate, ETASeconds: r.ETA.Seconds(), Resumed: r.Resumed}
 	}
 	if !es.LastPosition.IsZero() {
 		t := es.LastPosition
 		st.PositionTime = &t
 	}
 	if sn.TransformError != "" {
-		st.TransformError = &ErrorStatus{Code: sn.TransformErrorCode, Message: sn.TransformError, At: sn.TransformErrorAt}
+		st.TransformError = &status.ErrorInfo{Code: sn.TransformErrorCode, Message: sn.TransformError, At: sn.TransformErrorAt}
 	}
 	if !sn.NextRestart.IsZero() {
 		t := sn.NextRestart
@@ -79,9 +81,9 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) JobStatus {
 	// The later of the supervisor's and the engine's last errors.
 	switch {
 	case sn.LastError != "" && (es.LastError == "" || !es.LastErrAt.After(sn.LastErrorAt)):
-		st.LastError = &ErrorStatus{Code: sn.Code, Message: sn.LastError, At: sn.LastErrorAt}
+		st.LastError = &status.ErrorInfo{Code: sn.Code, Message: sn.LastError, At: sn.LastErrorAt}
 	case es.LastError != "":
-		st.LastError = &ErrorStatus{Code: es.LastErrorCode, Message: es.LastError, At: es.LastErrAt}
+		st.LastError = &status.ErrorInfo{Code: es.LastErrorCode, Message: es.LastError, At: es.LastErrAt}
 	}
 	return st
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/status"
 )
 
 func TestSupervisorStatus(t *testing.T) {
@@ -48,8 +49,8 @@ func TestSupervisorStatus(t *testing.T) {
 		{Name: "denied", Kind: "search", Hash: "1"},
 		{Name: "bad", Kind: "search", Err: errs.WithJob("bad", fmt.Errorf("load: %w", errs.New(errs.ConfigInvalid, "bad", "index: must be a string")))},
 	})
-	byName := func() map[string]sidecar.JobStatus {
-		m := map[string]sidecar.JobStatus{}
+	byName := func() map[string]status.Job {
+		m := map[string]status.Job{}
 		for _, j := range s.Status() {
 			m[j.Name] = j
 		}

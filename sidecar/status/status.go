@@ -1,16 +1,17 @@
-package sidecar
+package status
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 )
 
-// StatusSource is what the HTTP server asks about the jobs. The supervisor
+// Source is what the HTTP server asks about the jobs. The supervisor
 // implements it.
-type StatusSource interface {
+type Source interface {
 	// Status returns every job's status, sorted by name. It is called on
 	// every GET /status and must answer from memory, without I/O.
-	Status() []JobStatus
+	Status() []Job
 	// Ready returns nil when the sidecar can do its work: MongoDB (and,
 	// when a job needs them, Meilisearch and the replica) reachable, no job
 	// failed, no change stream stalled. Otherwise an error saying what is
@@ -19,7 +20,7 @@ type StatusSource interface {
 	Ready(ctx context.Context) error
 }
 
-// QuickReadier is optionally implemented by a StatusSource whose Ready does
+// QuickReadier is optionally implemented by a Source whose Ready does
 // I/O (the supervisor probes MongoDB and Meilisearch). GET /status uses
 // ReadyNow, so it answers at once even while a server is down and a probe
 // would take seconds; GET /readyz still calls Ready.
@@ -30,9 +31,9 @@ type QuickReadier interface {
 	ReadyNow(ctx context.Context) error
 }
 
-// JobStatus is one job in GET /status (a JSON array under "jobs"). Field
+// Job is one job in GET /status (a JSON array under "jobs"). Field
 // names are snake_case and stable: operators script against them.
-type JobStatus struct {
+type Job struct {
 	// Name is the job's name (its transform file's name).
 	Name string `json:"name"`
 	// Kind is "search" (into Meilisearch) or "mirror" (into the replica).
@@ -55,11 +56,11 @@ type JobStatus struct {
 	// PositionTime is the cluster time of the last recorded position.
 	PositionTime *time.Time `json:"position_time,omitempty"`
 	// Reindex is the progress of a running reindex (nil otherwise).
-	Reindex *ReindexStatus `json:"reindex,omitempty"`
+	Reindex *Reindex `json:"reindex,omitempty"`
 	// Counters are totals since this process started.
-	Counters JobCounters `json:"counters"`
+	Counters Counters `json:"counters"`
 	// LastError is the job's last error, if any (kept after recovery).
-	LastError *ErrorStatus `json:"last_error,omitempty"`
+	LastError *ErrorInfo `json:"last_error,omitempty"`
 	// Restarts counts restarts after failures since this process started.
 	Restarts int `json:"restarts"`
 	// NextRestart is when a "restarting" job tries again.
@@ -71,11 +72,11 @@ type JobStatus struct {
 	// TransformError is set while the job's transform file, changed,
 	// fails to load: the previous version keeps running (State is its
 	// state) until the file is fixed.
-	TransformError *ErrorStatus `json:"transform_error,omitempty"`
+	TransformError *ErrorInfo `json:"transform_error,omitempty"`
 }
 
-// ReindexStatus is a running reindex's progress.
-type ReindexStatus struct {
+// Reindex is a running reindex's progress.
+type Reindex struct {
 	Done          int64   `json:"done"`           // documents read so far (a resumed checkpoint's included)
 	TotalEstimate int64   `json:"total_estimate"` // the collection's estimated count at the start
 	Rate          float64 `json:"rate"`           // documents per second
@@ -83,8 +84,8 @@ type ReindexStatus struct {
 	Resumed       bool    `json:"resumed"`        // continued from a checkpoint
 }
 
-// JobCounters are a job's document totals since this process started.
-type JobCounters struct {
+// Counters are a job's document totals since this process started.
+type Counters struct {
 	Indexed int64 `json:"indexed"` // upserted (durable)
 	Deleted int64 `json:"deleted"` // deleted (durable)
 	Skipped int64 `json:"skipped"` // kept out by the transform
@@ -92,19 +93,20 @@ type JobCounters struct {
 	Changes int64 `json:"changes"` // change events read from the stream (durable or not yet)
 }
 
-// ErrorStatus is an error as /status shows it.
-type ErrorStatus struct {
+// ErrorInfo is an error as /status shows it.
+type ErrorInfo struct {
 	Code    string    `json:"code"`    // an errs code: FAILED, LEASE_LOST, ...
 	Message string    `json:"message"` // never a secret
 	At      time.Time `json:"at"`
 }
 
-// StatusReport is the whole GET /status answer.
-type StatusReport struct {
+// Report is the whole GET /status answer.
+type Report struct {
 	Version string      `json:"version"`
 	Time    time.Time   `json:"time"`
 	Ready   bool        `json:"ready"`
-	Jobs    []JobStatus `json:"jobs"`
-	// Config is the configuration in effect, secrets masked.
-	Config *Config `json:"config,omitempty"`
+	Jobs    []Job `json:"jobs"`
+	// Config is the configuration in effect, its JSON with secrets masked
+	// (the configuration's own MarshalJSON masks them).
+	Config json.Marshaler `json:"config,omitempty"`
 }
