@@ -8,119 +8,10 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/transform"
 )
-
-// Per-document errors (DESIGN.md "Per-document errors") live in the errors
-// collection, one document per job and source _id:
-//
-//	{_id: {job, id: <source _id>}, job, sourceId: <source _id>, code,
-//	 message, at: <server date of the last failure>, attempts: <int>}
-//
-// code is an error code of this project (TRANSFORM_FAILED, NOT_A_DOCUMENT,
-// ID_MISMATCH) for a transform's refusal, or the destination's own code
-// (e.g. Meilisearch's invalid_document_id) for a document it refused. A
-// document with a record is left out of the destination: the engine deletes
-// what the destination held for it, so the destination always equals the
-// transform of the collection minus the recorded documents, whether it was
-// built by a reindex or kept by follow. The record stays until `meilistream
-// retry` writes the document, or a reindex or a later change writes it
-// without error (then the record is cleared).
-
-func errKey(job string, id bson.RawValue) bson.D {
-	return bson.D{{Key: "job", Value: job}, {Key: "id", Value: id}}
-}
-
-// recordDocError upserts the error record of one document.
-func (e *Engine) recordDocError(ctx context.Context, job string, id bson.RawValue, code, msg string) error {
-	if e.errColl == nil {
-		return nil
-	}
-	if len(msg) > 2000 {
-		msg = msg[:2000] + "..."
-	}
-	update := bson.D{
-		{Key: "$set", Value: bson.D{
-			{Key: "job", Value: job},
-			{Key: "sourceId", Value: id},
-			{Key: "code", Value: code},
-			{Key: "message", Value: msg},
-		}},
-		{Key: "$currentDate", Value: bson.D{{Key: "at", Value: true}}},
-		{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}},
-	}
-	_, err := e.errColl.UpdateOne(ctx, bson.D{{Key: "_id", Value: errKey(job, id)}}, update, options.UpdateOne().SetUpsert(true))
-	if err != nil {
-		return errs.Wrap(errs.Failed, job, err, "record a per-document error")
-	}
-	return nil
-}
-
-// clearDocErrors deletes the error records of ids (written without error).
-func (e *Engine) clearDocErrors(ctx context.Context, job string, ids []bson.RawValue) (int64, error) {
-	if e.errColl == nil || len(ids) == 0 {
-		return 0, nil
-	}
-	keys := make(bson.A, len(ids))
-	for i, id := range ids {
-		keys[i] = errKey(job, id)
-	}
-	res, err := e.errColl.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}}})
-	if err != nil {
-		return 0, errs.Wrap(errs.Failed, job, err, "clear per-document errors")
-	}
-	return res.DeletedCount, nil
-}
-
-// docErrorIDs returns the source _ids of job's error records.
-func (e *Engine) docErrorIDs(ctx context.Context, job string) ([]bson.RawValue, error) {
-	if e.errColl == nil {
-		return nil, nil
-	}
-	cur, err := e.errColl.Find(ctx, bson.D{{Key: "job", Value: job}}, options.Find().SetProjection(bson.D{{Key: "sourceId", Value: 1}}))
-	if err != nil {
-		return nil, errs.Wrap(errs.Failed, job, err, "read per-document errors")
-	}
-	defer cur.Close(ctx)
-	var ids []bson.RawValue
-	for cur.Next(ctx) {
-		v, err := cur.Current.LookupErr("sourceId")
-		if err != nil {
-			continue
-		}
-		ids = append(ids, bson.RawValue{Type: v.Type, Value: append([]byte(nil), v.Value...)})
-	}
-	if err := cur.Err(); err != nil {
-		return nil, errs.Wrap(errs.Failed, job, err, "read per-document errors")
-	}
-	return ids, nil
-}
-
-func countErrors(ctx context.Context, coll *mongo.Collection) (map[string]int64, error) {
-	cur, err := coll.Aggregate(ctx, mongo.Pipeline{
-		{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$job"}, {Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}}}}},
-	})
-	if err != nil {
-		return nil, errs.Wrap(errs.Failed, "", err, "count per-document errors")
-	}
-	defer cur.Close(ctx)
-	out := map[string]int64{}
-	for cur.Next(ctx) {
-		var d struct {
-			ID string `bson:"_id"`
-			N  int64  `bson:"n"`
-		}
-		if err := cur.Decode(&d); err != nil {
-			return nil, errs.Wrap(errs.Failed, "", err, "count per-document errors")
-		}
-		out[d.ID] = d.N
-	}
-	return out, cur.Err()
-}
 
 // handleDocErrors takes transform failures through the per-document error
 // path: recorded and counted, then the job goes on (skip) or stops with an
@@ -131,7 +22,7 @@ func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *JobSt
 		msg := b.err.Error() // the code and job are recorded apart
 		// Recorded in both modes, so `meilistream retry` and `status` see
 		// the document that stopped a job with onDocumentError: fail.
-		if err := e.recordDocError(ctx, jc.job.Name, b.id, code, msg); err != nil {
+		if err := e.store.RecordDocError(ctx, jc.job.Name, b.id, code, msg); err != nil {
 			return err
 		}
 		set.add(b.id)
@@ -180,7 +71,7 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, sink Sink, l Eng
 	jc := e.jobCfg(job)
 	jc.OnDocumentError = "skip" // a retry never stops on the document it is retrying
 	log := e.log.With("job", job.Name)
-	ids, err := e.docErrorIDs(ctx, job.Name)
+	ids, err := e.store.DocErrorIDs(ctx, job.Name)
 	if err != nil {
 		return sum, leaseOr(ctx, l, err)
 	}
@@ -244,7 +135,7 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, sink Sink, l Eng
 				}
 				ok = append(ok, w.SourceID)
 			}
-			n, err := e.clearDocErrors(ctx, job.Name, ok)
+			n, err := e.store.ClearDocErrors(ctx, job.Name, ok)
 			cleared.Add(n)
 			refused.Add(int64(len(f.refusedPos)))
 			return err
@@ -278,7 +169,7 @@ type errSet struct {
 }
 
 func (e *Engine) loadErrSet(ctx context.Context, job string) (*errSet, error) {
-	ids, err := e.docErrorIDs(ctx, job)
+	ids, err := e.store.DocErrorIDs(ctx, job)
 	if err != nil {
 		return nil, err
 	}
@@ -344,7 +235,7 @@ func (s *errSet) cleared(ctx context.Context, f *flight, positions []int) error 
 			ids = append(ids, f.batch.Writes[i].SourceID)
 		}
 	}
-	if _, err := s.e.clearDocErrors(ctx, s.job, ids); err != nil {
+	if _, err := s.e.store.ClearDocErrors(ctx, s.job, ids); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -361,7 +252,7 @@ func (s *errSet) cleared(ctx context.Context, f *flight, positions []int) error 
 // records a swap reindex made): the new index was built without error for
 // every other document.
 func (e *Engine) clearStaleErrors(ctx context.Context, job string, keep *errSet) error {
-	ids, err := e.docErrorIDs(ctx, job)
+	ids, err := e.store.DocErrorIDs(ctx, job)
 	if err != nil {
 		return err
 	}
@@ -374,7 +265,7 @@ func (e *Engine) clearStaleErrors(ctx context.Context, job string, keep *errSet)
 	}
 	n := len(keep.m)
 	keep.mu.Unlock()
-	if _, err := e.clearDocErrors(ctx, job, stale); err != nil {
+	if _, err := e.store.ClearDocErrors(ctx, job, stale); err != nil {
 		return err
 	}
 	e.observeDeadLetters(job, int64(n))

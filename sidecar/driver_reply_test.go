@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meilistream/meilistream/internal/mongotest"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -130,4 +131,25 @@ func TestStreamEventsStayValidAcrossGetMores(t *testing.T) {
 			t.Fatalf("event %d changed after later getMores were read: %v", i, ev)
 		}
 	}
+}
+
+// stateEngine is an engine over a fresh test server.
+func stateEngine(t *testing.T) (context.Context, *Engine, *mongo.Collection) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	ms, err := mongotest.Start(mongotest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ms.Close() })
+	client, err := mongo.Connect(options.Client().ApplyURI(ms.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Disconnect(context.Background()) })
+	db := client.Database("app")
+	state := db.Collection("meilistream")
+	e := NewEngine(db, state, db.Collection("meilistream_errors"), EngineConfig{RetryBase: time.Millisecond, RetryCap: time.Millisecond}, nil, nil)
+	return ctx, e, state
 }

@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -128,8 +129,7 @@ type EngineLease interface {
 // holds no per-job state between calls (that lives in MongoDB).
 type Engine struct {
 	source  *mongo.Database
-	state   *mongo.Collection
-	errColl *mongo.Collection
+	store   *jobstate.Store
 	cfg     EngineConfig
 	metrics *Metrics
 	log     hclog.Logger
@@ -146,7 +146,9 @@ func NewEngine(source *mongo.Database, state *mongo.Collection, errorsColl *mong
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	return &Engine{source: source, state: state, errColl: errorsColl, cfg: cfg.withDefaults(), metrics: metrics, log: logger}
+	cfg = cfg.withDefaults()
+	store := jobstate.New(state, errorsColl, func(attempt int) time.Duration { return backoff(cfg, attempt) })
+	return &Engine{source: source, store: store, cfg: cfg, metrics: metrics, log: logger}
 }
 
 // jobConfig is the engine configuration with a job's overrides applied.
@@ -202,7 +204,7 @@ func (e *Engine) run(ctx context.Context, job *transform.Job, sink Sink, l Engin
 	ctx, stop := leaseContext(ctx, l)
 	defer stop()
 	log := e.log.With("job", job.Name)
-	if err := e.stamp(ctx, job.Name, l); err != nil {
+	if err := e.store.Stamp(ctx, job.Name, l); err != nil {
 		return closeOr(ctx, l, err)
 	}
 	if err := retryPrepare(ctx, sink, e.cfg, log); err != nil {
@@ -213,7 +215,7 @@ func (e *Engine) run(ctx context.Context, job *transform.Job, sink Sink, l Engin
 		afterLost bool     // the reindex just done was for a history loss
 	)
 	for {
-		pos, err := e.readPosition(ctx, job.Name)
+		pos, err := e.store.ReadPosition(ctx, job.Name)
 		if err != nil {
 			return closeOr(ctx, l, errs.Wrap(errs.Failed, job.Name, err, "read position"))
 		}
@@ -239,7 +241,7 @@ func (e *Engine) run(ctx context.Context, job *transform.Job, sink Sink, l Engin
 			if e.jobCfg(job).OnHistoryLost == "fail" {
 				return errs.Wrap(errs.HistoryLost, job.Name, err, "the recorded position is older than the server's change history (onHistoryLost: fail)")
 			}
-			if now, _ := e.readPosition(ctx, job.Name); lostStart != nil && now != nil && bytes.Equal(lostStart, now.Token) {
+			if now, _ := e.store.ReadPosition(ctx, job.Name); lostStart != nil && now != nil && bytes.Equal(lostStart, now.Token) {
 				// The position a reindex just recorded is already gone, and
 				// nothing was recorded since: reindexing again would loop.
 				return errs.Wrap(errs.HistoryLost, job.Name, err, "the change history (oplog window) is shorter than a reindex of %s takes; enlarge the oplog", job.Collection)
@@ -258,23 +260,23 @@ func (e *Engine) run(ctx context.Context, job *transform.Job, sink Sink, l Engin
 // logWhyReindex says why a changed hash reindexes: a changed job
 // definition (index uid, options) or a changed transform file, and that an
 // index (or replica collection) the job no longer writes is left in place.
-func (e *Engine) logWhyReindex(job *transform.Job, pos *position, log hclog.Logger) {
-	changes := definitionChanges(pos.Definition, job)
-	if len(changes) == 0 && pos.Destination != "" && pos.Destination != destination(job) {
-		changes = []string{fmt.Sprintf("destination %q, was %q", destination(job), pos.Destination)}
+func (e *Engine) logWhyReindex(job *transform.Job, pos *jobstate.Position, log hclog.Logger) {
+	changes := jobstate.DefinitionChanges(pos.Definition, job)
+	if len(changes) == 0 && pos.Destination != "" && pos.Destination != jobstate.Destination(job) {
+		changes = []string{fmt.Sprintf("destination %q, was %q", jobstate.Destination(job), pos.Destination)}
 	}
 	if len(changes) == 0 {
 		log.Info("transform changed since the position was recorded: reindexing", "recorded_hash", short(pos.Hash), "hash", short(job.Hash))
 		return
 	}
 	args := []any{"changes", strings.Join(changes, "; "), "recorded_hash", short(pos.Hash), "hash", short(job.Hash)}
-	if pos.Destination != "" && pos.Destination != destination(job) {
+	if pos.Destination != "" && pos.Destination != jobstate.Destination(job) {
 		what := "index"
 		if job.Kind == transform.Mirror {
 			what = "replica collection"
 		}
 		log.Info(fmt.Sprintf("job definition changed (%s): reindexing into %s %s; the old %s %s is left in place for you to delete when no longer needed",
-			strings.Join(changes, "; "), what, destination(job), what, pos.Destination), args...)
+			strings.Join(changes, "; "), what, jobstate.Destination(job), what, pos.Destination), args...)
 		return
 	}
 	log.Info(fmt.Sprintf("job definition changed (%s): reindexing", strings.Join(changes, "; ")), args...)
@@ -285,7 +287,7 @@ func (e *Engine) logWhyReindex(job *transform.Job, pos *position, log hclog.Logg
 // this process has the old transform file (a pod not yet updated in a
 // rollout) and must not reindex back to it: FAILED wrapping
 // ErrTransformOlder. After the grace the revert is deliberate: nil.
-func (e *Engine) olderTransform(ctx context.Context, job *transform.Job, pos *position, log hclog.Logger) error {
+func (e *Engine) olderTransform(ctx context.Context, job *transform.Job, pos *jobstate.Position, log hclog.Logger) error {
 	if pos.PreviousHash != job.Hash || pos.HashSince.IsZero() {
 		return nil
 	}
@@ -308,6 +310,21 @@ func (e *Engine) olderTransform(ctx context.Context, job *transform.Job, pos *po
 	log.Info("transform reverted to the one recorded before: reindexing (the rollout grace has passed)",
 		"recorded_hash", short(pos.Hash), "hash", short(job.Hash), "recorded_at", pos.HashSince, "grace", grace)
 	return nil
+}
+
+// serverNow is the server's clock (hello's localTime), for decisions that
+// must not depend on this process's clock.
+func (e *Engine) serverNow(ctx context.Context) (time.Time, error) {
+	var r struct {
+		LocalTime time.Time `bson:"localTime"`
+	}
+	if err := e.source.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&r); err != nil {
+		return time.Time{}, err
+	}
+	if r.LocalTime.IsZero() {
+		return time.Time{}, errors.New("hello reply without localTime")
+	}
+	return r.LocalTime, nil
 }
 
 // leaseContext derives a context cancelled with the lease's LEASE_LOST

@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -134,7 +135,7 @@ func readStream(ctx context.Context, cs *mongo.ChangeStream, out chan<- csItem, 
 // follow applies the change stream from pos until ctx ends (nil, after a
 // flush), the lease is lost, the history is lost (errHistoryLost), the
 // collection is invalidated, or a non-retryable error.
-func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l EngineLease, stats *JobStats, pos *position, log hclog.Logger) error {
+func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l EngineLease, stats *JobStats, pos *jobstate.Position, log hclog.Logger) error {
 	jc := e.jobCfg(job)
 	stats.setPhase(PhaseFollowing)
 
@@ -439,7 +440,7 @@ func (f *follower) flush() error {
 func (f *follower) recordAfter(tok bson.Raw, wall time.Time, idle bool) func(ctx context.Context, fl *flight) error {
 	e, jc, l, stats := f.e, f.jc, f.l, f.stats
 	return func(ctx context.Context, fl *flight) error {
-		if err := e.recordPosition(ctx, jc.job.Name, l, tok, wall, jc.job.Hash); err != nil {
+		if err := e.store.RecordPosition(ctx, jc.job.Name, l, tok, wall, jc.job.Hash); err != nil {
 			return err
 		}
 		e.observePosition(jc.job.Name, wall)
@@ -535,7 +536,7 @@ func (f *follower) invalidated(ctx context.Context, op string) error {
 	}
 	dctx, cancel := drainContext(ctx, f.l, f.jc.DrainTimeout)
 	defer cancel()
-	if err := f.e.clearPosition(dctx, name, f.l); err != nil {
+	if err := f.e.store.ClearPosition(dctx, name, f.l); err != nil {
 		return leaseOr(ctx, f.l, err)
 	}
 	return errs.Wrap(errs.Failed, name, ErrInvalidated, "%s event on %s", op, f.jc.job.Collection)

@@ -449,7 +449,7 @@ func (p *pipe) refused(ctx context.Context, f *flight, pos int, code, msg string
 	name := p.jc.job.Name
 	p.log.Warn("destination refused a document", "id", idString(w.SourceID), "code", code, "error", msg)
 	// Recorded in both modes, so `meilistream retry` and `status` see it.
-	if err := p.e.recordDocError(ctx, name, w.SourceID, code, msg); err != nil {
+	if err := p.e.store.RecordDocError(ctx, name, w.SourceID, code, msg); err != nil {
 		return err
 	}
 	if p.jc.OnDocumentError == "fail" {

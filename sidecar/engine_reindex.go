@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -39,7 +40,7 @@ func (e *Engine) Reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 	ctx, stop := leaseContext(ctx, l)
 	defer stop()
 	log := e.log.With("job", job.Name)
-	err := e.stamp(ctx, job.Name, l)
+	err := e.store.Stamp(ctx, job.Name, l)
 	if err == nil {
 		err = retryPrepare(ctx, sink, e.cfg, log)
 	}
@@ -99,7 +100,7 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 
 	// Resume a checkpoint of the same transform whose start is still in
 	// the history, into the staged target it was writing.
-	cp, err := e.readCheckpoint(ctx, name)
+	cp, err := e.store.ReadCheckpoint(ctx, name)
 	if err != nil {
 		return sum, errs.Wrap(errs.Failed, name, err, "read reindex checkpoint")
 	}
@@ -137,8 +138,8 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 		if err != nil {
 			return sum, errs.Wrap(errs.Failed, name, err, "stage the reindex")
 		}
-		cp = &checkpoint{StartToken: tok, StartedAt: time.Now(), Hash: job.Hash, InPlace: inPlace}
-		if err := e.writeCheckpoint(ctx, name, l, cp); err != nil {
+		cp = &jobstate.Checkpoint{StartToken: tok, StartedAt: time.Now(), Hash: job.Hash, InPlace: inPlace}
+		if err := e.store.WriteCheckpoint(ctx, name, l, cp); err != nil {
 			return sum, err
 		}
 	}
@@ -365,7 +366,7 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 	}
 	if !inPlace {
 		cp.Swapping = true
-		if err := e.writeCheckpoint(fctx, name, l, cp); err != nil {
+		if err := e.store.WriteCheckpoint(fctx, name, l, cp); err != nil {
 			return sum, err
 		}
 		if err := staged.Commit(fctx); err != nil {
@@ -378,10 +379,10 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 			return sum, err
 		}
 	}
-	if err := e.recordNewPosition(fctx, job, l, cp.StartToken, cp.StartedAt); err != nil {
+	if err := e.store.RecordNewPosition(fctx, job, l, cp.StartToken, cp.StartedAt); err != nil {
 		return sum, err
 	}
-	if err := e.deleteCheckpoint(fctx, name, l); err != nil {
+	if err := e.store.DeleteCheckpoint(fctx, name, l); err != nil {
 		return sum, err
 	}
 	sum.Duration = time.Since(start)
@@ -492,12 +493,12 @@ func (w *window) release(n int) {
 // point, in _id order). One goroutine writes the latest (parts that became
 // durable during a write are recorded together by the next one), then lets
 // their documents out of the window. The checkpoint is fenced by the lease
-// epoch (writeCheckpoint); a failed write fails the pipe.
+// epoch (jobstate.Store.WriteCheckpoint); a failed write fails the pipe.
 type checkpointer struct {
 	e        *Engine
 	job      string
 	l        EngineLease
-	cp       *checkpoint // the goroutine's until done is closed
+	cp       *jobstate.Checkpoint // the goroutine's until done is closed
 	win      *window
 	failPipe func(error)
 	written  func(count int64)
@@ -515,7 +516,7 @@ type checkpointer struct {
 	closed bool
 }
 
-func (e *Engine) newCheckpointer(ctx context.Context, job string, l EngineLease, cp *checkpoint, win *window, failPipe func(error), written func(int64)) *checkpointer {
+func (e *Engine) newCheckpointer(ctx context.Context, job string, l EngineLease, cp *jobstate.Checkpoint, win *window, failPipe func(error), written func(int64)) *checkpointer {
 	ctx, cancel := context.WithCancelCause(ctx)
 	c := &checkpointer{
 		e: e, job: job, l: l, cp: cp, win: win, failPipe: failPipe, written: written,
@@ -548,7 +549,7 @@ func (c *checkpointer) loop() {
 		c.mu.Unlock()
 		if docs > 0 {
 			c.cp.LastID, c.cp.Count = last, count
-			if err := c.e.writeCheckpoint(c.ctx, c.job, c.l, c.cp); err != nil {
+			if err := c.e.store.WriteCheckpoint(c.ctx, c.job, c.l, c.cp); err != nil {
 				if c.ctx.Err() != nil {
 					err = context.Cause(c.ctx)
 				}

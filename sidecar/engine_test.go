@@ -27,6 +27,7 @@ import (
 	"github.com/meilistream/meilistream/internal/synccheck"
 	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -410,7 +411,7 @@ func TestReindexKilledMidwayResumesFromItsCheckpoint(t *testing.T) {
 	if h := e.positionHash(); h != "" {
 		t.Fatal("a cancelled reindex recorded a position")
 	}
-	states, err := sidecar.ReadState(e.ctx, e.state, e.errs)
+	states, err := jobstate.ReadState(e.ctx, e.state, e.errs)
 	if err != nil || len(states) != 1 || states[0].Reindex == nil {
 		t.Fatalf("no checkpoint: %+v %v", states, err)
 	}
@@ -771,7 +772,7 @@ func TestBadDocumentIsRecordedAndRetryClearsIt(t *testing.T) {
 	if rec["code"] != "TRANSFORM_FAILED" || rec["job"] != "items" {
 		t.Fatalf("record %v", rec)
 	}
-	states, err := sidecar.ReadState(e.ctx, e.state, e.errs)
+	states, err := jobstate.ReadState(e.ctx, e.state, e.errs)
 	if err != nil || len(states) != 1 || states[0].Errors != 3 {
 		t.Fatalf("state %+v %v", states, err)
 	}
@@ -1264,7 +1265,7 @@ func TestOnDocumentErrorFailNamesTheDocumentAndRecordsIt(t *testing.T) {
 	if !strings.Contains(logs.String(), `"id":"\"f1\""`) {
 		t.Errorf("the log does not name the document:\n%s", logs.String())
 	}
-	states, err := sidecar.ReadState(e.ctx, e.state, e.errs)
+	states, err := jobstate.ReadState(e.ctx, e.state, e.errs)
 	if err != nil || len(states) != 1 || states[0].Errors != 1 {
 		t.Fatalf("state %+v %v", states, err)
 	}
@@ -1287,7 +1288,7 @@ func TestOldTransformDuringARolloutDoesNotReindexBackUntilTheGraceHasPassed(t *t
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	states, err := sidecar.ReadState(e.ctx, e.state, e.errs)
+	states, err := jobstate.ReadState(e.ctx, e.state, e.errs)
 	if err != nil || len(states) != 1 || states[0].Position == nil {
 		t.Fatalf("state %+v %v", states, err)
 	}

@@ -102,10 +102,10 @@ type ErrorInfo struct {
 
 // Report is the whole GET /status answer.
 type Report struct {
-	Version string      `json:"version"`
-	Time    time.Time   `json:"time"`
-	Ready   bool        `json:"ready"`
-	Jobs    []Job `json:"jobs"`
+	Version string    `json:"version"`
+	Time    time.Time `json:"time"`
+	Ready   bool      `json:"ready"`
+	Jobs    []Job     `json:"jobs"`
 	// Config is the configuration in effect, its JSON with secrets masked
 	// (the configuration's own MarshalJSON masks them).
 	Config json.Marshaler `json:"config,omitempty"`

@@ -1,4 +1,4 @@
-package sidecar
+package jobstate
 
 import (
 	"context"
@@ -22,8 +22,8 @@ func (l epochLease) Lost() <-chan struct{}         { return nil }
 func (l epochLease) Err() error                    { return nil }
 func (l epochLease) Confirm(context.Context) error { return nil }
 
-// stateEngine is an engine over a fresh test server's state collection.
-func stateEngine(t *testing.T) (context.Context, *Engine, *mongo.Collection) {
+// testStore is a store over a fresh test server's state collection.
+func testStore(t *testing.T) (context.Context, *Store, *mongo.Collection) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -39,47 +39,47 @@ func stateEngine(t *testing.T) (context.Context, *Engine, *mongo.Collection) {
 	t.Cleanup(func() { client.Disconnect(context.Background()) })
 	db := client.Database("app")
 	state := db.Collection("meilistream")
-	e := NewEngine(db, state, db.Collection("meilistream_errors"), EngineConfig{RetryBase: time.Millisecond, RetryCap: time.Millisecond}, nil, nil)
-	return ctx, e, state
+	s := New(state, db.Collection("meilistream_errors"), func(int) time.Duration { return time.Millisecond })
+	return ctx, s, state
 }
 
 func TestClearedPositionKeepsItsEpochSoADeposedHolderCannotRewriteIt(t *testing.T) {
-	ctx, e, state := stateEngine(t)
+	ctx, e, state := testStore(t)
 	tok, _ := bson.Marshal(bson.D{{Key: "_data", Value: "82AB"}})
 	deposed, holder := epochLease(1), epochLease(2)
 
-	if err := e.recordPosition(ctx, "items", deposed, tok, time.Now(), "h1"); err != nil {
+	if err := e.RecordPosition(ctx, "items", deposed, tok, time.Now(), "h1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.writeCheckpoint(ctx, "items", deposed, &checkpoint{StartToken: tok, Hash: "h1", Count: 10}); err != nil {
+	if err := e.WriteCheckpoint(ctx, "items", deposed, &Checkpoint{StartToken: tok, Hash: "h1", Count: 10}); err != nil {
 		t.Fatal(err)
 	}
 	// The new holder stamps, then clears both (an invalidation; a finished
 	// reindex).
-	if err := e.stamp(ctx, "items", holder); err != nil {
+	if err := e.Stamp(ctx, "items", holder); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.clearPosition(ctx, "items", holder); err != nil {
+	if err := e.ClearPosition(ctx, "items", holder); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.deleteCheckpoint(ctx, "items", holder); err != nil {
+	if err := e.DeleteCheckpoint(ctx, "items", holder); err != nil {
 		t.Fatal(err)
 	}
 	// The deposed holder's writes are refused: the documents still carry
 	// the new epoch.
-	if err := e.recordPosition(ctx, "items", deposed, tok, time.Now(), "h1"); !errors.Is(err, errs.ErrLeaseLost) {
+	if err := e.RecordPosition(ctx, "items", deposed, tok, time.Now(), "h1"); !errors.Is(err, errs.ErrLeaseLost) {
 		t.Fatalf("deposed position write: want LEASE_LOST, got %v", err)
 	}
-	if err := e.writeCheckpoint(ctx, "items", deposed, &checkpoint{StartToken: tok, Hash: "h1"}); !errors.Is(err, errs.ErrLeaseLost) {
+	if err := e.WriteCheckpoint(ctx, "items", deposed, &Checkpoint{StartToken: tok, Hash: "h1"}); !errors.Is(err, errs.ErrLeaseLost) {
 		t.Fatalf("deposed checkpoint write: want LEASE_LOST, got %v", err)
 	}
-	if err := e.stamp(ctx, "items", deposed); !errors.Is(err, errs.ErrLeaseLost) {
+	if err := e.Stamp(ctx, "items", deposed); !errors.Is(err, errs.ErrLeaseLost) {
 		t.Fatalf("deposed stamp: want LEASE_LOST, got %v", err)
 	}
-	if p, err := e.readPosition(ctx, "items"); err != nil || p != nil {
+	if p, err := e.ReadPosition(ctx, "items"); err != nil || p != nil {
 		t.Fatalf("position after clear: %+v %v, want none", p, err)
 	}
-	if c, err := e.readCheckpoint(ctx, "items"); err != nil || c != nil {
+	if c, err := e.ReadCheckpoint(ctx, "items"); err != nil || c != nil {
 		t.Fatalf("checkpoint after clear: %+v %v, want none", c, err)
 	}
 	var d bson.M
@@ -93,24 +93,24 @@ func TestClearedPositionKeepsItsEpochSoADeposedHolderCannotRewriteIt(t *testing.
 		t.Fatalf("ReadState of cleared documents: %+v %v, want no job", js, err)
 	}
 	// The holder itself writes on.
-	if err := e.recordPosition(ctx, "items", holder, tok, time.Now(), "h2"); err != nil {
+	if err := e.RecordPosition(ctx, "items", holder, tok, time.Now(), "h2"); err != nil {
 		t.Fatal(err)
 	}
-	if p, err := e.readPosition(ctx, "items"); err != nil || p == nil || p.Hash != "h2" {
+	if p, err := e.ReadPosition(ctx, "items"); err != nil || p == nil || p.Hash != "h2" {
 		t.Fatalf("position: %+v %v", p, err)
 	}
 }
 
 func TestStampCreatesTheStateSoADeposedHolderCannotCreateIt(t *testing.T) {
-	ctx, e, _ := stateEngine(t)
+	ctx, e, _ := testStore(t)
 	tok, _ := bson.Marshal(bson.D{{Key: "_data", Value: "82AB"}})
-	if err := e.stamp(ctx, "items", epochLease(5)); err != nil {
+	if err := e.Stamp(ctx, "items", epochLease(5)); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.recordPosition(ctx, "items", epochLease(4), tok, time.Now(), "h"); !errors.Is(err, errs.ErrLeaseLost) {
+	if err := e.RecordPosition(ctx, "items", epochLease(4), tok, time.Now(), "h"); !errors.Is(err, errs.ErrLeaseLost) {
 		t.Fatalf("want LEASE_LOST, got %v", err)
 	}
-	if p, _ := e.readPosition(ctx, "items"); p != nil {
+	if p, _ := e.ReadPosition(ctx, "items"); p != nil {
 		t.Fatalf("position %+v, want none", p)
 	}
 }

@@ -1,4 +1,4 @@
-package sidecar
+package jobstate
 
 import (
 	"context"
@@ -39,8 +39,32 @@ import (
 // fenceField is lease.FenceField.
 const fenceField = "leaseEpoch"
 
-// position is a job's recorded resume point.
-type position struct {
+// Fence is what the state writes need of the job's lease: the epoch they
+// are fenced by, and why it ended, if it did (written nothing then).
+// *lease.Lease has it.
+type Fence interface {
+	Epoch() int64
+	Err() error
+}
+
+// Store keeps the jobs' state: positions and reindex checkpoints in the
+// state collection, per-document error records in the errors collection.
+// It is safe for concurrent use.
+type Store struct {
+	state   *mongo.Collection
+	errColl *mongo.Collection // nil: per-document errors are not kept
+	backoff func(attempt int) time.Duration
+}
+
+// New returns the store over state and errorsColl (normally state's name +
+// "_errors"; nil keeps no per-document errors). A state write that fails
+// for a transient reason is tried again a few times after backoff(attempt).
+func New(state, errorsColl *mongo.Collection, backoff func(attempt int) time.Duration) *Store {
+	return &Store{state: state, errColl: errorsColl, backoff: backoff}
+}
+
+// Position is a job's recorded resume point.
+type Position struct {
 	Token    bson.Raw  `bson:"token"`
 	WallTime time.Time `bson:"wallTime"`
 	Hash     string    `bson:"hash"`
@@ -59,8 +83,8 @@ type position struct {
 	Updated     time.Time         `bson:"updatedAt"`
 }
 
-// checkpoint is a reindex's progress after its last durable part.
-type checkpoint struct {
+// Checkpoint is a reindex's progress after its last durable part.
+type Checkpoint struct {
 	StartToken bson.Raw      `bson:"startToken"`
 	StartedAt  time.Time     `bson:"startedAt"`
 	Hash       string        `bson:"hash"`
@@ -82,9 +106,9 @@ type checkpoint struct {
 func posKey(job string) bson.D { return bson.D{{Key: "position", Value: job}} }
 func cpKey(job string) bson.D  { return bson.D{{Key: "reindex", Value: job}} }
 
-func (e *Engine) readPosition(ctx context.Context, job string) (*position, error) {
-	var p position
-	err := e.state.FindOne(ctx, bson.D{{Key: "_id", Value: posKey(job)}}).Decode(&p)
+func (s *Store) ReadPosition(ctx context.Context, job string) (*Position, error) {
+	var p Position
+	err := s.state.FindOne(ctx, bson.D{{Key: "_id", Value: posKey(job)}}).Decode(&p)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
 	}
@@ -97,9 +121,9 @@ func (e *Engine) readPosition(ctx context.Context, job string) (*position, error
 	return &p, nil
 }
 
-func (e *Engine) readCheckpoint(ctx context.Context, job string) (*checkpoint, error) {
-	var c checkpoint
-	err := e.state.FindOne(ctx, bson.D{{Key: "_id", Value: cpKey(job)}}).Decode(&c)
+func (s *Store) ReadCheckpoint(ctx context.Context, job string) (*Checkpoint, error) {
+	var c Checkpoint
+	err := s.state.FindOne(ctx, bson.D{{Key: "_id", Value: cpKey(job)}}).Decode(&c)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
 	}
@@ -113,14 +137,14 @@ func (e *Engine) readCheckpoint(ctx context.Context, job string) (*checkpoint, e
 }
 
 // fencedSet upserts fields into the state document id, fenced by l's epoch.
-func (e *Engine) fencedSet(ctx context.Context, job string, l EngineLease, id bson.D, set bson.D) error {
-	return e.fencedUpdate(ctx, job, l, id, set, nil, nil)
+func (s *Store) fencedSet(ctx context.Context, job string, l Fence, id bson.D, set bson.D) error {
+	return s.fencedUpdate(ctx, job, l, id, set, nil, nil)
 }
 
 // fencedUpdate upserts the state document id, fenced by l's epoch: it sets
 // set, removes unset and sets now to the server's time (field names), and
 // stamps l's epoch.
-func (e *Engine) fencedUpdate(ctx context.Context, job string, l EngineLease, id bson.D, set bson.D, unset, now []string) error {
+func (s *Store) fencedUpdate(ctx context.Context, job string, l Fence, id bson.D, set bson.D, unset, now []string) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
@@ -141,14 +165,14 @@ func (e *Engine) fencedUpdate(ctx context.Context, job string, l EngineLease, id
 	// A transient error (a step-down, a dropped connection) is retried a
 	// few times: the write is idempotent.
 	for attempt := 0; ; attempt++ {
-		_, err := e.state.UpdateOne(ctx, filter, update, options.UpdateOne().SetUpsert(true))
+		_, err := s.state.UpdateOne(ctx, filter, update, options.UpdateOne().SetUpsert(true))
 		if mongo.IsDuplicateKeyError(err) {
 			return errs.New(errs.LeaseLost, job, "a holder with a later lease epoch wrote the job's state; stopping")
 		}
 		if err == nil || attempt >= 4 || ctx.Err() != nil {
 			return err
 		}
-		if err := sleep(ctx, backoff(e.cfg, attempt)); err != nil {
+		if err := sleep(ctx, s.backoff(attempt)); err != nil {
 			return err
 		}
 	}
@@ -164,13 +188,13 @@ var (
 	checkpointFields = []string{"startToken", "startedAt", "hash", "inPlace", "lastId", "count", "swapping"}
 )
 
-// stamp writes l's epoch into the job's state documents (creating them
+// Stamp writes l's epoch into the job's state documents (creating them
 // empty when missing) before it works, so that from now on every write of
 // an earlier holder fails (LEASE_LOST for this one when a later holder
 // stamped them already).
-func (e *Engine) stamp(ctx context.Context, job string, l EngineLease) error {
+func (s *Store) Stamp(ctx context.Context, job string, l Fence) error {
 	for _, id := range []bson.D{posKey(job), cpKey(job)} {
-		if err := e.fencedSet(ctx, job, l, id, nil); err != nil {
+		if err := s.fencedSet(ctx, job, l, id, nil); err != nil {
 			if errors.Is(err, errs.ErrLeaseLost) {
 				return err
 			}
@@ -180,10 +204,10 @@ func (e *Engine) stamp(ctx context.Context, job string, l EngineLease) error {
 	return nil
 }
 
-// recordPosition records token (and the wall time of the change it stands
+// RecordPosition records token (and the wall time of the change it stands
 // after) as the job's position, with the transform hash.
-func (e *Engine) recordPosition(ctx context.Context, job string, l EngineLease, token bson.Raw, wall time.Time, hash string) error {
-	err := e.fencedSet(ctx, job, l, posKey(job), bson.D{
+func (s *Store) RecordPosition(ctx context.Context, job string, l Fence, token bson.Raw, wall time.Time, hash string) error {
+	err := s.fencedSet(ctx, job, l, posKey(job), bson.D{
 		{Key: "token", Value: token},
 		{Key: "wallTime", Value: wall},
 		{Key: "hash", Value: hash},
@@ -194,16 +218,16 @@ func (e *Engine) recordPosition(ctx context.Context, job string, l EngineLease, 
 	return err
 }
 
-// recordNewPosition records the position a reindex took, with job's hash
+// RecordNewPosition records the position a reindex took, with job's hash
 // and destination. When the hash differs from the recorded one, that one
 // becomes previousHash and hashSince the server time of this write (the
 // rollout rule of Run). The caller holds the lease and stamped the state, so
 // nothing else writes between the read and the write.
-func (e *Engine) recordNewPosition(ctx context.Context, job *transform.Job, l EngineLease, token bson.Raw, wall time.Time) error {
+func (s *Store) RecordNewPosition(ctx context.Context, job *transform.Job, l Fence, token bson.Raw, wall time.Time) error {
 	var cur struct {
 		Hash string `bson:"hash"`
 	}
-	err := e.state.FindOne(ctx, bson.D{{Key: "_id", Value: posKey(job.Name)}}).Decode(&cur)
+	err := s.state.FindOne(ctx, bson.D{{Key: "_id", Value: posKey(job.Name)}}).Decode(&cur)
 	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 		return errs.Wrap(errs.Failed, job.Name, err, "read position")
 	}
@@ -211,8 +235,8 @@ func (e *Engine) recordNewPosition(ctx context.Context, job *transform.Job, l En
 		{Key: "token", Value: token},
 		{Key: "wallTime", Value: wall},
 		{Key: "hash", Value: job.Hash},
-		{Key: "destination", Value: destination(job)},
-		{Key: "definition", Value: definition(job)},
+		{Key: "destination", Value: Destination(job)},
+		{Key: "definition", Value: Definition(job)},
 	}
 	var unset, now []string
 	if cur.Hash != job.Hash {
@@ -223,7 +247,7 @@ func (e *Engine) recordNewPosition(ctx context.Context, job *transform.Job, l En
 		}
 		now = append(now, "hashSince")
 	}
-	err = e.fencedUpdate(ctx, job.Name, l, posKey(job.Name), set, unset, now)
+	err = s.fencedUpdate(ctx, job.Name, l, posKey(job.Name), set, unset, now)
 	if err != nil && !errors.Is(err, errs.ErrLeaseLost) {
 		return errs.Wrap(errs.Failed, job.Name, err, "record position")
 	}
@@ -232,7 +256,7 @@ func (e *Engine) recordNewPosition(ctx context.Context, job *transform.Job, l En
 
 // destination is where job writes: its index uid, or its replica
 // collection.
-func destination(job *transform.Job) string {
+func Destination(job *transform.Job) string {
 	if job.Kind == transform.Mirror {
 		return job.Mirror
 	}
@@ -243,7 +267,7 @@ func destination(job *transform.Job) string {
 // output: recorded with the position, compared on a hash change to tell a
 // changed definition (index uid, primary key... from the file, environment
 // overrides or the index prefix) from a changed transform.
-func definition(job *transform.Job) map[string]string {
+func Definition(job *transform.Job) map[string]string {
 	// Only what changes the output: a changed batchSize (which the
 	// hash does not cover) must not be named as the cause of a reindex.
 	d := map[string]string{
@@ -263,11 +287,11 @@ func definition(job *transform.Job) map[string]string {
 // definitionChanges lists what differs between a recorded definition and
 // job's ("index qa_products, was products"); nil when none or when none was
 // recorded.
-func definitionChanges(was map[string]string, job *transform.Job) []string {
+func DefinitionChanges(was map[string]string, job *transform.Job) []string {
 	if len(was) == 0 {
 		return nil
 	}
-	now := definition(job)
+	now := Definition(job)
 	keys := make([]string, 0, len(now))
 	for k := range now {
 		keys = append(keys, k)
@@ -282,25 +306,10 @@ func definitionChanges(was map[string]string, job *transform.Job) []string {
 	return out
 }
 
-// serverNow is the server's clock (hello's localTime), for decisions that
-// must not depend on this process's clock.
-func (e *Engine) serverNow(ctx context.Context) (time.Time, error) {
-	var r struct {
-		LocalTime time.Time `bson:"localTime"`
-	}
-	if err := e.source.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&r); err != nil {
-		return time.Time{}, err
-	}
-	if r.LocalTime.IsZero() {
-		return time.Time{}, errors.New("hello reply without localTime")
-	}
-	return r.LocalTime, nil
-}
-
-// clearPosition removes the job's position (the next run reindexes); the
+// ClearPosition removes the job's position (the next run reindexes); the
 // document and its epoch stay.
-func (e *Engine) clearPosition(ctx context.Context, job string, l EngineLease) error {
-	if err := e.fencedUpdate(ctx, job, l, posKey(job), nil, positionFields, nil); err != nil && !errors.Is(err, errs.ErrLeaseLost) {
+func (s *Store) ClearPosition(ctx context.Context, job string, l Fence) error {
+	if err := s.fencedUpdate(ctx, job, l, posKey(job), nil, positionFields, nil); err != nil && !errors.Is(err, errs.ErrLeaseLost) {
 		return errs.Wrap(errs.Failed, job, err, "clear position")
 	} else if err != nil {
 		return err
@@ -308,7 +317,7 @@ func (e *Engine) clearPosition(ctx context.Context, job string, l EngineLease) e
 	return nil
 }
 
-func (e *Engine) writeCheckpoint(ctx context.Context, job string, l EngineLease, c *checkpoint) error {
+func (s *Store) WriteCheckpoint(ctx context.Context, job string, l Fence, c *Checkpoint) error {
 	set := bson.D{
 		{Key: "startToken", Value: c.StartToken},
 		{Key: "startedAt", Value: c.StartedAt},
@@ -320,17 +329,17 @@ func (e *Engine) writeCheckpoint(ctx context.Context, job string, l EngineLease,
 	if c.LastID.Type != 0 {
 		set = append(set, bson.E{Key: "lastId", Value: c.LastID})
 	}
-	err := e.fencedSet(ctx, job, l, cpKey(job), set)
+	err := s.fencedSet(ctx, job, l, cpKey(job), set)
 	if err != nil && !errors.Is(err, errs.ErrLeaseLost) {
 		return errs.Wrap(errs.Failed, job, err, "record reindex checkpoint")
 	}
 	return err
 }
 
-// deleteCheckpoint clears the job's reindex checkpoint (the document and
+// DeleteCheckpoint clears the job's reindex checkpoint (the document and
 // its epoch stay).
-func (e *Engine) deleteCheckpoint(ctx context.Context, job string, l EngineLease) error {
-	if err := e.fencedUpdate(ctx, job, l, cpKey(job), nil, checkpointFields, nil); err != nil && !errors.Is(err, errs.ErrLeaseLost) {
+func (s *Store) DeleteCheckpoint(ctx context.Context, job string, l Fence) error {
+	if err := s.fencedUpdate(ctx, job, l, cpKey(job), nil, checkpointFields, nil); err != nil && !errors.Is(err, errs.ErrLeaseLost) {
 		return errs.Wrap(errs.Failed, job, err, "delete reindex checkpoint")
 	} else if err != nil {
 		return err
@@ -445,4 +454,15 @@ func ReadState(ctx context.Context, state, errorsColl *mongo.Collection) ([]JobS
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
 	return out, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
