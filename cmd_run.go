@@ -16,6 +16,7 @@ import (
 	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/replicate"
 	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -124,7 +125,7 @@ type wiring struct {
 	meili    meilisearch.ServiceManager // nil without MEILISTREAM_MEILI_URL
 	replica  *mongo.Client              // nil without MEILISTREAM_REPLICA_URI
 	leases   *lease.Manager
-	engine   *sidecar.Engine
+	engine   *engine.Engine
 	metrics  *sidecar.Metrics
 	registry *prometheus.Registry
 	closeFns []func()
@@ -174,7 +175,7 @@ func connect(ctx context.Context, cfg sidecar.Config, log hclog.Logger) (*wiring
 		w.close()
 		return nil, err
 	}
-	w.engine = sidecar.NewEngine(w.source, w.state, w.errColl, engineConfig(cfg), w.metrics, log.Named("engine"))
+	w.engine = engine.New(w.source, w.state, w.errColl, engineConfig(cfg), w.metrics, log.Named("engine"))
 	return w, nil
 }
 
@@ -195,7 +196,7 @@ func (w *wiring) reach(ctx context.Context) error {
 		return nil
 	}
 	cause := errors.New(w.withoutPassword(redactedErr(err)))
-	if sidecar.AuthFailed(err) {
+	if engine.AuthFailed(err) {
 		return errs.Wrap(errs.ConfigInvalid, "", cause, "MongoDB refused the credentials of MEILISTREAM_MONGODB_URI (or MEILISTREAM_MONGODB_URI_FILE)")
 	}
 	return errs.Wrap(errs.Failed, "", cause, "cannot reach MongoDB (MEILISTREAM_MONGODB_URI) within %s", reachTimeout)
@@ -269,19 +270,18 @@ func (w *wiring) close() {
 // engineConfig maps the configuration onto the engine's. A close must finish
 // within the shutdown timeout, lease release included, so the drain gets
 // most of it but not all.
-func engineConfig(cfg sidecar.Config) sidecar.EngineConfig {
+func engineConfig(cfg sidecar.Config) engine.Config {
 	drain := cfg.ShutdownTimeout * 3 / 4
 	if drain <= 0 {
-		drain = sidecar.DefaultDrainTimeout
+		drain = engine.DefaultDrainTimeout
 	}
-	return sidecar.EngineConfig{
+	return engine.Config{
 		BatchSize:        cfg.BatchSize,
 		PageSize:         cfg.PageSize,
 		FlushInterval:    cfg.FlushInterval,
 		PositionInterval: cfg.PositionInterval,
 		OnHistoryLost:    cfg.OnHistoryLost,
 		OnDocumentError:  cfg.OnDocumentError,
-		StateCollection:  cfg.StateCollection,
 		DrainTimeout:     drain,
 		RolloutGrace:     cfg.RolloutGrace,
 	}
@@ -290,7 +290,7 @@ func engineConfig(cfg sidecar.Config) sidecar.EngineConfig {
 // sinkFactory builds each job's destination: the Meilisearch sink for a
 // search job, the replica sink for a mirror job.
 func (w *wiring) sinkFactory(log hclog.Logger) sidecar.SinkFactory {
-	return func(job *transform.Job) (sidecar.Sink, error) {
+	return func(job *transform.Job) (engine.Sink, error) {
 		jl := log.Named(job.Name)
 		switch job.Kind {
 		case transform.Mirror:
@@ -298,7 +298,7 @@ func (w *wiring) sinkFactory(log hclog.Logger) sidecar.SinkFactory {
 			if w.replica != nil {
 				rdb = w.replica.Database(w.cfg.ReplicaDatabase)
 			}
-			return replicate.ForJob(rdb, w.source, job, jl, w.metrics)
+			return replicate.ForJob(rdb, w.source, job, jl, w.metrics.Job(job.Name, job.Kind.String()))
 		default:
 			if w.meili == nil {
 				return nil, &errs.Error{Code: errs.ConfigInvalid, Job: job.Name, Msg: "a search job needs MEILISTREAM_MEILI_URL", Setting: "MEILISTREAM_MEILI_URL"}
@@ -368,7 +368,7 @@ func runningHint(name string, err error) error {
 }
 
 // leaseForEngine is a held lease as the engine takes it.
-type leaseForEngine = sidecar.EngineLease
+type leaseForEngine = engine.Lease
 
 // underLease runs fn holding the job's lease (taken at once: RUNNING when
 // another process holds it), renewed meanwhile; fn's context is cancelled

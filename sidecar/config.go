@@ -19,6 +19,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/lease"
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -34,22 +35,16 @@ const TestEnvPrefix = EnvPrefix + "TEST_"
 // e.g. MEILISTREAM_JOB_ARTICLES_INDEX=articles_v2. See Config.Jobs.
 const JobEnvPrefix = EnvPrefix + "JOB_"
 
-// Defaults, also shown in the README.
+// Defaults of the settings only the configuration has, also shown in the
+// README. The others are the defaults of the packages that use them
+// (engine, lease, transform); Default gathers them all.
 const (
-	DefaultTransforms       = "/etc/meilistream/transforms"
-	DefaultStateCollection  = "meilistream"
-	DefaultLease            = 30 * time.Second
-	DefaultBatchSize        = 500
-	DefaultFlushInterval    = time.Second
-	DefaultPositionInterval = 60 * time.Second
-	DefaultPageSize         = 2000
-	DefaultOnHistoryLost    = "reindex"
-	DefaultOnDocumentError  = "skip"
-	DefaultTransformTimeout = time.Second
-	DefaultHTTPAddr         = ":8080"
-	DefaultShutdownTimeout  = 20 * time.Second
-	DefaultLogLevel         = "info"
-	DefaultLogFormat        = "json"
+	DefaultTransforms      = "/etc/meilistream/transforms"
+	DefaultStateCollection = "meilistream"
+	DefaultHTTPAddr        = ":8080"
+	DefaultShutdownTimeout = 20 * time.Second
+	DefaultLogLevel        = "info"
+	DefaultLogFormat       = "json"
 )
 
 // Config is the sidecar's configuration, read from MEILISTREAM_* environment
@@ -114,7 +109,7 @@ type Config struct {
 	ShutdownTimeout time.Duration `koanf:"shutdown_timeout"`
 	// RolloutGrace is how long after a transform change a pod still on the
 	// previous file waits instead of reindexing back to it (README
-	// "Rollouts"; EngineConfig.RolloutGrace).
+	// "Rollouts"; engine.Config.RolloutGrace).
 	RolloutGrace time.Duration `koanf:"rollout_grace"`
 	// LogLevel is trace, debug, info, warn, error or off.
 	LogLevel string `koanf:"log_level"`
@@ -136,17 +131,17 @@ func Default() Config {
 	return Config{
 		Transforms:       DefaultTransforms,
 		StateCollection:  DefaultStateCollection,
-		Lease:            DefaultLease,
-		BatchSize:        DefaultBatchSize,
-		FlushInterval:    DefaultFlushInterval,
-		PositionInterval: DefaultPositionInterval,
-		PageSize:         DefaultPageSize,
-		OnHistoryLost:    DefaultOnHistoryLost,
-		OnDocumentError:  DefaultOnDocumentError,
-		TransformTimeout: DefaultTransformTimeout,
+		Lease:            lease.DefaultTTL,
+		BatchSize:        engine.DefaultBatchSize,
+		FlushInterval:    engine.DefaultFlushInterval,
+		PositionInterval: engine.DefaultPositionInterval,
+		PageSize:         engine.DefaultPageSize,
+		OnHistoryLost:    engine.DefaultOnHistoryLost,
+		OnDocumentError:  engine.DefaultOnDocumentError,
+		TransformTimeout: transform.DefaultTimeout,
 		HTTPAddr:         DefaultHTTPAddr,
 		ShutdownTimeout:  DefaultShutdownTimeout,
-		RolloutGrace:     DefaultRolloutGrace,
+		RolloutGrace:     engine.DefaultRolloutGrace,
 		LogLevel:         DefaultLogLevel,
 		LogFormat:        DefaultLogFormat,
 	}

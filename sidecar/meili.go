@@ -23,6 +23,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -46,15 +47,15 @@ type MeiliSink struct {
 }
 
 var (
-	_ Sink   = (*MeiliSink)(nil)
-	_ Staged = (*MeiliSink)(nil)
+	_ engine.Sink   = (*MeiliSink)(nil)
+	_ engine.Staged = (*MeiliSink)(nil)
 )
 
 // NewMeiliSink returns the sink of a search job: index job.Index, primary
 // key job.PrimaryKey. The client is shared (it is safe for concurrent use);
 // give it meilisearch.DisableRetries() or not as you like: the engine
 // retries 5xx and connection errors itself.
-func NewMeiliSink(client meilisearch.ServiceManager, job *transform.Job, logger hclog.Logger) Sink {
+func NewMeiliSink(client meilisearch.ServiceManager, job *transform.Job, logger hclog.Logger) engine.Sink {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
@@ -344,8 +345,12 @@ func (s *MeiliSink) waitTask(ctx context.Context, uid int64) (*meilisearch.Task,
 				s.log.Warn("reading a task failed; retrying", "task", uid, "error", err)
 			}
 		}
-		if err := sleep(ctx, delay); err != nil {
-			return nil, err
+		timer := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, context.Cause(ctx)
+		case <-timer.C:
 		}
 		if delay < 50*time.Millisecond {
 			delay *= 2
@@ -446,12 +451,12 @@ type meiliTask struct {
 
 type meiliReceipt struct {
 	tasks  []meiliTask
-	failed []DocFailure // refused at send time (a single document too large)
+	failed []engine.DocFailure // refused at send time (a single document too large)
 }
 
 // Send enqueues b's upserts as one document addition and its deletes as
 // one delete-batch.
-func (s *MeiliSink) Send(ctx context.Context, b Batch) (Receipt, error) {
+func (s *MeiliSink) Send(ctx context.Context, b engine.Batch) (engine.Receipt, error) {
 	var (
 		ups, dels []int
 		ids       []string
@@ -497,7 +502,7 @@ func (s *MeiliSink) Send(ctx context.Context, b Batch) (Receipt, error) {
 // sendDocs enqueues the documents at positions as one addition; a payload
 // Meilisearch finds too large is split in halves (one document too large
 // is refused as a document failure).
-func (s *MeiliSink) sendDocs(ctx context.Context, b Batch, positions []int, r *meiliReceipt) error {
+func (s *MeiliSink) sendDocs(ctx context.Context, b engine.Batch, positions []int, r *meiliReceipt) error {
 	body, positions := s.encodeDocs(b, positions, r)
 	if len(positions) == 0 {
 		releaseBody(body)
@@ -527,7 +532,7 @@ func (s *MeiliSink) sendDocs(ctx context.Context, b Batch, positions []int, r *m
 	if err != nil {
 		if apiCode(err) == "payload_too_large" {
 			if len(positions) == 1 {
-				r.failed = append(r.failed, DocFailure{Writes: positions, Code: "payload_too_large", Message: "the document alone is larger than Meilisearch's payload limit"})
+				r.failed = append(r.failed, engine.DocFailure{Writes: positions, Code: "payload_too_large", Message: "the document alone is larger than Meilisearch's payload limit"})
 				return nil
 			}
 			h := len(positions) / 2
@@ -569,7 +574,7 @@ func releaseBody(buf []byte) {
 // document that cannot be rendered is refused on its own (r.failed). It
 // returns the positions encoded. The body comes from takeBody: give it back
 // with releaseBody once sent.
-func (s *MeiliSink) encodeDocs(b Batch, positions []int, r *meiliReceipt) ([]byte, []int) {
+func (s *MeiliSink) encodeDocs(b engine.Batch, positions []int, r *meiliReceipt) ([]byte, []int) {
 	buf := takeBody(len(positions) * 768)
 	buf = append(buf, '[')
 	sent := make([]int, 0, len(positions))
@@ -581,7 +586,7 @@ func (s *MeiliSink) encodeDocs(b Batch, positions []int, r *meiliReceipt) ([]byt
 		var err error
 		if buf, err = transform.AppendJSON(buf, b.Writes[i].Doc); err != nil {
 			buf = buf[:mark]
-			r.failed = append(r.failed, DocFailure{Writes: []int{i}, Code: "not_json", Message: err.Error()})
+			r.failed = append(r.failed, engine.DocFailure{Writes: []int{i}, Code: "not_json", Message: err.Error()})
 			continue
 		}
 		sent = append(sent, i)
@@ -604,12 +609,12 @@ func documentCode(code string) bool {
 // reason is one DocFailure naming all its documents (Meilisearch fails the
 // whole task); primary key conflicts are CONFIG_INVALID; other failures are
 // FAILED (the engine sends the batch again).
-func (s *MeiliSink) Wait(ctx context.Context, rc Receipt) ([]DocFailure, error) {
+func (s *MeiliSink) Wait(ctx context.Context, rc engine.Receipt) ([]engine.DocFailure, error) {
 	r, ok := rc.(*meiliReceipt)
 	if !ok || r == nil {
 		return nil, nil
 	}
-	fails := append([]DocFailure(nil), r.failed...)
+	fails := append([]engine.DocFailure(nil), r.failed...)
 	for _, mt := range r.tasks {
 		t, err := s.waitTask(ctx, mt.uid)
 		if err != nil {
@@ -623,7 +628,7 @@ func (s *MeiliSink) Wait(ctx context.Context, rc Receipt) ([]DocFailure, error) 
 		case mt.delete && code == "index_not_found":
 			// Nothing to delete from.
 		case documentCode(code):
-			fails = append(fails, DocFailure{Writes: mt.positions, Code: code, Message: t.Error.Message})
+			fails = append(fails, engine.DocFailure{Writes: mt.positions, Code: code, Message: t.Error.Message})
 		case strings.HasPrefix(code, "index_primary_key"):
 			return nil, errs.New(errs.ConfigInvalid, s.job.Name, "index %q: %s: %s", s.uid, code, t.Error.Message)
 		default:
@@ -679,7 +684,7 @@ func (s *MeiliSink) Keys(ctx context.Context, fn func(ids []bson.RawValue) error
 // index; otherwise <uid>__reindex, fresh (created with the job's primary
 // key and the live index's settings, or the declared ones) or, when resume
 // is true, as it is (ErrNoStage if it is gone).
-func (s *MeiliSink) Stage(ctx context.Context, resume bool) (Staged, error) {
+func (s *MeiliSink) Stage(ctx context.Context, resume bool) (engine.Staged, error) {
 	if s.job.Reindex == "inplace" {
 		c := *s
 		c.staged, c.inPlace = true, true
@@ -691,7 +696,7 @@ func (s *MeiliSink) Stage(ctx context.Context, resume bool) (Staged, error) {
 	if resume {
 		if _, err := s.client.GetIndex(ctx, tmp); err != nil {
 			if apiCode(err) == "index_not_found" {
-				return nil, ErrNoStage
+				return nil, engine.ErrNoStage
 			}
 			return nil, s.classify(err, "read index "+tmp)
 		}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -286,3 +287,43 @@ func (j *JobMetrics) Forget() {
 		v.DeletePartialMatch(l)
 	}
 }
+
+var _ engine.Observer = (*Metrics)(nil)
+
+// ObserveBatch counts a batch of writes made durable after d (engine.Observer).
+func (m *Metrics) ObserveBatch(job, kind string, d time.Duration, writes int) {
+	m.Job(job, kind).Batch(d, writes)
+}
+
+// ObserveWrites counts upserts and deletes made durable.
+func (m *Metrics) ObserveWrites(job, kind string, upserts, deletes int) {
+	j := m.Job(job, kind)
+	j.Indexed(upserts)
+	j.Deleted(deletes)
+}
+
+// ObserveSkipped counts documents the transform kept out.
+func (m *Metrics) ObserveSkipped(job, kind string, n int) { m.Job(job, kind).Skipped(n) }
+
+// ObserveError counts one error of code.
+func (m *Metrics) ObserveError(job, code string) { m.Job(job, "").Error(code) }
+
+// ObserveLag sets how far the durable position is behind.
+func (m *Metrics) ObserveLag(job string, lag time.Duration) { m.Job(job, "").Lag(lag) }
+
+// ObservePosition sets the time of the recorded position.
+func (m *Metrics) ObservePosition(job string, t time.Time) { m.Job(job, "").Position(t) }
+
+// ObserveReindexProgress sets a running reindex's progress.
+func (m *Metrics) ObserveReindexProgress(job string, done, estimated int64) {
+	m.Job(job, "").ReindexProgress(done, estimated)
+}
+
+// ObserveReindexDone counts a completed reindex.
+func (m *Metrics) ObserveReindexDone(job string) { m.Job(job, "").ReindexDone() }
+
+// ObserveDeadLetters sets the job's documents in the errors collection.
+func (m *Metrics) ObserveDeadLetters(job string, n int64) { m.Job(job, "").DeadLetters(n) }
+
+// ObserveDDL counts a drop, rename or dropDatabase seen by a mirror.
+func (m *Metrics) ObserveDDL(job, event string) { m.Job(job, "").DDL(event) }

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/engine"
 )
 
 // Job states shown in /status. The engine refines "running" into
@@ -185,7 +186,7 @@ type supervised struct {
 type SupervisedJob struct {
 	Name  string
 	Kind  string
-	Stats *JobStats // the engine's, kept across runs
+	Stats *engine.JobStats // the engine's, kept across runs
 	m     *JobMetrics
 
 	mu          sync.Mutex
@@ -406,7 +407,7 @@ func (s *Supervisor) statsFor(d JobDef, old []*supervised) *SupervisedJob {
 			return j.stats
 		}
 	}
-	return &SupervisedJob{Name: d.Name, Kind: d.Kind, Stats: NewJobStats(), m: s.cfg.Metrics.Job(d.Name, d.Kind)}
+	return &SupervisedJob{Name: d.Name, Kind: d.Kind, Stats: engine.NewJobStats(), m: s.cfg.Metrics.Job(d.Name, d.Kind)}
 }
 
 func (s *Supervisor) startLocked(d JobDef, st *SupervisedJob) {
@@ -683,11 +684,11 @@ func (s *Supervisor) backoff(ctx context.Context, log hclog.Logger, st *Supervis
 	st.restarting(next)
 	in := d.Round(time.Millisecond).String()
 	switch {
-	case errors.Is(err, ErrInvalidated):
+	case errors.Is(err, engine.ErrInvalidated):
 		// A drop or rename of the source is a normal path (DESIGN
 		// "Invalidate"), not an error to page anyone about (QA F27).
 		log.Warn("source collection dropped or renamed: restarting the job, which reindexes what the collection now holds", "error", err, "in", in)
-	case errors.Is(err, ErrTransformOlder):
+	case errors.Is(err, engine.ErrTransformOlder):
 		log.Warn("waiting for this pod's transform file to update (another pod recorded a newer one)", "error", err, "restarts", failures, "in", in)
 	default:
 		log.Error("job failed, restarting", "error", err, "restarts", failures, "in", in)

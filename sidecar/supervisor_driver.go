@@ -2,15 +2,12 @@ package sidecar
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
-	"strings"
 	"time"
-
-	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/lease"
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -19,14 +16,14 @@ import (
 // it, because sidecar must not import replicate. An error with code
 // CONFIG_INVALID (say, a mirror job with no replica configured) fails the
 // job until its definition changes; other errors restart it with backoff.
-type SinkFactory func(job *transform.Job) (Sink, error)
+type SinkFactory func(job *transform.Job) (engine.Sink, error)
 
 // EngineDriver is the production JobDriver: standby polls lease.Manager's
 // Acquire while another process holds the lease, a run is Engine.Run into
 // the job's sink.
 type EngineDriver struct {
 	Leases *lease.Manager
-	Engine *Engine
+	Engine *engine.Engine
 	Sinks  SinkFactory
 }
 
@@ -74,9 +71,6 @@ func (d *EngineDriver) Standby(ctx context.Context, name string, held func(why e
 	}
 }
 
-// mongoAuthFailed is MongoDB's AuthenticationFailed error code.
-const mongoAuthFailed = 18
-
 // MongoAccessError classifies a failure to reach the source MongoDB: an
 // authentication failure (code 18 AuthenticationFailed, which the driver
 // reports from the connection handshake) is CONFIG_INVALID naming
@@ -84,23 +78,11 @@ const mongoAuthFailed = 18
 // else is returned as is (FAILED: retried). The driver's errors name hosts,
 // never the password.
 func MongoAccessError(job string, err error) error {
-	if err == nil || !AuthFailed(err) {
+	if err == nil || !engine.AuthFailed(err) {
 		return err
 	}
 	return errs.Wrap(errs.ConfigInvalid, job, err,
 		"MongoDB refused the credentials of MEILISTREAM_MONGODB_URI (or MEILISTREAM_MONGODB_URI_FILE): fix them and restart meilistream (retried every minute meanwhile)")
-}
-
-// AuthFailed reports whether err is MongoDB refusing the credentials.
-func AuthFailed(err error) bool {
-	var se mongo.ServerError
-	if errors.As(err, &se) && se.HasErrorCode(mongoAuthFailed) {
-		return true
-	}
-	// Handshake failures arrive as connection errors whose text carries
-	// the server's code name ("auth error: ... (AuthenticationFailed)").
-	msg := err.Error()
-	return strings.Contains(msg, "(AuthenticationFailed)") || strings.Contains(msg, "auth error:")
 }
 
 // Run builds the job's sink and runs the engine under the held lease.
@@ -111,7 +93,7 @@ func (d *EngineDriver) Run(ctx context.Context, def JobDef, h HeldLease, st *Sup
 	if !ok || job == nil {
 		return errs.New(errs.ConfigInvalid, def.Name, "no loaded transform for the job")
 	}
-	el, ok := h.(EngineLease)
+	el, ok := h.(engine.Lease)
 	if !ok {
 		return errs.New(errs.Failed, def.Name, "lease of type %T cannot fence the engine's writes", h)
 	}
@@ -120,7 +102,7 @@ func (d *EngineDriver) Run(ctx context.Context, def JobDef, h HeldLease, st *Sup
 		return errs.WithJob(job.Name, err)
 	}
 	err = d.Engine.Run(ctx, job, ReportingSink(sink, st.prepared), el, st.Stats)
-	return historyLostForGood(job.Name, d.Engine.jobCfg(job).OnHistoryLost, err)
+	return historyLostForGood(job.Name, d.Engine.OnHistoryLost(job), err)
 }
 
 // historyLostForGood marks the engine's HISTORY_LOST as fatal when the job's
@@ -140,16 +122,16 @@ func historyLostForGood(job, onHistoryLost string, err error) error {
 
 // ReportingSink wraps s so that every Prepare's outcome is passed to report
 // (nil on success). The wrapper keeps s's optional DDLObserver.
-func ReportingSink(s Sink, report func(error)) Sink {
+func ReportingSink(s engine.Sink, report func(error)) engine.Sink {
 	r := &reportingSink{Sink: s, report: report}
-	if o, ok := s.(DDLObserver); ok {
+	if o, ok := s.(engine.DDLObserver); ok {
 		return &reportingObserver{reportingSink: r, DDLObserver: o}
 	}
 	return r
 }
 
 type reportingSink struct {
-	Sink
+	engine.Sink
 	report func(error)
 }
 
@@ -163,5 +145,5 @@ func (r *reportingSink) Prepare(ctx context.Context) error {
 
 type reportingObserver struct {
 	*reportingSink
-	DDLObserver
+	engine.DDLObserver
 }

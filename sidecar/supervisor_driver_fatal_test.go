@@ -12,6 +12,8 @@ import (
 // engine's HISTORY_LOST for an oplog shorter than a reindex (under
 // onHistoryLost: reindex) and every other error are restarted as before.
 func TestHistoryLostForGood(t *testing.T) {
+	errHistoryLost := errors.New("change stream history lost") // the engine's cause
+
 	engineFail := errs.WithJob("books", errs.Wrap(errs.HistoryLost, "books", errHistoryLost,
 		"the recorded position is older than the server's change history (onHistoryLost: fail)"))
 	tooShort := errs.Wrap(errs.HistoryLost, "books", errHistoryLost,

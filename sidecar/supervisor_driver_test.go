@@ -6,11 +6,12 @@ import (
 	"testing"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/engine"
 )
 
 // prepSink fails Prepare while fails > 0; the rest of Sink is not used.
 type prepSink struct {
-	Sink
+	engine.Sink
 	fails int
 }
 
@@ -32,7 +33,7 @@ func (s *prepObserver) OnDDL(_ context.Context, event string) { s.events = appen
 // A job retrying its destination's preparation shows the error and the
 // attempts in /status (QA F13); the sink keeps its DDLObserver.
 func TestReportingSinkPrepare(t *testing.T) {
-	st := &SupervisedJob{Name: "people", Kind: "search", Stats: NewJobStats(), m: (*Metrics)(nil).Job("people", "search")}
+	st := &SupervisedJob{Name: "people", Kind: "search", Stats: engine.NewJobStats(), m: (*Metrics)(nil).Job("people", "search")}
 	st.setState(StateRunning)
 	inner := &prepObserver{prepSink: prepSink{fails: 2}}
 	s := ReportingSink(inner, st.prepared)
@@ -55,7 +56,7 @@ func TestReportingSinkPrepare(t *testing.T) {
 	if js := sup.jobStatus(st); js.Attempts != 0 || js.LastError == nil {
 		t.Errorf("after success: %+v, want no attempts, the last error kept", js)
 	}
-	o, ok := s.(DDLObserver)
+	o, ok := s.(engine.DDLObserver)
 	if !ok {
 		t.Fatal("the wrapper lost the sink's DDLObserver")
 	}
@@ -63,7 +64,7 @@ func TestReportingSinkPrepare(t *testing.T) {
 	if len(inner.events) != 1 {
 		t.Errorf("OnDDL not passed on: %v", inner.events)
 	}
-	if _, ok := ReportingSink(&prepSink{}, st.prepared).(DDLObserver); ok {
+	if _, ok := ReportingSink(&prepSink{}, st.prepared).(engine.DDLObserver); ok {
 		t.Error("a sink without OnDDL became a DDLObserver")
 	}
 }

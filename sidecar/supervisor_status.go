@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/status"
 )
 
@@ -52,9 +53,9 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 	}
 	if sn.State == StateRunning {
 		switch es.Phase {
-		case PhaseReindexing:
+		case engine.PhaseReindexing:
 			st.State = "reindexing"
-		case PhaseFollowing:
+		case engine.PhaseFollowing:
 			st.State = "following"
 		default:
 			st.State = StateStarting

@@ -12,6 +12,7 @@ import (
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar"
 	"github.com/meilistream/meilistream/sidecar/status"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 func TestSupervisorStatus(t *testing.T) {
@@ -25,7 +26,7 @@ func TestSupervisorStatus(t *testing.T) {
 	gate := make(chan struct{})
 	d.gate["waiting"] = gate
 	d.askErr["unreachable"] = errs.Wrap(errs.Failed, "unreachable", errors.New("server selection error: connection refused"), "acquire lease")
-	d.askErr["denied"] = sidecar.MongoAccessError("denied", errors.New("connection() error occurred during connection handshake: auth error: sasl conversation error: unable to authenticate using mechanism \"SCRAM-SHA-1\": (AuthenticationFailed) Authentication failed."))
+	d.askErr["denied"] = sidecar.MongoAccessError("denied", mongo.CommandError{Code: 18, Name: "AuthenticationFailed", Message: "Authentication failed."})
 	probeErr := errors.New("mongodb: connection refused")
 	var probe atomic.Pointer[error]
 	probe.Store(new(error))

@@ -1,4 +1,4 @@
-package sidecar
+package engine
 
 import (
 	"context"
@@ -243,7 +243,7 @@ func (p *pipe) sendRetry(ctx context.Context, b Batch) (Receipt, error) {
 			return nil, err
 		}
 		p.retried("send", err, attempt)
-		if err := sleep(ctx, backoff(p.jc.EngineConfig, attempt)); err != nil {
+		if err := sleep(ctx, backoff(p.jc.Config, attempt)); err != nil {
 			return nil, err
 		}
 	}
@@ -282,7 +282,7 @@ func (p *pipe) settle(ctx context.Context, f *flight) error {
 			return err
 		}
 		p.retried("wait", err, attempt)
-		if err := sleep(ctx, backoff(p.jc.EngineConfig, attempt)); err != nil {
+		if err := sleep(ctx, backoff(p.jc.Config, attempt)); err != nil {
 			return err
 		}
 		p.sendMu.Lock()
@@ -433,7 +433,7 @@ func (p *pipe) sendWait(ctx context.Context, f *flight, positions []int) ([]DocF
 			return nil, err
 		}
 		p.retried("wait", err, attempt)
-		if err := sleep(ctx, backoff(p.jc.EngineConfig, attempt)); err != nil {
+		if err := sleep(ctx, backoff(p.jc.Config, attempt)); err != nil {
 			return nil, err
 		}
 	}

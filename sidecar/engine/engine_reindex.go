@@ -1,4 +1,4 @@
-package sidecar
+package engine
 
 import (
 	"context"
@@ -36,7 +36,7 @@ type ReindexSummary struct {
 // is recorded but the checkpoint; a lost lease ends it with LEASE_LOST before
 // the swap and the record. Cancelling ctx stops it (error: ctx's cause); a
 // later Reindex or Run resumes.
-func (e *Engine) Reindex(ctx context.Context, job *transform.Job, sink Sink, l EngineLease, stats *JobStats) (ReindexSummary, error) {
+func (e *Engine) Reindex(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *JobStats) (ReindexSummary, error) {
 	ctx, stop := leaseContext(ctx, l)
 	defer stop()
 	log := e.log.With("job", job.Name)
@@ -89,7 +89,7 @@ func (e *Engine) tokenValid(ctx context.Context, job *transform.Job, tok bson.Ra
 	return true, nil
 }
 
-func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l EngineLease, stats *JobStats, log hclog.Logger) (ReindexSummary, error) {
+func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *JobStats, log hclog.Logger) (ReindexSummary, error) {
 	start := time.Now()
 	jc := e.jobCfg(job)
 	name := job.Name
@@ -323,7 +323,7 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l E
 			return stopped(leaseOr(ctx, l, errs.Wrap(errs.Failed, name, err, "read the collection")))
 		}
 		log.Warn("reading the collection failed; reading on from the last document read", "error", err, "attempt", attempt+1)
-		if err := sleep(ctx, backoff(jc.EngineConfig, attempt)); err != nil {
+		if err := sleep(ctx, backoff(jc.Config, attempt)); err != nil {
 			return stopped(err)
 		}
 		attempt++
@@ -497,7 +497,7 @@ func (w *window) release(n int) {
 type checkpointer struct {
 	e        *Engine
 	job      string
-	l        EngineLease
+	l        Lease
 	cp       *jobstate.Checkpoint // the goroutine's until done is closed
 	win      *window
 	failPipe func(error)
@@ -516,7 +516,7 @@ type checkpointer struct {
 	closed bool
 }
 
-func (e *Engine) newCheckpointer(ctx context.Context, job string, l EngineLease, cp *jobstate.Checkpoint, win *window, failPipe func(error), written func(int64)) *checkpointer {
+func (e *Engine) newCheckpointer(ctx context.Context, job string, l Lease, cp *jobstate.Checkpoint, win *window, failPipe func(error), written func(int64)) *checkpointer {
 	ctx, cancel := context.WithCancelCause(ctx)
 	c := &checkpointer{
 		e: e, job: job, l: l, cp: cp, win: win, failPipe: failPipe, written: written,

@@ -1,77 +1,84 @@
-package sidecar
+package engine
 
 import (
 	"context"
 	"fmt"
-	"os"
-	"syscall"
 	"testing"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/bench/articles"
+	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/transform"
 )
 
 // The engine's own CPU per document on the reindex hot path: transform
 // (examples/transforms/articles.js) and the JSON the Meilisearch sink sends,
-// with no servers. go test ./sidecar -run XXX -bench Engine -benchmem
+// with no servers. go test ./sidecar/engine -run XXX -bench Engine -benchmem
 func BenchmarkEngineReindexTransformAndEncode(b *testing.B) {
-	job := articlesJob(b)
+	job := testutil.ArticlesJob(b)
 	const n = 1000
 	items := make([]item, n)
 	for i := range items {
 		raw, _ := bson.Marshal(articles.Article(i))
 		items[i] = item{doc: raw, id: bson.Raw(raw).Lookup("_id"), op: transform.OpReindex}
 	}
-	sink := &MeiliSink{job: job, pk: "id"}
+	var body []byte
 	// A context that can end, as the pipe's is: the transform watches it.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := testutil.CPUTime()
 	for it := 0; it < b.N; it++ {
 		for lo := 0; lo < n; lo += 500 {
 			writes, _, _, err := transformAll(ctx, job, items[lo:lo+500], false)
 			if err != nil {
 				b.Fatal(err)
 			}
-			positions := make([]int, len(writes))
-			for i := range positions {
-				positions[i] = i
-			}
-			if body, _ := sink.encodeDocs(Batch{Writes: writes}, positions, &meiliReceipt{}); len(body) < 2 {
+			if body = encodeUpserts(body, writes); len(body) < 3 {
 				b.Fatal("nothing encoded")
 			}
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n)/1000, "us/doc")
-	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N*n)/1000, "cpu-us/doc")
+	b.ReportMetric(float64((testutil.CPUTime()-cpu0).Nanoseconds())/float64(b.N*n)/1000, "cpu-us/doc")
 }
 
 // encodeSink encodes like the Meilisearch sink and sends nothing.
-type encodeSink struct{ fakeSink }
+type encodeSink struct {
+	fakeSink
+	body []byte
+}
 
 func (s *encodeSink) Send(_ context.Context, b Batch) (Receipt, error) {
-	ms := &MeiliSink{pk: "id"}
-	pos := make([]int, 0, len(b.Writes))
-	for i := range b.Writes {
-		if !b.Writes[i].Delete {
-			pos = append(pos, i)
-		}
-	}
-	ms.encodeDocs(b, pos, &meiliReceipt{})
+	s.body = encodeUpserts(s.body, b.Writes)
 	return &fakeReceipt{}, nil
 }
 func (s *encodeSink) Wait(context.Context, Receipt) ([]DocFailure, error) { return nil, nil }
+
+// encodeUpserts renders the upserts of writes into buf as one JSON array,
+// as the Meilisearch sink encodes a batch (transform.AppendJSON of each
+// document, into a buffer it reuses).
+func encodeUpserts(buf []byte, writes []Write) []byte {
+	buf = append(buf[:0], '[')
+	for i := range writes {
+		if writes[i].Delete {
+			continue
+		}
+		if len(buf) > 1 {
+			buf = append(buf, ',')
+		}
+		buf, _ = transform.AppendJSON(buf, writes[i].Doc)
+	}
+	return append(buf, ']')
+}
 
 // The engine's own CPU per change on the follow path, without servers:
 // coalescing, transform (articles.js), encoding, the ordered pipe. The
 // changes are updates as the bench makes them (updateOne with $set, read
 // with updateLookup): the transform's ctx carries their updateDescription.
 func BenchmarkEngineFollowPerChange(b *testing.B) {
-	job := articlesJob(b)
+	job := testutil.ArticlesJob(b)
 	const n = 1000
 	events := make([]bson.Raw, n)
 	for i := range events {
@@ -91,10 +98,10 @@ func BenchmarkEngineFollowPerChange(b *testing.B) {
 		})
 		events[i] = ev
 	}
-	e := NewEngine(nil, nil, nil, EngineConfig{}, nil, nil)
+	e := New(nil, nil, nil, Config{}, nil, nil)
 	jc := e.jobCfg(job)
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := testutil.CPUTime()
 	for it := 0; it < b.N; it++ {
 		p := e.newPipe(context.Background(), jc, &encodeSink{}, nil, e.log, true)
 		f := &follower{e: e, jc: jc, p: p}
@@ -113,7 +120,7 @@ func BenchmarkEngineFollowPerChange(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n)/1000, "us/change")
-	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N*n)/1000, "cpu-us/change")
+	b.ReportMetric(float64((testutil.CPUTime()-cpu0).Nanoseconds())/float64(b.N*n)/1000, "cpu-us/change")
 }
 
 // flushNoRecord is flush without the position record (no MongoDB here).
@@ -126,63 +133,4 @@ func (f *follower) flushNoRecord() {
 		fl.batch = Batch{Writes: w}
 		return err
 	}})
-}
-
-// cpuTime is the process's user+system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// articlesJob loads examples/transforms/articles.js, the job the benchmarks
-// measure.
-func articlesJob(b *testing.B) *transform.Job {
-	b.Helper()
-	src, err := os.ReadFile("../examples/transforms/articles.js")
-	if err != nil {
-		b.Skip(err)
-	}
-	job, err := transform.LoadFile("articles.js", src, transform.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return job
-}
-
-// The JSON body of a batch of 500 articles as the Meilisearch sink sends it
-// (examples/transforms/articles.js output), without the transform:
-// go test ./sidecar -run '^$' -bench EncodeArticles -benchmem
-func BenchmarkEncodeArticles(b *testing.B) {
-	job := articlesJob(b)
-	const n = 500
-	items := make([]item, 0, n)
-	for i := 1; len(items) < n; i++ {
-		if !articles.Published(i) {
-			continue
-		}
-		raw, _ := bson.Marshal(articles.Article(i))
-		items = append(items, item{doc: raw, id: bson.Raw(raw).Lookup("_id"), op: transform.OpReindex})
-	}
-	writes, _, _, err := transformAll(context.Background(), job, items, false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	positions := make([]int, len(writes))
-	for i := range positions {
-		positions[i] = i
-	}
-	sink := &MeiliSink{job: job, pk: "id"}
-	batch := Batch{Writes: writes}
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu0 := cpuTime()
-	var size int
-	for it := 0; it < b.N; it++ {
-		body, _ := sink.encodeDocs(batch, positions, &meiliReceipt{})
-		size = len(body)
-		releaseBody(body)
-	}
-	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N*n), "cpu-ns/doc")
-	b.ReportMetric(float64(size)/n, "bytes/doc")
 }

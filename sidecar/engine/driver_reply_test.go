@@ -1,4 +1,4 @@
-package sidecar
+package engine
 
 import (
 	"bytes"
@@ -150,6 +150,6 @@ func stateEngine(t *testing.T) (context.Context, *Engine, *mongo.Collection) {
 	t.Cleanup(func() { client.Disconnect(context.Background()) })
 	db := client.Database("app")
 	state := db.Collection("meilistream")
-	e := NewEngine(db, state, db.Collection("meilistream_errors"), EngineConfig{RetryBase: time.Millisecond, RetryCap: time.Millisecond}, nil, nil)
+	e := New(db, state, db.Collection("meilistream_errors"), Config{RetryBase: time.Millisecond, RetryCap: time.Millisecond}, nil, nil)
 	return ctx, e, state
 }

@@ -1,4 +1,4 @@
-package sidecar_test
+package engine_test
 
 import (
 	"context"
@@ -27,6 +27,7 @@ import (
 	"github.com/meilistream/meilistream/internal/synccheck"
 	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -58,7 +59,7 @@ type env struct {
 	errs   *mongo.Collection
 	mc     meilisearch.ServiceManager
 	leases *lease.Manager
-	cfg    sidecar.EngineConfig
+	cfg    engine.Config
 	log    hclog.Logger
 	// metrics, when set, is what engine() reports to.
 	metrics *sidecar.Metrics
@@ -90,7 +91,7 @@ func newEnv(t *testing.T, history int) *env {
 		state: db.Collection("meilistream"),
 		errs:  db.Collection("meilistream_errors"),
 		mc:    meilisearch.New(mm.URL(), meilisearch.DisableRetries()),
-		cfg: sidecar.EngineConfig{
+		cfg: engine.Config{
 			BatchSize: 100, PageSize: 200, FlushInterval: 20 * time.Millisecond,
 			PositionInterval: 100 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryCap: 100 * time.Millisecond,
 		},
@@ -129,8 +130,8 @@ func (e *env) job(src string) *transform.Job {
 	return j
 }
 
-func (e *env) engine() *sidecar.Engine {
-	return sidecar.NewEngine(e.db, e.state, e.errs, e.cfg, e.metrics, e.log)
+func (e *env) engine() *engine.Engine {
+	return engine.New(e.db, e.state, e.errs, e.cfg, e.metrics, e.log)
 }
 
 func (e *env) acquire() *lease.Lease {
@@ -195,12 +196,12 @@ func (e *env) settled(job *transform.Job) {
 type running struct {
 	cancel context.CancelFunc
 	done   chan error
-	stats  *sidecar.JobStats
+	stats  *engine.JobStats
 }
 
 func (e *env) run(job *transform.Job, l *lease.Lease) *running {
 	ctx, cancel := context.WithCancel(e.ctx)
-	r := &running{cancel: cancel, done: make(chan error, 1), stats: sidecar.NewJobStats()}
+	r := &running{cancel: cancel, done: make(chan error, 1), stats: engine.NewJobStats()}
 	eng := e.engine()
 	sink := sidecar.NewMeiliSink(e.mc, job, e.log)
 	go func() { r.done <- eng.Run(ctx, job, sink, l, r.stats) }()
@@ -339,13 +340,13 @@ func TestWritesDuringALongReindexAreAllPresent(t *testing.T) {
 	r := e.run(job, e.acquire())
 	until(t, "reindex under way", func() bool {
 		s := r.stats.Snapshot()
-		return s.Phase == sidecar.PhaseReindexing && s.Reindex.Done > 0
+		return s.Phase == engine.PhaseReindexing && s.Reindex.Done > 0
 	})
 	e.insert(10000, 10050, nil)
 	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 2999}, bson.M{"$set": bson.M{"title": "late update"}}))
 	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 5}, bson.M{"$set": bson.M{"title": "early update"}}))
 	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 6}))
-	if s := r.stats.Snapshot(); s.Phase != sidecar.PhaseReindexing {
+	if s := r.stats.Snapshot(); s.Phase != engine.PhaseReindexing {
 		t.Fatalf("the reindex ended before the writes; make it longer (phase %q)", s.Phase)
 	}
 	e.equal(job)
@@ -397,7 +398,7 @@ func TestReindexKilledMidwayResumesFromItsCheckpoint(t *testing.T) {
 	eng := e.engine()
 	sink := sidecar.NewMeiliSink(e.mc, job, e.log)
 	ctx, cancel := context.WithCancel(e.ctx)
-	st := sidecar.NewJobStats()
+	st := engine.NewJobStats()
 	done := make(chan error, 1)
 	go func() {
 		_, err := eng.Reindex(ctx, job, sink, l, st)
@@ -416,7 +417,7 @@ func TestReindexKilledMidwayResumesFromItsCheckpoint(t *testing.T) {
 		t.Fatalf("no checkpoint: %+v %v", states, err)
 	}
 	cp := states[0].Reindex.Count
-	sum, err := eng.Reindex(e.ctx, job, sink, l, sidecar.NewJobStats())
+	sum, err := eng.Reindex(e.ctx, job, sink, l, engine.NewJobStats())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +439,7 @@ func TestReindexKilledMidwayResumesFromItsCheckpoint(t *testing.T) {
 // the engine does not retry), so the reindex stops without waiting for
 // its drain timeout: how long anything takes plays no part.
 type killSink struct {
-	sidecar.Sink
+	engine.Sink
 	k *killer
 }
 
@@ -465,7 +466,7 @@ func (k *killer) hit(n int) bool {
 	return k.dead
 }
 
-func (s killSink) Stage(ctx context.Context, resume bool) (sidecar.Staged, error) {
+func (s killSink) Stage(ctx context.Context, resume bool) (engine.Staged, error) {
 	st, err := s.Sink.Stage(ctx, resume)
 	if err != nil {
 		return nil, err
@@ -474,21 +475,21 @@ func (s killSink) Stage(ctx context.Context, resume bool) (sidecar.Staged, error
 }
 
 type killStaged struct {
-	sidecar.Staged
+	engine.Staged
 	k *killer
 }
 
 // errKilled is what a dead process's sink answers: not retried.
 var errKilled = errs.New(errs.LeaseLost, "items", "the process was killed: nothing it sends reaches the destination")
 
-func (s killStaged) Send(ctx context.Context, b sidecar.Batch) (sidecar.Receipt, error) {
+func (s killStaged) Send(ctx context.Context, b engine.Batch) (engine.Receipt, error) {
 	if s.k.hit(len(b.Writes)) {
 		return nil, errKilled
 	}
 	return s.Staged.Send(ctx, b)
 }
 
-func (s killStaged) Wait(ctx context.Context, r sidecar.Receipt) ([]sidecar.DocFailure, error) {
+func (s killStaged) Wait(ctx context.Context, r engine.Receipt) ([]engine.DocFailure, error) {
 	if s.k.hit(0) {
 		return nil, errKilled
 	}
@@ -558,7 +559,7 @@ func TestReindexKilledAnywhereReadsAtMostOnePageAgain(t *testing.T) {
 	var before map[int64]bool // read by the run before
 	for run := 0; ; run++ {
 		src, read := e.readIDs()
-		eng := sidecar.NewEngine(src, e.state, e.errs, e.cfg, nil, e.log)
+		eng := engine.New(src, e.state, e.errs, e.cfg, nil, e.log)
 		ctx, cancel := context.WithCancel(lctx)
 		k := &killer{kill: cancel}
 		if run < 8 {
@@ -649,7 +650,7 @@ func TestDroppedCollectionStopsClearsPositionAndRestartReindexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := r.wait(t)
-	if !errors.Is(err, sidecar.ErrInvalidated) || errs.CodeOf(err) != errs.Failed {
+	if !errors.Is(err, engine.ErrInvalidated) || errs.CodeOf(err) != errs.Failed {
 		t.Fatalf("want FAILED wrapping ErrInvalidated, got %v", err)
 	}
 	if h := e.positionHash(); h != "" {
@@ -1076,7 +1077,7 @@ func TestReindexReadsOnAfterDroppedConnections(t *testing.T) {
 	e.cfg.PageSize = 50
 	e.insert(0, 3000, nil)
 	job := e.job(itemsJS)
-	st := sidecar.NewJobStats()
+	st := engine.NewJobStats()
 	done := make(chan error, 1)
 	go func() {
 		_, err := e.engine().Reindex(e.ctx, job, sidecar.NewMeiliSink(e.mc, job, e.log), e.acquire(), st)
@@ -1129,11 +1130,11 @@ func TestMetricsCountWhatTheEngineDid(t *testing.T) {
 	job := e.job(itemsJS)
 	reg := prometheus.NewRegistry()
 	m := sidecar.NewMetrics(reg)
-	eng := sidecar.NewEngine(e.db, e.state, e.errs, e.cfg, m, e.log)
+	eng := engine.New(e.db, e.state, e.errs, e.cfg, m, e.log)
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- eng.Run(ctx, job, sidecar.NewMeiliSink(e.mc, job, e.log), e.acquire(), sidecar.NewJobStats())
+		done <- eng.Run(ctx, job, sidecar.NewMeiliSink(e.mc, job, e.log), e.acquire(), engine.NewJobStats())
 	}()
 	e.settled(job)
 	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 1}))
@@ -1301,7 +1302,7 @@ func TestOldTransformDuringARolloutDoesNotReindexBackUntilTheGraceHasPassed(t *t
 	swaps := e.meili.Requests("POST /swap-indexes")
 	r = e.run(old, l)
 	err = r.wait(t)
-	if !errors.Is(err, sidecar.ErrTransformOlder) || errs.CodeOf(err) != errs.Failed {
+	if !errors.Is(err, engine.ErrTransformOlder) || errs.CodeOf(err) != errs.Failed {
 		t.Fatalf("old transform: want FAILED wrapping ErrTransformOlder, got %v", err)
 	}
 	for _, want := range []string{"items.js", "(hash " + old.Hash[:12] + ") is older than the one recorded by another pod (hash " + updated.Hash[:12] + ")", "a revert is honoured after 2m0s"} {
@@ -1317,7 +1318,7 @@ func TestOldTransformDuringARolloutDoesNotReindexBackUntilTheGraceHasPassed(t *t
 	e.mongo.AdvanceClock(time.Minute)
 	l = e.acquire() // the lease lapsed with the clock
 	r = e.run(old, l)
-	if err := r.wait(t); !errors.Is(err, sidecar.ErrTransformOlder) {
+	if err := r.wait(t); !errors.Is(err, engine.ErrTransformOlder) {
 		t.Fatalf("within the grace: want ErrTransformOlder, got %v", err)
 	}
 	// After the grace, going back is a deliberate revert: honoured.

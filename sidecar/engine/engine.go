@@ -1,4 +1,4 @@
-package sidecar
+package engine
 
 import (
 	"bytes"
@@ -16,14 +16,23 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/auth"
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/transform"
 )
 
-// Defaults of EngineConfig fields left zero.
+// Defaults of Config fields left zero. A job's options (batchSize,
+// flushInterval, onHistoryLost, onDocumentError) default to the transform
+// package's, which its option table documents.
 const (
+	DefaultBatchSize        = transform.DefaultBatchSize
+	DefaultFlushInterval    = transform.DefaultFlushInterval
+	DefaultOnHistoryLost    = transform.DefaultOnHistoryLost
+	DefaultOnDocumentError  = transform.DefaultOnDocumentError
+	DefaultPageSize         = 2000
+	DefaultPositionInterval = 60 * time.Second
 	DefaultMaxInFlight      = 4
 	DefaultDrainTimeout     = 15 * time.Second
 	DefaultRetryBase        = 200 * time.Millisecond
@@ -45,18 +54,17 @@ var ErrInvalidated = errors.New("change stream invalidated: collection dropped o
 // has the old file must not reindex the job back to the old output.
 var ErrTransformOlder = errors.New("transform older than the one recorded")
 
-// EngineConfig tunes the engine. Zero fields take the defaults of config.go
-// (DefaultBatchSize...) or of this file. A job's own options (BatchSize,
+// Config tunes the engine. Zero fields take the defaults above. A job's
+// own options (BatchSize,
 // FlushInterval, OnHistoryLost, OnDocumentError in its transform file)
 // override the matching fields here.
-type EngineConfig struct {
+type Config struct {
 	BatchSize        int           // pending changes that trigger a send (follow); writes per batch (reindex)
 	PageSize         int           // documents a reindex reads ahead of its checkpoint at most (parts of half of it)
 	FlushInterval    time.Duration // longest a pending change waits
 	PositionInterval time.Duration // how often a quiet stream records its position
 	OnHistoryLost    string        // "reindex" | "fail"
 	OnDocumentError  string        // "skip" | "fail"
-	StateCollection  string        // only for messages; the collections are passed to NewEngine
 
 	MaxInFlight      int           // batches sent but not yet durable (default 4)
 	DrainTimeout     time.Duration // on close, how long flushing pending changes may take (default 15s)
@@ -71,7 +79,7 @@ type EngineConfig struct {
 	RolloutGrace time.Duration
 }
 
-func (c EngineConfig) withDefaults() EngineConfig {
+func (c Config) withDefaults() Config {
 	if c.BatchSize <= 0 {
 		c.BatchSize = DefaultBatchSize
 	}
@@ -89,9 +97,6 @@ func (c EngineConfig) withDefaults() EngineConfig {
 	}
 	if c.OnDocumentError == "" {
 		c.OnDocumentError = DefaultOnDocumentError
-	}
-	if c.StateCollection == "" {
-		c.StateCollection = DefaultStateCollection
 	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = DefaultMaxInFlight
@@ -114,46 +119,49 @@ func (c EngineConfig) withDefaults() EngineConfig {
 	return c
 }
 
-// EngineLease is what the engine needs of a job's lease; *lease.Lease has
+// Lease is what the engine needs of a job's lease; *lease.Lease has
 // it. Lost is closed once the lease is no longer held, Err then says why
 // (LEASE_LOST); Confirm proves with one round trip that it is still held.
-type EngineLease interface {
+type Lease interface {
 	Epoch() int64
 	Lost() <-chan struct{}
 	Err() error
 	Confirm(ctx context.Context) error
 }
 
-// Engine runs search and mirror jobs: reindex and follow over a Sink
-// (DESIGN.md "Semantics of a search job"). One Engine serves every job; it
-// holds no per-job state between calls (that lives in MongoDB).
+// Engine runs search and mirror jobs: reindex and follow over a Sink. One
+// Engine serves every job; it holds no per-job state between calls (that
+// lives in MongoDB, see sidecar/jobstate).
 type Engine struct {
-	source  *mongo.Database
-	store   *jobstate.Store
-	cfg     EngineConfig
-	metrics *Metrics
-	log     hclog.Logger
+	source *mongo.Database
+	store  *jobstate.Store
+	cfg    Config
+	obs    Observer
+	log    hclog.Logger
 
 	kindMu sync.Mutex
 	kind   map[string]string // job name -> metrics kind label
 }
 
-// NewEngine returns an engine reading jobs' collections from source and
+// New returns an engine reading jobs' collections from source and
 // keeping positions and checkpoints in state, per-document errors in
-// errorsColl (normally state's name + "_errors"). metrics and logger may be
+// errorsColl (normally state's name + "_errors"). obs and logger may be
 // nil.
-func NewEngine(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Collection, cfg EngineConfig, metrics *Metrics, logger hclog.Logger) *Engine {
+func New(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Collection, cfg Config, obs Observer, logger hclog.Logger) *Engine {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
+	if obs == nil {
+		obs = noObserver{}
+	}
 	cfg = cfg.withDefaults()
 	store := jobstate.New(state, errorsColl, func(attempt int) time.Duration { return backoff(cfg, attempt) })
-	return &Engine{source: source, store: store, cfg: cfg, metrics: metrics, log: logger}
+	return &Engine{source: source, store: store, cfg: cfg, obs: obs, log: logger}
 }
 
 // jobConfig is the engine configuration with a job's overrides applied.
 type jobConfig struct {
-	EngineConfig
+	Config
 	job *transform.Job
 }
 
@@ -171,7 +179,7 @@ func (e *Engine) jobCfg(job *transform.Job) jobConfig {
 	if job.OnDocumentError != "" {
 		c.OnDocumentError = job.OnDocumentError
 	}
-	return jobConfig{EngineConfig: c, job: job}
+	return jobConfig{Config: c, job: job}
 }
 
 // Run runs job under l until ctx ends or the job fails: it prepares the
@@ -186,7 +194,7 @@ func (e *Engine) jobCfg(job *transform.Job) jobConfig {
 // FAILED error wrapping ErrInvalidated when the collection was dropped or
 // renamed (position cleared), or the per-document error's own code with
 // onDocumentError: fail.
-func (e *Engine) Run(ctx context.Context, job *transform.Job, sink Sink, l EngineLease, stats *JobStats) error {
+func (e *Engine) Run(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *JobStats) error {
 	e.setKind(job.Name, job.Kind.String())
 	if stats == nil {
 		stats = NewJobStats() // the lag metric is computed from it
@@ -200,7 +208,7 @@ func (e *Engine) Run(ctx context.Context, job *transform.Job, sink Sink, l Engin
 	return err
 }
 
-func (e *Engine) run(ctx context.Context, job *transform.Job, sink Sink, l EngineLease, stats *JobStats) error {
+func (e *Engine) run(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *JobStats) error {
 	ctx, stop := leaseContext(ctx, l)
 	defer stop()
 	log := e.log.With("job", job.Name)
@@ -329,7 +337,7 @@ func (e *Engine) serverNow(ctx context.Context) (time.Time, error) {
 
 // leaseContext derives a context cancelled with the lease's LEASE_LOST
 // error as its cause as soon as the lease is lost.
-func leaseContext(ctx context.Context, l EngineLease) (context.Context, func()) {
+func leaseContext(ctx context.Context, l Lease) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		select {
@@ -343,13 +351,13 @@ func leaseContext(ctx context.Context, l EngineLease) (context.Context, func()) 
 
 // drainContext is for flushing after ctx was cancelled (a clean close): not
 // cancelled with ctx, but bounded by timeout and still by the lease.
-func drainContext(ctx context.Context, l EngineLease, timeout time.Duration) (context.Context, func()) {
+func drainContext(ctx context.Context, l Lease, timeout time.Duration) (context.Context, func()) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	lctx, stop := leaseContext(dctx, l)
 	return lctx, func() { stop(); cancel() }
 }
 
-func leaseErr(l EngineLease) error {
+func leaseErr(l Lease) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
@@ -358,7 +366,7 @@ func leaseErr(l EngineLease) error {
 
 // leaseOr returns the LEASE_LOST error when the lease is gone (whatever err
 // says: an operation cut short by the loss), else err.
-func leaseOr(ctx context.Context, l EngineLease, err error) error {
+func leaseOr(ctx context.Context, l Lease, err error) error {
 	select {
 	case <-l.Lost():
 		return leaseErr(l)
@@ -373,7 +381,7 @@ func leaseOr(ctx context.Context, l EngineLease, err error) error {
 // closeOr is leaseOr, and nil when ctx was cancelled for another reason (a
 // clean close while waiting or reindexing: nothing is recorded, the next run
 // resumes).
-func closeOr(ctx context.Context, l EngineLease, err error) error {
+func closeOr(ctx context.Context, l Lease, err error) error {
 	err = leaseOr(ctx, l, err)
 	if errors.Is(err, errs.ErrLeaseLost) {
 		return err
@@ -384,7 +392,7 @@ func closeOr(ctx context.Context, l EngineLease, err error) error {
 	return err
 }
 
-func retryPrepare(ctx context.Context, sink Sink, cfg EngineConfig, log hclog.Logger) error {
+func retryPrepare(ctx context.Context, sink Sink, cfg Config, log hclog.Logger) error {
 	for attempt := 0; ; attempt++ {
 		err := sink.Prepare(ctx)
 		if err == nil {
@@ -405,7 +413,7 @@ func retryPrepare(ctx context.Context, sink Sink, cfg EngineConfig, log hclog.Lo
 func retryable(err error) bool { return errs.CodeOf(err) == errs.Failed }
 
 // backoff is exponential with full jitter in [d/2, d], capped.
-func backoff(cfg EngineConfig, attempt int) time.Duration {
+func backoff(cfg Config, attempt int) time.Duration {
 	d := cfg.RetryBase
 	for i := 0; i < attempt && d < cfg.RetryCap; i++ {
 		d *= 2
@@ -552,4 +560,24 @@ func transformAll(ctx context.Context, job *transform.Job, items []item, deleteS
 		writes = append(writes, res[i])
 	}
 	return writes, skipped, bad, nil
+}
+
+// OnHistoryLost is job's onHistoryLost with the engine's default applied:
+// "reindex" or "fail".
+func (e *Engine) OnHistoryLost(job *transform.Job) string { return e.jobCfg(job).OnHistoryLost }
+
+// mongoAuthFailed is MongoDB's AuthenticationFailed error code.
+const mongoAuthFailed = 18
+
+// AuthFailed reports whether err is MongoDB refusing the credentials.
+func AuthFailed(err error) bool {
+	var se mongo.ServerError
+	if errors.As(err, &se) && se.HasErrorCode(mongoAuthFailed) {
+		return true
+	}
+	// A failure of the connection handshake's authentication that carries
+	// no server code (the mechanism's own conversation failed) comes as
+	// the driver's authentication error inside a connection error.
+	var ae *auth.Error
+	return errors.As(err, &ae)
 }

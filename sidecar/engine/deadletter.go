@@ -1,4 +1,4 @@
-package sidecar
+package engine
 
 import (
 	"context"
@@ -63,7 +63,7 @@ type RetrySummary struct {
 // the current transform again, under l: what succeeds is written to sink and
 // its record cleared; what fails again keeps (updates) its record. The
 // caller holds the job's lease, so no follower writes meanwhile.
-func (e *Engine) Retry(ctx context.Context, job *transform.Job, sink Sink, l EngineLease) (RetrySummary, error) {
+func (e *Engine) Retry(ctx context.Context, job *transform.Job, sink Sink, l Lease) (RetrySummary, error) {
 	start := time.Now()
 	var sum RetrySummary
 	ctx, stop := leaseContext(ctx, l)

@@ -1,4 +1,4 @@
-package sidecar
+package engine
 
 import (
 	"context"
@@ -135,7 +135,7 @@ func readStream(ctx context.Context, cs *mongo.ChangeStream, out chan<- csItem, 
 // follow applies the change stream from pos until ctx ends (nil, after a
 // flush), the lease is lost, the history is lost (errHistoryLost), the
 // collection is invalidated, or a non-retryable error.
-func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l EngineLease, stats *JobStats, pos *jobstate.Position, log hclog.Logger) error {
+func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *JobStats, pos *jobstate.Position, log hclog.Logger) error {
 	jc := e.jobCfg(job)
 	stats.setPhase(PhaseFollowing)
 
@@ -196,7 +196,7 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l En
 				return ctx.Err()
 			}
 			f.retried("open change stream", err, attempt)
-			if err := sleep(ctx, backoff(jc.EngineConfig, attempt)); err != nil {
+			if err := sleep(ctx, backoff(jc.Config, attempt)); err != nil {
 				return err
 			}
 			attempt++
@@ -228,7 +228,7 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l En
 				// error reaching here reopens from the last change read
 				// (everything up to it is pending or in the pipe).
 				f.retried("change stream", it.err, attempt)
-				if err := sleep(ctx, backoff(jc.EngineConfig, attempt)); err != nil {
+				if err := sleep(ctx, backoff(jc.Config, attempt)); err != nil {
 					return f.stop(ctx, err)
 				}
 				attempt++
@@ -284,7 +284,7 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l En
 type follower struct {
 	e     *Engine
 	jc    jobConfig
-	l     EngineLease
+	l     Lease
 	stats *JobStats
 	log   hclog.Logger
 	p     *pipe
@@ -526,7 +526,7 @@ func (f *follower) invalidated(ctx context.Context, op string) error {
 	if o, ok := f.p.sink.(DDLObserver); ok {
 		o.OnDDL(ctx, op) // never applied to a replica (DESIGN.md "Mirror jobs")
 	} else if f.jc.job.Kind == transform.Mirror {
-		f.e.jm(name).DDL(op)
+		f.e.observeDDL(name, op)
 	}
 	if err := f.flush(); err != nil {
 		return leaseOr(ctx, f.l, err)
@@ -543,7 +543,7 @@ func (f *follower) invalidated(ctx context.Context, op string) error {
 }
 
 // f0stop ends follow before the loop started.
-func f0stop(ctx context.Context, l EngineLease, p *pipe, err error) error {
+func f0stop(ctx context.Context, l Lease, p *pipe, err error) error {
 	p.abort(err)
 	return closeOr(ctx, l, err)
 }

@@ -1,4 +1,4 @@
-package sidecar
+package engine
 
 import (
 	"context"
@@ -99,7 +99,7 @@ func put(id string, v any) Write {
 
 func testPipe(t *testing.T, sink Sink, track bool) (*pipe, *JobStats) {
 	t.Helper()
-	e := NewEngine(nil, nil, nil, EngineConfig{RetryBase: time.Millisecond, RetryCap: 5 * time.Millisecond}, nil, nil)
+	e := New(nil, nil, nil, Config{RetryBase: time.Millisecond, RetryCap: 5 * time.Millisecond}, nil, nil)
 	st := NewJobStats()
 	p := e.newPipe(context.Background(), e.jobCfg(&transform.Job{Name: "t"}), sink, st, e.log, track)
 	t.Cleanup(func() { p.abort(errPipeClosed) })

@@ -1,0 +1,73 @@
+// Package testutil holds the helpers the tests of several packages share,
+// so each is written once. Only tests import it.
+package testutil
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/meilistream/meilistream/transform"
+)
+
+// SyncBuffer is a bytes.Buffer safe for concurrent use: a logger's output
+// written by the goroutines of the code under test and read by the test.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns what was written so far.
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Reset forgets what was written.
+func (b *SyncBuffer) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.Reset()
+}
+
+// CPUTime is the process's user and system CPU time so far, for
+// benchmarks that report CPU per document.
+func CPUTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// RepoFile is the path of a file of this repository given relative to its
+// root (examples/transforms/articles.js), wherever the test runs.
+func RepoFile(rel string) string {
+	_, here, _, _ := runtime.Caller(0) // internal/testutil/testutil.go
+	return filepath.Join(filepath.Dir(here), "..", "..", rel)
+}
+
+// ArticlesJob loads examples/transforms/articles.js, the job the
+// benchmarks measure; it skips tb when the file cannot be read.
+func ArticlesJob(tb testing.TB) *transform.Job {
+	tb.Helper()
+	src, err := os.ReadFile(RepoFile("examples/transforms/articles.js"))
+	if err != nil {
+		tb.Skip(err)
+	}
+	job, err := transform.LoadFile("articles.js", src, transform.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return job
+}
