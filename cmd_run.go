@@ -17,6 +17,7 @@ import (
 	"github.com/meilistream/meilistream/replicate"
 	"github.com/meilistream/meilistream/sidecar"
 	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -153,8 +154,8 @@ func connect(ctx context.Context, cfg sidecar.Config, log hclog.Logger) (*wiring
 		// The engine retries with its own backoff and keeps batches in
 		// order; the client's own retries would only hide failures. The
 		// sidecar's client also posts document batches itself (see
-		// sidecar.NewMeiliClient).
-		w.meili = sidecar.NewMeiliClient(cfg.MeiliURL, cfg.MeiliAPIKey)
+		// meili.NewClient).
+		w.meili = meili.NewClient(cfg.MeiliURL, cfg.MeiliAPIKey)
 		w.closeFns = append(w.closeFns, w.meili.Close)
 	}
 	if cfg.ReplicaURI != "" {
@@ -303,7 +304,7 @@ func (w *wiring) sinkFactory(log hclog.Logger) sidecar.SinkFactory {
 			if w.meili == nil {
 				return nil, &errs.Error{Code: errs.ConfigInvalid, Job: job.Name, Msg: "a search job needs MEILISTREAM_MEILI_URL", Setting: "MEILISTREAM_MEILI_URL"}
 			}
-			return sidecar.NewMeiliSink(w.meili, job, jl), nil
+			return meili.NewSink(w.meili, job, jl), nil
 		}
 	}
 }

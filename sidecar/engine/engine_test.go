@@ -29,6 +29,7 @@ import (
 	"github.com/meilistream/meilistream/sidecar"
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -203,7 +204,7 @@ func (e *env) run(job *transform.Job, l *lease.Lease) *running {
 	ctx, cancel := context.WithCancel(e.ctx)
 	r := &running{cancel: cancel, done: make(chan error, 1), stats: engine.NewJobStats()}
 	eng := e.engine()
-	sink := sidecar.NewMeiliSink(e.mc, job, e.log)
+	sink := meili.NewSink(e.mc, job, e.log)
 	go func() { r.done <- eng.Run(ctx, job, sink, l, r.stats) }()
 	return r
 }
@@ -396,7 +397,7 @@ func TestReindexKilledMidwayResumesFromItsCheckpoint(t *testing.T) {
 	job := e.job(itemsJS)
 	l := e.acquire()
 	eng := e.engine()
-	sink := sidecar.NewMeiliSink(e.mc, job, e.log)
+	sink := meili.NewSink(e.mc, job, e.log)
 	ctx, cancel := context.WithCancel(e.ctx)
 	st := engine.NewJobStats()
 	done := make(chan error, 1)
@@ -565,7 +566,7 @@ func TestReindexKilledAnywhereReadsAtMostOnePageAgain(t *testing.T) {
 		if run < 8 {
 			k.killAt = 1 + rng.IntN(4*e.cfg.PageSize)
 		}
-		sum, err := eng.Reindex(ctx, job, killSink{sidecar.NewMeiliSink(e.mc, job, e.log), k}, l, nil)
+		sum, err := eng.Reindex(ctx, job, killSink{meili.NewSink(e.mc, job, e.log), k}, l, nil)
 		cancel()
 		ids := read()
 		twice := 0
@@ -789,7 +790,7 @@ func TestBadDocumentIsRecordedAndRetryClearsIt(t *testing.T) {
 	}
 	// The transform is fixed; retry writes the other two and clears them.
 	fixed := e.job(strings.Replace(itemsJS, `if (doc.throw) throw new Error("boom");`, "", 1))
-	sum, err := e.engine().Retry(e.ctx, fixed, sidecar.NewMeiliSink(e.mc, fixed, e.log), l)
+	sum, err := e.engine().Retry(e.ctx, fixed, meili.NewSink(e.mc, fixed, e.log), l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -842,7 +843,7 @@ func TestInPlaceReindexSweepsWhatIsNoLongerWanted(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 7}, bson.M{"$set": bson.M{"hidden": true}}))
-	sum, err := e.engine().Reindex(e.ctx, job, sidecar.NewMeiliSink(e.mc, job, e.log), e.acquire(), nil)
+	sum, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, job, e.log), e.acquire(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -875,7 +876,7 @@ func TestResumedReindexKeepsIdsOfEveryType(t *testing.T) {
 	job := e.job(strings.Replace(itemsJS, "transform(doc) {", "transform(doc) { const t = Date.now(); while (Date.now() - t < 3) {}", 1))
 	l := e.acquire()
 	eng := e.engine()
-	sink := sidecar.NewMeiliSink(e.mc, job, e.log)
+	sink := meili.NewSink(e.mc, job, e.log)
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() { _, err := eng.Reindex(ctx, job, sink, l, nil); done <- err }()
@@ -924,7 +925,7 @@ func TestReindexStoppedWhileSwappingStartsOverInsteadOfResuming(t *testing.T) {
 	job := e.job(itemsJS)
 	l := e.acquire()
 	eng := e.engine()
-	sink := sidecar.NewMeiliSink(e.mc, job, e.log)
+	sink := meili.NewSink(e.mc, job, e.log)
 	if err := sink.Prepare(e.ctx); err != nil { // the live index exists: a swap, not a rename
 		t.Fatal(err)
 	}
@@ -1080,7 +1081,7 @@ func TestReindexReadsOnAfterDroppedConnections(t *testing.T) {
 	st := engine.NewJobStats()
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.engine().Reindex(e.ctx, job, sidecar.NewMeiliSink(e.mc, job, e.log), e.acquire(), st)
+		_, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, job, e.log), e.acquire(), st)
 		done <- err
 	}()
 	until(t, "reindex under way", func() bool { return st.Snapshot().Reindex.Done > 0 })
@@ -1134,7 +1135,7 @@ func TestMetricsCountWhatTheEngineDid(t *testing.T) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- eng.Run(ctx, job, sidecar.NewMeiliSink(e.mc, job, e.log), e.acquire(), engine.NewJobStats())
+		done <- eng.Run(ctx, job, meili.NewSink(e.mc, job, e.log), e.acquire(), engine.NewJobStats())
 	}()
 	e.settled(job)
 	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 1}))

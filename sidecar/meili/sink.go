@@ -1,4 +1,4 @@
-package sidecar
+package meili
 
 import (
 	"bytes"
@@ -6,16 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
-	"net"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -30,13 +26,13 @@ import (
 // ReindexSuffix names the temporary index of a swap reindex: <uid>__reindex.
 const ReindexSuffix = "__reindex"
 
-// MeiliSink writes a search job into its Meilisearch index. A batch is at
+// Sink writes a search job into its Meilisearch index. A batch is at
 // most two tasks (one document addition, one delete-batch: the keys of a
 // batch are distinct, so their order does not matter); durable means every
 // task succeeded.
-type MeiliSink struct {
+type Sink struct {
 	client  meilisearch.ServiceManager
-	direct  *meiliClient // client as NewMeiliClient made it, or nil
+	direct  *meiliClient // client as NewClient made it, or nil
 	job     *transform.Job
 	uid     string // the index written
 	live    string // the job's index
@@ -47,15 +43,15 @@ type MeiliSink struct {
 }
 
 var (
-	_ engine.Sink   = (*MeiliSink)(nil)
-	_ engine.Staged = (*MeiliSink)(nil)
+	_ engine.Sink   = (*Sink)(nil)
+	_ engine.Staged = (*Sink)(nil)
 )
 
-// NewMeiliSink returns the sink of a search job: index job.Index, primary
+// NewSink returns the sink of a search job: index job.Index, primary
 // key job.PrimaryKey. The client is shared (it is safe for concurrent use);
 // give it meilisearch.DisableRetries() or not as you like: the engine
 // retries 5xx and connection errors itself.
-func NewMeiliSink(client meilisearch.ServiceManager, job *transform.Job, logger hclog.Logger) engine.Sink {
+func NewSink(client meilisearch.ServiceManager, job *transform.Job, logger hclog.Logger) engine.Sink {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
@@ -68,191 +64,12 @@ func NewMeiliSink(client meilisearch.ServiceManager, job *transform.Job, logger 
 		uid = job.Name
 	}
 	direct, _ := client.(*meiliClient)
-	return &MeiliSink{client: client, direct: direct, job: job, uid: uid, live: uid, pk: pk, log: logger.With("index", uid)}
-}
-
-// meiliClient is the client NewMeiliClient makes: meilisearch-go's, and
-// what the sink needs to post document batches itself.
-type meiliClient struct {
-	meilisearch.ServiceManager
-	url, key string
-	hc       *http.Client
-}
-
-// NewMeiliClient returns the sidecar's Meilisearch client for baseURL and
-// apiKey (may be empty): meilisearch-go's without retries of its
-// own (the engine retries 5xx and connection errors itself), with two
-// changes for the cost of a batch, the sidecar's main work. Responses are
-// not compressed: they are small (task summaries and statuses), so
-// gunzipping each one (a flate decoder set up per response) costs CPU and
-// saves next to nothing. A MeiliSink on this client posts its document
-// batches itself: meilisearch-go copies a body it is given whole (io.ReadAll
-// into growing buffers) before sending it, a second and third copy of every
-// batch.
-func NewMeiliClient(baseURL, apiKey string) meilisearch.ServiceManager {
-	// meilisearch-go's own transport (baseTransport in its options.go),
-	// compression off.
-	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	tr := &http.Transport{
-		Proxy: http.ProxyFromEnvironment,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := dialer.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return bodyConn{c}, nil
-		},
-		MaxIdleConns:          100,
-		MaxIdleConnsPerHost:   100,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: 1 * time.Second,
-		DisableCompression:    true,
-	}
-	hc := &http.Client{Transport: tr}
-	opts := []meilisearch.Option{meilisearch.DisableRetries(), meilisearch.WithCustomClient(hc)}
-	if apiKey != "" {
-		opts = append(opts, meilisearch.WithAPIKey(apiKey))
-	}
-	return &meiliClient{ServiceManager: meilisearch.New(baseURL, opts...), url: baseURL, key: apiKey, hc: hc}
-}
-
-// bodyConn writes a document batch's body with one write: the transport
-// copies a body of known length through a 32 KB buffer (io.Copy of an
-// io.LimitedReader), a copy and a write syscall per 32 KB, and each write
-// long enough for the runtime to hand the goroutine's processor to another
-// thread and wake one. Other bodies go as the transport sends them.
-type bodyConn struct{ net.Conn }
-
-func (c bodyConn) ReadFrom(r io.Reader) (int64, error) {
-	if lr, ok := r.(*io.LimitedReader); ok {
-		if tb, ok := lr.R.(*trackedBody); ok && int64(tb.Len()) <= lr.N {
-			n, err := tb.WriteTo(c.Conn)
-			lr.N -= n
-			return n, err
-		}
-	}
-	return io.Copy(struct{ io.Writer }{c.Conn}, r)
-}
-
-// trackedBody is a request body that says when the transport closed it:
-// only then may its bytes be reused (http.RoundTripper: the body may be
-// closed, and so read, after RoundTrip returns).
-type trackedBody struct {
-	bytes.Reader
-	closed  chan struct{}
-	once    sync.Once
-	rewound atomic.Bool // GetBody was called: another reader of the bytes exists
-}
-
-func (b *trackedBody) Close() error {
-	b.once.Do(func() { close(b.closed) })
-	return nil
-}
-
-// addDocuments posts body (a JSON array) to uid's documents with primary
-// key pk, as meilisearch-go's AddDocuments does, and returns the task uid.
-// Errors are the *meilisearch.Error meilisearch-go would return. It reports
-// whether body may be reused.
-func (c *meiliClient) addDocuments(ctx context.Context, uid, pk string, body []byte) (task int64, reusable bool, err error) {
-	endpoint := "/indexes/" + uid + "/documents?" + url.Values{"primaryKey": {pk}}.Encode()
-	tb := &trackedBody{closed: make(chan struct{})}
-	tb.Reset(body)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url+endpoint, tb)
-	if err != nil {
-		return 0, false, fmt.Errorf("unable to create request: %w", err)
-	}
-	req.ContentLength = int64(len(body))
-	req.GetBody = func() (io.ReadCloser, error) {
-		tb.rewound.Store(true)
-		return io.NopCloser(bytes.NewReader(body)), nil
-	}
-	req.Header.Set("Content-Type", "application/json")
-	b, me, err := c.do(req, endpoint, "AddDocuments", http.StatusAccepted)
-	free := func() bool {
-		select {
-		case <-tb.closed:
-			return !tb.rewound.Load()
-		default:
-			return false
-		}
-	}
-	if err != nil {
-		return 0, free(), err
-	}
-	var ti struct {
-		TaskUID int64 `json:"taskUid"`
-	}
-	if err := json.Unmarshal(b, &ti); err != nil {
-		me.ResponseToString = string(b)
-		return 0, free(), me.WithErrCode(meilisearch.ErrCodeResponseUnmarshalBody, err)
-	}
-	return ti.TaskUID, free(), nil
-}
-
-// call sends a request with a small JSON body (nil for none) to endpoint
-// and returns the response body, or the *meilisearch.Error meilisearch-go
-// would return when the status is not want.
-func (c *meiliClient) call(ctx context.Context, method, endpoint, function string, body []byte, want int) ([]byte, error) {
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.url+endpoint, rd)
-	if err != nil {
-		return nil, fmt.Errorf("unable to create request: %w", err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	b, _, err := c.do(req, endpoint, function, want)
-	return b, err
-}
-
-// do sends req (to endpoint, for errors) with the client's key and returns
-// the response body when its status is want. Errors are the
-// *meilisearch.Error meilisearch-go would return; me is returned too, for
-// a caller that fails later on the body.
-func (c *meiliClient) do(req *http.Request, endpoint, function string, want int) (b []byte, me *meilisearch.Error, err error) {
-	me = &meilisearch.Error{
-		Endpoint:           endpoint,
-		Method:             req.Method,
-		Function:           function,
-		RequestToString:    "empty request",
-		ResponseToString:   "empty response",
-		StatusCodeExpected: []int{want},
-	}
-	me.APIError.Message = "empty meilisearch message"
-	if c.key != "" {
-		req.Header.Set("Authorization", "Bearer "+c.key)
-	}
-	req.Header.Set("User-Agent", meilisearch.GetQualifiedVersion())
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			return nil, me, me.WithErrCode(meilisearch.TimeoutError, err)
-		}
-		return nil, me, me.WithErrCode(meilisearch.CommunicationError, err)
-	}
-	b, err = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return nil, me, err
-	}
-	me.StatusCode = resp.StatusCode
-	if resp.StatusCode != want {
-		me.ErrorBody(b)
-		if me.APIError.Code == "" {
-			return nil, me, me.WithErrCode(meilisearch.APIErrorWithoutMessage)
-		}
-		return nil, me, me.WithErrCode(meilisearch.APIError)
-	}
-	return b, me, nil
+	return &Sink{client: client, direct: direct, job: job, uid: uid, live: uid, pk: pk, log: logger.With("index", uid)}
 }
 
 // getSettings returns uid's settings as Meilisearch sends them (GET
 // /indexes/{uid}/settings), every key kept.
-func (s *MeiliSink) getSettings(ctx context.Context, uid string) (json.RawMessage, error) {
+func (s *Sink) getSettings(ctx context.Context, uid string) (json.RawMessage, error) {
 	if s.direct == nil {
 		set, err := s.client.Index(uid).GetSettings(ctx)
 		if err != nil {
@@ -268,9 +85,9 @@ func (s *MeiliSink) getSettings(ctx context.Context, uid string) (json.RawMessag
 // it does not know would be dropped, and a false facetSearch too
 // (omitempty): a reindex would then reset the live index's facetSearch, and
 // a misspelt key in a transform's settings would be ignored instead of
-// refused. A client not made by NewMeiliClient (tests) still goes through
+// refused. A client not made by NewClient (tests) still goes through
 // the struct.
-func (s *MeiliSink) updateSettings(ctx context.Context, uid string, settings json.RawMessage) (*meilisearch.TaskInfo, error) {
+func (s *Sink) updateSettings(ctx context.Context, uid string, settings json.RawMessage) (*meilisearch.TaskInfo, error) {
 	if s.direct == nil {
 		set := &meilisearch.Settings{}
 		if err := json.Unmarshal(settings, set); err != nil {
@@ -292,7 +109,7 @@ func (s *MeiliSink) updateSettings(ctx context.Context, uid string, settings jso
 // classify turns a meilisearch-go error into the engine's: CONFIG_INVALID
 // for what retrying cannot fix (auth, a bad index uid), FAILED (retried)
 // otherwise.
-func (s *MeiliSink) classify(err error, what string) error {
+func (s *Sink) classify(err error, what string) error {
 	if err == nil {
 		return nil
 	}
@@ -322,7 +139,7 @@ func apiCode(err error) string {
 // waitTask polls a task until it finishes, retrying transient errors until
 // ctx ends. Polls start at 2ms and back off to 50ms: a batch's latency is
 // mostly this wait.
-func (s *MeiliSink) waitTask(ctx context.Context, uid int64) (*meilisearch.Task, error) {
+func (s *Sink) waitTask(ctx context.Context, uid int64) (*meilisearch.Task, error) {
 	delay := 2 * time.Millisecond
 	failures := 0
 	for {
@@ -360,7 +177,7 @@ func (s *MeiliSink) waitTask(ctx context.Context, uid int64) (*meilisearch.Task,
 
 // waitOK waits for an administrative task and requires success, except for
 // the codes in ok.
-func (s *MeiliSink) waitOK(ctx context.Context, ti *meilisearch.TaskInfo, what string, ok ...string) error {
+func (s *Sink) waitOK(ctx context.Context, ti *meilisearch.TaskInfo, what string, ok ...string) error {
 	t, err := s.waitTask(ctx, ti.TaskUID)
 	if err != nil {
 		return err
@@ -378,7 +195,7 @@ func (s *MeiliSink) waitOK(ctx context.Context, ti *meilisearch.TaskInfo, what s
 
 // Prepare creates the index with its primary key when missing and applies
 // the settings the transform declares; otherwise it leaves settings alone.
-func (s *MeiliSink) Prepare(ctx context.Context) error {
+func (s *Sink) Prepare(ctx context.Context) error {
 	if s.staged {
 		return nil
 	}
@@ -391,7 +208,7 @@ func (s *MeiliSink) Prepare(ctx context.Context) error {
 	return nil
 }
 
-func (s *MeiliSink) ensureIndex(ctx context.Context, uid string) error {
+func (s *Sink) ensureIndex(ctx context.Context, uid string) error {
 	info, err := s.client.GetIndex(ctx, uid)
 	if err == nil {
 		if info.PrimaryKey != "" && info.PrimaryKey != s.pk {
@@ -411,7 +228,7 @@ func (s *MeiliSink) ensureIndex(ctx context.Context, uid string) error {
 
 // applySettings sets uid's settings: the job's declared ones, else from
 // (copied from another index, as Meilisearch sent them).
-func (s *MeiliSink) applySettings(ctx context.Context, uid string, from json.RawMessage) error {
+func (s *Sink) applySettings(ctx context.Context, uid string, from json.RawMessage) error {
 	set, what := from, "copy the settings of "+s.live+" to "+uid
 	if s.job.Settings != nil {
 		b, err := json.Marshal(s.job.Settings)
@@ -456,7 +273,7 @@ type meiliReceipt struct {
 
 // Send enqueues b's upserts as one document addition and its deletes as
 // one delete-batch.
-func (s *MeiliSink) Send(ctx context.Context, b engine.Batch) (engine.Receipt, error) {
+func (s *Sink) Send(ctx context.Context, b engine.Batch) (engine.Receipt, error) {
 	var (
 		ups, dels []int
 		ids       []string
@@ -502,7 +319,7 @@ func (s *MeiliSink) Send(ctx context.Context, b engine.Batch) (engine.Receipt, e
 // sendDocs enqueues the documents at positions as one addition; a payload
 // Meilisearch finds too large is split in halves (one document too large
 // is refused as a document failure).
-func (s *MeiliSink) sendDocs(ctx context.Context, b engine.Batch, positions []int, r *meiliReceipt) error {
+func (s *Sink) sendDocs(ctx context.Context, b engine.Batch, positions []int, r *meiliReceipt) error {
 	body, positions := s.encodeDocs(b, positions, r)
 	if len(positions) == 0 {
 		releaseBody(body)
@@ -574,7 +391,7 @@ func releaseBody(buf []byte) {
 // document that cannot be rendered is refused on its own (r.failed). It
 // returns the positions encoded. The body comes from takeBody: give it back
 // with releaseBody once sent.
-func (s *MeiliSink) encodeDocs(b engine.Batch, positions []int, r *meiliReceipt) ([]byte, []int) {
+func (s *Sink) encodeDocs(b engine.Batch, positions []int, r *meiliReceipt) ([]byte, []int) {
 	buf := takeBody(len(positions) * 768)
 	buf = append(buf, '[')
 	sent := make([]int, 0, len(positions))
@@ -609,7 +426,7 @@ func documentCode(code string) bool {
 // reason is one DocFailure naming all its documents (Meilisearch fails the
 // whole task); primary key conflicts are CONFIG_INVALID; other failures are
 // FAILED (the engine sends the batch again).
-func (s *MeiliSink) Wait(ctx context.Context, rc engine.Receipt) ([]engine.DocFailure, error) {
+func (s *Sink) Wait(ctx context.Context, rc engine.Receipt) ([]engine.DocFailure, error) {
 	r, ok := rc.(*meiliReceipt)
 	if !ok || r == nil {
 		return nil, nil
@@ -640,7 +457,7 @@ func (s *MeiliSink) Wait(ctx context.Context, rc engine.Receipt) ([]engine.DocFa
 
 // Keys pages through the index's ids (its primary key only) and yields the
 // source _ids they stand for.
-func (s *MeiliSink) Keys(ctx context.Context, fn func(ids []bson.RawValue) error) error {
+func (s *Sink) Keys(ctx context.Context, fn func(ids []bson.RawValue) error) error {
 	const page = 1000
 	idx := s.client.Index(s.uid)
 	for offset := int64(0); ; offset += page {
@@ -684,7 +501,7 @@ func (s *MeiliSink) Keys(ctx context.Context, fn func(ids []bson.RawValue) error
 // index; otherwise <uid>__reindex, fresh (created with the job's primary
 // key and the live index's settings, or the declared ones) or, when resume
 // is true, as it is (ErrNoStage if it is gone).
-func (s *MeiliSink) Stage(ctx context.Context, resume bool) (engine.Staged, error) {
+func (s *Sink) Stage(ctx context.Context, resume bool) (engine.Staged, error) {
 	if s.job.Reindex == "inplace" {
 		c := *s
 		c.staged, c.inPlace = true, true
@@ -763,7 +580,7 @@ func embedderWithKey(settings json.RawMessage) string {
 	return ""
 }
 
-func (s *MeiliSink) dropIndex(ctx context.Context, uid string) error {
+func (s *Sink) dropIndex(ctx context.Context, uid string) error {
 	ti, err := s.client.DeleteIndex(ctx, uid)
 	if err != nil {
 		if apiCode(err) == "index_not_found" {
@@ -775,12 +592,12 @@ func (s *MeiliSink) dropIndex(ctx context.Context, uid string) error {
 }
 
 // InPlace reports whether the staged target is the live index.
-func (s *MeiliSink) InPlace() bool { return s.inPlace }
+func (s *Sink) InPlace() bool { return s.inPlace }
 
 // Commit swaps the rebuilt index with the live one atomically
 // (/swap-indexes; a rename when there is no live index yet), then deletes
 // the old one. In place: nothing to do.
-func (s *MeiliSink) Commit(ctx context.Context) error {
+func (s *Sink) Commit(ctx context.Context) error {
 	if !s.staged || s.inPlace {
 		return nil
 	}
@@ -809,7 +626,7 @@ func (s *MeiliSink) Commit(ctx context.Context) error {
 }
 
 // Discard deletes the temporary index. In place: nothing to do.
-func (s *MeiliSink) Discard(ctx context.Context) error {
+func (s *Sink) Discard(ctx context.Context) error {
 	if !s.staged || s.inPlace {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package sidecar_test
+package meili_test
 
 import (
 	"context"
@@ -15,19 +15,19 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/meilitest"
-	"github.com/meilistream/meilistream/sidecar"
 	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/transform"
 )
 
-// The sink behaves alike on meilisearch-go's client and on NewMeiliClient's,
+// The sink behaves alike on meilisearch-go's client and on NewClient's,
 // which posts document batches itself: same documents, same errors.
 func TestMeiliSinkPostsBatchesAsMeilisearchGoDoes(t *testing.T) {
 	clients := map[string]func(url, key string) meilisearch.ServiceManager{
 		"meilisearch-go": func(url, key string) meilisearch.ServiceManager {
 			return meilisearch.New(url, meilisearch.WithAPIKey(key), meilisearch.DisableRetries())
 		},
-		"NewMeiliClient": sidecar.NewMeiliClient,
+		"NewClient": meili.NewClient,
 	}
 	for name, newClient := range clients {
 		t.Run(name, func(t *testing.T) {
@@ -40,7 +40,7 @@ func TestMeiliSinkPostsBatchesAsMeilisearchGoDoes(t *testing.T) {
 			defer srv.Close()
 			mc := newClient(srv.URL(), "key")
 			job := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}
-			sink := sidecar.NewMeiliSink(mc, job, nil)
+			sink := meili.NewSink(mc, job, nil)
 			if err := sink.Prepare(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -103,7 +103,7 @@ func TestMeiliSinkPostsBatchesAsMeilisearchGoDoes(t *testing.T) {
 			}
 
 			t.Log("a wrong API key is CONFIG_INVALID")
-			bad := sidecar.NewMeiliSink(newClient(srv.URL(), "wrong"), job, nil)
+			bad := meili.NewSink(newClient(srv.URL(), "wrong"), job, nil)
 			_, err = bad.Send(ctx, engine.Batch{Writes: []engine.Write{write(40, "k")}})
 			if errs.CodeOf(err) != errs.ConfigInvalid {
 				t.Errorf("wrong key: %v (code %s), want CONFIG_INVALID", err, errs.CodeOf(err))
@@ -136,7 +136,7 @@ func TestSettingsGoToMeilisearchAsWritten(t *testing.T) {
 
 	declared := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id",
 		Settings: map[string]any{"filterableAttributes": []any{"tags"}, "facetSearch": false}}
-	if err := sidecar.NewMeiliSink(mc, declared, nil).Prepare(ctx); err != nil {
+	if err := meili.NewSink(mc, declared, nil).Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
 	live := settings("items")
@@ -146,18 +146,18 @@ func TestSettingsGoToMeilisearchAsWritten(t *testing.T) {
 
 	// A job that declares none: its reindex copies the live index's.
 	plain := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}
-	staged, err := sidecar.NewMeiliSink(mc, plain, nil).Stage(ctx, false)
+	staged, err := meili.NewSink(mc, plain, nil).Stage(ctx, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer staged.Discard(ctx)
-	if got := settings("items" + sidecar.ReindexSuffix); fmt.Sprint(got) != fmt.Sprint(live) {
+	if got := settings("items" + meili.ReindexSuffix); fmt.Sprint(got) != fmt.Sprint(live) {
 		t.Fatalf("the reindex's index has settings\n%v\nthe live index\n%v", got, live)
 	}
 
 	misspelt := &transform.Job{Name: "other", Index: "other", PrimaryKey: "id",
 		Settings: map[string]any{"filterableAtributes": []any{"tags"}}}
-	err = sidecar.NewMeiliSink(mc, misspelt, nil).Prepare(ctx)
+	err = meili.NewSink(mc, misspelt, nil).Prepare(ctx)
 	if !errors.Is(err, errs.ErrConfigInvalid) || !strings.Contains(err.Error(), "filterableAtributes") {
 		t.Fatalf("want CONFIG_INVALID naming filterableAtributes, got %v", err)
 	}
@@ -172,27 +172,27 @@ func TestReindexRefusesToCopyAnEmbedderKey(t *testing.T) {
 		"embedders": map[string]any{"plain": map[string]any{"source": "userProvided", "dimensions": 3},
 			"remote": map[string]any{"source": "rest", "url": "http://127.0.0.1:9/embed", "apiKey": "secret",
 				"request": map[string]any{"input": "{{text}}"}, "response": map[string]any{"embedding": "{{embedding}}"}}}}}
-	if err := sidecar.NewMeiliSink(mc, withKey, nil).Prepare(ctx); err != nil {
+	if err := meili.NewSink(mc, withKey, nil).Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
 
 	plain := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}
-	_, err := sidecar.NewMeiliSink(mc, plain, nil).Stage(ctx, false)
+	_, err := meili.NewSink(mc, plain, nil).Stage(ctx, false)
 	if !errors.Is(err, errs.ErrConfigInvalid) || !strings.Contains(err.Error(), `"remote"`) || !strings.Contains(err.Error(), "inplace") {
 		t.Fatalf("want CONFIG_INVALID naming the embedder and the way out, got %v", err)
 	}
-	if _, err := mc.GetIndex(ctx, "items"+sidecar.ReindexSuffix); err == nil {
+	if _, err := mc.GetIndex(ctx, "items"+meili.ReindexSuffix); err == nil {
 		t.Fatal("the reindex created its index before refusing")
 	}
 
 	inPlace := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id", Reindex: "inplace"}
-	if _, err := sidecar.NewMeiliSink(mc, inPlace, nil).Stage(ctx, false); err != nil {
+	if _, err := meili.NewSink(mc, inPlace, nil).Stage(ctx, false); err != nil {
 		t.Fatalf("in place: %v", err)
 	}
 }
 
 // startMeili starts a test Meilisearch with the master key "key" for the
-// test, and returns a context bounding it and NewMeiliClient's client.
+// test, and returns a context bounding it and NewClient's client.
 func startMeili(t *testing.T) (context.Context, *meilitest.Server, meilisearch.ServiceManager) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -202,5 +202,5 @@ func startMeili(t *testing.T) (context.Context, *meilitest.Server, meilisearch.S
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	return ctx, srv, sidecar.NewMeiliClient(srv.URL(), "key")
+	return ctx, srv, meili.NewClient(srv.URL(), "key")
 }

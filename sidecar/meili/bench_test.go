@@ -1,4 +1,4 @@
-package sidecar
+package meili
 
 import (
 	"context"
@@ -35,7 +35,7 @@ func BenchmarkEncodeArticles(b *testing.B) {
 	for i := range positions {
 		positions[i] = i
 	}
-	sink := &MeiliSink{job: job, pk: "id"}
+	sink := &Sink{job: job, pk: "id"}
 	batch := engine.Batch{Writes: writes}
 	b.ReportAllocs()
 	b.ResetTimer()
