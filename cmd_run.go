@@ -17,6 +17,7 @@ import (
 	"github.com/meilistream/meilistream/replicate"
 	"github.com/meilistream/meilistream/sidecar"
 	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/httpapi"
 	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -59,7 +60,7 @@ func runRun(ctx context.Context, inv *invocation) int {
 		Holders:        w.holders,
 	})
 
-	srv, err := sidecar.StartHTTP(sidecar.HTTPOptions{
+	srv, err := httpapi.Start(httpapi.Options{
 		Addr:      cfg.HTTPAddr,
 		ReadyFile: cfg.ReadyFile,
 		Status:    sup,
@@ -127,7 +128,7 @@ type wiring struct {
 	replica  *mongo.Client              // nil without MEILISTREAM_REPLICA_URI
 	leases   *lease.Manager
 	engine   *engine.Engine
-	metrics  *sidecar.Metrics
+	metrics  *httpapi.Metrics
 	registry *prometheus.Registry
 	closeFns []func()
 }
@@ -135,8 +136,8 @@ type wiring struct {
 // connect builds the clients (the driver connects lazily: a server down at
 // start makes the jobs retry, it does not stop the process) and the engine.
 func connect(ctx context.Context, cfg sidecar.Config, log hclog.Logger) (*wiring, error) {
-	w := &wiring{cfg: cfg, registry: sidecar.NewRegistry(buildVersion())}
-	w.metrics = sidecar.NewMetrics(w.registry)
+	w := &wiring{cfg: cfg, registry: httpapi.NewRegistry(buildVersion())}
+	w.metrics = httpapi.NewMetrics(w.registry)
 	client, err := mongo.Connect(options.Client().ApplyURI(cfg.MongoDBURI).SetAppName("meilistream"))
 	if err != nil {
 		return nil, errs.Wrap(errs.ConfigInvalid, "", err, "MEILISTREAM_MONGODB_URI")

@@ -20,8 +20,8 @@ import (
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/replicate"
-	"github.com/meilistream/meilistream/sidecar"
 	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/httpapi"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -540,7 +540,7 @@ func TestForJob(t *testing.T) {
 		t.Errorf("no replica: got %v", err)
 	}
 	reg := prometheus.NewRegistry()
-	m := sidecar.NewMetrics(reg)
+	m := httpapi.NewMetrics(reg)
 	s, err = replicate.ForJob(p.replica.Database(), p.source.Database(), job, nil, m.Job(job.Name, "mirror"))
 	if err != nil {
 		t.Fatal(err)

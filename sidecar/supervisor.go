@@ -89,6 +89,36 @@ type JobDriver interface {
 	Run(ctx context.Context, def JobDef, h HeldLease, stats *SupervisedJob) error
 }
 
+// Metrics receives what the supervisor reports of each job (the Prometheus
+// collectors of sidecar/httpapi in production). The methods must be cheap
+// and safe for concurrent use.
+type Metrics interface {
+	// ObserveState: the job's state is now state (a status.Job State).
+	ObserveState(job, state string)
+	// ObserveLease: whether this process holds the job's lease, and the
+	// lease's epoch (the last one held once it is released).
+	ObserveLease(job string, held bool, epoch int64)
+	// ObserveRestart: the job restarts after a failure.
+	ObserveRestart(job string)
+	// ObserveTransformError: the job's changed transform file failed to
+	// load while its previous version runs (failed), or loads again.
+	ObserveTransformError(job string, failed bool)
+	// ObserveError: a job-level error of code.
+	ObserveError(job, code string)
+	// Forget: the job is gone (its file was removed); its series go.
+	Forget(job string)
+}
+
+// noMetrics reports nothing.
+type noMetrics struct{}
+
+func (noMetrics) ObserveState(string, string)        {}
+func (noMetrics) ObserveLease(string, bool, int64)   {}
+func (noMetrics) ObserveRestart(string)              {}
+func (noMetrics) ObserveTransformError(string, bool) {}
+func (noMetrics) ObserveError(string, string)        {}
+func (noMetrics) Forget(string)                      {}
+
 // SupervisorConfig configures a Supervisor.
 type SupervisorConfig struct {
 	Driver JobDriver
@@ -100,7 +130,7 @@ type SupervisorConfig struct {
 	// (default 5s).
 	ReleaseTimeout time.Duration
 	// Metrics, when set, receives job states, restarts and lease state.
-	Metrics *Metrics
+	Metrics Metrics
 	// Holder is this process's lease holder identity, shown in /status for
 	// the jobs it runs.
 	Holder string
@@ -187,7 +217,7 @@ type SupervisedJob struct {
 	Name  string
 	Kind  string
 	Stats *engine.JobStats // the engine's, kept across runs
-	m     *JobMetrics
+	m     Metrics          // never nil: noMetrics when the supervisor has none
 
 	mu          sync.Mutex
 	state       string
@@ -249,6 +279,10 @@ func NewSupervisor(cfg SupervisorConfig) *Supervisor {
 	if cfg.ProbeTTL <= 0 {
 		cfg.ProbeTTL = DefaultProbeTTL
 	}
+	observe := cfg.Metrics != nil
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
+	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Supervisor{
 		cfg:    cfg,
@@ -265,7 +299,7 @@ func NewSupervisor(cfg SupervisorConfig) *Supervisor {
 			s.watchHolders()
 		}()
 	}
-	if cfg.Metrics != nil {
+	if observe {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -289,7 +323,7 @@ func (s *Supervisor) refreshStates() {
 		}
 		s.mu.Unlock()
 		for _, j := range jobs {
-			j.m.State(s.jobStatus(j).State)
+			j.m.ObserveState(j.Name, s.jobStatus(j).State)
 		}
 		select {
 		case <-s.ctx.Done():
@@ -389,7 +423,7 @@ func (s *Supervisor) Apply(defs []JobDef) {
 	}
 	for _, j := range stopping {
 		if _, ok := want[j.def.Name]; !ok {
-			j.stats.m.Forget()
+			j.stats.m.Forget(j.def.Name)
 		}
 	}
 	for _, d := range defs {
@@ -407,7 +441,7 @@ func (s *Supervisor) statsFor(d JobDef, old []*supervised) *SupervisedJob {
 			return j.stats
 		}
 	}
-	return &SupervisedJob{Name: d.Name, Kind: d.Kind, Stats: engine.NewJobStats(), m: s.cfg.Metrics.Job(d.Name, d.Kind)}
+	return &SupervisedJob{Name: d.Name, Kind: d.Kind, Stats: engine.NewJobStats(), m: s.cfg.Metrics}
 }
 
 func (s *Supervisor) startLocked(d JobDef, st *SupervisedJob) {
@@ -745,7 +779,7 @@ func (j *SupervisedJob) setStateLocked(state string) bool {
 		j.state = state
 		j.since = time.Now()
 		if state != StateRunning { // refined by refreshStates
-			j.m.State(state)
+			j.m.ObserveState(j.Name, state)
 		}
 	}
 	if state != StateRestarting {
@@ -770,7 +804,7 @@ func (j *SupervisedJob) setTransformErr(err error) bool {
 	if err != nil {
 		j.loadErrAt = time.Now()
 	}
-	j.m.TransformError(err != nil)
+	j.m.ObserveTransformError(j.Name, err != nil)
 	return true
 }
 
@@ -799,7 +833,7 @@ func (j *SupervisedJob) setHeld(held bool, epoch int64) {
 	} else {
 		j.held = false // the epoch stays: the last one held
 	}
-	j.m.Lease(held, j.epoch)
+	j.m.ObserveLease(j.Name, held, j.epoch)
 }
 
 // fail records a job-level error (a run that ended, a lost lease, a bad
@@ -813,17 +847,17 @@ func (j *SupervisedJob) fail(err error) {
 // failLocked is fail with j.mu held.
 func (j *SupervisedJob) failLocked(err error) {
 	j.lastErr, j.lastErrAt = err, time.Now()
-	j.m.Error(string(errs.CodeOf(err)))
+	j.m.ObserveError(j.Name, string(errs.CodeOf(err)))
 }
 
 func (j *SupervisedJob) restarting(next time.Time) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.restarts++
-	j.m.Restart()
+	j.m.ObserveRestart(j.Name)
 	if j.state != StateRestarting {
 		j.state, j.since = StateRestarting, time.Now()
-		j.m.State(StateRestarting)
+		j.m.ObserveState(j.Name, StateRestarting)
 	}
 	j.nextRestart = next
 }

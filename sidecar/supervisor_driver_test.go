@@ -33,7 +33,7 @@ func (s *prepObserver) OnDDL(_ context.Context, event string) { s.events = appen
 // A job retrying its destination's preparation shows the error and the
 // attempts in /status (QA F13); the sink keeps its DDLObserver.
 func TestReportingSinkPrepare(t *testing.T) {
-	st := &SupervisedJob{Name: "people", Kind: "search", Stats: engine.NewJobStats(), m: (*Metrics)(nil).Job("people", "search")}
+	st := &SupervisedJob{Name: "people", Kind: "search", Stats: engine.NewJobStats(), m: noMetrics{}}
 	st.setState(StateRunning)
 	inner := &prepObserver{prepSink: prepSink{fails: 2}}
 	s := ReportingSink(inner, st.prepared)

@@ -12,7 +12,7 @@ import (
 func TestSupervisedJobFailedIsOneStep(t *testing.T) {
 	bad := errs.New(errs.ConfigInvalid, "people", "a mirror job needs a replica")
 	for i := 0; i < 200; i++ {
-		st := &SupervisedJob{Name: "people", Kind: "search", Stats: engine.NewJobStats(), m: (*Metrics)(nil).Job("people", "search")}
+		st := &SupervisedJob{Name: "people", Kind: "search", Stats: engine.NewJobStats(), m: noMetrics{}}
 		st.setState(StateStarting)
 		done := make(chan struct{})
 		go func() {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/httpapi"
 )
 
 // A run that fails for good (HISTORY_LOST with onHistoryLost: fail, marked
@@ -35,7 +36,7 @@ func TestSupervisorFatal(t *testing.T) {
 		stoppedMu.Unlock()
 		return nil
 	})
-	metrics := sidecar.NewMetrics(prometheus.NewRegistry())
+	metrics := httpapi.NewMetrics(prometheus.NewRegistry())
 	var logs strings.Builder
 	var mu sync.Mutex
 	s := sidecar.NewSupervisor(sidecar.SupervisorConfig{

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/httpapi"
 	"github.com/meilistream/meilistream/sidecar/status"
 )
 
@@ -67,7 +68,7 @@ func TestReadyNowDoesNotWaitForAProbe(t *testing.T) {
 	}
 
 	// /status over HTTP answers at once too.
-	srv, err := sidecar.StartHTTP(sidecar.HTTPOptions{Addr: "127.0.0.1:0", Status: s})
+	srv, err := httpapi.Start(httpapi.Options{Addr: "127.0.0.1:0", Status: s})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/httpapi"
 )
 
 // fakeLease is a held lease whose loss the test triggers.
@@ -367,7 +368,7 @@ func TestSupervisorTransformError(t *testing.T) {
 		<-ctx.Done()
 		return nil
 	})
-	metrics := sidecar.NewMetrics(prometheus.NewRegistry())
+	metrics := httpapi.NewMetrics(prometheus.NewRegistry())
 	var logs strings.Builder
 	var mu sync.Mutex
 	s := sidecar.NewSupervisor(sidecar.SupervisorConfig{

@@ -26,8 +26,8 @@ import (
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/synccheck"
 	"github.com/meilistream/meilistream/lease"
-	"github.com/meilistream/meilistream/sidecar"
 	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/httpapi"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/transform"
@@ -63,7 +63,7 @@ type env struct {
 	cfg    engine.Config
 	log    hclog.Logger
 	// metrics, when set, is what engine() reports to.
-	metrics *sidecar.Metrics
+	metrics *httpapi.Metrics
 }
 
 func newEnv(t *testing.T, history int) *env {
@@ -975,7 +975,7 @@ func TestDeposedFollowerStopsWithLeaseLostWhenItsPositionWriteIsFenced(t *testin
 func TestLagGrowsWhileMeilisearchIsStuckAndFallsBackToZero(t *testing.T) {
 	e := newEnv(t, 0)
 	reg := prometheus.NewRegistry()
-	e.metrics = sidecar.NewMetrics(reg)
+	e.metrics = httpapi.NewMetrics(reg)
 	e.insert(0, 10, nil)
 	job := e.job(itemsJS)
 	r := e.run(job, e.acquire())
@@ -1130,7 +1130,7 @@ func TestMetricsCountWhatTheEngineDid(t *testing.T) {
 	e.insert(110, 111, bson.M{"throw": true})
 	job := e.job(itemsJS)
 	reg := prometheus.NewRegistry()
-	m := sidecar.NewMetrics(reg)
+	m := httpapi.NewMetrics(reg)
 	eng := engine.New(e.db, e.state, e.errs, e.cfg, m, e.log)
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)

@@ -1,4 +1,4 @@
-package sidecar
+package httpapi
 
 import (
 	"context"
@@ -18,8 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// HTTPOptions configure the HTTP server.
-type HTTPOptions struct {
+// Options configure the HTTP server.
+type Options struct {
 	// Addr is the listen address (Config.HTTPAddr); port 0 picks one.
 	Addr string
 	// ReadyFile, when set (Config.ReadyFile), receives the bound address
@@ -40,9 +40,9 @@ type HTTPOptions struct {
 	Log hclog.Logger
 }
 
-// HTTPServer serves /healthz, /readyz, /status and /metrics.
-type HTTPServer struct {
-	opts      HTTPOptions
+// Server serves /healthz, /readyz, /status and /metrics.
+type Server struct {
+	opts      Options
 	ln        net.Listener
 	srv       *http.Server
 	done      chan struct{}
@@ -53,14 +53,14 @@ type HTTPServer struct {
 // readyTimeout bounds one /readyz check.
 const readyTimeout = 3 * time.Second
 
-// StartHTTP listens on o.Addr, writes o.ReadyFile, and serves in the
+// Start listens on o.Addr, writes o.ReadyFile, and serves in the
 // background until Close.
 //
 //	GET /healthz  200 "ok" while the process serves (liveness)
 //	GET /readyz   200 "ok", or 503 with what is wrong (Status.Ready)
 //	GET /status   200 StatusReport as JSON
 //	GET /metrics  Prometheus text format
-func StartHTTP(o HTTPOptions) (*HTTPServer, error) {
+func Start(o Options) (*Server, error) {
 	if o.Log == nil {
 		o.Log = hclog.NewNullLogger()
 	}
@@ -68,7 +68,7 @@ func StartHTTP(o HTTPOptions) (*HTTPServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", o.Addr, err)
 	}
-	s := &HTTPServer{opts: o, ln: ln, done: make(chan struct{})}
+	s := &Server{opts: o, ln: ln, done: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
@@ -100,7 +100,7 @@ func StartHTTP(o HTTPOptions) (*HTTPServer, error) {
 
 // Addr returns the address the server listens on, with an unspecified
 // host (":8080", "[::]:8080") given as 127.0.0.1 so it can be dialled.
-func (s *HTTPServer) Addr() string {
+func (s *Server) Addr() string {
 	a, ok := s.ln.Addr().(*net.TCPAddr)
 	if !ok {
 		return s.ln.Addr().String()
@@ -114,7 +114,7 @@ func (s *HTTPServer) Addr() string {
 
 // Close stops the server: no new connections, requests in flight get a
 // few seconds to finish. It removes the ready file. Safe to call twice.
-func (s *HTTPServer) Close() error {
+func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -133,13 +133,13 @@ func (s *HTTPServer) Close() error {
 	return s.closeErr
 }
 
-func (s *HTTPServer) healthz(w http.ResponseWriter, r *http.Request) {
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	fmt.Fprintln(w, "ok")
 }
 
-func (s *HTTPServer) ready(ctx context.Context) error {
+func (s *Server) ready(ctx context.Context) error {
 	if s.opts.Status == nil {
 		return nil
 	}
@@ -150,7 +150,7 @@ func (s *HTTPServer) ready(ctx context.Context) error {
 
 // readyNow is ready without waiting on a probe when the source can answer
 // from memory (QuickReadier): what /status shows.
-func (s *HTTPServer) readyNow(ctx context.Context) error {
+func (s *Server) readyNow(ctx context.Context) error {
 	q, ok := s.opts.Status.(status.QuickReadier)
 	if !ok {
 		return s.ready(ctx)
@@ -160,7 +160,7 @@ func (s *HTTPServer) readyNow(ctx context.Context) error {
 	return q.ReadyNow(ctx)
 }
 
-func (s *HTTPServer) readyz(w http.ResponseWriter, r *http.Request) {
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	if err := s.ready(r.Context()); err != nil {
@@ -171,7 +171,7 @@ func (s *HTTPServer) readyz(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintln(w, "ok")
 }
 
-func (s *HTTPServer) status(w http.ResponseWriter, r *http.Request) {
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	rep := status.Report{
 		Version: s.opts.Version,
 		Time:    time.Now().UTC(),

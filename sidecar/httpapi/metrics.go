@@ -1,4 +1,4 @@
-package sidecar
+package httpapi
 
 import (
 	"runtime"
@@ -327,3 +327,20 @@ func (m *Metrics) ObserveDeadLetters(job string, n int64) { m.Job(job, "").DeadL
 
 // ObserveDDL counts a drop, rename or dropDatabase seen by a mirror.
 func (m *Metrics) ObserveDDL(job, event string) { m.Job(job, "").DDL(event) }
+
+// ObserveState sets the job's current state (supervisor.Metrics).
+func (m *Metrics) ObserveState(job, state string) { m.Job(job, "").State(state) }
+
+// ObserveLease sets whether this process holds the job's lease.
+func (m *Metrics) ObserveLease(job string, held bool, epoch int64) { m.Job(job, "").Lease(held, epoch) }
+
+// ObserveRestart counts a restart after a failure.
+func (m *Metrics) ObserveRestart(job string) { m.Job(job, "").Restart() }
+
+// ObserveTransformError records a changed file failing to load, or loading.
+func (m *Metrics) ObserveTransformError(job string, failed bool) {
+	m.Job(job, "").TransformError(failed)
+}
+
+// Forget removes the job's series.
+func (m *Metrics) Forget(job string) { m.Job(job, "").Forget() }

@@ -1,4 +1,4 @@
-package sidecar_test
+package httpapi_test
 
 import (
 	"context"
@@ -15,7 +15,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/httpapi"
 	"github.com/meilistream/meilistream/sidecar/status"
+)
+
+// Secrets of the configuration /status shows, which it must mask.
+const (
+	testURI    = "mongodb://app:s3cr3t-pw@db1:27017,db2:27017/shop?replicaSet=rs0"
+	testAPIKey = "masterKey-abcdef123456"
 )
 
 type fakeStatus struct {
@@ -49,13 +56,13 @@ func TestHTTPServer(t *testing.T) {
 		LagSeconds: 0.5, PositionTime: &pos, Counters: status.Counters{Indexed: 10, Deleted: 2},
 		LastError: &status.ErrorInfo{Code: "FAILED", Message: "send batch: connection refused", At: pos},
 	}}}
-	reg := sidecar.NewRegistry("v0.0.0-test")
-	m := sidecar.NewMetrics(reg)
+	reg := httpapi.NewRegistry("v0.0.0-test")
+	m := httpapi.NewMetrics(reg)
 	cfg, err := sidecar.Load([]string{"MEILISTREAM_MONGODB_URI=" + testURI, "MEILISTREAM_MEILI_API_KEY=" + testAPIKey})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sidecar.StartHTTP(sidecar.HTTPOptions{
+	s, err := httpapi.Start(httpapi.Options{
 		Addr: "127.0.0.1:0", ReadyFile: ready, Status: src, Gatherer: reg, Config: &cfg, Version: "v0.0.0-test",
 	})
 	if err != nil {
@@ -213,7 +220,7 @@ func TestHTTPServer(t *testing.T) {
 }
 
 func TestNilMetricsRecordNothing(t *testing.T) {
-	var m *sidecar.Metrics
+	var m *httpapi.Metrics
 	jm := m.Job("articles", "search")
 	jm.Indexed(1)
 	jm.Error("FAILED")
@@ -225,7 +232,7 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 
 func TestJobStateShowsExactlyOneState(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m := sidecar.NewMetrics(reg)
+	m := httpapi.NewMetrics(reg)
 	ones := func() []string {
 		t.Helper()
 		mfs, err := reg.Gather()
@@ -261,22 +268,22 @@ func TestJobStateShowsExactlyOneState(t *testing.T) {
 
 func TestMetricsRegisterOnce(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	sidecar.NewMetrics(reg)
+	httpapi.NewMetrics(reg)
 	defer func() {
 		if recover() == nil {
 			t.Errorf("registering twice did not panic")
 		}
 	}()
-	sidecar.NewMetrics(reg)
+	httpapi.NewMetrics(reg)
 }
 
 func TestHTTPServerRefusesABusyAddress(t *testing.T) {
-	s, err := sidecar.StartHTTP(sidecar.HTTPOptions{Addr: "127.0.0.1:0"})
+	s, err := httpapi.Start(httpapi.Options{Addr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := sidecar.StartHTTP(sidecar.HTTPOptions{Addr: s.Addr()}); err == nil {
+	if _, err := httpapi.Start(httpapi.Options{Addr: s.Addr()}); err == nil {
 		t.Errorf("a second server on %s started", s.Addr())
 	}
 }
