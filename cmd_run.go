@@ -19,6 +19,7 @@ import (
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
 	"github.com/meilistream/meilistream/sidecar/meili"
+	"github.com/meilistream/meilistream/sidecar/supervisor"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -46,8 +47,8 @@ func runRun(ctx context.Context, inv *invocation) int {
 	}
 	defer w.close()
 
-	sup := sidecar.NewSupervisor(sidecar.SupervisorConfig{
-		Driver:  &sidecar.EngineDriver{Leases: w.leases, Engine: w.engine, Sinks: w.sinkFactory(log)},
+	sup := supervisor.New(supervisor.Config{
+		Driver:  &supervisor.EngineDriver{Leases: w.leases, Engine: w.engine, Sinks: w.sinkFactory(log)},
 		Logger:  log.Named("supervisor"),
 		Metrics: w.metrics,
 		Holder:  w.leases.Holder(),
@@ -76,7 +77,7 @@ func runRun(ctx context.Context, inv *invocation) int {
 	log.Info("serving", "addr", srv.Addr())
 
 	applyDefs := func(set *transform.Set, err error) {
-		defs, other := sidecar.JobDefs(set.Jobs(), err)
+		defs, other := supervisor.JobDefs(set.Jobs(), err)
 		for _, e := range other {
 			log.Error("transform problem", "error", e)
 		}
@@ -291,7 +292,7 @@ func engineConfig(cfg sidecar.Config) engine.Config {
 
 // sinkFactory builds each job's destination: the Meilisearch sink for a
 // search job, the replica sink for a mirror job.
-func (w *wiring) sinkFactory(log hclog.Logger) sidecar.SinkFactory {
+func (w *wiring) sinkFactory(log hclog.Logger) supervisor.SinkFactory {
 	return func(job *transform.Job) (engine.Sink, error) {
 		jl := log.Named(job.Name)
 		switch job.Kind {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -40,11 +41,8 @@ type Metrics struct {
 	TransformStale   *prometheus.GaugeVec     // meilistream_transform_stale{job}: 1 while the job's changed file fails to load
 
 	mu  sync.Mutex
-	odd map[string]string // job -> a state outside jobStates last set, see JobMetrics.State
+	odd map[string]string // job -> a state outside status.States last set, see JobMetrics.State
 }
-
-// jobStates are the values of JobStatus.State, for meilistream_job_state.
-var jobStates = []string{"starting", "standby", "reindexing", "following", "restarting", "failed", "stopping", "stopped"}
 
 // NewMetrics creates the collectors and registers them with reg (a fresh
 // prometheus.NewRegistry() in main, see NewRegistry; a registry of its own
@@ -234,7 +232,7 @@ func (j *JobMetrics) State(state string) {
 		delete(j.m.odd, j.job)
 	}
 	known := false
-	for _, s := range jobStates {
+	for _, s := range status.States {
 		v := 0.0
 		if s == state {
 			v, known = 1, true

@@ -31,6 +31,21 @@ type QuickReadier interface {
 	ReadyNow(ctx context.Context) error
 }
 
+// The states of a job, Job.State.
+const (
+	Starting   = "starting"
+	Standby    = "standby"
+	Reindexing = "reindexing"
+	Following  = "following"
+	Restarting = "restarting"
+	Failed     = "failed"
+	Stopping   = "stopping"
+	Stopped    = "stopped"
+)
+
+// States lists every Job.State, in the order a job meets them.
+var States = []string{Starting, Standby, Reindexing, Following, Restarting, Failed, Stopping, Stopped}
+
 // Job is one job in GET /status (a JSON array under "jobs"). Field
 // names are snake_case and stable: operators script against them.
 type Job struct {

@@ -1,4 +1,4 @@
-package sidecar_test
+package supervisor_test
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
+	"github.com/meilistream/meilistream/sidecar/supervisor"
 )
 
 // A run that fails for good (HISTORY_LOST with onHistoryLost: fail, marked
@@ -26,9 +26,9 @@ func TestSupervisorFatal(t *testing.T) {
 	lost := errs.New(errs.HistoryLost, "books", "the recorded position is older than the server's change history (onHistoryLost: fail); to repair it, run `meilistream reindex books`")
 	var stoppedMu sync.Mutex
 	stopped := map[string]bool{}
-	d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+	d := newFakeDriver(func(ctx context.Context, def supervisor.JobDef, call int) error {
 		if def.Name == "books" {
-			return sidecar.MarkFatal(lost)
+			return supervisor.MarkFatal(lost)
 		}
 		<-ctx.Done()
 		stoppedMu.Lock()
@@ -39,14 +39,14 @@ func TestSupervisorFatal(t *testing.T) {
 	metrics := httpapi.NewMetrics(prometheus.NewRegistry())
 	var logs strings.Builder
 	var mu sync.Mutex
-	s := sidecar.NewSupervisor(sidecar.SupervisorConfig{
+	s := supervisor.New(supervisor.Config{
 		Driver:     d,
 		Metrics:    metrics,
 		RestartMin: 5 * time.Millisecond,
 		RestartMax: 40 * time.Millisecond,
 		Logger:     hclog.New(&hclog.LoggerOptions{Output: &lockedWriter{w: &logs, mu: &mu}, JSONFormat: true}),
 	})
-	s.Apply([]sidecar.JobDef{{Name: "books", Kind: "search", Hash: "1"}, {Name: "people", Kind: "search", Hash: "1"}})
+	s.Apply([]supervisor.JobDef{{Name: "books", Kind: "search", Hash: "1"}, {Name: "people", Kind: "search", Hash: "1"}})
 
 	var fatal error
 	select {
@@ -54,12 +54,12 @@ func TestSupervisorFatal(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatalf("no error on Fatal after 5s; jobs: %+v", s.Jobs())
 	}
-	if !errors.Is(fatal, sidecar.ErrFatal) || errs.CodeOf(fatal) != errs.HistoryLost || !strings.Contains(errs.Format(fatal), "HISTORY_LOST books:") {
+	if !errors.Is(fatal, supervisor.ErrFatal) || errs.CodeOf(fatal) != errs.HistoryLost || !strings.Contains(errs.Format(fatal), "HISTORY_LOST books:") {
 		t.Errorf("Fatal gave %v, want books' HISTORY_LOST", fatal)
 	}
 	// The supervisor records the state before it reports: no wait needed.
 	j := jobState(s, "books")
-	if j.State != sidecar.StateFailed || j.Code != "HISTORY_LOST" || j.Restarts != 0 || j.Held ||
+	if j.State != supervisor.StateFailed || j.Code != "HISTORY_LOST" || j.Restarts != 0 || j.Held ||
 		!strings.Contains(j.LastError, "meilistream reindex books") {
 		t.Errorf("books = %+v, want failed with HISTORY_LOST and the fix, never restarted, lease not held", j)
 	}
@@ -86,7 +86,7 @@ func TestSupervisorFatal(t *testing.T) {
 	if err := metrics.JobState.WithLabelValues("books", "failed").Write(&m); err != nil || m.GetGauge().GetValue() != 1 {
 		t.Errorf("meilistream_job_state{books,failed} = %v (%v), want 1", m.GetGauge().GetValue(), err)
 	}
-	eventually(t, "people runs", func() bool { return jobState(s, "people").State == sidecar.StateRunning },
+	eventually(t, "people runs", func() bool { return jobState(s, "people").State == supervisor.StateRunning },
 		func() string { return fmt.Sprintf("%+v", s.Jobs()) })
 	select {
 	case again := <-s.Fatal():
@@ -121,7 +121,7 @@ func TestSupervisorFatal(t *testing.T) {
 // than a reindex" under onHistoryLost: reindex) is an ordinary failure:
 // restarted with backoff, nothing on Fatal.
 func TestSupervisorHistoryLostUnmarkedRestarts(t *testing.T) {
-	d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+	d := newFakeDriver(func(ctx context.Context, def supervisor.JobDef, call int) error {
 		if call < 3 {
 			return errs.New(errs.HistoryLost, def.Name, "the change history (oplog window) is shorter than a reindex of books takes; enlarge the oplog")
 		}
@@ -129,9 +129,9 @@ func TestSupervisorHistoryLostUnmarkedRestarts(t *testing.T) {
 		return nil
 	})
 	s := newTestSupervisor(d)
-	s.Apply([]sidecar.JobDef{{Name: "books", Hash: "1"}})
+	s.Apply([]supervisor.JobDef{{Name: "books", Hash: "1"}})
 	eventually(t, "the third run is running", func() bool {
-		return d.callsOf("books") == 3 && jobState(s, "books").State == sidecar.StateRunning
+		return d.callsOf("books") == 3 && jobState(s, "books").State == supervisor.StateRunning
 	}, func() string { return fmt.Sprintf("%+v", jobState(s, "books")) })
 	if j := jobState(s, "books"); j.Restarts != 2 || j.Code != "HISTORY_LOST" {
 		t.Errorf("books = %+v, want 2 restarts after HISTORY_LOST", j)

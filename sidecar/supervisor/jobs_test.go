@@ -1,4 +1,4 @@
-package sidecar_test
+package supervisor_test
 
 import (
 	"os"
@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/supervisor"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -24,7 +24,7 @@ func TestJobDefs(t *testing.T) {
 	if set == nil {
 		t.Fatalf("Load: %v", err)
 	}
-	defs, other := sidecar.JobDefs(set.Jobs(), err)
+	defs, other := supervisor.JobDefs(set.Jobs(), err)
 	if len(other) != 0 {
 		t.Errorf("other problems: %v", other)
 	}
@@ -41,7 +41,7 @@ func TestJobDefs(t *testing.T) {
 	t.Run("a running job whose file breaks keeps its loaded version", func(t *testing.T) {
 		write("good.js", `module.exports = { transform(doc) { return ; `)
 		next, err := set.Reload()
-		defs, other := sidecar.JobDefs(next.Jobs(), err)
+		defs, other := supervisor.JobDefs(next.Jobs(), err)
 		if len(other) != 0 {
 			t.Errorf("other = %v, want the broken edit on its job", other)
 		}

@@ -1,4 +1,4 @@
-package sidecar_test
+package supervisor_test
 
 import (
 	"context"
@@ -15,8 +15,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
+	"github.com/meilistream/meilistream/sidecar/supervisor"
 )
 
 // fakeLease is a held lease whose loss the test triggers.
@@ -55,17 +55,17 @@ type fakeDriver struct {
 	mu     sync.Mutex
 	gate   map[string]chan struct{} // a job's Standby blocks until its gate is closed (nil: free)
 	askErr map[string]error         // a job's Standby fails with this (nil: asks fine)
-	run    func(ctx context.Context, def sidecar.JobDef, call int) error
+	run    func(ctx context.Context, def supervisor.JobDef, call int) error
 	calls  map[string]int
 	leases []*fakeLease
 	events []string
 }
 
-func newFakeDriver(run func(ctx context.Context, def sidecar.JobDef, call int) error) *fakeDriver {
+func newFakeDriver(run func(ctx context.Context, def supervisor.JobDef, call int) error) *fakeDriver {
 	return &fakeDriver{gate: map[string]chan struct{}{}, askErr: map[string]error{}, run: run, calls: map[string]int{}}
 }
 
-func (d *fakeDriver) Standby(ctx context.Context, name string, held func(error)) (sidecar.HeldLease, error) {
+func (d *fakeDriver) Standby(ctx context.Context, name string, held func(error)) (supervisor.HeldLease, error) {
 	d.mu.Lock()
 	g, askErr := d.gate[name], d.askErr[name]
 	d.mu.Unlock()
@@ -88,7 +88,7 @@ func (d *fakeDriver) Standby(ctx context.Context, name string, held func(error))
 	return l, nil
 }
 
-func (d *fakeDriver) Run(ctx context.Context, def sidecar.JobDef, h sidecar.HeldLease, _ *sidecar.SupervisedJob) error {
+func (d *fakeDriver) Run(ctx context.Context, def supervisor.JobDef, h supervisor.HeldLease, _ *supervisor.SupervisedJob) error {
 	d.mu.Lock()
 	d.calls[def.Name]++
 	n := d.calls[def.Name]
@@ -125,24 +125,24 @@ func eventually(t *testing.T, what string, cond func() bool, describe func() str
 	}
 }
 
-func jobState(s *sidecar.Supervisor, name string) sidecar.SupervisedSnapshot {
+func jobState(s *supervisor.Supervisor, name string) supervisor.SupervisedSnapshot {
 	for _, j := range s.Jobs() {
 		if j.Name == name {
 			return j
 		}
 	}
-	return sidecar.SupervisedSnapshot{}
+	return supervisor.SupervisedSnapshot{}
 }
 
-func newTestSupervisor(d sidecar.JobDriver) *sidecar.Supervisor {
-	return sidecar.NewSupervisor(sidecar.SupervisorConfig{
+func newTestSupervisor(d supervisor.JobDriver) *supervisor.Supervisor {
+	return supervisor.New(supervisor.Config{
 		Driver:     d,
 		RestartMin: 5 * time.Millisecond,
 		RestartMax: 40 * time.Millisecond,
 	})
 }
 
-func closeSupervisor(t *testing.T, s *sidecar.Supervisor) {
+func closeSupervisor(t *testing.T, s *supervisor.Supervisor) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -153,7 +153,7 @@ func closeSupervisor(t *testing.T, s *sidecar.Supervisor) {
 
 func TestSupervisor(t *testing.T) {
 	t.Run("a failing job restarts with backoff and shows its restarts and last error", func(t *testing.T) {
-		d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+		d := newFakeDriver(func(ctx context.Context, def supervisor.JobDef, call int) error {
 			if call < 4 {
 				return errs.New(errs.Failed, def.Name, "boom %d", call)
 			}
@@ -161,10 +161,10 @@ func TestSupervisor(t *testing.T) {
 			return nil
 		})
 		s := newTestSupervisor(d)
-		s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1"}})
+		s.Apply([]supervisor.JobDef{{Name: "a", Hash: "1"}})
 		eventually(t, "the fourth run is running", func() bool {
 			j := jobState(s, "a")
-			return d.callsOf("a") == 4 && j.State == sidecar.StateRunning
+			return d.callsOf("a") == 4 && j.State == supervisor.StateRunning
 		}, func() string { return fmt.Sprintf("%+v", jobState(s, "a")) })
 		j := jobState(s, "a")
 		if j.Restarts != 3 || j.Code != "FAILED" || j.LastError == "" {
@@ -179,7 +179,7 @@ func TestSupervisor(t *testing.T) {
 	})
 
 	t.Run("a lost lease sends the job back to standby without counting a restart", func(t *testing.T) {
-		d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+		d := newFakeDriver(func(ctx context.Context, def supervisor.JobDef, call int) error {
 			<-ctx.Done()
 			if c := context.Cause(ctx); errors.Is(c, errs.ErrLeaseLost) {
 				return errs.Wrap(errs.LeaseLost, def.Name, c, "stop")
@@ -188,13 +188,13 @@ func TestSupervisor(t *testing.T) {
 		})
 		gate := make(chan struct{})
 		s := newTestSupervisor(d)
-		s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1"}})
+		s.Apply([]supervisor.JobDef{{Name: "a", Hash: "1"}})
 		eventually(t, "the job runs", func() bool { return d.callsOf("a") == 1 }, func() string { return fmt.Sprint(d.events) })
 		d.mu.Lock()
 		d.gate["a"] = gate // the next Standby waits: another process holds it
 		d.mu.Unlock()
 		d.lease(0).loseIt()
-		eventually(t, "the job stands by", func() bool { return jobState(s, "a").State == sidecar.StateStandby },
+		eventually(t, "the job stands by", func() bool { return jobState(s, "a").State == supervisor.StateStandby },
 			func() string { return fmt.Sprintf("%+v", jobState(s, "a")) })
 		if j := jobState(s, "a"); j.Restarts != 0 || j.Code != "LEASE_LOST" || j.Held {
 			t.Errorf("snapshot = %+v, want no restart, LEASE_LOST, not held", j)
@@ -205,27 +205,27 @@ func TestSupervisor(t *testing.T) {
 	})
 
 	t.Run("a job with a bad definition fails alone", func(t *testing.T) {
-		d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+		d := newFakeDriver(func(ctx context.Context, def supervisor.JobDef, call int) error {
 			<-ctx.Done()
 			return nil
 		})
 		s := newTestSupervisor(d)
 		bad := errs.New(errs.ConfigInvalid, "bad", "collection must be a string")
-		s.Apply([]sidecar.JobDef{{Name: "bad", Hash: "x", Err: bad}, {Name: "good", Hash: "1"}})
-		eventually(t, "good runs", func() bool { return jobState(s, "good").State == sidecar.StateRunning },
+		s.Apply([]supervisor.JobDef{{Name: "bad", Hash: "x", Err: bad}, {Name: "good", Hash: "1"}})
+		eventually(t, "good runs", func() bool { return jobState(s, "good").State == supervisor.StateRunning },
 			func() string { return fmt.Sprintf("%+v", s.Jobs()) })
 		// bad's goroutine is independent of good's: good running says nothing
 		// about whether bad has reached "failed" yet, so wait for it too.
 		eventually(t, "bad fails with CONFIG_INVALID", func() bool {
 			j := jobState(s, "bad")
-			return j.State == sidecar.StateFailed && j.Code == "CONFIG_INVALID"
+			return j.State == supervisor.StateFailed && j.Code == "CONFIG_INVALID"
 		}, func() string { return fmt.Sprintf("%+v", jobState(s, "bad")) })
 		if d.callsOf("bad") != 0 {
 			t.Errorf("bad ran %d times", d.callsOf("bad"))
 		}
 		// Fixing the definition starts it.
-		s.Apply([]sidecar.JobDef{{Name: "bad", Hash: "y"}, {Name: "good", Hash: "1"}})
-		eventually(t, "the fixed job runs", func() bool { return jobState(s, "bad").State == sidecar.StateRunning },
+		s.Apply([]supervisor.JobDef{{Name: "bad", Hash: "y"}, {Name: "good", Hash: "1"}})
+		eventually(t, "the fixed job runs", func() bool { return jobState(s, "bad").State == supervisor.StateRunning },
 			func() string { return fmt.Sprintf("%+v", s.Jobs()) })
 		if d.callsOf("good") != 1 {
 			t.Errorf("good ran %d times, want 1 (unchanged jobs keep running)", d.callsOf("good"))
@@ -234,7 +234,7 @@ func TestSupervisor(t *testing.T) {
 	})
 
 	t.Run("a run that panics is restarted like a failure, the others go on", func(t *testing.T) {
-		d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+		d := newFakeDriver(func(ctx context.Context, def supervisor.JobDef, call int) error {
 			if def.Name == "bad" && call == 1 {
 				panic("boom")
 			}
@@ -242,9 +242,9 @@ func TestSupervisor(t *testing.T) {
 			return nil
 		})
 		s := newTestSupervisor(d)
-		s.Apply([]sidecar.JobDef{{Name: "bad", Hash: "1"}, {Name: "good", Hash: "1"}})
+		s.Apply([]supervisor.JobDef{{Name: "bad", Hash: "1"}, {Name: "good", Hash: "1"}})
 		eventually(t, "bad runs again and good runs", func() bool {
-			return d.callsOf("bad") == 2 && jobState(s, "good").State == sidecar.StateRunning
+			return d.callsOf("bad") == 2 && jobState(s, "good").State == supervisor.StateRunning
 		}, func() string { return fmt.Sprintf("%+v", s.Jobs()) })
 		if j := jobState(s, "bad"); j.Restarts != 1 || !strings.Contains(j.LastError, "panic: boom") {
 			t.Errorf("bad = %+v, want 1 restart after the panic", j)
@@ -253,12 +253,12 @@ func TestSupervisor(t *testing.T) {
 	})
 
 	t.Run("a CONFIG_INVALID run error is not retried", func(t *testing.T) {
-		d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+		d := newFakeDriver(func(ctx context.Context, def supervisor.JobDef, call int) error {
 			return errs.New(errs.ConfigInvalid, def.Name, "index uid invalid")
 		})
 		s := newTestSupervisor(d)
-		s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1"}})
-		eventually(t, "the job is failed", func() bool { return jobState(s, "a").State == sidecar.StateFailed },
+		s.Apply([]supervisor.JobDef{{Name: "a", Hash: "1"}})
+		eventually(t, "the job is failed", func() bool { return jobState(s, "a").State == supervisor.StateFailed },
 			func() string { return fmt.Sprintf("%+v", jobState(s, "a")) })
 		if d.callsOf("a") != 1 {
 			t.Errorf("ran %d times", d.callsOf("a"))
@@ -269,7 +269,7 @@ func TestSupervisor(t *testing.T) {
 	t.Run("changed definitions restart their job, removed ones stop, new ones start", func(t *testing.T) {
 		var mu sync.Mutex
 		stopped := map[string]int{}
-		d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+		d := newFakeDriver(func(ctx context.Context, def supervisor.JobDef, call int) error {
 			<-ctx.Done()
 			mu.Lock()
 			stopped[def.Name+"@"+def.Hash]++
@@ -277,9 +277,9 @@ func TestSupervisor(t *testing.T) {
 			return nil
 		})
 		s := newTestSupervisor(d)
-		s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1"}, {Name: "b", Hash: "1"}})
+		s.Apply([]supervisor.JobDef{{Name: "a", Hash: "1"}, {Name: "b", Hash: "1"}})
 		eventually(t, "both run", func() bool { return d.callsOf("a") == 1 && d.callsOf("b") == 1 }, func() string { return fmt.Sprint(d.events) })
-		s.Apply([]sidecar.JobDef{{Name: "a", Hash: "2"}, {Name: "c", Hash: "1"}})
+		s.Apply([]supervisor.JobDef{{Name: "a", Hash: "2"}, {Name: "c", Hash: "1"}})
 		eventually(t, "a restarted and c started", func() bool { return d.callsOf("a") == 2 && d.callsOf("c") == 1 }, func() string { return fmt.Sprint(d.events) })
 		mu.Lock()
 		if stopped["a@1"] != 1 || stopped["b@1"] != 1 {
@@ -297,16 +297,16 @@ func TestSupervisor(t *testing.T) {
 	})
 
 	t.Run("Close stops every job, each releasing its lease, and is idempotent", func(t *testing.T) {
-		d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+		d := newFakeDriver(func(ctx context.Context, def supervisor.JobDef, call int) error {
 			<-ctx.Done()
 			return nil
 		})
 		gate := make(chan struct{})
 		d.gate["waiting"] = gate
 		s := newTestSupervisor(d)
-		s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1"}, {Name: "waiting", Hash: "1"}})
+		s.Apply([]supervisor.JobDef{{Name: "a", Hash: "1"}, {Name: "waiting", Hash: "1"}})
 		eventually(t, "a runs and waiting stands by", func() bool {
-			return jobState(s, "a").State == sidecar.StateRunning && jobState(s, "waiting").State == sidecar.StateStandby
+			return jobState(s, "a").State == supervisor.StateRunning && jobState(s, "waiting").State == supervisor.StateStandby
 		}, func() string { return fmt.Sprintf("%+v", s.Jobs()) })
 		closeSupervisor(t, s)
 		closeSupervisor(t, s)
@@ -314,7 +314,7 @@ func TestSupervisor(t *testing.T) {
 			t.Error("lease of a not released")
 		}
 		for _, j := range s.Jobs() {
-			if j.State != sidecar.StateStopped {
+			if j.State != supervisor.StateStopped {
 				t.Errorf("%s state %s after Close", j.Name, j.State)
 			}
 		}
@@ -322,12 +322,12 @@ func TestSupervisor(t *testing.T) {
 
 	t.Run("Close gives up when its context ends", func(t *testing.T) {
 		release := make(chan struct{})
-		d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+		d := newFakeDriver(func(ctx context.Context, def supervisor.JobDef, call int) error {
 			<-release // a stuck flush
 			return nil
 		})
 		s := newTestSupervisor(d)
-		s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1"}})
+		s.Apply([]supervisor.JobDef{{Name: "a", Hash: "1"}})
 		eventually(t, "a runs", func() bool { return d.callsOf("a") == 1 }, func() string { return fmt.Sprint(d.events) })
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer cancel()
@@ -354,7 +354,7 @@ func TestRestartDelay(t *testing.T) {
 		{100, 0, time.Minute},
 		{1, 0.5, 900 * time.Millisecond},
 	} {
-		if got := sidecar.RestartDelay(time.Second, time.Minute, tc.n, tc.r); got != tc.want {
+		if got := supervisor.RestartDelay(time.Second, time.Minute, tc.n, tc.r); got != tc.want {
 			t.Errorf("RestartDelay(1s, 1m, %d, %v) = %v, want %v", tc.n, tc.r, got, tc.want)
 		}
 	}
@@ -364,25 +364,25 @@ func TestRestartDelay(t *testing.T) {
 // shown as transform_error on the job, counted, and logged with the job
 // (QA F12).
 func TestSupervisorTransformError(t *testing.T) {
-	d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+	d := newFakeDriver(func(ctx context.Context, def supervisor.JobDef, call int) error {
 		<-ctx.Done()
 		return nil
 	})
 	metrics := httpapi.NewMetrics(prometheus.NewRegistry())
 	var logs strings.Builder
 	var mu sync.Mutex
-	s := sidecar.NewSupervisor(sidecar.SupervisorConfig{
+	s := supervisor.New(supervisor.Config{
 		Driver:  d,
 		Metrics: metrics,
 		Logger:  hclog.New(&hclog.LoggerOptions{Output: &lockedWriter{w: &logs, mu: &mu}, JSONFormat: true}),
 	})
 	defer closeSupervisor(t, s)
-	s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1"}})
-	eventually(t, "a runs", func() bool { return jobState(s, "a").State == sidecar.StateRunning },
+	s.Apply([]supervisor.JobDef{{Name: "a", Hash: "1"}})
+	eventually(t, "a runs", func() bool { return jobState(s, "a").State == supervisor.StateRunning },
 		func() string { return fmt.Sprintf("%+v", jobState(s, "a")) })
 	bad := errs.New(errs.TransformFailed, "a", "a.js:7:25: syntax error")
-	s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1", LoadErr: bad}})
-	s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1", LoadErr: bad}}) // another file changed: not counted again
+	s.Apply([]supervisor.JobDef{{Name: "a", Hash: "1", LoadErr: bad}})
+	s.Apply([]supervisor.JobDef{{Name: "a", Hash: "1", LoadErr: bad}}) // another file changed: not counted again
 	st := s.Status()[0]
 	if st.State == "stopped" || d.callsOf("a") != 1 {
 		t.Errorf("state %s after %d runs, want the first run kept", st.State, d.callsOf("a"))
@@ -403,7 +403,7 @@ func TestSupervisorTransformError(t *testing.T) {
 	if strings.Count(out, "previous version keeps running") != 1 || !strings.Contains(out, `"job":"a"`) {
 		t.Errorf("log = %s, want one line with the job", out)
 	}
-	s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1"}})
+	s.Apply([]supervisor.JobDef{{Name: "a", Hash: "1"}})
 	if st := s.Status()[0]; st.TransformError != nil {
 		t.Errorf("transform_error after a good load = %+v", st.TransformError)
 	}
@@ -423,14 +423,14 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // A job refused for a process-wide setting says to fix it and restart
 // (QA F14).
 func TestSupervisorRestartHint(t *testing.T) {
-	d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+	d := newFakeDriver(func(ctx context.Context, def supervisor.JobDef, call int) error {
 		return &errs.Error{Code: errs.ConfigInvalid, Job: def.Name, Setting: "MEILISTREAM_MEILI_API_KEY",
 			Msg: fmt.Sprintf("read index %s: Meilisearch refused the API key (MEILISTREAM_MEILI_API_KEY): 403", def.Name)}
 	})
 	s := newTestSupervisor(d)
 	defer closeSupervisor(t, s)
-	s.Apply([]sidecar.JobDef{{Name: "a", Hash: "1"}})
-	eventually(t, "a failed", func() bool { return jobState(s, "a").State == sidecar.StateFailed },
+	s.Apply([]supervisor.JobDef{{Name: "a", Hash: "1"}})
+	eventually(t, "a failed", func() bool { return jobState(s, "a").State == supervisor.StateFailed },
 		func() string { return fmt.Sprintf("%+v", jobState(s, "a")) })
 	st := s.Status()[0]
 	if st.LastError == nil || st.LastError.Code != "CONFIG_INVALID" ||

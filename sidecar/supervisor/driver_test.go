@@ -1,4 +1,4 @@
-package sidecar
+package supervisor
 
 import (
 	"context"
@@ -43,7 +43,7 @@ func TestReportingSinkPrepare(t *testing.T) {
 			t.Fatal("Prepare succeeded while failing")
 		}
 	}
-	sup := NewSupervisor(SupervisorConfig{})
+	sup := New(Config{})
 	defer sup.Close(ctx)
 	js := sup.jobStatus(st)
 	if js.State != StateStarting || js.Attempts != 2 || js.LastError == nil || js.LastError.Code != "FAILED" ||

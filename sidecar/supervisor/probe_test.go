@@ -1,4 +1,4 @@
-package sidecar_test
+package supervisor_test
 
 import (
 	"context"
@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meilistream/meilistream/sidecar"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
 	"github.com/meilistream/meilistream/sidecar/status"
+	"github.com/meilistream/meilistream/sidecar/supervisor"
 )
 
 // With a server down a probe takes seconds; /status answers at once from
@@ -22,7 +22,7 @@ func TestReadyNowDoesNotWaitForAProbe(t *testing.T) {
 	var calls atomic.Int32
 	var hang atomic.Bool
 	up := make(chan struct{}) // closed: the servers answer again
-	s := sidecar.NewSupervisor(sidecar.SupervisorConfig{
+	s := supervisor.New(supervisor.Config{
 		Driver:   newFakeDriver(nil),
 		ProbeTTL: 50 * time.Millisecond,
 		Probe: func(ctx context.Context) error {

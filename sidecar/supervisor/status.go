@@ -1,4 +1,4 @@
-package sidecar
+package supervisor
 
 import (
 	"context"
@@ -54,17 +54,17 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 	if sn.State == StateRunning {
 		switch es.Phase {
 		case engine.PhaseReindexing:
-			st.State = "reindexing"
+			st.State = status.Reindexing
 		case engine.PhaseFollowing:
-			st.State = "following"
+			st.State = status.Following
 		default:
 			st.State = StateStarting
 		}
 	}
-	if st.State == "following" {
+	if st.State == status.Following {
 		st.LagSeconds = es.LagSeconds
 	}
-	if st.State == "reindexing" {
+	if st.State == status.Reindexing {
 		r := es.Reindex
 		st.Reindex = &status.Reindex{Done: r.Done, TotalEstimate: r.Estimated, Rate: r.Rate, ETASeconds: r.ETA.Seconds(), Resumed: r.Resumed}
 	}
@@ -183,7 +183,7 @@ func (s *Supervisor) readiness(ctx context.Context, wait bool) error {
 				msg += ": " + j.LastError.Code + ": " + firstLine(j.LastError.Message)
 			}
 			problems = append(problems, msg)
-		case j.State == "following" && j.LagSeconds > s.cfg.StallAfter.Seconds():
+		case j.State == status.Following && j.LagSeconds > s.cfg.StallAfter.Seconds():
 			problems = append(problems, fmt.Sprintf("job %s stalled: %s behind the change stream", j.Name,
 				(time.Duration(j.LagSeconds)*time.Second).String()))
 		}

@@ -1,4 +1,4 @@
-package sidecar
+package supervisor
 
 import (
 	"context"
@@ -15,18 +15,19 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/status"
 )
 
 // Job states shown in /status. The engine refines "running" into
 // "reindexing" or "following" through the job's stats.
 const (
-	StateStarting   = "starting"   // loaded, asking for its lease or preparing its destination
-	StateStandby    = "standby"    // waiting for the lease another process holds
-	StateRunning    = "running"    // holds the lease, the engine runs
-	StateRestarting = "restarting" // the last run failed; waiting for the next try
-	StateFailed     = "failed"     // cannot run until its configuration is fixed, or failed for good (ErrFatal)
-	StateStopping   = "stopping"   // flushing, recording and releasing
-	StateStopped    = "stopped"    // done (shutdown or removed)
+	StateStarting   = status.Starting   // loaded, asking for its lease or preparing its destination
+	StateStandby    = status.Standby    // waiting for the lease another process holds
+	StateRunning    = "running"         // holds the lease, the engine runs
+	StateRestarting = status.Restarting // the last run failed; waiting for the next try
+	StateFailed     = status.Failed     // cannot run until its configuration is fixed, or failed for good (ErrFatal)
+	StateStopping   = status.Stopping   // flushing, recording and releasing
+	StateStopped    = status.Stopped    // done (shutdown or removed)
 )
 
 // Default restart backoff of a failing job (DESIGN.md: 1 s doubling to 1 min).
@@ -119,8 +120,8 @@ func (noMetrics) ObserveTransformError(string, bool) {}
 func (noMetrics) ObserveError(string, string)        {}
 func (noMetrics) Forget(string)                      {}
 
-// SupervisorConfig configures a Supervisor.
-type SupervisorConfig struct {
+// Config configures a Supervisor.
+type Config struct {
 	Driver JobDriver
 	Logger hclog.Logger
 	// RestartMin and RestartMax bound the restart backoff of a failing job
@@ -164,7 +165,7 @@ type SupervisorConfig struct {
 // reported on Fatal. Apply starts, restarts and stops jobs as definitions change; Close
 // stops them all (each flushes, records and releases its lease).
 type Supervisor struct {
-	cfg SupervisorConfig
+	cfg Config
 	log hclog.Logger
 
 	ctx    context.Context
@@ -253,8 +254,8 @@ type SupervisedSnapshot struct {
 	TransformErrorAt   time.Time
 }
 
-// NewSupervisor returns a supervisor with no jobs; call Apply to start some.
-func NewSupervisor(cfg SupervisorConfig) *Supervisor {
+// New returns a supervisor with no jobs; call Apply to start some.
+func New(cfg Config) *Supervisor {
 	if cfg.RestartMin <= 0 {
 		cfg.RestartMin = DefaultRestartMin
 	}

@@ -1,4 +1,4 @@
-package sidecar_test
+package supervisor_test
 
 import (
 	"context"
@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar"
 	"github.com/meilistream/meilistream/sidecar/status"
+	"github.com/meilistream/meilistream/sidecar/supervisor"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 func TestSupervisorStatus(t *testing.T) {
-	d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error {
+	d := newFakeDriver(func(ctx context.Context, def supervisor.JobDef, call int) error {
 		if def.Name == "flaky" {
 			return errs.New(errs.Failed, def.Name, "meilisearch unreachable")
 		}
@@ -26,11 +26,11 @@ func TestSupervisorStatus(t *testing.T) {
 	gate := make(chan struct{})
 	d.gate["waiting"] = gate
 	d.askErr["unreachable"] = errs.Wrap(errs.Failed, "unreachable", errors.New("server selection error: connection refused"), "acquire lease")
-	d.askErr["denied"] = sidecar.MongoAccessError("denied", mongo.CommandError{Code: 18, Name: "AuthenticationFailed", Message: "Authentication failed."})
+	d.askErr["denied"] = supervisor.MongoAccessError("denied", mongo.CommandError{Code: 18, Name: "AuthenticationFailed", Message: "Authentication failed."})
 	probeErr := errors.New("mongodb: connection refused")
 	var probe atomic.Pointer[error]
 	probe.Store(new(error))
-	s := sidecar.NewSupervisor(sidecar.SupervisorConfig{
+	s := supervisor.New(supervisor.Config{
 		Driver:     d,
 		Holder:     "me:1:abc",
 		RestartMin: time.Hour, // stays "restarting" for the test
@@ -42,7 +42,7 @@ func TestSupervisorStatus(t *testing.T) {
 		HoldersInterval: 5 * time.Millisecond,
 	})
 	defer closeSupervisor(t, s)
-	s.Apply([]sidecar.JobDef{
+	s.Apply([]supervisor.JobDef{
 		{Name: "ok", Kind: "search", Hash: "1"},
 		{Name: "flaky", Kind: "search", Hash: "1"},
 		{Name: "waiting", Kind: "mirror", Hash: "1"},
@@ -95,7 +95,7 @@ func TestSupervisorStatus(t *testing.T) {
 		!strings.Contains(err.Error(), "job bad failed: CONFIG_INVALID: load: index: must be a string;") {
 		t.Errorf("Ready = %v, want flaky and bad named, each code once", err)
 	}
-	s.Apply([]sidecar.JobDef{{Name: "ok", Kind: "search", Hash: "1"}})
+	s.Apply([]supervisor.JobDef{{Name: "ok", Kind: "search", Hash: "1"}})
 	if err := s.Ready(context.Background()); err != nil {
 		t.Errorf("Ready with only a running job = %v", err)
 	}
@@ -120,12 +120,12 @@ func TestStatusShowsCodeAndMessageApart(t *testing.T) {
 		"plain":  {errors.New("connection refused"), "FAILED", "connection refused"},
 		"nested": {errs.Wrap(errs.Failed, "nested", errs.New(errs.ConfigInvalid, "nested", "bad key"), "prepare"), "CONFIG_INVALID", "prepare: bad key"},
 	}
-	d := newFakeDriver(func(ctx context.Context, def sidecar.JobDef, call int) error { return cases[def.Name].err })
-	s := sidecar.NewSupervisor(sidecar.SupervisorConfig{Driver: d, RestartMin: time.Hour})
+	d := newFakeDriver(func(ctx context.Context, def supervisor.JobDef, call int) error { return cases[def.Name].err })
+	s := supervisor.New(supervisor.Config{Driver: d, RestartMin: time.Hour})
 	defer closeSupervisor(t, s)
-	var defs []sidecar.JobDef
+	var defs []supervisor.JobDef
 	for name := range cases {
-		defs = append(defs, sidecar.JobDef{Name: name, Hash: "1"})
+		defs = append(defs, supervisor.JobDef{Name: name, Hash: "1"})
 	}
 	s.Apply(defs)
 	eventually(t, "every job has its error", func() bool {
