@@ -8,7 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/config"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -45,7 +45,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			paths = append(paths, a)
 		}
 	}
-	cfg, err := sidecar.LoadLocal(os.Environ())
+	cfg, err := config.LoadLocal(os.Environ())
 	if err != nil {
 		return fail(stderr, err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/replicate"
-	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/config"
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
 	"github.com/meilistream/meilistream/sidecar/meili"
@@ -120,7 +120,7 @@ func runRun(ctx context.Context, inv *invocation) int {
 // wiring is what the server-facing commands share: clients, the lease
 // manager, the engine, metrics.
 type wiring struct {
-	cfg      sidecar.Config
+	cfg      config.Config
 	client   *mongo.Client
 	source   *mongo.Database
 	state    *mongo.Collection
@@ -136,7 +136,7 @@ type wiring struct {
 
 // connect builds the clients (the driver connects lazily: a server down at
 // start makes the jobs retry, it does not stop the process) and the engine.
-func connect(ctx context.Context, cfg sidecar.Config, log hclog.Logger) (*wiring, error) {
+func connect(ctx context.Context, cfg config.Config, log hclog.Logger) (*wiring, error) {
 	w := &wiring{cfg: cfg, registry: httpapi.NewRegistry(buildVersion())}
 	w.metrics = httpapi.NewMetrics(w.registry)
 	client, err := mongo.Connect(options.Client().ApplyURI(cfg.MongoDBURI).SetAppName("meilistream"))
@@ -273,7 +273,7 @@ func (w *wiring) close() {
 // engineConfig maps the configuration onto the engine's. A close must finish
 // within the shutdown timeout, lease release included, so the drain gets
 // most of it but not all.
-func engineConfig(cfg sidecar.Config) engine.Config {
+func engineConfig(cfg config.Config) engine.Config {
 	drain := cfg.ShutdownTimeout * 3 / 4
 	if drain <= 0 {
 		drain = engine.DefaultDrainTimeout
@@ -316,7 +316,7 @@ func (w *wiring) sinkFactory(log hclog.Logger) supervisor.SinkFactory {
 // MEILISTREAM_INDEX_PREFIX included: transform applies them to every job as
 // it loads (and on every hot reload), before its one-job-per-destination
 // check, and declares the jobs named by environment alone.
-func transformOptions(cfg sidecar.Config, log hclog.Logger) transform.Options {
+func transformOptions(cfg config.Config, log hclog.Logger) transform.Options {
 	return transform.Options{
 		Pool:     cfg.TransformPool,
 		Timeout:  cfg.TransformTimeout,
@@ -339,7 +339,7 @@ func transformOptions(cfg sidecar.Config, log hclog.Logger) transform.Options {
 // Set (see sidecar.JobDefs). An unreadable folder is fine when the
 // environment declares jobs (MEILISTREAM_JOB_<NAME>_<OPTION>): those run
 // alone.
-func loadJobs(cfg sidecar.Config, log hclog.Logger) (*transform.Set, error) {
+func loadJobs(cfg config.Config, log hclog.Logger) (*transform.Set, error) {
 	opts := transformOptions(cfg, log)
 	set, err := transform.Load(cfg.Transforms, opts)
 	if set == nil && len(cfg.Jobs) > 0 {
@@ -353,7 +353,7 @@ func loadJobs(cfg sidecar.Config, log hclog.Logger) (*transform.Set, error) {
 		if u := errors.Unwrap(err); u != nil {
 			cause = u
 		}
-		return nil, errs.Wrap(errs.ConfigInvalid, "", cause, "MEILISTREAM_TRANSFORMS: want a readable folder of *.js transform files (default %s)", sidecar.DefaultTransforms)
+		return nil, errs.Wrap(errs.ConfigInvalid, "", cause, "MEILISTREAM_TRANSFORMS: want a readable folder of *.js transform files (default %s)", config.DefaultTransforms)
 	}
 	return set, err
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/config"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -75,7 +75,7 @@ func TestREADMEListsEveryVariable(t *testing.T) {
 		t.Fatal(err)
 	}
 	readme := string(b)
-	for _, v := range sidecar.Variables {
+	for _, v := range config.Variables {
 		if !strings.Contains(readme, "`"+v.Name()+"`") {
 			t.Errorf("README.md does not document %s", v.Name())
 		}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/config"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
 	"github.com/meilistream/meilistream/sidecar/status"
 )
@@ -58,7 +58,7 @@ func TestHTTPServer(t *testing.T) {
 	}}}
 	reg := httpapi.NewRegistry("v0.0.0-test")
 	m := httpapi.NewMetrics(reg)
-	cfg, err := sidecar.Load([]string{"MEILISTREAM_MONGODB_URI=" + testURI, "MEILISTREAM_MEILI_API_KEY=" + testAPIKey})
+	cfg, err := config.Load([]string{"MEILISTREAM_MONGODB_URI=" + testURI, "MEILISTREAM_MEILI_API_KEY=" + testAPIKey})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package sidecar
+package config
 
 import (
 	"encoding/json"
@@ -707,7 +707,7 @@ func (c Config) String() string {
 }
 
 // GoString masks secrets under %#v too.
-func (c Config) GoString() string { return "sidecar.Config{" + c.String() + "}" }
+func (c Config) GoString() string { return "config.Config{" + c.String() + "}" }
 
 // MarshalJSON renders the redacted configuration, keyed like the koanf
 // keys, so a Config logged by hclog or put in /status shows no secret.

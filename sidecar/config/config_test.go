@@ -1,4 +1,4 @@
-package sidecar_test
+package config_test
 
 import (
 	"encoding/json"
@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/config"
 )
 
 const (
@@ -22,8 +22,8 @@ const (
 func TestLoad(t *testing.T) {
 	base := []string{"MEILISTREAM_MONGODB_URI=" + testURI}
 	withBase := func(extra ...string) []string { return append(append([]string{}, base...), extra...) }
-	want := func(edit func(c *sidecar.Config)) sidecar.Config {
-		c := sidecar.Default()
+	want := func(edit func(c *config.Config)) config.Config {
+		c := config.Default()
 		c.MongoDBURI = testURI
 		c.MongoDBDatabase = "shop"
 		c.ReplicaDatabase = "shop"
@@ -36,7 +36,7 @@ func TestLoad(t *testing.T) {
 	tests := []struct {
 		name    string
 		environ []string
-		want    sidecar.Config
+		want    config.Config
 		// problems: each must appear in the error; nil means no error.
 		problems []string
 	}{
@@ -71,7 +71,7 @@ func TestLoad(t *testing.T) {
 				"MEILISTREAM_LOG_LEVEL=DEBUG",
 				"MEILISTREAM_LOG_FORMAT=text",
 			),
-			want: want(func(c *sidecar.Config) {
+			want: want(func(c *config.Config) {
 				c.MongoDBDatabase = "other"
 				c.MeiliURL = "http://meili:7700"
 				c.MeiliAPIKey = testAPIKey
@@ -100,7 +100,7 @@ func TestLoad(t *testing.T) {
 		{
 			name:    "the replica database defaults to the source database when its URI names none",
 			environ: withBase("MEILISTREAM_REPLICA_URI=mongodb://replica:27017"),
-			want: want(func(c *sidecar.Config) {
+			want: want(func(c *config.Config) {
 				c.ReplicaURI = "mongodb://replica:27017"
 			}),
 		},
@@ -117,7 +117,7 @@ func TestLoad(t *testing.T) {
 		{
 			name:    "per-job overrides are filed by job and option, job names may hold underscores",
 			environ: withBase("MEILISTREAM_JOB_BLOG_POSTS_PRIMARY_KEY=slug", "MEILISTREAM_JOB_ORDERS_COLLECTION=orders"),
-			want: want(func(c *sidecar.Config) {
+			want: want(func(c *config.Config) {
 				c.Jobs = map[string]map[string]string{
 					"blog_posts": {"primary_key": "slug"},
 					"orders":     {"collection": "orders"},
@@ -277,7 +277,7 @@ func TestLoad(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := sidecar.Load(tt.environ)
+			got, err := config.Load(tt.environ)
 			if tt.problems == nil {
 				if err != nil {
 					t.Fatalf("Load: %v", err)
@@ -293,7 +293,7 @@ func TestLoad(t *testing.T) {
 			if !errors.Is(err, errs.ErrConfigInvalid) {
 				t.Errorf("error is not CONFIG_INVALID: %v", err)
 			}
-			var ps sidecar.Problems
+			var ps config.Problems
 			if !errors.As(err, &ps) || len(ps) == 0 {
 				t.Errorf("error carries no Problems: %v", err)
 			}
@@ -317,7 +317,7 @@ type rawConfigT struct {
 	Jobs map[string]map[string]string
 }
 
-func rawConfig(c sidecar.Config) rawConfigT {
+func rawConfig(c config.Config) rawConfigT {
 	var r rawConfigT
 	vals := []any{c.MongoDBURI, c.MongoDBDatabase, c.MeiliURL, c.MeiliAPIKey, c.ReplicaURI, c.ReplicaDatabase,
 		c.Transforms, c.StateCollection, c.IndexPrefix, c.Lease, c.BatchSize, c.FlushInterval, c.PositionInterval,
@@ -331,14 +331,14 @@ func rawConfig(c sidecar.Config) rawConfigT {
 }
 
 func TestLoadLocalDoesNotNeedTheURI(t *testing.T) {
-	c, err := sidecar.LoadLocal([]string{"MEILISTREAM_TRANSFORMS=/x"})
+	c, err := config.LoadLocal([]string{"MEILISTREAM_TRANSFORMS=/x"})
 	if err != nil {
 		t.Fatalf("LoadLocal: %v", err)
 	}
 	if c.Transforms != "/x" {
 		t.Errorf("Transforms = %q, want /x", c.Transforms)
 	}
-	if _, err := sidecar.LoadLocal([]string{"MEILISTREAM_BATCH_SIZE=x"}); err == nil {
+	if _, err := config.LoadLocal([]string{"MEILISTREAM_BATCH_SIZE=x"}); err == nil {
 		t.Errorf("LoadLocal accepted a bad batch size")
 	}
 }
@@ -352,7 +352,7 @@ func TestSecretsFromFiles(t *testing.T) {
 		}
 		return p
 	}
-	c, err := sidecar.Load([]string{
+	c, err := config.Load([]string{
 		"MEILISTREAM_MONGODB_URI_FILE=" + write("uri", testURI+"\n"),
 		"MEILISTREAM_MEILI_API_KEY_FILE=" + write("key", testAPIKey+"\n"),
 		"MEILISTREAM_REPLICA_URI_FILE=" + write("replica", "mongodb://r:pw@replica/copy"),
@@ -369,7 +369,7 @@ func TestSecretsFromFiles(t *testing.T) {
 }
 
 func TestPrintedConfigHidesSecrets(t *testing.T) {
-	c, err := sidecar.Load([]string{
+	c, err := config.Load([]string{
 		"MEILISTREAM_MONGODB_URI=" + testURI,
 		"MEILISTREAM_MEILI_API_KEY=" + testAPIKey,
 		"MEILISTREAM_MEILI_URL=https://admin:meili-pw@meili.example",

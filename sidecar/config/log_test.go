@@ -1,4 +1,4 @@
-package sidecar_test
+package config_test
 
 import (
 	"bytes"
@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/config"
 )
 
 func TestLoggerFormatsAndLevels(t *testing.T) {
-	load := func(env ...string) sidecar.Config {
+	load := func(env ...string) config.Config {
 		t.Helper()
-		c, err := sidecar.Load(append([]string{"MEILISTREAM_MONGODB_URI=" + testURI, "MEILISTREAM_MEILI_API_KEY=" + testAPIKey}, env...))
+		c, err := config.Load(append([]string{"MEILISTREAM_MONGODB_URI=" + testURI, "MEILISTREAM_MEILI_API_KEY=" + testAPIKey}, env...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -25,7 +25,7 @@ func TestLoggerFormatsAndLevels(t *testing.T) {
 	t.Run("JSON by default, one named logger per job, config masked", func(t *testing.T) {
 		var buf bytes.Buffer
 		cfg := load()
-		log := sidecar.NewLogger(cfg, &buf)
+		log := config.NewLogger(cfg, &buf)
 		log.Named("articles").Info("started", "config", cfg, "batch_size", 500)
 		log.Debug("not shown at info")
 		var line map[string]any
@@ -46,7 +46,7 @@ func TestLoggerFormatsAndLevels(t *testing.T) {
 	t.Run("text for people, at the configured level, config masked", func(t *testing.T) {
 		var buf bytes.Buffer
 		cfg := load("MEILISTREAM_LOG_FORMAT=text", "MEILISTREAM_LOG_LEVEL=debug")
-		log := sidecar.NewLogger(cfg, &buf)
+		log := config.NewLogger(cfg, &buf)
 		log.Debug("starting", "config", cfg)
 		out := buf.String()
 		if !strings.Contains(out, "[DEBUG] meilistream: starting") || strings.HasPrefix(out, "{") {
@@ -59,7 +59,7 @@ func TestLoggerFormatsAndLevels(t *testing.T) {
 
 	t.Run("durations as Go duration strings, in every derived logger", func(t *testing.T) {
 		var buf bytes.Buffer
-		log := sidecar.NewLogger(load(), &buf)
+		log := config.NewLogger(load(), &buf)
 		log.Named("engine").With("job", "a", "pause", 1500*time.Millisecond).Info("reindex done", "duration", 81*time.Millisecond, "count", 3)
 		var line map[string]any
 		if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
@@ -72,7 +72,7 @@ func TestLoggerFormatsAndLevels(t *testing.T) {
 
 	t.Run("errors with their code and job once, in every derived logger", func(t *testing.T) {
 		var buf bytes.Buffer
-		log := sidecar.NewLogger(load(), &buf)
+		log := config.NewLogger(load(), &buf)
 		err := errs.WithJob("books", fmt.Errorf("follow: %w", errs.Wrap(errs.Failed, "books", errs.New(errs.HistoryLost, "books", "position gone"), "open change stream")))
 		log.Named("engine").With("cause", err).Error("job failed", "error", err)
 		var line map[string]any
@@ -87,7 +87,7 @@ func TestLoggerFormatsAndLevels(t *testing.T) {
 
 	t.Run("off logs nothing", func(t *testing.T) {
 		var buf bytes.Buffer
-		log := sidecar.NewLogger(load("MEILISTREAM_LOG_LEVEL=off"), &buf)
+		log := config.NewLogger(load("MEILISTREAM_LOG_LEVEL=off"), &buf)
 		log.Error("boom")
 		if buf.Len() != 0 {
 			t.Errorf("logged at off: %s", buf.String())
