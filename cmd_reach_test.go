@@ -12,7 +12,7 @@ import (
 )
 
 // An interactive command on an unreachable MongoDB fails within
-// reachTimeout, names the setting and never prints the password (QA F23).
+// reachTimeout, names the setting and never prints the password.
 func TestInteractiveUnreachableMongoDB(t *testing.T) {
 	old := reachTimeout
 	reachTimeout = 300 * time.Millisecond

@@ -184,7 +184,7 @@ func connect(ctx context.Context, cfg config.Config, log hclog.Logger) (*wiring,
 
 // reachTimeout bounds how long an interactive command (status, reindex,
 // retry) waits for MongoDB before saying it cannot reach it, instead of
-// the driver's 30 s server selection (QA F23).
+// the driver's 30 s server selection.
 var reachTimeout = 10 * time.Second
 
 // reach checks, within reachTimeout, that the source MongoDB answers, for
@@ -358,8 +358,8 @@ func loadJobs(cfg config.Config, log hclog.Logger) (*transform.Set, error) {
 	return set, err
 }
 
-// runningHint adds to a RUNNING error of reindex or retry what to do (QA
-// F6): in a deployment where a sidecar always runs, some pod always holds
+// runningHint adds to a RUNNING error of reindex or retry what to do:
+// in a deployment where a sidecar always runs, some pod always holds
 // the lease.
 func runningHint(name string, err error) error {
 	if !errors.Is(err, errs.ErrRunning) {

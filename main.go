@@ -75,8 +75,7 @@ type command struct {
 }
 
 // commands lists the subcommands in the order --help shows them. The bodies
-// (runRun, runReindex, ...) live in cmd_<name>.go, each owned by the engineer
-// of that area.
+// (runRun, runReindex, ...) live in cmd_<name>.go.
 func commands() []command {
 	return []command{
 		{

@@ -39,7 +39,7 @@ func Check(ctx context.Context, job string, source, replica *mongo.Collection) e
 	}
 	rep, err := hello(ctx, replica.Database().Client())
 	if err != nil && engine.AuthFailed(err) {
-		// Waiting will not fix refused credentials (QA F28), as for the source.
+		// Waiting will not fix refused credentials, as for the source.
 		return errs.Wrap(errs.ConfigInvalid, job, err,
 			"the replica MongoDB refused the credentials of MEILISTREAM_REPLICA_URI (or MEILISTREAM_REPLICA_URI_FILE): fix them and restart meilistream")
 	}

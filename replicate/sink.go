@@ -269,8 +269,9 @@ func (s *Sink) model(w engine.Write) (mongo.WriteModel, *engine.DocFailure) {
 		return nil, &engine.DocFailure{Code: "BSONObjectTooLarge",
 			Message: fmt.Sprintf("document is %d bytes, the replica stores at most %d", len(doc), maxDocumentSize)}
 	}
-	// The transform may drop fields, never change _id (DESIGN.md "Mirror
-	// jobs"); a replacement without _id keeps the filter's.
+	// The transform may drop fields, never change _id: the replica must
+	// hold each document under its source _id. A replacement without _id
+	// keeps the filter's.
 	if id, err := doc.LookupErr("_id"); err == nil && !sameValue(id, key) {
 		return nil, &engine.DocFailure{Code: string(errs.IDMismatch),
 			Message: fmt.Sprintf("the transform changed _id (a %s where the source has a %s); a mirror keeps the source's _id", id.Type, key.Type)}

@@ -145,8 +145,7 @@ func TestAThrowIsTransformFailedWithWhere(t *testing.T) {
 
 func TestAnEndlessLoopIsStoppedAndTheNextCallWorks(t *testing.T) {
 	// Module state shows that the runtime that timed out was replaced by a
-	// freshly loaded one (DESIGN "Per-document errors"; doc.go "Module
-	// state").
+	// freshly loaded one (doc.go, "Module state").
 	j := loadJob(t, `let calls = 0;
 	module.exports = { transform(doc) {
 		calls++;

@@ -132,7 +132,7 @@ type Job struct {
 	// swap) or "inplace" (always for a mirror).
 	Reindex string
 	// Sweep removes, after an in-place reindex, what was not written by it.
-	// Default true for search, false for mirror (DESIGN.md "Mirror jobs").
+	// Default true for search, false for mirror.
 	Sweep bool
 	// Dates is how a JavaScript Date (and a BSON date) is written to
 	// Meilisearch: "iso" (default, "2024-05-01T10:00:00.000Z") or "epoch"

@@ -667,7 +667,7 @@ func TestFailNextAndRequests(t *testing.T) {
 	}
 }
 
-// Test50kDocuments is the speed check of the issue: 50,000 small documents
+// Test50kDocuments is the test server's speed check: 50,000 small documents
 // in batches of 5,000, read back page by page.
 func Test50kDocuments(t *testing.T) {
 	srv, c := start(t, meilitest.Options{})

@@ -8,8 +8,8 @@
 //
 // It speaks OP_MSG (kind 0 and kind 1 sections) and the legacy OP_QUERY
 // hello handshake driver v2.10.0 sends first on every connection, and
-// follows the reference note ../shared/reference/mongodb.md, which was
-// checked against the driver: hello without topologyVersion, strict reply
+// answers as the server does where the driver looks (checked against the
+// driver's source): hello without topologyVersion, strict reply
 // types, blocking change-stream getMore, postBatchResumeToken in every
 // batch, the errors the driver resumes on, $expr refused in upsert filters
 // (224), duplicate-key (11000) shapes.

@@ -65,7 +65,7 @@ func TestLoad(t *testing.T) {
 				"MEILISTREAM_TRANSFORM_TIMEOUT=100ms",
 				"MEILISTREAM_TRANSFORM_POOL=4",
 				"MEILISTREAM_HTTP_ADDR=127.0.0.1:0",
-				"MEILISTREAM_READY_FILE=/tmp/ready",
+				"MEILISTREAM_READY_FILE=/run/meilistream/ready",
 				"MEILISTREAM_SHUTDOWN_TIMEOUT=5s",
 				"MEILISTREAM_ROLLOUT_GRACE=15m",
 				"MEILISTREAM_LOG_LEVEL=DEBUG",
@@ -90,7 +90,7 @@ func TestLoad(t *testing.T) {
 				c.TransformTimeout = 100 * time.Millisecond
 				c.TransformPool = 4
 				c.HTTPAddr = "127.0.0.1:0"
-				c.ReadyFile = "/tmp/ready"
+				c.ReadyFile = "/run/meilistream/ready"
 				c.ShutdownTimeout = 5 * time.Second
 				c.RolloutGrace = 15 * time.Minute
 				c.LogLevel = "debug"

@@ -44,7 +44,7 @@ const (
 // ErrInvalidated is the cause (wrapped in a FAILED *errs.Error) of Run's
 // return when the collection was dropped, renamed or its database dropped:
 // the position is cleared, so the next run reindexes what the collection
-// then holds (DESIGN.md "Invalidate").
+// then holds.
 var ErrInvalidated = errors.New("change stream invalidated: collection dropped or renamed")
 
 // ErrTransformOlder is the cause (wrapped in a FAILED *errs.Error, so the

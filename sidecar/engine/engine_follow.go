@@ -16,10 +16,10 @@ import (
 )
 
 // errHistoryLost is follow's signal that the recorded position is gone from
-// the server's history (codes 286 ChangeStreamHistoryLost and 280
-// ChangeStreamFatalError on open or resume, reference/mongodb.md 4.2; 136
-// CappedPositionLost when an open stream is overtaken by the oplog's
-// truncation).
+// the server's history: codes 286 ChangeStreamHistoryLost and 280
+// ChangeStreamFatalError on open or resume, 136 CappedPositionLost when an
+// open stream is overtaken by the oplog's truncation (the server's
+// src/mongo/base/error_codes.yml).
 var errHistoryLost = errors.New("change stream history lost")
 
 // errStreamClosed: the server closed the cursor without an invalidate event.
@@ -69,9 +69,9 @@ func (e *Engine) openStream(ctx context.Context, job *transform.Job, token bson.
 // change or two; pausing after a batch lets the next one gather more. An
 // idle stream's getMore still waits on the server (maxAwaitTime), so a lone
 // write is not delayed; a busy one by at most the pace, which keeps a busy
-// stream's write-to-searchable within flushInterval + 50 ms. (At 10ms the
-// round trips of a busy stream were still about a tenth of follow's CPU per
-// change; go run ./bench, README "Performance".)
+// stream's write-to-searchable within flushInterval + 50 ms. A shorter
+// pace leaves a busy stream's round trips a visible part of follow's CPU
+// per change (go run ./bench measures it).
 func streamPace(flush time.Duration) time.Duration {
 	return min(flush/4, 25*time.Millisecond)
 }
@@ -94,10 +94,8 @@ func readStream(ctx context.Context, cs *mongo.ChangeStream, out chan<- csItem, 
 			// getMore. Not copied: each event is a slice of the reply the
 			// driver read it into, which it never writes to again (see
 			// readPart; TestStreamEventsStayValidAcrossGetMores pins it
-			// for change streams). The copy into one buffer per getMore
-			// was 2 KB of the 11 KB a change allocated: go run ./bench,
-			// 10 908 and 11 104 bytes per change before, 8 866 and 8 923
-			// after.
+			// for change streams), which saves a fifth of what a change
+			// allocates.
 			n := min(cs.RemainingBatchLength()+1, maxItemEvents)
 			evs := make([]bson.Raw, 0, n)
 			for {
@@ -524,7 +522,7 @@ func (f *follower) invalidated(ctx context.Context, op string) error {
 	name := f.jc.job.Name
 	f.log.Warn("collection invalidated: stopping; the next run reindexes", "event", op)
 	if o, ok := f.p.sink.(DDLObserver); ok {
-		o.OnDDL(ctx, op) // never applied to a replica (DESIGN.md "Mirror jobs")
+		o.OnDDL(ctx, op) // never applied to a replica
 	} else if f.jc.job.Kind == transform.Mirror {
 		f.e.observeDDL(name, op)
 	}

@@ -402,10 +402,9 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l L
 // a page, so that one part is read while the one before it is transformed
 // and uploaded and still at most one page is read and not checkpointed.
 // It is not capped by batchSize, follow's trigger: bigger batches cost less
-// per document (fewer tasks, getMores and checkpoints: 1.4 us of sidecar
-// CPU per document less with parts of 1000 than of 500, bench -against),
-// and a part is one cursor batch, so never more than the 16 MB MongoDB
-// returns at once, however large the documents.
+// per document (fewer tasks, getMores and checkpoints), and a part is one
+// cursor batch, so never more than the 16 MB MongoDB returns at once,
+// however large the documents.
 func partSize(pageSize int) int {
 	return max(1, pageSize/2)
 }
@@ -421,11 +420,9 @@ func partSize(pageSize int) int {
 // make([]byte, size); decompression and decryption make new ones too) and
 // never writes to it again, so a slice of it stays valid while it is held.
 // TestReadPartKeepsDocumentsValidAcrossBatches pins this for the driver in
-// go.mod. Copying each part into a buffer of our own (a megabyte
-// allocated and copied per part of 1000 articles, living as long as the
-// reply now does) cost 3 % of a reindex's CPU and 8 MB of peak RSS: 25.7
-// against 24.9 µs per document over ten alternating runs of go run ./bench
-// -docs 100000 (22.3 against 21.0 over the four in a fast phase).
+// go.mod. Copying each part into a buffer of our own (a megabyte per part
+// of 1000 articles, living as long as the reply does) costs a few percent
+// of a reindex's CPU and peak memory for nothing.
 func readPart(ctx context.Context, cur *mongo.Cursor, size int) (batch []item, more bool) {
 	for len(batch) < size && cur.Next(ctx) {
 		if batch == nil {
@@ -658,8 +655,10 @@ func (e *Engine) sweep(ctx context.Context, jc jobConfig, staged Staged, coll *m
 
 // resumeFilter selects the _ids after last in _id order. MongoDB's
 // comparison operators only match values of the same canonical type ("type
-// bracketing"), so {$gt: last} alone would skip every _id of a type that
-// sorts after last's (reference/mongodb.md 5.3): those are added by $type.
+// bracketing",
+// https://www.mongodb.com/docs/manual/reference/mql/query-predicates/type-bracketing/),
+// so {$gt: last} alone would skip every _id of a type that sorts after
+// last's: those are added by $type.
 func resumeFilter(last bson.RawValue) bson.D {
 	if last.Type == 0 {
 		return bson.D{}

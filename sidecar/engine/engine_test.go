@@ -983,7 +983,7 @@ func TestLagGrowsWhileMeilisearchIsStuckAndFallsBackToZero(t *testing.T) {
 	e.meili.PauseTasks()
 	e.insert(100, 110, nil)
 	until(t, "lag over 300ms", func() bool { return r.stats.Snapshot().LagSeconds > 0.3 })
-	// The metric (what alerts read) grows too, not only /status (QA F19).
+	// The metric (what alerts read) grows too, not only /status.
 	lag := func() float64 { return metric(t, reg, "meilistream_follow_lag_seconds", "items") }
 	until(t, "lag metric over 1s", func() bool { return lag() > 1 })
 	e.meili.ResumeTasks()

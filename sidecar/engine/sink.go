@@ -7,18 +7,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// NOTE for implementers (replicate/): owned by the engine engineer. Changes
-// from the draft are listed in /tmp/sink-changes.md; since 07:50 UTC:
-//   - Write.Key is gone: the engine works in source _ids only (SourceID) and
-//     each sink derives its own key (Meilisearch: transform.IndexID; a
-//     replica: the _id itself).
-//   - DocFailure names the refused writes by their positions in the batch
-//     (Writes), so the engine can bisect a refusal of a whole task.
-//   - Stage returns whether it resumed an existing target.
-//   - Keys yields source _ids.
-//   - (08:40) optional DDLObserver: the engine calls OnDDL(ctx, event)
-//     before it stops a job as invalidated.
-
 // Write is one change for one document, after the transform: an upsert of
 // Doc or a delete.
 type Write struct {
@@ -106,8 +94,8 @@ type Staged interface {
 
 // DDLObserver is implemented by a sink that wants to hear of a drop, rename
 // or dropDatabase of its source collection (the replica sink logs and counts
-// it, DESIGN.md "Mirror jobs"); the engine calls it before it stops the job
-// as invalidated.
+// it, and never applies it to the replica); the engine calls it before it
+// stops the job as invalidated.
 type DDLObserver interface {
 	OnDDL(ctx context.Context, event string)
 }

@@ -34,7 +34,7 @@ var _ JobDriver = (*EngineDriver)(nil)
 // period, jittered, so a freed lease is noticed within one renewal period);
 // any other failure to ask (MongoDB unreachable, credentials refused) is
 // returned, so the supervisor shows it in /status (last_error, restarting)
-// instead of a "standby" that claims another pod works (QA F9). A refused
+// instead of a "standby" that claims another pod works. A refused
 // authentication is CONFIG_INVALID naming MEILISTREAM_MONGODB_URI.
 func (d *EngineDriver) Standby(ctx context.Context, name string, held func(why error)) (HeldLease, error) {
 	capd := d.Leases.TTL() / 3
@@ -87,7 +87,7 @@ func MongoAccessError(job string, err error) error {
 
 // Run builds the job's sink and runs the engine under the held lease.
 // Failures to prepare the destination, which the engine retries itself,
-// show in /status as the job's last_error and attempts (QA F13).
+// show in /status as the job's last_error and attempts.
 func (d *EngineDriver) Run(ctx context.Context, def JobDef, h HeldLease, st *SupervisedJob) error {
 	job, ok := def.Spec.(*transform.Job)
 	if !ok || job == nil {

@@ -31,7 +31,7 @@ type prepObserver struct {
 func (s *prepObserver) OnDDL(_ context.Context, event string) { s.events = append(s.events, event) }
 
 // A job retrying its destination's preparation shows the error and the
-// attempts in /status (QA F13); the sink keeps its DDLObserver.
+// attempts in /status; the sink keeps its DDLObserver.
 func TestReportingSinkPrepare(t *testing.T) {
 	st := &SupervisedJob{Name: "people", Kind: "search", Stats: engine.NewJobStats(), m: noMetrics{}}
 	st.setState(StateRunning)

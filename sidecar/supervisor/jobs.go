@@ -30,7 +30,7 @@ func JobDefs(jobs []*transform.Job, loadErr error) (defs []JobDef, other []error
 		if have[e.Job] {
 			// An edit that broke a running job's file: the previous version
 			// keeps running; the supervisor logs the error with the job and
-			// shows it in /status as transform_error (QA F12).
+			// shows it in /status as transform_error.
 			for i := range defs {
 				if defs[i].Name == e.Job {
 					defs[i].LoadErr = errors.Join(defs[i].LoadErr, err)

@@ -47,7 +47,7 @@ func TestJobDefs(t *testing.T) {
 		}
 		for _, d := range defs {
 			if d.Name == "good" && (d.Err != nil || d.Spec == nil || d.LoadErr == nil) {
-				t.Errorf("good = %+v, want the previous version kept and the load error on it (QA F12)", d)
+				t.Errorf("good = %+v, want the previous version kept and the load error on it", d)
 			}
 		}
 	})

@@ -73,7 +73,7 @@ func TestSupervisorStatus(t *testing.T) {
 	if j := m["waiting"]; j.State != "standby" || j.Holder != "other:2:def" || j.Kind != "mirror" {
 		t.Errorf("waiting = %+v, want standby naming the other holder", j)
 	}
-	// A job that cannot ask for its lease is not "standby" (QA F9).
+	// A job that cannot ask for its lease is not "standby".
 	if j := m["unreachable"]; j.State != "restarting" || j.LastError == nil || j.LastError.Code != "FAILED" ||
 		!strings.Contains(j.LastError.Message, "connection refused") || j.Holder != "" {
 		t.Errorf("unreachable = %+v, want restarting with its FAILED error", j)
@@ -85,7 +85,7 @@ func TestSupervisorStatus(t *testing.T) {
 	if j := m["bad"]; j.LastError == nil || j.LastError.Code != "CONFIG_INVALID" {
 		t.Errorf("bad = %+v, want its CONFIG_INVALID error", j)
 	}
-	// The message is bare: code and job are fields of their own (QA F4).
+	// The message is bare: code and job are fields of their own.
 	if j := m["flaky"]; j.LastError == nil || j.LastError.Message != "meilisearch unreachable" {
 		t.Errorf("flaky message = %+v, want the bare message", j.LastError)
 	}

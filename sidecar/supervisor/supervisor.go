@@ -30,7 +30,7 @@ const (
 	StateStopped    = status.Stopped    // done (shutdown or removed)
 )
 
-// Default restart backoff of a failing job (DESIGN.md: 1 s doubling to 1 min).
+// Default restart backoff of a failing job (1 s doubling to 1 min).
 const (
 	DefaultRestartMin = time.Second
 	DefaultRestartMax = time.Minute
@@ -489,8 +489,8 @@ func (s *Supervisor) Close(ctx context.Context) error {
 }
 
 // unfinished is Close's error when ctx ended first: it wraps cause and
-// names each job that had not stopped, in what state, and what was pending
-// (QA F20): "people (following): 3s of changes not durable, last error
+// names each job that had not stopped, in what state, and what was pending:
+// "people (following): 3s of changes not durable, last error
 // FAILED: send batch: ...; position left at T: the next holder replays
 // the changes after it".
 func (s *Supervisor) unfinished(cause error) error {
@@ -539,7 +539,7 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 	failures := 0
 	for ctx.Err() == nil {
 		// "standby" only once the lease is known held by another process:
-		// a job that cannot even ask shows its error instead (QA F9).
+		// a job that cannot even ask shows its error instead.
 		st.setState(StateStarting)
 		h, err := s.cfg.Driver.Standby(ctx, j.def.Name, func(why error) {
 			if st.setState(StateStandby) {
@@ -720,8 +720,9 @@ func (s *Supervisor) backoff(ctx context.Context, log hclog.Logger, st *Supervis
 	in := d.Round(time.Millisecond).String()
 	switch {
 	case errors.Is(err, engine.ErrInvalidated):
-		// A drop or rename of the source is a normal path (DESIGN
-		// "Invalidate"), not an error to page anyone about (QA F27).
+		// A drop or rename of the source is a normal path (the job
+		// reindexes what the collection then holds), not an error to page
+		// anyone about.
 		log.Warn("source collection dropped or renamed: restarting the job, which reindexes what the collection now holds", "error", err, "in", in)
 	case errors.Is(err, engine.ErrTransformOlder):
 		log.Warn("waiting for this pod's transform file to update (another pod recorded a newer one)", "error", err, "restarts", failures, "in", in)

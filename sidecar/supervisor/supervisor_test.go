@@ -334,7 +334,7 @@ func TestSupervisor(t *testing.T) {
 		err := s.Close(ctx)
 		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "jobs not finished: a (") ||
 			!strings.Contains(err.Error(), "no position recorded yet") {
-			t.Errorf("Close = %v, want deadline exceeded naming job a and what it left (QA F20)", err)
+			t.Errorf("Close = %v, want deadline exceeded naming job a and what it left", err)
 		}
 		close(release)
 		closeSupervisor(t, s)
@@ -361,8 +361,7 @@ func TestRestartDelay(t *testing.T) {
 }
 
 // A changed file that fails to load leaves the previous version running,
-// shown as transform_error on the job, counted, and logged with the job
-// (QA F12).
+// shown as transform_error on the job, counted, and logged with the job.
 func TestSupervisorTransformError(t *testing.T) {
 	d := newFakeDriver(func(ctx context.Context, def supervisor.JobDef, call int) error {
 		<-ctx.Done()
@@ -420,8 +419,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// A job refused for a process-wide setting says to fix it and restart
-// (QA F14).
+// A job refused for a process-wide setting says to fix it and restart.
 func TestSupervisorRestartHint(t *testing.T) {
 	d := newFakeDriver(func(ctx context.Context, def supervisor.JobDef, call int) error {
 		return &errs.Error{Code: errs.ConfigInvalid, Job: def.Name, Setting: "MEILISTREAM_MEILI_API_KEY",
