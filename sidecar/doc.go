@@ -15,5 +15,5 @@
 //   - engine: reindex and follow of one job over a Sink.
 //   - jobstate: what the engine keeps in MongoDB (positions, checkpoints,
 //     per-document error records).
-//   - status: the /status types; a leaf.
+//   - status: the jobs' live figures and the /status types; a leaf.
 package sidecar

@@ -16,7 +16,7 @@ const module = "github.com/meilistream/meilistream"
 // sink, the supervisor, the HTTP side, the configuration nor Prometheus;
 // nothing but the main package reaches the configuration.
 var forbidden = map[string][]string{
-	"sidecar/status":     {module + "/"}, // a leaf: nothing of this module
+	"sidecar/status":     {"sidecar/", "lease", "transform", "replicate"}, // a leaf: of this module, only internal/errs
 	"sidecar/jobstate":   {"sidecar/engine", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate", "lease", "github.com/prometheus/"},
 	"sidecar/engine":     {"sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate", "github.com/prometheus/"},
 	"sidecar/meili":      {"replicate", "sidecar/supervisor", "sidecar/httpapi", "github.com/prometheus/"},

@@ -10,13 +10,14 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/transform"
 )
 
 // handleDocErrors takes transform failures through the per-document error
 // path: recorded and counted, then the job goes on (skip) or stops with an
 // error naming the document (fail).
-func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *JobStats, set *errSet, bad []docError) error {
+func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *status.JobStats, set *errSet, bad []docError) error {
 	for _, b := range bad {
 		code := string(errs.CodeOf(b.err))
 		msg := b.err.Error() // the code and job are recorded apart
@@ -26,7 +27,7 @@ func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *JobSt
 			return err
 		}
 		set.add(b.id)
-		stats.add(0, 0, 0, 1)
+		stats.Add(0, 0, 0, 1)
 		e.observeDocError(jc.job.Name, code)
 		if jc.OnDocumentError == "fail" {
 			e.log.Error("document failed; stopping the job (onDocumentError: fail)", "job", jc.job.Name, "id", idString(b.id), "op", string(b.op), "code", code, "error", msg)

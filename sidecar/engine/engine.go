@@ -20,6 +20,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -194,21 +195,21 @@ func (e *Engine) jobCfg(job *transform.Job) jobConfig {
 // FAILED error wrapping ErrInvalidated when the collection was dropped or
 // renamed (position cleared), or the per-document error's own code with
 // onDocumentError: fail.
-func (e *Engine) Run(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *JobStats) error {
+func (e *Engine) Run(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *status.JobStats) error {
 	e.setKind(job.Name, job.Kind.String())
 	if stats == nil {
-		stats = NewJobStats() // the lag metric is computed from it
+		stats = status.NewJobStats() // the lag metric is computed from it
 	}
 	err := e.run(ctx, job, sink, l, stats)
 	if err != nil {
 		err = errs.WithJob(job.Name, err)
-		stats.setError(err)
+		stats.SetError(err)
 	}
-	stats.setPhase(PhaseIdle)
+	stats.SetPhase(status.PhaseIdle)
 	return err
 }
 
-func (e *Engine) run(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *JobStats) error {
+func (e *Engine) run(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *status.JobStats) error {
 	ctx, stop := leaseContext(ctx, l)
 	defer stop()
 	log := e.log.With("job", job.Name)

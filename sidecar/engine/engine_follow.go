@@ -12,6 +12,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -133,9 +134,9 @@ func readStream(ctx context.Context, cs *mongo.ChangeStream, out chan<- csItem, 
 // follow applies the change stream from pos until ctx ends (nil, after a
 // flush), the lease is lost, the history is lost (errHistoryLost), the
 // collection is invalidated, or a non-retryable error.
-func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *JobStats, pos *jobstate.Position, log hclog.Logger) error {
+func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *status.JobStats, pos *jobstate.Position, log hclog.Logger) error {
 	jc := e.jobCfg(job)
-	stats.setPhase(PhaseFollowing)
+	stats.SetPhase(status.PhaseFollowing)
 
 	// The pipe outlives ctx on a clean close, so pending changes can be
 	// flushed and recorded; the lease still stops it at once.
@@ -151,7 +152,7 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l Le
 
 	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, p: p, tok: pos.Token}
 	f.reset()
-	stats.lagReset()
+	stats.LagReset()
 	log.Info("following", "collection", job.Collection, "since", pos.WallTime)
 
 	var (
@@ -283,7 +284,7 @@ type follower struct {
 	e     *Engine
 	jc    jobConfig
 	l     Lease
-	stats *JobStats
+	stats *status.JobStats
 	log   hclog.Logger
 	p     *pipe
 
@@ -304,11 +305,11 @@ func (f *follower) reset() {
 // counted adds n change events read to the stats (once per batch of
 // events, not per event).
 func (f *follower) counted(n int) {
-	f.stats.update(func(s *JobSnapshot) { s.Changes += int64(n) })
+	f.stats.Update(func(s *status.JobSnapshot) { s.Changes += int64(n) })
 }
 
 func (f *follower) retried(what string, err error, attempt int) {
-	f.stats.update(func(s *JobSnapshot) { s.Retries++; s.noteError(err) })
+	f.stats.Update(func(s *status.JobSnapshot) { s.Retries++; s.NoteError(err) })
 	f.e.observeRetry(f.jc.job.Name, err)
 	if attempt == 0 || time.Since(f.retryAt) > 10*time.Second {
 		f.retryAt = time.Now()
@@ -378,7 +379,7 @@ func (f *follower) add(ev bson.Raw) (string, error) {
 		}
 	}
 	if len(f.items) == 1 {
-		f.stats.lagPending(f.wall)
+		f.stats.LagPending(f.wall)
 	}
 	return "", nil
 }
@@ -403,7 +404,7 @@ func (f *follower) flush() error {
 			if err := e.handleDocErrors(ctx, jc, stats, set, bad); err != nil {
 				return err
 			}
-			stats.add(0, 0, int64(skipped), 0)
+			stats.Add(0, 0, int64(skipped), 0)
 			e.observeSkipped(jc.job.Name, int64(skipped))
 			fl.batch = Batch{Writes: writes}
 			// With deleteSkipped every item has its write, in order: the
@@ -426,10 +427,10 @@ func (f *follower) flush() error {
 		if err := record(ctx, fl); err != nil {
 			return err
 		}
-		stats.lagDurable()
+		stats.LagDurable()
 		return nil
 	}
-	stats.lagFlushed()
+	stats.LagFlushed()
 	f.posReq = time.Now()
 	return f.p.submit(fl)
 }
@@ -446,7 +447,7 @@ func (f *follower) recordAfter(tok bson.Raw, wall time.Time, idle bool) func(ctx
 		if !idle {
 			lag = max(time.Since(wall).Seconds(), 0)
 		}
-		stats.update(func(s *JobSnapshot) { s.LastPosition = wall; s.RecordedAt = time.Now(); s.LagSeconds = lag })
+		stats.Update(func(s *status.JobSnapshot) { s.LastPosition = wall; s.RecordedAt = time.Now(); s.LagSeconds = lag })
 		e.observeLag(jc.job.Name, stats.Snapshot().LagSeconds)
 		return nil
 	}
@@ -466,7 +467,7 @@ func (f *follower) idle(tok bson.Raw) error {
 	if time.Since(f.posReq) < f.jc.PositionInterval {
 		stats := f.stats
 		return f.p.submit(&flight{durable: func(context.Context, *flight) error {
-			stats.update(func(s *JobSnapshot) { s.LagSeconds = 0 })
+			stats.Update(func(s *status.JobSnapshot) { s.LagSeconds = 0 })
 			return nil
 		}})
 	}

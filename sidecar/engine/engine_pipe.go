@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/status"
 )
 
 // A pipe carries batches to a sink in order, pipelined in three stages, each
@@ -32,7 +33,7 @@ type pipe struct {
 	e     *Engine
 	jc    jobConfig
 	sink  Sink
-	stats *JobStats
+	stats *status.JobStats
 	log   hclog.Logger
 	track bool
 
@@ -79,7 +80,7 @@ func (f *flight) isRefused(pos int) bool {
 	return false
 }
 
-func (e *Engine) newPipe(ctx context.Context, jc jobConfig, sink Sink, stats *JobStats, log hclog.Logger, track bool) *pipe {
+func (e *Engine) newPipe(ctx context.Context, jc jobConfig, sink Sink, stats *status.JobStats, log hclog.Logger, track bool) *pipe {
 	ctx, cancel := context.WithCancelCause(ctx)
 	p := &pipe{
 		e: e, jc: jc, sink: sink, stats: stats, log: log, track: track,
@@ -250,7 +251,7 @@ func (p *pipe) sendRetry(ctx context.Context, b Batch) (Receipt, error) {
 }
 
 func (p *pipe) retried(what string, err error, attempt int) {
-	p.stats.update(func(s *JobSnapshot) { s.Retries++; s.noteError(err) })
+	p.stats.Update(func(s *status.JobSnapshot) { s.Retries++; s.NoteError(err) })
 	p.e.observeRetry(p.jc.job.Name, err)
 	p.failMu.Lock()
 	loud := time.Since(p.retryLog) > 10*time.Second || attempt == 0
@@ -330,7 +331,7 @@ func (p *pipe) settle(ctx context.Context, f *flight) error {
 		}
 	}
 	up -= int64(len(f.refusedPos))
-	p.stats.update(func(s *JobSnapshot) { s.Indexed += up; s.Deleted += del; s.Batches++ })
+	p.stats.Update(func(s *status.JobSnapshot) { s.Indexed += up; s.Deleted += del; s.Batches++ })
 	p.e.observeBatch(p.jc.job.Name, time.Since(f.sentAt), len(f.batch.Writes))
 	p.e.observeWrites(p.jc.job.Name, up, del)
 	return nil
@@ -456,7 +457,7 @@ func (p *pipe) refused(ctx context.Context, f *flight, pos int, code, msg string
 		return errs.New(errs.Failed, name, "the destination refused document _id %s: %s: %s; fix the document (or the transform); onDocumentError is fail, so the job stops", idString(w.SourceID), code, msg)
 	}
 	p.errs.add(w.SourceID)
-	p.stats.add(0, 0, 0, 1)
+	p.stats.Add(0, 0, 0, 1)
 	p.e.observeDocError(name, code)
 	if w.Delete {
 		return nil

@@ -10,6 +10,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -97,10 +98,10 @@ func put(id string, v any) Write {
 	return Write{SourceID: rawID(id), Doc: map[string]any{"v": v}}
 }
 
-func testPipe(t *testing.T, sink Sink, track bool) (*pipe, *JobStats) {
+func testPipe(t *testing.T, sink Sink, track bool) (*pipe, *status.JobStats) {
 	t.Helper()
 	e := New(nil, nil, nil, Config{RetryBase: time.Millisecond, RetryCap: 5 * time.Millisecond}, nil, nil)
-	st := NewJobStats()
+	st := status.NewJobStats()
 	p := e.newPipe(context.Background(), e.jobCfg(&transform.Job{Name: "t"}), sink, st, e.log, track)
 	t.Cleanup(func() { p.abort(errPipeClosed) })
 	return p, st

@@ -15,6 +15,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -36,7 +37,7 @@ type ReindexSummary struct {
 // is recorded but the checkpoint; a lost lease ends it with LEASE_LOST before
 // the swap and the record. Cancelling ctx stops it (error: ctx's cause); a
 // later Reindex or Run resumes.
-func (e *Engine) Reindex(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *JobStats) (ReindexSummary, error) {
+func (e *Engine) Reindex(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *status.JobStats) (ReindexSummary, error) {
 	ctx, stop := leaseContext(ctx, l)
 	defer stop()
 	log := e.log.With("job", job.Name)
@@ -48,10 +49,10 @@ func (e *Engine) Reindex(ctx context.Context, job *transform.Job, sink Sink, l L
 	if err == nil {
 		sum, err = e.reindex(ctx, job, sink, l, stats, log)
 	}
-	stats.setPhase(PhaseIdle)
+	stats.SetPhase(status.PhaseIdle)
 	if err != nil {
 		err = errs.WithJob(job.Name, leaseOr(ctx, l, err))
-		stats.setError(err)
+		stats.SetError(err)
 	}
 	return sum, err
 }
@@ -89,12 +90,12 @@ func (e *Engine) tokenValid(ctx context.Context, job *transform.Job, tok bson.Ra
 	return true, nil
 }
 
-func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *JobStats, log hclog.Logger) (ReindexSummary, error) {
+func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *status.JobStats, log hclog.Logger) (ReindexSummary, error) {
 	start := time.Now()
 	jc := e.jobCfg(job)
 	name := job.Name
 	var sum ReindexSummary
-	stats.setPhase(PhaseReindexing)
+	stats.SetPhase(status.PhaseReindexing)
 	inPlace := job.Reindex == "inplace" || job.Kind == transform.Mirror
 	coll := e.source.Collection(job.Collection)
 
@@ -149,8 +150,8 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l L
 	} else {
 		log.Info("reindex started", "estimated_total", est, "in_place", inPlace)
 	}
-	stats.update(func(s *JobSnapshot) {
-		s.Reindex = ReindexProgress{Done: cp.Count, Estimated: est, Started: start, Resumed: sum.Resumed}
+	stats.Update(func(s *status.JobSnapshot) {
+		s.Reindex = status.ReindexProgress{Done: cp.Count, Estimated: est, Started: start, Resumed: sum.Resumed}
 	})
 
 	// Progress every few seconds, in the log and the stats.
@@ -171,7 +172,7 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l L
 				if rate > 0 && est > n {
 					eta = time.Duration(float64(est-n) / rate * float64(time.Second)).Round(time.Second)
 				}
-				stats.update(func(s *JobSnapshot) { s.Reindex.Rate = rate; s.Reindex.ETA = eta })
+				stats.Update(func(s *status.JobSnapshot) { s.Reindex.Rate = rate; s.Reindex.ETA = eta })
 				log.Info("reindex progress", "done", n, "estimated_total", est, "rate_per_s", int64(rate), "eta", eta)
 			case <-progStop:
 				return
@@ -201,7 +202,7 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l L
 	win := newWindow(jc.PageSize)
 	ckp := e.newCheckpointer(pctx, name, l, cp, win, p.fail, func(n int64) {
 		done.Store(n)
-		stats.update(func(s *JobSnapshot) { s.Reindex.Done = n })
+		stats.Update(func(s *status.JobSnapshot) { s.Reindex.Done = n })
 		e.observeProgress(name, n, est)
 	})
 	defer ckp.abort()
@@ -239,7 +240,7 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l L
 				clear = set.candidates(writes, bd)
 				skipped.Add(int64(sk))
 				bad.Add(int64(len(bd)))
-				stats.add(0, 0, int64(sk), 0)
+				stats.Add(0, 0, int64(sk), 0)
 				e.observeSkipped(name, int64(sk))
 				f.batch = Batch{Writes: writes}
 				return nil
@@ -386,7 +387,7 @@ func (e *Engine) reindex(ctx context.Context, job *transform.Job, sink Sink, l L
 		return sum, err
 	}
 	sum.Duration = time.Since(start)
-	stats.update(func(s *JobSnapshot) {
+	stats.Update(func(s *status.JobSnapshot) {
 		s.Reindexes++
 		s.Reindex.Done = cp.Count
 		s.LastPosition = cp.StartedAt
@@ -597,7 +598,7 @@ func (c *checkpointer) abort() {
 // _ids no longer in the collection. (Documents the transform keeps out
 // were deleted while reindexing.) The ids to delete are collected first:
 // deleting while paging through the destination would shift its pages.
-func (e *Engine) sweep(ctx context.Context, jc jobConfig, staged Staged, coll *mongo.Collection, stats *JobStats, log hclog.Logger) (int64, error) {
+func (e *Engine) sweep(ctx context.Context, jc jobConfig, staged Staged, coll *mongo.Collection, stats *status.JobStats, log hclog.Logger) (int64, error) {
 	name := jc.job.Name
 	var gone []bson.RawValue
 	err := staged.Keys(ctx, func(ids []bson.RawValue) error {

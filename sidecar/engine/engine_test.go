@@ -30,6 +30,7 @@ import (
 	"github.com/meilistream/meilistream/sidecar/httpapi"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/meili"
+	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -197,12 +198,12 @@ func (e *env) settled(job *transform.Job) {
 type running struct {
 	cancel context.CancelFunc
 	done   chan error
-	stats  *engine.JobStats
+	stats  *status.JobStats
 }
 
 func (e *env) run(job *transform.Job, l *lease.Lease) *running {
 	ctx, cancel := context.WithCancel(e.ctx)
-	r := &running{cancel: cancel, done: make(chan error, 1), stats: engine.NewJobStats()}
+	r := &running{cancel: cancel, done: make(chan error, 1), stats: status.NewJobStats()}
 	eng := e.engine()
 	sink := meili.NewSink(e.mc, job, e.log)
 	go func() { r.done <- eng.Run(ctx, job, sink, l, r.stats) }()
@@ -341,13 +342,13 @@ func TestWritesDuringALongReindexAreAllPresent(t *testing.T) {
 	r := e.run(job, e.acquire())
 	until(t, "reindex under way", func() bool {
 		s := r.stats.Snapshot()
-		return s.Phase == engine.PhaseReindexing && s.Reindex.Done > 0
+		return s.Phase == status.PhaseReindexing && s.Reindex.Done > 0
 	})
 	e.insert(10000, 10050, nil)
 	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 2999}, bson.M{"$set": bson.M{"title": "late update"}}))
 	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 5}, bson.M{"$set": bson.M{"title": "early update"}}))
 	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 6}))
-	if s := r.stats.Snapshot(); s.Phase != engine.PhaseReindexing {
+	if s := r.stats.Snapshot(); s.Phase != status.PhaseReindexing {
 		t.Fatalf("the reindex ended before the writes; make it longer (phase %q)", s.Phase)
 	}
 	e.equal(job)
@@ -399,7 +400,7 @@ func TestReindexKilledMidwayResumesFromItsCheckpoint(t *testing.T) {
 	eng := e.engine()
 	sink := meili.NewSink(e.mc, job, e.log)
 	ctx, cancel := context.WithCancel(e.ctx)
-	st := engine.NewJobStats()
+	st := status.NewJobStats()
 	done := make(chan error, 1)
 	go func() {
 		_, err := eng.Reindex(ctx, job, sink, l, st)
@@ -418,7 +419,7 @@ func TestReindexKilledMidwayResumesFromItsCheckpoint(t *testing.T) {
 		t.Fatalf("no checkpoint: %+v %v", states, err)
 	}
 	cp := states[0].Reindex.Count
-	sum, err := eng.Reindex(e.ctx, job, sink, l, engine.NewJobStats())
+	sum, err := eng.Reindex(e.ctx, job, sink, l, status.NewJobStats())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1078,7 +1079,7 @@ func TestReindexReadsOnAfterDroppedConnections(t *testing.T) {
 	e.cfg.PageSize = 50
 	e.insert(0, 3000, nil)
 	job := e.job(itemsJS)
-	st := engine.NewJobStats()
+	st := status.NewJobStats()
 	done := make(chan error, 1)
 	go func() {
 		_, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, job, e.log), e.acquire(), st)
@@ -1135,7 +1136,7 @@ func TestMetricsCountWhatTheEngineDid(t *testing.T) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- eng.Run(ctx, job, meili.NewSink(e.mc, job, e.log), e.acquire(), engine.NewJobStats())
+		done <- eng.Run(ctx, job, meili.NewSink(e.mc, job, e.log), e.acquire(), status.NewJobStats())
 	}()
 	e.settled(job)
 	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 1}))

@@ -1,9 +1,10 @@
-// Package status holds what a running sidecar says about its jobs: the
-// JSON of GET /status (Report, Job and the types inside it) and
-// the interfaces the HTTP server asks it through (Source,
-// QuickReadier). The supervisor produces these values and the HTTP server
-// serves them; neither imports the other.
+// Package status is what a running sidecar knows and says about its jobs:
+// each job's live figures (JobStats: written by the engine as it works,
+// read by the supervisor), and the JSON of GET /status built from them
+// (Report, Job and the types inside it) with the interfaces the HTTP
+// server asks through (Source, QuickReadier). The engine, the supervisor
+// and the HTTP server share these types without importing one another.
 //
-// It is a leaf: it imports nothing of this module, so every package may
-// import it.
+// It is a leaf: of this module it imports only internal/errs, so every
+// package may import it.
 package status

@@ -7,6 +7,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/status"
 )
 
 // prepSink fails Prepare while fails > 0; the rest of Sink is not used.
@@ -33,7 +34,7 @@ func (s *prepObserver) OnDDL(_ context.Context, event string) { s.events = appen
 // A job retrying its destination's preparation shows the error and the
 // attempts in /status; the sink keeps its DDLObserver.
 func TestReportingSinkPrepare(t *testing.T) {
-	st := &SupervisedJob{Name: "people", Kind: "search", Stats: engine.NewJobStats(), m: noMetrics{}}
+	st := &SupervisedJob{Name: "people", Kind: "search", Stats: status.NewJobStats(), m: noMetrics{}}
 	st.setState(StateRunning)
 	inner := &prepObserver{prepSink: prepSink{fails: 2}}
 	s := ReportingSink(inner, st.prepared)

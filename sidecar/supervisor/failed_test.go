@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/status"
 )
 
 // A job that fails (a bad definition) gets its error and the "failed"
@@ -12,7 +12,7 @@ import (
 func TestSupervisedJobFailedIsOneStep(t *testing.T) {
 	bad := errs.New(errs.ConfigInvalid, "people", "a mirror job needs a replica")
 	for i := 0; i < 200; i++ {
-		st := &SupervisedJob{Name: "people", Kind: "search", Stats: engine.NewJobStats(), m: noMetrics{}}
+		st := &SupervisedJob{Name: "people", Kind: "search", Stats: status.NewJobStats(), m: noMetrics{}}
 		st.setState(StateStarting)
 		done := make(chan struct{})
 		go func() {

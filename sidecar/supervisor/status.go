@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/status"
 )
 
@@ -53,9 +52,9 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 	}
 	if sn.State == StateRunning {
 		switch es.Phase {
-		case engine.PhaseReindexing:
+		case status.PhaseReindexing:
 			st.State = status.Reindexing
-		case engine.PhaseFollowing:
+		case status.PhaseFollowing:
 			st.State = status.Following
 		default:
 			st.State = StateStarting

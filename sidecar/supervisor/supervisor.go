@@ -217,7 +217,7 @@ type supervised struct {
 type SupervisedJob struct {
 	Name  string
 	Kind  string
-	Stats *engine.JobStats // the engine's, kept across runs
+	Stats *status.JobStats // the engine's, kept across runs
 	m     Metrics          // never nil: noMetrics when the supervisor has none
 
 	mu          sync.Mutex
@@ -442,7 +442,7 @@ func (s *Supervisor) statsFor(d JobDef, old []*supervised) *SupervisedJob {
 			return j.stats
 		}
 	}
-	return &SupervisedJob{Name: d.Name, Kind: d.Kind, Stats: engine.NewJobStats(), m: s.cfg.Metrics}
+	return &SupervisedJob{Name: d.Name, Kind: d.Kind, Stats: status.NewJobStats(), m: s.cfg.Metrics}
 }
 
 func (s *Supervisor) startLocked(d JobDef, st *SupervisedJob) {

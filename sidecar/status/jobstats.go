@@ -1,4 +1,4 @@
-package engine
+package status
 
 import (
 	"sync"
@@ -93,23 +93,23 @@ func (j *JobStats) Snapshot() JobSnapshot {
 	return s
 }
 
-// lagReset forgets outstanding changes (a new follow).
-func (j *JobStats) lagReset() {
-	j.update(func(*JobSnapshot) { j.inflight, j.pending = j.inflight[:0], time.Time{} })
+// LagReset forgets outstanding changes (a new follow).
+func (j *JobStats) LagReset() {
+	j.Update(func(*JobSnapshot) { j.inflight, j.pending = j.inflight[:0], time.Time{} })
 }
 
-// lagPending notes the first change of the batch being gathered.
-func (j *JobStats) lagPending(wall time.Time) {
-	j.update(func(*JobSnapshot) {
+// LagPending notes the first change of the batch being gathered.
+func (j *JobStats) LagPending(wall time.Time) {
+	j.Update(func(*JobSnapshot) {
 		if j.pending.IsZero() {
 			j.pending = wall
 		}
 	})
 }
 
-// lagFlushed moves the gathered batch to the in-flight ones.
-func (j *JobStats) lagFlushed() {
-	j.update(func(*JobSnapshot) {
+// LagFlushed moves the gathered batch to the in-flight ones.
+func (j *JobStats) LagFlushed() {
+	j.Update(func(*JobSnapshot) {
 		if !j.pending.IsZero() {
 			j.inflight = append(j.inflight, j.pending)
 			j.pending = time.Time{}
@@ -117,16 +117,17 @@ func (j *JobStats) lagFlushed() {
 	})
 }
 
-// lagDurable drops the oldest in-flight batch.
-func (j *JobStats) lagDurable() {
-	j.update(func(*JobSnapshot) {
+// LagDurable drops the oldest in-flight batch.
+func (j *JobStats) LagDurable() {
+	j.Update(func(*JobSnapshot) {
 		if len(j.inflight) > 0 {
 			j.inflight = j.inflight[1:]
 		}
 	})
 }
 
-func (j *JobStats) update(fn func(s *JobSnapshot)) {
+// Update changes the figures with fn, under the lock.
+func (j *JobStats) Update(fn func(s *JobSnapshot)) {
 	if j == nil {
 		return
 	}
@@ -135,22 +136,25 @@ func (j *JobStats) update(fn func(s *JobSnapshot)) {
 	j.mu.Unlock()
 }
 
-func (j *JobStats) setPhase(p Phase) { j.update(func(s *JobSnapshot) { s.Phase = p }) }
+// SetPhase sets what the engine is doing.
+func (j *JobStats) SetPhase(p Phase) { j.Update(func(s *JobSnapshot) { s.Phase = p }) }
 
-func (j *JobStats) setError(err error) {
+// SetError records err (when not nil) as the last error.
+func (j *JobStats) SetError(err error) {
 	if err == nil {
 		return
 	}
-	j.update(func(s *JobSnapshot) { s.noteError(err) })
+	j.Update(func(s *JobSnapshot) { s.NoteError(err) })
 }
 
-// noteError records err as the last error.
-func (s *JobSnapshot) noteError(err error) {
+// NoteError records err as the last error, its code apart (errs.CodeOf).
+func (s *JobSnapshot) NoteError(err error) {
 	s.LastError, s.LastErrorCode, s.LastErrAt = err.Error(), string(errs.CodeOf(err)), time.Now()
 }
 
-func (j *JobStats) add(indexed, deleted, skipped, errors int64) {
-	j.update(func(s *JobSnapshot) {
+// Add adds to the document counters.
+func (j *JobStats) Add(indexed, deleted, skipped, errors int64) {
+	j.Update(func(s *JobSnapshot) {
 		s.Indexed += indexed
 		s.Deleted += deleted
 		s.Skipped += skipped
