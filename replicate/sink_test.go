@@ -19,6 +19,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/mongotest"
+	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/replicate"
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
@@ -30,30 +31,20 @@ import (
 type pair struct {
 	srcServer, repServer *mongotest.Server
 	source, replica      *mongo.Collection
-	logs                 *syncBuffer
+	logs                 *testutil.SyncBuffer
 	metrics              *countingMetrics
 	sink                 *replicate.Sink
 }
 
 func startServer(t *testing.T) (*mongotest.Server, *mongo.Client) {
 	t.Helper()
-	srv, err := mongotest.Start(mongotest.Options{})
-	if err != nil {
-		t.Fatalf("start mongotest: %v", err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	client, err := mongo.Connect(options.Client().ApplyURI(srv.URI()).
-		SetServerSelectionTimeout(5 * time.Second).SetHeartbeatInterval(500 * time.Millisecond))
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-	return srv, client
+	return testutil.StartMongo(t, mongotest.Options{},
+		options.Client().SetServerSelectionTimeout(5*time.Second).SetHeartbeatInterval(500*time.Millisecond))
 }
 
 func newPair(t *testing.T) *pair {
 	t.Helper()
-	p := &pair{logs: &syncBuffer{}, metrics: &countingMetrics{}}
+	p := &pair{logs: &testutil.SyncBuffer{}, metrics: &countingMetrics{}}
 	var src, rep *mongo.Client
 	p.srcServer, src = startServer(t)
 	p.repServer, rep = startServer(t)
@@ -71,11 +62,7 @@ func newPair(t *testing.T) *pair {
 	return p
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t *testing.T) context.Context { return testutil.Context(t, 30*time.Second) }
 
 func rv(t *testing.T, v any) bson.RawValue {
 	t.Helper()
@@ -601,23 +588,6 @@ func keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 type countingMetrics struct {

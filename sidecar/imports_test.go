@@ -57,14 +57,15 @@ func TestImportDirection(t *testing.T) {
 			}
 		}
 	}
-	// Only the main package (and tests) reach the configuration.
+	// Only the main package (and tests) reach the configuration; only
+	// tests reach the test helpers.
 	for pkg, d := range deps {
-		if pkg == module || pkg == full("sidecar/config") {
-			continue
-		}
 		for _, dep := range d {
-			if dep == full("sidecar/config") {
+			if dep == full("sidecar/config") && pkg != module {
 				t.Errorf("%s depends on sidecar/config; only the main package may", pkg)
+			}
+			if dep == full("internal/testutil") {
+				t.Errorf("%s depends on internal/testutil, which is for tests", pkg)
 			}
 		}
 	}

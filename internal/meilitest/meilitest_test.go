@@ -13,6 +13,7 @@ import (
 	"github.com/meilisearch/meilisearch-go"
 
 	"github.com/meilistream/meilistream/internal/meilitest"
+	"github.com/meilistream/meilistream/internal/testutil"
 )
 
 // start runs a server for one test and a client without retries (a 503
@@ -34,11 +35,7 @@ func start(t *testing.T, opts meilitest.Options) (*meilitest.Server, meilisearch
 	return srv, c
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t *testing.T) context.Context { return testutil.Context(t, 20*time.Second) }
 
 // wait waits for a task and returns it, failing the test on a client error.
 func wait(t *testing.T, c meilisearch.ServiceManager, info *meilisearch.TaskInfo, err error) *meilisearch.Task {

@@ -4,6 +4,7 @@ package testutil
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/transform"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // SyncBuffer is a bytes.Buffer safe for concurrent use: a logger's output
@@ -70,4 +74,47 @@ func ArticlesJob(tb testing.TB) *transform.Job {
 		tb.Fatal(err)
 	}
 	return job
+}
+
+// StartMongo starts a test MongoDB (internal/mongotest) and connects a
+// client to it, both closed when the test ends. extra client options apply
+// after the server's URI.
+func StartMongo(tb testing.TB, opts mongotest.Options, extra ...*options.ClientOptions) (*mongotest.Server, *mongo.Client) {
+	tb.Helper()
+	srv, err := mongotest.Start(opts)
+	if err != nil {
+		tb.Fatalf("start the test MongoDB: %v", err)
+	}
+	tb.Cleanup(func() { _ = srv.Close() })
+	client, err := mongo.Connect(append([]*options.ClientOptions{options.Client().ApplyURI(srv.URI())}, extra...)...)
+	if err != nil {
+		tb.Fatalf("connect to the test MongoDB: %v", err)
+	}
+	tb.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	return srv, client
+}
+
+// Context returns a context that ends after d or when the test ends.
+func Context(tb testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	tb.Cleanup(cancel)
+	return ctx
+}
+
+// Until polls cond every few milliseconds until it holds, and fails the
+// test when within passes first, with what was awaited and the last thing
+// cond saw. Tests wait with it instead of sleeping.
+func Until(tb testing.TB, within time.Duration, what string, cond func() (ok bool, seen string)) {
+	tb.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s: not within %s; last seen: %s", what, within, seen)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

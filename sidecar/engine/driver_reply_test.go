@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meilistream/meilistream/internal/mongotest"
+	"github.com/meilistream/meilistream/internal/testutil"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -138,16 +139,7 @@ func stateEngine(t *testing.T) (context.Context, *Engine, *mongo.Collection) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	ms, err := mongotest.Start(mongotest.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ms.Close() })
-	client, err := mongo.Connect(options.Client().ApplyURI(ms.URI()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Disconnect(context.Background()) })
+	_, client := testutil.StartMongo(t, mongotest.Options{})
 	db := client.Database("app")
 	state := db.Collection("meilistream")
 	e := New(db, state, db.Collection("meilistream_errors"), Config{RetryBase: time.Millisecond, RetryCap: time.Millisecond}, nil, nil)

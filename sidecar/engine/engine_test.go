@@ -25,6 +25,7 @@ import (
 	"github.com/meilistream/meilistream/internal/meilitest"
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/synccheck"
+	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
@@ -71,21 +72,12 @@ func newEnv(t *testing.T, history int) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
-	ms, err := mongotest.Start(mongotest.Options{HistorySize: history})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ms.Close() })
+	ms, client := testutil.StartMongo(t, mongotest.Options{HistorySize: history})
 	mm, err := meilitest.Start(meilitest.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { mm.Close() })
-	client, err := mongo.Connect(options.Client().ApplyURI(ms.URI()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Disconnect(context.Background()) })
 	db := client.Database("app")
 	e := &env{
 		t: t, ctx: ctx, mongo: ms, meili: mm, client: client, db: db,
@@ -233,16 +225,10 @@ func (r *running) wait(t *testing.T) error {
 	}
 }
 
-// until polls cond every 10ms for up to 15s.
+// until polls cond for up to 15s.
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Until(t, 15*time.Second, what, func() (bool, string) { return cond(), "" })
 }
 
 // positionHash is the hash of the job's recorded position, "" when it has
@@ -1215,27 +1201,9 @@ func TestHistoryShorterThanAReindexFailsInsteadOfLooping(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink tests read while the engine writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestOnDocumentErrorFailNamesTheDocumentAndRecordsIt(t *testing.T) {
 	e := newEnv(t, 0)
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	e.log = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: &logs, JSONFormat: true})
 	e.insert(0, 10, nil)
 	job := e.job(itemsJS)
@@ -1338,7 +1306,7 @@ func TestOldTransformDuringARolloutDoesNotReindexBackUntilTheGraceHasPassed(t *t
 
 func TestChangedJobDefinitionSaysSoAndLeavesTheOldIndex(t *testing.T) {
 	e := newEnv(t, 0)
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	e.log = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: &logs})
 	e.insert(0, 20, nil)
 	job := e.job(itemsJS)

@@ -8,10 +8,10 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/mongotest"
+	"github.com/meilistream/meilistream/internal/testutil"
 )
 
 // epochLease is a lease that is held at a fixed epoch.
@@ -27,16 +27,7 @@ func testStore(t *testing.T) (context.Context, *Store, *mongo.Collection) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	ms, err := mongotest.Start(mongotest.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ms.Close() })
-	client, err := mongo.Connect(options.Client().ApplyURI(ms.URI()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Disconnect(context.Background()) })
+	_, client := testutil.StartMongo(t, mongotest.Options{})
 	db := client.Database("app")
 	state := db.Collection("meilistream")
 	s := New(state, db.Collection("meilistream_errors"), func(int) time.Duration { return time.Millisecond })

@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
 	"github.com/meilistream/meilistream/sidecar/supervisor"
 )
@@ -37,14 +38,13 @@ func TestSupervisorFatal(t *testing.T) {
 		return nil
 	})
 	metrics := httpapi.NewMetrics(prometheus.NewRegistry())
-	var logs strings.Builder
-	var mu sync.Mutex
+	var logs testutil.SyncBuffer
 	s := supervisor.New(supervisor.Config{
 		Driver:     d,
 		Metrics:    metrics,
 		RestartMin: 5 * time.Millisecond,
 		RestartMax: 40 * time.Millisecond,
-		Logger:     hclog.New(&hclog.LoggerOptions{Output: &lockedWriter{w: &logs, mu: &mu}, JSONFormat: true}),
+		Logger:     hclog.New(&hclog.LoggerOptions{Output: &logs, JSONFormat: true}),
 	})
 	s.Apply([]supervisor.JobDef{{Name: "books", Kind: "search", Hash: "1"}, {Name: "people", Kind: "search", Hash: "1"}})
 
@@ -108,9 +108,7 @@ func TestSupervisorFatal(t *testing.T) {
 			t.Errorf("lease %d not released", i)
 		}
 	}
-	mu.Lock()
 	out := logs.String()
-	mu.Unlock()
 	if !strings.Contains(out, `"@level":"error","@message":"job failed for good, not restarting it; meilistream shuts down"`) ||
 		!strings.Contains(out, `"job":"books"`) || strings.Contains(out, "job failed, restarting") {
 		t.Errorf("log = %s, want one error line for books and no restart", out)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
 	"github.com/meilistream/meilistream/sidecar/supervisor"
 )
@@ -116,13 +116,12 @@ func (d *fakeDriver) lease(i int) *fakeLease {
 // describe says about the last state.
 func eventually(t *testing.T, what string, cond func() bool, describe func() string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s; last seen: %s", what, describe())
+	testutil.Until(t, 5*time.Second, what, func() (bool, string) {
+		if cond() {
+			return true, ""
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return false, describe()
+	})
 }
 
 func jobState(s *supervisor.Supervisor, name string) supervisor.SupervisedSnapshot {
@@ -368,12 +367,11 @@ func TestSupervisorTransformError(t *testing.T) {
 		return nil
 	})
 	metrics := httpapi.NewMetrics(prometheus.NewRegistry())
-	var logs strings.Builder
-	var mu sync.Mutex
+	var logs testutil.SyncBuffer
 	s := supervisor.New(supervisor.Config{
 		Driver:  d,
 		Metrics: metrics,
-		Logger:  hclog.New(&hclog.LoggerOptions{Output: &lockedWriter{w: &logs, mu: &mu}, JSONFormat: true}),
+		Logger:  hclog.New(&hclog.LoggerOptions{Output: &logs, JSONFormat: true}),
 	})
 	defer closeSupervisor(t, s)
 	s.Apply([]supervisor.JobDef{{Name: "a", Hash: "1"}})
@@ -396,9 +394,7 @@ func TestSupervisorTransformError(t *testing.T) {
 	if n := mm.GetCounter().GetValue(); n != 1 {
 		t.Errorf("reload errors = %v, want 1", n)
 	}
-	mu.Lock()
 	out := logs.String()
-	mu.Unlock()
 	if strings.Count(out, "previous version keeps running") != 1 || !strings.Contains(out, `"job":"a"`) {
 		t.Errorf("log = %s, want one line with the job", out)
 	}
@@ -406,17 +402,6 @@ func TestSupervisorTransformError(t *testing.T) {
 	if st := s.Status()[0]; st.TransformError != nil {
 		t.Errorf("transform_error after a good load = %+v", st.TransformError)
 	}
-}
-
-type lockedWriter struct {
-	w  io.Writer
-	mu *sync.Mutex
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // A job refused for a process-wide setting says to fix it and restart.
