@@ -81,7 +81,12 @@ func (e *env) doc(name string) bson.M {
 // last thing seen.
 func waitFor(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	testutil.Until(t, within, what, cond)
+	var last string
+	testutil.Until(t, within, what, func() bool {
+		ok, seen := cond()
+		last = seen
+		return ok
+	}, func() string { return last })
 }
 
 // logBuf collects JSON log lines from an hclog logger.

@@ -102,18 +102,19 @@ func Context(tb testing.TB, d time.Duration) context.Context {
 }
 
 // Until polls cond every few milliseconds until it holds, and fails the
-// test when within passes first, with what was awaited and the last thing
-// cond saw. Tests wait with it instead of sleeping.
-func Until(tb testing.TB, within time.Duration, what string, cond func() (ok bool, seen string)) {
+// test when within passes first, with what was awaited and what describe
+// (when not nil) says of the last state seen. Tests wait with it instead of
+// sleeping.
+func Until(tb testing.TB, within time.Duration, what string, cond func() bool, describe func() string) {
 	tb.Helper()
 	deadline := time.Now().Add(within)
-	for {
-		ok, seen := cond()
-		if ok {
-			return
-		}
+	for !cond() {
 		if time.Now().After(deadline) {
-			tb.Fatalf("%s: not within %s; last seen: %s", what, within, seen)
+			seen := ""
+			if describe != nil {
+				seen = "; last seen: " + describe()
+			}
+			tb.Fatalf("%s: not within %s%s", what, within, seen)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

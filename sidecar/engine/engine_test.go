@@ -228,7 +228,7 @@ func (r *running) wait(t *testing.T) error {
 // until polls cond for up to 15s.
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	testutil.Until(t, 15*time.Second, what, func() (bool, string) { return cond(), "" })
+	testutil.Until(t, 15*time.Second, what, cond, nil)
 }
 
 // positionHash is the hash of the job's recorded position, "" when it has

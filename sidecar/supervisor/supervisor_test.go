@@ -97,6 +97,13 @@ func (d *fakeDriver) Run(ctx context.Context, def supervisor.JobDef, h superviso
 	return d.run(ctx, def, n)
 }
 
+// history lists what the driver was asked, in order.
+func (d *fakeDriver) history() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return fmt.Sprint(d.events)
+}
+
 func (d *fakeDriver) callsOf(name string) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -116,12 +123,7 @@ func (d *fakeDriver) lease(i int) *fakeLease {
 // describe says about the last state.
 func eventually(t *testing.T, what string, cond func() bool, describe func() string) {
 	t.Helper()
-	testutil.Until(t, 5*time.Second, what, func() (bool, string) {
-		if cond() {
-			return true, ""
-		}
-		return false, describe()
-	})
+	testutil.Until(t, 5*time.Second, what, cond, describe)
 }
 
 func jobState(s *supervisor.Supervisor, name string) supervisor.SupervisedSnapshot {
@@ -188,7 +190,7 @@ func TestSupervisor(t *testing.T) {
 		gate := make(chan struct{})
 		s := newTestSupervisor(d)
 		s.Apply([]supervisor.JobDef{{Name: "a", Hash: "1"}})
-		eventually(t, "the job runs", func() bool { return d.callsOf("a") == 1 }, func() string { return fmt.Sprint(d.events) })
+		eventually(t, "the job runs", func() bool { return d.callsOf("a") == 1 }, d.history)
 		d.mu.Lock()
 		d.gate["a"] = gate // the next Standby waits: another process holds it
 		d.mu.Unlock()
@@ -199,7 +201,7 @@ func TestSupervisor(t *testing.T) {
 			t.Errorf("snapshot = %+v, want no restart, LEASE_LOST, not held", j)
 		}
 		close(gate)
-		eventually(t, "the job runs again", func() bool { return d.callsOf("a") == 2 }, func() string { return fmt.Sprint(d.events) })
+		eventually(t, "the job runs again", func() bool { return d.callsOf("a") == 2 }, d.history)
 		closeSupervisor(t, s)
 	})
 
@@ -277,9 +279,9 @@ func TestSupervisor(t *testing.T) {
 		})
 		s := newTestSupervisor(d)
 		s.Apply([]supervisor.JobDef{{Name: "a", Hash: "1"}, {Name: "b", Hash: "1"}})
-		eventually(t, "both run", func() bool { return d.callsOf("a") == 1 && d.callsOf("b") == 1 }, func() string { return fmt.Sprint(d.events) })
+		eventually(t, "both run", func() bool { return d.callsOf("a") == 1 && d.callsOf("b") == 1 }, d.history)
 		s.Apply([]supervisor.JobDef{{Name: "a", Hash: "2"}, {Name: "c", Hash: "1"}})
-		eventually(t, "a restarted and c started", func() bool { return d.callsOf("a") == 2 && d.callsOf("c") == 1 }, func() string { return fmt.Sprint(d.events) })
+		eventually(t, "a restarted and c started", func() bool { return d.callsOf("a") == 2 && d.callsOf("c") == 1 }, d.history)
 		mu.Lock()
 		if stopped["a@1"] != 1 || stopped["b@1"] != 1 {
 			t.Errorf("stopped = %v, want a@1 and b@1 stopped once", stopped)
@@ -327,7 +329,7 @@ func TestSupervisor(t *testing.T) {
 		})
 		s := newTestSupervisor(d)
 		s.Apply([]supervisor.JobDef{{Name: "a", Hash: "1"}})
-		eventually(t, "a runs", func() bool { return d.callsOf("a") == 1 }, func() string { return fmt.Sprint(d.events) })
+		eventually(t, "a runs", func() bool { return d.callsOf("a") == 1 }, d.history)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer cancel()
 		err := s.Close(ctx)
