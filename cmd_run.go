@@ -336,7 +336,7 @@ func transformOptions(cfg config.Config, log hclog.Logger) transform.Options {
 // loadJobs loads the transforms folder with the environment's per-job
 // options (see transformOptions). The Set is nil only when the folder
 // cannot be read; problems of single files come back joined in err with the
-// Set (see sidecar.JobDefs). An unreadable folder is fine when the
+// Set (see supervisor.JobDefs). An unreadable folder is fine when the
 // environment declares jobs (MEILISTREAM_JOB_<NAME>_<OPTION>): those run
 // alone.
 func loadJobs(cfg config.Config, log hclog.Logger) (*transform.Set, error) {

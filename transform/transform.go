@@ -45,7 +45,7 @@ type Options struct {
 	// argument ("db.collection") of monstache-style function transforms.
 	Database string
 	// Overrides are the per-job options of the environment,
-	// MEILISTREAM_JOB_<NAME>_<OPTION>=value, as sidecar.Config.Jobs holds
+	// MEILISTREAM_JOB_<NAME>_<OPTION>=value, as config.Config.Jobs holds
 	// them: override key (EnvKey of the job name) -> option in lower case
 	// ("index", "primary_key", ...) -> value. They are applied to every job
 	// as it loads, before the one-job-per-destination check, and the job's

@@ -71,7 +71,7 @@ type Position struct {
 	// PreviousHash is the hash recorded before Hash, and HashSince the
 	// server time Hash was first recorded: during a rollout, a pod still
 	// running the previous transform must not reindex back to it
-	// (EngineConfig.RolloutGrace).
+	// (the engine's Config.RolloutGrace).
 	PreviousHash string    `bson:"previousHash"`
 	HashSince    time.Time `bson:"hashSince"`
 	// Destination is the index uid (search) or replica collection (mirror)

@@ -112,7 +112,7 @@ func (s *Supervisor) ReadyNow(ctx context.Context) error {
 }
 
 // DefaultProbeTTL is how long a probe's result is reused by Ready (and
-// counted fresh by ReadyNow): SupervisorConfig.ProbeTTL's default.
+// counted fresh by ReadyNow): Config.ProbeTTL's default.
 const DefaultProbeTTL = 2 * time.Second
 
 // probeTimeout bounds one probe; under /readyz's own 3 s so a probe's own
