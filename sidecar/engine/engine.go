@@ -156,7 +156,9 @@ func New(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Coll
 		obs = noObserver{}
 	}
 	cfg = cfg.withDefaults()
-	store := jobstate.New(state, errorsColl, func(attempt int) time.Duration { return backoff(cfg, attempt) })
+	store := jobstate.New(state, errorsColl, func(ctx context.Context, attempt int) error {
+		return sleep(ctx, backoff(cfg, attempt))
+	})
 	return &Engine{source: source, store: store, cfg: cfg, obs: obs, log: logger}
 }
 

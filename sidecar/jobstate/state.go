@@ -53,14 +53,16 @@ type Fence interface {
 type Store struct {
 	state   *mongo.Collection
 	errColl *mongo.Collection // nil: per-document errors are not kept
-	backoff func(attempt int) time.Duration
+	pause   func(ctx context.Context, attempt int) error
 }
 
 // New returns the store over state and errorsColl (normally state's name +
 // "_errors"; nil keeps no per-document errors). A state write that fails
-// for a transient reason is tried again a few times after backoff(attempt).
-func New(state, errorsColl *mongo.Collection, backoff func(attempt int) time.Duration) *Store {
-	return &Store{state: state, errColl: errorsColl, backoff: backoff}
+// for a transient reason is tried again a few times, each time after
+// pause(ctx, attempt) (the engine's backoff); an error of pause (ctx ended)
+// ends the retries.
+func New(state, errorsColl *mongo.Collection, pause func(ctx context.Context, attempt int) error) *Store {
+	return &Store{state: state, errColl: errorsColl, pause: pause}
 }
 
 // Position is a job's recorded resume point.
@@ -172,7 +174,7 @@ func (s *Store) fencedUpdate(ctx context.Context, job string, l Fence, id bson.D
 		if err == nil || attempt >= 4 || ctx.Err() != nil {
 			return err
 		}
-		if err := sleep(ctx, s.backoff(attempt)); err != nil {
+		if err := s.pause(ctx, attempt); err != nil {
 			return err
 		}
 	}
@@ -454,15 +456,4 @@ func ReadState(ctx context.Context, state, errorsColl *mongo.Collection) ([]JobS
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
 	return out, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }

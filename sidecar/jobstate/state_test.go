@@ -30,7 +30,7 @@ func testStore(t *testing.T) (context.Context, *Store, *mongo.Collection) {
 	_, client := testutil.StartMongo(t, mongotest.Options{})
 	db := client.Database("app")
 	state := db.Collection("meilistream")
-	s := New(state, db.Collection("meilistream_errors"), func(int) time.Duration { return time.Millisecond })
+	s := New(state, db.Collection("meilistream_errors"), func(context.Context, int) error { return nil })
 	return ctx, s, state
 }
 
