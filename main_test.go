@@ -23,6 +23,8 @@ func TestExitCode(t *testing.T) {
 		{nil, exitOK},
 		{errs.New(errs.ConfigInvalid, "", "bad"), exitUsage},
 		{fmt.Errorf("load: %w", errs.New(errs.ConfigInvalid, "articles", "bad option")), exitUsage},
+		{errs.Wrap(errs.Failed, "articles", errs.New(errs.ConfigInvalid, "articles", "bad key"), "prepare"), exitUsage},
+		{errs.Wrap(errs.Failed, "articles", errs.New(errs.Running, "articles", "held"), "acquire"), exitRunning},
 		{errs.New(errs.Running, "articles", "held by b until 12:00"), exitRunning},
 		{errs.New(errs.LeaseLost, "articles", "taken over"), exitFailed},
 		{errs.New(errs.HistoryLost, "articles", "too old"), exitFailed},

@@ -267,6 +267,20 @@ func TestSupervisor(t *testing.T) {
 		closeSupervisor(t, s)
 	})
 
+	t.Run("a FAILED error around a CONFIG_INVALID is CONFIG_INVALID: not retried either", func(t *testing.T) {
+		d := newFakeDriver(func(ctx context.Context, def supervisor.JobDef, call int) error {
+			return errs.Wrap(errs.Failed, def.Name, errs.New(errs.ConfigInvalid, def.Name, "index uid invalid"), "prepare the destination")
+		})
+		s := newTestSupervisor(d)
+		s.Apply([]supervisor.JobDef{{Name: "a", Hash: "1"}})
+		eventually(t, "the job is failed", func() bool { return jobState(s, "a").State == supervisor.StateFailed },
+			func() string { return fmt.Sprintf("%+v", jobState(s, "a")) })
+		if j := jobState(s, "a"); d.callsOf("a") != 1 || j.Restarts != 0 || j.Code != "CONFIG_INVALID" {
+			t.Errorf("ran %d times, state %+v; want one run, no restart, CONFIG_INVALID", d.callsOf("a"), j)
+		}
+		closeSupervisor(t, s)
+	})
+
 	t.Run("changed definitions restart their job, removed ones stop, new ones start", func(t *testing.T) {
 		var mu sync.Mutex
 		stopped := map[string]int{}
