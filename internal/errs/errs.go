@@ -179,7 +179,7 @@ func Format(err error) string {
 // outside in (the order of errors.As), until fn returns true.
 func walk(err error, fn func(*Error) bool) bool {
 	for err != nil {
-		if e, ok := err.(*Error); ok && fn(e) {
+		if e, ok := err.(*Error); ok && e != nil && fn(e) {
 			return true
 		}
 		switch u := err.(type) {
