@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/internal/mongoerr"
 	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/replicate"
 	"github.com/meilistream/meilistream/sidecar/config"
@@ -199,7 +200,7 @@ func (w *wiring) reach(ctx context.Context) error {
 		return nil
 	}
 	cause := errors.New(w.withoutPassword(redactedErr(err)))
-	if engine.AuthFailed(err) {
+	if mongoerr.AuthFailed(err) {
 		return errs.Wrap(errs.ConfigInvalid, "", cause, "MongoDB refused the credentials of MEILISTREAM_MONGODB_URI (or MEILISTREAM_MONGODB_URI_FILE)")
 	}
 	return errs.Wrap(errs.Failed, "", cause, "cannot reach MongoDB (MEILISTREAM_MONGODB_URI) within %s", reachTimeout)

@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/internal/mongoerr"
 )
 
 // Check is the capability check of a mirror job, run at its start (Prepare):
@@ -38,7 +38,7 @@ func Check(ctx context.Context, job string, source, replica *mongo.Collection) e
 				"convert it to a one-node replica set (start mongod with --replSet rs0 and run rs.initiate() once; see README \"Mirror jobs\")")
 	}
 	rep, err := hello(ctx, replica.Database().Client())
-	if err != nil && engine.AuthFailed(err) {
+	if err != nil && mongoerr.AuthFailed(err) {
 		// Waiting will not fix refused credentials, as for the source.
 		return errs.Wrap(errs.ConfigInvalid, job, err,
 			"the replica MongoDB refused the credentials of MEILISTREAM_REPLICA_URI (or MEILISTREAM_REPLICA_URI_FILE): fix them and restart meilistream")

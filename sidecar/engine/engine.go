@@ -16,7 +16,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/auth"
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
@@ -568,19 +567,3 @@ func transformAll(ctx context.Context, job *transform.Job, items []item, deleteS
 // OnHistoryLost is job's onHistoryLost with the engine's default applied:
 // "reindex" or "fail".
 func (e *Engine) OnHistoryLost(job *transform.Job) string { return e.jobCfg(job).OnHistoryLost }
-
-// mongoAuthFailed is MongoDB's AuthenticationFailed error code.
-const mongoAuthFailed = 18
-
-// AuthFailed reports whether err is MongoDB refusing the credentials.
-func AuthFailed(err error) bool {
-	var se mongo.ServerError
-	if errors.As(err, &se) && se.HasErrorCode(mongoAuthFailed) {
-		return true
-	}
-	// A failure of the connection handshake's authentication that carries
-	// no server code (the mechanism's own conversation failed) comes as
-	// the driver's authentication error inside a connection error.
-	var ae *auth.Error
-	return errors.As(err, &ae)
-}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/internal/mongoerr"
 	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/transform"
@@ -78,7 +79,7 @@ func (d *EngineDriver) Standby(ctx context.Context, name string, held func(why e
 // else is returned as is (FAILED: retried). The driver's errors name hosts,
 // never the password.
 func MongoAccessError(job string, err error) error {
-	if err == nil || !engine.AuthFailed(err) {
+	if err == nil || !mongoerr.AuthFailed(err) {
 		return err
 	}
 	return errs.Wrap(errs.ConfigInvalid, job, err,

@@ -1,4 +1,4 @@
-package engine_test
+package mongoerr_test
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/meilistream/meilistream/internal/mongoerr"
 	"github.com/meilistream/meilistream/internal/mongotest"
-	"github.com/meilistream/meilistream/sidecar/engine"
 )
 
 // A server refusing the URI's credentials is told apart from one that
@@ -35,13 +35,13 @@ func TestAuthFailed(t *testing.T) {
 	}
 	// mongotest refuses every authentication (it has no users).
 	withUser := strings.Replace(ms.URI(), "mongodb://", "mongodb://someone:wrong@", 1)
-	if err := ping(withUser); err == nil || !engine.AuthFailed(err) {
+	if err := ping(withUser); err == nil || !mongoerr.AuthFailed(err) {
 		t.Errorf("refused credentials: AuthFailed(%v) = false", err)
 	}
-	if err := ping("mongodb://127.0.0.1:1/?directConnection=true&connectTimeoutMS=200"); err == nil || engine.AuthFailed(err) {
+	if err := ping("mongodb://127.0.0.1:1/?directConnection=true&connectTimeoutMS=200"); err == nil || mongoerr.AuthFailed(err) {
 		t.Errorf("unreachable server: AuthFailed(%v) = true", err)
 	}
-	if engine.AuthFailed(errors.New("auth error: (AuthenticationFailed) in a message")) {
+	if mongoerr.AuthFailed(errors.New("auth error: (AuthenticationFailed) in a message")) {
 		t.Error("a message's text made AuthFailed true")
 	}
 }
