@@ -6,7 +6,7 @@
 // (status.Source), probing the servers the jobs need.
 //
 // It imports the engine (EngineDriver runs jobs with it), lease, status,
-// transform and errs. It declares the metrics it reports (Metrics) and the
-// sinks it is given (SinkFactory) as small interfaces: it never imports the
-// HTTP server, Prometheus, the configuration or a sink.
+// transform, errs and mongoerr. It declares the metrics it reports (Metrics)
+// and the sinks it is given (SinkFactory) as small interfaces: it never
+// imports the HTTP server, Prometheus, the configuration or a sink.
 package supervisor
