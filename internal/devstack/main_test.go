@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,25 +16,8 @@ import (
 
 	"github.com/meilistream/meilistream/internal/meilitest"
 	"github.com/meilistream/meilistream/internal/mongotest"
+	"github.com/meilistream/meilistream/internal/testutil"
 )
-
-// syncBuffer is a bytes.Buffer safe to read while run writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestDevstack starts both servers on free ports with a seed directory and
 // checks that each answers its real client, then stops them.
@@ -61,7 +42,7 @@ func TestDevstack(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"-mongo-addr", "127.0.0.1:0", "-meili-addr", "127.0.0.1:0",
@@ -144,7 +125,7 @@ func TestDevstackHistoryAndPayloadFlags(t *testing.T) {
 	t.Cleanup(func() { ready = nil })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"-mongo-addr", "127.0.0.1:0", "-meili-addr", "127.0.0.1:0",

@@ -7,9 +7,10 @@
 //	client, err := mongo.Connect(options.Client().ApplyURI(srv.URI()))
 //
 // It speaks OP_MSG (kind 0 and kind 1 sections) and the legacy OP_QUERY
-// hello handshake driver v2.10.0 sends first on every connection, with what
-// the driver was checked to need: hello without topologyVersion, strict
-// reply types, blocking change-stream getMore, postBatchResumeToken in every
+// hello handshake driver v2.10.0 sends first on every connection, and
+// answers as the server does where the driver looks (checked against the
+// driver's source): hello without topologyVersion, strict reply
+// types, blocking change-stream getMore, postBatchResumeToken in every
 // batch, the errors the driver resumes on, $expr refused in upsert filters
 // (224), duplicate-key (11000) shapes.
 //
