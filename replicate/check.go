@@ -60,11 +60,11 @@ func Check(ctx context.Context, job string, source, replica *mongo.Collection) e
 	if err != nil {
 		var se mongo.ServerError
 		if errors.As(err, &se) && !isTransient(se) && !mongo.IsTimeout(err) {
-			return errs.Wrap(errs.ConfigInvalid, job, err,
+			return errs.Wrap(errs.ConfigInvalid, job, redacted(err),
 				"the replica MongoDB refuses writes to %s.%s; give MEILISTREAM_REPLICA_URI's user readWrite there",
 				replica.Database().Name(), replica.Name())
 		}
-		return errs.Wrap(errs.Failed, job, err, "write to the replica MongoDB")
+		return errs.Wrap(errs.Failed, job, redacted(err), "write to the replica MongoDB")
 	}
 	return nil
 }
