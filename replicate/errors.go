@@ -118,6 +118,44 @@ var commandDocCodes = map[int]bool{
 	17420:                  true, // the document to upsert is too large
 }
 
+// indexCodes are createIndexes answers no retry fixes: the replica refuses
+// a source index's spec (an option or an index kind an older or
+// differently configured server does not take) or the user may not create
+// indexes.
+var indexCodes = map[int]string{
+	codeBadValue:     "the replica refuses a source index's spec",
+	9:                "the replica cannot parse a source index's spec",
+	codeUnauthorized: "MEILISTREAM_REPLICA_URI's user may not create indexes there: give it readWrite on the destination database",
+	14:               "the replica refuses a source index's spec",
+	67:               "the replica cannot create a source index",
+	85:               "a source index conflicts with an index of the replica",
+	86:               "a source index conflicts with an index of the replica",
+	197:              "the replica refuses an option of a source index",
+	40414:            "the replica refuses a source index's spec",
+	40415:            "the replica does not know an option of a source index",
+}
+
+// indexRefusal says why the replica refuses the source's indexes for good,
+// with what to do, or "" when a retry may help.
+func indexRefusal(err error) string {
+	if sidecar.AuthFailed(err) {
+		return jobCodes[codeAuthFailed]
+	}
+	var se mongo.ServerError
+	if !errors.As(err, &se) || isTransient(se) {
+		return ""
+	}
+	for _, c := range se.ErrorCodes() {
+		if why := indexCodes[c]; why != "" {
+			if c != codeUnauthorized {
+				why += ": create the indexes you want on the replica collection by hand, under the source's index names (an index of that name is then left as it is), and restart meilistream"
+			}
+			return why
+		}
+	}
+	return ""
+}
+
 // transientLabels mark an error as worth sending again whatever its code.
 var transientLabels = []string{"RetryableWriteError", "NetworkError", "TransientTransactionError", "SystemOverloadedError"}
 

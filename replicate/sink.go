@@ -489,6 +489,9 @@ func (s *Sink) Stage(ctx context.Context, resume bool) (sidecar.Staged, error) {
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
+		if why := indexRefusal(err); why != "" {
+			return nil, errs.Wrap(errs.ConfigInvalid, s.job, err, "copy indexes to the replica: %s", why)
+		}
 		return nil, errs.Wrap(errs.Failed, s.job, err, "copy indexes to the replica")
 	}
 	return &staged{Sink: s}, nil

@@ -902,3 +902,28 @@ func TestSendRetryErrorsQuoteNoValue(t *testing.T) {
 		t.Fatalf("the error must name the codes and not the value: %v", err)
 	}
 }
+
+// The replica refusing the source's indexes for good (an index kind or
+// option it does not take) stops the job saying what to do; a step-down
+// while creating them is retried.
+func TestStageIndexRefusals(t *testing.T) {
+	p := newPair(t)
+	ctx := ctxT(t)
+	if _, err := p.source.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "email", Value: 1}}, Options: options.Index().SetUnique(true)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		code int32
+		want errs.Code
+	}{{67, errs.ConfigInvalid}, {197, errs.ConfigInvalid}, {13, errs.ConfigInvalid}, {10107, errs.Failed}} {
+		p.repServer.FailCommand(bson.D{{Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
+			{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"createIndexes"}}, {Key: "errorCode", Value: c.code}}}})
+		_, err := p.sink.Stage(ctx, false)
+		if errs.CodeOf(err) != c.want {
+			t.Errorf("createIndexes answering %d: got %v, want %s", c.code, err, c.want)
+		}
+	}
+	if _, err := p.sink.Stage(ctx, false); err != nil {
+		t.Fatalf("once the replica takes them: %v", err)
+	}
+}
