@@ -340,10 +340,10 @@ func (s *Sink) Wait(_ context.Context, r sidecar.Receipt) ([]sidecar.DocFailure,
 	return rc.failures, nil
 }
 
-// statementSlack is what an update statement adds to its document (q with
-// the _id, the u, upsert and the pipeline's wrapping) beyond the _id's own
-// size; the server takes a statement up to 16 KiB above maxBsonObjectSize
-// (BSONObjMaxInternalSize).
+// statementSlack is how much larger than maxBsonObjectSize a statement the
+// server parses may be (BSONObjMaxInternalSize = BSONObjMaxUserSize + 16
+// KiB, src/mongo/bson/util/builder.h). An update statement holds its
+// document, its _id again (q) and a few bytes of its own.
 const statementSlack = 16 * 1024
 
 // model builds the write model of w, or the reason w cannot be written.
@@ -374,9 +374,13 @@ func (s *Sink) model(w sidecar.Write) (mongo.WriteModel, *sidecar.DocFailure) {
 	// replica's own limit: one larger would fail its statement anyway, and
 	// one whose _id and document together make a statement the replica does
 	// not parse would fail its whole command.
-	if len(doc) > maxDocumentSize || len(doc)+len(key.Value) > maxDocumentSize+statementSlack-512 {
+	if len(doc) > maxDocumentSize {
 		return nil, &sidecar.DocFailure{Code: "BSONObjectTooLarge",
 			Message: fmt.Sprintf("the document is %d bytes of BSON, more than the replica stores (%d, maxBsonObjectSize)", len(doc), maxDocumentSize)}
+	}
+	if len(doc)+len(key.Value) > maxDocumentSize+statementSlack-512 {
+		return nil, &sidecar.DocFailure{Code: "BSONObjectTooLarge",
+			Message: fmt.Sprintf("the document (%d bytes of BSON) and its %d-byte _id, which an update statement holds twice, are more than the replica parses in one statement", len(doc), len(key.Value))}
 	}
 	if dollar {
 		// A replacement may not hold a top-level $-prefixed field once it

@@ -812,13 +812,19 @@ func TestSendDocumentsUpToTheReplicaLimit(t *testing.T) {
 	fits := make([]byte, limit-len(empty)) // exactly the limit
 	doc := raw(t, bson.D{{Key: "_id", Value: int32(1)}, {Key: "b", Value: bson.Binary{Data: fits}}})
 	noID := raw(t, bson.D{{Key: "b", Value: bson.Binary{Data: append(fits, 0)}}}) // stored with _id: one byte over
+	// A 20 kB _id in a document of the limit: the statement, holding the
+	// _id twice, is more than the server parses.
+	bigID := strings.Repeat("i", 20000)
+	hugeKey := raw(t, bson.D{{Key: "_id", Value: bigID}, {Key: "b", Value: bson.Binary{Data: fits[:len(fits)-20010]}}})
 	f := send(t, p.sink, sidecar.Batch{Writes: []sidecar.Write{
 		{SourceID: rv(t, int32(1)), Doc: doc},
 		{SourceID: rv(t, int32(2)), Doc: noID},
 		upsert(t, int32(3)),
+		{SourceID: rv(t, bigID), Doc: hugeKey},
 	}})
-	if len(f) != 1 || fmt.Sprint(f[0].Writes) != "[1]" || f[0].Code != "BSONObjectTooLarge" || !strings.Contains(f[0].Message, "maxBsonObjectSize") {
-		t.Fatalf("failures %+v, want write 1 refused as too large", f)
+	if len(f) != 2 || fmt.Sprint(f[0].Writes) != "[1]" || f[0].Code != "BSONObjectTooLarge" || !strings.Contains(f[0].Message, "maxBsonObjectSize") ||
+		fmt.Sprint(f[1].Writes) != "[3]" || !strings.Contains(f[1].Message, "statement") {
+		t.Fatalf("failures %+v, want writes 1 and 3 refused as too large", f)
 	}
 	got := all(t, p.replica)
 	if len(got) != 2 || !bytes.Equal(got[idKey(rv(t, int32(1)))], doc) {
