@@ -85,11 +85,20 @@ var transientCodes = map[int]bool{
 var jobCodes = map[int]string{
 	codeUnauthorized: "the replica's user may not write there: give MEILISTREAM_REPLICA_URI's user readWrite on the destination database",
 	codeAuthFailed:   "the replica refused the credentials of MEILISTREAM_REPLICA_URI (or MEILISTREAM_REPLICA_URI_FILE): fix them",
-	11:               "the replica does not know MEILISTREAM_REPLICA_URI's user: fix the URI or create the user",                                                        // UserNotFound
-	73:               "the destination is not a collection the replica writes to (check the job's mirror option and MEILISTREAM_REPLICA_DATABASE)",                      // InvalidNamespace
-	79:               "the replica cannot satisfy write concern majority (unknown write concern): check the replica set's configuration behind MEILISTREAM_REPLICA_URI", // UnknownReplWriteConcern
-	100:              "the replica cannot satisfy write concern majority (not enough data-bearing members): check the replica set behind MEILISTREAM_REPLICA_URI",       // UnsatisfiableWriteConcern
-	166:              "the destination is a view, not a collection: point the job's mirror option at a collection",                                                      // CommandNotSupportedOnView
+	// UserNotFound
+	11: "the replica does not know MEILISTREAM_REPLICA_URI's user: fix the URI or create the user",
+	// InvalidNamespace
+	73: "the destination is not a collection the replica writes to (check the job's mirror option and MEILISTREAM_REPLICA_DATABASE)",
+	// UnknownReplWriteConcern, UnsatisfiableWriteConcern
+	79:  "the replica cannot satisfy write concern majority (unknown write concern): check the replica set's configuration behind MEILISTREAM_REPLICA_URI",
+	100: "the replica cannot satisfy write concern majority (not enough data-bearing members): check the replica set behind MEILISTREAM_REPLICA_URI",
+	// CommandNotSupportedOnView
+	166: "the destination is a view, not a collection: point the job's mirror option at a collection",
+	// ShardKeyNotFound, WouldChangeOwningShard: a sharded destination must
+	// be sharded on _id, since an upsert's filter is the _id alone and
+	// mongos wants the shard key in it.
+	61:  "the replica collection is sharded on a key other than _id: shard it on _id (hashed or ranged)",
+	283: "the replica collection is sharded on a key other than _id: shard it on _id (hashed or ranged)",
 }
 
 // commandJobCodes are errors that stop the job when the replica answers
@@ -303,6 +312,7 @@ var codeNames = map[int]string{
 	56:                     "EmptyFieldName",
 	57:                     "DottedFieldName",
 	59:                     "CommandNotFound",
+	61:                     "ShardKeyNotFound",
 	64:                     "WriteConcernFailed",
 	codeImmutableField:     "ImmutableField",
 	72:                     "InvalidOptions",
@@ -312,6 +322,7 @@ var codeNames = map[int]string{
 	115:                    "CommandNotSupported",
 	121:                    "DocumentValidationFailure",
 	166:                    "CommandNotSupportedOnView",
+	283:                    "WouldChangeOwningShard",
 	codeBSONObjectTooLarge: "BSONObjectTooLarge",
 	codeDuplicateKey:       "DuplicateKey",
 	16755:                  "CannotExtractGeoKeys",

@@ -207,6 +207,8 @@ func TestClassification(t *testing.T) {
 		{"an unknown write error", bulkOf(4242), doc},
 		{"13 Unauthorized as a write error", bulkOf(13), stop},
 		{"166 CommandNotSupportedOnView as a write error", bulkOf(166), stop},
+		{"61 ShardKeyNotFound (sharded on another key)", bulkOf(61), stop},
+		{"283 WouldChangeOwningShard", bulkOf(283), stop},
 		{"112 WriteConflict", bulkOf(112), retry},
 		{"50 MaxTimeMSExpired", bulkOf(50), retry},
 		{"64 WriteConcernFailed as a write error", bulkOf(64), retry},
