@@ -284,10 +284,23 @@ func extJSON(ts *testscript.TestScript, s string) bson.D {
 	return d
 }
 
+// extJSONArray parses s, relaxed Extended JSON, as an array.
+func extJSONArray(ts *testscript.TestScript, s string) bson.A {
+	var d bson.D
+	if err := bson.UnmarshalExtJSON([]byte(`{"a":`+s+`}`), false, &d); err != nil {
+		ts.Fatalf("parse %s: %v", s, err)
+	}
+	a, ok := d[0].Value.(bson.A)
+	if !ok {
+		ts.Fatalf("parse %s: not an array", s)
+	}
+	return a
+}
+
 // cmdMongo: mongo insert COLL DOC... | update COLL FILTER UPDATE |
 // replace COLL FILTER DOC | delete COLL FILTER | drop COLL, on the script's
-// database, documents in relaxed Extended JSON. update and delete apply to
-// every match.
+// database, documents in relaxed Extended JSON (UPDATE may be a pipeline,
+// [...]). update and delete apply to every match.
 func cmdMongo(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 2 {
 		ts.Fatalf("usage: mongo insert|update|replace|delete|drop COLL [JSON...]")
@@ -321,7 +334,13 @@ func mongoOp(ts *testscript.TestScript, args []string) error {
 		_, err = coll.InsertMany(ctx, docs)
 	case op == "update" && len(rest) == 2:
 		var res *mongo.UpdateResult
-		res, err = coll.UpdateMany(ctx, extJSON(ts, rest[0]), extJSON(ts, rest[1]))
+		var upd any
+		if strings.HasPrefix(strings.TrimSpace(rest[1]), "[") {
+			upd = extJSONArray(ts, rest[1]) // an update pipeline
+		} else {
+			upd = extJSON(ts, rest[1])
+		}
+		res, err = coll.UpdateMany(ctx, extJSON(ts, rest[0]), upd)
 		if err == nil && res.MatchedCount == 0 {
 			err = fmt.Errorf("update matched nothing")
 		}

@@ -35,13 +35,13 @@ func Check(ctx context.Context, job string, source, replica *mongo.Collection) e
 	if !src.replicated() {
 		return errs.New(errs.ConfigInvalid, job,
 			"the source MongoDB is a standalone server: mirror jobs follow its change stream, which only a replica set or a sharded cluster has; "+
-				"convert it to a one-node replica set (start mongod with --replSet rs0 and run rs.initiate() once; see README \"Mirror jobs\")")
+				"convert it to a one-node replica set (start mongod with --replSet rs0 and run rs.initiate() once; see docs/mirror-jobs.md)")
 	}
 	rep, err := hello(ctx, replica.Database().Client())
 	if err != nil && mongoerr.AuthFailed(err) {
 		// Waiting will not fix refused credentials, as for the source.
-		return errs.Wrap(errs.ConfigInvalid, job, err,
-			"the replica MongoDB refused the credentials of MEILISTREAM_REPLICA_URI (or MEILISTREAM_REPLICA_URI_FILE): fix them and restart meilistream")
+		return &errs.Error{Code: errs.ConfigInvalid, Job: job, Err: redacted(err), Setting: replicaURI,
+			Msg: "the replica MongoDB refused the credentials of MEILISTREAM_REPLICA_URI (or MEILISTREAM_REPLICA_URI_FILE): fix them and restart meilistream"}
 	}
 	if err != nil {
 		return errs.Wrap(errs.Failed, job, err, "reach the replica MongoDB (MEILISTREAM_REPLICA_URI)")
@@ -60,18 +60,14 @@ func Check(ctx context.Context, job string, source, replica *mongo.Collection) e
 	if err != nil {
 		var se mongo.ServerError
 		if errors.As(err, &se) && !isTransient(se) && !mongo.IsTimeout(err) {
-			return &errs.Error{Code: errs.ConfigInvalid, Job: job, Err: err, Setting: replicaURI,
+			return &errs.Error{Code: errs.ConfigInvalid, Job: job, Err: redacted(err), Setting: replicaURI,
 				Msg: fmt.Sprintf("the replica MongoDB refuses writes to %s.%s; give MEILISTREAM_REPLICA_URI's user readWrite there",
 					replica.Database().Name(), replica.Name())}
 		}
-		return errs.Wrap(errs.Failed, job, err, "write to the replica MongoDB")
+		return errs.Wrap(errs.Failed, job, redacted(err), "write to the replica MongoDB")
 	}
 	return nil
 }
-
-// replicaURI is the setting the replica's configuration errors name
-// (errs.Error.Setting): read once at start, so fixing it needs a restart.
-const replicaURI = "MEILISTREAM_REPLICA_URI"
 
 // helloReply is what Check reads of a hello reply.
 type helloReply struct {
@@ -120,3 +116,7 @@ func (h helloReply) sameDeployment(o helloReply) bool {
 	}
 	return false
 }
+
+// replicaURI is the setting the replica's configuration errors name
+// (errs.Error.Setting): read once at start, so fixing it needs a restart.
+const replicaURI = "MEILISTREAM_REPLICA_URI"

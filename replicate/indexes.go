@@ -85,7 +85,9 @@ func SyncIndexes(ctx context.Context, log hclog.Logger, source, replica *mongo.C
 	}
 	cmd := bson.D{{Key: "createIndexes", Value: replica.Name()}, {Key: "indexes", Value: specs}}
 	if err := replica.Database().RunCommand(ctx, cmd).Err(); err != nil {
-		return nil, fmt.Errorf("create indexes %s on replica %s: %w", strings.Join(names, ","), fullName(replica), err)
+		// A unique index built over documents that break it answers E11000
+		// with the duplicated value: redacted.
+		return nil, fmt.Errorf("create indexes %s on replica %s: %w", strings.Join(names, ","), fullName(replica), redacted(err))
 	}
 	log.Info("created the source's indexes on the replica", "indexes", strings.Join(names, ","))
 	return names, nil

@@ -1,5 +1,5 @@
-// Package replicate is the replica sink of mirror jobs: the job engine
-// (sidecar/engine) writes a source collection's documents (after the job's
+// Package replicate is the replica sink of mirror jobs: the job engine of
+// package sidecar writes a source collection's documents (after the job's
 // optional transform) into a collection of a second MongoDB through it, with
 // the same backfill and follow it uses for Meilisearch. What only a mirror
 // needs lives here too: the capability check (the source must have change
@@ -7,17 +7,25 @@
 // first backfill, and reporting DDL events that are never applied to the
 // replica.
 //
-// Writes are idempotent: an upsert is replaceOne({_id}, doc, {upsert: true}),
-// a delete is deleteOne({_id}), both in unordered bulk writes with majority
-// write concern, and the _id keeps its BSON type (the engine passes the source
-// _id as a bson.RawValue).
+// Writes are idempotent: an upsert is replaceOne({_id}, doc, {upsert: true})
+// (an update pipeline replacing the document by itself, {$replaceWith:
+// {$literal: doc}}, when it has a top-level $-prefixed field, which a
+// replacement may not hold), a delete is deleteOne({_id}); a batch's deletes
+// and then its upserts go in unordered bulk writes with majority write
+// concern, and the _id keeps its BSON type (the engine passes the source _id
+// as a bson.RawValue).
+//
+// Every answer of the replica is classified (errors.go): sent again with
+// backoff, refused per document, or a job failure with CONFIG_INVALID; and
+// no text of the replica's leaves the package with a value of a document in
+// it (redact.go).
 package replicate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -25,6 +33,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/engine"
@@ -44,10 +53,11 @@ const DefaultWriteTimeout = 30 * time.Second
 const DefaultKeysPageSize = 1000
 
 // maxDocumentSize is MongoDB's limit for a stored document
-// (maxBsonObjectSize in hello; BSONObjectMaxUserSize in the server). A larger
-// document is refused before it is sent: driver v2 only rejects documents
-// above maxMessageSizeBytes (48 MB) itself, and then fails the whole batch.
-const maxDocumentSize = 16 * 1024 * 1024
+// (maxBsonObjectSize in hello; BSONObjMaxUserSize in the server, 16 MiB on
+// every version), the limit of a mirror's documents. A larger document is
+// refused before it is sent: driver v2 only rejects statements above
+// maxMessageSizeBytes (48 MB) itself, and then fails the whole batch.
+const maxDocumentSize = transform.DefaultMaxMirrorBytes
 
 // Metrics is what the replica sink counts beyond what the engine does: a
 // job's metrics of sidecar/httpapi (Metrics.Job) satisfy it; nil counts
@@ -102,8 +112,7 @@ var (
 // server; Prepare does.
 func New(o Options) (*Sink, error) {
 	if o.Source == nil || o.Replica == nil {
-		return nil, &errs.Error{Code: errs.ConfigInvalid, Job: o.Job, Setting: replicaURI,
-			Msg: "a mirror job needs a source and a replica collection (is MEILISTREAM_REPLICA_URI set?)"}
+		return nil, errs.New(errs.ConfigInvalid, o.Job, "a mirror job needs a source and a replica collection (is MEILISTREAM_REPLICA_URI set?)")
 	}
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
@@ -165,23 +174,31 @@ type receipt struct {
 	failures []engine.DocFailure
 }
 
-// Send writes b to the replica in one unordered bulk write and returns once
-// the replica acknowledged it with majority write concern.
+// Send writes b to the replica and returns once the replica acknowledged it
+// with majority write concern.
+//
+// The deletes go first, then the upserts, each kind in one unordered bulk
+// write: a delete only frees what an upsert of the same batch may take (a
+// unique value, or the _id itself when the source replaced a document by
+// one whose _id is equal in value but of another type: int32 1, int64 1 and
+// 1.0 are one _id to MongoDB, and the batch holds the delete of one and the
+// upsert of the other). Unique-index conflicts between the batch's own
+// writes are then settled (see settle).
 //
 // Documents the replica refuses for a reason of their own (too large,
-// document validation, a unique index of the replica) do not fail the batch:
-// they come back from Wait as DocFailures. A transient failure (network,
-// NotWritablePrimary, a write concern error, a timeout) is returned as a
-// plain error so the engine sends the whole batch again: every write is
-// idempotent, so writes that did land before the failure are harmless to
-// repeat. Unauthorized is CONFIG_INVALID: retrying will not help.
+// document validation, a unique index only the replica has) do not fail the
+// batch: they come back from Wait as DocFailures. A transient failure
+// (network, NotWritablePrimary, a write concern error, a timeout) is
+// returned as a plain error so the engine sends the whole batch again:
+// every write is idempotent, so writes that did land before the failure
+// are harmless to repeat. What only the configuration can fix is
+// CONFIG_INVALID. Every message is redacted: no value of a document.
 func (s *Sink) Send(ctx context.Context, b engine.Batch) (engine.Receipt, error) {
 	rc := &receipt{}
 	if len(b.Writes) == 0 {
 		return rc, nil
 	}
-	models := make([]mongo.WriteModel, 0, len(b.Writes))
-	pos := make([]int, 0, len(b.Writes)) // position in b.Writes of models[i]
+	var dels, ups []write
 	for i, w := range b.Writes {
 		m, fail := s.model(w)
 		if fail != nil {
@@ -189,55 +206,128 @@ func (s *Sink) Send(ctx context.Context, b engine.Batch) (engine.Receipt, error)
 			rc.failures = append(rc.failures, *fail)
 			continue
 		}
-		models = append(models, m)
-		pos = append(pos, i)
+		if w.Delete {
+			dels = append(dels, write{pos: i, model: m, id: w.SourceID})
+		} else {
+			ups = append(ups, write{pos: i, model: m, id: w.SourceID})
+		}
 	}
-	failed, err := s.bulk(ctx, models)
-	if err != nil {
-		return nil, err
-	}
-	// A unique index of the replica (copied from the source) can refuse a
-	// write only because the bulk applied it before another write of the
-	// same batch that frees the value: unordered bulks run all replaces
-	// before all deletes, and the source's order between different _ids is
-	// lost when the engine coalesces. More passes over those writes, after
-	// the rest of the batch landed, sort that out (a chain of swaps takes one
-	// pass per link); what still fails once a pass frees nothing is the
-	// document's own conflict.
-	for {
-		var again []int
-		for i, we := range failed {
-			if we.Code == codeDuplicateKey {
-				again = append(again, i)
-			}
-		}
-		if len(again) == 0 {
-			break
-		}
-		slices.Sort(again)
-		retry := make([]mongo.WriteModel, len(again))
-		for j, i := range again {
-			retry[j] = models[i]
-		}
-		failedAgain, err := s.bulk(ctx, retry)
+	refused := map[int]mongo.WriteError{} // by position in b.Writes
+	for _, kind := range [][]write{dels, ups} {
+		out, err := s.bulk(ctx, kind)
 		if err != nil {
 			return nil, err
 		}
-		for _, i := range again {
-			delete(failed, i)
+		if out.all != nil {
+			// The replica refused a whole command for one of its documents:
+			// name every write, the engine bisects.
+			all := *out.all
+			all.Writes = all.Writes[:0]
+			for i := range b.Writes {
+				all.Writes = append(all.Writes, i)
+			}
+			return &receipt{failures: []engine.DocFailure{all}}, nil
 		}
-		for j, we := range failedAgain {
-			failed[again[j]] = we
-		}
-		if len(failedAgain) == len(again) {
-			break // no progress
+		for i, we := range out.refused {
+			refused[kind[i].pos] = we
 		}
 	}
-	for i, we := range failed {
-		rc.failures = append(rc.failures, docFailure(pos[i], we))
+	if err := s.settle(ctx, ups, refused); err != nil {
+		return nil, err
+	}
+	for pos, we := range refused {
+		rc.failures = append(rc.failures, docFailure(pos, we))
 	}
 	slices.SortFunc(rc.failures, func(a, b engine.DocFailure) int { return a.Writes[0] - b.Writes[0] })
 	return rc, nil
+}
+
+// write is one write model of a Send, with its position in the batch.
+type write struct {
+	pos   int
+	model mongo.WriteModel
+	id    bson.RawValue
+}
+
+// conflict reports whether a refused upsert may have met another write of
+// its own batch rather than a problem of its document: a unique index
+// holding the value the batch moves (11000), or the _id of another type
+// that the batch replaces (66). Settling sends it again.
+func conflict(we mongo.WriteError) bool {
+	return we.Code == codeDuplicateKey || we.Code == codeImmutableField
+}
+
+// settle writes again the upserts of ups the replica refused in refused
+// (by batch position) because of the batch's own writes, and updates
+// refused with what still fails.
+//
+// The replica's unique indexes see every intermediate state of a batch,
+// while the batch holds only each _id's last state: a value moving from
+// one document to another fails if the new holder is written before the
+// old one lets go. Passes over the refused upserts, while each pass lands
+// some (a chain of moves takes one pass per link), settle chains. A cycle
+// (A takes B's value while B takes A's: a swap through a temporary value,
+// coalesced) never progresses: then the replica's versions of the stuck
+// documents are deleted — the batch rewrites them, so their final state is
+// known — and they are written again, in passes. What still fails after
+// that cannot be written given the batch's final state (a unique index
+// only the replica has, a document outside the batch holding the value):
+// it is that document's refusal, and no other document was touched.
+func (s *Sink) settle(ctx context.Context, ups []write, refused map[int]mongo.WriteError) error {
+	byPos := make(map[int]write, len(ups))
+	for _, w := range ups {
+		byPos[w.pos] = w
+	}
+	pending := func() []write {
+		var out []write
+		for pos, we := range refused {
+			if w, ok := byPos[pos]; ok && conflict(we) {
+				out = append(out, w)
+			}
+		}
+		slices.SortFunc(out, func(a, b write) int { return a.pos - b.pos })
+		return out
+	}
+	stuck := pending()
+	cleared := false
+	for len(stuck) > 0 {
+		out, err := s.bulk(ctx, stuck)
+		if err != nil {
+			return err
+		}
+		if out.all != nil {
+			return nil // the writes keep their first refusal
+		}
+		for i, w := range stuck {
+			if we, ok := out.refused[i]; ok {
+				refused[w.pos] = we
+			} else {
+				delete(refused, w.pos)
+			}
+		}
+		if len(out.refused) < len(stuck) {
+			stuck = pending()
+			continue
+		}
+		if cleared {
+			return nil
+		}
+		// A cycle: delete every refused upsert's replica version (those
+		// refused for another reason too: the engine leaves them out of
+		// the replica anyway, and their old versions may hold a value a
+		// stuck document takes), then write the stuck ones again.
+		var gone []write
+		for pos := range refused {
+			if w, ok := byPos[pos]; ok {
+				gone = append(gone, write{pos: pos, model: mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: w.id}}), id: w.id})
+			}
+		}
+		if _, err := s.bulk(ctx, gone); err != nil {
+			return err
+		}
+		cleared = true
+	}
+	return nil
 }
 
 // Wait returns the documents the replica refused in the Send that made r.
@@ -249,6 +339,12 @@ func (s *Sink) Wait(_ context.Context, r engine.Receipt) ([]engine.DocFailure, e
 	}
 	return rc.failures, nil
 }
+
+// statementSlack is how much larger than maxBsonObjectSize a statement the
+// server parses may be (BSONObjMaxInternalSize = BSONObjMaxUserSize + 16
+// KiB, src/mongo/bson/util/builder.h). An update statement holds its
+// document, its _id again (q) and a few bytes of its own.
+const statementSlack = 16 * 1024
 
 // model builds the write model of w, or the reason w cannot be written.
 func (s *Sink) model(w engine.Write) (mongo.WriteModel, *engine.DocFailure) {
@@ -262,65 +358,90 @@ func (s *Sink) model(w engine.Write) (mongo.WriteModel, *engine.DocFailure) {
 	}
 	doc, err := rawDoc(w.Doc)
 	if err != nil {
-		return nil, &engine.DocFailure{Code: string(errs.NotADocument),
-			Message: err.Error()}
+		return nil, &engine.DocFailure{Code: string(errs.NotADocument), Message: err.Error()}
 	}
-	if len(doc) > maxDocumentSize {
-		return nil, &engine.DocFailure{Code: "BSONObjectTooLarge",
-			Message: fmt.Sprintf("document is %d bytes, the replica stores at most %d", len(doc), maxDocumentSize)}
-	}
-	// The transform may drop fields, never change _id: the replica must
-	// hold each document under its source _id. A replacement without _id
-	// keeps the filter's.
+	// The transform may drop fields, never change _id (DESIGN.md "Mirror
+	// jobs").
 	if id, err := doc.LookupErr("_id"); err == nil && !sameValue(id, key) {
 		return nil, &engine.DocFailure{Code: string(errs.IDMismatch),
 			Message: fmt.Sprintf("the transform changed _id (a %s where the source has a %s); a mirror keeps the source's _id", id.Type, key.Type)}
 	}
+	doc, dollar, err := stored(doc, key)
+	if err != nil {
+		return nil, &engine.DocFailure{Code: string(errs.NotADocument), Message: err.Error()}
+	}
+	// Measured on the document as the replica stores it, against the
+	// replica's own limit: one larger would fail its statement anyway, and
+	// one whose _id and document together make a statement the replica does
+	// not parse would fail its whole command.
+	if len(doc) > maxDocumentSize {
+		return nil, &engine.DocFailure{Code: "BSONObjectTooLarge",
+			Message: fmt.Sprintf("the document is %d bytes of BSON, more than the replica stores (%d, maxBsonObjectSize)", len(doc), maxDocumentSize)}
+	}
+	if len(doc)+len(key.Value) > maxDocumentSize+statementSlack-512 {
+		return nil, &engine.DocFailure{Code: "BSONObjectTooLarge",
+			Message: fmt.Sprintf("the document (%d bytes of BSON) and its %d-byte _id, which an update statement holds twice, are more than the replica parses in one statement", len(doc), len(key.Value))}
+	}
+	if dollar {
+		// A replacement may not hold a top-level $-prefixed field once it
+		// replaces a stored document (52 DollarPrefixedFieldName; an
+		// upsert's insert may): storage_validation.cpp and
+		// object_replace_executor.cpp allow them only to pipeline updates.
+		// A pipeline replacing the document by the literal document is the
+		// documented way ("Dollar-Prefixed Field Names", MongoDB 5.0+);
+		// $literal keeps the document from being read as expressions.
+		pipe := bson.A{bson.D{{Key: "$replaceWith", Value: bson.D{{Key: "$literal", Value: doc}}}}}
+		return mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(pipe).SetUpsert(true), nil
+	}
 	return mongo.NewReplaceOneModel().SetFilter(filter).SetReplacement(doc).SetUpsert(true), nil
 }
 
-// bulk runs models as one unordered bulk write. It returns the writes the
-// replica refused for a reason of their own, by index in models; any other
-// failure is the error.
-func (s *Sink) bulk(ctx context.Context, models []mongo.WriteModel) (map[int]mongo.WriteError, error) {
-	if len(models) == 0 {
-		return nil, nil
+// stored returns doc as the replica stores it, _id first (the key's when
+// doc has none), and whether it holds a top-level $-prefixed field. The
+// driver refuses a replacement whose first key starts with $, and the
+// server puts _id first anyway.
+func stored(doc bson.Raw, key bson.RawValue) (bson.Raw, bool, error) {
+	els, err := doc.Elements()
+	if err != nil {
+		return nil, false, fmt.Errorf("invalid BSON document: %w", err)
+	}
+	dollar := false
+	for _, el := range els {
+		if k := el.Key(); k != "_id" && strings.HasPrefix(k, "$") {
+			dollar = true
+		}
+	}
+	if len(els) > 0 && els[0].Key() == "_id" {
+		return doc, dollar, nil
+	}
+	idx, out := bsoncore.AppendDocumentStart(make([]byte, 0, len(doc)+len(key.Value)+8))
+	out = bsoncore.AppendValueElement(out, "_id", bsoncore.Value{Type: bsoncore.Type(key.Type), Data: key.Value})
+	for _, el := range els {
+		if el.Key() != "_id" {
+			out = append(out, el...)
+		}
+	}
+	out, err = bsoncore.AppendDocumentEnd(out, idx)
+	return out, dollar, err
+}
+
+// bulk runs ws as one unordered bulk write and classifies what the replica
+// answered; refused writes are by index in ws.
+func (s *Sink) bulk(ctx context.Context, ws []write) (outcome, error) {
+	if len(ws) == 0 {
+		return outcome{}, nil
+	}
+	models := make([]mongo.WriteModel, len(ws))
+	for i, w := range ws {
+		models[i] = w.model
 	}
 	wctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	_, err := s.replica.BulkWrite(wctx, models, options.BulkWrite().SetOrdered(false))
-	if err == nil {
-		return nil, nil
+	if err != nil && ctx.Err() != nil {
+		return outcome{}, context.Cause(ctx)
 	}
-	if ctx.Err() != nil {
-		return nil, context.Cause(ctx)
-	}
-	var bwe mongo.BulkWriteException
-	if !errors.As(err, &bwe) {
-		return nil, s.writeError(err)
-	}
-	if bwe.WriteConcernError != nil || hasTransientLabel(bwe.Labels) {
-		// Applied but not known to be majority-committed: send again.
-		return nil, s.writeError(err)
-	}
-	failed := make(map[int]mongo.WriteError, len(bwe.WriteErrors))
-	for _, we := range bwe.WriteErrors {
-		if transientCodes[we.Code] {
-			return nil, s.writeError(err)
-		}
-		failed[we.Index] = we.WriteError
-	}
-	return failed, nil
-}
-
-// writeError wraps a failed bulk write: CONFIG_INVALID when only the
-// configuration can fix it, otherwise a plain error the engine retries.
-func (s *Sink) writeError(err error) error {
-	if isConfigError(err) {
-		return &errs.Error{Code: errs.ConfigInvalid, Job: s.job, Err: err, Setting: replicaURI,
-			Msg: fmt.Sprintf("the replica refuses writes to %s (check the user's roles in MEILISTREAM_REPLICA_URI)", s.namespace())}
-	}
-	return fmt.Errorf("write to replica %s: %w", s.namespace(), err)
+	return s.classify(err)
 }
 
 func (s *Sink) namespace() string {
@@ -371,6 +492,9 @@ func (s *Sink) Stage(ctx context.Context, resume bool) (engine.Staged, error) {
 	if _, err := SyncIndexes(ctx, s.log, s.source, s.replica); err != nil {
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
+		}
+		if why := indexRefusal(err); why != "" {
+			return nil, errs.Wrap(errs.ConfigInvalid, s.job, err, "copy indexes to the replica: %s", why)
 		}
 		return nil, errs.Wrap(errs.Failed, s.job, err, "copy indexes to the replica")
 	}

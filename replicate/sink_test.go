@@ -614,3 +614,293 @@ func (m *countingMetrics) String() string {
 	slices.Sort(parts)
 	return strings.Join(parts, " ")
 }
+
+// uniqueEmail gives the replica a unique index on email.
+func uniqueEmail(t *testing.T, p *pair) {
+	t.Helper()
+	_, err := p.replica.Indexes().CreateOne(ctxT(t), mongo.IndexModel{Keys: bson.D{{Key: "email", Value: 1}}, Options: options.Index().SetUnique(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// emails returns the replica's email by _id (an int).
+func emails(t *testing.T, c *mongo.Collection) map[int32]string {
+	t.Helper()
+	out := map[int32]string{}
+	for _, d := range all(t, c) {
+		out[d.Lookup("_id").Int32()] = d.Lookup("email").StringValue()
+	}
+	return out
+}
+
+// Documents that swap a unique value within one batch (A: x->tmp, B: y->x,
+// A: tmp->y, coalesced into A=y, B=x) meet each other's old value on every
+// pass of an unordered bulk write: no order of the two replaces works while
+// both old versions hold their values. Both must land, and nothing else may
+// be touched.
+func TestSendUniqueValueCyclesSettle(t *testing.T) {
+	cases := []struct {
+		name   string
+		before map[int32]string
+		batch  func(t *testing.T) []engine.Write
+		want   map[int32]string
+	}{
+		{"two documents swap their values",
+			map[int32]string{1: "x@example.com", 2: "y@example.com", 9: "other@example.com"},
+			func(t *testing.T) []engine.Write {
+				return []engine.Write{
+					upsert(t, int32(1), bson.E{Key: "email", Value: "y@example.com"}),
+					upsert(t, int32(2), bson.E{Key: "email", Value: "x@example.com"}),
+				}
+			},
+			map[int32]string{1: "y@example.com", 2: "x@example.com", 9: "other@example.com"}},
+		{"three documents rotate their values, beside a chain and a delete",
+			map[int32]string{1: "a@x", 2: "b@x", 3: "c@x", 4: "d@x", 5: "e@x", 6: "f@x"},
+			func(t *testing.T) []engine.Write {
+				return []engine.Write{
+					upsert(t, int32(1), bson.E{Key: "email", Value: "b@x"}),
+					upsert(t, int32(2), bson.E{Key: "email", Value: "c@x"}),
+					upsert(t, int32(3), bson.E{Key: "email", Value: "a@x"}),
+					upsert(t, int32(4), bson.E{Key: "email", Value: "e@x"}), // e frees its value below
+					upsert(t, int32(5), bson.E{Key: "email", Value: "f@x"}), // and takes f's
+					del(t, int32(6)),
+				}
+			},
+			map[int32]string{1: "b@x", 2: "c@x", 3: "a@x", 4: "e@x", 5: "f@x"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := newPair(t)
+			uniqueEmail(t, p)
+			var seed engine.Batch
+			for id, e := range c.before {
+				seed.Writes = append(seed.Writes, upsert(t, id, bson.E{Key: "email", Value: e}))
+			}
+			if f := send(t, p.sink, seed); len(f) != 0 {
+				t.Fatalf("seed: %+v", f)
+			}
+			if f := send(t, p.sink, engine.Batch{Writes: c.batch(t)}); len(f) != 0 {
+				t.Fatalf("failures: %+v", f)
+			}
+			if got := emails(t, p.replica); fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Fatalf("replica %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// A write that cannot succeed given the batch's final state (a unique index
+// only the replica has, and a document outside the batch holding the value)
+// is refused alone: the rest of the batch lands, the document holding the
+// value stays, and neither the refusal nor the log quotes the value.
+func TestSendRealDuplicateIsRefusedAloneWithoutItsValue(t *testing.T) {
+	p := newPair(t)
+	uniqueEmail(t, p)
+	const taken = "taken.person@example.com"
+	send(t, p.sink, engine.Batch{Writes: []engine.Write{
+		upsert(t, int32(9), bson.E{Key: "email", Value: taken}),
+		upsert(t, int32(1), bson.E{Key: "email", Value: "x@example.com"}),
+		upsert(t, int32(2), bson.E{Key: "email", Value: "y@example.com"}),
+	}})
+	f := send(t, p.sink, engine.Batch{Writes: []engine.Write{
+		upsert(t, int32(1), bson.E{Key: "email", Value: "y@example.com"}),
+		upsert(t, int32(2), bson.E{Key: "email", Value: "x@example.com"}),
+		upsert(t, int32(3), bson.E{Key: "email", Value: taken}),
+		upsert(t, int32(4), bson.E{Key: "email", Value: "new@example.com"}),
+	}})
+	if len(f) != 1 || fmt.Sprint(f[0].Writes) != "[2]" || f[0].Code != "DuplicateKey" {
+		t.Fatalf("failures %+v, want write 2 refused as DuplicateKey", f)
+	}
+	if strings.Contains(f[0].Message, "taken.person") || !strings.Contains(f[0].Message, "email") {
+		t.Errorf("the refusal must name the index's fields, never the value: %q", f[0].Message)
+	}
+	want := map[int32]string{1: "y@example.com", 2: "x@example.com", 4: "new@example.com", 9: taken}
+	if got := emails(t, p.replica); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("replica %v, want %v", got, want)
+	}
+	if strings.Contains(p.logs.String(), "taken.person") {
+		t.Errorf("the log quotes the value:\n%s", p.logs.String())
+	}
+}
+
+// A source that replaced a document by one whose _id is equal in value but
+// of another type (int32 1 deleted, int64 1 inserted: one _id to MongoDB's
+// index, two to the engine) gives a batch with the delete of one and the
+// upsert of the other. mongod's replace matches the old document (its _id
+// compares equal) and stores the new _id (object_replace_executor.cpp); a
+// delete run after it would then remove the new document. Deletes go
+// first.
+func TestSendDeletesBeforeUpsertsOfAnEqualIDOfAnotherType(t *testing.T) {
+	p := newPair(t)
+	send(t, p.sink, engine.Batch{Writes: []engine.Write{upsert(t, int32(1), bson.E{Key: "v", Value: "old"})}})
+	f := send(t, p.sink, engine.Batch{Writes: []engine.Write{
+		upsert(t, int64(1), bson.E{Key: "v", Value: "new"}),
+		del(t, int32(1)),
+	}})
+	if len(f) != 0 {
+		t.Fatalf("failures: %+v", f)
+	}
+	got := all(t, p.replica)
+	d, ok := got[idKey(rv(t, int64(1)))]
+	if len(got) != 1 || !ok || d.Lookup("v").StringValue() != "new" {
+		t.Fatalf("replica %v, want only the int64 1 document", got)
+	}
+}
+
+// A document with a top-level $-prefixed field (legal since MongoDB 5.0:
+// db.c.insertOne({$price: 1})) is mirrored, inserted and replaced, byte for
+// byte. A replacement refuses such a field once it replaces a stored
+// document (52; mongod's object_replace_executor.cpp, docs "Dollar-Prefixed
+// Field Names"), so the sink writes it with a pipeline update, which may.
+func TestSendTopLevelDollarFields(t *testing.T) {
+	p := newPair(t)
+	for round, v := range []int32{1, 2} {
+		doc := raw(t, bson.D{{Key: "_id", Value: "p"}, {Key: "$price", Value: v},
+			{Key: "n", Value: bson.D{{Key: "$inc", Value: "$notAnOperator"}}}, {Key: "s", Value: "$notAPath"}, {Key: "$literal", Value: bson.A{"$x"}}})
+		f := send(t, p.sink, engine.Batch{Writes: []engine.Write{
+			{SourceID: rv(t, "p"), Doc: doc},
+			upsert(t, "plain", bson.E{Key: "v", Value: v}),
+		}})
+		if len(f) != 0 {
+			t.Fatalf("round %d: failures %+v", round, f)
+		}
+		got := all(t, p.replica)
+		if !bytes.Equal(got[idKey(rv(t, "p"))], doc) {
+			t.Fatalf("round %d: replica holds %s, want %s", round, got[idKey(rv(t, "p"))], doc)
+		}
+	}
+}
+
+// A mirror takes documents up to the replica's own limit (16 MiB,
+// maxBsonObjectSize), measured on the document as it is stored (_id first,
+// added when the document has none); one larger is refused alone, saying
+// so, and does not take the batch with it.
+func TestSendDocumentsUpToTheReplicaLimit(t *testing.T) {
+	p := newPair(t)
+	const limit = 16 * 1024 * 1024
+	empty := raw(t, bson.D{{Key: "_id", Value: int32(1)}, {Key: "b", Value: bson.Binary{Data: []byte{}}}})
+	fits := make([]byte, limit-len(empty)) // exactly the limit
+	doc := raw(t, bson.D{{Key: "_id", Value: int32(1)}, {Key: "b", Value: bson.Binary{Data: fits}}})
+	noID := raw(t, bson.D{{Key: "b", Value: bson.Binary{Data: append(fits, 0)}}}) // stored with _id: one byte over
+	// A 20 kB _id in a document of the limit: the statement, holding the
+	// _id twice, is more than the server parses.
+	bigID := strings.Repeat("i", 20000)
+	hugeKey := raw(t, bson.D{{Key: "_id", Value: bigID}, {Key: "b", Value: bson.Binary{Data: fits[:len(fits)-20010]}}})
+	f := send(t, p.sink, engine.Batch{Writes: []engine.Write{
+		{SourceID: rv(t, int32(1)), Doc: doc},
+		{SourceID: rv(t, int32(2)), Doc: noID},
+		upsert(t, int32(3)),
+		{SourceID: rv(t, bigID), Doc: hugeKey},
+	}})
+	if len(f) != 2 || fmt.Sprint(f[0].Writes) != "[1]" || f[0].Code != "BSONObjectTooLarge" || !strings.Contains(f[0].Message, "maxBsonObjectSize") ||
+		fmt.Sprint(f[1].Writes) != "[3]" || !strings.Contains(f[1].Message, "statement") {
+		t.Fatalf("failures %+v, want writes 1 and 3 refused as too large", f)
+	}
+	got := all(t, p.replica)
+	if len(got) != 2 || !bytes.Equal(got[idKey(rv(t, int32(1)))], doc) {
+		t.Fatalf("replica holds %d documents; the %d-byte one stored whole: %v", len(got), len(doc), bytes.Equal(got[idKey(rv(t, int32(1)))], doc))
+	}
+}
+
+// Every answer of the replica is classified: sent again with backoff
+// (FAILED, the engine retries), refused per document (bisected by the
+// engine when a whole command is refused for one of its documents), or a
+// job failure with CONFIG_INVALID saying what to fix. The answers here are
+// the replica's own, through the failCommand fail point (mongod's and the
+// test server's: src/mongo/db/commands.cpp).
+func TestSendClassifiesReplicaAnswers(t *testing.T) {
+	p := newPair(t)
+	failUpdate := func(data bson.D) {
+		p.repServer.FailCommand(bson.D{{Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
+			{Key: "data", Value: append(bson.D{{Key: "failCommands", Value: bson.A{"update"}}}, data...)}})
+	}
+	wce := func(code int32, name string) bson.D {
+		return bson.D{{Key: "writeConcernError", Value: bson.D{{Key: "code", Value: code}, {Key: "codeName", Value: name}, {Key: "errmsg", Value: "waiting"}}}}
+	}
+	code := func(c int32) bson.D { return bson.D{{Key: "errorCode", Value: c}} }
+	cases := []struct {
+		name string
+		data bson.D
+		want errs.Code // "" for per-document refusals
+		says string
+	}{
+		{"a destination that is a view stops the job", code(166), errs.ConfigInvalid, "view"},
+		{"a command the replica cannot parse stops the job", code(9), errs.ConfigInvalid, "4.2 or later"},
+		{"a user without the role stops the job", code(13), errs.ConfigInvalid, "MEILISTREAM_REPLICA_URI"},
+		{"a write concern the set cannot satisfy stops the job", wce(100, "UnsatisfiableWriteConcern"), errs.ConfigInvalid, "majority"},
+		{"a write concern timeout is sent again", wce(64, "WriteConcernFailed"), errs.Failed, "64 WriteConcernFailed"},
+		{"a space quota is sent again", code(8000), errs.Failed, "8000"},
+		{"a disk full is sent again", code(14031), errs.Failed, "14031"},
+		{"an unknown answer is sent again", code(54321), errs.Failed, "54321"},
+		{"a command too large for one of its documents is bisected", code(10334), "", ""},
+	}
+	b := engine.Batch{Writes: []engine.Write{upsert(t, int32(1)), upsert(t, int32(2))}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			failUpdate(c.data)
+			r, err := p.sink.Send(ctxT(t), b)
+			if c.want == "" {
+				if err != nil {
+					t.Fatalf("send: %v", err)
+				}
+				f, _ := p.sink.Wait(ctxT(t), r)
+				if len(f) != 1 || fmt.Sprint(f[0].Writes) != "[0 1]" || f[0].Code != "BSONObjectTooLarge" {
+					t.Fatalf("failures %+v, want one naming every write", f)
+				}
+				return
+			}
+			if errs.CodeOf(err) != c.want || !strings.Contains(err.Error(), c.says) {
+				t.Fatalf("got %v, want %s saying %q", err, c.want, c.says)
+			}
+		})
+	}
+}
+
+// An error the engine retries (and shows in /status and the log) says what
+// the replica answered with codes, never the values its messages quote.
+func TestSendRetryErrorsQuoteNoValue(t *testing.T) {
+	p := newPair(t)
+	uniqueEmail(t, p)
+	const taken = "someone.private@example.com"
+	send(t, p.sink, engine.Batch{Writes: []engine.Write{upsert(t, int32(9), bson.E{Key: "email", Value: taken})}})
+	p.repServer.FailCommand(bson.D{{Key: "mode", Value: "alwaysOn"}, {Key: "data", Value: bson.D{
+		{Key: "failCommands", Value: bson.A{"update"}},
+		{Key: "writeConcernError", Value: bson.D{{Key: "code", Value: int32(64)}, {Key: "codeName", Value: "WriteConcernFailed"}, {Key: "errmsg", Value: "waiting for replication timed out"}}},
+	}}})
+	t.Cleanup(func() {
+		p.repServer.FailCommand(bson.D{{Key: "mode", Value: "off"}, {Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"update"}}}}})
+	})
+	_, err := p.sink.Send(ctxT(t), engine.Batch{Writes: []engine.Write{upsert(t, int32(1), bson.E{Key: "email", Value: taken})}})
+	if errs.CodeOf(err) != errs.Failed {
+		t.Fatalf("want a retry, got %v", err)
+	}
+	if strings.Contains(err.Error(), "someone.private") || !strings.Contains(err.Error(), "11000 DuplicateKey") {
+		t.Fatalf("the error must name the codes and not the value: %v", err)
+	}
+}
+
+// The replica refusing the source's indexes for good (an index kind or
+// option it does not take) stops the job saying what to do; a step-down
+// while creating them is retried.
+func TestStageIndexRefusals(t *testing.T) {
+	p := newPair(t)
+	ctx := ctxT(t)
+	if _, err := p.source.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "email", Value: 1}}, Options: options.Index().SetUnique(true)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		code int32
+		want errs.Code
+	}{{67, errs.ConfigInvalid}, {197, errs.ConfigInvalid}, {13, errs.ConfigInvalid}, {10107, errs.Failed}} {
+		p.repServer.FailCommand(bson.D{{Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
+			{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"createIndexes"}}, {Key: "errorCode", Value: c.code}}}})
+		_, err := p.sink.Stage(ctx, false)
+		if errs.CodeOf(err) != c.want {
+			t.Errorf("createIndexes answering %d: got %v, want %s", c.code, err, c.want)
+		}
+	}
+	if _, err := p.sink.Stage(ctx, false); err != nil {
+		t.Fatalf("once the replica takes them: %v", err)
+	}
+}

@@ -133,7 +133,7 @@ func TestCheckRefusesAStandaloneSource(t *testing.T) {
 	if !errors.Is(err, errs.ErrConfigInvalid) {
 		t.Fatalf("want CONFIG_INVALID, got %v", err)
 	}
-	for _, want := range []string{"standalone", "replica set", "rs.initiate()", "README"} {
+	for _, want := range []string{"standalone", "replica set", "rs.initiate()", "docs/mirror-jobs.md"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the message does not say %q: %v", want, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -382,12 +383,37 @@ func TestAResultLargerThanTheLimitIsRefused(t *testing.T) {
 	j = loadJob(t, `module.exports = { transform(doc) { return {s: "x".repeat(500)}; } };`, opts)
 	mustApply(t, j, bson.D{{Key: "_id", Value: 1}})
 
-	j = loadJob(t, `module.exports = { mirror: "m" };`, opts)
+	mopts := transform.Options{MaxMirrorBytes: 1000}
+	j = loadJob(t, `module.exports = { mirror: "m" };`, mopts)
 	_, err = apply(t, j, bson.D{{Key: "_id", Value: 1}, {Key: "s", Value: strings.Repeat("x", 2000)}})
 	wantErr(t, err, errs.NotADocument, "limit of 1000")
-	j = loadJob(t, `module.exports = { mirror: "m", transform(d) { d.s += "y"; return d; } };`, opts)
+	j = loadJob(t, `module.exports = { mirror: "m", transform(d) { d.s += "y"; return d; } };`, mopts)
 	_, err = apply(t, j, bson.D{{Key: "_id", Value: 1}, {Key: "s", Value: strings.Repeat("x", 2000)}})
 	wantErr(t, err, errs.NotADocument, "limit of 1000")
+}
+
+// A mirror writes what the replica stores: documents up to MongoDB's
+// maxBsonObjectSize (16 MiB), whatever the search result limit (1 MiB of
+// JSON) is, measured on the document as the replica stores it.
+func TestAMirrorTakesDocumentsUpToTheReplicaLimit(t *testing.T) {
+	big := strings.Repeat("x", 3<<20)
+	doc := bson.D{{Key: "_id", Value: 1}, {Key: "s", Value: big}}
+	for _, src := range []string{
+		`module.exports = { mirror: "m" };`,
+		`module.exports = { mirror: "m", transform(d) { d.t = d.s; return d; } };`,
+	} {
+		res := mustApply(t, loadJob(t, src), doc)
+		if len(res.Raw) < len(big) {
+			t.Errorf("%s: a %d-byte result", src, len(res.Raw))
+		}
+	}
+	_, err := apply(t, loadJob(t, `module.exports = { index: "i" };`), doc)
+	wantErr(t, err, errs.NotADocument, "limit of 1048576")
+
+	over := transform.DefaultMaxMirrorBytes - len(big) - 20
+	j := loadJob(t, `module.exports = { mirror: "m", transform(d) { d.t = "y".repeat(`+strconv.Itoa(over)+`); return d; } };`)
+	_, err = apply(t, j, doc)
+	wantErr(t, err, errs.NotADocument, "limit of 16777216", "maxBsonObjectSize")
 }
 
 func TestSourceDatesFollowTheDatesOption(t *testing.T) {

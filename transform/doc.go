@@ -141,5 +141,8 @@
 // int32 when it is an integer that fits, else a double, as the Node.js
 // driver writes it; a BigInt is an int64. _id comes first and is the
 // source's own; a result with another _id is ID_MISMATCH. A mirror job
-// without a transform writes the source document untouched.
+// without a transform writes the source document untouched. A mirror
+// result's limit is the replica's, not a search result's: up to
+// Options.MaxMirrorBytes (default 16 MiB, MongoDB's maxBsonObjectSize) of
+// BSON as the replica stores it; above it, NOT_A_DOCUMENT.
 package transform

@@ -69,7 +69,7 @@ func (c *mirrorConv) document(o *goja.Object, orig bson.Raw, idv bson.RawValue) 
 	}
 	if len(dst) > c.limit {
 		c.path = c.path[:0]
-		return nil, c.fail(errs.NotADocument, "the result is %d bytes of BSON, more than the limit of %d", len(dst), c.limit)
+		return nil, c.fail(errs.NotADocument, "the result is %d bytes of BSON, more than the limit of %d a mirror writes (the replica's maxBsonObjectSize)", len(dst), c.limit)
 	}
 	return dst, nil
 }
@@ -105,7 +105,7 @@ func (c *mirrorConv) fields(dst []byte, o *goja.Object, hint bsoncore.Value, dep
 		}
 		if len(dst) > c.limit {
 			c.path = c.path[:0]
-			return nil, c.fail(errs.NotADocument, "the result is more than the limit of %d bytes of BSON", c.limit)
+			return nil, c.fail(errs.NotADocument, "the result is more than the limit of %d bytes of BSON a mirror writes (the replica's maxBsonObjectSize)", c.limit)
 		}
 		return dst, nil
 	}
@@ -138,7 +138,7 @@ func (c *mirrorConv) fields(dst []byte, o *goja.Object, hint bsoncore.Value, dep
 		c.path = c.path[:len(c.path)-1]
 		if len(dst) > c.limit {
 			c.path = c.path[:0]
-			return nil, c.fail(errs.NotADocument, "the result is more than the limit of %d bytes of BSON", c.limit)
+			return nil, c.fail(errs.NotADocument, "the result is more than the limit of %d bytes of BSON a mirror writes (the replica's maxBsonObjectSize)", c.limit)
 		}
 	}
 	return dst, nil
@@ -241,7 +241,7 @@ func (c *mirrorConv) value(dst []byte, key string, val goja.Value, hint bsoncore
 			d = nd
 			c.path = c.path[:len(c.path)-1]
 			if len(d) > c.limit {
-				return nil, false, c.fail(errs.NotADocument, "the result is more than the limit of %d bytes of BSON", c.limit)
+				return nil, false, c.fail(errs.NotADocument, "the result is more than the limit of %d bytes of BSON a mirror writes (the replica's maxBsonObjectSize)", c.limit)
 			}
 		}
 		d, err := bsoncore.AppendArrayEnd(d, idx)

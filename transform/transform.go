@@ -18,6 +18,7 @@ import (
 const (
 	DefaultTimeout         = time.Second
 	DefaultMaxResultBytes  = 1 << 20
+	DefaultMaxMirrorBytes  = 16 << 20 // MongoDB's maxBsonObjectSize
 	DefaultOnDocumentError = "skip"
 	DefaultOnHistoryLost   = "reindex"
 	DefaultBatchSize       = 500
@@ -33,9 +34,16 @@ type Options struct {
 	// Timeout limits one transform call (MEILISTREAM_TRANSFORM_TIMEOUT);
 	// 0 means DefaultTimeout.
 	Timeout time.Duration
-	// MaxResultBytes refuses a result larger than this many bytes of JSON
-	// (search) or BSON (mirror); 0 means DefaultMaxResultBytes.
+	// MaxResultBytes refuses a search result larger than this many bytes
+	// of JSON; 0 means DefaultMaxResultBytes.
 	MaxResultBytes int
+	// MaxMirrorBytes refuses a mirror result larger than this many bytes
+	// of BSON, measured on the document as the replica stores it (_id
+	// first); 0 means DefaultMaxMirrorBytes, the replica's own limit
+	// (maxBsonObjectSize in its hello answer, 16 MiB on every MongoDB
+	// server): what a replica stores has nothing to do with what
+	// Meilisearch takes.
+	MaxMirrorBytes int
 	// Logger receives console output (one logger per job, With("job",
 	// name)) and reload reports; nil discards.
 	Logger hclog.Logger
@@ -78,6 +86,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxResultBytes <= 0 {
 		o.MaxResultBytes = DefaultMaxResultBytes
+	}
+	if o.MaxMirrorBytes <= 0 {
+		o.MaxMirrorBytes = DefaultMaxMirrorBytes
 	}
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
@@ -256,7 +267,7 @@ func (j *Job) identity(dst []byte, doc bson.Raw, idv bson.RawValue, res Result) 
 	limit := j.maxResult()
 	if j.Kind == Mirror {
 		if len(doc) > limit {
-			return Result{}, dst, errs.New(errs.NotADocument, j.Name, "the document is %d bytes of BSON, more than the limit of %d", len(doc), limit)
+			return Result{}, dst, errs.New(errs.NotADocument, j.Name, "the document is %d bytes of BSON, more than the limit of %d a mirror writes (the replica's maxBsonObjectSize)", len(doc), limit)
 		}
 		res.Raw = doc
 		return res, dst, nil
@@ -268,8 +279,15 @@ func (j *Job) identity(dst []byte, doc bson.Raw, idv bson.RawValue, res Result) 
 	return c.result(res)
 }
 
-// maxResult is the result size limit, also for a Job built by hand.
+// maxResult is the result size limit of the job's kind, also for a Job
+// built by hand.
 func (j *Job) maxResult() int {
+	if j.Kind == Mirror {
+		if j.opts.MaxMirrorBytes > 0 {
+			return j.opts.MaxMirrorBytes
+		}
+		return DefaultMaxMirrorBytes
+	}
 	if j.opts.MaxResultBytes > 0 {
 		return j.opts.MaxResultBytes
 	}

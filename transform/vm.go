@@ -599,7 +599,7 @@ func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operati
 		return Result{}, dst, errs.New(errs.NotADocument, j.Name, "the transform returned %s, not a document, null or a boolean", v.typeName(ret))
 	}
 	if j.Kind == Mirror {
-		oc := mirrorConv{v: v, job: j, limit: j.opts.MaxResultBytes}
+		oc := mirrorConv{v: v, job: j, limit: j.maxResult()}
 		raw, err := oc.document(obj, doc, idv)
 		if err != nil {
 			return Result{}, dst, err

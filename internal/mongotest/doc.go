@@ -65,7 +65,9 @@
 //     $jsonSchema. Update operators: $set $unset $inc $mul $min $max $rename
 //     $setOnInsert $push ($each $slice $position $sort) $addToSet $pull
 //     $pullAll $pop $currentDate. Overlapping paths in one update are
-//     refused with 40 ConflictingUpdateOperators, as on mongod. Unknown
+//     refused with 40 ConflictingUpdateOperators, as on mongod. A replacement of a stored
+//     document refuses any top-level $-prefixed field with 52, a DBRef-like
+//     $ref/$id pair included (mongod accepts that pair). Unknown
 //     top-level command fields are ignored (mongod's IDL refuses them with
 //     40415).
 //   - Document validation: create/collMod validator (any query, $jsonSchema

@@ -62,11 +62,6 @@ func compileUpdate(u any, ec *evalCtx) (*compiledUpdate, error) {
 			}
 			return &compiledUpdate{kind: updOperators, ops: x}, nil
 		}
-		for _, e := range x {
-			if strings.HasPrefix(e.Key, "$") {
-				return nil, cmdErrf(52, "DollarPrefixedFieldName", "The dollar ($) prefixed field '%s' in '%s' is not allowed in the context of an update's replacement document. Consider using an aggregation pipeline with $replaceWith.", e.Key, e.Key)
-			}
-		}
 		return &compiledUpdate{kind: updReplacement, replacement: x}, nil
 	case nil:
 		return &compiledUpdate{kind: updReplacement}, nil
@@ -82,6 +77,18 @@ func (cu *compiledUpdate) apply(old bson.D, isInsert bool, ec *evalCtx) (bson.D,
 	var err error
 	switch cu.kind {
 	case updReplacement:
+		// A replacement may not hold a top-level $-prefixed field, except
+		// when an upsert inserts it: mongod validates that as an insert
+		// (src/mongo/db/update/object_replace_executor.cpp refuses them
+		// with 52; src/mongo/db/exec/upsert_stage.cpp allows them from
+		// FCV 5.0).
+		if !isInsert {
+			for _, e := range cu.replacement {
+				if strings.HasPrefix(e.Key, "$") {
+					return nil, cmdErrf(52, "DollarPrefixedFieldName", "The dollar ($) prefixed field '%s' in '%s' is not allowed in the context of an update's replacement document. Consider using an aggregation pipeline with $replaceWith.", e.Key, e.Key)
+				}
+			}
+		}
 		out = make(bson.D, 0, len(cu.replacement)+1)
 		if hasID {
 			out = append(out, bson.E{Key: "_id", Value: id})
@@ -91,6 +98,9 @@ func (cu *compiledUpdate) apply(old bson.D, isInsert bool, ec *evalCtx) (bson.D,
 				if compareValues(e.Value, id) != 0 {
 					return nil, immutableID()
 				}
+				// mongod stores the replacement's _id: an equal value of
+				// another numeric type replaces the stored one.
+				out[0].Value = deepCopy(e.Value)
 				continue
 			}
 			out = append(out, bson.E{Key: e.Key, Value: deepCopy(e.Value)})
@@ -121,7 +131,9 @@ func (cu *compiledUpdate) apply(old bson.D, isInsert bool, ec *evalCtx) (bson.D,
 			} else {
 				return nil, immutableID()
 			}
-		} else if ok && (canonType(nid) != canonType(id) || compareValues(nid, id) != 0 || typeName(nid) != typeName(id)) {
+		} else if ok && (canonType(nid) != canonType(id) || compareValues(nid, id) != 0) {
+			// mongod's rule: the new _id compares equal to the old one
+			// (compareWithBSONElement: int32 1, int64 1 and 1.0 are equal).
 			return nil, immutableID()
 		}
 	}

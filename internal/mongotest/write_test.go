@@ -351,3 +351,48 @@ func TestConflictingUpdatePaths(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A replacement that matches a document may not hold a top-level
+// $-prefixed field (52), but an upsert that inserts it may, as an insert
+// may, and so may a pipeline update; a replacement's _id of another numeric
+// type that compares equal replaces the stored one. As mongod:
+// src/mongo/db/update/object_replace_executor.cpp (compareWithBSONElement,
+// allowTopLevelDollarPrefixedFields only for pipelines),
+// src/mongo/db/exec/upsert_stage.cpp (an upsert's insert validated as an
+// insert), docs "Dollar-Prefixed Field Names".
+func TestReplacementDollarFieldsAndIDTypes(t *testing.T) {
+	_, client := start(t)
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	upsert := options.Replace().SetUpsert(true)
+	if _, err := coll.ReplaceOne(c, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "_id", Value: 1}, {Key: "$price", Value: 1}}, upsert); err != nil {
+		t.Fatalf("an upsert inserting a $-prefixed field: %v", err)
+	}
+	_, err := coll.ReplaceOne(c, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "_id", Value: 1}, {Key: "$price", Value: 2}}, upsert)
+	var we mongo.WriteException
+	if !errors.As(err, &we) || we.WriteErrors[0].Code != 52 {
+		t.Fatalf("a replacement of a document with a $-prefixed field: %v, want 52", err)
+	}
+	pipe := bson.A{bson.D{{Key: "$replaceWith", Value: bson.D{{Key: "$literal", Value: bson.D{{Key: "_id", Value: 1}, {Key: "$price", Value: 3}}}}}}}
+	if _, err := coll.UpdateOne(c, bson.D{{Key: "_id", Value: 1}}, pipe); err != nil {
+		t.Fatalf("a pipeline update to a $-prefixed field: %v", err)
+	}
+	if got := findDoc(t, coll, 1); !sameDoc(got, bson.D{{Key: "_id", Value: int32(1)}, {Key: "$price", Value: int32(3)}}) {
+		t.Fatalf("after the pipeline: %v", got)
+	}
+
+	if _, err := coll.ReplaceOne(c, bson.D{{Key: "_id", Value: int64(1)}}, bson.D{{Key: "_id", Value: int64(1)}, {Key: "v", Value: 1}}); err != nil {
+		t.Fatalf("a replacement with an equal _id of another type: %v", err)
+	}
+	var raw bson.Raw
+	if err := coll.FindOne(c, bson.D{{Key: "_id", Value: 1}}).Decode(&raw); err != nil {
+		t.Fatal(err)
+	}
+	if typ := raw.Lookup("_id").Type; typ != bson.TypeInt64 {
+		t.Fatalf("stored _id is a %s, want the replacement's int64", typ)
+	}
+	_, err = coll.ReplaceOne(c, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "_id", Value: 2}})
+	if !errors.As(err, &we) || we.WriteErrors[0].Code != 66 {
+		t.Fatalf("a replacement with another _id: %v, want 66", err)
+	}
+}
