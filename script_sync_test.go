@@ -46,6 +46,8 @@ func init() {
 		"synced":                 cmdSynced,
 		"wait-status":            cmdWaitStatus,
 		"index-docs":             cmdIndexDocs,
+		"index-doc":              cmdIndexDoc,
+		"mongo-churn":            cmdMongoChurn,
 		"own-servers":            cmdOwnServers,
 		"mongo-drop-connections": cmdMongoDropConnections,
 		"mongo-advance-clock":    cmdMongoAdvanceClock,
@@ -393,11 +395,13 @@ func cmdMongoSeed(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// cmdMongoFailCommand: mongo-failcommand [-ns COLL] N CODE COMMAND...
-// makes the next N of the named commands fail with CODE (the failCommand
-// fail point: the test servers have it, real mongod with
+// cmdMongoFailCommand: mongo-failcommand [-ns COLL] [-block D] N CODE
+// COMMAND... makes the next N of the named commands fail with CODE (the
+// failCommand fail point: the test servers have it, real mongod with
 // enableTestCommands; see [failpoints]), adding the
 // ResumableChangeStreamError label so a change stream resumes after it.
+// With -block D each of them first hangs for D (blockConnection); CODE 0
+// then lets it run as usual after the wait.
 // -ns COLL limits it to the commands on COLL of the script's database: on
 // a shared server it must (the fail point is the server's, for all its
 // clients), and then the script holds the server's fail point until
@@ -409,9 +413,10 @@ func cmdMongoSeed(ts *testscript.TestScript, neg bool, args []string) {
 func cmdMongoFailCommand(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("mongo-failcommand", flag.ContinueOnError)
 	ns := fs.String("ns", "", "")
+	block := fs.Duration("block", 0, "")
 	if neg || fs.Parse(args) != nil || fs.NArg() < 1 || (fs.Arg(0) != "off" && fs.Arg(0) != "entered" && fs.NArg() < 3) ||
 		(fs.Arg(0) == "entered" && fs.NArg() != 2) {
-		ts.Fatalf("usage: mongo-failcommand [-ns COLL] N CODE COMMAND... | mongo-failcommand entered N | mongo-failcommand off")
+		ts.Fatalf("usage: mongo-failcommand [-ns COLL] [-block D] N CODE COMMAND... | mongo-failcommand entered N | mongo-failcommand off")
 	}
 	db := scriptMongo(ts)
 	if failPointControl(ts, db, fs.Args()) {
@@ -421,10 +426,12 @@ func cmdMongoFailCommand(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	code, err := strconv.Atoi(fs.Arg(1))
 	ts.Check(err)
-	data := bson.D{
-		{Key: "failCommands", Value: commandNames(fs.Args()[2:])},
-		{Key: "errorCode", Value: int32(code)},
-		{Key: "errorLabels", Value: bson.A{"ResumableChangeStreamError"}},
+	data := bson.D{{Key: "failCommands", Value: commandNames(fs.Args()[2:])}}
+	if code != 0 || *block == 0 {
+		data = append(data, bson.E{Key: "errorCode", Value: int32(code)}, bson.E{Key: "errorLabels", Value: bson.A{"ResumableChangeStreamError"}})
+	}
+	if *block > 0 {
+		data = append(data, bson.E{Key: "blockConnection", Value: true}, bson.E{Key: "blockTimeMS", Value: int32(block.Milliseconds())})
 	}
 	if *ns != "" {
 		data = append(data, bson.E{Key: "namespace", Value: db.Name() + "." + *ns})
@@ -634,6 +641,94 @@ func cmdIndexDocs(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// cmdIndexDoc: index-doc [-timeout D] INDEX ID FIELDS polls until the
+// document ID of index ($MEILISTREAM_INDEX_PREFIX+INDEX) holds FIELDS (a
+// JSON object: each of its fields with that value).
+func cmdIndexDoc(ts *testscript.TestScript, neg bool, args []string) {
+	fs := flag.NewFlagSet("index-doc", flag.ContinueOnError)
+	timeout := fs.Duration("timeout", 30*time.Second, "")
+	if neg || fs.Parse(args) != nil || fs.NArg() != 3 {
+		ts.Fatalf("usage: index-doc [-timeout D] INDEX ID FIELDS")
+	}
+	var want map[string]any
+	ts.Check(json.Unmarshal([]byte(fs.Arg(2)), &want))
+	uid := ts.Getenv("MEILISTREAM_INDEX_PREFIX") + fs.Arg(0)
+	ms := scriptMeili(ts)
+	deadline := time.Now().Add(*timeout)
+	last := "nothing"
+	for {
+		ctx, cancel := cmdCtx()
+		var got map[string]any
+		err := ms.Index(uid).GetDocument(ctx, fs.Arg(1), nil, &got)
+		cancel()
+		if err != nil {
+			last = err.Error()
+		} else {
+			b, _ := json.Marshal(got)
+			last = string(b)
+			ok := true
+			for k, v := range want {
+				gb, _ := json.Marshal(got[k])
+				wb, _ := json.Marshal(v)
+				ok = ok && bytes.Equal(gb, wb)
+			}
+			if ok {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("index %s document %s: want %s, last seen %s", uid, fs.Arg(1), fs.Arg(2), last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// cmdMongoChurn: mongo-churn COLL N updates N documents of COLL (of the
+// script's database) in rounds of 100, each setting "churn" on the next
+// hundred _ids from 1 (wrapping at the collection's size), and waits after
+// each round until the sidecar's /status has counted the changes (less
+// -slack, default 200): a writer no faster than the change stream, so a
+// history sized against N is what the stream needs, not what a burst of
+// the test's own process outruns.
+func cmdMongoChurn(ts *testscript.TestScript, neg bool, args []string) {
+	fs := flag.NewFlagSet("mongo-churn", flag.ContinueOnError)
+	slack := fs.Int("slack", 200, "")
+	if neg || fs.Parse(args) != nil || fs.NArg() != 2 {
+		ts.Fatalf("usage: mongo-churn [-slack N] COLL N")
+	}
+	n, err := strconv.Atoi(fs.Arg(1))
+	ts.Check(err)
+	coll := scriptMongo(ts).Collection(fs.Arg(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	size, err := coll.CountDocuments(ctx, bson.D{})
+	ts.Check(err)
+	addr, err := os.ReadFile(ts.MkAbs(ts.Getenv("MEILISTREAM_READY_FILE")))
+	ts.Check(err)
+	counted := func() int {
+		v, err := getStatus(strings.TrimSpace(string(addr)), "jobs.0.counters.changes")
+		ts.Check(err)
+		c, _ := strconv.Atoi(v)
+		return c
+	}
+	start := counted()
+	written := 0
+	for round := 0; written < n; round++ {
+		lo := (round * 100) % max(int(size), 1)
+		res, err := coll.UpdateMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$gte", Value: lo + 1}, {Key: "$lte", Value: lo + 100}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "churn", Value: round}}}})
+		ts.Check(err)
+		written += int(res.ModifiedCount)
+		for counted()-start < written-*slack {
+			if ctx.Err() != nil {
+				ts.Fatalf("mongo-churn: the sidecar counted %d of %d changes", counted()-start, written)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	fmt.Fprintf(ts.Stdout(), "%d changes\n", written)
 }
 
 // cmdWaitStatus: wait-status [-timeout D] [-ready FILE] PATH REGEXP polls

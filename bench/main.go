@@ -17,7 +17,12 @@
 //     -settle after the reindex: its steady state, once the reindex's
 //     memory was given back);
 //   - latency: write in MongoDB until the document is visible in
-//     Meilisearch (median, p99) over -latency sequential writes.
+//     Meilisearch (median, p99) over -latency sequential writes;
+//   - live reindex (with -live > 0): the transform file is edited, which
+//     starts a swap reindex; meanwhile an update every -live-every is
+//     timed from MongoDB until it is visible in the live index (median,
+//     p99, and the longest), for as long as the reindex lasts: how stale
+//     search goes while an index is rebuilt.
 //
 // CPU time on a shared machine varies with its load far more than most
 // changes move it. -against OTHER runs a second sidecar binary side by
@@ -94,6 +99,8 @@ type config struct {
 	mongoURI, meiliURL     string
 	verbose                bool
 	profile, against       string
+	live                   bool
+	liveEvery              time.Duration
 }
 
 func run() error {
@@ -109,6 +116,8 @@ func run() error {
 	flag.StringVar(&c.meiliURL, "meili", "", "use this Meilisearch instead of the test server")
 	flag.BoolVar(&c.verbose, "v", false, "show the sidecar's log")
 	flag.StringVar(&c.profile, "cpuprofile", "", "write CPU profiles of the sidecar process (reindex.pprof, follow.pprof) and its binary (meilistream) into this directory; builds the sidecar with a profiling hook (-sidecar is then not allowed)")
+	flag.BoolVar(&c.live, "live", true, "after the latency samples, edit the transform and time writes made during the reindex it starts until each is visible in the live index")
+	flag.DurationVar(&c.liveEvery, "live-every", 20*time.Millisecond, "with -live, one update this often while the reindex runs")
 	flag.StringVar(&c.against, "against", "", "another meilistream binary to run side by side with the first on the same collection and servers (its own index and state collection), so both meet the same load: an A/B comparison on a noisy machine")
 	flag.Parse()
 	if runtime.GOOS != "linux" {
@@ -380,6 +389,15 @@ func run() error {
 		lat = append(lat, time.Since(t))
 	}
 
+	// Live reindex: an edited transform starts a swap reindex in each
+	// sidecar; writes made meanwhile are timed until visible in each live
+	// index.
+	if c.live {
+		if err := liveReindex(ctx, c, coll, ms, runs, filepath.Join(transforms, "articles.js"), src); err != nil {
+			return fail(fmt.Errorf("live reindex: %w", err))
+		}
+	}
+
 	// Clean shutdown.
 	for _, r := range runs {
 		if err := r.stop(); err != nil {
@@ -437,7 +455,161 @@ func run() error {
 		fmt.Printf("latency: write to searchable%s median %s, p99 %s (flushInterval %s)\n",
 			what, lat[len(lat)/2].Round(time.Millisecond), lat[min(len(lat)-1, len(lat)*99/100)].Round(time.Millisecond), c.flush)
 	}
+	for _, r := range runs {
+		if len(r.stale) == 0 {
+			continue
+		}
+		if r.label != "" {
+			fmt.Printf("%s: ", r.label)
+		}
+		st := r.stale
+		sort.Slice(st, func(a, b int) bool { return st[a] < st[b] })
+		fmt.Printf("live index during a reindex: %d writes, write to searchable median %s, p99 %s, longest %s (reindex of %d articles in %s)\n",
+			len(st), st[len(st)/2].Round(time.Millisecond), st[min(len(st)-1, len(st)*99/100)].Round(time.Millisecond),
+			st[len(st)-1].Round(time.Millisecond), c.docs, r.rebuild.Round(time.Millisecond))
+	}
 	return nil
+}
+
+// liveReindex edits the transform (a statement that changes its tokens, not
+// its output), so each sidecar starts a swap reindex, and times an update
+// every c.liveEvery until visible in each live index, for as long as a
+// reindex runs.
+func liveReindex(ctx context.Context, c config, coll *mongo.Collection, ms meilisearch.ServiceManager, runs []*sidecar, file string, src []byte) error {
+	edited := append([]byte("const BENCH_REINDEX = 1;\n"), src...)
+	if err := os.WriteFile(file, edited, 0o644); err != nil {
+		return err
+	}
+	start := time.Now()
+	reindexing := func(r *sidecar) bool {
+		addr, _ := os.ReadFile(r.ready)
+		ok, _ := following(strings.TrimSpace(string(addr)))
+		return !ok
+	}
+	// Until each sidecar has seen the edit (its reindex began).
+	if err := waitFor(ctx, runs, time.Minute, nil, func() (bool, error) {
+		for _, r := range runs {
+			if !reindexing(r) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		return fmt.Errorf("the edit started no reindex: %w", err)
+	}
+	type write struct {
+		id    int
+		mark  string
+		at    time.Time
+		seen  []bool
+		nseen int
+	}
+	var (
+		mu      sync.Mutex
+		pending []*write
+		done    = make(chan struct{})
+		pollErr error
+	)
+	var wg sync.WaitGroup
+	for i, r := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				todo := make([]*write, 0, len(pending))
+				for _, w := range pending {
+					if !w.seen[i] {
+						todo = append(todo, w)
+					}
+				}
+				mu.Unlock()
+				for _, w := range todo {
+					ok, err := titleIs(ctx, ms, r.uid, w.id, w.mark)
+					if err != nil {
+						mu.Lock()
+						pollErr = err
+						mu.Unlock()
+						return
+					}
+					if ok {
+						mu.Lock()
+						w.seen[i] = true
+						w.nseen++
+						r.stale = append(r.stale, time.Since(w.at))
+						mu.Unlock()
+					}
+				}
+				select {
+				case <-done:
+					if len(todo) == 0 {
+						return
+					}
+				case <-ctx.Done():
+					return
+				default:
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}()
+	}
+	tick := time.NewTicker(c.liveEvery)
+	defer tick.Stop()
+	for k := 0; ; k++ {
+		any := false
+		for _, r := range runs {
+			if r.rebuild == 0 {
+				if reindexing(r) {
+					any = true
+				} else {
+					r.rebuild = time.Since(start)
+				}
+			}
+		}
+		if !any {
+			break
+		}
+		id := 1 + (k*104729)%c.docs
+		if !articles.Published(id) {
+			id++
+		}
+		w := &write{id: id, mark: fmt.Sprintf("live%d", k), at: time.Now(), seen: make([]bool, len(runs))}
+		if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: int64(id)}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "title", Value: w.mark}}}}); err != nil {
+			close(done)
+			wg.Wait()
+			return err
+		}
+		mu.Lock()
+		pending = append(pending, w)
+		mu.Unlock()
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			close(done)
+			wg.Wait()
+			return ctx.Err()
+		}
+	}
+	// A write the reindex overtook (a later write to the same article
+	// changed its title again) is never seen with its own mark: only the
+	// last write to each article counts.
+	mu.Lock()
+	last := map[int]*write{}
+	for _, w := range pending {
+		last[w.id] = w
+	}
+	kept := pending[:0]
+	for _, w := range pending {
+		if last[w.id] == w {
+			kept = append(kept, w)
+		}
+	}
+	pending = kept
+	mu.Unlock()
+	close(done)
+	wg.Wait()
+	return pollErr
 }
 
 // sidecar is one meilistream process under measurement.
@@ -468,6 +640,11 @@ type sidecar struct {
 	// the reindex's cost is fixed (the heap growing to its working size).
 	q1, q3     phase
 	q1In, q3In int64
+	// stale holds, for each write made while an edited transform's
+	// reindex ran, the time until it was visible in the live index;
+	// rebuild is how long that reindex took.
+	stale   []time.Duration
+	rebuild time.Duration
 }
 
 // phase is what a sidecar cost in one phase.

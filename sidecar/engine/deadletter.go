@@ -249,6 +249,23 @@ func (s *errSet) cleared(ctx context.Context, f *flight, positions []int) error 
 	return nil
 }
 
+// reset makes s hold what keep holds (after a swap: the records the
+// reindex made are the job's records).
+func (s *errSet) reset(keep *errSet) {
+	if s == nil || keep == nil {
+		return
+	}
+	keep.mu.Lock()
+	m := make(map[string]bool, len(keep.m))
+	for k := range keep.m {
+		m[k] = true
+	}
+	keep.mu.Unlock()
+	s.mu.Lock()
+	s.m = m
+	s.mu.Unlock()
+}
+
 // clearStaleErrors deletes job's error records that are not in keep (the
 // records a swap reindex made): the new index was built without error for
 // every other document.

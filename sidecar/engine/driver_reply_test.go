@@ -41,25 +41,31 @@ func TestReadPartKeepsDocumentsValidAcrossBatches(t *testing.T) {
 	if _, err := coll.InsertMany(ctx, docs); err != nil {
 		t.Fatal(err)
 	}
-	cur, err := coll.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(size))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cur.Close(ctx)
+	// One chunk after the other, as a reindex reads them: each a find of
+	// its own, whose first reply the chunk keeps.
 	var got []item
 	parts := 0
+	var last bson.RawValue
 	for {
-		part, more := readPart(ctx, cur, size)
+		cur, err := coll.Find(ctx, resumeFilter(last), options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(size).SetBatchSize(size))
+		if err != nil {
+			t.Fatal(err)
+		}
+		part, final := readFirstBatch(ctx, cur, size)
+		if err := cur.Err(); err != nil {
+			t.Fatal(err)
+		}
+		cur.Close(ctx)
 		if len(part) > size {
 			t.Fatalf("part of %d documents, want at most %d", len(part), size)
 		}
 		got, parts = append(got, part...), parts+1
-		if !more {
+		if len(part) > 0 {
+			last = part[len(part)-1].id
+		}
+		if final {
 			break
 		}
-	}
-	if err := cur.Err(); err != nil {
-		t.Fatal(err)
 	}
 	if len(got) != n || parts < n/size {
 		t.Fatalf("read %d documents in %d parts, want %d in at least %d", len(got), parts, n, n/size)
@@ -87,7 +93,6 @@ func TestStreamEventsStayValidAcrossGetMores(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cs.Close(context.Background())
 	const n = 60
 	text := func(i int) string { return strings.Repeat(string(rune('a'+i%26)), 40+i*5) }
 	for i := range n {
@@ -95,32 +100,25 @@ func TestStreamEventsStayValidAcrossGetMores(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	items := make(chan csItem)
-	rctx, stop := context.WithCancel(ctx)
-	// The reader owns cs until it returns: wait for it before the deferred
-	// Close above (a change stream is not safe for concurrent use).
-	read := make(chan struct{})
-	defer func() { stop(); <-read }()
-	go func() {
-		defer close(read)
-		readStream(rctx, cs, items, time.Millisecond)
-	}()
+	r := startStream(ctx, cs, time.Millisecond, 0, nil)
+	defer r.Close()
 	var evs []bson.Raw
 	batches := 0
 	for len(evs) < n {
 		select {
-		case it := <-items:
+		case it := <-r.Items():
 			if it.err != nil {
 				t.Fatal(it.err)
 			}
 			if len(it.evs) > 0 {
 				evs, batches = append(evs, it.evs...), batches+1
 			}
+			r.Taken(it)
 		case <-ctx.Done():
 			t.Fatalf("%d of %d events read", len(evs), n)
 		}
 	}
-	stop()
+	r.Close()
 	if batches < n/3 {
 		t.Fatalf("%d events came in %d batches, want at least %d: the test needs many getMores", n, batches, n/3)
 	}

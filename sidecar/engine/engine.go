@@ -67,6 +67,8 @@ type Config struct {
 	OnDocumentError  string        // "skip" | "fail"
 
 	MaxInFlight      int           // batches sent but not yet durable (default 4)
+	ReadAhead        int           // bytes of change events read and not yet taken in (default DefaultReadAhead)
+	PendingBytes     int           // bytes of change events that make a batch be sent (default DefaultPendingBytes)
 	DrainTimeout     time.Duration // on close, how long flushing pending changes may take (default 15s)
 	RetryBase        time.Duration // first backoff of a retried send (default 200ms)
 	RetryCap         time.Duration // backoff cap (default 30s)
@@ -100,6 +102,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.ReadAhead <= 0 {
+		c.ReadAhead = DefaultReadAhead
+	}
+	if c.PendingBytes <= 0 {
+		c.PendingBytes = DefaultPendingBytes
 	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = DefaultDrainTimeout
@@ -135,9 +143,12 @@ type Lease interface {
 type Engine struct {
 	source *mongo.Database
 	store  *jobstate.Store
-	cfg    Config
-	obs    Observer
-	log    hclog.Logger
+	// stateName is the state collection's: the job's stream follows its
+	// watermark documents there.
+	stateName string
+	cfg       Config
+	obs       Observer
+	log       hclog.Logger
 
 	kindMu sync.Mutex
 	kind   map[string]string // job name -> metrics kind label
@@ -158,7 +169,11 @@ func New(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Coll
 	store := jobstate.New(state, errorsColl, func(ctx context.Context, attempt int) error {
 		return sleep(ctx, backoff(cfg, attempt))
 	})
-	return &Engine{source: source, store: store, cfg: cfg, obs: obs, log: logger}
+	e := &Engine{source: source, store: store, cfg: cfg, obs: obs, log: logger}
+	if state != nil {
+		e.stateName = state.Name()
+	}
+	return e
 }
 
 // jobConfig is the engine configuration with a job's overrides applied.
@@ -185,9 +200,10 @@ func (e *Engine) jobCfg(job *transform.Job) jobConfig {
 }
 
 // Run runs job under l until ctx ends or the job fails: it prepares the
-// sink, reindexes when the job has no recorded position, when the position
-// was recorded with another transform hash, or when the history is lost
-// (onHistoryLost: reindex), and follows the change stream.
+// sink and follows the job's change stream, with a reindex interleaved when
+// the job has no recorded position, when the position was recorded with
+// another transform hash, when a reindex was left unfinished, or when the
+// history is lost (onHistoryLost: reindex).
 //
 // It returns nil after a clean close (ctx cancelled for any reason but a
 // lost lease: pending changes are flushed and their position recorded, within
@@ -201,7 +217,7 @@ func (e *Engine) Run(ctx context.Context, job *transform.Job, sink Sink, l Lease
 	if stats == nil {
 		stats = status.NewJobStats() // the lag metric is computed from it
 	}
-	err := e.run(ctx, job, sink, l, stats)
+	_, err := e.run(ctx, job, sink, l, stats, false)
 	if err != nil {
 		err = errs.WithJob(job.Name, err)
 		stats.SetError(err)
@@ -210,61 +226,93 @@ func (e *Engine) Run(ctx context.Context, job *transform.Job, sink Sink, l Lease
 	return err
 }
 
-func (e *Engine) run(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *status.JobStats) error {
+// run is Run, and with force (`meilistream reindex NAME`) a reindex
+// whatever the position says, after which it stops and reports it.
+func (e *Engine) run(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *status.JobStats, force bool) (*ReindexSummary, error) {
 	ctx, stop := leaseContext(ctx, l)
 	defer stop()
 	log := e.log.With("job", job.Name)
 	if err := e.store.Stamp(ctx, job.Name, l); err != nil {
-		return closeOr(ctx, l, err)
+		return nil, closeOr(ctx, l, err)
 	}
 	if err := retryPrepare(ctx, sink, e.cfg, log); err != nil {
-		return closeOr(ctx, l, err)
+		return nil, closeOr(ctx, l, err)
 	}
 	var (
-		lostStart bson.Raw // the position recorded by a reindex after a history loss
-		afterLost bool     // the reindex just done was for a history loss
+		lost      bool     // the history was lost: reindex afresh from the present
+		lostSince bson.Raw // the position recorded when it was
 	)
 	for {
-		pos, err := e.store.ReadPosition(ctx, job.Name)
+		plan, err := e.plan(ctx, job, l, force, lost, log)
 		if err != nil {
-			return closeOr(ctx, l, errs.Wrap(errs.Failed, job.Name, err, "read position"))
+			return nil, closeOr(ctx, l, err)
 		}
-		if afterLost && pos != nil {
-			lostStart, afterLost = pos.Token, false
+		sum, err := e.follow(ctx, job, sink, l, stats, plan, log)
+		if !errors.Is(err, errHistoryLost) {
+			return sum, err
 		}
-		if pos == nil || pos.Hash != job.Hash {
-			if pos == nil {
-				log.Info("no recorded position: reindexing")
-			} else {
-				if err := e.olderTransform(ctx, job, pos, log); err != nil {
-					return closeOr(ctx, l, err)
-				}
-				e.logWhyReindex(job, pos, log)
-			}
-			if _, err := e.reindex(ctx, job, sink, l, stats, log); err != nil {
-				return closeOr(ctx, l, err)
-			}
-			continue
+		// A reindex asked for by an operator repairs a lost history
+		// whatever onHistoryLost says.
+		if e.jobCfg(job).OnHistoryLost == "fail" && !force {
+			return nil, errs.Wrap(errs.HistoryLost, job.Name, err, "the recorded position is older than the server's change history (onHistoryLost: fail)")
 		}
-		err = e.follow(ctx, job, sink, l, stats, pos, log)
-		if errors.Is(err, errHistoryLost) {
-			if e.jobCfg(job).OnHistoryLost == "fail" {
-				return errs.Wrap(errs.HistoryLost, job.Name, err, "the recorded position is older than the server's change history (onHistoryLost: fail)")
-			}
-			if now, _ := e.store.ReadPosition(ctx, job.Name); lostStart != nil && now != nil && bytes.Equal(lostStart, now.Token) {
-				// The position a reindex just recorded is already gone, and
-				// nothing was recorded since: reindexing again would loop.
-				return errs.Wrap(errs.HistoryLost, job.Name, err, "the change history (oplog window) is shorter than a reindex of %s takes; enlarge the oplog", job.Collection)
-			}
-			afterLost = true
-			log.Warn("change history lost since the recorded position: reindexing")
-			if _, err := e.reindex(ctx, job, sink, l, stats, log); err != nil {
-				return closeOr(ctx, l, err)
-			}
-			continue
+		var now bson.Raw
+		if pos, _ := e.store.ReadPosition(ctx, job.Name); pos != nil {
+			now = pos.Token
 		}
-		return err
+		if lost && bytes.Equal(now, lostSince) {
+			// Lost again before the stream recorded anything: the history
+			// does not even cover the stream, and starting over would
+			// loop.
+			return nil, errs.Wrap(errs.HistoryLost, job.Name, err, "the change history (oplog window) is too short for the change stream of %s to keep up; enlarge the oplog", job.Collection)
+		}
+		log.Warn("change history lost since the recorded position: following from the present and reindexing")
+		lost, lostSince = true, now
 	}
+}
+
+// plan decides where a follow starts and whether a reindex runs with it.
+// A checkpoint is resumed only with the position recorded beside it: the
+// staged index holds every change up to that position, and the stream
+// replays the rest.
+func (e *Engine) plan(ctx context.Context, job *transform.Job, l Lease, force, lost bool, log hclog.Logger) (followPlan, error) {
+	plan := followPlan{untilReindexed: force}
+	if lost {
+		plan.reindex = true
+		return plan, nil
+	}
+	pos, err := e.store.ReadPosition(ctx, job.Name)
+	if err != nil {
+		return plan, errs.Wrap(errs.Failed, job.Name, err, "read position")
+	}
+	cp, err := e.store.ReadCheckpoint(ctx, job.Name)
+	if err != nil {
+		return plan, errs.Wrap(errs.Failed, job.Name, err, "read reindex checkpoint")
+	}
+	if pos != nil {
+		plan.tok, plan.since, plan.cp = pos.Token, pos.WallTime, cp
+	}
+	switch {
+	case pos == nil:
+		log.Info("no recorded position: reindexing")
+		plan.reindex = true
+	case pos.Hash != job.Hash:
+		if err := e.olderTransform(ctx, job, pos, log); err != nil {
+			return plan, err
+		}
+		if cp == nil || cp.Hash != job.Hash {
+			e.logWhyReindex(job, pos, log)
+		}
+		plan.reindex = true
+	case cp != nil:
+		// The live index took changes through the transform of an
+		// unfinished reindex: only a finished one makes it whole again.
+		log.Info("a reindex was left unfinished: reindexing")
+		plan.reindex = true
+	case force:
+		plan.reindex = true
+	}
+	return plan, nil
 }
 
 // logWhyReindex says why a changed hash reindexes: a changed job

@@ -107,7 +107,7 @@ func BenchmarkEngineFollowPerChange(b *testing.B) {
 		f := &follower{e: e, jc: jc, p: p}
 		f.reset()
 		for _, ev := range events {
-			if _, err := f.add(ev); err != nil {
+			if err := f.add(ev); err != nil {
 				b.Fatal(err)
 			}
 			if len(f.items) >= jc.BatchSize {

@@ -3,12 +3,11 @@ package engine
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
@@ -16,194 +15,168 @@ import (
 	"github.com/meilistream/meilistream/transform"
 )
 
-// errHistoryLost is follow's signal that the recorded position is gone from
-// the server's history: codes 286 ChangeStreamHistoryLost and 280
-// ChangeStreamFatalError on open or resume, 136 CappedPositionLost when an
-// open stream is overtaken by the oplog's truncation (the server's
-// src/mongo/base/error_codes.yml).
-var errHistoryLost = errors.New("change stream history lost")
+// DefaultPendingBytes bounds the change events gathered into one batch
+// (besides batchSize): a batch of large documents is sent before it holds
+// more than this.
+const DefaultPendingBytes = 16 << 20
 
-// errStreamClosed: the server closed the cursor without an invalidate event.
-var errStreamClosed = errors.New("change stream closed by the server")
+// chunkPositionInterval is the least time between two positions recorded
+// at a reindex's marks: each record is a write, and the history (oplog) the
+// stream must keep up with holds those too.
+const chunkPositionInterval = time.Second
 
-func isHistoryLost(err error) bool {
-	var se mongo.ServerError
-	if errors.As(err, &se) {
-		return se.HasErrorCode(286) || se.HasErrorCode(280) || se.HasErrorCode(136)
-	}
-	return false
+// followPlan is what one follow starts from.
+type followPlan struct {
+	tok   bson.Raw  // resume after it; empty: at the present
+	since time.Time // wall time of tok, for the log
+	// reindex runs a reindex interleaved with the stream, resuming cp
+	// when it is of the same transform (and its staged index is there).
+	reindex bool
+	cp      *jobstate.Checkpoint
+	// untilReindexed stops cleanly once the reindex is recorded
+	// (`meilistream reindex NAME`).
+	untilReindexed bool
 }
 
-// streamAwait is the getMore wait of the change stream: how often an idle
-// stream reports (its post-batch resume token), not a latency bound.
-const streamAwait = 500 * time.Millisecond
-
-// lagInterval is how often the follow lag gauge is updated while following.
-var lagInterval = time.Second
-
-// csItem is what the stream reader hands the follow loop: the events of one
-// getMore batch (copied, in order), an idle report with the post-batch
-// resume token, or the stream's error. One hand-off per batch, not per
-// event: a goroutine switch per change was a large part of follow's CPU.
-type csItem struct {
-	evs []bson.Raw
-	tok bson.Raw
-	err error
-}
-
-// maxItemEvents bounds the events of one csItem (a getMore batch is at most
-// 16 MB; this keeps the follow loop's turns short).
-const maxItemEvents = 1000
-
-func (e *Engine) openStream(ctx context.Context, job *transform.Job, token bson.Raw) (*mongo.ChangeStream, error) {
-	opts := options.ChangeStream().SetFullDocument(options.UpdateLookup).SetMaxAwaitTime(streamAwait)
-	if len(token) > 0 {
-		opts.SetResumeAfter(token)
-	}
-	return e.source.Collection(job.Collection).Watch(ctx, mongo.Pipeline{}, opts)
-}
-
-// streamPace is the least time between two getMores of a busy stream:
-// FlushInterval/4, at most 25ms. A getMore returns as soon as anything is
-// there, so a stream of a few thousand changes a second read without a
-// pause costs one round trip (and its goroutine switches and syscalls) per
-// change or two; pausing after a batch lets the next one gather more. An
-// idle stream's getMore still waits on the server (maxAwaitTime), so a lone
-// write is not delayed; a busy one by at most the pace, which keeps a busy
-// stream's write-to-searchable within flushInterval + 50 ms. A shorter
-// pace leaves a busy stream's round trips a visible part of follow's CPU
-// per change (go run ./bench measures it).
-func streamPace(flush time.Duration) time.Duration {
-	return min(flush/4, 25*time.Millisecond)
-}
-
-// readStream feeds out until ctx ends or the stream fails, pausing at
-// least pace between getMores that returned events.
-func readStream(ctx context.Context, cs *mongo.ChangeStream, out chan<- csItem, pace time.Duration) {
-	send := func(it csItem) bool {
-		select {
-		case out <- it:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	for {
-		started := time.Now()
-		if cs.TryNext(ctx) {
-			// The rest of the batch the driver holds, without another
-			// getMore. Not copied: each event is a slice of the reply the
-			// driver read it into, which it never writes to again (see
-			// readPart; TestStreamEventsStayValidAcrossGetMores pins it
-			// for change streams), which saves a fifth of what a change
-			// allocates.
-			n := min(cs.RemainingBatchLength()+1, maxItemEvents)
-			evs := make([]bson.Raw, 0, n)
-			for {
-				evs = append(evs, cs.Current[:len(cs.Current):len(cs.Current)])
-				if len(evs) == maxItemEvents || cs.RemainingBatchLength() == 0 || !cs.TryNext(ctx) {
-					break
-				}
-			}
-			if !send(csItem{evs: evs}) {
-				return
-			}
-			if d := time.Until(started.Add(pace)); d > 0 && cs.RemainingBatchLength() == 0 {
-				if sleep(ctx, d) != nil {
-					return
-				}
-			}
-			continue
-		}
-		if err := cs.Err(); err != nil {
-			if ctx.Err() == nil {
-				send(csItem{err: err})
-			}
-			return
-		}
-		if cs.ID() == 0 {
-			send(csItem{err: errStreamClosed})
-			return
-		}
-		if !send(csItem{tok: append(bson.Raw(nil), cs.ResumeToken()...)}) {
-			return
-		}
-	}
-}
-
-// follow applies the change stream from pos until ctx ends (nil, after a
+// follow applies the job's change stream until ctx ends (nil, after a
 // flush), the lease is lost, the history is lost (errHistoryLost), the
-// collection is invalidated, or a non-retryable error.
-func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *status.JobStats, pos *jobstate.Position, log hclog.Logger) error {
+// collection is invalidated, or a non-retryable error; with plan.reindex it
+// runs a reindex interleaved with it, and reports it.
+func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *status.JobStats, plan followPlan, log hclog.Logger) (*ReindexSummary, error) {
 	jc := e.jobCfg(job)
-	stats.SetPhase(status.PhaseFollowing)
+	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, tok: plan.tok}
+	f.reset()
+	stats.LagReset()
+	if err := f.open(ctx); err != nil {
+		return nil, closeOr(ctx, l, err)
+	}
+	defer f.reader.Close()
+
+	var snap *snapshot
+	if plan.reindex {
+		var err error
+		snap, err = e.newSnapshot(ctx, jc, sink, l, stats, log, plan.cp, true)
+		if err != nil {
+			return nil, closeOr(ctx, l, err)
+		}
+	} else {
+		stats.SetPhase(status.PhaseFollowing)
+	}
 
 	// The pipe outlives ctx on a clean close, so pending changes can be
 	// flushed and recorded; the lease still stops it at once.
 	pctx, pstop := leaseContext(context.WithoutCancel(ctx), l)
 	defer pstop()
-	p := e.newPipe(pctx, jc, sink, stats, log, true)
-	defer p.abort(errPipeClosed)
+	f.p = e.newPipe(pctx, jc, sink, stats, log, true)
+	defer f.p.abort(errPipeClosed)
 	set, err := e.loadErrSet(ctx, job.Name)
 	if err != nil {
-		return f0stop(ctx, l, p, err)
+		f.p.abort(err)
+		return nil, closeOr(ctx, l, err)
 	}
-	p.errs = set
-
-	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, p: p, tok: pos.Token}
-	f.reset()
-	stats.LagReset()
-	log.Info("following", "collection", job.Collection, "since", pos.WallTime)
-
-	var (
-		rcancel context.CancelFunc
-		rdone   chan struct{}
-		items   chan csItem
-		attempt int
-	)
-	// The reader goroutine owns the change stream (it is not safe for
-	// concurrent use) and closes it when it ends.
-	stopReader := func() {
-		if rcancel != nil {
-			rcancel()
-			<-rdone
-			rcancel = nil
+	f.p.errs = set
+	if snap != nil {
+		f.startSnapshot(pctx, snap)
+		defer func() {
+			snap.stop()
+			snap.ckp.abort()
+		}()
+	}
+	log.Info("following", "collection", job.Collection, "since", plan.since)
+	err = f.loop(ctx, plan.untilReindexed)
+	if snap != nil {
+		snap.stop()
+		if f.committed {
+			return snap.summary(), err
 		}
 	}
-	defer stopReader()
-	open := func() error {
-		for {
-			cs, err := e.openStream(ctx, job, f.tok)
-			if err == nil {
-				var rctx context.Context
-				rctx, rcancel = context.WithCancel(ctx)
-				rdone = make(chan struct{})
-				items = make(chan csItem, 256)
-				go func(done chan struct{}) {
-					defer close(done)
-					readStream(rctx, cs, items, streamPace(jc.FlushInterval))
-					cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-					_ = cs.Close(cctx)
-					cancel()
-				}(rdone)
-				return nil
+	return nil, err
+}
+
+// startSnapshot makes snap the running reindex.
+func (f *follower) startSnapshot(ctx context.Context, snap *snapshot) {
+	f.snap = snap
+	snap.waiting = &f.waiting
+	f.changed = map[string]bool{}
+	f.gone = map[string]bson.RawValue{}
+	f.p.setStaged(snap.stagedSink())
+	f.p.made = snap.made
+	snap.ckp = f.e.newCheckpointer(ctx, f.jc.job.Name, f.l, snap.cp, snap.win, f.p.fail, func(n int64) {
+		snap.done.Store(n)
+		f.stats.Update(func(s *status.JobSnapshot) { s.Reindex.Done = n })
+		f.e.observeProgress(f.jc.job.Name, n, snap.est)
+	})
+	snap.begin(ctx, f.e.source.Client(), f.p)
+}
+
+// follower is the follow loop's state.
+type follower struct {
+	e      *Engine
+	jc     jobConfig
+	l      Lease
+	stats  *status.JobStats
+	log    hclog.Logger
+	p      *pipe
+	reader *streamReader
+
+	pending      map[string]int // coalescing key -> index in items
+	items        []item
+	pendingBytes int
+	lastTok      bson.Raw  // token of the last change in items
+	wall         time.Time // its wall time
+	tok          bson.Raw  // the last token read (event or idle): where to reopen
+	posReq       time.Time // when a position was last submitted for recording
+	retryAt      time.Time
+	attempt      int
+	changes      int64 // document changes read, not yet counted in the stats
+
+	// The running reindex, the _ids the stream changed since its last
+	// mark, and the sweep's ids to delete at its end.
+	snap      *snapshot
+	waiting   atomic.Int32 // the snapshot's marks written and not yet read
+	changed   map[string]bool
+	gone      map[string]bson.RawValue
+	committed bool
+}
+
+func (f *follower) reset() {
+	f.pending = make(map[string]int, f.jc.BatchSize)
+	f.items = make([]item, 0, f.jc.BatchSize)
+	f.pendingBytes = 0
+}
+
+// open opens the stream after f.tok (at the present when empty), retrying
+// transient errors; errHistoryLost when the history no longer holds f.tok.
+func (f *follower) open(ctx context.Context) error {
+	for {
+		cs, err := f.e.openStream(ctx, f.jc.job, f.tok)
+		if err == nil {
+			if len(f.tok) == 0 {
+				f.tok = append(bson.Raw(nil), cs.ResumeToken()...)
 			}
-			if isHistoryLost(err) {
-				return errHistoryLost
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			f.retried("open change stream", err, attempt)
-			if err := sleep(ctx, backoff(jc.Config, attempt)); err != nil {
-				return err
-			}
-			attempt++
+			f.reader = startStream(ctx, cs, streamPace(f.jc.FlushInterval), f.jc.ReadAhead, f.hurry)
+			return nil
 		}
+		if isHistoryLost(err) {
+			return errHistoryLost
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		f.retried("open change stream", err, f.attempt)
+		if err := sleep(ctx, backoff(f.jc.Config, f.attempt)); err != nil {
+			return err
+		}
+		f.attempt++
 	}
-	if err := open(); err != nil {
-		return f.stop(ctx, err)
-	}
+}
+
+// hurry says whether a reindex's mark is on its way through the stream
+// (called by the stream reader).
+func (f *follower) hurry() bool { return f.waiting.Load() > 0 }
+
+// loop is the follow loop proper.
+func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 	flush := time.NewTimer(time.Hour)
 	flush.Stop()
 	defer flush.Stop()
@@ -212,55 +185,45 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l Le
 	// destination is down instead of keeping the last durable batch's value.
 	lagTick := time.NewTicker(lagInterval)
 	defer lagTick.Stop()
+	var committed <-chan struct{}
+	if f.snap != nil && untilReindexed {
+		committed = f.snap.committed
+	}
 	for {
 		select {
 		case <-lagTick.C:
-			e.observeLag(job.Name, stats.Snapshot().LagSeconds)
-		case it := <-items:
+			f.e.observeLag(f.jc.job.Name, f.stats.Snapshot().LagSeconds)
+		case it := <-f.reader.Items():
 			switch {
 			case it.err != nil:
-				stopReader()
+				f.reader.Close()
 				if isHistoryLost(it.err) {
 					return f.stop(ctx, errHistoryLost)
 				}
 				// The driver resumes a resumable error once by itself; any
 				// error reaching here reopens from the last change read
 				// (everything up to it is pending or in the pipe).
-				f.retried("change stream", it.err, attempt)
-				if err := sleep(ctx, backoff(jc.Config, attempt)); err != nil {
+				f.retried("change stream", it.err, f.attempt)
+				if err := sleep(ctx, backoff(f.jc.Config, f.attempt)); err != nil {
 					return f.stop(ctx, err)
 				}
-				attempt++
-				if err := open(); err != nil {
+				f.attempt++
+				if err := f.open(ctx); err != nil {
 					return f.stop(ctx, err)
 				}
 			case it.evs != nil:
-				attempt = 0
-				for k, ev := range it.evs {
-					inv, err := f.add(ev)
-					if err != nil {
-						f.counted(k + 1)
-						return f.stop(ctx, err)
+				f.attempt = 0
+				err := f.events(it.evs, flush)
+				f.reader.Taken(it)
+				if err != nil {
+					if errors.Is(err, errInvalidatedBy) {
+						f.reader.Close()
+						return f.invalidated(ctx, err.(*invalidation).op)
 					}
-					if inv != "" {
-						f.counted(k + 1)
-						stopReader()
-						return f.invalidated(ctx, inv)
-					}
-					if len(f.items) == 1 {
-						flush.Reset(jc.FlushInterval)
-					}
-					if len(f.items) >= jc.BatchSize {
-						flush.Stop()
-						if err := f.flush(); err != nil {
-							f.counted(k + 1)
-							return f.stop(ctx, err)
-						}
-					}
+					return f.stop(ctx, err)
 				}
-				f.counted(len(it.evs))
 			default:
-				attempt = 0
+				f.attempt = 0
 				if err := f.idle(it.tok); err != nil {
 					return f.stop(ctx, err)
 				}
@@ -269,43 +232,46 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l Le
 			if err := f.flush(); err != nil {
 				return f.stop(ctx, err)
 			}
-		case <-p.Failed():
+		case <-f.p.Failed():
 			// A stage failed (a send refused for good, a record that
-			// failed, a document with onDocumentError: fail).
-			return f.stop(ctx, p.Err())
+			// failed, a document with onDocumentError: fail, a reindex
+			// read that failed).
+			return f.stop(ctx, f.p.Err())
+		case <-committed:
+			return f.stop(ctx, nil)
 		case <-ctx.Done():
 			return f.stop(ctx, nil)
 		}
 	}
 }
 
-// follower is the follow loop's state.
-type follower struct {
-	e     *Engine
-	jc    jobConfig
-	l     Lease
-	stats *status.JobStats
-	log   hclog.Logger
-	p     *pipe
-
-	pending map[string]int // coalescing key -> index in items
-	items   []item
-	lastTok bson.Raw  // token of the last change in items
-	wall    time.Time // its wall time
-	tok     bson.Raw  // the last token read (event or idle): where to reopen
-	posReq  time.Time // when a position was last submitted for recording
-	retryAt time.Time
+// events takes one batch of change events in.
+func (f *follower) events(evs []bson.Raw, flush *time.Timer) error {
+	defer f.counted()
+	for _, ev := range evs {
+		if err := f.add(ev); err != nil {
+			return err
+		}
+		if len(f.items) == 1 {
+			flush.Reset(f.jc.FlushInterval)
+		}
+		if len(f.items) >= f.jc.BatchSize || f.pendingBytes >= f.jc.PendingBytes {
+			flush.Stop()
+			if err := f.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
-func (f *follower) reset() {
-	f.pending = make(map[string]int, f.jc.BatchSize)
-	f.items = make([]item, 0, f.jc.BatchSize)
-}
-
-// counted adds n change events read to the stats (once per batch of
-// events, not per event).
-func (f *follower) counted(n int) {
-	f.stats.Update(func(s *status.JobSnapshot) { s.Changes += int64(n) })
+// counted adds the document changes read since the last call to the stats
+// (once per batch of events, not per event).
+func (f *follower) counted() {
+	if n := f.changes; n > 0 {
+		f.changes = 0
+		f.stats.Update(func(s *status.JobSnapshot) { s.Changes += n })
+	}
 }
 
 func (f *follower) retried(what string, err error, attempt int) {
@@ -317,22 +283,46 @@ func (f *follower) retried(what string, err error, attempt int) {
 	}
 }
 
+// errInvalidatedBy is what add returns (as an *invalidation) for an event
+// that ends the job's stream: a drop or rename of its collection, a drop of
+// its database.
+var errInvalidatedBy = errors.New("invalidated")
+
+type invalidation struct{ op string }
+
+func (i *invalidation) Error() string        { return "invalidated by " + i.op }
+func (i *invalidation) Is(target error) bool { return target == errInvalidatedBy }
+
 // add takes one change event into the pending batch (coalesced per _id:
 // the last change wins, since every change carries the document's whole
-// new state). It returns the operation type when the event invalidates the
-// stream.
-func (f *follower) add(ev bson.Raw) (string, error) {
+// new state), or acts on a reindex's mark.
+func (f *follower) add(ev bson.Raw) error {
 	opv, err := ev.LookupErr("operationType")
 	if err != nil {
-		return "", errs.New(errs.Failed, f.jc.job.Name, "change event without operationType")
+		return errs.New(errs.Failed, f.jc.job.Name, "change event without operationType")
 	}
 	op, _ := opv.StringValueOK()
 	tokv, err := ev.LookupErr("_id")
 	if err != nil {
-		return "", errs.New(errs.Failed, f.jc.job.Name, "change event without resume token")
+		return errs.New(errs.Failed, f.jc.job.Name, "change event without resume token")
 	}
 	tok, _ := tokv.DocumentOK()
 	f.tok = tok
+	coll, _ := ev.Lookup("ns", "coll").StringValueOK()
+	if coll != f.jc.job.Collection {
+		switch {
+		case op == "dropDatabase" || op == "invalidate":
+			return &invalidation{op: op}
+		case op == "rename":
+			if to, _ := ev.Lookup("to", "coll").StringValueOK(); to == f.jc.job.Collection {
+				return &invalidation{op: op} // another collection renamed onto this one
+			}
+			return nil
+		case coll == f.e.stateName:
+			return f.onMark(ev, op, tok)
+		}
+		return nil
+	}
 	var it item
 	switch op {
 	case "insert", "replace", "update":
@@ -350,14 +340,14 @@ func (f *follower) add(ev bson.Raw) (string, error) {
 		// An update whose lookup found nothing (fullDocument null): the
 		// document was deleted since; a delete event follows. Delete now.
 	case "delete":
-	case "drop", "rename", "dropDatabase", "invalidate":
-		return op, nil
+	case "drop", "rename":
+		return &invalidation{op: op}
 	default:
-		return "", nil // not a document change (none without showExpandedEvents)
+		return nil // not a document change (none without showExpandedEvents)
 	}
 	idv, err := ev.LookupErr("documentKey", "_id")
 	if err != nil {
-		return "", errs.New(errs.Failed, f.jc.job.Name, "%s event without documentKey._id", op)
+		return errs.New(errs.Failed, f.jc.job.Name, "%s event without documentKey._id", op)
 	}
 	it.id = idv
 	k := keyOf(idv)
@@ -368,20 +358,243 @@ func (f *follower) add(ev bson.Raw) (string, error) {
 		f.pending[k] = len(f.items)
 		f.items = append(f.items, it)
 	}
-	f.lastTok = tok
-	if w, err := ev.LookupErr("wallTime"); err == nil {
-		if dt, ok := w.DateTimeOK(); ok {
-			f.wall = time.UnixMilli(dt)
-		}
-	} else if ct, err := ev.LookupErr("clusterTime"); err == nil {
-		if t, _, ok := ct.TimestampOK(); ok {
-			f.wall = time.Unix(int64(t), 0)
-		}
+	f.pendingBytes += len(ev)
+	f.changes++
+	if f.snap != nil {
+		f.changed[k] = true
+		delete(f.gone, k)
 	}
+	f.lastTok = tok
+	f.wall = eventWall(ev)
 	if len(f.items) == 1 {
 		f.stats.LagPending(f.wall)
 	}
-	return "", nil
+	return nil
+}
+
+// eventWall is a change event's wall time (the server's).
+func eventWall(ev bson.Raw) time.Time {
+	if w, err := ev.LookupErr("wallTime"); err == nil {
+		if dt, ok := w.DateTimeOK(); ok {
+			return time.UnixMilli(dt)
+		}
+	} else if ct, err := ev.LookupErr("clusterTime"); err == nil {
+		if t, _, ok := ct.TimestampOK(); ok {
+			return time.Unix(int64(t), 0)
+		}
+	}
+	return time.Now()
+}
+
+// markOf returns the mark a watermark event wrote: an upsert's inserted
+// document holds it, an update's updatedFields (never its fullDocument,
+// looked up later: by then a later mark may be there).
+func markOf(ev bson.Raw, op string) string {
+	var v bson.RawValue
+	var err error
+	switch op {
+	case "insert", "replace":
+		v, err = ev.LookupErr("fullDocument", "mark")
+	case "update":
+		v, err = ev.LookupErr("updateDescription", "updatedFields", "mark")
+	default:
+		return ""
+	}
+	if err != nil {
+		return ""
+	}
+	s, _ := v.StringValueOK()
+	return s
+}
+
+// onMark acts on a watermark of the running reindex: the chunk read before
+// it goes to the pipe, after the pending changes and without the _ids the
+// stream changed since the mark before it. Marks of earlier runs are
+// ignored.
+func (f *follower) onMark(ev bson.Raw, op string, tok bson.Raw) error {
+	if f.snap == nil {
+		return nil
+	}
+	c, ours := f.snap.take(markOf(ev, op))
+	if !ours {
+		return nil
+	}
+	changed := f.changed
+	f.changed = map[string]bool{}
+	if c == nil {
+		return nil // the opening mark: a window begins
+	}
+	if err := f.flush(); err != nil {
+		return err
+	}
+	wall := eventWall(ev)
+	if len(c.items) > 0 || c.gone == nil {
+		if err := f.submitChunk(c, changed, tok, wall); err != nil {
+			return err
+		}
+	}
+	for _, id := range c.gone {
+		if k := keyOf(id); !changed[k] {
+			f.gone[k] = id
+		}
+	}
+	if c.final {
+		return f.finish(tok, wall)
+	}
+	return nil
+}
+
+// submitChunk hands a chunk's rows, but those in changed, to the pipe for
+// the reindex's target; once durable its last _id is checkpointed and tok
+// recorded as the position.
+func (f *follower) submitChunk(c *chunk, changed map[string]bool, tok bson.Raw, wall time.Time) error {
+	snap, jc, e, stats := f.snap, f.jc, f.e, f.stats
+	items := c.items
+	if len(changed) > 0 {
+		kept := items[:0:0]
+		for _, it := range items {
+			if !changed[keyOf(it.id)] {
+				kept = append(kept, it)
+			}
+		}
+		items = kept
+	}
+	set := f.p.errs
+	clearing := snap.inPlace
+	var clear []int
+	fl := &flight{to: toStaged}
+	for _, it := range items {
+		fl.bytes += len(it.doc)
+	}
+	fl.prepare = func(ctx context.Context, fl *flight) error {
+		writes, sk, bd, err := transformAll(ctx, jc.job, items, snap.inPlace)
+		if err != nil {
+			return err
+		}
+		if err := e.handleDocErrors(ctx, jc, stats, set, bd); err != nil {
+			return err
+		}
+		for _, b := range bd {
+			snap.made.add(b.id)
+		}
+		if clearing {
+			clear = set.candidates(writes, bd)
+		}
+		snap.skipped.Add(int64(sk))
+		snap.bad.Add(int64(len(bd)))
+		stats.Add(0, 0, int64(sk), 0)
+		e.observeSkipped(jc.job.Name, int64(sk))
+		fl.batch = Batch{Writes: writes}
+		items = nil
+		return nil
+	}
+	// The chunk's mark is a position too: recorded now and then, so a
+	// long reindex of a quiet collection moves the resume point on (the
+	// stream's own changes record theirs).
+	var record func(ctx context.Context, fl *flight) error
+	if time.Since(f.posReq) >= chunkPositionInterval {
+		record = f.recordAfter(tok, wall, false)
+		f.posReq = time.Now()
+	}
+	fl.durable = func(ctx context.Context, fl *flight) error {
+		if err := set.cleared(ctx, fl, clear); err != nil {
+			return err
+		}
+		var up int64
+		for i := range fl.batch.Writes {
+			if !fl.batch.Writes[i].Delete && !fl.isRefused(i) {
+				up++
+			}
+		}
+		snap.indexed.Add(up)
+		snap.bad.Add(int64(fl.refusedCount()))
+		snap.ckp.durable(c.last, c.n)
+		if record == nil {
+			return nil
+		}
+		return record(ctx, fl)
+	}
+	return f.p.submit(fl)
+}
+
+// finish ends the reindex at its last mark: the sweep's deletes, then, once
+// everything before is durable, the swap (or nothing in place) and the
+// record of the new position with the transform's hash.
+func (f *follower) finish(tok bson.Raw, wall time.Time) error {
+	snap := f.snap
+	if len(f.gone) > 0 {
+		snap.log.Info("sweep: deleting documents no longer in the collection", "count", len(f.gone))
+		ids := make([]bson.RawValue, 0, len(f.gone))
+		for _, id := range f.gone {
+			ids = append(ids, id)
+		}
+		for lo := 0; lo < len(ids); lo += f.jc.BatchSize {
+			part := ids[lo:min(lo+f.jc.BatchSize, len(ids))]
+			w := make([]Write, len(part))
+			for i, id := range part {
+				w[i] = Write{SourceID: id, Delete: true}
+			}
+			n := int64(len(part))
+			err := f.p.submit(&flight{to: toStaged, batch: Batch{Writes: w}, durable: func(context.Context, *flight) error {
+				snap.removed.Add(n)
+				return nil
+			}})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	f.snap, f.changed, f.gone = nil, nil, nil
+	e, jc, l, p, stats := f.e, f.jc, f.l, f.p, f.stats
+	commit := func(ctx context.Context) error {
+		// The last steps are short and must not be cut between the swap
+		// and the record by a clean stop (the next start would reindex
+		// again): only the lease and DrainTimeout end them.
+		ctx, cancel := context.WithTimeout(ctx, jc.DrainTimeout)
+		defer cancel()
+		if err := snap.ckp.close(); err != nil {
+			return err
+		}
+		if err := l.Confirm(ctx); err != nil {
+			return err
+		}
+		if !snap.inPlace {
+			snap.cp.Swapping = true
+			if err := e.store.WriteCheckpoint(ctx, jc.job.Name, l, snap.cp); err != nil {
+				return err
+			}
+			if err := snap.staged.Commit(ctx); err != nil {
+				return errs.Wrap(errs.Failed, jc.job.Name, err, "swap the rebuilt index in")
+			}
+			if err := l.Confirm(ctx); err != nil {
+				return err
+			}
+			if err := e.clearStaleErrors(ctx, jc.job.Name, snap.made); err != nil {
+				return err
+			}
+			p.errs.reset(snap.made)
+		}
+		p.setStaged(nil)
+		p.made = nil
+		if err := e.store.RecordNewPosition(ctx, jc.job, l, tok, wall); err != nil {
+			return err
+		}
+		if err := e.store.DeleteCheckpoint(ctx, jc.job.Name, l); err != nil {
+			return err
+		}
+		snap.finished(time.Since(snap.start))
+		stats.SetPhase(status.PhaseFollowing)
+		stats.Update(func(s *status.JobSnapshot) {
+			s.Reindexes++
+			s.Reindex.Done = snap.done.Load()
+			s.LastPosition = wall
+			s.RecordedAt = time.Now()
+		})
+		close(snap.committed)
+		return nil
+	}
+	f.committed = true
+	return f.p.submit(&flight{ctl: commit})
 }
 
 // flush hands the pending changes to the pipe: transformed on its prepare
@@ -391,33 +604,41 @@ func (f *follower) flush() error {
 	if len(f.items) == 0 {
 		return nil
 	}
-	items, tok, wall := f.items, f.lastTok, f.wall
+	items, tok, wall, size := f.items, f.lastTok, f.wall, f.pendingBytes
 	f.reset()
 	jc, stats, e, set := f.jc, f.stats, f.e, f.p.errs
+	var made *errSet
+	to := toLive
+	if f.snap != nil {
+		to, made = f.snap.changeTarget(), f.snap.made
+	}
 	var clear []int // set on the prepare stage, read on the wait stage after it
-	fl := &flight{
-		prepare: func(ctx context.Context, fl *flight) error {
-			writes, skipped, bad, err := transformAll(ctx, jc.job, items, true)
-			if err != nil {
-				return err
+	fl := &flight{to: to, bytes: size}
+	fl.prepare = func(ctx context.Context, fl *flight) error {
+		writes, skipped, bad, err := transformAll(ctx, jc.job, items, true)
+		if err != nil {
+			return err
+		}
+		if err := e.handleDocErrors(ctx, jc, stats, set, bad); err != nil {
+			return err
+		}
+		for _, b := range bad {
+			made.add(b.id)
+		}
+		stats.Add(0, 0, int64(skipped), 0)
+		e.observeSkipped(jc.job.Name, int64(skipped))
+		fl.batch = Batch{Writes: writes}
+		// With deleteSkipped every item has its write, in order: the
+		// keys computed while coalescing serve the pipe's tracking.
+		if len(writes) == len(items) {
+			fl.keys = make([]string, len(items))
+			for i := range items {
+				fl.keys[i] = items[i].key
 			}
-			if err := e.handleDocErrors(ctx, jc, stats, set, bad); err != nil {
-				return err
-			}
-			stats.Add(0, 0, int64(skipped), 0)
-			e.observeSkipped(jc.job.Name, int64(skipped))
-			fl.batch = Batch{Writes: writes}
-			// With deleteSkipped every item has its write, in order: the
-			// keys computed while coalescing serve the pipe's tracking.
-			if len(writes) == len(items) {
-				fl.keys = make([]string, len(items))
-				for i := range items {
-					fl.keys[i] = items[i].key
-				}
-			}
-			clear = set.candidates(writes, bad)
-			return nil
-		},
+		}
+		clear = set.candidates(writes, bad)
+		items = nil
+		return nil
 	}
 	record := f.recordAfter(tok, wall, false)
 	fl.durable = func(ctx context.Context, fl *flight) error {
@@ -439,7 +660,7 @@ func (f *follower) flush() error {
 func (f *follower) recordAfter(tok bson.Raw, wall time.Time, idle bool) func(ctx context.Context, fl *flight) error {
 	e, jc, l, stats := f.e, f.jc, f.l, f.stats
 	return func(ctx context.Context, fl *flight) error {
-		if err := e.store.RecordPosition(ctx, jc.job.Name, l, tok, wall, jc.job.Hash); err != nil {
+		if err := e.store.RecordPosition(ctx, jc.job.Name, l, tok, wall); err != nil {
 			return err
 		}
 		e.observePosition(jc.job.Name, wall)
@@ -496,7 +717,11 @@ func (f *follower) stop(ctx context.Context, cause error) error {
 		}
 		return errs.WithJob(f.jc.job.Name, cause)
 	}
-	// Clean close.
+	// Clean close. A running reindex stops reading first; what it handed
+	// over is made durable and checkpointed with the rest.
+	if f.snap != nil {
+		f.snap.stop()
+	}
 	timer := time.AfterFunc(f.jc.DrainTimeout, func() {
 		f.p.fail(errs.New(errs.Failed, f.jc.job.Name, "flushing pending changes took longer than %s; they will be applied again after restart", f.jc.DrainTimeout))
 	})
@@ -505,6 +730,9 @@ func (f *follower) stop(ctx context.Context, cause error) error {
 	if err == nil {
 		err = f.p.close()
 	}
+	if err == nil && f.snap != nil {
+		err = f.snap.ckp.close()
+	}
 	if err != nil {
 		if errors.Is(err, errs.ErrLeaseLost) {
 			return err
@@ -512,20 +740,27 @@ func (f *follower) stop(ctx context.Context, cause error) error {
 		f.log.Warn("closing: pending changes not all recorded; they will be applied again on the next run", "error", err)
 		return nil
 	}
+	if f.snap != nil {
+		f.log.Info("reindex stopped; it resumes from its checkpoint", "done", f.snap.done.Load())
+	}
 	f.log.Info("closed: pending changes flushed and recorded")
 	return nil
 }
 
 // invalidated handles a drop, rename or dropDatabase: what came before is
-// flushed and recorded, then the position is cleared (the index stays as it
-// is) and follow returns ErrInvalidated, so the next run reindexes.
+// flushed and recorded, then the position (and a running reindex's
+// checkpoint) is cleared (the index stays as it is) and follow returns
+// ErrInvalidated, so the next run reindexes.
 func (f *follower) invalidated(ctx context.Context, op string) error {
 	name := f.jc.job.Name
 	f.log.Warn("collection invalidated: stopping; the next run reindexes", "event", op)
 	if o, ok := f.p.sink.(DDLObserver); ok {
-		o.OnDDL(ctx, op) // never applied to a replica
+		o.OnDDL(ctx, op) // never applied to a replica (mirror jobs)
 	} else if f.jc.job.Kind == transform.Mirror {
 		f.e.observeDDL(name, op)
+	}
+	if f.snap != nil {
+		f.snap.stop()
 	}
 	if err := f.flush(); err != nil {
 		return leaseOr(ctx, f.l, err)
@@ -535,14 +770,14 @@ func (f *follower) invalidated(ctx context.Context, op string) error {
 	}
 	dctx, cancel := drainContext(ctx, f.l, f.jc.DrainTimeout)
 	defer cancel()
+	if f.snap != nil {
+		f.snap.ckp.abort()
+		if err := f.e.store.DeleteCheckpoint(dctx, name, f.l); err != nil {
+			return leaseOr(ctx, f.l, err)
+		}
+	}
 	if err := f.e.store.ClearPosition(dctx, name, f.l); err != nil {
 		return leaseOr(ctx, f.l, err)
 	}
 	return errs.Wrap(errs.Failed, name, ErrInvalidated, "%s event on %s", op, f.jc.job.Collection)
-}
-
-// f0stop ends follow before the loop started.
-func f0stop(ctx context.Context, l Lease, p *pipe, err error) error {
-	p.abort(err)
-	return closeOr(ctx, l, err)
 }

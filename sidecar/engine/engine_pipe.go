@@ -32,14 +32,15 @@ import (
 type pipe struct {
 	e     *Engine
 	jc    jobConfig
-	sink  Sink
+	sink  Sink // the live destination
 	stats *status.JobStats
 	log   hclog.Logger
 	track bool
 
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
-	in       chan *flight
+	in       chan *flight // flights submitted and not yet prepared
+	queued   *byteBudget  // their bytes
 	prepared chan *flight
 	sent     chan *flight
 	done     chan struct{}
@@ -48,27 +49,80 @@ type pipe struct {
 	failMu  sync.Mutex
 	failErr error
 
+	// staged is the target of a swap reindex while one runs (nil
+	// otherwise, and in place, where the live destination is the target).
+	// Read and written by the send stage only, after newPipe.
+	staged Sink
+
+	// Flights handed to the wait stage and flights it finished: a control
+	// flight runs once they are equal (everything before it durable).
+	flowMu   sync.Mutex
+	handed   uint64
+	finished uint64
+	flowWake chan struct{}
+
 	sendMu sync.Mutex
-	latest map[string]uint64 // key -> seq of the last flight that sent it; guarded by sendMu
-	seq    uint64            // guarded by sendMu
+	// key -> seq of the last flight that sent it, per side (live, staged);
+	// guarded by sendMu
+	latest [2]map[string]uint64
+	seq    uint64 // guarded by sendMu
 
 	retryLog time.Time // last retry warning, rate-limited; guarded by failMu
 
 	errs *errSet // the job's error records; nil: not tracked
+	// made, while a swap reindex runs, also takes the documents refused:
+	// their records outlive the swap. Read and written by the wait stage
+	// (and the control flight that ends the reindex) only.
+	made *errSet
 }
+
+// target says where a flight's writes go.
+type target uint8
+
+const (
+	toLive   target = iota // the live destination
+	toStaged               // a reindex's target: the staged index, or the live destination in place
+	toBoth                 // both (a followed change while a swap reindex runs)
+)
+
+// side is the destination a flight was sent to: sideLive or sideStaged.
+type side uint8
+
+const (
+	sideLive side = iota
+	sideStaged
+)
 
 // flight is one batch on its way.
 type flight struct {
 	seq uint64
+	// bytes is what the flight holds until it is prepared (the change
+	// events or documents it transforms): the pipe's queue is bounded by it.
+	bytes int
 	// prepare fills batch (runs on the prepare stage); may be nil.
 	prepare func(ctx context.Context, f *flight) error
 	batch   Batch
 	keys    []string // coalescing keys of batch.Writes, when tracked
+	to      target
+	// ctl, when set, makes this a control flight: it runs on the send
+	// stage once every earlier flight is durable (and its durable
+	// callback ran), before any later flight is sent. A swap and the
+	// switch back to the live destination alone are such flights.
+	ctl     func(ctx context.Context) error
+	sink    Sink // where it was sent (set by the send stage)
+	side    side
 	receipt Receipt
 	// durable runs in order once the batch is durable; may be nil.
 	durable    func(ctx context.Context, f *flight) error
 	refusedPos []int     // positions of writes refused for a document reason (left out)
 	sentAt     time.Time // when the first send began
+	// pair is, on the staged half of a flight sent to both destinations,
+	// its live half (sent just before it, so durable first): a document
+	// both refuse is recorded and counted once.
+	pair *flight
+	// half marks the live half of such a flight: its statistics are
+	// counted with the other half's.
+	half bool
 }
 
 func (f *flight) isRefused(pos int) bool {
@@ -77,7 +131,21 @@ func (f *flight) isRefused(pos int) bool {
 			return true
 		}
 	}
-	return false
+	return f.pair != nil && f.pair.isRefused(pos)
+}
+
+// refusedCount is how many of f's writes were refused (by either half).
+func (f *flight) refusedCount() int {
+	if f.pair == nil {
+		return len(f.refusedPos)
+	}
+	n := 0
+	for i := range f.batch.Writes {
+		if f.isRefused(i) {
+			n++
+		}
+	}
+	return n
 }
 
 func (e *Engine) newPipe(ctx context.Context, jc jobConfig, sink Sink, stats *status.JobStats, log hclog.Logger, track bool) *pipe {
@@ -85,15 +153,17 @@ func (e *Engine) newPipe(ctx context.Context, jc jobConfig, sink Sink, stats *st
 	p := &pipe{
 		e: e, jc: jc, sink: sink, stats: stats, log: log, track: track,
 		ctx: ctx, cancel: cancel,
-		in:       make(chan *flight),
+		in:       make(chan *flight, queueFlights),
+		queued:   newByteBudget(jc.PendingBytes),
 		prepared: make(chan *flight),
 		// Sent and not yet durable: the one being waited for, those queued
 		// here and the one the sender holds: MaxInFlight in all.
-		sent: make(chan *flight, max(jc.MaxInFlight-2, 0)),
-		done: make(chan struct{}),
+		sent:     make(chan *flight, max(jc.MaxInFlight-2, 0)),
+		done:     make(chan struct{}),
+		flowWake: make(chan struct{}),
 	}
 	if track {
-		p.latest = make(map[string]uint64)
+		p.latest = [2]map[string]uint64{make(map[string]uint64), make(map[string]uint64)}
 	}
 	go p.prepareLoop()
 	go p.sendLoop()
@@ -125,12 +195,26 @@ func (p *pipe) Done() <-chan struct{} { return p.done }
 // stop taking work, though Done waits until the submitter closes it.
 func (p *pipe) Failed() <-chan struct{} { return p.ctx.Done() }
 
-// submit hands f to the pipe, blocking while it is full.
+// queueFlights bounds the flights submitted and not yet prepared (their
+// bytes are bounded by PendingBytes). The queue lets the follow loop go on
+// reading the stream, coalescing into new batches, while the destination is
+// busy with a reindex's chunks: the stream keeps up with the change history
+// however slow a send, up to the queue's bytes.
+const queueFlights = 256
+
+// submit hands f to the pipe, blocking while its queue is full.
 func (p *pipe) submit(f *flight) error {
+	if err := p.queued.acquire(p.ctx, f.bytes); err != nil {
+		if perr := p.Err(); perr != nil {
+			return perr
+		}
+		return err
+	}
 	select {
 	case p.in <- f:
 		return nil
 	case <-p.ctx.Done():
+		p.queued.release(f.bytes)
 		if err := p.Err(); err != nil {
 			return err
 		}
@@ -158,13 +242,18 @@ func (p *pipe) prepareLoop() {
 	defer close(p.prepared)
 	for f := range p.in {
 		if p.ctx.Err() != nil {
+			p.queued.release(f.bytes)
 			continue
 		}
 		if f.prepare != nil {
-			if err := f.prepare(p.ctx, f); err != nil {
+			err := f.prepare(p.ctx, f)
+			p.queued.release(f.bytes)
+			if err != nil {
 				p.fail(err)
 				continue
 			}
+		} else {
+			p.queued.release(f.bytes)
 		}
 		select {
 		case p.prepared <- f:
@@ -179,61 +268,144 @@ func (p *pipe) sendLoop() {
 		if p.ctx.Err() != nil {
 			continue
 		}
-		p.sendMu.Lock()
-		p.seq++
-		f.seq = p.seq
-		if len(f.batch.Writes) > 0 {
-			f.sentAt = time.Now()
-			r, err := p.sendRetry(p.ctx, f.batch)
-			if err != nil {
-				p.sendMu.Unlock()
+		if f.ctl != nil {
+			if err := p.runControl(f); err != nil {
 				p.fail(err)
 				continue
 			}
-			f.receipt = r
-			if p.track {
-				if f.keys == nil {
-					f.keys = make([]string, len(f.batch.Writes))
-					for i := range f.batch.Writes {
-						f.keys[i] = keyOf(f.batch.Writes[i].SourceID)
-					}
-				}
-				for _, k := range f.keys {
-					p.latest[k] = f.seq
-				}
+			if !p.hand(f) {
+				continue
 			}
+			continue
 		}
-		p.sendMu.Unlock()
-		select {
-		case p.sent <- f:
-		case <-p.ctx.Done():
+		if f.to == toBoth && p.staged != nil {
+			// Two flights, one per destination, so each keeps its own
+			// order of resends; the durable callback runs after the second.
+			twin := &flight{batch: f.batch, keys: f.keys, to: toStaged, durable: f.durable, pair: f}
+			f.to, f.durable, f.half = toLive, nil, true
+			if !p.sendOne(f) || !p.hand(f) || !p.sendOne(twin) || !p.hand(twin) {
+				continue
+			}
+			continue
 		}
+		if !p.sendOne(f) {
+			continue
+		}
+		p.hand(f)
 	}
 }
+
+// sendOne sends f to its destination (in order: under sendMu) and notes
+// which documents it wrote; false when the pipe failed.
+func (p *pipe) sendOne(f *flight) bool {
+	f.sink, f.side = p.sink, sideLive
+	if f.to != toLive && p.staged != nil {
+		f.sink, f.side = p.staged, sideStaged
+	}
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	p.seq++
+	f.seq = p.seq
+	if len(f.batch.Writes) == 0 {
+		return true
+	}
+	f.sentAt = time.Now()
+	r, err := p.sendRetry(p.ctx, f.sink, f.batch)
+	if err != nil {
+		p.fail(err)
+		return false
+	}
+	f.receipt = r
+	if p.track {
+		if f.keys == nil {
+			f.keys = make([]string, len(f.batch.Writes))
+			for i := range f.batch.Writes {
+				f.keys[i] = keyOf(f.batch.Writes[i].SourceID)
+			}
+		}
+		latest := p.latest[f.side]
+		for _, k := range f.keys {
+			latest[k] = f.seq
+		}
+	}
+	return true
+}
+
+// hand passes f to the wait stage; false when the pipe failed.
+func (p *pipe) hand(f *flight) bool {
+	p.flowMu.Lock()
+	p.handed++
+	p.flowMu.Unlock()
+	select {
+	case p.sent <- f:
+		return true
+	case <-p.ctx.Done():
+		return false
+	}
+}
+
+// finish notes that the wait stage is done with a flight.
+func (p *pipe) finish() {
+	p.flowMu.Lock()
+	p.finished++
+	close(p.flowWake)
+	p.flowWake = make(chan struct{})
+	p.flowMu.Unlock()
+}
+
+// runControl waits until every flight handed to the wait stage is durable,
+// then runs f's control function.
+func (p *pipe) runControl(f *flight) error {
+	for {
+		p.flowMu.Lock()
+		idle, wake := p.handed == p.finished, p.flowWake
+		p.flowMu.Unlock()
+		if idle {
+			break
+		}
+		select {
+		case <-wake:
+		case <-p.ctx.Done():
+			return context.Cause(p.ctx)
+		}
+	}
+	p.sendMu.Lock()
+	p.seq++
+	f.seq = p.seq
+	p.sendMu.Unlock()
+	return f.ctl(p.ctx)
+}
+
+// setStaged makes s the target of toStaged and toBoth flights (nil: the
+// live destination). Only before the first submit, or from a control
+// flight.
+func (p *pipe) setStaged(s Sink) { p.staged = s }
 
 func (p *pipe) waitLoop() {
 	defer close(p.done)
 	for f := range p.sent {
 		if p.ctx.Err() != nil {
+			p.finish()
 			continue
 		}
 		if err := p.settle(p.ctx, f); err != nil {
 			p.fail(err)
+			p.finish()
 			continue
 		}
 		if f.durable != nil {
 			if err := f.durable(p.ctx, f); err != nil {
 				p.fail(err)
-				continue
 			}
 		}
+		p.finish()
 	}
 }
 
-// sendRetry sends b until the sink accepts it; called with sendMu held.
-func (p *pipe) sendRetry(ctx context.Context, b Batch) (Receipt, error) {
+// sendRetry sends b to sink until it accepts it; called with sendMu held.
+func (p *pipe) sendRetry(ctx context.Context, sink Sink, b Batch) (Receipt, error) {
 	for attempt := 0; ; attempt++ {
-		r, err := p.sink.Send(ctx, b)
+		r, err := sink.Send(ctx, b)
 		if err == nil {
 			return r, nil
 		}
@@ -274,7 +446,7 @@ func (p *pipe) settle(ctx context.Context, f *flight) error {
 	for i := range all {
 		all[i] = i
 	}
-	fails, err := p.sink.Wait(ctx, f.receipt)
+	fails, err := f.sink.Wait(ctx, f.receipt)
 	for attempt := 0; err != nil; attempt++ {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
@@ -294,12 +466,12 @@ func (p *pipe) settle(ctx context.Context, f *flight) error {
 			break
 		}
 		var r Receipt
-		r, err = p.sendRetry(ctx, subBatch(f, sub))
+		r, err = p.sendRetry(ctx, f.sink, subBatch(f, sub))
 		p.sendMu.Unlock()
 		if err != nil {
 			return err
 		}
-		fails, err = p.sink.Wait(ctx, r)
+		fails, err = f.sink.Wait(ctx, r)
 		fails = remap(fails, sub)
 		all = sub
 	}
@@ -315,12 +487,16 @@ func (p *pipe) settle(ctx context.Context, f *flight) error {
 	}
 	if p.track {
 		p.sendMu.Lock()
+		latest := p.latest[f.side]
 		for _, k := range f.keys {
-			if p.latest[k] == f.seq {
-				delete(p.latest, k)
+			if latest[k] == f.seq {
+				delete(latest, k)
 			}
 		}
 		p.sendMu.Unlock()
+	}
+	if f.half {
+		return nil // counted with its other half
 	}
 	var up, del int64
 	for i := range f.batch.Writes {
@@ -330,7 +506,7 @@ func (p *pipe) settle(ctx context.Context, f *flight) error {
 			up++
 		}
 	}
-	up -= int64(len(f.refusedPos))
+	up -= int64(f.refusedCount())
 	p.stats.Update(func(s *status.JobSnapshot) { s.Indexed += up; s.Deleted += del; s.Batches++ })
 	p.e.observeBatch(p.jc.job.Name, time.Since(f.sentAt), len(f.batch.Writes))
 	p.e.observeWrites(p.jc.job.Name, up, del)
@@ -344,8 +520,9 @@ func (p *pipe) resendable(f *flight, positions []int) []int {
 		return positions
 	}
 	out := make([]int, 0, len(positions))
+	latest := p.latest[f.side]
 	for _, i := range positions {
-		if p.latest[f.keys[i]] == f.seq {
+		if latest[f.keys[i]] == f.seq {
 			out = append(out, i)
 		}
 	}
@@ -419,11 +596,11 @@ func (p *pipe) resolve(ctx context.Context, f *flight, positions []int, code, ms
 // durable, retrying transient errors; failures name positions of f's batch.
 func (p *pipe) sendWait(ctx context.Context, f *flight, positions []int) ([]DocFailure, error) {
 	for attempt := 0; ; attempt++ {
-		r, err := p.sendRetry(ctx, subBatch(f, positions))
+		r, err := p.sendRetry(ctx, f.sink, subBatch(f, positions))
 		if err != nil {
 			return nil, err
 		}
-		fails, err := p.sink.Wait(ctx, r)
+		fails, err := f.sink.Wait(ctx, r)
 		if err == nil {
 			return remap(fails, positions), nil
 		}
@@ -448,24 +625,30 @@ func (p *pipe) refused(ctx context.Context, f *flight, pos int, code, msg string
 	w := f.batch.Writes[pos]
 	f.refusedPos = append(f.refusedPos, pos)
 	name := p.jc.job.Name
-	p.log.Warn("destination refused a document", "id", idString(w.SourceID), "code", code, "error", msg)
-	// Recorded in both modes, so `meilistream retry` and `status` see it.
-	if err := p.e.store.RecordDocError(ctx, name, w.SourceID, code, msg); err != nil {
-		return err
+	// The staged half of a flight sent to both destinations: a document
+	// its live half refused too is recorded and counted once.
+	if f.pair == nil || !f.pair.isRefused(pos) {
+		p.log.Warn("destination refused a document", "id", idString(w.SourceID), "code", code, "error", msg)
+		// Recorded in both modes, so `meilistream retry` and `status` see it.
+		if err := p.e.store.RecordDocError(ctx, name, w.SourceID, code, msg); err != nil {
+			return err
+		}
+		if p.jc.OnDocumentError == "fail" {
+			return errs.New(errs.Failed, name, "the destination refused document _id %s: %s: %s; fix the document (or the transform); onDocumentError is fail, so the job stops", idString(w.SourceID), code, msg)
+		}
+		p.errs.add(w.SourceID)
+		p.made.add(w.SourceID)
+		p.stats.Add(0, 0, 0, 1)
+		p.e.observeDocError(name, code)
 	}
-	if p.jc.OnDocumentError == "fail" {
-		return errs.New(errs.Failed, name, "the destination refused document _id %s: %s: %s; fix the document (or the transform); onDocumentError is fail, so the job stops", idString(w.SourceID), code, msg)
-	}
-	p.errs.add(w.SourceID)
-	p.stats.Add(0, 0, 0, 1)
-	p.e.observeDocError(name, code)
 	if w.Delete {
 		return nil
 	}
-	if p.track && p.latest[f.keys[pos]] != f.seq {
+	if p.track && p.latest[f.side][f.keys[pos]] != f.seq {
 		return nil
 	}
-	_, err := p.sendWait(ctx, &flight{batch: Batch{Writes: []Write{{SourceID: w.SourceID, Delete: true}}}}, []int{0})
+	del := &flight{batch: Batch{Writes: []Write{{SourceID: w.SourceID, Delete: true}}}, sink: f.sink, side: f.side}
+	_, err := p.sendWait(ctx, del, []int{0})
 	return err
 }
 

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,7 +91,7 @@ func newEnv(t *testing.T, history int) *env {
 			BatchSize: 100, PageSize: 200, FlushInterval: 20 * time.Millisecond,
 			PositionInterval: 100 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryCap: 100 * time.Millisecond,
 		},
-		log: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}}),
+		log: hclog.New(&hclog.LoggerOptions{Level: testLogLevel(), Output: testWriter{t}}),
 	}
 	e.leases, err = lease.New(e.state, "test:1:a", lease.Options{TTL: 10 * time.Second})
 	if err != nil {
@@ -1181,7 +1183,63 @@ func metric(t *testing.T, reg *prometheus.Registry, name, label string) float64 
 	return sum
 }
 
-func TestHistoryShorterThanAReindexFailsInsteadOfLooping(t *testing.T) {
+// A reindex no longer needs the change history to cover it: with a history
+// far shorter than what the reindex and the writes during it add, the job
+// still converges to an exact copy, because only the stream has to keep up.
+func TestHistoryShorterThanAReindexStillConverges(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.PageSize = 20 // many chunks, each with its mark in the history
+	var logs testutil.SyncBuffer
+	e.log = hclog.New(&hclog.LoggerOptions{Level: testLogLevel(), Output: io.MultiWriter(&logs, testWriter{t})})
+	e.insert(0, 2000, nil)
+	job := e.job(itemsJS)
+	const history = 1000
+	e.mongo.SetHistorySize(history)
+	slow, err := meilitest.Start(meilitest.Options{TaskDelay: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { slow.Close() })
+	e.meili, e.mc = slow, meilisearch.New(slow.URL(), meilisearch.DisableRetries())
+	r := e.run(job, e.acquire())
+	until(t, "reindex under way", func() bool {
+		s := r.stats.Snapshot()
+		return s.Phase == status.PhaseReindexing && s.Reindex.Done > 0
+	})
+	// Five times more changes than the history holds, while the reindex
+	// reads: the reindex's start is long gone from the history when it ends.
+	// The writes come no faster than the stream reads them (the test's
+	// writer shares the process, and so the CPU, with the server and the
+	// engine; a real server's history is far larger than a burst).
+	writes, seen0 := 0, r.stats.Snapshot().Changes
+	for round := 0; writes < 5*history; round++ {
+		until(t, "the stream keeping up", func() bool { return r.stats.Snapshot().Changes-seen0 >= int64(writes-history/2) })
+		lo := (round * 150) % 1800
+		res, err := e.coll.UpdateMany(e.ctx, bson.M{"_id": bson.M{"$gte": lo, "$lt": lo + 150}}, bson.M{"$set": bson.M{"title": fmt.Sprintf("round %d", round)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writes += int(res.ModifiedCount)
+		e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 1900 + round}))
+		e.insert(5000+round, 5001+round, nil)
+		writes += 2
+	}
+	if s := r.stats.Snapshot(); s.Phase != status.PhaseReindexing {
+		t.Fatalf("the reindex ended before the writes; make it longer (phase %q)", s.Phase)
+	}
+	e.settled(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.stats.Snapshot(); s.Reindexes != 1 || strings.Contains(logs.String(), "history lost") {
+		t.Fatalf("want one reindex and no history lost: %+v\n%s", s, logs.String())
+	}
+}
+
+// A history that does not even cover the stream (every read of it finds its
+// position gone) must not start a reindex over and over: lost again before
+// anything was recorded, the job stops with HISTORY_LOST naming the oplog.
+func TestHistoryTooShortForTheStreamFailsInsteadOfLooping(t *testing.T) {
 	e := newEnv(t, 0)
 	e.insert(0, 300, nil)
 	job := e.job(itemsJS)
@@ -1191,9 +1249,13 @@ func TestHistoryShorterThanAReindexFailsInsteadOfLooping(t *testing.T) {
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	// A history so short that the reindex's own checkpoints push its start
-	// out of it.
-	e.mongo.SetHistorySize(2)
+	e.mongo.FailCommand(bson.D{
+		{Key: "mode", Value: "alwaysOn"},
+		{Key: "data", Value: bson.D{
+			{Key: "failCommands", Value: bson.A{"getMore"}},
+			{Key: "errorCode", Value: 136},
+		}},
+	})
 	e.insert(300, 320, nil)
 	r = e.run(job, l)
 	if err := r.wait(t); !errors.Is(err, errs.ErrHistoryLost) || !strings.Contains(err.Error(), "oplog") {
@@ -1342,5 +1404,213 @@ func TestChangedJobDefinitionSaysSoAndLeavesTheOldIndex(t *testing.T) {
 	}
 	if n := len(e.meili.Documents("items")); n != 20 {
 		t.Fatalf("old index: %d documents, want it left as it was", n)
+	}
+}
+
+func testLogLevel() hclog.Level {
+	if os.Getenv("ENGINE_TEST_LOG") != "" {
+		return hclog.LevelFromString(os.Getenv("ENGINE_TEST_LOG"))
+	}
+	return hclog.Warn
+}
+
+// liveHas reports whether the live index holds document id with title.
+func (e *env) liveHas(id int, title string) bool {
+	for _, d := range e.meili.Documents("items") {
+		if fmt.Sprint(d["id"]) == fmt.Sprint(id) && d["title"] == title {
+			return true
+		}
+	}
+	return false
+}
+
+// During a swap reindex the live index keeps taking every followed change:
+// search never freezes while the new index is built.
+func TestWritesDuringASwapReindexReachTheLiveIndexAtOnce(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.PageSize = 50
+	// A slow Meilisearch makes the reindex last long enough to write into.
+	slow, err := meilitest.Start(meilitest.Options{TaskDelay: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { slow.Close() })
+	e.meili, e.mc = slow, meilisearch.New(slow.URL(), meilisearch.DisableRetries())
+	e.insert(0, 3000, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	r := e.run(job, l)
+	e.settled(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	edited := e.job(strings.Replace(itemsJS, "n: doc.n", "n: doc.n * 2", 1))
+	r = e.run(edited, l)
+	until(t, "reindex under way", func() bool {
+		s := r.stats.Snapshot()
+		return s.Phase == status.PhaseReindexing && s.Reindex.Done > 0
+	})
+	e.insert(10000, 10001, nil)
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 2900}, bson.M{"$set": bson.M{"title": "updated while reindexing"}}))
+	until(t, "the writes in the live index", func() bool {
+		return e.liveHas(10000, "item 10000") && e.liveHas(2900, "updated while reindexing")
+	})
+	if s := r.stats.Snapshot(); s.Phase != status.PhaseReindexing {
+		t.Fatalf("the reindex ended before the writes were seen live; make it longer (phase %q)", s.Phase)
+	}
+	e.settled(edited)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.stats.Snapshot(); s.Reindexes != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// A process killed between two marks of a reindex (a chunk read, its mark
+// not yet written) resumes the reindex from its checkpoint, and the index
+// converges to the collection, writes made meanwhile included.
+func TestReindexKilledBetweenTwoMarksResumesAndConverges(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.PageSize, e.cfg.BatchSize = 100, 100
+	e.cfg.DrainTimeout = 100 * time.Millisecond
+	const total = 2000
+	e.insert(0, total, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	k := &killer{}
+	var chunks atomic.Int32
+	mon := &event.CommandMonitor{Succeeded: func(_ context.Context, ev *event.CommandSucceededEvent) {
+		if ev.CommandName != "find" {
+			return
+		}
+		if ns, _ := ev.Reply.Lookup("cursor", "ns").StringValueOK(); ns == "app.items" && chunks.Add(1) == 8 {
+			k.mu.Lock()
+			k.killAt = 1 // the next send, or wait, finds the process dead
+			k.mu.Unlock()
+			k.kill()
+		}
+	}}
+	client, err := mongo.Connect(options.Client().ApplyURI(e.mongo.URI()).SetMonitor(mon))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Disconnect(context.Background()) })
+	eng := engine.New(client.Database("app"), client.Database("app").Collection("meilistream"), e.errs, e.cfg, nil, e.log)
+	ctx, cancel := context.WithCancel(e.ctx)
+	k.kill = cancel
+	_, err = eng.Reindex(ctx, job, killSink{meili.NewSink(e.mc, job, e.log), k}, l, nil)
+	if err == nil {
+		t.Fatal("a reindex killed between two marks reported success")
+	}
+	states, err := jobstate.ReadState(e.ctx, e.state, e.errs)
+	if err != nil || len(states) != 1 || states[0].Reindex == nil {
+		t.Fatalf("no checkpoint: %+v %v", states, err)
+	}
+	// Writes while it is down, some of them to documents already read.
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 10}, bson.M{"$set": bson.M{"title": "while down"}}))
+	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 11}))
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 1990}, bson.M{"$set": bson.M{"title": "while down, ahead"}}))
+	sum, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, job, e.log), l, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sum.Resumed || sum.Previous == 0 {
+		t.Fatalf("did not resume: %+v", sum)
+	}
+	e.settled(job)
+}
+
+// An in-place sweep deletes what the collection no longer holds, but never
+// a document deleted and created again while the reindex runs: the
+// stream's version wins.
+func TestInPlaceSweepNeverDeletesADocumentCreatedAgainDuringTheReindex(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 300, nil)
+	job := e.job(strings.Replace(itemsJS, `index: "items",`, `index: "items", reindex: "inplace",`, 1))
+	// The index holds a document the collection lost while no one followed.
+	ti, err := e.mc.Index("items").AddDocuments(e.ctx, []map[string]any{{"id": 99999, "title": "gone"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.mc.WaitForTask(e.ctx, ti.TaskUID, 0); err != nil {
+		t.Fatal(err)
+	}
+	// Document 5 disappears just before the sweep asks the collection
+	// which ids it holds, and comes back just after.
+	other := e.freshItems()
+	var swept atomic.Bool
+	mon := &event.CommandMonitor{
+		Started: func(_ context.Context, ev *event.CommandStartedEvent) {
+			if ev.CommandName == "find" && ev.DatabaseName == "app" && strings.Contains(ev.Command.String(), `"$in"`) && swept.CompareAndSwap(false, true) {
+				if _, err := other.DeleteOne(context.Background(), bson.M{"_id": 5}); err != nil {
+					t.Error(err)
+				}
+			}
+		},
+		Succeeded: func(_ context.Context, ev *event.CommandSucceededEvent) {
+			if ev.CommandName == "find" && swept.Load() && !strings.Contains(ev.Reply.String(), `"_id": {"$numberInt":"5"}`) {
+				if _, err := other.InsertOne(context.Background(), bson.M{"_id": 5, "title": "back again", "n": 5}); err != nil && !mongo.IsDuplicateKeyError(err) {
+					t.Error(err)
+				}
+			}
+		},
+	}
+	client, err := mongo.Connect(options.Client().ApplyURI(e.mongo.URI()).SetMonitor(mon))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Disconnect(context.Background()) })
+	eng := engine.New(client.Database("app"), client.Database("app").Collection("meilistream"), e.errs, e.cfg, nil, e.log)
+	sum, err := eng.Reindex(e.ctx, job, meili.NewSink(e.mc, job, e.log), e.acquire(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !swept.Load() {
+		t.Fatal("the sweep never asked the collection")
+	}
+	if sum.Removed != 1 {
+		t.Fatalf("summary %+v: want the one stale document removed", sum)
+	}
+	e.equal(job)
+	if !e.liveHas(5, "back again") {
+		t.Fatal("the document created again during the sweep is not in the index")
+	}
+}
+
+// A standby that takes the lease over in the middle of a reindex continues
+// the same reindex from its checkpoint.
+func TestStandbyTakingOverMidReindexContinuesIt(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.PageSize = 100
+	e.insert(0, 3000, nil)
+	job := e.job(itemsJS)
+	slow, err := meilitest.Start(meilitest.Options{TaskDelay: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { slow.Close() })
+	e.meili, e.mc = slow, meilisearch.New(slow.URL(), meilisearch.DisableRetries())
+	r := e.run(job, e.acquire())
+	until(t, "a third of the reindex", func() bool { return r.stats.Snapshot().Reindex.Done >= 1000 })
+	e.mongo.AdvanceClock(11 * time.Second) // past the TTL: the lease lapses
+	other, err := lease.New(e.state, "test:2:b", lease.Options{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := other.Acquire(e.ctx, "items")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.wait(t); !errors.Is(err, errs.ErrLeaseLost) {
+		t.Fatalf("deposed holder: want LEASE_LOST, got %v", err)
+	}
+	r2 := e.run(job, l2)
+	e.settled(job)
+	if err := r2.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if s := r2.stats.Snapshot(); !s.Reindex.Resumed || s.Reindexes != 1 {
+		t.Fatalf("the standby did not continue the reindex: %+v", s)
 	}
 }

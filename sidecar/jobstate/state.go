@@ -22,12 +22,18 @@ import (
 //	 hashSince: <server date hash was first recorded>,
 //	 destination: <index uid or replica collection>,
 //	 leaseEpoch: <int64>, updatedAt: <server date>}
-//	{_id: {reindex: <job>}, startToken, startedAt, hash, inPlace, lastId,
-//	 count, leaseEpoch, updatedAt}
+//	{_id: {reindex: <job>}, startedAt, hash, inPlace, lastId, count,
+//	 swapping, leaseEpoch, updatedAt}
+//	{_id: {watermark: <job>}, mark: <a running reindex's latest mark>}
 //
-// wallTime is the wall time of the change the token stands after (the
-// server's, from the change event; for a reindex's start and an idle
-// stream, the process clock when it was taken). Every write is fenced by the
+// The position's hash is the transform the destination was last rebuilt
+// with: only a finished reindex writes it; every other record moves the
+// token alone. wallTime is the wall time of the change the token stands
+// after (the server's, from the change event; for an idle stream, the
+// process clock when it was taken). The watermark document is written by a
+// running reindex only (the engine's snapshot), never fenced: a mark is a
+// random nonce and a sequence number that a deposed holder's reindex cannot
+// make the new holder's act on. Every write is fenced by the
 // lease epoch (lease package doc): the filter has {leaseEpoch: {$lte:
 // epoch}} and the update sets leaseEpoch, so a deposed holder's upsert
 // misses and fails with a duplicate key, which is LEASE_LOST. A holder
@@ -85,14 +91,13 @@ type Position struct {
 	Updated     time.Time         `bson:"updatedAt"`
 }
 
-// Checkpoint is a reindex's progress after its last durable part.
+// Checkpoint is a reindex's progress after its last durable chunk.
 type Checkpoint struct {
-	StartToken bson.Raw      `bson:"startToken"`
-	StartedAt  time.Time     `bson:"startedAt"`
-	Hash       string        `bson:"hash"`
-	InPlace    bool          `bson:"inPlace"`
-	LastID     bson.RawValue `bson:"lastId,omitempty"`
-	Count      int64         `bson:"count"`
+	StartedAt time.Time     `bson:"startedAt"`
+	Hash      string        `bson:"hash"`
+	InPlace   bool          `bson:"inPlace"`
+	LastID    bson.RawValue `bson:"lastId,omitempty"`
+	Count     int64         `bson:"count"`
 	// Swapping is set just before the staged index is swapped in: from
 	// then on the staged index may already be the old live one (the swap
 	// task can succeed after this process died or gave up waiting), so a
@@ -132,7 +137,7 @@ func (s *Store) ReadCheckpoint(ctx context.Context, job string) (*Checkpoint, er
 	if err != nil {
 		return nil, err
 	}
-	if len(c.StartToken) == 0 {
+	if c.Hash == "" {
 		return nil, nil // cleared: only the epoch stamp is left
 	}
 	return &c, nil
@@ -186,7 +191,8 @@ func (s *Store) fencedUpdate(ctx context.Context, job string, l Fence, id bson.D
 // would go with it, and a deposed holder's next fenced upsert would create
 // it again (lease package doc, "Epoch and fencing").
 var (
-	positionFields   = []string{"token", "wallTime"}
+	positionFields = []string{"token", "wallTime"}
+	// startToken is cleared too: checkpoints of earlier versions had it.
 	checkpointFields = []string{"startToken", "startedAt", "hash", "inPlace", "lastId", "count", "swapping"}
 )
 
@@ -207,12 +213,13 @@ func (s *Store) Stamp(ctx context.Context, job string, l Fence) error {
 }
 
 // RecordPosition records token (and the wall time of the change it stands
-// after) as the job's position, with the transform hash.
-func (s *Store) RecordPosition(ctx context.Context, job string, l Fence, token bson.Raw, wall time.Time, hash string) error {
+// after) as the job's position. The transform hash beside it changes only
+// when a reindex is done (RecordNewPosition): while one runs, the
+// destination is not yet the new transform's.
+func (s *Store) RecordPosition(ctx context.Context, job string, l Fence, token bson.Raw, wall time.Time) error {
 	err := s.fencedSet(ctx, job, l, posKey(job), bson.D{
 		{Key: "token", Value: token},
 		{Key: "wallTime", Value: wall},
-		{Key: "hash", Value: hash},
 	})
 	if err != nil && !errors.Is(err, errs.ErrLeaseLost) {
 		return errs.Wrap(errs.Failed, job, err, "record position")
@@ -321,7 +328,6 @@ func (s *Store) ClearPosition(ctx context.Context, job string, l Fence) error {
 
 func (s *Store) WriteCheckpoint(ctx context.Context, job string, l Fence, c *Checkpoint) error {
 	set := bson.D{
-		{Key: "startToken", Value: c.StartToken},
 		{Key: "startedAt", Value: c.StartedAt},
 		{Key: "hash", Value: c.Hash},
 		{Key: "inPlace", Value: c.InPlace},
@@ -409,18 +415,17 @@ func ReadState(ctx context.Context, state, errorsColl *mongo.Collection) ([]JobS
 				Position string `bson:"position"`
 				Reindex  string `bson:"reindex"`
 			} `bson:"_id"`
-			Token      bson.Raw      `bson:"token"`
-			StartToken bson.Raw      `bson:"startToken"`
-			WallTime   time.Time     `bson:"wallTime"`
-			StartedAt  time.Time     `bson:"startedAt"`
-			Hash       string        `bson:"hash"`
-			Previous   string        `bson:"previousHash"`
-			HashSince  time.Time     `bson:"hashSince"`
-			InPlace    bool          `bson:"inPlace"`
-			LastID     bson.RawValue `bson:"lastId"`
-			Count      int64         `bson:"count"`
-			Epoch      int64         `bson:"leaseEpoch"`
-			Updated    time.Time     `bson:"updatedAt"`
+			Token     bson.Raw      `bson:"token"`
+			WallTime  time.Time     `bson:"wallTime"`
+			StartedAt time.Time     `bson:"startedAt"`
+			Hash      string        `bson:"hash"`
+			Previous  string        `bson:"previousHash"`
+			HashSince time.Time     `bson:"hashSince"`
+			InPlace   bool          `bson:"inPlace"`
+			LastID    bson.RawValue `bson:"lastId"`
+			Count     int64         `bson:"count"`
+			Epoch     int64         `bson:"leaseEpoch"`
+			Updated   time.Time     `bson:"updatedAt"`
 		}
 		if err := cur.Decode(&d); err != nil {
 			return nil, errs.Wrap(errs.Failed, "", err, "decode job state")
@@ -430,7 +435,7 @@ func ReadState(ctx context.Context, state, errorsColl *mongo.Collection) ([]JobS
 		switch {
 		case d.ID.Position != "" && len(d.Token) > 0:
 			get(d.ID.Position).Position = &PositionState{WallTime: d.WallTime, Hash: d.Hash, Previous: d.Previous, HashSince: d.HashSince, Epoch: d.Epoch, UpdatedAt: d.Updated}
-		case d.ID.Reindex != "" && len(d.StartToken) > 0:
+		case d.ID.Reindex != "" && d.Hash != "":
 			r := &ReindexState{StartedAt: d.StartedAt, Hash: d.Hash, InPlace: d.InPlace, Count: d.Count, Epoch: d.Epoch, UpdatedAt: d.Updated}
 			if d.LastID.Type != 0 {
 				r.LastID = d.LastID.String()

@@ -81,7 +81,8 @@ func (j *JobStats) Snapshot() JobSnapshot {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	s := j.s
-	if s.Phase == PhaseFollowing {
+	// A reindex follows the stream too: the lag is the live index's.
+	if s.Phase == PhaseFollowing || s.Phase == PhaseReindexing {
 		oldest := j.pending
 		if len(j.inflight) > 0 && (oldest.IsZero() || j.inflight[0].Before(oldest)) {
 			oldest = j.inflight[0]
