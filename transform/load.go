@@ -281,7 +281,7 @@ func loadFile(path string, src []byte, opts Options, ov map[string]string) (*Job
 	name := strings.TrimSuffix(filepath.Base(path), ".js")
 	sum := sha256.Sum256(src)
 	j := &Job{
-		Name: name, File: path, Hash: hex.EncodeToString(sum[:]),
+		Name: name, File: path, LegacyHash: hex.EncodeToString(sum[:]),
 		Collection: name, Index: name, PrimaryKey: DefaultPrimaryKey, Kind: Search,
 		Reindex: "swap", Sweep: true, Dates: "iso",
 		OnDocumentError: opts.Defaults.OnDocumentError, OnHistoryLost: opts.Defaults.OnHistoryLost,
@@ -290,14 +290,15 @@ func loadFile(path string, src []byte, opts Options, ov map[string]string) (*Job
 	}
 	j.log = opts.Logger.With("job", name)
 	fileName := filepath.Base(path)
-	prog, err := goja.Compile(fileName, modulePrefix+string(src)+moduleSuffix, false)
+	prog, err := compileModule(fileName, string(src))
 	if err != nil {
 		return nil, syntaxErr(j, src, err)
 	}
+	j.Hash = prog.hash
 	con := newConsoleLimiter(j.log)
 	// The first runtime evaluates the module for its options, then joins
 	// the pool.
-	first, err := newVM(j, prog, con, func(v *vm) error {
+	first, err := newVM(j, prog.program, con, func(v *vm) error {
 		if err := j.readOptions(v); err != nil {
 			return err
 		}
@@ -310,12 +311,35 @@ func loadFile(path string, src []byte, opts Options, ov map[string]string) (*Job
 		return nil, err
 	}
 	if first.fn != nil || first.bare {
-		j.rt = &jobRuntime{program: prog, console: con}
-		j.rt.pool = newPool(opts.Pool, func() (*vm, error) { return newVM(j, prog, con, nil) })
+		j.rt = &jobRuntime{program: prog.program, console: con}
+		j.rt.pool = newPool(opts.Pool, func() (*vm, error) { return newVM(j, prog.program, con, nil) })
 		j.rt.pool.sem <- struct{}{}
 		j.rt.pool.put(first)
 	}
 	return j, nil
+}
+
+// module is a transform file compiled, with the hash of its tokens.
+type module struct {
+	program *goja.Program
+	hash    string
+}
+
+// compileModule parses a file's source once, wrapped as a CommonJS
+// module, for both the program and the token hash (which needs the
+// parser's word on which '/' starts a regular expression). Source maps
+// are off: a "//# sourceMappingURL=" comment would otherwise make the
+// parser read the file it names.
+func compileModule(name, src string) (*module, error) {
+	ast, err := goja.Parse(name, modulePrefix+src+moduleSuffix, parser.WithDisableSourceMaps)
+	if err != nil {
+		return nil, err
+	}
+	prog, err := goja.CompileAST(ast, false)
+	if err != nil {
+		return nil, err
+	}
+	return &module{program: prog, hash: tokenHash(src, regexpOffsets(ast, len(modulePrefix)))}, nil
 }
 
 // syntaxErr reports a compile error as TRANSFORM_FAILED with the file's own
@@ -323,7 +347,7 @@ func loadFile(path string, src []byte, opts Options, ov map[string]string) (*Job
 // wrapper) so positions are the user's.
 func syntaxErr(j *Job, src []byte, err error) error {
 	file := filepath.Base(j.File)
-	_, perr := parser.ParseFile(nil, file, string(src), 0)
+	_, perr := parser.ParseFile(nil, file, string(src), 0, parser.WithDisableSourceMaps)
 	var list parser.ErrorList
 	if errors.As(perr, &list) && len(list) > 0 {
 		e := list[0]

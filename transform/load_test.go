@@ -67,12 +67,12 @@ func TestLoadReadsOptionsAndDefaults(t *testing.T) {
 	}
 }
 
-func TestTheHashIsTheFileContentSHA256(t *testing.T) {
+func TestTheLegacyHashIsTheFileContentSHA256(t *testing.T) {
 	src := `module.exports = {};`
 	j := loadJob(t, src)
 	sum := sha256.Sum256([]byte(src))
-	if j.Hash != hex.EncodeToString(sum[:]) {
-		t.Fatalf("hash %s", j.Hash)
+	if j.LegacyHash != hex.EncodeToString(sum[:]) || j.Hash == j.LegacyHash {
+		t.Fatalf("legacy hash %s, hash %s", j.LegacyHash, j.Hash)
 	}
 }
 

@@ -150,11 +150,19 @@ type Job struct {
 	Settings map[string]any
 	// Samples are the file's `samples` documents, for check.
 	Samples []bson.Raw
-	// Hash is the sha256 (hex) of the file's content; with environment
+	// Hash is the sha256 (hex) of the file's tokens (see tokenHash:
+	// comments, indentation, spaces and blank lines are not in it; every
+	// token, and a line break between two tokens, is); with environment
 	// overrides or an index prefix, the sha256 of that hash followed by
 	// them (see Options.Overrides). A changed hash means the job must
 	// reindex.
 	Hash string
+	// LegacyHash is what Hash was before it covered tokens: the sha256 of
+	// the file's bytes, with the same overrides after it. A position
+	// recorded with it was recorded for this very file, so a caller may
+	// take it as Hash (and record Hash from then on) rather than reindex
+	// once after an upgrade.
+	LegacyHash string
 	// Function says the file exports a bare monstache-style function.
 	Function bool
 

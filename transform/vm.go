@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dop251/goja"
+	"github.com/dop251/goja/parser"
 	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -204,6 +205,8 @@ func newVM(j *Job, prog *goja.Program, con *consoleLimiter, after func(*vm) erro
 
 func newVMUntimed(j *Job, prog *goja.Program, con *consoleLimiter, rt *goja.Runtime) (*vm, error) {
 	rt.SetMaxCallStackSize(maxCallStack)
+	// eval and Function parse too: no source map may make them read a file.
+	rt.SetParserOptions(parser.WithDisableSourceMaps)
 	v := &vm{rt: rt, hid: goja.NewSymbol("meilistream.value"), hidBits: goja.NewSymbol("meilistream.bits"), vTrue: rt.ToValue(true), vFalse: rt.ToValue(false)}
 	boot, err := rt.RunProgram(bootstrapProgram)
 	if err != nil {
