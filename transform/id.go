@@ -208,17 +208,19 @@ func parseStringID(s string) (bson.RawValue, error) {
 		return bad()
 	}
 	switch {
+	case isOIDHex(s):
+		// Before the integers: an ObjectId's hex may be all digits
+		// (about one in 80,000 are), and no int64 has 24 digits.
+		b, _ := hex.DecodeString(s)
+		var oid bson.ObjectID
+		copy(oid[:], b)
+		return bson.RawValue{Type: bson.TypeObjectID, Value: oid[:]}, nil
 	case isDecimal(s):
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || strconv.FormatInt(n, 10) != s {
 			return bad()
 		}
 		return intRaw(n), nil
-	case isOIDHex(s):
-		b, _ := hex.DecodeString(s)
-		var oid bson.ObjectID
-		copy(oid[:], b)
-		return bson.RawValue{Type: bson.TypeObjectID, Value: oid[:]}, nil
 	case s[0] != '_':
 		return strRaw(s), nil
 	case len(s) < 2:
