@@ -223,6 +223,39 @@ func (v *vm) date(ms int64) (goja.Value, error) {
 	return d, err
 }
 
+// nestedDeeper reports whether the BSON document doc nests documents,
+// arrays or scopes more than limit levels (or is malformed), reading it
+// without recursion.
+func nestedDeeper(doc []byte, limit int) bool {
+	type level struct {
+		doc   []byte
+		depth int
+	}
+	stack := []level{{doc, 0}}
+	for len(stack) > 0 {
+		l := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if l.depth > limit {
+			return true
+		}
+		err := eachElement(l.doc, func(_ string, v bsoncore.Value) error {
+			switch v.Type {
+			case bsoncore.TypeEmbeddedDocument, bsoncore.TypeArray:
+				stack = append(stack, level{v.Data, l.depth + 1})
+			case bsoncore.TypeCodeWithScope:
+				if _, scope, ok := v.CodeWithScopeOK(); ok {
+					stack = append(stack, level{scope, l.depth + 1})
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // uuidString is the canonical text of a UUID (binary subtype 4, 16 bytes),
 // "" for any other binary.
 func uuidString(sub byte, b []byte) string {
@@ -236,6 +269,13 @@ func uuidString(sub byte, b []byte) string {
 // opaqueJSON is the canonical Extended JSON of a value no JavaScript type
 // fits (DBPointer, CodeWithScope, MinKey, MaxKey).
 func opaqueJSON(val bsoncore.Value) string {
+	if val.Type == bsoncore.TypeCodeWithScope {
+		// The driver writes the scope recursively: a scope nested
+		// deeper than documents may be is not written out.
+		if _, scope, ok := val.CodeWithScopeOK(); !ok || nestedDeeper(scope, maxDepth) {
+			return val.Type.String()
+		}
+	}
 	d := bsoncore.NewDocumentBuilder().AppendValue("v", val).Build()
 	b, err := bson.MarshalExtJSON(bson.Raw(d), true, false)
 	if err != nil {

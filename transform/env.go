@@ -165,6 +165,10 @@ func (j *Job) applyEnv(ov map[string]string, prefix string) error {
 			duration(o, v, &j.FlushInterval)
 		case "transform_timeout":
 			duration(o, v, &j.Timeout)
+			if j.Timeout > MaxTimeout {
+				bad(o, "%q is more than the longest limit; accepts a positive Go duration up to %s", v, MaxTimeout)
+				j.Timeout = 0
+			}
 		default:
 			bad(o, "unknown per-job option; accepts %s", strings.ToUpper(strings.Join(envOptions, ", ")))
 		}

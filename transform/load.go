@@ -24,7 +24,7 @@ import (
 // CONFIG_INVALID (a bad option, naming the file and the key; two jobs
 // writing one index or collection) or TRANSFORM_FAILED (a syntax error with
 // file, line and column; the module threw while loading). The Set is nil
-// only when dir cannot be read.
+// only when dir cannot be read or opts.Timeout is above MaxTimeout.
 func Load(dir string, opts Options) (*Set, error) {
 	return load([]string{dir}, opts, nil)
 }
@@ -82,6 +82,9 @@ func listFiles(paths []string) (names []string, files map[string]string, problem
 
 func load(paths []string, opts Options, prev *Set) (*Set, error) {
 	opts = opts.withDefaults()
+	if opts.Timeout > MaxTimeout {
+		return nil, errs.New(errs.ConfigInvalid, "", "MEILISTREAM_TRANSFORM_TIMEOUT: %s is more than the longest limit a transform call may have, %s", opts.Timeout, MaxTimeout)
+	}
 	names, files, problems, err := listFiles(paths)
 	if err != nil {
 		return nil, errs.Wrap(errs.ConfigInvalid, "", err, "read transforms folder %s", strings.Join(paths, ", "))
@@ -290,6 +293,11 @@ func loadFile(path string, src []byte, opts Options, ov map[string]string) (*Job
 	}
 	j.log = opts.Logger.With("job", name)
 	fileName := filepath.Base(path)
+	if len(src) > maxFileSource {
+		// goja's parser recurses per level of nesting, up to about 2 KB
+		// of Go stack per byte: a bound on the size bounds it.
+		return nil, errs.New(errs.TransformFailed, name, "%s is %d bytes; a transform file may be at most %d (keep large tables in the index's settings or the documents)", fileName, len(src), maxFileSource)
+	}
 	prog, err := compileModule(fileName, string(src))
 	if err != nil {
 		return nil, syntaxErr(j, src, err)
@@ -313,8 +321,9 @@ func loadFile(path string, src []byte, opts Options, ov map[string]string) (*Job
 	if first.fn != nil || first.bare {
 		j.rt = &jobRuntime{program: prog.program, console: con}
 		j.rt.pool = newPool(opts.Pool, func() (*vm, error) { return newVM(j, prog.program, con, nil) })
-		j.rt.pool.sem <- struct{}{}
-		j.rt.pool.put(first)
+		j.rt.pool.adopt(first)
+	} else {
+		close(first.work) // no transform: the identity needs no runtime
 	}
 	return j, nil
 }
@@ -344,7 +353,9 @@ func compileModule(name, src string) (*module, error) {
 
 // syntaxErr reports a compile error as TRANSFORM_FAILED with the file's own
 // line and column: the file is parsed again on its own (without the module
-// wrapper) so positions are the user's.
+// wrapper) so positions are the user's. The parser's message is kept only
+// as far as it cannot quote the file (safeSyntaxText): a file that does
+// not parse may not be a transform.
 func syntaxErr(j *Job, src []byte, err error) error {
 	file := filepath.Base(j.File)
 	_, perr := parser.ParseFile(nil, file, string(src), 0, parser.WithDisableSourceMaps)
@@ -355,13 +366,22 @@ func syntaxErr(j *Job, src []byte, err error) error {
 		if len(list) > 1 {
 			more = fmt.Sprintf(" (and %d more)", len(list)-1)
 		}
-		return errs.New(errs.TransformFailed, j.Name, "%s:%d:%d: syntax error: %s%s", file, e.Position.Line, e.Position.Column, e.Message, more)
+		return errs.New(errs.TransformFailed, j.Name, "%s:%d:%d: syntax error: %s%s", file, e.Position.Line, e.Position.Column, safeSyntaxText(e.Message), more)
 	}
 	var se *goja.CompilerSyntaxError
 	if errors.As(err, &se) {
-		return errs.New(errs.TransformFailed, j.Name, "%s: syntax error: %s", file, se.Message)
+		at := ""
+		if se.File != nil {
+			p := se.File.Position(se.Offset)
+			col := p.Column
+			if p.Line == 1 {
+				col -= len(modulePrefix)
+			}
+			at = fmt.Sprintf(":%d:%d", p.Line, col)
+		}
+		return errs.New(errs.TransformFailed, j.Name, "%s%s: syntax error: %s", file, at, safeSyntaxText(se.Message))
 	}
-	return errs.Wrap(errs.TransformFailed, j.Name, err, "compile %s", file)
+	return errs.New(errs.TransformFailed, j.Name, "compile %s: %s", file, safeSyntaxText(err.Error()))
 }
 
 // The keys a transform object may have.
@@ -487,9 +507,12 @@ func (j *Job) readOptions(v *vm) error {
 	if val, ok := set["transformTimeout"]; ok && !goja.IsUndefined(val) {
 		s, isStr := val.Export().(string)
 		d, err := time.ParseDuration(s)
-		if !isStr || isObject(val) || err != nil || d <= 0 {
+		switch {
+		case !isStr || isObject(val) || err != nil || d <= 0:
 			bad("transformTimeout", "must be a positive Go duration string such as \"500ms\" or \"2s\"")
-		} else {
+		case d > MaxTimeout:
+			bad("transformTimeout", "%s is more than the longest limit, %s", d, MaxTimeout)
+		default:
 			j.Timeout = d
 		}
 	}
