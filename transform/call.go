@@ -41,10 +41,13 @@ const maxTimeoutRetries = 2
 
 // loadTimeout bounds evaluating a module (and reading its options): user
 // code runs there too, and a loop at the top of a file must not hang a
-// load or a reload.
+// load or a reload. Ten times a call's limit, from one to ten seconds: a
+// module only sets up.
 func loadTimeout(j *Job) time.Duration {
-	return max(10*j.opts.Timeout, time.Second)
+	return min(max(10*j.opts.Timeout, time.Second), maxLoadTimeout)
 }
+
+const maxLoadTimeout = 10 * time.Second
 
 var (
 	errLoadTimeout = errors.New("load timeout")
@@ -69,7 +72,7 @@ type callReq struct {
 // evaluates the module and then runs after (reading the options, for the
 // first runtime), all under loadTimeout; a throw or panic from user code
 // is TRANSFORM_FAILED.
-func newVM(j *Job, prog *goja.Program, con *consoleLimiter, after func(*vm) error) (*vm, error) {
+func newVM(ctx context.Context, j *Job, prog *goja.Program, con *consoleLimiter, after func(*vm) error) (*vm, error) {
 	rt := goja.New()
 	v := &vm{rt: rt, hid: goja.NewSymbol("meilistream.value"), hidBits: goja.NewSymbol("meilistream.bits"), vTrue: rt.ToValue(true), vFalse: rt.ToValue(false)}
 	v.start()
@@ -99,6 +102,17 @@ func newVM(j *Job, prog *goja.Program, con *consoleLimiter, after func(*vm) erro
 		// Still in a built-in past the limit: left to end on its own.
 		close(v.work)
 		return nil, errs.New(errs.TransformFailed, j.Name, "load: %s: evaluating the module did not finish within %s", j.file(), limit)
+	case <-ctx.Done():
+		timer.Stop()
+		v.interrupt(context.Cause(ctx))
+		grace := time.NewTimer(abandonGrace)
+		defer grace.Stop()
+		select {
+		case <-v.done:
+		case <-grace.C:
+		}
+		close(v.work)
+		return nil, context.Cause(ctx)
 	}
 	if !timer.Stop() || fired.Load() { // it fired: this runtime is spoiled
 		close(v.work)
@@ -202,13 +216,13 @@ func (v *vm) call(ctx context.Context, timeout time.Duration) (finished bool) {
 // runs on; with those all taken it keeps its slot, so at most 2*size
 // goroutines of a job run JavaScript at once.
 type pool struct {
-	mk      func() (*vm, error)
+	mk      func(context.Context) (*vm, error)
 	idle    chan *vm
 	sem     chan struct{}
 	zombies chan struct{}
 }
 
-func newPool(size int, mk func() (*vm, error)) *pool {
+func newPool(size int, mk func(context.Context) (*vm, error)) *pool {
 	return &pool{mk: mk, idle: make(chan *vm, size), sem: make(chan struct{}, size), zombies: make(chan struct{}, size)}
 }
 
@@ -229,7 +243,7 @@ func (p *pool) get(ctx context.Context) (*vm, error) {
 	case v := <-p.idle:
 		return v, nil
 	case p.sem <- struct{}{}:
-		v, err := p.mk()
+		v, err := p.mk(ctx)
 		if err != nil {
 			<-p.sem
 			return nil, err

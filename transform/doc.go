@@ -6,7 +6,14 @@
 // # Files
 //
 // Every *.js file of the transforms folder is one job, named after the file
-// (articles.js -> articles); files starting with "." are ignored. goja has
+// (articles.js -> articles); files starting with "." are ignored. A file
+// must be a regular file (a symbolic link to one is fine; a FIFO or a
+// device is refused, never waited on) of at most 128 KiB, and must set
+// module.exports: an empty file, or one that only declares things (a file
+// read while it was being written), is CONFIG_INVALID, never the identity
+// (which is module.exports = {}). A Watcher loads a change once the
+// folder's files have kept their size, time and content for a whole
+// interval. goja has
 // no ES modules, so a file is CommonJS-shaped and sets module.exports to:
 //
 //   - an object: collection (default: the job name), index (search:
@@ -63,7 +70,8 @@
 // tried again on a fresh runtime, twice, before its document fails, so a
 // busy machine does not fail documents for good (a transform that loops
 // for good fails after three limits). Loading a file (its top-level code,
-// its options, its samples) has a limit of ten times that, at least 1s.
+// its options, its samples) has a limit of ten times that, from 1s to
+// 10s, and stops when a Watcher closes.
 //
 // # What built-in functions may be asked to do
 //

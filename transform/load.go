@@ -1,6 +1,7 @@
 package transform
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -26,7 +27,7 @@ import (
 // file, line and column; the module threw while loading). The Set is nil
 // only when dir cannot be read or opts.Timeout is above MaxTimeout.
 func Load(dir string, opts Options) (*Set, error) {
-	return load([]string{dir}, opts, nil)
+	return load(context.Background(), []string{dir}, opts, nil)
 }
 
 // LoadFiles is Load for a list of paths, each a *.js file or a folder of
@@ -34,7 +35,7 @@ func Load(dir string, opts Options) (*Set, error) {
 // CONFIG_INVALID. With no paths the Set holds only the jobs declared by
 // environment alone (Options.Overrides), and a reload never finds files.
 func LoadFiles(paths []string, opts Options) (*Set, error) {
-	return load(paths, opts, nil)
+	return load(context.Background(), paths, opts, nil)
 }
 
 // listFiles expands paths into the transform files they name: job name ->
@@ -80,7 +81,9 @@ func listFiles(paths []string) (names []string, files map[string]string, problem
 	return names, files, problems, nil
 }
 
-func load(paths []string, opts Options, prev *Set) (*Set, error) {
+// load loads paths; ctx ending stops a module's evaluation (a Watcher
+// closing), the files not loaded yet then failing with its cause.
+func load(ctx context.Context, paths []string, opts Options, prev *Set) (*Set, error) {
 	opts = opts.withDefaults()
 	if opts.Timeout > MaxTimeout {
 		return nil, errs.New(errs.ConfigInvalid, "", "MEILISTREAM_TRANSFORM_TIMEOUT: %s is more than the longest limit a transform call may have, %s", opts.Timeout, MaxTimeout)
@@ -111,7 +114,7 @@ func load(paths []string, opts Options, prev *Set) (*Set, error) {
 				filepath.Base(path), envVar(key, "*"), strings.Join(all, " and "))
 			ov = nil // refused anyway: load it for its own problems only
 		}
-		src, err := os.ReadFile(path)
+		src, err := readSource(path)
 		if err != nil {
 			err = errs.Wrap(errs.ConfigInvalid, name, err, "read %s", path)
 			problems = append(problems, err)
@@ -142,7 +145,7 @@ func load(paths []string, opts Options, prev *Set) (*Set, error) {
 			// Unchanged but refused last time (a conflict): load it again,
 			// the conflict may be gone.
 		}
-		j, err := loadFile(path, src, opts, ov)
+		j, err := loadFile(ctx, path, src, opts, ov)
 		if err != nil {
 			problems = append(problems, err)
 			s.files[name] = fileState{path: path, hash: hash, err: err}
@@ -276,11 +279,11 @@ func (j *Job) file() string {
 // job's EnvKey and opts.IndexPrefix are applied. Most callers want Load.
 func LoadFile(path string, src []byte, opts Options) (*Job, error) {
 	name := strings.TrimSuffix(filepath.Base(path), ".js")
-	return loadFile(path, src, opts.withDefaults(), opts.Overrides[EnvKey(name)])
+	return loadFile(context.Background(), path, src, opts.withDefaults(), opts.Overrides[EnvKey(name)])
 }
 
 // loadFile is LoadFile with the job's overrides ov given (nil: none).
-func loadFile(path string, src []byte, opts Options, ov map[string]string) (*Job, error) {
+func loadFile(ctx context.Context, path string, src []byte, opts Options, ov map[string]string) (*Job, error) {
 	name := strings.TrimSuffix(filepath.Base(path), ".js")
 	sum := sha256.Sum256(src)
 	j := &Job{
@@ -296,7 +299,7 @@ func loadFile(path string, src []byte, opts Options, ov map[string]string) (*Job
 	if len(src) > maxFileSource {
 		// goja's parser recurses per level of nesting, up to about 2 KB
 		// of Go stack per byte: a bound on the size bounds it.
-		return nil, errs.New(errs.TransformFailed, name, "%s is %d bytes; a transform file may be at most %d (keep large tables in the index's settings or the documents)", fileName, len(src), maxFileSource)
+		return nil, errs.New(errs.TransformFailed, name, "%s is more than %d bytes, the most a transform file may be (keep large tables in the index's settings or the documents)", fileName, maxFileSource)
 	}
 	prog, err := compileModule(fileName, string(src))
 	if err != nil {
@@ -306,7 +309,7 @@ func loadFile(path string, src []byte, opts Options, ov map[string]string) (*Job
 	con := newConsoleLimiter(j.log)
 	// The first runtime evaluates the module for its options, then joins
 	// the pool.
-	first, err := newVM(j, prog.program, con, func(v *vm) error {
+	first, err := newVM(ctx, j, prog.program, con, func(v *vm) error {
 		if err := j.readOptions(v); err != nil {
 			return err
 		}
@@ -320,7 +323,7 @@ func loadFile(path string, src []byte, opts Options, ov map[string]string) (*Job
 	}
 	if first.fn != nil || first.bare {
 		j.rt = &jobRuntime{program: prog.program, console: con}
-		j.rt.pool = newPool(opts.Pool, func() (*vm, error) { return newVM(j, prog.program, con, nil) })
+		j.rt.pool = newPool(opts.Pool, func(ctx context.Context) (*vm, error) { return newVM(ctx, j, prog.program, con, nil) })
 		j.rt.pool.adopt(first)
 	} else {
 		close(first.work) // no transform: the identity needs no runtime

@@ -246,6 +246,13 @@ func (v *vm) install(j *Job, prog *goja.Program, con *consoleLimiter) error {
 		return runErr(j, "load", err)
 	}
 	v.exports = mod.Get("exports")
+	if e, ok := v.exports.(*goja.Object); ok && e.SameAs(exp) && len(exp.GetOwnPropertyNames()) == 0 && len(exp.Symbols()) == 0 {
+		// A file that exports nothing is no job: an empty file, or one
+		// read while it was being written (cut after a statement), must
+		// not become the identity, which would make every field
+		// searchable.
+		return errs.New(errs.ConfigInvalid, j.Name, "%s: the file sets no module.exports (is it empty, or was it read while being written?); a job without a transform is module.exports = {}", j.file())
+	}
 	if f, ok := goja.AssertFunction(v.exports); ok {
 		v.fn, v.bare, v.this = f, true, goja.Undefined()
 		ns := j.Collection
