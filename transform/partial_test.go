@@ -183,4 +183,3 @@ func TestClosingAWatcherStopsAModuleThatLoops(t *testing.T) {
 		t.Fatalf("Close took %s", took)
 	}
 }
-
