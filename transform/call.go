@@ -74,7 +74,7 @@ type callReq struct {
 // is TRANSFORM_FAILED.
 func newVM(ctx context.Context, j *Job, prog *goja.Program, con *consoleLimiter, after func(*vm) error) (*vm, error) {
 	rt := goja.New()
-	v := &vm{rt: rt, hid: goja.NewSymbol("meilistream.value"), hidBits: goja.NewSymbol("meilistream.bits"), vTrue: rt.ToValue(true), vFalse: rt.ToValue(false)}
+	v := &vm{rt: rt, vTrue: rt.ToValue(true), vFalse: rt.ToValue(false)}
 	v.start()
 	limit := loadTimeout(j)
 	var fired atomic.Bool

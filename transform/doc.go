@@ -151,6 +151,10 @@
 //
 // ObjectId(hex), Decimal128(text), Timestamp(t, i) and BSONRegExp(p, o) are
 // also global constructors, for transforms that build such values (mirror).
+// An ObjectId, Decimal128, Binary or BSONValue keeps its value in Go: it
+// has no property of its own (Object.keys, Object.getOwnPropertySymbols
+// and spread see none, and none can be added), and its methods work on
+// such values only.
 //
 // # JavaScript to a Meilisearch document
 //
@@ -159,8 +163,12 @@
 // int64 (so -0 is 0), other numbers float64; a BigInt an int64 (uint64 up
 // to 2^64-1). A Date is an ISO string ("2024-05-01T10:00:00.000Z", as
 // toISOString) or, with dates: "epoch", integer milliseconds since 1970,
-// which Meilisearch can sort and filter. ObjectId is its hex, Decimal128 a
-// number, Binary its toString(), Timestamp {t, i}, BSONRegExp "/p/o",
+// which Meilisearch can sort and filter. ObjectId is its hex; Decimal128
+// a number when a float64 holds its very value (0.1, 2.50: the shortest
+// form of the float is the decimal), else its exact text as a string
+// ("1E-6000", "1234.5678901234567890123", "NaN", "Infinity"), never a
+// number that lost its value; Binary its toString(), Timestamp {t, i},
+// BSONRegExp "/p/o",
 // BSONValue its Extended JSON text. A key holding undefined is left out (in
 // an array, undefined is null), as JSON.stringify does; boxed String,
 // Number, Boolean are unboxed. NaN, Infinity, functions, symbols, Map, Set,

@@ -170,7 +170,7 @@ func ParseIndexID(id any) (bson.RawValue, error) {
 	case json.Number:
 		n, err := strconv.ParseInt(string(v), 10, 64)
 		if err != nil {
-			return bson.RawValue{}, errs.New(errs.NotADocument, "", "id %q is not an id meilistream writes", string(v))
+			return bson.RawValue{}, errs.New(errs.NotADocument, "", "id %q is not an id meilistream writes", clip(string(v), maxKeyText))
 		}
 		return intRaw(n), nil
 	case int:
@@ -202,7 +202,7 @@ func intRaw(n int64) bson.RawValue {
 
 func parseStringID(s string) (bson.RawValue, error) {
 	bad := func() (bson.RawValue, error) {
-		return bson.RawValue{}, errs.New(errs.NotADocument, "", "id %q is not an id meilistream writes", s)
+		return bson.RawValue{}, errs.New(errs.NotADocument, "", "id %q is not an id meilistream writes", clip(s, maxKeyText))
 	}
 	if s == "" || len(s) > MaxIndexIDLen || !inAlphabet(s) {
 		return bad()

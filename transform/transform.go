@@ -270,6 +270,7 @@ func (j *Job) identity(dst []byte, doc bson.Raw, idv bson.RawValue, res Result) 
 		return res, dst, nil
 	}
 	c := j.newOutConv(nil, dst, idv, res.ID)
+	c.fromSource = true
 	if err := c.docFromBSON(doc); err != nil {
 		return Result{}, dst, err
 	}
@@ -343,7 +344,7 @@ func (s *Set) Close() {
 func configErr(job, file, key, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
 	if key != "" {
-		msg = fmt.Sprintf("key %q: %s", key, msg)
+		msg = fmt.Sprintf("key %q: %s", clip(key, maxKeyText), msg)
 	}
 	return &errs.Error{Code: errs.ConfigInvalid, Job: job, Msg: file + ": " + msg}
 }

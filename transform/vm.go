@@ -27,38 +27,35 @@ const maxCallStack = 2000
 const modulePrefix = "(function (module, exports) {"
 const moduleSuffix = "\n})"
 
-// bootstrapSrc defines the classes BSON values become in JavaScript. H is a
-// symbol private to Go that holds a value's payload.
-const bootstrapSrc = `(function (H) {
+// bootstrapSrc defines the classes BSON values become in JavaScript. G
+// holds the Go helpers that read and make their instances (host.go); it
+// stays in this closure.
+const bootstrapSrc = `(function (G) {
 "use strict";
 function def(p, n, f) { Object.defineProperty(p, n, {value: f, writable: true, configurable: true}); }
 function ObjectId(hex) {
-	if (!(this instanceof ObjectId)) return new ObjectId(hex);
 	var s = String(hex);
 	if (!/^[0-9a-fA-F]{24}$/.test(s)) throw new TypeError("ObjectId needs 24 hex characters");
-	this[H] = s.toLowerCase();
+	return G.newOID(s.toLowerCase());
 }
-def(ObjectId.prototype, "toHexString", function () { return this[H]; });
-def(ObjectId.prototype, "toString", function () { return this[H]; });
-def(ObjectId.prototype, "toJSON", function () { return this[H]; });
+def(ObjectId.prototype, "toHexString", function () { return G.oidHex(this); });
+def(ObjectId.prototype, "toString", function () { return G.oidHex(this); });
+def(ObjectId.prototype, "toJSON", function () { return G.oidHex(this); });
 def(ObjectId.prototype, "equals", function (o) {
 	if (o === null || o === undefined) return false;
-	return (o instanceof ObjectId ? o[H] : String(o).toLowerCase()) === this[H];
+	return (o instanceof ObjectId ? G.oidHex(o) : String(o).toLowerCase()) === G.oidHex(this);
 });
-def(ObjectId.prototype, "getTimestamp", function () { return new Date(parseInt(this[H].slice(0, 8), 16) * 1000); });
-function Decimal128(s) {
-	if (!(this instanceof Decimal128)) return new Decimal128(s);
-	this[H] = String(s);
-}
-def(Decimal128.prototype, "toString", function () { return this[H]; });
-def(Decimal128.prototype, "toJSON", function () { return this[H]; });
-def(Decimal128.prototype, "valueOf", function () { return Number(this[H]); });
-def(Decimal128.prototype, "toNumber", function () { return Number(this[H]); });
+def(ObjectId.prototype, "getTimestamp", function () { return new Date(parseInt(G.oidHex(this).slice(0, 8), 16) * 1000); });
+function Decimal128(s) { return G.newDecimal(String(s)); }
+def(Decimal128.prototype, "toString", function () { return G.decText(this); });
+def(Decimal128.prototype, "toJSON", function () { return G.decText(this); });
+def(Decimal128.prototype, "valueOf", function () { return Number(G.decText(this)); });
+def(Decimal128.prototype, "toNumber", function () { return Number(G.decText(this)); });
 function Binary() { throw new TypeError("Binary values come from documents only"); }
-Object.defineProperty(Binary.prototype, "subtype", {get: function () { return this[H].s; }, configurable: true});
-def(Binary.prototype, "toBase64", function () { return this[H].d; });
-def(Binary.prototype, "toString", function () { return this[H].u || this[H].d; });
-def(Binary.prototype, "toJSON", function () { return this[H].u || this[H].d; });
+Object.defineProperty(Binary.prototype, "subtype", {get: function () { return G.binSubtype(this); }, configurable: true});
+def(Binary.prototype, "toBase64", function () { return G.binBase64(this); });
+def(Binary.prototype, "toString", function () { return G.binText(this); });
+def(Binary.prototype, "toJSON", function () { return G.binText(this); });
 function Timestamp(t, i) {
 	if (!(this instanceof Timestamp)) return new Timestamp(t, i);
 	this.t = t >>> 0; this.i = i >>> 0;
@@ -71,8 +68,8 @@ function BSONRegExp(pattern, options) {
 def(BSONRegExp.prototype, "toString", function () { return "/" + this.pattern + "/" + this.options; });
 def(BSONRegExp.prototype, "toJSON", function () { return "/" + this.pattern + "/" + this.options; });
 function BSONValue() { throw new TypeError("BSONValue values come from documents only"); }
-def(BSONValue.prototype, "toString", function () { return this[H].j; });
-def(BSONValue.prototype, "toJSON", function () { return this[H].j; });
+def(BSONValue.prototype, "toString", function () { return G.opaqueJSON(this); });
+def(BSONValue.prototype, "toJSON", function () { return G.opaqueJSON(this); });
 return {ObjectId: ObjectId, Decimal128: Decimal128, Binary: Binary, Timestamp: Timestamp, BSONRegExp: BSONRegExp, BSONValue: BSONValue};
 })`
 
@@ -95,8 +92,6 @@ type vm struct {
 	this     goja.Value    // `this` of the transform (the exports object)
 	bare     bool          // monstache-style function
 	ns       goja.Value    // "db.collection" for bare functions
-	hid      *goja.Symbol
-	hidBits  *goja.Symbol // a Decimal128's exact bits (its text may not round-trip)
 	dateCtor goja.Value
 	dateArg  [1]goja.Value // date's argument, reused (no slice per Date)
 	protos   struct{ oid, dec, bin, ts, re, opaque *goja.Object }
@@ -190,7 +185,7 @@ func (v *vm) install(j *Job, prog *goja.Program, con *consoleLimiter) error {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
 	bf, _ := goja.AssertFunction(boot)
-	classes, err := bf(goja.Undefined(), v.hid)
+	classes, err := bf(goja.Undefined(), v.classHelpers())
 	if err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
