@@ -718,9 +718,17 @@ func (c *outConv) special(o *goja.Object) (handled bool, err error) {
 		}
 		c.buf = appendJSONString(c.buf, s)
 	case v.protos.ts:
-		c.timestamp(o.Get("t").ToInteger(), o.Get("i").ToInteger())
+		t, i, ok := timestampFields(o)
+		if !ok {
+			return true, c.fail(errs.NotADocument, "a malformed Timestamp")
+		}
+		c.timestamp(t, i)
 	case v.protos.re:
-		c.buf = appendJSONString(c.buf, "/"+o.Get("pattern").String()+"/"+o.Get("options").String())
+		pat, opts, ok := regexFields(o)
+		if !ok {
+			return true, c.fail(errs.NotADocument, "a malformed BSONRegExp")
+		}
+		c.buf = appendJSONString(c.buf, "/"+pat+"/"+opts)
 	case v.protos.opaque:
 		p, ok := payload(o).(*opaqueValue)
 		if !ok {
@@ -731,6 +739,34 @@ func (c *outConv) special(o *goja.Object) (handled bool, err error) {
 		return false, nil
 	}
 	return true, nil
+}
+
+// timestampFields reads a Timestamp's t and i (a transform may have
+// deleted or replaced them); ok is false when either is missing or not
+// a number.
+func timestampFields(o *goja.Object) (t, i int64, ok bool) {
+	tv, iv := o.Get("t"), o.Get("i")
+	if !isPrimitiveNumber(orUndefined(tv)) || !isPrimitiveNumber(orUndefined(iv)) {
+		return 0, 0, false
+	}
+	return tv.ToInteger(), iv.ToInteger(), true
+}
+
+// regexFields reads a BSONRegExp's pattern and options, which must be
+// strings.
+func regexFields(o *goja.Object) (pattern, options string, ok bool) {
+	pv, ov := o.Get("pattern"), o.Get("options")
+	if !isPrimitiveString(orUndefined(pv)) || !isPrimitiveString(orUndefined(ov)) {
+		return "", "", false
+	}
+	return pv.String(), ov.String(), true
+}
+
+func orUndefined(v goja.Value) goja.Value {
+	if v == nil {
+		return goja.Undefined()
+	}
+	return v
 }
 
 // docFromBSON writes a BSON document straight as JSON, with the same rules

@@ -353,13 +353,19 @@ func (c *mirrorConv) special(dst []byte, key string, o *goja.Object) ([]byte, bo
 		}
 		return bsoncore.AppendBinaryElement(dst, key, p.sub, data), true, nil
 	case v.protos.ts:
-		t, i := o.Get("t").ToInteger(), o.Get("i").ToInteger()
+		t, i, ok := timestampFields(o)
+		if !ok {
+			return nil, true, c.fail(errs.NotADocument, "a malformed Timestamp")
+		}
 		if t < 0 || t > math.MaxUint32 || i < 0 || i > math.MaxUint32 {
 			return nil, true, c.fail(errs.NotADocument, "a Timestamp out of range")
 		}
 		return bsoncore.AppendTimestampElement(dst, key, uint32(t), uint32(i)), true, nil
 	case v.protos.re:
-		pat, opts := o.Get("pattern").String(), o.Get("options").String()
+		pat, opts, ok := regexFields(o)
+		if !ok {
+			return nil, true, c.fail(errs.NotADocument, "a malformed BSONRegExp")
+		}
 		if strings.IndexByte(pat, 0) >= 0 || strings.IndexByte(opts, 0) >= 0 {
 			return nil, true, c.fail(errs.NotADocument, "a BSONRegExp holding a NUL character")
 		}
