@@ -156,3 +156,29 @@ func TestASourceMapCommentReadsNoFile(t *testing.T) {
 		t.Fatal("loading or eval read the source map (a FIFO) and blocked")
 	}
 }
+
+// A comment-only edit keeps the very Job: what runs stays what the Set
+// says (a supervisor restarts a job on a new Hash only).
+func TestACommentEditKeepsTheJob(t *testing.T) {
+	dir := writeFiles(t, map[string]string{"a.js": hashBase})
+	set, err := transform.Load(dir, transform.Options{Pool: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(set.Close)
+	if err := os.WriteFile(filepath.Join(dir, "a.js"), []byte("// edited\n"+hashBase), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	next, err := set.Reload()
+	if err != nil || next.Job("a") != set.Job("a") {
+		t.Fatalf("a comment edit made a new Job (%v)", err)
+	}
+	// A change of meaning makes a new Job.
+	if err := os.WriteFile(filepath.Join(dir, "a.js"), []byte("// edited\n"+strings.Replace(hashBase, `"users"`, `"people"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	third, err := next.Reload()
+	if err != nil || third.Job("a") == next.Job("a") || third.Job("a").Index != "people" {
+		t.Fatalf("a real edit must make a new Job (%v)", err)
+	}
+}

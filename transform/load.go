@@ -154,6 +154,13 @@ func load(ctx context.Context, paths []string, opts Options, prev *Set) (*Set, e
 			}
 			continue
 		}
+		if old := prev.Job(name); old != nil && old.Hash == j.Hash && old.File == j.File {
+			// Only comments or spacing changed: the same meaning, so the
+			// job that runs (a supervisor restarts on a new Hash only)
+			// stays the Set's, and the new one is not kept.
+			j.Close()
+			j = old
+		}
 		loaded = append(loaded, j)
 		s.files[name] = fileState{path: path, hash: hash}
 	}

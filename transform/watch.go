@@ -13,8 +13,9 @@ import (
 const DefaultWatchInterval = 2 * time.Second
 
 // Reload reads the set's folder again and returns the next set: an
-// unchanged file keeps its very *Job (same pointer, same runtimes, same
-// Hash); a changed or new file that loads is a new *Job; a file that fails
+// unchanged file, or one whose changes left its Hash as it was (comments,
+// spacing), keeps its very *Job (same pointer, same runtimes, same Hash);
+// a changed or new file that loads is a new *Job; a file that fails
 // to load keeps its previous *Job, if it had one, and its problem is in the
 // returned error; a removed file's job is gone. The receiver is not changed.
 func (s *Set) Reload() (*Set, error) {
