@@ -31,7 +31,7 @@ type Options struct {
 	// goroutine at a time; 0 means runtime.NumCPU().
 	Pool int
 	// Timeout limits one transform call (MEILISTREAM_TRANSFORM_TIMEOUT);
-	// 0 means DefaultTimeout.
+	// 0 means DefaultTimeout; more than MaxTimeout is refused by Load.
 	Timeout time.Duration
 	// MaxResultBytes refuses a result larger than this many bytes of JSON
 	// (search) or BSON (mirror); 0 means DefaultMaxResultBytes.
