@@ -8,7 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/config"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -18,7 +18,7 @@ import (
 // sample document (FILE: MongoDB Extended JSON, one document a line, run
 // through every job; else each job's own `samples`), and exits 1 on any
 // problem, 2 on bad usage. It needs no server: the configuration is read
-// with sidecar.LoadLocal, so MEILISTREAM_MONGODB_URI may be unset. The
+// with config.LoadLocal, so MEILISTREAM_MONGODB_URI may be unset. The
 // MEILISTREAM_JOB_<NAME>_<OPTION> overrides and MEILISTREAM_INDEX_PREFIX
 // apply as in run, and the jobs they declare alone are checked too.
 // console output of the transforms goes to stderr.
@@ -45,7 +45,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			paths = append(paths, a)
 		}
 	}
-	cfg, err := sidecar.LoadLocal(os.Environ())
+	cfg, err := config.LoadLocal(os.Environ())
 	if err != nil {
 		return fail(stderr, err)
 	}

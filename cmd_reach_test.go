@@ -8,17 +8,16 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-
-	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/config"
 )
 
 // An interactive command on an unreachable MongoDB fails within
-// reachTimeout, names the setting and never prints the password (QA F23).
+// reachTimeout, names the setting and never prints the password.
 func TestInteractiveUnreachableMongoDB(t *testing.T) {
 	old := reachTimeout
 	reachTimeout = 300 * time.Millisecond
 	defer func() { reachTimeout = old }()
-	cfg := sidecar.Default()
+	cfg := config.Default()
 	cfg.MongoDBURI = "mongodb://u:SECRETPW@127.0.0.1:1/app?replicaSet=rs0"
 	cfg.MongoDBDatabase = "app"
 	cfg.Transforms = t.TempDir()

@@ -13,9 +13,14 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/internal/mongoerr"
 	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/replicate"
-	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/config"
+	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/httpapi"
+	"github.com/meilistream/meilistream/sidecar/meili"
+	"github.com/meilistream/meilistream/sidecar/supervisor"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -43,8 +48,8 @@ func runRun(ctx context.Context, inv *invocation) int {
 	}
 	defer w.close()
 
-	sup := sidecar.NewSupervisor(sidecar.SupervisorConfig{
-		Driver:  &sidecar.EngineDriver{Leases: w.leases, Engine: w.engine, Sinks: w.sinkFactory(log)},
+	sup := supervisor.New(supervisor.Config{
+		Driver:  &supervisor.EngineDriver{Leases: w.leases, Engine: w.engine, Sinks: w.sinkFactory(log)},
 		Logger:  log.Named("supervisor"),
 		Metrics: w.metrics,
 		Holder:  w.leases.Holder(),
@@ -57,7 +62,7 @@ func runRun(ctx context.Context, inv *invocation) int {
 		Holders:        w.holders,
 	})
 
-	srv, err := sidecar.StartHTTP(sidecar.HTTPOptions{
+	srv, err := httpapi.Start(httpapi.Options{
 		Addr:      cfg.HTTPAddr,
 		ReadyFile: cfg.ReadyFile,
 		Status:    sup,
@@ -73,7 +78,7 @@ func runRun(ctx context.Context, inv *invocation) int {
 	log.Info("serving", "addr", srv.Addr())
 
 	applyDefs := func(set *transform.Set, err error) {
-		defs, other := sidecar.JobDefs(set.Jobs(), err)
+		defs, other := supervisor.JobDefs(set.Jobs(), err)
 		for _, e := range other {
 			log.Error("transform problem", "error", e)
 		}
@@ -116,7 +121,7 @@ func runRun(ctx context.Context, inv *invocation) int {
 // wiring is what the server-facing commands share: clients, the lease
 // manager, the engine, metrics.
 type wiring struct {
-	cfg      sidecar.Config
+	cfg      config.Config
 	client   *mongo.Client
 	source   *mongo.Database
 	state    *mongo.Collection
@@ -124,17 +129,17 @@ type wiring struct {
 	meili    meilisearch.ServiceManager // nil without MEILISTREAM_MEILI_URL
 	replica  *mongo.Client              // nil without MEILISTREAM_REPLICA_URI
 	leases   *lease.Manager
-	engine   *sidecar.Engine
-	metrics  *sidecar.Metrics
+	engine   *engine.Engine
+	metrics  *httpapi.Metrics
 	registry *prometheus.Registry
 	closeFns []func()
 }
 
 // connect builds the clients (the driver connects lazily: a server down at
 // start makes the jobs retry, it does not stop the process) and the engine.
-func connect(ctx context.Context, cfg sidecar.Config, log hclog.Logger) (*wiring, error) {
-	w := &wiring{cfg: cfg, registry: sidecar.NewRegistry(buildVersion())}
-	w.metrics = sidecar.NewMetrics(w.registry)
+func connect(ctx context.Context, cfg config.Config, log hclog.Logger) (*wiring, error) {
+	w := &wiring{cfg: cfg, registry: httpapi.NewRegistry(buildVersion())}
+	w.metrics = httpapi.NewMetrics(w.registry)
 	client, err := mongo.Connect(options.Client().ApplyURI(cfg.MongoDBURI).SetAppName("meilistream"))
 	if err != nil {
 		return nil, errs.Wrap(errs.ConfigInvalid, "", err, "MEILISTREAM_MONGODB_URI")
@@ -152,8 +157,8 @@ func connect(ctx context.Context, cfg sidecar.Config, log hclog.Logger) (*wiring
 		// The engine retries with its own backoff and keeps batches in
 		// order; the client's own retries would only hide failures. The
 		// sidecar's client also posts document batches itself (see
-		// sidecar.NewMeiliClient).
-		w.meili = sidecar.NewMeiliClient(cfg.MeiliURL, cfg.MeiliAPIKey)
+		// meili.NewClient).
+		w.meili = meili.NewClient(cfg.MeiliURL, cfg.MeiliAPIKey)
 		w.closeFns = append(w.closeFns, w.meili.Close)
 	}
 	if cfg.ReplicaURI != "" {
@@ -174,13 +179,13 @@ func connect(ctx context.Context, cfg sidecar.Config, log hclog.Logger) (*wiring
 		w.close()
 		return nil, err
 	}
-	w.engine = sidecar.NewEngine(w.source, w.state, w.errColl, engineConfig(cfg), w.metrics, log.Named("engine"))
+	w.engine = engine.New(w.source, w.state, w.errColl, engineConfig(cfg), w.metrics, log.Named("engine"))
 	return w, nil
 }
 
 // reachTimeout bounds how long an interactive command (status, reindex,
 // retry) waits for MongoDB before saying it cannot reach it, instead of
-// the driver's 30 s server selection (QA F23).
+// the driver's 30 s server selection.
 var reachTimeout = 10 * time.Second
 
 // reach checks, within reachTimeout, that the source MongoDB answers, for
@@ -195,7 +200,7 @@ func (w *wiring) reach(ctx context.Context) error {
 		return nil
 	}
 	cause := errors.New(w.withoutPassword(redactedErr(err)))
-	if sidecar.AuthFailed(err) {
+	if mongoerr.AuthFailed(err) {
 		return errs.Wrap(errs.ConfigInvalid, "", cause, "MongoDB refused the credentials of MEILISTREAM_MONGODB_URI (or MEILISTREAM_MONGODB_URI_FILE)")
 	}
 	return errs.Wrap(errs.Failed, "", cause, "cannot reach MongoDB (MEILISTREAM_MONGODB_URI) within %s", reachTimeout)
@@ -269,19 +274,18 @@ func (w *wiring) close() {
 // engineConfig maps the configuration onto the engine's. A close must finish
 // within the shutdown timeout, lease release included, so the drain gets
 // most of it but not all.
-func engineConfig(cfg sidecar.Config) sidecar.EngineConfig {
+func engineConfig(cfg config.Config) engine.Config {
 	drain := cfg.ShutdownTimeout * 3 / 4
 	if drain <= 0 {
-		drain = sidecar.DefaultDrainTimeout
+		drain = engine.DefaultDrainTimeout
 	}
-	return sidecar.EngineConfig{
+	return engine.Config{
 		BatchSize:        cfg.BatchSize,
 		PageSize:         cfg.PageSize,
 		FlushInterval:    cfg.FlushInterval,
 		PositionInterval: cfg.PositionInterval,
 		OnHistoryLost:    cfg.OnHistoryLost,
 		OnDocumentError:  cfg.OnDocumentError,
-		StateCollection:  cfg.StateCollection,
 		DrainTimeout:     drain,
 		RolloutGrace:     cfg.RolloutGrace,
 	}
@@ -289,8 +293,8 @@ func engineConfig(cfg sidecar.Config) sidecar.EngineConfig {
 
 // sinkFactory builds each job's destination: the Meilisearch sink for a
 // search job, the replica sink for a mirror job.
-func (w *wiring) sinkFactory(log hclog.Logger) sidecar.SinkFactory {
-	return func(job *transform.Job) (sidecar.Sink, error) {
+func (w *wiring) sinkFactory(log hclog.Logger) supervisor.SinkFactory {
+	return func(job *transform.Job) (engine.Sink, error) {
 		jl := log.Named(job.Name)
 		switch job.Kind {
 		case transform.Mirror:
@@ -298,12 +302,12 @@ func (w *wiring) sinkFactory(log hclog.Logger) sidecar.SinkFactory {
 			if w.replica != nil {
 				rdb = w.replica.Database(w.cfg.ReplicaDatabase)
 			}
-			return replicate.ForJob(rdb, w.source, job, jl, w.metrics)
+			return replicate.ForJob(rdb, w.source, job, jl, w.metrics.Job(job.Name, job.Kind.String()))
 		default:
 			if w.meili == nil {
-				return nil, errs.New(errs.ConfigInvalid, job.Name, "a search job needs MEILISTREAM_MEILI_URL")
+				return nil, &errs.Error{Code: errs.ConfigInvalid, Job: job.Name, Msg: "a search job needs MEILISTREAM_MEILI_URL", Setting: "MEILISTREAM_MEILI_URL"}
 			}
-			return sidecar.NewMeiliSink(w.meili, job, jl), nil
+			return meili.NewSink(w.meili, job, jl), nil
 		}
 	}
 }
@@ -313,7 +317,7 @@ func (w *wiring) sinkFactory(log hclog.Logger) sidecar.SinkFactory {
 // MEILISTREAM_INDEX_PREFIX included: transform applies them to every job as
 // it loads (and on every hot reload), before its one-job-per-destination
 // check, and declares the jobs named by environment alone.
-func transformOptions(cfg sidecar.Config, log hclog.Logger) transform.Options {
+func transformOptions(cfg config.Config, log hclog.Logger) transform.Options {
 	return transform.Options{
 		Pool:     cfg.TransformPool,
 		Timeout:  cfg.TransformTimeout,
@@ -333,10 +337,10 @@ func transformOptions(cfg sidecar.Config, log hclog.Logger) transform.Options {
 // loadJobs loads the transforms folder with the environment's per-job
 // options (see transformOptions). The Set is nil only when the folder
 // cannot be read; problems of single files come back joined in err with the
-// Set (see sidecar.JobDefs). An unreadable folder is fine when the
+// Set (see supervisor.JobDefs). An unreadable folder is fine when the
 // environment declares jobs (MEILISTREAM_JOB_<NAME>_<OPTION>): those run
 // alone.
-func loadJobs(cfg sidecar.Config, log hclog.Logger) (*transform.Set, error) {
+func loadJobs(cfg config.Config, log hclog.Logger) (*transform.Set, error) {
 	opts := transformOptions(cfg, log)
 	set, err := transform.Load(cfg.Transforms, opts)
 	if set == nil && len(cfg.Jobs) > 0 {
@@ -350,13 +354,13 @@ func loadJobs(cfg sidecar.Config, log hclog.Logger) (*transform.Set, error) {
 		if u := errors.Unwrap(err); u != nil {
 			cause = u
 		}
-		return nil, errs.Wrap(errs.ConfigInvalid, "", cause, "MEILISTREAM_TRANSFORMS: want a readable folder of *.js transform files (default %s)", sidecar.DefaultTransforms)
+		return nil, errs.Wrap(errs.ConfigInvalid, "", cause, "MEILISTREAM_TRANSFORMS: want a readable folder of *.js transform files (default %s)", config.DefaultTransforms)
 	}
 	return set, err
 }
 
-// runningHint adds to a RUNNING error of reindex or retry what to do (QA
-// F6): in a deployment where a sidecar always runs, some pod always holds
+// runningHint adds to a RUNNING error of reindex or retry what to do:
+// in a deployment where a sidecar always runs, some pod always holds
 // the lease.
 func runningHint(name string, err error) error {
 	if !errors.Is(err, errs.ErrRunning) {
@@ -364,11 +368,11 @@ func runningHint(name string, err error) error {
 	}
 	return errs.New(errs.Running, name, "another meilistream holds job %s's lease (%s); run this where no sidecar runs the job "+
 		"(scale the sidecars down, run it, scale them back up), or change the job's transform: the holder then reindexes by itself",
-		name, sidecar.BareMessage(err.Error(), name))
+		name, err.Error())
 }
 
 // leaseForEngine is a held lease as the engine takes it.
-type leaseForEngine = sidecar.EngineLease
+type leaseForEngine = engine.Lease
 
 // underLease runs fn holding the job's lease (taken at once: RUNNING when
 // another process holds it), renewed meanwhile; fn's context is cancelled

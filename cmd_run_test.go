@@ -8,7 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/config"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -28,7 +28,7 @@ func TestJobEnv(t *testing.T) {
 	for _, j := range plainSet.Jobs() {
 		plain[j.Name] = j.Hash
 	}
-	cfg := sidecar.Default()
+	cfg := config.Default()
 	cfg.Transforms = dir
 	cfg.TransformPool = 1
 	cfg.IndexPrefix = "staging_"
@@ -97,7 +97,7 @@ func TestJobEnv(t *testing.T) {
 // The engine gets the configured rollout grace, batch and page sizes, and
 // most of the shutdown timeout to drain.
 func TestEngineConfigCarriesTheVariables(t *testing.T) {
-	cfg := sidecar.Default()
+	cfg := config.Default()
 	cfg.RolloutGrace = 15 * time.Minute
 	cfg.BatchSize, cfg.PageSize = 50, 300
 	cfg.ShutdownTimeout = 8 * time.Second

@@ -11,7 +11,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/lease"
-	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/jobstate"
 )
 
 // runStatus is the body of "meilistream status": one line per job, from
@@ -39,7 +39,7 @@ func runStatus(ctx context.Context, inv *invocation) int {
 	if err != nil {
 		return fail(inv.Stderr, err)
 	}
-	states, err := sidecar.ReadState(ctx, w.state, w.errColl)
+	states, err := jobstate.ReadState(ctx, w.state, w.errColl)
 	if err != nil {
 		return fail(inv.Stderr, err)
 	}
@@ -50,7 +50,7 @@ func runStatus(ctx context.Context, inv *invocation) int {
 
 	type row struct {
 		lease *lease.Info
-		state *sidecar.JobState
+		state *jobstate.JobState
 		known bool
 	}
 	rows := map[string]*row{}

@@ -3,6 +3,7 @@ module github.com/meilistream/meilistream
 go 1.26.0
 
 require (
+	github.com/andybalholm/brotli v1.1.1
 	github.com/dop251/goja v0.0.0-20260917113740-793a2a65c13b
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/knadh/koanf/providers/env/v2 v2.0.2
@@ -15,7 +16,6 @@ require (
 )
 
 require (
-	github.com/andybalholm/brotli v1.1.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dlclark/regexp2/v2 v2.5.2 // indirect

@@ -19,7 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/config"
 )
 
 // Exit codes, documented in README.md ("Operations").
@@ -54,10 +54,10 @@ func Main() int {
 // where to write. Bodies return an exit code; use exitCode/fail to map an
 // error to one.
 type invocation struct {
-	Args    []string       // arguments after the subcommand name (--help is handled)
-	Environ []string       // the process environment the config was loaded from
-	Config  sidecar.Config // validated; print it only through Config.Redacted()
-	Log     hclog.Logger   // root logger; per job: Log.Named(job)
+	Args    []string      // arguments after the subcommand name (--help is handled)
+	Environ []string      // the process environment the config was loaded from
+	Config  config.Config // validated; print it only through Config.Redacted()
+	Log     hclog.Logger  // root logger; per job: Log.Named(job)
 	Stdout  io.Writer
 	Stderr  io.Writer
 }
@@ -75,8 +75,7 @@ type command struct {
 }
 
 // commands lists the subcommands in the order --help shows them. The bodies
-// (runRun, runReindex, ...) live in cmd_<name>.go, each owned by the engineer
-// of that area.
+// (runRun, runReindex, ...) live in cmd_<name>.go.
 func commands() []command {
 	return []command{
 		{
@@ -181,7 +180,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	if c.plain != nil {
 		return c.plain(args, stdout, stderr)
 	}
-	cfg, err := sidecar.Load(environ)
+	cfg, err := config.Load(environ)
 	if err != nil {
 		return fail(stderr, err)
 	}
@@ -189,7 +188,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		Args:    args,
 		Environ: environ,
 		Config:  cfg,
-		Log:     sidecar.NewLogger(cfg, stderr),
+		Log:     config.NewLogger(cfg, stderr),
 		Stdout:  stdout,
 		Stderr:  stderr,
 	}
@@ -251,13 +250,14 @@ func exitCode(err error) int {
 	}
 }
 
-// fail prints err on stderr (prefixed "meilistream: ") and returns its exit
-// code. The error must hold no secret: configuration errors never carry one.
+// fail prints err on stderr (prefixed "meilistream: ", with its code and
+// job once, errs.Format) and returns its exit code. The error must hold no
+// secret: configuration errors never carry one.
 func fail(stderr io.Writer, err error) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "meilistream: %v\n", err)
+	fmt.Fprintf(stderr, "meilistream: %s\n", errs.Format(err))
 	return exitCode(err)
 }
 

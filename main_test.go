@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/config"
+	"github.com/meilistream/meilistream/transform"
 )
 
 func TestExitCode(t *testing.T) {
@@ -20,6 +23,8 @@ func TestExitCode(t *testing.T) {
 		{nil, exitOK},
 		{errs.New(errs.ConfigInvalid, "", "bad"), exitUsage},
 		{fmt.Errorf("load: %w", errs.New(errs.ConfigInvalid, "articles", "bad option")), exitUsage},
+		{errs.Wrap(errs.Failed, "articles", errs.New(errs.ConfigInvalid, "articles", "bad key"), "prepare"), exitUsage},
+		{errs.Wrap(errs.Failed, "articles", errs.New(errs.Running, "articles", "held"), "acquire"), exitRunning},
 		{errs.New(errs.Running, "articles", "held by b until 12:00"), exitRunning},
 		{errs.New(errs.LeaseLost, "articles", "taken over"), exitFailed},
 		{errs.New(errs.HistoryLost, "articles", "too old"), exitFailed},
@@ -72,7 +77,7 @@ func TestREADMEListsEveryVariable(t *testing.T) {
 		t.Fatal(err)
 	}
 	readme := string(b)
-	for _, v := range sidecar.Variables {
+	for _, v := range config.Variables {
 		if !strings.Contains(readme, "`"+v.Name()+"`") {
 			t.Errorf("README.md does not document %s", v.Name())
 		}
@@ -80,8 +85,61 @@ func TestREADMEListsEveryVariable(t *testing.T) {
 			t.Errorf("README.md does not document %s_FILE", v.Name())
 		}
 	}
-	for _, o := range sidecar.JobOptions {
-		if !strings.Contains(readme, "`"+strings.ToUpper(o)+"`") {
+}
+
+// The manual's list of a job's options is made from transform.JobOptions:
+// the text between jobOptionsBegin and jobOptionsEnd, in README.md or a
+// page under docs/, must be transform.JobOptionsMarkdown() exactly (the
+// failure prints it). Until a page holds that block, README.md must at
+// least name every MEILISTREAM_JOB_<NAME>_<OPTION> option.
+const (
+	jobOptionsBegin = "<!-- job options: made by transform.JobOptionsMarkdown; `go test -run TestManualListsEveryJobOption .` prints it -->"
+	jobOptionsEnd   = "<!-- end of job options -->"
+)
+
+func TestManualListsEveryJobOption(t *testing.T) {
+	pages := []string{"README.md"}
+	_ = filepath.WalkDir("docs", func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".md") {
+			pages = append(pages, path)
+		}
+		return nil
+	})
+	want := transform.JobOptionsMarkdown()
+	blocks := 0
+	for _, page := range pages {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			continue
+		}
+		text := string(b)
+		for {
+			i := strings.Index(text, jobOptionsBegin)
+			if i < 0 {
+				break
+			}
+			text = text[i+len(jobOptionsBegin):]
+			end := strings.Index(text, jobOptionsEnd)
+			if end < 0 {
+				t.Fatalf("%s: %q without %q", page, jobOptionsBegin, jobOptionsEnd)
+			}
+			blocks++
+			if got := strings.TrimSpace(text[:end]); got != strings.TrimSpace(want) {
+				t.Errorf("%s: the job options differ from transform.JobOptions; the block should read:\n%s\n%s%s", page, jobOptionsBegin, want, jobOptionsEnd)
+			}
+			text = text[end:]
+		}
+	}
+	if blocks > 0 {
+		return
+	}
+	t.Logf("no page holds the generated block %q yet; checking that README.md names every option", jobOptionsBegin)
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range transform.EnvOptions() {
+		if !strings.Contains(string(readme), "`"+strings.ToUpper(o)+"`") {
 			t.Errorf("README.md does not document the per-job option %s", strings.ToUpper(o))
 		}
 	}

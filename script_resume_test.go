@@ -9,10 +9,9 @@ import (
 	"strings"
 
 	"github.com/meilisearch/meilisearch-go"
+	"github.com/meilistream/meilistream/sidecar/config"
 	"github.com/rogpeppe/go-internal/testscript"
 	"go.mongodb.org/mongo-driver/v2/bson"
-
-	"github.com/meilistream/meilistream/sidecar"
 )
 
 func init() {
@@ -78,7 +77,7 @@ func cmdReplicaPastCheckpoint(ts *testscript.TestScript, neg bool, args []string
 	job := loadScriptJob(ts, fs.Arg(0))
 	state := ts.Getenv("MEILISTREAM_STATE_COLLECTION")
 	if state == "" {
-		state = sidecar.DefaultStateCollection
+		state = config.DefaultStateCollection
 	}
 	ctx, cancel := cmdCtx()
 	defer cancel()

@@ -34,7 +34,7 @@ import (
 	"github.com/meilistream/meilistream/internal/meilitest"
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/synccheck"
-	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/config"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -556,7 +556,7 @@ func cmdSynced(ts *testscript.TestScript, neg bool, args []string) {
 	coll := db.Collection(job.Collection)
 	state := ts.Getenv("MEILISTREAM_STATE_COLLECTION")
 	if state == "" {
-		state = sidecar.DefaultStateCollection
+		state = config.DefaultStateCollection
 	}
 	errorsColl := db.Collection(state + "_errors")
 	uid := ts.Getenv("MEILISTREAM_INDEX_PREFIX") + job.Index

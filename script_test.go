@@ -572,8 +572,9 @@ func TestScriptServers(t *testing.T) {
 //	                       single-host mongodb:// URI) and points $VAR at it.
 //	                       A mongodb:// URI gets directConnection=true, or the
 //	                       driver would leave the proxy for the host the
-//	                       server announces in hello (reference/mongodb.md
-//	                       §0.4). The harness's own commands (mongo, synced,
+//	                       server announces in hello (the Server Discovery
+//	                       and Monitoring specification). The harness's own
+//	                       commands (mongo, synced,
 //	                       ...) keep talking to the server directly.
 //	proxy down VAR         drops every open connection and then each new one
 //	                       once the client has sent its first bytes (a server

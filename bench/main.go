@@ -815,10 +815,9 @@ func faults(pid int) int64 {
 // switches is how many times the process's threads were switched out of
 // a CPU, waiting (voluntary: a futex, epoll, the runtime's sysmon sleeping)
 // or preempted: the sum over /proc/PID/task/*/status. Switches are dear on
-// this virtual machine (in a perf recording of a follow, the runtime's
-// sysmon thread, which does little but sleep and wake, took 12 % of the
-// sidecar's CPU: about 30 µs a wake-up). A count is not inflated when the
-// machine runs slow, as CPU time is; a follow's switches per change still
+// a virtual machine, where a wake-up can cost tens of microseconds. A count
+// is not inflated when the machine runs slow, as CPU time is; a follow's
+// switches per change still
 // grow when changes arrive more slowly (fewer share each wake-up).
 func switches(pid int) int64 {
 	dirs, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))

@@ -1,6 +1,6 @@
 // Package lease implements server-time leases in a MongoDB collection, so
 // that of all the pods running a job exactly one does the work and the others
-// stand by (DESIGN.md "Leases").
+// stand by.
 //
 // # The document
 //

@@ -1,22 +1,20 @@
 package lease_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/mongotest"
+	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/lease"
 )
 
@@ -31,16 +29,7 @@ var dbNameUnsafe = regexp.MustCompile(`[^A-Za-z0-9_]`)
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	srv, err := mongotest.Start(mongotest.Options{})
-	if err != nil {
-		t.Fatalf("start test server: %v", err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	client, err := mongo.Connect(options.Client().ApplyURI(srv.URI()))
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	srv, client := testutil.StartMongo(t, mongotest.Options{})
 	db := dbNameUnsafe.ReplaceAllString(t.Name(), "_")
 	if len(db) > 60 {
 		db = db[:60]
@@ -48,11 +37,7 @@ func newEnv(t testing.TB) *env {
 	return &env{t: t, srv: srv, coll: client.Database(db).Collection("meilistream")}
 }
 
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t testing.TB) context.Context { return testutil.Context(t, 30*time.Second) }
 
 // manager returns a Manager for a distinct holder.
 func (e *env) manager(holder string, opts lease.Options) *lease.Manager {
@@ -96,41 +81,19 @@ func (e *env) doc(name string) bson.M {
 // last thing seen.
 func waitFor(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(within)
 	var last string
-	for {
+	testutil.Until(t, within, what, func() bool {
 		ok, seen := cond()
-		if ok {
-			return
-		}
 		last = seen
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last seen: %s", what, within, last)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return ok
+	}, func() string { return last })
 }
 
 // logBuf collects JSON log lines from an hclog logger.
-type logBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
+type logBuf struct{ testutil.SyncBuffer }
 
 func (b *logBuf) logger() hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Output: b, JSONFormat: true, Level: hclog.Debug})
-}
-
-func (b *logBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func (b *logBuf) lines() []map[string]any {

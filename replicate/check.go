@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/internal/mongoerr"
 )
 
 // Check is the capability check of a mirror job, run at its start (Prepare):
@@ -38,8 +38,8 @@ func Check(ctx context.Context, job string, source, replica *mongo.Collection) e
 				"convert it to a one-node replica set (start mongod with --replSet rs0 and run rs.initiate() once; see README \"Mirror jobs\")")
 	}
 	rep, err := hello(ctx, replica.Database().Client())
-	if err != nil && sidecar.AuthFailed(err) {
-		// Waiting will not fix refused credentials (QA F28), as for the source.
+	if err != nil && mongoerr.AuthFailed(err) {
+		// Waiting will not fix refused credentials, as for the source.
 		return errs.Wrap(errs.ConfigInvalid, job, err,
 			"the replica MongoDB refused the credentials of MEILISTREAM_REPLICA_URI (or MEILISTREAM_REPLICA_URI_FILE): fix them and restart meilistream")
 	}
@@ -47,8 +47,8 @@ func Check(ctx context.Context, job string, source, replica *mongo.Collection) e
 		return errs.Wrap(errs.Failed, job, err, "reach the replica MongoDB (MEILISTREAM_REPLICA_URI)")
 	}
 	if !rep.writable() {
-		return errs.New(errs.ConfigInvalid, job,
-			"the replica MongoDB (MEILISTREAM_REPLICA_URI) is not a writable primary (secondary or read-only); point it at the replica set, not one member")
+		return &errs.Error{Code: errs.ConfigInvalid, Job: job, Setting: replicaURI,
+			Msg: "the replica MongoDB (MEILISTREAM_REPLICA_URI) is not a writable primary (secondary or read-only); point it at the replica set, not one member"}
 	}
 	if src.sameDeployment(rep) && source.Database().Name() == replica.Database().Name() && source.Name() == replica.Name() {
 		return errs.New(errs.ConfigInvalid, job,
@@ -60,14 +60,18 @@ func Check(ctx context.Context, job string, source, replica *mongo.Collection) e
 	if err != nil {
 		var se mongo.ServerError
 		if errors.As(err, &se) && !isTransient(se) && !mongo.IsTimeout(err) {
-			return errs.Wrap(errs.ConfigInvalid, job, err,
-				"the replica MongoDB refuses writes to %s.%s; give MEILISTREAM_REPLICA_URI's user readWrite there",
-				replica.Database().Name(), replica.Name())
+			return &errs.Error{Code: errs.ConfigInvalid, Job: job, Err: err, Setting: replicaURI,
+				Msg: fmt.Sprintf("the replica MongoDB refuses writes to %s.%s; give MEILISTREAM_REPLICA_URI's user readWrite there",
+					replica.Database().Name(), replica.Name())}
 		}
 		return errs.Wrap(errs.Failed, job, err, "write to the replica MongoDB")
 	}
 	return nil
 }
+
+// replicaURI is the setting the replica's configuration errors name
+// (errs.Error.Setting): read once at start, so fixing it needs a restart.
+const replicaURI = "MEILISTREAM_REPLICA_URI"
 
 // helloReply is what Check reads of a hello reply.
 type helloReply struct {

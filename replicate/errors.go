@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-
-	"github.com/meilistream/meilistream/sidecar"
 )
 
 // Server error codes the sink branches on (src/mongo/base/error_codes.yml).
@@ -105,7 +104,7 @@ var codeNames = map[int]string{
 // maxDetail bounds the server's errInfo kept in an error record.
 const maxDetail = 1024
 
-func docFailure(pos int, we mongo.WriteError) sidecar.DocFailure {
+func docFailure(pos int, we mongo.WriteError) engine.DocFailure {
 	code, ok := codeNames[we.Code]
 	if !ok {
 		code = "MongoError" + strconv.Itoa(we.Code)
@@ -118,7 +117,7 @@ func docFailure(pos int, we mongo.WriteError) sidecar.DocFailure {
 		}
 		msg += ": " + d
 	}
-	return sidecar.DocFailure{Writes: []int{pos}, Code: code, Message: msg}
+	return engine.DocFailure{Writes: []int{pos}, Code: code, Message: msg}
 }
 
 // rawDoc returns the document of an upsert as BSON.

@@ -1,5 +1,5 @@
-// Package replicate is the replica sink of mirror jobs: the job engine of
-// package sidecar writes a source collection's documents (after the job's
+// Package replicate is the replica sink of mirror jobs: the job engine
+// (sidecar/engine) writes a source collection's documents (after the job's
 // optional transform) into a collection of a second MongoDB through it, with
 // the same backfill and follow it uses for Meilisearch. What only a mirror
 // needs lives here too: the capability check (the source must have change
@@ -27,7 +27,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -49,8 +49,9 @@ const DefaultKeysPageSize = 1000
 // above maxMessageSizeBytes (48 MB) itself, and then fails the whole batch.
 const maxDocumentSize = 16 * 1024 * 1024
 
-// Metrics is what the replica sink counts beyond what the engine does: the
-// job's *sidecar.JobMetrics satisfies it; nil counts nothing.
+// Metrics is what the replica sink counts beyond what the engine does: a
+// job's metrics of sidecar/httpapi (Metrics.Job) satisfy it; nil counts
+// nothing.
 type Metrics interface {
 	// DDL counts one drop, rename or dropDatabase seen on the source and not
 	// applied to the replica (meilistream_ddl_events_total{job,event}).
@@ -69,8 +70,7 @@ type Options struct {
 	Replica *mongo.Collection
 	// Logger is the job's logger; nil discards.
 	Logger hclog.Logger
-	// Metrics counts DDL events (the job's sidecar.JobMetrics); nil counts
-	// nothing.
+	// Metrics counts DDL events (the job's metrics); nil counts nothing.
 	Metrics Metrics
 	// WriteTimeout bounds one bulk write; 0 means DefaultWriteTimeout.
 	WriteTimeout time.Duration
@@ -79,7 +79,7 @@ type Options struct {
 }
 
 // Sink writes a mirror job's documents into the replica collection. It
-// implements sidecar.Sink; Stage returns a sidecar.Staged that writes in
+// implements engine.Sink; Stage returns an engine.Staged that writes in
 // place (a backfill goes straight into the live replica collection and is
 // resumable because every write is an idempotent upsert).
 type Sink struct {
@@ -93,16 +93,17 @@ type Sink struct {
 }
 
 var (
-	_ sidecar.Sink        = (*Sink)(nil)
-	_ sidecar.Staged      = (*staged)(nil)
-	_ sidecar.DDLObserver = (*Sink)(nil)
+	_ engine.Sink        = (*Sink)(nil)
+	_ engine.Staged      = (*staged)(nil)
+	_ engine.DDLObserver = (*Sink)(nil)
 )
 
 // New returns the replica sink of one mirror job. It does not talk to either
 // server; Prepare does.
 func New(o Options) (*Sink, error) {
 	if o.Source == nil || o.Replica == nil {
-		return nil, errs.New(errs.ConfigInvalid, o.Job, "a mirror job needs a source and a replica collection (is MEILISTREAM_REPLICA_URI set?)")
+		return nil, &errs.Error{Code: errs.ConfigInvalid, Job: o.Job, Setting: replicaURI,
+			Msg: "a mirror job needs a source and a replica collection (is MEILISTREAM_REPLICA_URI set?)"}
 	}
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
@@ -129,13 +130,13 @@ func New(o Options) (*Sink, error) {
 // ForJob returns the replica sink of a mirror job: its source collection
 // (job.Collection) in sourceDB, its destination (job.Mirror) in replicaDB.
 // It is what the main package calls when it builds a job's sink; logger and
-// metrics may be nil.
-func ForJob(replicaDB, sourceDB *mongo.Database, job *transform.Job, logger hclog.Logger, metrics *sidecar.Metrics) (*Sink, error) {
+// metrics (the job's) may be nil.
+func ForJob(replicaDB, sourceDB *mongo.Database, job *transform.Job, logger hclog.Logger, metrics Metrics) (*Sink, error) {
 	if job == nil || job.Kind != transform.Mirror {
 		return nil, errs.New(errs.ConfigInvalid, "", "replicate.ForJob: not a mirror job")
 	}
 	if replicaDB == nil {
-		return nil, errs.New(errs.ConfigInvalid, job.Name, "a mirror job needs MEILISTREAM_REPLICA_URI")
+		return nil, &errs.Error{Code: errs.ConfigInvalid, Job: job.Name, Setting: replicaURI, Msg: "a mirror job needs MEILISTREAM_REPLICA_URI"}
 	}
 	if sourceDB == nil || job.Collection == "" || job.Mirror == "" {
 		return nil, errs.New(errs.ConfigInvalid, job.Name, "a mirror job needs a source and a destination collection")
@@ -145,7 +146,7 @@ func ForJob(replicaDB, sourceDB *mongo.Database, job *transform.Job, logger hclo
 		Source:  sourceDB.Collection(job.Collection),
 		Replica: replicaDB.Collection(job.Mirror),
 		Logger:  logger,
-		Metrics: metrics.Job(job.Name, transform.Mirror.String()),
+		Metrics: metrics,
 	})
 }
 
@@ -161,7 +162,7 @@ func (s *Sink) Prepare(ctx context.Context) error {
 // durable (majority-acknowledged) when Send returns, so Wait has nothing left
 // to wait for.
 type receipt struct {
-	failures []sidecar.DocFailure
+	failures []engine.DocFailure
 }
 
 // Send writes b to the replica in one unordered bulk write and returns once
@@ -174,7 +175,7 @@ type receipt struct {
 // plain error so the engine sends the whole batch again: every write is
 // idempotent, so writes that did land before the failure are harmless to
 // repeat. Unauthorized is CONFIG_INVALID: retrying will not help.
-func (s *Sink) Send(ctx context.Context, b sidecar.Batch) (sidecar.Receipt, error) {
+func (s *Sink) Send(ctx context.Context, b engine.Batch) (engine.Receipt, error) {
 	rc := &receipt{}
 	if len(b.Writes) == 0 {
 		return rc, nil
@@ -235,13 +236,13 @@ func (s *Sink) Send(ctx context.Context, b sidecar.Batch) (sidecar.Receipt, erro
 	for i, we := range failed {
 		rc.failures = append(rc.failures, docFailure(pos[i], we))
 	}
-	slices.SortFunc(rc.failures, func(a, b sidecar.DocFailure) int { return a.Writes[0] - b.Writes[0] })
+	slices.SortFunc(rc.failures, func(a, b engine.DocFailure) int { return a.Writes[0] - b.Writes[0] })
 	return rc, nil
 }
 
 // Wait returns the documents the replica refused in the Send that made r.
 // The writes are already durable.
-func (s *Sink) Wait(_ context.Context, r sidecar.Receipt) ([]sidecar.DocFailure, error) {
+func (s *Sink) Wait(_ context.Context, r engine.Receipt) ([]engine.DocFailure, error) {
 	rc, ok := r.(*receipt)
 	if !ok || rc == nil {
 		return nil, nil
@@ -250,10 +251,10 @@ func (s *Sink) Wait(_ context.Context, r sidecar.Receipt) ([]sidecar.DocFailure,
 }
 
 // model builds the write model of w, or the reason w cannot be written.
-func (s *Sink) model(w sidecar.Write) (mongo.WriteModel, *sidecar.DocFailure) {
+func (s *Sink) model(w engine.Write) (mongo.WriteModel, *engine.DocFailure) {
 	key := w.SourceID
 	if key.Type == 0 {
-		return nil, &sidecar.DocFailure{Code: "INVALID_KEY", Message: "a replica write needs the source _id"}
+		return nil, &engine.DocFailure{Code: "INVALID_KEY", Message: "a replica write needs the source _id"}
 	}
 	filter := bson.D{{Key: "_id", Value: key}}
 	if w.Delete {
@@ -261,17 +262,18 @@ func (s *Sink) model(w sidecar.Write) (mongo.WriteModel, *sidecar.DocFailure) {
 	}
 	doc, err := rawDoc(w.Doc)
 	if err != nil {
-		return nil, &sidecar.DocFailure{Code: string(errs.NotADocument),
+		return nil, &engine.DocFailure{Code: string(errs.NotADocument),
 			Message: err.Error()}
 	}
 	if len(doc) > maxDocumentSize {
-		return nil, &sidecar.DocFailure{Code: "BSONObjectTooLarge",
+		return nil, &engine.DocFailure{Code: "BSONObjectTooLarge",
 			Message: fmt.Sprintf("document is %d bytes, the replica stores at most %d", len(doc), maxDocumentSize)}
 	}
-	// The transform may drop fields, never change _id (DESIGN.md "Mirror
-	// jobs"); a replacement without _id keeps the filter's.
+	// The transform may drop fields, never change _id: the replica must
+	// hold each document under its source _id. A replacement without _id
+	// keeps the filter's.
 	if id, err := doc.LookupErr("_id"); err == nil && !sameValue(id, key) {
-		return nil, &sidecar.DocFailure{Code: string(errs.IDMismatch),
+		return nil, &engine.DocFailure{Code: string(errs.IDMismatch),
 			Message: fmt.Sprintf("the transform changed _id (a %s where the source has a %s); a mirror keeps the source's _id", id.Type, key.Type)}
 	}
 	return mongo.NewReplaceOneModel().SetFilter(filter).SetReplacement(doc).SetUpsert(true), nil
@@ -315,8 +317,8 @@ func (s *Sink) bulk(ctx context.Context, models []mongo.WriteModel) (map[int]mon
 // configuration can fix it, otherwise a plain error the engine retries.
 func (s *Sink) writeError(err error) error {
 	if isConfigError(err) {
-		return errs.Wrap(errs.ConfigInvalid, s.job, err,
-			"the replica refuses writes to %s (check the user's roles in MEILISTREAM_REPLICA_URI)", s.namespace())
+		return &errs.Error{Code: errs.ConfigInvalid, Job: s.job, Err: err, Setting: replicaURI,
+			Msg: fmt.Sprintf("the replica refuses writes to %s (check the user's roles in MEILISTREAM_REPLICA_URI)", s.namespace())}
 	}
 	return fmt.Errorf("write to replica %s: %w", s.namespace(), err)
 }
@@ -365,7 +367,7 @@ func (s *Sink) Keys(ctx context.Context, fn func(ids []bson.RawValue) error) err
 // clusters and every write is idempotent. Before the first backfill (the
 // replica collection empty) it creates the source's indexes on it; later it
 // reports indexes that differ, without changing them (see SyncIndexes).
-func (s *Sink) Stage(ctx context.Context, resume bool) (sidecar.Staged, error) {
+func (s *Sink) Stage(ctx context.Context, resume bool) (engine.Staged, error) {
 	if _, err := SyncIndexes(ctx, s.log, s.source, s.replica); err != nil {
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)

@@ -19,8 +19,10 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/mongotest"
+	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/replicate"
-	"github.com/meilistream/meilistream/sidecar"
+	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/httpapi"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -29,30 +31,20 @@ import (
 type pair struct {
 	srcServer, repServer *mongotest.Server
 	source, replica      *mongo.Collection
-	logs                 *syncBuffer
+	logs                 *testutil.SyncBuffer
 	metrics              *countingMetrics
 	sink                 *replicate.Sink
 }
 
 func startServer(t *testing.T) (*mongotest.Server, *mongo.Client) {
 	t.Helper()
-	srv, err := mongotest.Start(mongotest.Options{})
-	if err != nil {
-		t.Fatalf("start mongotest: %v", err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	client, err := mongo.Connect(options.Client().ApplyURI(srv.URI()).
-		SetServerSelectionTimeout(5 * time.Second).SetHeartbeatInterval(500 * time.Millisecond))
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-	return srv, client
+	return testutil.StartMongo(t, mongotest.Options{},
+		options.Client().SetServerSelectionTimeout(5*time.Second).SetHeartbeatInterval(500*time.Millisecond))
 }
 
 func newPair(t *testing.T) *pair {
 	t.Helper()
-	p := &pair{logs: &syncBuffer{}, metrics: &countingMetrics{}}
+	p := &pair{logs: &testutil.SyncBuffer{}, metrics: &countingMetrics{}}
 	var src, rep *mongo.Client
 	p.srcServer, src = startServer(t)
 	p.repServer, rep = startServer(t)
@@ -70,11 +62,7 @@ func newPair(t *testing.T) *pair {
 	return p
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t *testing.T) context.Context { return testutil.Context(t, 30*time.Second) }
 
 func rv(t *testing.T, v any) bson.RawValue {
 	t.Helper()
@@ -94,17 +82,17 @@ func raw(t *testing.T, d bson.D) bson.Raw {
 	return b
 }
 
-func upsert(t *testing.T, id any, fields ...bson.E) sidecar.Write {
+func upsert(t *testing.T, id any, fields ...bson.E) engine.Write {
 	d := append(bson.D{{Key: "_id", Value: id}}, fields...)
-	return sidecar.Write{SourceID: rv(t, id), Doc: raw(t, d)}
+	return engine.Write{SourceID: rv(t, id), Doc: raw(t, d)}
 }
 
-func del(t *testing.T, id any) sidecar.Write {
-	return sidecar.Write{SourceID: rv(t, id), Delete: true}
+func del(t *testing.T, id any) engine.Write {
+	return engine.Write{SourceID: rv(t, id), Delete: true}
 }
 
 // send sends b and waits for it, failing the test on an error.
-func send(t *testing.T, s sidecar.Sink, b sidecar.Batch) []sidecar.DocFailure {
+func send(t *testing.T, s engine.Sink, b engine.Batch) []engine.DocFailure {
 	t.Helper()
 	ctx := ctxT(t)
 	r, err := s.Send(ctx, b)
@@ -142,7 +130,7 @@ func TestSendKeepsIDTypes(t *testing.T) {
 	p := newPair(t)
 	oid := bson.NewObjectID()
 	ids := []any{oid, int32(7), int64(1) << 40, "seven", bson.D{{Key: "tenant", Value: "a"}, {Key: "n", Value: int32(1)}}}
-	var b sidecar.Batch
+	var b engine.Batch
 	for i, id := range ids {
 		b.Writes = append(b.Writes, upsert(t, id, bson.E{Key: "n", Value: int32(i)}, bson.E{Key: "at", Value: bson.DateTime(1700000000000)}))
 	}
@@ -164,7 +152,7 @@ func TestSendKeepsIDTypes(t *testing.T) {
 	}
 
 	t.Run("an upsert replaces the whole document and a delete removes it", func(t *testing.T) {
-		f := send(t, p.sink, sidecar.Batch{Writes: []sidecar.Write{
+		f := send(t, p.sink, engine.Batch{Writes: []engine.Write{
 			upsert(t, int32(7), bson.E{Key: "only", Value: true}),
 			del(t, "seven"),
 			del(t, oid),
@@ -202,10 +190,10 @@ func TestSendRefusedDocumentsAreDocFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	send(t, p.sink, sidecar.Batch{Writes: []sidecar.Write{upsert(t, 1, bson.E{Key: "email", Value: "a@x"})}})
+	send(t, p.sink, engine.Batch{Writes: []engine.Write{upsert(t, 1, bson.E{Key: "email", Value: "a@x"})}})
 
 	big := make([]byte, 16*1024*1024)
-	b := sidecar.Batch{Writes: []sidecar.Write{
+	b := engine.Batch{Writes: []engine.Write{
 		upsert(t, 2, bson.E{Key: "email", Value: "b@x"}),
 		upsert(t, 3, bson.E{Key: "email", Value: "a@x"}), // taken by 1, which stays
 		upsert(t, 4, bson.E{Key: "blob", Value: bson.Binary{Data: big}}),
@@ -245,14 +233,14 @@ func TestSendUniqueIndexSettlesWithinABatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	send(t, p.sink, sidecar.Batch{Writes: []sidecar.Write{
+	send(t, p.sink, engine.Batch{Writes: []engine.Write{
 		upsert(t, "a", bson.E{Key: "email", Value: "x"}),
 		upsert(t, "b", bson.E{Key: "email", Value: "y"}),
 	}})
 	// On the source, a gave up x (deleted) and b swapped to x while c took
 	// y: in an unordered bulk the upserts run before the delete and in any
 	// order, so some meet the old values first.
-	f := send(t, p.sink, sidecar.Batch{Writes: []sidecar.Write{
+	f := send(t, p.sink, engine.Batch{Writes: []engine.Write{
 		upsert(t, "c", bson.E{Key: "email", Value: "y"}),
 		upsert(t, "b", bson.E{Key: "email", Value: "x"}),
 		del(t, "a"),
@@ -268,7 +256,7 @@ func TestSendUniqueIndexSettlesWithinABatch(t *testing.T) {
 
 func TestSendReplicaUnavailableThenBack(t *testing.T) {
 	p := newPair(t)
-	var b sidecar.Batch
+	var b engine.Batch
 	for i := 0; i < 50; i++ {
 		b.Writes = append(b.Writes, upsert(t, int32(i), bson.E{Key: "v", Value: i}))
 	}
@@ -313,7 +301,7 @@ func TestSendReplicaUnavailableThenBack(t *testing.T) {
 			}
 			// What the engine does: send the same batch again, with backoff,
 			// until it is accepted; never a per-document failure.
-			var failures []sidecar.DocFailure
+			var failures []engine.DocFailure
 			for sends := 1; ; sends++ {
 				r, err := p.sink.Send(ctx, b)
 				if err == nil {
@@ -347,7 +335,7 @@ func TestSendUnauthorizedStopsTheJob(t *testing.T) {
 	t.Cleanup(func() {
 		p.repServer.FailCommand(bson.D{{Key: "mode", Value: "off"}, {Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"update"}}}}})
 	})
-	_, err := p.sink.Send(ctxT(t), sidecar.Batch{Writes: []sidecar.Write{upsert(t, 1)}})
+	_, err := p.sink.Send(ctxT(t), engine.Batch{Writes: []engine.Write{upsert(t, 1)}})
 	if !errors.Is(err, errs.ErrConfigInvalid) {
 		t.Fatalf("want CONFIG_INVALID, got %v", err)
 	}
@@ -355,7 +343,7 @@ func TestSendUnauthorizedStopsTheJob(t *testing.T) {
 
 func TestKeysListsReplicaIDsInPages(t *testing.T) {
 	p := newPair(t)
-	var b sidecar.Batch
+	var b engine.Batch
 	want := map[string]bool{}
 	for i := 0; i < 7; i++ {
 		w := upsert(t, int64(i))
@@ -422,7 +410,7 @@ func TestStageCopiesIndexesAtTheFirstBackfill(t *testing.T) {
 	}
 
 	t.Run("later a difference is reported, not forced", func(t *testing.T) {
-		send(t, st, sidecar.Batch{Writes: []sidecar.Write{upsert(t, 1, bson.E{Key: "email", Value: "a"})}})
+		send(t, st, engine.Batch{Writes: []engine.Write{upsert(t, 1, bson.E{Key: "email", Value: "a"})}})
 		if _, err := p.source.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "title", Value: 1}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -531,7 +519,7 @@ func TestForJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	send(t, s, sidecar.Batch{Writes: []sidecar.Write{upsert(t, 1)}})
+	send(t, s, engine.Batch{Writes: []engine.Write{upsert(t, 1)}})
 	if n, _ := p.replica.CountDocuments(ctxT(t), bson.D{}); n != 1 {
 		t.Fatalf("replica holds %d documents", n)
 	}
@@ -539,8 +527,8 @@ func TestForJob(t *testing.T) {
 		t.Errorf("no replica: got %v", err)
 	}
 	reg := prometheus.NewRegistry()
-	m := sidecar.NewMetrics(reg)
-	s, err = replicate.ForJob(p.replica.Database(), p.source.Database(), job, nil, m)
+	m := httpapi.NewMetrics(reg)
+	s, err = replicate.ForJob(p.replica.Database(), p.source.Database(), job, nil, m.Job(job.Name, "mirror"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -600,23 +588,6 @@ func keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 type countingMetrics struct {

@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -145,8 +146,7 @@ func TestAThrowIsTransformFailedWithWhere(t *testing.T) {
 
 func TestAnEndlessLoopIsStoppedAndTheNextCallWorks(t *testing.T) {
 	// Module state shows that the runtime that timed out was replaced by a
-	// freshly loaded one (DESIGN "Per-document errors"; doc.go "Module
-	// state").
+	// freshly loaded one (doc.go, "Module state").
 	j := loadJob(t, `let calls = 0;
 	module.exports = { transform(doc) {
 		calls++;
@@ -291,26 +291,8 @@ func TestTheSandboxHoldsNothingOutside(t *testing.T) {
 	}
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestConsoleGoesToTheJobLoggerRateLimited(t *testing.T) {
-	var buf syncBuffer
+	var buf testutil.SyncBuffer
 	log := hclog.New(&hclog.LoggerOptions{Output: &buf, JSONFormat: true, Level: hclog.Debug})
 	j := loadJob(t, `module.exports = { transform(doc) {
 		console.log("hello", {a: 1}, [2], null);
@@ -396,7 +378,7 @@ func TestADocumentWithoutIDIsNotADocument(t *testing.T) {
 // log has the stack.
 func TestAnUnexpectedPanicIsAPerDocumentError(t *testing.T) {
 	defer transform.SetTestPanic("boom", "a stand-in bug")()
-	var buf syncBuffer
+	var buf testutil.SyncBuffer
 	log := hclog.New(&hclog.LoggerOptions{Output: &buf, JSONFormat: true})
 	opts := transform.Options{Pool: 1, Logger: log}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -43,7 +43,7 @@ func articleDoc(tb testing.TB) bson.Raw {
 	return raw
 }
 
-// BenchmarkArticles is the issue's speed target: the articles example on a
+// BenchmarkArticles is the transform's speed target: the articles example on a
 // realistic 1 KB document, BSON in to the JSON document Meilisearch
 // receives out, on one core, as the sidecar runs it (ApplyTo, documents
 // written one after the other into a reused buffer).
@@ -93,8 +93,7 @@ func benchArticles(b *testing.B, updateDesc bson.Raw) {
 // BenchmarkArticlesVsBaseline runs the articles example, the baseline and
 // goja alone (BenchmarkGojaAlone) in alternating blocks, so all see the
 // same machine load, and reports their CPU time per document and the ratio
-// to the baseline: on a shared machine the ratios are the figures to trust
-// (the issue measures the baseline at about 7 µs idle).
+// to the baseline: on a shared machine the ratios are the figures to trust.
 func BenchmarkArticlesVsBaseline(b *testing.B) {
 	set, err := transform.Load("../examples/transforms", transform.Options{Pool: 1})
 	if err != nil {
@@ -196,8 +195,8 @@ func plainArticles(b *testing.B) (*goja.Runtime, goja.Callable) {
 	return rt, fn
 }
 
-// BenchmarkBaseline is the straightforward way the issue measures at about
-// 7 µs on an idle machine: decode the BSON into a Go map, hand it to goja,
+// BenchmarkBaseline is the straightforward way to run a transform: decode
+// the BSON into a Go map, hand it to goja,
 // call the same transform, export the result and encode it as JSON. It runs
 // beside BenchmarkArticles so the two can be compared on a loaded machine.
 func BenchmarkBaseline(b *testing.B) {

@@ -35,19 +35,19 @@ func CheckFiles(w io.Writer, paths []string, samplePath string, opts Options) er
 		fileSamples, err = readSampleFile(samplePath)
 		if err != nil {
 			// Say it here: the caller only adds "problems listed above".
-			fmt.Fprintf(w, "error: %v\n", err)
+			fmt.Fprintf(w, "error: %s\n", errs.Format(err))
 			return err
 		}
 	}
 	set, err := LoadFiles(paths, opts)
 	if set == nil {
-		fmt.Fprintf(w, "error: %v\n", err)
+		fmt.Fprintf(w, "error: %s\n", errs.Format(err))
 		return err
 	}
 	defer set.Close()
 	if err != nil {
 		for _, e := range unjoin(err) {
-			fmt.Fprintf(w, "error: %v\n", e)
+			fmt.Fprintf(w, "error: %s\n", errs.Format(e))
 			problems = append(problems, e)
 		}
 	}
@@ -69,7 +69,7 @@ func CheckFiles(w io.Writer, paths []string, samplePath string, opts Options) er
 			res, err := j.Apply(ctx, doc, OpInsert, nil)
 			switch {
 			case err != nil:
-				fmt.Fprintf(w, "%s: error: %v\n", label, err)
+				fmt.Fprintf(w, "%s: error: %s\n", label, errs.Format(err))
 				problems = append(problems, err)
 			case res.Skip:
 				fmt.Fprintf(w, "%s: skipped (kept out of the %s)\n", label, map[Kind]string{Search: "index", Mirror: "replica"}[j.Kind])
@@ -81,7 +81,7 @@ func CheckFiles(w io.Writer, paths []string, samplePath string, opts Options) er
 				b, err := json.Marshal(res.Doc)
 				if err != nil {
 					err = errs.Wrap(errs.NotADocument, j.Name, err, "encode the result as JSON")
-					fmt.Fprintf(w, "%s: error: %v\n", label, err)
+					fmt.Fprintf(w, "%s: error: %s\n", label, errs.Format(err))
 					problems = append(problems, err)
 					continue
 				}
@@ -101,7 +101,7 @@ func (j *Job) describe() string {
 	if j.Kind == Mirror {
 		fmt.Fprintf(&b, "mirror %s -> replica collection %s", j.Collection, j.Mirror)
 	} else {
-		fmt.Fprintf(&b, "search %s -> index %s (primary key %s, dates %s, reindex %s)", j.Collection, j.Index, j.PrimaryKey, j.Dates, j.Reindex)
+		fmt.Fprintf(&b, "search %s -> index %s (%s)", j.Collection, j.Index, j.describeOptions())
 	}
 	switch {
 	case j.Function:

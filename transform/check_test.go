@@ -32,7 +32,7 @@ func TestCheckReportsEveryProblemAndEveryResult(t *testing.T) {
 			t.Errorf("the output does not say %q:\n%s", s, out.String())
 		}
 	}
-	if !strings.Contains(err.Error(), "TRANSFORM_FAILED") {
+	if !strings.Contains(errs.Format(err), "TRANSFORM_FAILED") {
 		t.Errorf("the error does not hold the failing sample: %v", err)
 	}
 }

@@ -5,9 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/meilistream/meilistream/internal/errs"
 )
@@ -17,13 +15,6 @@ import (
 // names hold neither lower case reliably nor '-'), so "my-Books" is
 // "my_books".
 func EnvKey(name string) string { return strings.ToLower(strings.ReplaceAll(name, "-", "_")) }
-
-// envOptions are the OPTION parts of MEILISTREAM_JOB_<NAME>_<OPTION> (as
-// sidecar.JobOptions, which checks them first when the environment is read).
-var envOptions = []string{
-	"batch_size", "collection", "flush_interval", "index", "mirror", "on_document_error",
-	"on_history_lost", "primary_key", "reindex", "sweep", "transform_timeout",
-}
 
 // envVar is the variable that sets option of the job with override key key.
 func envVar(key, option string) string {
@@ -76,7 +67,7 @@ func (j *Job) applyEnv(ov map[string]string, prefix string) error {
 		case j.Function:
 			bad("mirror", "the file exports a monstache-style function, which is a search transform; accepts nothing for it")
 		default:
-			for _, k := range []string{"index", "primaryKey", "dates", "settings", "reindex"} {
+			for _, k := range searchOnlyKeys() {
 				if j.keys[k] {
 					bad("mirror", "the file sets %q, which a mirror job does not have; remove it from the file or the variable", k)
 				}
@@ -87,90 +78,29 @@ func (j *Job) applyEnv(ov map[string]string, prefix string) error {
 		}
 		j.Mirror = v
 	}
-	oneOf := func(option, v string, dst *string, vals ...string) {
-		for _, c := range vals {
-			if v == c {
-				*dst = v
-				return
-			}
-		}
-		bad(option, "%q is not a choice; accepts %s", v, strings.Join(vals, " or "))
-	}
-	duration := func(option, v string, dst *time.Duration) {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			bad(option, "%q is not a positive Go duration; accepts e.g. 1s or 250ms", v)
-			return
-		}
-		*dst = d
-	}
-	searchOnly := func(option string) bool {
-		if j.Kind == Mirror {
-			bad(option, "not an option of a mirror job; accepts nothing for it")
-			return false
-		}
-		return true
-	}
 	for _, o := range options {
-		v := ov[o]
-		switch o {
-		case "mirror":
-		case "collection":
-			if msg := validCollection(v); msg != "" {
-				bad(o, "%s; accepts a collection name of the source database", msg)
-			} else {
-				j.Collection = v
-			}
-		case "index":
-			if !searchOnly(o) {
-				continue
-			}
-			if msg := validIndexUID(prefix + v); msg != "" {
-				bad(o, "%s; accepts 1 to 400 characters of A-Z a-z 0-9 _ - (with MEILISTREAM_INDEX_PREFIX before them)", msg)
-			} else {
-				j.Index = v
-			}
-		case "primary_key":
-			if !searchOnly(o) {
-				continue
-			}
-			if msg := validPrimaryKey(v); msg != "" {
-				bad(o, "%s; accepts a field name without dots", msg)
-			} else {
-				j.PrimaryKey = v
-			}
-		case "reindex":
-			if searchOnly(o) {
-				oneOf(o, v, &j.Reindex, "swap", "inplace")
-			}
-		case "sweep":
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				bad(o, "%q is not a boolean; accepts true or false", v)
-			} else {
-				j.Sweep = b
-			}
-		case "on_history_lost":
-			oneOf(o, v, &j.OnHistoryLost, "reindex", "fail")
-		case "on_document_error":
-			oneOf(o, v, &j.OnDocumentError, "skip", "fail")
-		case "batch_size":
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > 100000 {
-				bad(o, "%q is not a whole number from 1 to 100000; accepts a whole number from 1 to 100000", v)
-			} else {
-				j.BatchSize = n
-			}
-		case "flush_interval":
-			duration(o, v, &j.FlushInterval)
-		case "transform_timeout":
-			duration(o, v, &j.Timeout)
-			if j.Timeout > MaxTimeout {
-				bad(o, "%q is more than the longest limit; accepts a positive Go duration up to %s", v, MaxTimeout)
-				j.Timeout = 0
-			}
-		default:
-			bad(o, "unknown per-job option; accepts %s", strings.ToUpper(strings.Join(envOptions, ", ")))
+		if o == "mirror" {
+			continue
+		}
+		opt, known := envOption(o)
+		if !known {
+			bad(o, "unknown per-job option; accepts %s", strings.ToUpper(strings.Join(EnvOptions(), ", ")))
+			continue
+		}
+		if opt.Jobs != allJobs && opt.Jobs != j.Kind {
+			bad(o, "not an option of a %s job; accepts nothing for it", j.Kind)
+			continue
+		}
+		x, problem := opt.fromText(ov[o])
+		if problem == "" && o == "index" {
+			// Checked with the prefix it is written with.
+			problem = validIndexUID(prefix + ov[o])
+		}
+		if problem == "" {
+			problem = opt.set(j, x)
+		}
+		if problem != "" {
+			bad(o, "%s; accepts %s", problem, opt.Accepts)
 		}
 	}
 	if j.Kind == Search && prefix != "" {

@@ -12,8 +12,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
 
-// MaxIndexIDLen is the longest string id Meilisearch accepts, in bytes
-// (reference/meilisearch.md 3.1: "< 512 bytes").
+// MaxIndexIDLen is the longest string id Meilisearch accepts, in bytes:
+// its invalid_document_id error says a document identifier "can not be more
+// than 511 bytes" (milli's InvalidDocumentId, meilisearch/meilisearch).
 const MaxIndexIDLen = 511
 
 // Prefixes of the encoded id forms (see IndexID). Every encoded id starts
@@ -24,8 +25,8 @@ const (
 	encBSON  = "_b" // "_b" + base64url(BSON type byte + value bytes) of any other _id
 )
 
-// IndexID returns the Meilisearch document id for a MongoDB _id (DESIGN.md
-// "Index ids"). The mapping is injective and ParseIndexID reverses it:
+// IndexID returns the Meilisearch document id for a MongoDB _id. The
+// mapping is injective and ParseIndexID reverses it:
 //
 //   - ObjectId: its 24 lowercase hex characters ("5f1d7a..."), a string.
 //   - int32, int64, and a double holding an integer in ±2^53 (-0 included):

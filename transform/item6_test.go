@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -117,7 +118,7 @@ func TestCutTextStaysValidUTF8(t *testing.T) {
 	if !utf8.ValidString(err.Error()) || len(err.Error()) > 1300 {
 		t.Fatalf("%d bytes, valid %v", len(err.Error()), utf8.ValidString(err.Error()))
 	}
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	j := loadJob(t, `module.exports = { transform(doc) { console.log("x" + doc.k); console.log({k: doc.k}); return {}; } };`,
 		transform.Options{Logger: hclog.New(&hclog.LoggerOptions{Output: &logs, JSONFormat: true})})
 	mustApply(t, j, bson.D{{Key: "_id", Value: 1}, {Key: "k", Value: long}})

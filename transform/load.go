@@ -6,12 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/dop251/goja"
 	"github.com/dop251/goja/parser"
@@ -394,15 +392,8 @@ func syntaxErr(j *Job, src []byte, err error) error {
 	return errs.New(errs.TransformFailed, j.Name, "compile %s: %s", file, safeSyntaxText(err.Error()))
 }
 
-// The keys a transform object may have.
-var knownKeys = map[string]bool{
-	"collection": true, "index": true, "primaryKey": true, "mirror": true, "sweep": true,
-	"reindex": true, "dates": true, "onDocumentError": true, "onHistoryLost": true,
-	"batchSize": true, "flushInterval": true, "transformTimeout": true, "settings": true, "samples": true, "transform": true,
-}
-
-// readOptions reads the exported object's options into j, joining every
-// problem.
+// readOptions reads the exported object's options into j (JobOptions),
+// joining every problem.
 func (j *Job) readOptions(v *vm) error {
 	if v.bare {
 		// A monstache script is a search job with every default; only
@@ -438,92 +429,32 @@ func (j *Job) readOptions(v *vm) error {
 	set := map[string]goja.Value{}
 	j.keys = map[string]bool{}
 	for _, k := range keys {
-		if !knownKeys[k] {
-			bad(k, "unknown key (known: batchSize, collection, dates, flushInterval, index, mirror, onDocumentError, onHistoryLost, primaryKey, reindex, samples, settings, sweep, transform, transformTimeout)")
+		if _, known := jobOption(k); !known {
+			bad(k, "unknown key (known: %s)", fileKeys())
 			continue
 		}
 		set[k] = o.Get(k)
 		j.keys[k] = true
 	}
-	str := func(key string, dst *string, valid func(string) string) {
-		val, ok := set[key]
-		if !ok || goja.IsUndefined(val) {
-			return
-		}
-		s, isStr := val.Export().(string)
-		if !isStr || isObject(val) {
-			bad(key, "must be a string, not %s", typeName(val))
-			return
-		}
-		if valid != nil {
-			if msg := valid(s); msg != "" {
-				bad(key, "%s", msg)
-				return
-			}
-		}
-		*dst = s
-	}
-	oneOf := func(vals ...string) func(string) string {
-		return func(s string) string {
-			for _, v := range vals {
-				if s == v {
-					return ""
-				}
-			}
-			return fmt.Sprintf("must be \"%s\", got %q", strings.Join(vals, `" or "`), s)
-		}
-	}
 	if _, isMirror := set["mirror"]; isMirror {
 		j.Kind, j.Index, j.Mirror, j.Reindex, j.Sweep, j.PrimaryKey, j.Dates = Mirror, "", j.Name, "inplace", false, "", ""
-		for _, k := range []string{"index", "primaryKey", "dates", "settings", "reindex"} {
+		for _, k := range searchOnlyKeys() {
 			if _, ok := set[k]; ok {
 				bad(k, "not an option of a mirror job (it has \"mirror\")")
 			}
 		}
-		str("mirror", &j.Mirror, validCollection)
-	} else {
-		str("index", &j.Index, nil)
-		str("primaryKey", &j.PrimaryKey, validPrimaryKey)
-		str("dates", &j.Dates, oneOf("iso", "epoch"))
-		str("reindex", &j.Reindex, oneOf("swap", "inplace"))
 	}
-	str("collection", &j.Collection, validCollection)
-	str("onDocumentError", &j.OnDocumentError, oneOf("skip", "fail"))
-	str("onHistoryLost", &j.OnHistoryLost, oneOf("reindex", "fail"))
-	if val, ok := set["sweep"]; ok && !goja.IsUndefined(val) {
-		if b, isBool := val.Export().(bool); isBool && !isObject(val) {
-			j.Sweep = b
-		} else {
-			bad("sweep", "must be true or false, not %s", typeName(val))
+	for _, opt := range JobOptions {
+		val, ok := set[opt.Key]
+		if !ok || goja.IsUndefined(val) || opt.value == fileOnlyValue || (opt.Jobs != allJobs && opt.Jobs != j.Kind) {
+			continue
 		}
-	}
-	if val, ok := set["batchSize"]; ok && !goja.IsUndefined(val) {
-		f := val.ToFloat()
-		if isObject(val) || !goja.IsNumber(val) || f != math.Trunc(f) || f < 1 || f > 100000 {
-			bad("batchSize", "must be an integer from 1 to 100000")
-		} else {
-			j.BatchSize = int(f)
+		x, problem := opt.fromJS(val)
+		if problem == "" {
+			problem = opt.set(j, x)
 		}
-	}
-	if val, ok := set["flushInterval"]; ok && !goja.IsUndefined(val) {
-		s, isStr := val.Export().(string)
-		d, err := time.ParseDuration(s)
-		if !isStr || isObject(val) || err != nil || d <= 0 {
-			bad("flushInterval", "must be a positive Go duration string such as \"500ms\" or \"2s\"")
-		} else {
-			j.FlushInterval = d
-		}
-	}
-	if val, ok := set["transformTimeout"]; ok && !goja.IsUndefined(val) {
-		s, isStr := val.Export().(string)
-		d, err := time.ParseDuration(s)
-		switch {
-		case !isStr || isObject(val) || err != nil || d <= 0:
-			bad("transformTimeout", "must be a positive Go duration string such as \"500ms\" or \"2s\"")
-		case d > MaxTimeout:
-			bad("transformTimeout", "%s is more than the longest limit, %s", d, MaxTimeout)
-		default:
-			j.Timeout = d
+		if problem != "" {
+			bad(opt.Key, "%s", problem)
 		}
 	}
 	if val, ok := set["transform"]; ok && !goja.IsUndefined(val) {

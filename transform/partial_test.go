@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -159,7 +160,7 @@ func TestAWatcherWaitsForAFileToSettle(t *testing.T) {
 // A module that loops at its top (with a long time limit) must not hold
 // a Watcher's Close, and so the process's shutdown, until its load limit.
 func TestClosingAWatcherStopsAModuleThatLoops(t *testing.T) {
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	dir := writeFiles(t, map[string]string{"a.js": `module.exports = {};`})
 	set, err := transform.Load(dir, transform.Options{Pool: 1, Timeout: 5 * time.Second, Logger: hclog.New(&hclog.LoggerOptions{Output: &logs})})
 	if err != nil {

@@ -45,7 +45,7 @@ type Options struct {
 	// argument ("db.collection") of monstache-style function transforms.
 	Database string
 	// Overrides are the per-job options of the environment,
-	// MEILISTREAM_JOB_<NAME>_<OPTION>=value, as sidecar.Config.Jobs holds
+	// MEILISTREAM_JOB_<NAME>_<OPTION>=value, as config.Config.Jobs holds
 	// them: override key (EnvKey of the job name) -> option in lower case
 	// ("index", "primary_key", ...) -> value. They are applied to every job
 	// as it loads, before the one-job-per-destination check, and the job's
@@ -132,7 +132,7 @@ type Job struct {
 	// swap) or "inplace" (always for a mirror).
 	Reindex string
 	// Sweep removes, after an in-place reindex, what was not written by it.
-	// Default true for search, false for mirror (DESIGN.md "Mirror jobs").
+	// Default true for search, false for mirror.
 	Sweep bool
 	// Dates is how a JavaScript Date (and a BSON date) is written to
 	// Meilisearch: "iso" (default, "2024-05-01T10:00:00.000Z") or "epoch"

@@ -298,9 +298,8 @@ func (v *vm) ctx(j *Job, op Operation) (*goja.Object, error) {
 // updateCtx is the ctx of a call with an updateDescription (most of
 // follow's calls): a new object for each such call, since a transform may
 // keep its ctx. It is a host object because a plain one with its four
-// properties took 1.15 µs and 13 allocations to make, this one 0.15 µs and
-// 3; BenchmarkArticlesUpdate made 10 allocations fewer per call and took
-// 0.92 of the time in alternating blocks of 1000 articles. Like the frozen
+// properties costs several times as much to make, and follow makes one per
+// change (BenchmarkArticlesUpdate measures it). Like the frozen
 // ctx of other calls it refuses writes (a TypeError in strict code);
 // unlike them it cannot be passed to Object.freeze (a TypeError too). Its
 // other fields are read from the frozen ctx of the same operation.

@@ -9,7 +9,9 @@
 // example's `samples`), builds and runs the real meilistream binary on
 // examples/transforms, waits until every job follows, makes a live write,
 // and prints a search result and /status. Then it stops the sidecar with
-// SIGINT (a clean shutdown) and exits.
+// SIGINT (a clean shutdown) and exits. It says what it is doing before each
+// slow step: the first build compiles the sidecar's own dependencies, and a
+// silent minute looks like a hang.
 package main
 
 import (
@@ -64,6 +66,7 @@ func run() error {
 	defer os.RemoveAll(tmp)
 
 	// The servers.
+	step("starting the test servers: a MongoDB source, a MongoDB replica, Meilisearch")
 	source, err := mongotest.Start(mongotest.Options{})
 	if err != nil {
 		return err
@@ -79,7 +82,7 @@ func run() error {
 		return err
 	}
 	defer meili.Close()
-	step("MongoDB test server at %s, replica at %s, Meilisearch test server at %s", source.URI(), replica.URI(), meili.URL())
+	step("MongoDB at %s, replica at %s, Meilisearch at %s", source.URI(), replica.URI(), meili.URL())
 
 	// The example collections.
 	mc, err := mongo.Connect(options.Client().ApplyURI(source.URI()))
@@ -95,11 +98,9 @@ func run() error {
 
 	// The real sidecar.
 	bin := filepath.Join(tmp, "meilistream")
-	step("building meilistream (go build)")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
-	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("go build: %w", err)
+	step("building meilistream (go build; the first time it compiles what the demo did not need, about half a minute of CPU)")
+	if err := buildSidecar(ctx, root, bin); err != nil {
+		return err
 	}
 	ready := filepath.Join(tmp, "ready")
 	level := "warn"
@@ -121,7 +122,7 @@ func run() error {
 		"MEILISTREAM_LOG_LEVEL="+level,
 	)
 	sidecar.Stdout, sidecar.Stderr = os.Stderr, os.Stderr
-	step("starting: meilistream run (MEILISTREAM_TRANSFORMS=examples/transforms)")
+	step("starting meilistream run on examples/transforms (MEILISTREAM_TRANSFORMS)")
 	if err := sidecar.Start(); err != nil {
 		return err
 	}
@@ -139,6 +140,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	step("serving on %s; waiting for every job to reindex and follow its change stream", addr)
 	status, err := waitFollowing(ctx, addr, exited)
 	if err != nil {
 		return err
@@ -146,6 +148,7 @@ func run() error {
 	step("every job reindexed and follows the change stream")
 
 	// A live write, followed into the index.
+	step("inserting an article into MongoDB and searching Meilisearch until it is found")
 	coll := db.Collection("articles")
 	t0 := time.Now()
 	_, err = coll.InsertOne(ctx, bson.D{
@@ -199,8 +202,36 @@ func run() error {
 	case <-time.After(30 * time.Second):
 		return errors.New("the sidecar did not stop within 30s")
 	}
-	step("done. Run it yourself: go run ./internal/devstack, then meilistream run with the printed environment (README, Quick start)")
+	step("done. Next, your own job by hand: the five-minute walkthrough in README.md")
+	step("(go run ./internal/devstack, a transform of your own, meilistream check, run, and a search with curl)")
 	return nil
+}
+
+// buildSidecar builds the meilistream binary at bin, saying every 15s that
+// it still builds: a cold build cache makes this the demo's slowest step.
+func buildSidecar(ctx context.Context, root, bin string) error {
+	t0 := time.Now()
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
+	if err := build.Start(); err != nil {
+		return fmt.Errorf("go build: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- build.Wait() }()
+	tick := time.NewTicker(15 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("go build: %w", err)
+			}
+			step("built in %s", time.Since(t0).Round(100*time.Millisecond))
+			return nil
+		case <-tick.C:
+			step("still building meilistream (%s so far)", time.Since(t0).Round(time.Second))
+		}
+	}
 }
 
 func step(format string, args ...any) {
@@ -210,6 +241,7 @@ func step(format string, args ...any) {
 // seed loads the example collections: generated articles, and every example
 // transform's samples into its collection.
 func seed(ctx context.Context, db *mongo.Database, dir string, n int) error {
+	step("seeding %d generated articles and the examples' samples", n)
 	docs := make([]any, 0, n)
 	for i := 1; i <= n; i++ {
 		docs = append(docs, articles.Article(i))
@@ -251,20 +283,46 @@ func waitReady(ctx context.Context, ready string, exited chan error) (string, er
 	return "", errors.New("the sidecar did not start serving within 30s")
 }
 
-// waitFollowing polls /status until every job follows.
+// waitFollowing polls /status until every job follows, printing the jobs'
+// states (with a reindex's progress) whenever they change, at most once a
+// second.
 func waitFollowing(ctx context.Context, addr string, exited chan error) ([]byte, error) {
-	var last []byte
+	var (
+		last      []byte
+		shownAt   time.Time
+		lastShown string
+	)
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
 		b, err := get(addr, "/status")
 		if err == nil {
 			last = b
 			var st struct {
-				Jobs []struct{ Name, State string } `json:"jobs"`
+				Jobs []struct {
+					Name, State string
+					Reindex     *struct {
+						Done          int64 `json:"done"`
+						TotalEstimate int64 `json:"total_estimate"`
+					} `json:"reindex"`
+				} `json:"jobs"`
 			}
 			if json.Unmarshal(b, &st) == nil && len(st.Jobs) > 0 {
 				all := true
+				parts := make([]string, 0, len(st.Jobs))
 				for _, j := range st.Jobs {
 					all = all && j.State == "following"
+					p := j.Name + " " + j.State
+					switch {
+					case j.Reindex != nil && j.Reindex.TotalEstimate > 0:
+						p += fmt.Sprintf(" (%d of ~%d documents)", j.Reindex.Done, j.Reindex.TotalEstimate)
+					case j.Reindex != nil:
+						p += fmt.Sprintf(" (%d documents)", j.Reindex.Done)
+					}
+					parts = append(parts, p)
+				}
+				shown := strings.Join(parts, ", ")
+				if shown != lastShown && (time.Since(shownAt) >= time.Second || all) {
+					step("jobs: %s", shown)
+					lastShown, shownAt = shown, time.Now()
 				}
 				if all {
 					return b, nil

@@ -7,6 +7,15 @@
 //
 //	go run ./internal/devstack [-mongo-addr 127.0.0.1:27017] [-meili-addr 127.0.0.1:7700]
 //	                           [-master-key KEY] [-db app] [-seed DIR]
+//	                           [-history N] [-max-payload BYTES]
+//
+// -history N keeps only the newest N changes for change streams (mongotest's
+// Options.HistorySize, the oplog's size in changes; default 100000): a
+// stream or a resume that falls behind it fails with
+// ChangeStreamHistoryLost, as one that outlives a real oplog window does.
+// -max-payload limits Meilisearch request bodies, as
+// --http-payload-size-limit (default 100 MB); larger ones get 413
+// payload_too_large.
 //
 // -seed DIR loads every *.json and *.ndjson file of DIR into MongoDB before
 // printing: a file holds one Extended JSON document per line (mongoexport's
@@ -65,19 +74,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	masterKey := fs.String("master-key", "", "Meilisearch master key (none: every route is open)")
 	db := fs.String("db", "app", "database named in the printed MEILISTREAM_MONGODB_URI, and of -seed files without one")
 	seed := fs.String("seed", "", "directory of Extended JSON files to load into MongoDB (see the package doc)")
+	history := fs.Int("history", mongotest.DefaultHistorySize, "changes kept for change streams (the oplog window, in changes)")
+	maxPayload := fs.Int64("max-payload", meilitest.DefaultMaxPayloadBytes, "largest Meilisearch request body in bytes (--http-payload-size-limit)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	if *history < 1 {
+		return fmt.Errorf("-history %d: keep at least one change", *history)
+	}
+	if *maxPayload < 1 {
+		return fmt.Errorf("-max-payload %d: must be a positive number of bytes", *maxPayload)
+	}
 
-	mg, err := mongotest.Start(mongotest.Options{Addr: *mongoAddr})
+	mg, err := mongotest.Start(mongotest.Options{Addr: *mongoAddr, HistorySize: *history})
 	if err != nil {
 		return fmt.Errorf("start mongotest: %w", err)
 	}
 	defer mg.Close()
-	ml, err := meilitest.Start(meilitest.Options{Addr: *meiliAddr, MasterKey: *masterKey})
+	ml, err := meilitest.Start(meilitest.Options{Addr: *meiliAddr, MasterKey: *masterKey, MaxPayloadBytes: *maxPayload})
 	if err != nil {
 		return fmt.Errorf("start meilitest: %w", err)
 	}

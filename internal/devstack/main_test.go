@@ -1,12 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,25 +16,8 @@ import (
 
 	"github.com/meilistream/meilistream/internal/meilitest"
 	"github.com/meilistream/meilistream/internal/mongotest"
+	"github.com/meilistream/meilistream/internal/testutil"
 )
-
-// syncBuffer is a bytes.Buffer safe to read while run writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestDevstack starts both servers on free ports with a seed directory and
 // checks that each answers its real client, then stops them.
@@ -60,7 +42,7 @@ func TestDevstack(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"-mongo-addr", "127.0.0.1:0", "-meili-addr", "127.0.0.1:0",
@@ -130,5 +112,74 @@ func TestWithDatabase(t *testing.T) {
 		if got := withDatabase(in, "app"); got != want {
 			t.Errorf("withDatabase(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// -history bounds the change history as a small oplog would: resuming from
+// before it fails with ChangeStreamHistoryLost (286). -max-payload bounds
+// Meilisearch request bodies: a larger one is 413 payload_too_large.
+func TestDevstackHistoryAndPayloadFlags(t *testing.T) {
+	up := make(chan *mongotest.Server, 1)
+	var ml *meilitest.Server
+	ready = func(mg *mongotest.Server, m *meilitest.Server) { ml = m; up <- mg }
+	t.Cleanup(func() { ready = nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out testutil.SyncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-mongo-addr", "127.0.0.1:0", "-meili-addr", "127.0.0.1:0",
+			"-history", "3", "-max-payload", "1000"}, &out, &out)
+	}()
+	var mg *mongotest.Server
+	select {
+	case mg = <-up:
+	case err := <-done:
+		t.Fatalf("run returned early: %v\n%s", err, out.String())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("servers not up\n%s", out.String())
+	}
+	tctx, tcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer tcancel()
+	mc, err := mongo.Connect(options.Client().ApplyURI(mg.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Disconnect(context.Background())
+	coll := mc.Database("app").Collection("c")
+	cs, err := coll.Watch(tctx, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := cs.ResumeToken()
+	cs.Close(tctx)
+	for i := 0; i < 5; i++ {
+		if _, err := coll.InsertOne(tctx, bson.D{{Key: "_id", Value: i}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = coll.Watch(tctx, mongo.Pipeline{}, options.ChangeStream().SetResumeAfter(start))
+	var se mongo.ServerError
+	if !errors.As(err, &se) || !se.HasErrorCode(286) {
+		t.Fatalf("resume from before a 3-change history: %v", err)
+	}
+
+	c := meilisearch.New(ml.URL(), meilisearch.DisableRetries())
+	defer c.Close()
+	big := []map[string]any{{"id": 1, "text": strings.Repeat("x", 2000)}}
+	_, err = c.Index("big").AddDocuments(tctx, big, nil)
+	var me *meilisearch.Error
+	if !errors.As(err, &me) || me.StatusCode != 413 || me.APIError.Code != "payload_too_large" {
+		t.Fatalf("a 2 kB body with -max-payload 1000: %v", err)
+	}
+
+	for _, args := range [][]string{{"-history", "0"}, {"-max-payload", "-1"}} {
+		if err := run(ctx, args, &out, &out); err == nil {
+			t.Errorf("run %v: no error", args)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
 	}
 }

@@ -14,11 +14,20 @@
 //     /stats, indexes (create, get, list, update primary key or uid, delete,
 //     stats), documents (POST add-or-replace, PUT add-or-update with
 //     ?primaryKey= and ?skipCreation=, JSON array or object, NDJSON, CSV;
-//     GET and POST /fetch with offset, limit, fields, ids, filter; get one;
+//     GET and POST /fetch with offset, limit, fields, ids, filter and sort
+//     (on sortable attributes); get one;
 //     delete one, delete-batch, delete by filter, delete all), settings (get,
-//     patch, reset: all 20 default keys returned), search, swap-indexes,
-//     tasks (GET /tasks with uids, batchUids, statuses, types, indexUids,
-//     limit, from, reverse and the date filters; GET /tasks/{taskUid}).
+//     patch, reset: all 20 default keys returned, plus chat and foreignKeys
+//     while their experimental features are on; and every setting's own
+//     route /indexes/{uid}/settings/<setting> with GET, its update verb,
+//     PUT or PATCH, and DELETE; localizedAttributes' locales checked),
+//     index compaction (POST /indexes/{uid}/compact), search, swap-indexes,
+//     tasks (GET /tasks
+//     with uids, batchUids, canceledBy, statuses, types, indexUids, limit,
+//     from, reverse and the date filters; GET /tasks/{taskUid}; POST
+//     /tasks/cancel and DELETE /tasks), batches (GET /batches with the same
+//     filters, GET /batches/{batchUid}), experimental features (GET and
+//     PATCH /experimental-features).
 //   - Writes are asynchronous: 202 with a summarized task; one worker
 //     processes tasks in uid order (so in enqueue order per index), through
 //     enqueued, processing, succeeded or failed, with Meilisearch's task
@@ -43,7 +52,14 @@
 //     batch.
 //   - Payloads: Content-Type checks (415), empty (400 missing_payload),
 //     malformed (400 malformed_payload), over MaxPayloadBytes after
-//     gzip/deflate decompression (413 payload_too_large).
+//     gzip/deflate decompression (413 payload_too_large; devstack's
+//     -max-payload sets it). A payload that is one object nests at most 127
+//     levels (serde_json's recursion limit, as Meilisearch parses it as a
+//     map); array and NDJSON payloads, which Meilisearch reads as raw values
+//     without a depth limit, are refused here only past 10000 levels.
+//   - Task cancelation and deletion run before other queued tasks, as the
+//     scheduler takes them first; a cancelation selecting the batch being
+//     processed interrupts it (its tasks end canceled, canceledBy set).
 //   - Errors: {message, code, type, link} with the status of Meilisearch's
 //     error table; unknown JSON fields and query parameters are bad_request.
 //   - Auth: with a master key every route but /health needs
@@ -79,23 +95,38 @@
 //     searchable and displayed attributes and pagination.maxTotalHits, have
 //     no effect. Values are only checked to be arrays for the attribute
 //     lists; nested settings (typoTolerance, faceting, pagination) are merged
-//     one level deep. chat and vectorStore are refused with
-//     feature_not_enabled (their experimental features are off, as by
-//     default, and /experimental-features does not exist here). Embedders
-//     are returned as stored, their apiKey included; Meilisearch returns it
-//     redacted (its settings reference, apiKey).
+//     one level deep; set-typed settings (sortableAttributes, stopWords,
+//     the token lists, dictionary) are kept sorted and deduplicated, as
+//     Meilisearch's BTreeSets. chat and foreignKeys are refused with
+//     feature_not_enabled unless their experimental feature is on. Of the
+//     experimental features only chatCompletions and foreignKeys change
+//     anything (the others are stored and reported: no /metrics, /logs,
+//     CONTAINS filter, network or document edition). Embedders are shown
+//     with their API keys redacted and a rest embedder's defaults filled in,
+//     as Meilisearch does, but other sources' defaults (models, dimensions)
+//     are not added, and nothing is embedded: no vectors, no
+//     retrieveVectors.
 //   - Nested primary keys ("a.b") are not supported; the primary key is a
 //     top-level field.
-//   - Tasks are never auto-deleted, cannot be canceled or deleted (no
-//     /tasks/cancel, DELETE /tasks), there is no /batches, /keys, /dumps,
-//     /snapshots, /multi-search, /facet-search, /experimental-features or
-//     /network; those answer 404 with an empty body, as unknown routes do.
-//     Only the master key exists: no API keys or tenant tokens.
-//   - Compression: gzip and deflate request bodies are decoded and responses
-//     are compressed when Accept-Encoding asks for them (so meilisearch-go's
-//     WithContentEncoding works with GzipEncoding and DeflateEncoding);
-//     brotli is not supported either way.
-//   - /stats sizes are the bytes of raw JSON held, not LMDB sizes.
+//   - Tasks are never auto-deleted (Meilisearch drops the oldest finished
+//     ones past a million). A batch's details add up its tasks' counts and
+//     its progress, while processing, is one step; no progressTrace or
+//     database sizes. There is no /keys, /dumps, /snapshots, /multi-search,
+//     /facet-search, /network, /export, /chats, /webhooks,
+//     /dynamic-search-rules or /tasks/{uid}/documents; those answer 404
+//     with an empty body, as unknown routes do. Only the master key exists:
+//     no API keys or tenant tokens.
+//   - Compression: gzip, deflate and br request bodies are decoded and
+//     responses compressed when Accept-Encoding asks for them (br preferred,
+//     as actix's Compress does), so meilisearch-go's WithContentEncoding
+//     works with every encoding it has.
+//   - /stats sizes are the bytes of raw JSON held, not LMDB sizes (a
+//     Meilisearch index of a few small documents reports one 4096-byte
+//     page); sizeFormat and showInternalDatabaseSizes are ignored.
+//   - Tasks finish within microseconds of being enqueued (unless
+//     Options.TaskDelay), so a client polling with a deadline of a few
+//     milliseconds finds them done where Meilisearch would still be
+//     processing them.
 //   - GET /version reports pkgVersion "1.50.0" and "unknown" commit fields.
 //
 // # Test controls

@@ -15,9 +15,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/andybalholm/brotli"
 )
 
-// readBody reads the request body, decompressing gzip or deflate
+// readBody reads the request body, decompressing gzip, deflate or br
 // (Content-Encoding), and enforces MaxPayloadBytes on the decompressed size
 // as crates/meilisearch/src/extractors/payload.rs does.
 func (s *Server) readBody(r *http.Request) ([]byte, *apiError) {
@@ -42,8 +44,10 @@ func (s *Server) readBody(r *http.Request) ([]byte, *apiError) {
 		} else {
 			rd = flate.NewReader(bytes.NewReader(zb))
 		}
+	case "br":
+		rd = brotli.NewReader(r.Body)
 	default:
-		return nil, errf("invalid_content_type", "meilitest: unsupported Content-Encoding `%s` (gzip and deflate only)", enc)
+		return nil, errf("invalid_content_type", "meilitest: unsupported Content-Encoding `%s` (gzip, deflate and br only)", enc)
 	}
 	limit := s.opts.MaxPayloadBytes
 	if rd == r.Body && r.ContentLength >= 0 {
@@ -441,6 +445,7 @@ type browseQuery struct {
 	ids           []string // nil: all
 	filter        any      // nil: none
 	hasFilter     bool
+	sort          []string // "attr:asc" criteria; nil: index order
 }
 
 func (s *Server) handleGetDocuments(w http.ResponseWriter, r *http.Request) {
@@ -491,6 +496,9 @@ func (s *Server) handleGetDocuments(w http.ResponseWriter, r *http.Request) {
 	}
 	if q.Has("filter") {
 		bq.filter, bq.hasFilter = q.Get("filter"), true
+	}
+	if q.Has("sort") {
+		bq.sort = split(q.Get("sort"))
 	}
 	s.browse(w, uid, bq)
 }
@@ -546,6 +554,12 @@ func (s *Server) handleFetchDocuments(w http.ResponseWriter, r *http.Request) {
 	if raw, ok := m["filter"]; ok && string(raw) != "null" {
 		bq.filter, bq.hasFilter = decodeRaw(raw), true
 	}
+	if raw, ok := m["sort"]; ok && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &bq.sort); err != nil {
+			writeErr(w, errf("invalid_document_sort", "Invalid value type at `.sort`: expected an array, but found %s", compactJSON(raw)))
+			return
+		}
+	}
 	s.browse(w, uid, bq)
 }
 
@@ -586,6 +600,11 @@ func (s *Server) browse(w http.ResponseWriter, uid string, bq browseQuery) {
 			return
 		}
 	}
+	sorts, e := parseSorts(ix, bq.sort, "invalid_document_sort", "")
+	if e != nil {
+		writeErr(w, e)
+		return
+	}
 	keep := fieldSet(bq.fields)
 	b := make([]byte, 0, 1024+256*min(bq.limit, 10000))
 	b = append(b, `{"results":[`...)
@@ -601,6 +620,33 @@ func (s *Server) browse(w http.ResponseWriter, uid string, bq browseQuery) {
 		total++
 	}
 	switch {
+	case len(sorts) > 0:
+		// Sorted by the criteria (milli's recursive_sort over the sortable
+		// facets), ties in index order.
+		var want map[string]bool
+		if bq.ids != nil {
+			want = make(map[string]bool, len(bq.ids))
+			for _, id := range bq.ids {
+				want[id] = true
+			}
+		}
+		var docs []*doc
+		for _, d := range ix.list {
+			if !d.dead && (want == nil || want[d.id]) && (flt == nil || flt.match(d)) {
+				docs = append(docs, d)
+			}
+		}
+		slices.SortStableFunc(docs, func(a, b *doc) int {
+			for _, sk := range sorts {
+				if c := compareSort(a, b, sk); c != 0 {
+					return c
+				}
+			}
+			return 0
+		})
+		for _, d := range docs {
+			emit(d)
+		}
 	case bq.ids != nil:
 		// Requested ids come back in index order, not request order.
 		want := make(map[string]bool, len(bq.ids))

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/andybalholm/brotli"
 )
 
 // apiError is Meilisearch's error object (crates/meilisearch-types/src/error.rs,
@@ -152,32 +154,36 @@ func writeRaw(w http.ResponseWriter, status int, b []byte) {
 // encodingWriter carries the response encoding chosen from Accept-Encoding.
 type encodingWriter struct {
 	http.ResponseWriter
-	enc string // "", "gzip" or "deflate"
+	enc string // "", "br", "gzip" or "deflate"
 }
 
-// acceptedEncoding picks gzip or deflate from an Accept-Encoding header.
+// acceptedEncoding picks br, gzip or deflate from an Accept-Encoding
+// header, in that order of preference among those not refused with q=0
+// (actix-web's Compress middleware prefers brotli, then gzip, then
+// deflate).
 func acceptedEncoding(h string) string {
-	best := ""
+	ok := map[string]bool{}
 	for _, part := range strings.Split(h, ",") {
 		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
-		if _, q, ok := strings.Cut(strings.ReplaceAll(params, " ", ""), "q="); ok {
+		if _, q, found := strings.Cut(strings.ReplaceAll(params, " ", ""), "q="); found {
 			if f, err := strconv.ParseFloat(q, 64); err == nil && f == 0 {
 				continue
 			}
 		}
-		switch name = strings.ToLower(strings.TrimSpace(name)); name {
-		case "gzip":
-			return "gzip"
-		case "deflate":
-			best = "deflate"
+		ok[strings.ToLower(strings.TrimSpace(name))] = true
+	}
+	for _, enc := range []string{"br", "gzip", "deflate"} {
+		if ok[enc] {
+			return enc
 		}
 	}
-	return best
+	return ""
 }
 
 var (
 	gzipPool = sync.Pool{New: func() any { w, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed); return w }}
 	zlibPool = sync.Pool{New: func() any { w, _ := zlib.NewWriterLevel(io.Discard, zlib.BestSpeed); return w }}
+	brPool   = sync.Pool{New: func() any { return brotli.NewWriterLevel(io.Discard, brotli.BestSpeed) }}
 )
 
 func compress(dst io.Writer, enc string, b []byte) error {
@@ -186,8 +192,11 @@ func compress(dst io.Writer, enc string, b []byte) error {
 		Reset(io.Writer)
 	}
 	pool := &gzipPool
-	if enc == "deflate" {
+	switch enc {
+	case "deflate":
 		pool = &zlibPool
+	case "br":
+		pool = &brPool
 	}
 	zw := pool.Get().(resetWriter)
 	defer pool.Put(zw)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,21 +121,43 @@ func TestSwapFailureOrderAndDetails(t *testing.T) {
 
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
 
-// chat and vectorStore need experimental features (off by default):
+// chat and foreignKeys need experimental features (off by default):
 // Meilisearch refuses them in PATCH settings with feature_not_enabled
 // (routes/indexes/settings.rs validate_settings); null is a reset, allowed.
+// GET settings shows them only while their feature is on (get_all).
+// vectorStore is no setting of v1.50 (its Settings struct lists none).
 func TestExperimentalSettingsRefused(t *testing.T) {
 	srv, _ := start(t, meilitest.Options{})
 	code, m := raw(t, srv, "PATCH", "/indexes/a/settings", `{"chat":{"description":"x"}}`)
 	if code != 400 || m["code"] != "feature_not_enabled" || m["type"] != "invalid_request" {
 		t.Fatalf("%d %v", code, m)
 	}
+	code, m = raw(t, srv, "PATCH", "/indexes/a/settings", `{"foreignKeys":[{"fieldName":"a","foreignIndexUid":"b"}]}`)
+	if code != 400 || m["code"] != "feature_not_enabled" || !strings.Contains(m["message"].(string), "`foreign_keys`") {
+		t.Fatalf("%d %v", code, m)
+	}
 	code, m = raw(t, srv, "PATCH", "/indexes/a/settings", `{"vectorStore":"experimental"}`)
-	if code != 400 || m["code"] != "feature_not_enabled" {
+	if code != 400 || m["code"] != "bad_request" {
 		t.Fatalf("%d %v", code, m)
 	}
 	if code, m = raw(t, srv, "PATCH", "/indexes/a/settings", `{"chat":null}`); code != 202 {
 		t.Fatalf("%d %v", code, m)
+	}
+	waitIdle(t, srv)
+	if code, m = raw(t, srv, "GET", "/indexes/a/settings", ``); code != 200 || m["chat"] != nil || m["foreignKeys"] != nil {
+		t.Fatalf("hidden while the features are off: %d %v", code, m)
+	}
+	if code, m = raw(t, srv, "PATCH", "/experimental-features", `{"chatCompletions":true,"foreignKeys":true}`); code != 200 || m["chatCompletions"] != true || m["metrics"] != false || m["legacySearch"] != nil {
+		t.Fatalf("enable: %d %v", code, m)
+	}
+	if code, m = raw(t, srv, "PATCH", "/indexes/a/settings", `{"chat":{"description":"books"},"foreignKeys":[{"fieldName":"author","foreignIndexUid":"authors"}]}`); code != 202 {
+		t.Fatalf("%d %v", code, m)
+	}
+	waitIdle(t, srv)
+	code, m = raw(t, srv, "GET", "/indexes/a/settings", ``)
+	chat, _ := m["chat"].(map[string]any)
+	if code != 200 || chat["description"] != "books" || chat["documentTemplateMaxBytes"] != 400.0 || len(m["foreignKeys"].([]any)) != 1 {
+		t.Fatalf("with the features on: %d %v", code, m)
 	}
 }
 

@@ -78,7 +78,24 @@ func appendString(b []byte, s string) []byte {
 type parser struct {
 	b []byte
 	i int
+	// limit is the deepest a container may be nested under a document's
+	// top-level fields (depth 1 is a field's own value).
+	limit int
 }
+
+// Nesting limits. Meilisearch reads a JSON array or NDJSON payload a
+// document at a time as serde_json RawValues
+// (crates/meilisearch-types/src/document_formats.rs read_json, read_ndjson),
+// and serde_json skips a raw value with an explicit stack that counts no
+// depth (de.rs ignore_value): no limit there; this server stops at Go's
+// encoding/json limit of 10000 levels, to keep its own recursion bounded.
+// A payload that is one object is parsed as a serde_json Map, under
+// serde_json's recursion limit of 128: the 128th nested container, the
+// document itself counted, is "recursion limit exceeded".
+const (
+	rawValueDepthLimit  = 10000
+	singleDocDepthLimit = 127
+)
 
 type syntaxError struct {
 	msg  string
@@ -221,12 +238,12 @@ func (p *parser) literal(lit string) error {
 
 // value validates one JSON value at p.i and leaves p.i after it.
 func (p *parser) value(depth int) error {
-	if depth > 128 { // serde_json's recursion limit
-		return p.fail("recursion limit exceeded")
-	}
 	p.ws()
 	if p.i >= len(p.b) {
 		return p.fail("EOF while parsing a value")
+	}
+	if c := p.b[p.i]; (c == '{' || c == '[') && depth >= p.limit {
+		return p.fail("recursion limit exceeded")
 	}
 	switch c := p.b[p.i]; {
 	case c == '"':
@@ -389,7 +406,7 @@ func describe(c byte) string {
 
 // parseJSONDocs parses a JSON payload: an array of objects or one object.
 func parseJSONDocs(b []byte) ([][]field, error) {
-	p := &parser{b: b}
+	p := &parser{b: b, limit: rawValueDepthLimit}
 	p.ws()
 	if p.i >= len(b) {
 		return nil, p.fail("EOF while parsing a value")
@@ -423,6 +440,7 @@ func parseJSONDocs(b []byte) ([][]field, error) {
 			}
 		}
 	} else {
+		p.limit = singleDocDepthLimit
 		f, err := p.object()
 		if err != nil {
 			return nil, err
@@ -438,7 +456,7 @@ func parseJSONDocs(b []byte) ([][]field, error) {
 
 // parseNDJSONDocs parses one object per line (blank lines are skipped).
 func parseNDJSONDocs(b []byte) ([][]field, error) {
-	p := &parser{b: b}
+	p := &parser{b: b, limit: rawValueDepthLimit}
 	var out [][]field
 	for {
 		p.ws()

@@ -13,6 +13,7 @@ import (
 	"github.com/meilisearch/meilisearch-go"
 
 	"github.com/meilistream/meilistream/internal/meilitest"
+	"github.com/meilistream/meilistream/internal/testutil"
 )
 
 // start runs a server for one test and a client without retries (a 503
@@ -34,11 +35,7 @@ func start(t *testing.T, opts meilitest.Options) (*meilitest.Server, meilisearch
 	return srv, c
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t *testing.T) context.Context { return testutil.Context(t, 20*time.Second) }
 
 // wait waits for a task and returns it, failing the test on a client error.
 func wait(t *testing.T, c meilisearch.ServiceManager, info *meilisearch.TaskInfo, err error) *meilisearch.Task {
@@ -667,7 +664,7 @@ func TestFailNextAndRequests(t *testing.T) {
 	}
 }
 
-// Test50kDocuments is the speed check of the issue: 50,000 small documents
+// Test50kDocuments is the test server's speed check: 50,000 small documents
 // in batches of 5,000, read back page by page.
 func Test50kDocuments(t *testing.T) {
 	srv, c := start(t, meilitest.Options{})
@@ -709,7 +706,7 @@ func Test50kDocuments(t *testing.T) {
 }
 
 func TestCompressedRequests(t *testing.T) {
-	for _, enc := range []meilisearch.ContentEncoding{meilisearch.GzipEncoding, meilisearch.DeflateEncoding} {
+	for _, enc := range []meilisearch.ContentEncoding{meilisearch.GzipEncoding, meilisearch.DeflateEncoding, meilisearch.BrotliEncoding} {
 		t.Run(string(enc), func(t *testing.T) {
 			srv, _ := start(t, meilitest.Options{})
 			c := meilisearch.New(srv.URL(), meilisearch.DisableRetries(), meilisearch.WithContentEncoding(enc, meilisearch.DefaultCompression))

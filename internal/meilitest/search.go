@@ -141,6 +141,33 @@ type sortKey struct {
 	desc bool
 }
 
+// parseSorts reads "attr:asc" / "attr:desc" criteria, each on a sortable
+// attribute (milli's AscDesc parsing and sortable check; code is the
+// route's invalid_*_sort, prefix what its message starts with).
+func parseSorts(ix *index, specs []string, code, prefix string) ([]sortKey, *apiError) {
+	var sorts []sortKey
+	sortable := ix.stringList("sortableAttributes")
+	for _, sp := range specs {
+		attr, dir, ok := strings.Cut(strings.TrimSpace(sp), ":")
+		if !ok || dir != "asc" && dir != "desc" {
+			return nil, errf(code, "Invalid syntax for the sort parameter: expected expression ending by `:asc` or `:desc`, found `%s`.", sp)
+		}
+		covered := false
+		for _, p := range sortable {
+			covered = covered || matchAttr(p, attr)
+		}
+		if !covered {
+			avail := "This index does not have configured sortable attributes."
+			if len(sortable) > 0 {
+				avail = "Available sortable attributes are: `" + strings.Join(sortable, ", ") + "`."
+			}
+			return nil, errf(code, "%sAttribute `%s` is not sortable. %s", prefix, attr, avail)
+		}
+		sorts = append(sorts, sortKey{attr, dir == "desc"})
+	}
+	return sorts, nil
+}
+
 func (s *Server) search(w http.ResponseWriter, uid string, sq searchQuery) {
 	start := time.Now()
 	s.mu.RLock()
@@ -158,27 +185,10 @@ func (s *Server) search(w http.ResponseWriter, uid string, sq searchQuery) {
 		writeErr(w, e)
 		return
 	}
-	var sorts []sortKey
-	sortable := ix.stringList("sortableAttributes")
-	for _, sp := range sq.sort {
-		attr, dir, ok := strings.Cut(strings.TrimSpace(sp), ":")
-		if !ok || dir != "asc" && dir != "desc" {
-			writeErr(w, errf("invalid_search_sort", "Invalid syntax for the sort parameter: expected expression ending by `:asc` or `:desc`, found `%s`.", sp))
-			return
-		}
-		covered := false
-		for _, p := range sortable {
-			covered = covered || matchAttr(p, attr)
-		}
-		if !covered {
-			avail := "This index does not have configured sortable attributes."
-			if len(sortable) > 0 {
-				avail = "Available sortable attributes are: `" + strings.Join(sortable, ", ") + "`."
-			}
-			writeErr(w, errf("invalid_search_sort", "Index `%s`: Attribute `%s` is not sortable. %s", uid, attr, avail))
-			return
-		}
-		sorts = append(sorts, sortKey{attr, dir == "desc"})
+	sorts, e := parseSorts(ix, sq.sort, "invalid_search_sort", "Index `"+uid+"`: ")
+	if e != nil {
+		writeErr(w, e)
+		return
 	}
 	words := tokenize(sq.q)
 	lastPrefix := len(sq.q) > 0 && !unicode.IsSpace(rune(sq.q[len(sq.q)-1]))

@@ -63,8 +63,12 @@ type Server struct {
 	// mu guards the data: indexes, tasks, the queue and the processing state.
 	mu         sync.RWMutex
 	indexes    map[string]*index
-	tasks      []*task // by uid: uids are dense from 0
-	queue      []*task // enqueued, in uid order
+	tasks      []*task // by uid: uids are dense from 0; nil once deleted
+	queue      []*task // enqueued: priority tasks first, then in uid order
+	batches    []*batchRecord
+	current    []*task       // the batch being processed
+	abort      chan struct{} // buffered(1): stop the batch being processed
+	features   features
 	nextBatch  int64
 	processing int             // tasks in the batch being processed
 	busy       map[string]bool // indexes of the batch being processed
@@ -112,6 +116,7 @@ func Start(opts Options) (*Server, error) {
 		indexes:   map[string]*index{},
 		progress:  make(chan struct{}),
 		wake:      make(chan struct{}, 1),
+		abort:     make(chan struct{}, 1),
 		failRoute: map[string]*routeFail{},
 		counts:    map[string]int{},
 		done:      make(chan struct{}),
@@ -179,7 +184,7 @@ func (s *Server) FailNextOn(route string, n int, mode FailMode) {
 //	GET /  GET /health  GET /version  GET /stats
 //	GET /indexes  POST /indexes
 //	GET /indexes/{uid}  PATCH /indexes/{uid}  DELETE /indexes/{uid}
-//	GET /indexes/{uid}/stats
+//	GET /indexes/{uid}/stats  POST /indexes/{uid}/compact
 //	GET /indexes/{uid}/documents  POST /indexes/{uid}/documents
 //	PUT /indexes/{uid}/documents  DELETE /indexes/{uid}/documents
 //	POST /indexes/{uid}/documents/fetch
@@ -189,7 +194,12 @@ func (s *Server) FailNextOn(route string, n int, mode FailMode) {
 //	POST /indexes/{uid}/search  GET /indexes/{uid}/search
 //	GET /indexes/{uid}/settings  PATCH /indexes/{uid}/settings
 //	DELETE /indexes/{uid}/settings
-//	GET /tasks  GET /tasks/{taskUid}  POST /swap-indexes
+//	GET|PUT|PATCH|DELETE /indexes/{uid}/settings/<setting> (e.g.
+//	  PUT /indexes/{uid}/settings/stop-words)
+//	GET /tasks  GET /tasks/{taskUid}  POST /tasks/cancel  DELETE /tasks
+//	GET /batches  GET /batches/{batchUid}
+//	GET /experimental-features  PATCH /experimental-features
+//	POST /swap-indexes
 //
 // Requests that match no route (answered 404, or 405 when the path exists
 // for other methods) are counted under "unknown". Every request
@@ -277,6 +287,7 @@ func (s *Server) routes() http.Handler {
 	add("PATCH /indexes/{uid}", s.handleUpdateIndex)
 	add("DELETE /indexes/{uid}", s.handleDeleteIndex)
 	add("GET /indexes/{uid}/stats", s.handleIndexStats)
+	add("POST /indexes/{uid}/compact", s.handleCompactIndex)
 	add("GET /indexes/{uid}/documents", s.handleGetDocuments)
 	add("POST /indexes/{uid}/documents", s.handleAddDocuments)
 	add("PUT /indexes/{uid}/documents", s.handleAddDocuments)
@@ -291,8 +302,21 @@ func (s *Server) routes() http.Handler {
 	add("GET /indexes/{uid}/settings", s.handleGetSettings)
 	add("PATCH /indexes/{uid}/settings", s.handleUpdateSettings)
 	add("DELETE /indexes/{uid}/settings", s.handleResetSettings)
+	for _, sr := range settingRoutes {
+		get, update, reset := s.settingHandlers(sr.key)
+		path := "/indexes/{uid}/settings/" + sr.route
+		add("GET "+path, get)
+		add(sr.verb+" "+path, update)
+		add("DELETE "+path, reset)
+	}
 	add("GET /tasks", s.handleListTasks)
 	add("GET /tasks/{taskUid}", s.handleGetTask)
+	add("POST /tasks/cancel", s.handleCancelTasks)
+	add("DELETE /tasks", s.handleDeleteTasks)
+	add("GET /batches", s.handleListBatches)
+	add("GET /batches/{batchUid}", s.handleGetBatch)
+	add("GET /experimental-features", s.handleGetFeatures)
+	add("PATCH /experimental-features", s.handlePatchFeatures)
 	add("POST /swap-indexes", s.handleSwap)
 	// Meilisearch registers no default service: anything else is a 404 with
 	// an empty body (crates/meilisearch/src/routes/mod.rs, configure), or a

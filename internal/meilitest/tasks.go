@@ -18,6 +18,7 @@ const (
 	kindIndexDeletion            = "indexDeletion"
 	kindIndexUpdate              = "indexUpdate"
 	kindIndexSwap                = "indexSwap"
+	kindIndexCompaction          = "indexCompaction"
 
 	statusEnqueued   = "enqueued"
 	statusProcessing = "processing"
@@ -52,6 +53,13 @@ type task struct {
 	startedAt  time.Time
 	finishedAt time.Time
 	meta       *string // customMetadata
+	// canceledBy is the uid of the taskCancelation that canceled this
+	// task, or -1.
+	canceledBy int64
+	// prio orders the queue: Meilisearch's scheduler takes task
+	// cancelations first, then task deletions, then the rest
+	// (index-scheduler's autobatcher and create_next_batch).
+	prio int
 	// batchable tasks (document writes on one index) may share a batch.
 	batchable bool
 	// apply runs the task with s.mu held for writing. It returns the
@@ -76,6 +84,12 @@ func (t *task) setDetail(key string, val any) {
 // enqueue registers a task and answers 202 with its summarized view
 // (SummarizedTaskView, crates/meilisearch/src/routes/mod.rs).
 func (s *Server) enqueue(w http.ResponseWriter, r *http.Request, t *task) {
+	s.enqueueWith(w, r, t, http.StatusAccepted, nil)
+}
+
+// enqueueWith registers a task, running registered (if set) with s.mu held
+// once the task has its uid, and answers status with its summarized view.
+func (s *Server) enqueueWith(w http.ResponseWriter, r *http.Request, t *task, status int, registered func()) {
 	if m := r.URL.Query(); m.Has("customMetadata") {
 		v := m.Get("customMetadata")
 		t.meta = &v
@@ -83,10 +97,14 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request, t *task) {
 	s.mu.Lock()
 	t.uid = int64(len(s.tasks))
 	t.batchUID = -1
+	t.canceledBy = -1
 	t.status = statusEnqueued
 	t.enqueuedAt = time.Now().UTC()
 	s.tasks = append(s.tasks, t)
-	s.queue = append(s.queue, t)
+	s.queueInsert(t)
+	if registered != nil {
+		registered()
+	}
 	s.notifyLocked()
 	b := make([]byte, 0, 160)
 	b = append(b, `{"taskUid":`...)
@@ -109,7 +127,17 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request, t *task) {
 	b = append(b, '}')
 	s.mu.Unlock()
 	s.kick()
-	writeRaw(w, http.StatusAccepted, b)
+	writeRaw(w, status, b)
+}
+
+// queueInsert puts t in the queue after every task of its priority or a
+// higher one (s.mu held).
+func (s *Server) queueInsert(t *task) {
+	i := len(s.queue)
+	for i > 0 && s.queue[i-1].prio < t.prio {
+		i--
+	}
+	s.queue = slices.Insert(s.queue, i, t)
 }
 
 func (s *Server) kick() {
@@ -161,6 +189,12 @@ func (s *Server) processBatch() bool {
 			n++
 		}
 	}
+	// A stop signal left from a batch that finished before it was seen
+	// concerns no one now.
+	select {
+	case <-s.abort:
+	default:
+	}
 	batch := slices.Clone(s.queue[:n])
 	s.queue = s.queue[n:]
 	if len(s.queue) == 0 {
@@ -178,6 +212,9 @@ func (s *Server) processBatch() bool {
 		t.status = statusProcessing
 		t.startedAt = now
 	}
+	rec := &batchRecord{uid: buid, tasks: batch, startedAt: now, strategy: batchStrategy(batch, s.queue)}
+	s.batches = append(s.batches, rec)
+	s.current = batch
 	s.processing = len(batch)
 	s.notifyLocked()
 	s.mu.Unlock()
@@ -186,6 +223,18 @@ func (s *Server) processBatch() bool {
 		timer := time.NewTimer(d)
 		select {
 		case <-timer.C:
+		case <-s.abort:
+			// A task cancelation that concerns this batch arrived:
+			// Meilisearch stops processing (must_stop_processing) and the
+			// batch's tasks go back to the queue, to be canceled or run
+			// again after it.
+			timer.Stop()
+			s.mu.Lock()
+			s.requeue(batch)
+			s.batches = s.batches[:len(s.batches)-1]
+			s.nextBatch--
+			s.mu.Unlock()
+			return true
 		case <-s.done:
 			timer.Stop()
 			return false
@@ -236,11 +285,30 @@ func (s *Server) processBatch() bool {
 		ix.compact()
 	}
 	s.lastUpdate = time.Now().UTC()
+	rec.finish(s.lastUpdate)
 	s.processing = 0
 	s.busy = nil
+	s.current = nil
 	s.notifyLocked()
 	s.mu.Unlock()
 	return true
+}
+
+// requeue puts the tasks of an interrupted batch back at the front of the
+// queue, behind the priority tasks (s.mu held).
+func (s *Server) requeue(batch []*task) {
+	i := 0
+	for i < len(s.queue) && s.queue[i].prio > 0 {
+		i++
+	}
+	for _, t := range batch {
+		t.status, t.batchUID, t.startedAt = statusEnqueued, -1, time.Time{}
+	}
+	s.queue = slices.Insert(s.queue, i, batch...)
+	s.processing = 0
+	s.busy = nil
+	s.current = nil
+	s.notifyLocked()
 }
 
 // failedDetails sets the counts of a failed task to 0, as
@@ -276,7 +344,13 @@ func appendTask(b []byte, t *task) []byte {
 	b = append(b, t.status...)
 	b = append(b, `","type":"`...)
 	b = append(b, t.kind...)
-	b = append(b, `","canceledBy":null,"details":{`...)
+	b = append(b, `","canceledBy":`...)
+	if t.canceledBy < 0 {
+		b = append(b, "null"...)
+	} else {
+		b = strconv.AppendInt(b, t.canceledBy, 10)
+	}
+	b = append(b, `,"details":{`...)
 	for i, d := range t.details {
 		if i > 0 {
 			b = append(b, ',')
@@ -344,7 +418,7 @@ func (s *Server) handleGetTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.RLock()
-	if uid >= uint64(len(s.tasks)) {
+	if uid >= uint64(len(s.tasks)) || s.tasks[uid] == nil {
 		s.mu.RUnlock()
 		writeErr(w, errf("task_not_found", "Task `%d` not found.", uid))
 		return
@@ -356,7 +430,11 @@ func (s *Server) handleGetTask(w http.ResponseWriter, r *http.Request) {
 
 // taskFilter is GET /tasks' query (TasksFilterQuery, routes/tasks.rs).
 type taskFilter struct {
-	uids, batchUIDs      map[int64]bool
+	uids, batchUIDs map[int64]bool
+	canceledBy      map[int64]bool
+	// given: some filter parameter was in the query ("*" included), as
+	// task cancelation and deletion require.
+	given                bool
 	statuses, types, idx map[string]bool
 	limit                int
 	from                 int64 // -1: from the newest
@@ -366,16 +444,27 @@ type taskFilter struct {
 	afterFin, beforeFin  time.Time
 }
 
+// taskQueryParams are the filters of GET /tasks and GET /batches
+// (TasksFilterQuery, BatchesFilterQuery); cancelation and deletion take the
+// same without limit, from and reverse (TaskDeletionOrCancelationQuery).
+var taskQueryParams = []string{"limit", "from", "reverse", "batchUids", "uids", "canceledBy", "types", "statuses", "indexUids",
+	"afterEnqueuedAt", "beforeEnqueuedAt", "afterStartedAt", "beforeStartedAt", "afterFinishedAt", "beforeFinishedAt"}
+
 func parseTaskFilter(r *http.Request) (*taskFilter, *apiError) {
+	return parseTaskQuery(r, taskQueryParams)
+}
+
+func parseTaskQuery(r *http.Request, allowed []string) (*taskFilter, *apiError) {
 	q := r.URL.Query()
 	f := &taskFilter{limit: 20, from: -1}
 	for key := range q {
+		if !slices.Contains(allowed, key) {
+			return nil, errBadRequest("Unknown parameter `%s`: expected one of %s", key, quoteList(allowed))
+		}
 		switch key {
-		case "uids", "batchUids", "canceledBy", "types", "statuses", "indexUids", "limit", "from", "reverse",
-			"afterEnqueuedAt", "beforeEnqueuedAt", "afterStartedAt", "beforeStartedAt",
-			"afterFinishedAt", "beforeFinishedAt":
+		case "limit", "from", "reverse":
 		default:
-			return nil, errBadRequest("Unknown parameter `%s`: expected one of `limit`, `from`, `reverse`, `batchUids`, `uids`, `canceledBy`, `types`, `statuses`, `indexUids`, `afterEnqueuedAt`, `beforeEnqueuedAt`, `afterStartedAt`, `beforeStartedAt`, `afterFinishedAt`, `beforeFinishedAt`", key)
+			f.given = true
 		}
 	}
 	list := func(key string) []string {
@@ -426,6 +515,9 @@ func parseTaskFilter(r *http.Request) (*taskFilter, *apiError) {
 		return nil, e
 	}
 	if f.batchUIDs, e = ints("batchUids", "invalid_task_batch_uids"); e != nil {
+		return nil, e
+	}
+	if f.canceledBy, e = ints("canceledBy", "invalid_task_canceled_by"); e != nil {
 		return nil, e
 	}
 	if f.statuses, e = strs("statuses", "invalid_task_statuses", allStatuses); e != nil {
@@ -510,6 +602,9 @@ func (f *taskFilter) match(t *task) bool {
 	if f.batchUIDs != nil && !f.batchUIDs[t.batchUID] {
 		return false
 	}
+	if f.canceledBy != nil && !f.canceledBy[t.canceledBy] {
+		return false
+	}
 	if f.statuses != nil && !f.statuses[t.status] {
 		return false
 	}
@@ -558,7 +653,7 @@ func (s *Server) handleListTasks(w http.ResponseWriter, r *http.Request) {
 	next := int64(-1)
 	n := int64(len(s.tasks))
 	visit := func(t *task) {
-		if !f.match(t) {
+		if t == nil || !f.match(t) {
 			return
 		}
 		total++

@@ -293,6 +293,10 @@ func cmdCreate(x *cmdCtx) (bson.D, error) {
 			opts = append(opts, e)
 		}
 	}
+	val, err := compileValidator(opts)
+	if err != nil {
+		return nil, err
+	}
 	s := x.s
 	s.lockWrite()
 	defer s.unlockWrite()
@@ -305,6 +309,7 @@ func cmdCreate(x *cmdCtx) (bson.D, error) {
 	c, _ := s.ensureColl(x.db, name)
 	c.options = opts
 	c.postImages = postImagesEnabled(opts)
+	c.validator = val
 	return bson.D{}, nil
 }
 
@@ -330,13 +335,31 @@ func cmdCollMod(x *cmdCtx) (bson.D, error) {
 	if c == nil {
 		return nil, cmdErrf(26, "NamespaceNotFound", "ns does not exist: %s.%s", x.db, name)
 	}
+	before := c.options
+	if before == nil {
+		before = bson.D{}
+	}
+	desc := bson.D{}
+	opts := c.options
 	for _, e := range x.cmd[1:] {
 		if envelopeKeys[e.Key] {
 			continue
 		}
-		c.options = setField(cloneShallow(c.options), e.Key, e.Value)
+		desc = append(desc, e)
+		opts = setField(cloneShallow(opts), e.Key, e.Value)
 	}
+	val, err := compileValidator(opts)
+	if err != nil {
+		return nil, err
+	}
+	c.options = opts
 	c.postImages = postImagesEnabled(c.options)
+	c.validator = val
+	// Every collMod, an empty one too, logs a collMod oplog entry, which
+	// streams with showExpandedEvents show as a modify event
+	// (change_stream_event_transform.cpp kModifyOpType).
+	s.appendEvent(x, &event{op: "modify", evNS: c.ns, expanded: true,
+		evExtra: &evExtra{desc: desc, before: bson.D{{Key: "collectionOptions", Value: before}}}})
 	return bson.D{}, nil
 }
 
@@ -416,10 +439,12 @@ func cmdRenameCollection(x *cmdCtx) (bson.D, error) {
 	if from == to {
 		return nil, cmdErrf(20, "IllegalOperation", "Can't rename a collection to itself")
 	}
+	var dropped *bson.Binary
 	if t := s.getColl(tdb, tcoll); t != nil {
 		if !x.boolOpt("dropTarget") {
 			return nil, cmdErrf(48, "NamespaceExists", "target namespace exists")
 		}
+		dropped = &t.uuid
 		if fdb == tdb {
 			// Within a database mongod logs one renameCollection entry
 			// carrying dropTarget; the target's drop has no oplog entry of
@@ -444,7 +469,7 @@ func cmdRenameCollection(x *cmdCtx) (bson.D, error) {
 		s.dbs[tdb] = d
 	}
 	d.colls[tcoll] = c
-	s.appendEvent(x, &event{op: "rename", evNS: fromNS, evExtra: &evExtra{toDB: tdb, toColl: tcoll}})
+	s.appendEvent(x, &event{op: "rename", evNS: fromNS, evExtra: &evExtra{toDB: tdb, toColl: tcoll, dropTarget: dropped}})
 	return bson.D{}, nil
 }
 

@@ -3,6 +3,7 @@ package mongotest
 import (
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,7 +44,14 @@ type evNS struct {
 type evExtra struct {
 	toDB, toColl string
 	upd          bson.D // updateDescription
-	desc         bson.D // operationDescription of an expanded event
+	// pre is the document before an update, replace or delete, kept when
+	// the collection has changeStreamPreAndPostImages enabled.
+	pre  []byte
+	desc bson.D // operationDescription of an expanded event
+	// before is a modify event's stateBeforeChange.
+	before bson.D
+	// dropTarget is the UUID of the collection a rename replaced.
+	dropTarget *bson.Binary
 }
 
 func (s *Server) lockWrite() { s.mu.Lock() }
@@ -111,6 +119,10 @@ const (
 	tokHighWater  = 0xC0 // everything up to and including seq has been seen
 	tokEvent      = 0x80 // the event seq
 	tokInvalidate = 0x81 // the invalidate that follows event seq
+	// tokFragment+i is fragment i (from 0) of event seq, split by
+	// $changeStreamSplitLargeEvent.
+	tokFragment  = 0x90
+	maxFragments = 16
 )
 
 func makeToken(ts bson.Timestamp, seq int64, kind byte) bson.D {
@@ -176,6 +188,12 @@ type changeStream struct {
 	// token's event first and fails with 280 at the first event of the
 	// stream's own that comes instead.
 	foreignToken any
+	// split: the pipeline ends with $changeStreamSplitLargeEvent.
+	split bool
+	// skipSeq/skipFrags: resumed from a fragment's token, the first
+	// skipFrags fragments of event skipSeq were already seen.
+	skipSeq   int64
+	skipFrags int
 }
 
 // highWater is the stream's high-water-mark token: everything up to pos
@@ -296,14 +314,28 @@ func (s *Server) openChangeStream(x *cmdCtx, specV any, user bson.A, batchSize i
 	if startAt != nil && (resumeAfter != nil || startAfter != nil) {
 		return nil, cmdErrf(40674, "Location40674", "Only one type of resume option is allowed, but multiple were found")
 	}
-	for _, st := range user {
+	for i, st := range user {
 		sd, ok := st.(bson.D)
 		if !ok || len(sd) != 1 {
 			return nil, cmdErrf(40323, "Location40323", "A pipeline stage specification object must contain exactly one field.")
 		}
 		switch sd[0].Key {
 		case "$match", "$project", "$addFields", "$set", "$unset", "$replaceRoot", "$replaceWith":
+		case "$changeStreamSplitLargeEvent":
+			// Last, as mongod 7.0 requires
+			// (document_source_change_stream_split_large_event.cpp): events
+			// over 16 MB are split into fragments (see splitEvent).
+			if i != len(user)-1 {
+				return nil, cmdErrf(7182802, "Location7182802", "$changeStreamSplitLargeEvent can only appear as the final stage in the pipeline")
+			}
+			user = user[:i]
+			cs.split = true
 		default:
+			// A name mongod does not know is refused as in any pipeline
+			// (40324); a known stage is not allowed after $changeStream.
+			if !knownStages[sd[0].Key] {
+				return nil, cmdErrf(40324, "Location40324", "Unrecognized pipeline stage name: '%s'", sd[0].Key)
+			}
 			return nil, cmdErrf(20, "IllegalOperation", "Stage %s is not permitted in a $changeStream pipeline", sd[0].Key)
 		}
 	}
@@ -353,6 +385,15 @@ func (s *Server) openChangeStream(x *cmdCtx, specV any, user bson.A, batchSize i
 				}
 			}
 			cs.pos, cs.posTs = tok.seq, tok.ts
+			if tok.kind >= tokFragment && tok.kind < tokFragment+maxFragments {
+				// Resuming inside a split event: it is read again, from
+				// the fragment after the token's.
+				if !cs.split {
+					return &cmdError{code: 280, name: "ChangeStreamFatalError", msg: "Attempting to resume a change stream using a resume token of a split event fragment, but the pipeline does not contain $changeStreamSplitLargeEvent", labels: []string{"NonResumableChangeStreamError"}}
+				}
+				cs.pos = tok.seq - 1
+				cs.skipSeq, cs.skipFrags = tok.seq, int(tok.kind-tokFragment)+1
+			}
 			if tok.kind == tokHighWater {
 				// Nothing before the token's time: a no-op for ordinary
 				// marks (later events have later times), the start time
@@ -429,27 +470,52 @@ func (s *Server) collectEvents(cs *changeStream, max int) (bson.A, bson.D, bool,
 	batch := bson.A{}
 	size := 0
 	var lastTok bson.D
-	emit := func(doc bson.D, tok bson.D) (bool, error) {
+	// emit runs the stream's stages on an event and adds what comes out to
+	// the batch, split into fragments if it is too large and the stream
+	// asked for that; it returns the token of the last document added (nil
+	// if none).
+	emit := func(doc bson.D, tok bson.D, seq int64) (bson.D, error) {
 		out, err := runStages(cs.stages, []bson.D{doc})
 		if err != nil {
-			return false, err
+			return nil, err
 		}
 		if len(out) == 0 {
-			return false, nil
+			return nil, nil
 		}
 		id, _ := docGet(out[0], "_id")
 		if compareValues(id, tok) != 0 {
-			return false, &cmdError{code: 280, name: "ChangeStreamFatalError", msg: "Encountered an event whose _id field, which contains the resume token, was modified by the pipeline. Modifying the _id field of an event makes it impossible to resume the stream from that point. Only transformations that retain the unmodified _id field are allowed.", labels: []string{"NonResumableChangeStreamError"}}
+			return nil, &cmdError{code: 280, name: "ChangeStreamFatalError", msg: "Encountered an event whose _id field, which contains the resume token, was modified by the pipeline. Modifying the _id field of an event makes it impossible to resume the stream from that point. Only transformations that retain the unmodified _id field are allowed.", labels: []string{"NonResumableChangeStreamError"}}
 		}
 		raw := encodeDoc(out[0])
-		size += len(raw)
-		batch = append(batch, rawDoc(raw))
-		return true, nil
+		if len(raw) <= maxBSONSize {
+			size += len(raw)
+			batch = append(batch, rawDoc(raw))
+			return tok, nil
+		}
+		if !cs.split {
+			// mongod fails the getMore with BSONObjectTooLarge.
+			return nil, cmdErrf(10334, "BSONObjectTooLarge", "BSONObj size: %d (0x%X) is invalid. Size must be between 0 and 16793600(16MB) First element: _id: %s", len(raw), len(raw), formatValue(tok))
+		}
+		frags, toks, err := splitEvent(out[0], tok)
+		if err != nil {
+			return nil, err
+		}
+		first := 0
+		if seq == cs.skipSeq {
+			first, cs.skipSeq = cs.skipFrags, 0
+		}
+		var last bson.D
+		for i := first; i < len(frags); i++ {
+			size += len(frags[i])
+			batch = append(batch, rawDoc(frags[i]))
+			last = toks[i]
+		}
+		return last, nil
 	}
 	invalidate := func(ev *event) (bson.A, bson.D, bool, error) {
 		tok := makeToken(ev.ts, ev.seq, tokInvalidate)
 		doc := bson.D{{Key: "_id", Value: tok}, {Key: "operationType", Value: "invalidate"}, {Key: "clusterTime", Value: ev.ts}, {Key: "wallTime", Value: ev.wall}}
-		if _, err := emit(doc, tok); err != nil {
+		if _, err := emit(doc, tok, -1); err != nil {
 			return nil, nil, false, err
 		}
 		return batch, tok, true, nil
@@ -475,12 +541,12 @@ func (s *Server) collectEvents(cs *changeStream, max int) (bson.A, bson.D, bool,
 			return nil, nil, false, err
 		}
 		tok := makeToken(ev.ts, ev.seq, tokEvent)
-		ok, err := emit(doc, tok)
+		last, err := emit(doc, tok, ev.seq)
 		if err != nil {
 			return nil, nil, false, err
 		}
-		if ok {
-			lastTok = tok
+		if last != nil {
+			lastTok = last
 		}
 		if cs.invalidates(ev) {
 			return invalidate(ev)
@@ -513,9 +579,19 @@ func (s *Server) eventDoc(cs *changeStream, ev *event) (bson.D, error) {
 	if ev.op != "dropDatabase" {
 		ns = append(ns, bson.E{Key: "coll", Value: ev.coll})
 	}
+	// A stream with a pipeline of its own gets decoded documents, so that
+	// its stages can see into fullDocument ($match on "fullDocument.x",
+	// $expr on "$fullDocument.x", $project of "fullDocument.x"); without
+	// one the stored bytes are passed through as they are.
+	doc := func(raw []byte) any {
+		if len(cs.stages) > 0 {
+			return mustDecode(raw)
+		}
+		return rawDoc(raw)
+	}
 	switch ev.op {
 	case "insert", "replace":
-		d = append(d, bson.E{Key: "fullDocument", Value: rawDoc(ev.doc)})
+		d = append(d, bson.E{Key: "fullDocument", Value: doc(ev.doc)})
 	case "update":
 		switch cs.fullDocument {
 		case "updateLookup":
@@ -524,13 +600,13 @@ func (s *Server) eventDoc(cs *changeStream, ev *event) (bson.D, error) {
 			var cur any
 			if c := s.getColl(ev.db, ev.coll); c != nil {
 				if n := c.docs.get(ev.id); n != nil {
-					cur = rawDoc(n.raw)
+					cur = doc(n.raw)
 				}
 			}
 			d = append(d, bson.E{Key: "fullDocument", Value: cur})
 		case "whenAvailable", "required":
 			if ev.postImages {
-				d = append(d, bson.E{Key: "fullDocument", Value: rawDoc(ev.doc)})
+				d = append(d, bson.E{Key: "fullDocument", Value: doc(ev.doc)})
 			} else if cs.fullDocument == "required" {
 				return nil, cmdErrf(47, "NoMatchingDocument", "Change stream was configured to require a post-image for all update, delete and replace events, but the post-image was not found for event: %s", formatValue(tok))
 			} else {
@@ -543,10 +619,14 @@ func (s *Server) eventDoc(cs *changeStream, ev *event) (bson.D, error) {
 	case "insert", "update", "replace", "delete":
 		d = append(d, bson.E{Key: "documentKey", Value: bson.D{{Key: "_id", Value: ev.id}}})
 		if cs.beforeChange != "off" && ev.op != "insert" {
-			if cs.beforeChange == "required" {
+			switch {
+			case ev.evExtra != nil && ev.pre != nil:
+				d = append(d, bson.E{Key: "fullDocumentBeforeChange", Value: doc(ev.pre)})
+			case cs.beforeChange == "required":
 				return nil, cmdErrf(47, "NoMatchingDocument", "Change stream was configured to require a pre-image for all update, delete and replace events, but the pre-image was not found for event: %s", formatValue(tok))
+			default:
+				d = append(d, bson.E{Key: "fullDocumentBeforeChange", Value: nil})
 			}
-			d = append(d, bson.E{Key: "fullDocumentBeforeChange", Value: nil})
 		}
 	}
 	if cs.showExpanded {
@@ -554,13 +634,104 @@ func (s *Server) eventDoc(cs *changeStream, ev *event) (bson.D, error) {
 		case ev.evExtra != nil && ev.desc != nil:
 			d = append(d, bson.E{Key: "operationDescription", Value: ev.desc})
 		case ev.op == "rename":
-			d = append(d, bson.E{Key: "operationDescription", Value: bson.D{{Key: "to", Value: bson.D{{Key: "db", Value: ev.toDB}, {Key: "coll", Value: ev.toColl}}}}})
+			desc := bson.D{{Key: "to", Value: bson.D{{Key: "db", Value: ev.toDB}, {Key: "coll", Value: ev.toColl}}}}
+			if ev.dropTarget != nil {
+				desc = append(desc, bson.E{Key: "dropTarget", Value: *ev.dropTarget})
+			}
+			d = append(d, bson.E{Key: "operationDescription", Value: desc})
+		}
+		if ev.evExtra != nil && ev.before != nil {
+			d = append(d, bson.E{Key: "stateBeforeChange", Value: ev.before})
 		}
 	}
 	if ev.op == "update" {
-		d = append(d, bson.E{Key: "updateDescription", Value: ev.upd})
+		upd := ev.upd
+		if cs.showExpanded {
+			if dp := disambiguatedPaths(ev.upd, ev.doc); dp != nil {
+				upd = append(append(bson.D{}, upd...), bson.E{Key: "disambiguatedPaths", Value: dp})
+			}
+		}
+		d = append(d, bson.E{Key: "updateDescription", Value: upd})
 	}
 	return d, nil
+}
+
+// knownStages are the aggregation stage names mongod 7.0 parses, whether or
+// not this server runs them.
+var knownStages = map[string]bool{
+	"$addFields": true, "$bucket": true, "$bucketAuto": true, "$changeStream": true,
+	"$changeStreamSplitLargeEvent": true, "$collStats": true, "$count": true, "$currentOp": true,
+	"$densify": true, "$documents": true, "$facet": true, "$fill": true, "$geoNear": true,
+	"$graphLookup": true, "$group": true, "$indexStats": true, "$limit": true,
+	"$listLocalSessions": true, "$listSampledQueries": true, "$listSearchIndexes": true,
+	"$listSessions": true, "$lookup": true, "$match": true, "$merge": true, "$out": true,
+	"$planCacheStats": true, "$project": true, "$redact": true, "$replaceRoot": true,
+	"$replaceWith": true, "$sample": true, "$search": true, "$searchMeta": true, "$set": true,
+	"$setWindowFields": true, "$shardedDataDistribution": true, "$skip": true, "$sort": true,
+	"$sortByCount": true, "$unionWith": true, "$unset": true, "$unwind": true, "$vectorSearch": true,
+}
+
+// disambiguatedPaths is updateDescription.disambiguatedPaths, which streams
+// with showExpandedEvents get (mongod 6.1+): for each updated or removed
+// path with a component that is a numeric field name (which a reader would
+// take for an array index), the path's components, array indices as
+// integers and field names as strings. nil when no path is ambiguous. The
+// components' kinds are read from the document after the update.
+func disambiguatedPaths(upd bson.D, post []byte) bson.D {
+	var paths []string
+	if v, ok := docGet(upd, "updatedFields"); ok {
+		if d, ok := v.(bson.D); ok {
+			for _, e := range d {
+				paths = append(paths, e.Key)
+			}
+		}
+	}
+	if v, ok := docGet(upd, "removedFields"); ok {
+		if a, ok := v.(bson.A); ok {
+			for _, e := range a {
+				if p, ok := e.(string); ok {
+					paths = append(paths, p)
+				}
+			}
+		}
+	}
+	var doc bson.D
+	var out bson.D
+	for _, p := range paths {
+		parts := strings.Split(p, ".")
+		ambiguous := false
+		comps := make(bson.A, len(parts))
+		if doc == nil && post != nil {
+			doc = mustDecode(post)
+		}
+		var cur any = doc
+		for i, part := range parts {
+			_, numErr := strconv.Atoi(part)
+			switch x := cur.(type) {
+			case bson.A:
+				n, _ := strconv.Atoi(part)
+				comps[i] = int32(n)
+				if n >= 0 && n < len(x) {
+					cur = x[n]
+				} else {
+					cur = nil
+				}
+				continue
+			case bson.D:
+				cur, _ = docGet(x, part)
+			default:
+				cur = nil
+			}
+			comps[i] = part
+			if numErr == nil {
+				ambiguous = true
+			}
+		}
+		if ambiguous {
+			out = append(out, bson.E{Key: p, Value: comps})
+		}
+	}
+	return out
 }
 
 // streamGetMore blocks until events exist or maxTimeMS (default 1000 ms,
@@ -613,4 +784,49 @@ func (s *Server) streamReply(cur *cursor, batch bson.A, pbrt bson.D, invalidated
 		{Key: "id", Value: id},
 		{Key: "ns", Value: cur.ns},
 	}}}
+}
+
+// splitEvent cuts an event over 16 MB into fragments, as mongod's
+// $changeStreamSplitLargeEvent does (change_stream_split_event_helpers.cpp
+// splitChangeEvent): the top-level fields in order, as many to a fragment as
+// fit, each fragment led by its own resume token (the event's, with the
+// fragment's number) and splitEvent {fragment, of}. A single field too large
+// for a fragment cannot be split: 10334 BSONObjectTooLarge.
+func splitEvent(doc bson.D, tok bson.D) ([][]byte, []bson.D, error) {
+	t, err := parseToken(tok)
+	if err != nil {
+		return nil, nil, err
+	}
+	fragTok := func(i int) bson.D { return makeToken(t.ts, t.seq, byte(tokFragment+i)) }
+	head := len(encodeDoc(bson.D{{Key: "_id", Value: fragTok(0)}, {Key: "splitEvent", Value: bson.D{{Key: "fragment", Value: int32(0)}, {Key: "of", Value: int32(0)}}}}))
+	var groups []bson.D
+	var cur bson.D
+	curSize := head
+	for _, f := range doc {
+		if f.Key == "_id" {
+			continue
+		}
+		fs := len(appendElem(nil, f.Key, f.Value))
+		if head+fs > maxBSONSize {
+			return nil, nil, cmdErrf(10334, "BSONObjectTooLarge", "the field '%s' of the change event %s is too large for an event fragment (%d bytes)", f.Key, formatValue(tok), fs)
+		}
+		if len(cur) > 0 && curSize+fs > maxBSONSize {
+			groups = append(groups, cur)
+			cur, curSize = nil, head
+		}
+		cur = append(cur, f)
+		curSize += fs
+	}
+	groups = append(groups, cur)
+	if len(groups) > maxFragments {
+		return nil, nil, cmdErrf(10334, "BSONObjectTooLarge", "the change event %s needs %d fragments; mongotest makes at most %d", formatValue(tok), len(groups), maxFragments)
+	}
+	frags := make([][]byte, len(groups))
+	toks := make([]bson.D, len(groups))
+	for i, g := range groups {
+		toks[i] = fragTok(i)
+		d := append(bson.D{{Key: "_id", Value: toks[i]}, {Key: "splitEvent", Value: bson.D{{Key: "fragment", Value: int32(i + 1)}, {Key: "of", Value: int32(len(groups))}}}}, g...)
+		frags[i] = encodeDoc(d)
+	}
+	return frags, toks, nil
 }

@@ -497,8 +497,12 @@ func TestChangeStreamExpandedEvents(t *testing.T) {
 	coll.InsertOne(c, bson.D{{Key: "_id", Value: 1}})
 	coll.Indexes().CreateOne(c, mongo.IndexModel{Keys: bson.D{{Key: "k", Value: 1}}, Options: options.Index().SetUnique(true)})
 	coll.Indexes().DropOne(c, "k_1")
+	db.RunCommand(c, bson.D{{Key: "collMod", Value: "c"}, {Key: "validationLevel", Value: "moderate"}})
+	other := db.Collection("other")
+	other.InsertOne(c, bson.D{})
+	db.Client().Database("admin").RunCommand(c, bson.D{{Key: "renameCollection", Value: "db.c"}, {Key: "to", Value: "db.other"}, {Key: "dropTarget", Value: true}})
 	var got []string
-	for i := 0; i < 4; i++ {
+	for i := 0; i < 8; i++ {
 		var ev bson.M
 		if !cs.Next(c) {
 			t.Fatal(cs.Err())
@@ -518,8 +522,23 @@ func TestChangeStreamExpandedEvents(t *testing.T) {
 				t.Fatalf("%v", idx)
 			}
 		}
+		// modify: what collMod changed, and the options before
+		// (change_stream_event_transform.cpp).
+		if ev["operationType"] == "modify" {
+			desc, _ := ev["operationDescription"].(bson.D)
+			if len(desc) != 1 || desc[0].Key != "validationLevel" || desc[0].Value != "moderate" || ev["stateBeforeChange"] == nil {
+				t.Fatalf("modify event %v", ev)
+			}
+		}
+		// A rename replacing a collection names the one dropped.
+		if ev["operationType"] == "rename" {
+			desc, _ := ev["operationDescription"].(bson.D)
+			if len(desc) != 2 || desc[1].Key != "dropTarget" {
+				t.Fatalf("rename event %v", ev)
+			}
+		}
 	}
-	if fmt.Sprint(got) != "[create insert createIndexes dropIndexes]" {
+	if fmt.Sprint(got) != "[create insert createIndexes dropIndexes modify create insert rename]" {
 		t.Fatalf("expanded: %v", got)
 	}
 	// Without showExpandedEvents only the insert is seen.

@@ -1,6 +1,7 @@
 package mongotest
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -118,10 +119,16 @@ func (s *Server) runCommand(c *conn, cmd bson.D) (bson.D, bool) {
 		dbName = "admin"
 	}
 	x := &cmdCtx{s: s, c: c, cmd: cmd, name: name, db: dbName}
+	// Every command's database is checked before it runs
+	// (service_entry_point_common.cpp _initiateCommand; a $ is allowed
+	// there, for commands on "$external").
+	if strings.ContainsAny(dbName, "/\\. \"\x00") {
+		return s.withClusterTime(errorReply(cmdErrf(73, "InvalidNamespace", "Invalid database name: '%s'", dbName)), bson.Timestamp{}), false
+	}
 
 	// failCommand is evaluated before the command runs, as in mongod
 	// (CommandHelpers::evaluateFailCommandFailPoint).
-	fpAction := s.checkFailPoint(c, x)
+	fpAction := s.checkFailPoint(fpFailCommand, c, x)
 	if fpAction != nil {
 		if fpAction.blockMS > 0 {
 			select {
@@ -134,7 +141,13 @@ func (s *Server) runCommand(c *conn, cmd bson.D) (bson.D, bool) {
 			return nil, true
 		}
 		if fpAction.err != nil {
-			return s.withClusterTime(errorReply(fpAction.err), bson.Timestamp{}), false
+			ce := fpAction.err.(*cmdError)
+			if fpAction.hasLabel {
+				ce.labels = fpAction.labels
+			} else {
+				ce.labels = errorLabels(x, &ce.code, nil, opensChangeStream(x))
+			}
+			return s.withClusterTime(errorReply(ce), bson.Timestamp{}), false
 		}
 	}
 
@@ -144,6 +157,10 @@ func (s *Server) runCommand(c *conn, cmd bson.D) (bson.D, bool) {
 	}
 	if v, ok := docGet(cmd, "startTransaction"); ok && truthy(v) {
 		return s.withClusterTime(errorReply(cmdErrf(20, "IllegalOperation", "mongotest does not support multi-document transactions")), bson.Timestamp{}), false
+	}
+	wcErr, err := checkWriteConcern(x)
+	if err != nil {
+		return s.withClusterTime(errorReply(err), bson.Timestamp{}), false
 	}
 
 	// Retryable writes: a retried statement (same lsid and txnNumber) gets
@@ -164,31 +181,111 @@ func (s *Server) runCommand(c *conn, cmd bson.D) (bson.D, bool) {
 			}
 		}
 	}
+	var reply bson.D
 	if retryKey != "" {
 		s.retryMu.Lock()
 		e, ok := s.retry[retryKey]
 		s.retryMu.Unlock()
 		if ok && e.txn == txn {
-			return s.withClusterTime(append(bson.D{}, e.reply...), bson.Timestamp{}), false
+			reply = append(bson.D{}, e.reply...)
 		}
 	}
 
-	x.ec = &evalCtx{now: s.now(), clusterTime: s.clusterTime()}
-	reply, err := h(x)
-	if err != nil {
-		s.logf("mongotest: %s: %v", name, err)
-		return s.withClusterTime(errorReply(err), x.opTime), false
+	if reply == nil {
+		x.ec = &evalCtx{now: s.now(), clusterTime: s.clusterTime()}
+		var err error
+		reply, err = h(x)
+		if err != nil {
+			s.logf("mongotest: %s: %v", name, err)
+			var ce *cmdError
+			if errors.As(err, &ce) && ce.labels == nil {
+				ce.labels = errorLabels(x, &ce.code, nil, opensChangeStream(x))
+			}
+			return s.withClusterTime(errorReply(err), x.opTime), false
+		}
+		reply = append(reply, bson.E{Key: "ok", Value: 1.0})
+		// The stored reply has no write concern error: a retry waits for
+		// the write concern anew (it is not part of the statement's
+		// outcome).
+		if retryKey != "" {
+			s.retryMu.Lock()
+			s.retry[retryKey] = retryEntry{txn: txn, reply: reply}
+			s.retryMu.Unlock()
+		}
 	}
-	reply = append(reply, bson.E{Key: "ok", Value: 1.0})
+	// The write concern: failCommand's writeConcernError replaces the
+	// wait (service_entry_point_common.cpp _waitForWriteConcern), else an
+	// unsatisfiable one is reported; either way the write stands, and the
+	// reply is labelled for the write concern error's code.
+	wce, labels, hasLabel := wcErr, []string(nil), false
 	if fpAction != nil && fpAction.wce != nil {
-		reply = append(reply, bson.E{Key: "writeConcernError", Value: fpAction.wce})
+		wce, labels, hasLabel = fpAction.wce, fpAction.labels, fpAction.hasLabel
 	}
-	if retryKey != "" {
-		s.retryMu.Lock()
-		s.retry[retryKey] = retryEntry{txn: txn, reply: reply}
-		s.retryMu.Unlock()
+	if wce != nil {
+		reply = append(cloneShallow(reply), bson.E{Key: "writeConcernError", Value: wce})
+		if !hasLabel {
+			v, _ := docGet(wce, "code")
+			c, _ := toInt64(v)
+			code := int32(c)
+			labels = errorLabels(x, nil, &code, false)
+		}
+		if len(labels) > 0 {
+			reply = append(reply, bson.E{Key: "errorLabels", Value: labels})
+		}
 	}
 	return s.withClusterTime(reply, x.opTime), false
+}
+
+// writeConcernCommands are the commands that wait for a write concern.
+var writeConcernCommands = map[string]bool{
+	"insert": true, "update": true, "delete": true, "findAndModify": true, "findandmodify": true,
+	"create": true, "drop": true, "dropDatabase": true, "createIndexes": true, "dropIndexes": true,
+	"collMod": true, "renameCollection": true,
+}
+
+// checkWriteConcern returns the writeConcernError a write with x's write
+// concern gets from a one-node replica set: w above one member cannot be
+// satisfied (100 UnsatisfiableWriteConcern, "Not enough data-bearing
+// nodes", replica set config checkIfWriteConcernCanBeSatisfied), a w tag
+// the configuration lacks is 79 UnknownReplWriteConcern; mongod still
+// applies the write and reports it in writeConcernError. A malformed write
+// concern fails the command (FailedToParse, write_concern_options.cpp).
+func checkWriteConcern(x *cmdCtx) (bson.D, error) {
+	v, ok := x.get("writeConcern")
+	if !ok || !writeConcernCommands[x.name] {
+		return nil, nil
+	}
+	wc, ok := v.(bson.D)
+	if !ok {
+		return nil, cmdErrf(14, "TypeMismatch", "BSON field 'writeConcern' is the wrong type '%s', expected type 'object'", typeName(v))
+	}
+	w, ok := docGet(wc, "w")
+	if !ok {
+		return nil, nil
+	}
+	info := bson.D{{Key: "writeConcern", Value: append(append(bson.D{}, wc...), bson.E{Key: "provenance", Value: "clientSupplied"})}}
+	switch wv := w.(type) {
+	case string:
+		if wv == "majority" {
+			return nil, nil
+		}
+		return bson.D{{Key: "code", Value: int32(79)}, {Key: "codeName", Value: "UnknownReplWriteConcern"},
+			{Key: "errmsg", Value: fmt.Sprintf("No write concern mode named '%s' found in replica set configuration", wv)},
+			{Key: "errInfo", Value: info}}, nil
+	default:
+		n, ok := toInt64(w)
+		if !ok {
+			return nil, cmdErrf(9, "FailedToParse", "w has to be a number or string; found: %s", typeName(w))
+		}
+		if n < 0 || n > 50 {
+			return nil, cmdErrf(9, "FailedToParse", "w has to be a non-negative number and not greater than 50; found: %d", n)
+		}
+		if n <= 1 {
+			return nil, nil
+		}
+		return bson.D{{Key: "code", Value: int32(100)}, {Key: "codeName", Value: "UnsatisfiableWriteConcern"},
+			{Key: "errmsg", Value: "Not enough data-bearing nodes"}, {Key: "errInfo", Value: info}}, nil
+	}
 }
 
 func cmdHello(x *cmdCtx) (bson.D, error) {
@@ -355,18 +452,22 @@ func sortStrings(s []string) {
 	}
 }
 
+// checkDBName applies mongod's NamespaceString::validDBName: not empty,
+// under 64 bytes, none of / \ . space " $ or NUL.
 func checkDBName(db string) error {
-	if db == "" || strings.ContainsAny(db, "/\\. \"$") {
+	if db == "" || len(db) >= 64 || strings.ContainsAny(db, "/\\. \"$\x00") {
 		return cmdErrf(73, "InvalidNamespace", "Invalid database name: '%s'", db)
 	}
 	return nil
 }
 
+// checkCollName applies validCollectionName: not empty, no $ or NUL, not
+// starting with a dot.
 func checkCollName(db, coll string) error {
 	if err := checkDBName(db); err != nil {
 		return err
 	}
-	if coll == "" || strings.Contains(coll, "$") || strings.HasPrefix(coll, ".") {
+	if coll == "" || strings.ContainsAny(coll, "$\x00") || strings.HasPrefix(coll, ".") {
 		return cmdErrf(73, "InvalidNamespace", "Invalid collection name: %s.%s", db, coll)
 	}
 	return nil

@@ -96,6 +96,11 @@ func (s *Server) prepareInsert(v any) ([]byte, any, error) {
 
 // insertRaw stores a prepared document and records its insert event.
 func (s *Server) insertRaw(x *cmdCtx, c *collection, raw []byte, id any) error {
+	if c.validator != nil {
+		if err := s.validate(x, c, mustDecode(raw), nil); err != nil {
+			return err
+		}
+	}
 	if c.docs.get(id) != nil {
 		return dupKeyError(c, c.indexes[0], bson.D{{Key: "_id", Value: id}})
 	}
@@ -126,7 +131,13 @@ func (s *Server) insertRaw(x *cmdCtx, c *collection, raw []byte, id any) error {
 
 // replaceStored swaps a document for its updated version, keeping unique
 // indexes and recording the change event (update or replace).
-func (s *Server) replaceStored(x *cmdCtx, c *collection, id any, oldDoc, newDoc bson.D, newRaw []byte, kind int) error {
+func (s *Server) replaceStored(x *cmdCtx, c *collection, id any, oldDoc, newDoc bson.D, newRaw []byte, cu *compiledUpdate) error {
+	kind := cu.kind
+	if c.validator != nil {
+		if err := s.validate(x, c, newDoc, oldDoc); err != nil {
+			return err
+		}
+	}
 	if c.hasSecondaryUnique() {
 		type change struct {
 			ix       *index
@@ -159,6 +170,15 @@ func (s *Server) replaceStored(x *cmdCtx, c *collection, id any, oldDoc, newDoc 
 			}
 		}
 	}
+	// The pre-image is kept only for collections with
+	// changeStreamPreAndPostImages, as mongod writes it to
+	// config.system.preimages only for them.
+	var pre []byte
+	if c.postImages {
+		if n := c.docs.get(id); n != nil {
+			pre = n.raw
+		}
+	}
 	c.docs.put(id, newRaw)
 	ev := &event{evNS: c.ns, id: id, doc: newRaw}
 	switch {
@@ -168,7 +188,17 @@ func (s *Server) replaceStored(x *cmdCtx, c *collection, id any, oldDoc, newDoc 
 		ev.op = "replace"
 	default:
 		ev.op = "update"
-		ev.evExtra = &evExtra{upd: updateDescription(oldDoc, newDoc)}
+		if kind == updOperators {
+			ev.evExtra = &evExtra{upd: opsUpdateDescription(cu.ops, oldDoc, newDoc)}
+		} else {
+			ev.evExtra = &evExtra{upd: updateDescription(oldDoc, newDoc)}
+		}
+	}
+	if pre != nil {
+		if ev.evExtra == nil {
+			ev.evExtra = &evExtra{}
+		}
+		ev.pre = pre
 	}
 	s.appendEvent(x, ev)
 	return nil
@@ -189,7 +219,11 @@ func (s *Server) deleteStored(x *cmdCtx, c *collection, id any, raw []byte) {
 		}
 	}
 	c.docs.remove(id)
-	s.appendEvent(x, &event{op: "delete", evNS: c.ns, id: id})
+	ev := &event{op: "delete", evNS: c.ns, id: id}
+	if c.postImages {
+		ev.evExtra = &evExtra{pre: raw}
+	}
+	s.appendEvent(x, ev)
 }
 
 // ---- query planning ----
@@ -323,25 +357,46 @@ type queryOpts struct {
 	sort   bson.D
 	skip   int64
 	limit  int64 // 0: none
+
+	// For a scan in _id order (no sort, or on _id alone), read batch by
+	// batch as a live cursor does: after resumes the scan past this key
+	// (in the scan's direction), batch and maxBytes bound one batch (0:
+	// no bound; the first document always fits).
+	after    any
+	hasAfter bool
+	batch    int
+	maxBytes int
+}
+
+// idOrdered: the sort is none or _id alone, the order the _id index gives.
+func idOrdered(keys []sortKey) bool {
+	return len(keys) == 0 || (len(keys) == 1 && len(keys[0].parts) == 1 && keys[0].parts[0] == "_id")
 }
 
 // runQuery returns the matching documents in order (caller holds s.mu).
 // Natural order is _id order. A sort on _id alone (or none) streams from
 // the _id index and stops at skip+limit.
 func (s *Server) runQuery(c *collection, q queryOpts, ec *evalCtx) ([]*hit, error) {
+	hits, _, err := s.scanQuery(c, q, ec)
+	return hits, err
+}
+
+// scanQuery is runQuery, also reporting whether an _id-ordered scan
+// stopped at q.batch or q.maxBytes with documents possibly left (more).
+func (s *Server) scanQuery(c *collection, q queryOpts, ec *evalCtx) ([]*hit, bool, error) {
 	m, err := compileFilter(q.filter, ec)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	keys, err := parseSort(q.sort)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if c == nil {
-		return nil, nil
+		return nil, false, nil
 	}
 	b := planID(q.filter)
-	idOrder := len(keys) == 0 || (len(keys) == 1 && len(keys[0].parts) == 1 && keys[0].parts[0] == "_id")
+	idOrder := idOrdered(keys)
 	desc := len(keys) == 1 && keys[0].dir < 0 && idOrder
 	var out []*hit
 	skip := q.skip
@@ -349,6 +404,8 @@ func (s *Server) runQuery(c *collection, q queryOpts, ec *evalCtx) ([]*hit, erro
 	if idOrder && q.limit > 0 {
 		stopAt = q.limit
 	}
+	more := false
+	size := 0
 	visit := func(n *node) bool {
 		h := &hit{id: n.key, raw: n.raw}
 		if !b.exact {
@@ -361,9 +418,30 @@ func (s *Server) runQuery(c *collection, q queryOpts, ec *evalCtx) ([]*hit, erro
 				skip--
 				return true
 			}
+			if q.maxBytes > 0 && len(out) > 0 && size+len(n.raw) > q.maxBytes {
+				more = true
+				return false
+			}
 		}
 		out = append(out, h)
-		return stopAt < 0 || int64(len(out)) < stopAt
+		size += len(n.raw)
+		if stopAt >= 0 && int64(len(out)) >= stopAt {
+			return false
+		}
+		if idOrder && q.batch > 0 && len(out) >= q.batch {
+			more = true
+			return false
+		}
+		return true
+	}
+	// past: the scan already returned key (a live cursor's earlier
+	// batches).
+	past := func(key any) bool {
+		if !q.hasAfter {
+			return false
+		}
+		c := compareValues(key, q.after)
+		return (!desc && c <= 0) || (desc && c >= 0)
 	}
 	switch {
 	case b.ok && b.hasEq:
@@ -381,6 +459,9 @@ func (s *Server) runQuery(c *collection, q queryOpts, ec *evalCtx) ([]*hit, erro
 				continue
 			}
 			prev = e
+			if past(e) {
+				continue
+			}
 			if n := c.docs.get(e); n != nil {
 				if !visit(n) {
 					break
@@ -421,6 +502,9 @@ func (s *Server) runQuery(c *collection, q queryOpts, ec *evalCtx) ([]*hit, erro
 			} else {
 				n = c.docs.first()
 			}
+			if n != nil && past(n.key) {
+				n = c.docs.seekGT(q.after)
+			}
 			for ; n != nil; n = n.next[0] {
 				r := inRange(n)
 				if r < 0 {
@@ -441,6 +525,9 @@ func (s *Server) runQuery(c *collection, q queryOpts, ec *evalCtx) ([]*hit, erro
 			} else {
 				n = c.docs.last()
 			}
+			if n != nil && past(n.key) {
+				n = c.docs.seekLT(q.after)
+			}
 			for ; n != nil; n = n.prev {
 				r := inRange(n)
 				if r > 0 {
@@ -453,13 +540,21 @@ func (s *Server) runQuery(c *collection, q queryOpts, ec *evalCtx) ([]*hit, erro
 		}
 	default:
 		if !desc {
-			for n := c.docs.first(); n != nil; n = n.next[0] {
+			n := c.docs.first()
+			if q.hasAfter {
+				n = c.docs.seekGT(q.after)
+			}
+			for ; n != nil; n = n.next[0] {
 				if !visit(n) {
 					break
 				}
 			}
 		} else {
-			for n := c.docs.last(); n != nil; n = n.prev {
+			n := c.docs.last()
+			if q.hasAfter {
+				n = c.docs.seekLT(q.after)
+			}
+			for ; n != nil; n = n.prev {
 				if !visit(n) {
 					break
 				}
@@ -467,7 +562,7 @@ func (s *Server) runQuery(c *collection, q queryOpts, ec *evalCtx) ([]*hit, erro
 		}
 	}
 	if err := ec.takeErr(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if !idOrder {
 		sortHits(out, keys)
@@ -482,7 +577,7 @@ func (s *Server) runQuery(c *collection, q queryOpts, ec *evalCtx) ([]*hit, erro
 			out = out[:q.limit]
 		}
 	}
-	return out, nil
+	return out, more, nil
 }
 
 func sortHits(hits []*hit, keys []sortKey) {
@@ -527,6 +622,11 @@ func statements(x *cmdCtx, key string) ([]any, error) {
 	arr, ok := v.(bson.A)
 	if !ok {
 		return nil, cmdErrf(14, "TypeMismatch", "BSON field '%s.%s' is the wrong type '%s', expected type 'array'", x.name, key, typeName(v))
+	}
+	// write_ops.cpp checkOpCountForCommand: an empty batch, or one over
+	// maxWriteBatchSize, is refused before anything is written.
+	if len(arr) == 0 || len(arr) > 100000 {
+		return nil, cmdErrf(16, "InvalidLength", "Write batch sizes must be between 1 and 100000. Got %d operations.", len(arr))
 	}
 	return arr, nil
 }
@@ -640,7 +740,7 @@ func (s *Server) updateStatement(x *cmdCtx, c **collection, collName string, q b
 			if bytes.Equal(nraw, h.raw) {
 				continue
 			}
-			if err := s.replaceStored(x, *c, h.id, oldCopy, nd, nraw, cu.kind); err != nil {
+			if err := s.replaceStored(x, *c, h.id, oldCopy, nd, nraw, cu); err != nil {
 				return r, err
 			}
 			r.modified++
@@ -927,7 +1027,7 @@ func cmdFindAndModify(x *cmdCtx) (bson.D, error) {
 		}
 		nraw := encodeDoc(nd)
 		if !bytes.Equal(nraw, h.raw) {
-			if err := s.replaceStored(x, c, h.id, oldCopy, nd, nraw, cu.kind); err != nil {
+			if err := s.replaceStored(x, c, h.id, oldCopy, nd, nraw, cu); err != nil {
 				return nil, err
 			}
 		}
@@ -983,6 +1083,7 @@ type cursor struct {
 	items  []rawDoc
 	pos    int
 	stream *changeStream
+	live   *liveScan
 	// lastUsed is the server time the cursor was last returned to the
 	// client (created or after a getMore); noTimeout: find's
 	// noCursorTimeout.
@@ -1066,6 +1167,73 @@ func (s *Server) cursorReply(ns string, items []rawDoc, batchSize int, single bo
 	return bson.D{{Key: "cursor", Value: bson.D{{Key: "firstBatch", Value: batch}, {Key: "id", Value: id}, {Key: "ns", Value: ns}}}}
 }
 
+// liveScan is a find cursor in _id order: each getMore reads its batch
+// from the collection as it is then, past the last _id returned, as
+// mongod's plan executor resumes an index or collection scan between
+// batches (no isolation between batches: a document changed after the
+// first batch is seen as it is when its batch is read, one deleted is not
+// seen, one inserted ahead of the scan is; the MongoDB manual, "Cursor
+// Isolation"). Sorts on other fields are blocking sorts, whose results are
+// fixed when the first batch is read, as on mongod.
+type liveScan struct {
+	db, coll string
+	uuid     bson.Binary
+	q        queryOpts // filter and sort; skip until the first batch is read
+	// remaining is what is left of the limit (0: none); last the _id of the
+	// last document returned, started whether there is one.
+	remaining int64
+	last      any
+	started   bool
+	project   func(bson.D) (bson.D, error)
+	ec        *evalCtx
+}
+
+// next reads the next batch of at most n documents (n <= 0: no count
+// bound) within the reply budget, and whether the scan is over (caller
+// holds s.mu for reading).
+func (lv *liveScan) next(s *Server, n int) (bson.A, bool, error) {
+	c := s.getColl(lv.db, lv.coll)
+	if lv.started && (c == nil || !bytes.Equal(c.uuid.Data, lv.uuid.Data)) {
+		// The collection was dropped or renamed under the cursor: mongod
+		// kills its cursors and the getMore fails.
+		return nil, true, cmdErrf(175, "QueryPlanKilled", "PlanExecutor error during getMore :: caused by :: collection dropped. UUID %x", lv.uuid.Data)
+	}
+	q := lv.q
+	q.batch, q.maxBytes, q.limit = n, maxBatchBytes, lv.remaining
+	q.after, q.hasAfter = lv.last, lv.started
+	if lv.started {
+		q.skip = 0
+	}
+	hits, more, err := s.scanQuery(c, q, lv.ec)
+	if err != nil {
+		return nil, true, err
+	}
+	if c != nil && !lv.started {
+		lv.uuid = c.uuid
+	}
+	lv.started = true
+	batch := make(bson.A, 0, len(hits))
+	for _, h := range hits {
+		if lv.project != nil {
+			d, err := lv.project(h.decoded())
+			if err != nil {
+				return nil, true, err
+			}
+			batch = append(batch, rawDoc(encodeDoc(d)))
+		} else {
+			batch = append(batch, rawDoc(h.raw))
+		}
+		lv.last = h.id
+	}
+	if lv.remaining > 0 {
+		lv.remaining -= int64(len(hits))
+		if lv.remaining <= 0 {
+			return batch, true, nil
+		}
+	}
+	return batch, !more, nil
+}
+
 func cmdFind(x *cmdCtx) (bson.D, error) {
 	name, err := x.collName()
 	if err != nil {
@@ -1099,7 +1267,35 @@ func cmdFind(x *cmdCtx) (bson.D, error) {
 			return nil, err
 		}
 	}
+	keys, err := parseSort(q.sort)
+	if err != nil {
+		return nil, err
+	}
 	s := x.s
+	ns := nsString(x.db, name)
+	if idOrdered(keys) {
+		lv := &liveScan{db: x.db, coll: name, q: q, remaining: q.limit, project: project, ec: x.ec}
+		n := bs
+		if n < 0 {
+			n = 101
+		}
+		// batchSize 0 reads nothing and leaves the cursor open, as mongod
+		// does before its executor has run.
+		batch, done := bson.A{}, false
+		if n > 0 {
+			s.mu.RLock()
+			batch, done, err = lv.next(s, n)
+			s.mu.RUnlock()
+			if err != nil {
+				return nil, err
+			}
+		}
+		var id int64
+		if !done && !single {
+			id = s.registerCursor(&cursor{ns: ns, live: lv, noTimeout: x.boolOpt("noCursorTimeout")})
+		}
+		return bson.D{{Key: "cursor", Value: bson.D{{Key: "firstBatch", Value: batch}, {Key: "id", Value: id}, {Key: "ns", Value: ns}}}}, nil
+	}
 	s.mu.RLock()
 	hits, err := s.runQuery(s.getColl(x.db, name), q, x.ec)
 	s.mu.RUnlock()
@@ -1118,7 +1314,7 @@ func cmdFind(x *cmdCtx) (bson.D, error) {
 			items[i] = h.raw
 		}
 	}
-	return s.cursorReply(nsString(x.db, name), items, bs, single, x.boolOpt("noCursorTimeout")), nil
+	return s.cursorReply(ns, items, bs, single, x.boolOpt("noCursorTimeout")), nil
 }
 
 func cmdGetMore(x *cmdCtx) (bson.D, error) {
@@ -1140,6 +1336,16 @@ func cmdGetMore(x *cmdCtx) (bson.D, error) {
 		return nil, cmdErrf(43, "CursorNotFound", "cursor id %d not found", id)
 	}
 	defer func() { cur.lastUsed = s.Now() }()
+	// failGetMoreAfterCursorCheckout fires here, with the cursor in hand,
+	// so its error is labelled knowing whether the cursor is a change
+	// stream's (getmore_cmd.cpp); the failed cursor is gone, as after any
+	// getMore error.
+	if a := s.checkFailPoint(fpGetMoreFailed, x.c, x); a != nil && a.err != nil {
+		ce := a.err.(*cmdError)
+		ce.labels = errorLabels(x, &ce.code, nil, cur.stream != nil)
+		s.dropCursor(cur.id)
+		return nil, ce
+	}
 	bs, err := batchSizeOf(x.cmd, "batchSize")
 	if err != nil {
 		return nil, err
@@ -1150,12 +1356,29 @@ func cmdGetMore(x *cmdCtx) (bson.D, error) {
 	if _, ok := x.get("maxTimeMS"); ok {
 		return nil, cmdErrf(2, "BadValue", "cannot set maxTimeMS on getMore command for a non-awaitData cursor")
 	}
-	batch, pos := takeBatch(cur.items, cur.pos, bs)
-	cur.pos = pos
+	var batch bson.A
 	rid := cur.id
-	if pos >= len(cur.items) {
-		s.dropCursor(cur.id)
-		rid = 0
+	if cur.live != nil {
+		s.mu.RLock()
+		b, done, err := cur.live.next(s, bs)
+		s.mu.RUnlock()
+		if err != nil {
+			s.dropCursor(cur.id)
+			return nil, err
+		}
+		batch = b
+		if done {
+			s.dropCursor(cur.id)
+			rid = 0
+		}
+	} else {
+		var pos int
+		batch, pos = takeBatch(cur.items, cur.pos, bs)
+		cur.pos = pos
+		if pos >= len(cur.items) {
+			s.dropCursor(cur.id)
+			rid = 0
+		}
 	}
 	return bson.D{{Key: "cursor", Value: bson.D{{Key: "nextBatch", Value: batch}, {Key: "id", Value: rid}, {Key: "ns", Value: cur.ns}}}}, nil
 }

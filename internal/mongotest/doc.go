@@ -8,8 +8,8 @@
 //
 // It speaks OP_MSG (kind 0 and kind 1 sections) and the legacy OP_QUERY
 // hello handshake driver v2.10.0 sends first on every connection, and
-// follows the reference note ../shared/reference/mongodb.md, which was
-// checked against the driver: hello without topologyVersion, strict reply
+// answers as the server does where the driver looks (checked against the
+// driver's source): hello without topologyVersion, strict reply
 // types, blocking change-stream getMore, postBatchResumeToken in every
 // batch, the errors the driver resumes on, $expr refused in upsert filters
 // (224), duplicate-key (11000) shapes.
@@ -20,60 +20,103 @@
 // command atomic; change-stream getMores wait without holding it.
 //
 // Test controls: AdvanceClock (the server clock behind $$NOW, wallTime and
-// new cluster times; see Options.NoopInterval), DropConnections (a network blip), SetHistorySize
-// (bounded change history: resuming from before it fails with 286
-// ChangeStreamHistoryLost, an open stream overtaken fails with 136
-// CappedPositionLost), FailCommand (the failCommand fail point).
+// new cluster times; see Options.NoopInterval), DropConnections (a network
+// blip), SetHistorySize and Options.HistorySize (bounded change history,
+// the oplog window counted in changes: resuming from before it fails with
+// 286 ChangeStreamHistoryLost, an open stream overtaken fails with 136
+// CappedPositionLost), FailCommand (the failCommand and
+// failGetMoreAfterCursorCheckout fail points, also reachable through
+// configureFailPoint as on mongod with enableTestCommands).
+//
+// How well it stands in for mongod is measured by running the driver's own
+// integration tests against it: see internal/suites.
 //
 // # What differs from MongoDB
 //
 // Known differences, kept honest:
 //   - No storage engine, no journal, no persistence; no authentication,
 //     TLS or compression (compression is not advertised, so the driver never
-//     compresses).
-//   - One node only; no elections. Write and read concerns are accepted and
-//     ignored (every write is immediately "majority"). No transactions:
-//     startTransaction is refused with IllegalOperation (20).
+//     compresses). Authentication commands fail with AuthenticationFailed
+//     (18): there are no users, so connect without credentials.
+//   - One node only; no elections. Write concerns: w 0, 1 and "majority"
+//     are satisfied at once; w above 1 is a writeConcernError 100
+//     UnsatisfiableWriteConcern and an unknown tag 79, the write applied, as
+//     on a one-member set; wtimeout and j are ignored. Read concerns are
+//     accepted and ignored: every read sees the latest data. Snapshot
+//     reads (readConcern snapshot, atClusterTime) are served from the
+//     current data, not as of atClusterTime, and replies carry no
+//     atClusterTime. No transactions: startTransaction is refused with
+//     IllegalOperation (20).
 //   - Natural order is _id order (MongoDB's is roughly insertion order).
 //     Only the _id index is used for queries; secondary indexes are
 //     recorded and enforce unique / partial unique / sparse constraints but
 //     queries on other fields scan. Multikey unique indexes treat an array
 //     as one key value. TTL indexes are accepted but never expire anything.
 //     No collation, no text or geo indexes, no $where, no arrayFilters.
+//   - Cursors: a find with no sort or a sort on _id reads each batch from
+//     the collection as it is when the batch is read, past the last _id
+//     returned (no isolation between batches, as mongod); a find sorted on
+//     another field, and every aggregate, listCollections and listIndexes
+//     cursor, holds its whole result from the first batch (mongod does so
+//     for blocking sorts only; a streaming aggregate there sees later
+//     writes). A batch filled exactly leaves the cursor open, as mongod's.
 //   - Query operators: $eq $ne $gt $gte $lt $lte $in $nin $exists $type
-//     $not $regex $size $all $elemMatch $mod $and $or $nor $expr. Update
-//     operators: $set $unset $inc $mul $min $max $rename $setOnInsert $push
-//     ($each $slice $position $sort) $addToSet $pull $pullAll $pop
-//     $currentDate. Overlapping paths in one update are refused with 40
-//     ConflictingUpdateOperators, as on mongod. Unknown top-level command
-//     fields are ignored (mongod's IDL refuses them with 40415).
+//     $not $regex $size $all $elemMatch $mod $and $or $nor $expr
+//     $jsonSchema. Update operators: $set $unset $inc $mul $min $max $rename
+//     $setOnInsert $push ($each $slice $position $sort) $addToSet $pull
+//     $pullAll $pop $currentDate. Overlapping paths in one update are
+//     refused with 40 ConflictingUpdateOperators, as on mongod. Unknown
+//     top-level command fields are ignored (mongod's IDL refuses them with
+//     40415).
+//   - Document validation: create/collMod validator (any query, $jsonSchema
+//     with the keywords mongod's JSON Schema parser takes),
+//     validationLevel and validationAction are enforced on every write,
+//     with bypassDocumentValidation; the 121 DocumentValidationFailure's
+//     errInfo.details is a short account (the operator, or the first
+//     $jsonSchema keyword not satisfied), not mongod's full explanation.
 //   - Aggregation stages: $match $sort $limit $skip $project $addFields/$set
 //     $unset $replaceRoot/$replaceWith $count $group ($sum $avg $min $max
 //     $first $last $push $addToSet $count) $unwind $sortByCount; no $lookup,
 //     $facet, $out, $merge. Expressions: see expr.go (the common arithmetic,
 //     comparison, boolean, conditional, array, string and conversion
-//     operators, $let $map $filter $switch); anything else is 168
-//     InvalidPipelineOperator.
+//     operators, $let $map $filter $switch $objectToArray $arrayToObject
+//     $regexMatch $getField); anything else is 168 InvalidPipelineOperator.
 //   - Change events are rendered from an in-memory history with seq
 //     numbers; resume tokens are {_data: hex} strings of this server's own
 //     format (ordered by cluster time like real ones, but not interchangeable
 //     with a real server's; a token this server did not issue gives 280,
 //     and so does one of an event the stream does not show, at the
-//     stream's first own event, as mongod's resume check does).
-//     updateDescription is computed by diffing the old and new documents:
-//     nested changes are dotted paths, a changed array is reported whole
-//     and truncatedArrays is always empty. A pipeline
-//     update becomes a replace event when its delta is not smaller than the
-//     document, approximating mongod's rule. Post-images (fullDocument
-//     whenAvailable/required) exist only for collections created or modified
-//     with changeStreamPreAndPostImages; pre-images are never available.
-//     A rename onto an existing collection (dropTarget) within a database
+//     stream's first own event, as mongod's resume check does). A stream's
+//     own stages ($match, $project, $addFields/$set, $unset,
+//     $replaceRoot/$replaceWith) see the whole event, fullDocument
+//     included; one that changes or drops _id fails the stream with 280.
+//   - updateDescription: for an update by operators, updatedFields holds
+//     the paths the operators named, as mongod logs them ($set {a: {b: 1}}
+//     is "a", $set {"a.b": 1} is "a.b", a path under a parent the update
+//     created is the parent, $push appending is "arr.N", other array
+//     operators the whole array, as for $set; truncatedArrays is empty);
+//     for a pipeline update, its delta as mongod computes one (nested
+//     changes as dotted paths, an array diffed element by element when that
+//     is smaller than the array, a shortened one in truncatedArrays).
+//     disambiguatedPaths (streams with
+//     showExpandedEvents) covers numeric field names, not field names
+//     holding dots.
+//     A pipeline update becomes a replace event when its delta is not
+//     smaller than the document, approximating mongod's rule.
+//   - Post- and pre-images (fullDocument and fullDocumentBeforeChange
+//     whenAvailable/required) exist for collections created or modified
+//     with changeStreamPreAndPostImages; they are kept as long as the change
+//     history, with no expireAfterSeconds. An event over 16 MB fails the
+//     stream with 10334 BSONObjectTooLarge, or with
+//     $changeStreamSplitLargeEvent comes in fragments (at most 16).
+//   - A rename onto an existing collection (dropTarget) within a database
 //     is one rename event, seen by the target's streams, as on mongod; a
 //     cross-database rename is a drop of the target and a rename (mongod
-//     copies through a temporary collection, with other events).
-//     With showExpandedEvents, create, createIndexes and dropIndexes events
-//     are produced (with collectionUUID and operationDescription), but not
-//     modify or the sharding events.
+//     copies through a temporary collection, with other events). With
+//     showExpandedEvents, create, createIndexes, dropIndexes and modify
+//     (every collMod) events are produced, with collectionUUID,
+//     operationDescription and stateBeforeChange.collectionOptions, but not
+//     the sharding events.
 //   - Cluster time seconds follow the server clock; the increment counts
 //     writes within a second. Like mongod's periodic no-op writer, an idle
 //     server writes a no-op every Options.NoopInterval (10 s) of real time,
@@ -86,8 +129,16 @@
 //     arrives (mongod's reaper runs every few seconds); find's
 //     noCursorTimeout exempts a cursor. Sessions never expire.
 //   - hello reports maxWireVersion 21 (MongoDB 7.0) and omits lastWrite,
-//     topologyVersion and compression on purpose (see the reference note).
-//   - Authentication commands fail with AuthenticationFailed (18): there
-//     are no users, so connect without credentials.
-//   - failCommand is the only fail point.
+//     topologyVersion and compression on purpose: without topologyVersion
+//     the driver polls instead of streaming awaitable hellos.
+//   - Fail points: failCommand and failGetMoreAfterCursorCheckout only.
+//     Error labels follow mongod's ErrorLabelBuilder (error_labels.cpp) for
+//     commands outside transactions: data.errorLabels replaces them; a
+//     failCommand error on a getMore gets no ResumableChangeStreamError
+//     (mongod labels before the cursor is known), one on the aggregate
+//     opening a change stream does; NoWritesPerformed is never added.
+//   - Names: database and collection names are checked as mongod's
+//     NamespaceString does (no NUL, no $ in a collection, the database
+//     characters / \ . space " and its 64-byte limit); write batches of 0
+//     or more than 100000 statements are 16 InvalidLength.
 package mongotest

@@ -194,6 +194,12 @@ func getPath(v any, parts []string) any {
 				return missing
 			}
 			v = fv
+		case rawDoc:
+			fv, ok := rawLookup(x, p)
+			if !ok {
+				return missing
+			}
+			v = fv
 		case bson.A:
 			out := make(bson.A, 0, len(x))
 			for _, el := range x {
@@ -778,6 +784,179 @@ func (ec *evalCtx) compileOp(op string, arg any, scope []string) (exprFn, error)
 				}
 			}
 			return out, nil
+		}, nil
+	case "$objectToArray":
+		fns, err := ec.args(op, arg, scope, 1, 1)
+		if err != nil {
+			return nil, err
+		}
+		return func(e *env) (any, error) {
+			v, err := fns[0](e)
+			if err != nil || isNullish(v) {
+				return nil, err
+			}
+			d, ok := v.(bson.D)
+			if !ok {
+				return nil, exprErr(40390, "$objectToArray requires a document input, found: %s", typeName(v))
+			}
+			out := make(bson.A, len(d))
+			for i, el := range d {
+				out[i] = bson.D{{Key: "k", Value: el.Key}, {Key: "v", Value: el.Value}}
+			}
+			return out, nil
+		}, nil
+	case "$arrayToObject":
+		fns, err := ec.args(op, arg, scope, 1, 1)
+		if err != nil {
+			return nil, err
+		}
+		return func(e *env) (any, error) {
+			v, err := fns[0](e)
+			if err != nil || isNullish(v) {
+				return nil, err
+			}
+			arr, ok := v.(bson.A)
+			if !ok {
+				return nil, exprErr(40386, "$arrayToObject requires an array input, found: %s", typeName(v))
+			}
+			out := bson.D{}
+			for _, el := range arr {
+				var k, val any
+				switch x := el.(type) {
+				case bson.A:
+					if len(x) != 2 {
+						return nil, exprErr(40397, "$arrayToObject requires an array of size 2 arrays,found array of size: %d", len(x))
+					}
+					k, val = x[0], x[1]
+				case bson.D:
+					kv, kok := docGet(x, "k")
+					vv, vok := docGet(x, "v")
+					if len(x) != 2 || !kok || !vok {
+						return nil, exprErr(40392, "$arrayToObject requires an object keys of 'k' and 'v'. Found incorrect number of keys:%d", len(x))
+					}
+					k, val = kv, vv
+				default:
+					return nil, exprErr(40398, "Unrecognised input type format for $arrayToObject: %s", typeName(el))
+				}
+				ks, ok := k.(string)
+				if !ok {
+					return nil, exprErr(40394, "$arrayToObject requires an object with keys 'k' and 'v', where the value of 'k' must be of type string. Found type: %s", typeName(k))
+				}
+				out = setField(out, ks, val)
+			}
+			return out, nil
+		}, nil
+	case "$regexMatch":
+		d, ok := arg.(bson.D)
+		if !ok {
+			return nil, exprErr(51103, "$regexMatch expects an object of named arguments but found: %s", typeName(arg))
+		}
+		var input, regex, opts exprFn
+		for _, el := range d {
+			fn, err := ec.compile(el.Value, scope)
+			if err != nil {
+				return nil, err
+			}
+			switch el.Key {
+			case "input":
+				input = fn
+			case "regex":
+				regex = fn
+			case "options":
+				opts = fn
+			default:
+				return nil, exprErr(31024, "$regexMatch found an unknown argument: %s", el.Key)
+			}
+		}
+		if input == nil || regex == nil {
+			return nil, exprErr(31022, "$regexMatch requires 'input' and 'regex' parameters")
+		}
+		return func(e *env) (any, error) {
+			in, err := input(e)
+			if err != nil {
+				return nil, err
+			}
+			rv, err := regex(e)
+			if err != nil {
+				return nil, err
+			}
+			var pattern, flags string
+			switch r := rv.(type) {
+			case string:
+				pattern = r
+			case bson.Regex:
+				pattern, flags = r.Pattern, r.Options
+			default:
+				if isNullish(rv) {
+					return false, nil
+				}
+				return nil, exprErr(51105, "$regexMatch needs 'regex' to be of type string or regex")
+			}
+			if opts != nil {
+				ov, err := opts(e)
+				if err != nil {
+					return nil, err
+				}
+				if o, ok := ov.(string); ok {
+					flags = o
+				}
+			}
+			if isNullish(in) {
+				return false, nil
+			}
+			str, ok := in.(string)
+			if !ok {
+				return nil, exprErr(51104, "$regexMatch needs 'input' to be of type string")
+			}
+			rx, err := compileRegex(pattern, flags)
+			if err != nil {
+				return nil, err
+			}
+			return rx.MatchString(str), nil
+		}, nil
+	case "$getField":
+		// {$getField: {field: <string>, input: <expr>}} or {$getField:
+		// <string>}: reads a field whose name may hold dots or a $,
+		// which a field path cannot.
+		var field any = arg
+		var input exprFn = func(e *env) (any, error) { return e.cur, nil }
+		if d, ok := arg.(bson.D); ok {
+			field = nil
+			for _, el := range d {
+				switch el.Key {
+				case "field":
+					field = el.Value
+				case "input":
+					fn, err := ec.compile(el.Value, scope)
+					if err != nil {
+						return nil, err
+					}
+					input = fn
+				default:
+					return nil, exprErr(3041701, "$getField found an unknown argument: %s", el.Key)
+				}
+			}
+		}
+		name, ok := field.(string)
+		if !ok {
+			return nil, exprErr(5654602, "$getField requires 'field' to evaluate to type String, but got %s", typeName(field))
+		}
+		return func(e *env) (any, error) {
+			v, err := input(e)
+			if err != nil {
+				return nil, err
+			}
+			if isNullish(v) {
+				return nil, nil
+			}
+			d, ok := v.(bson.D)
+			if !ok {
+				return nil, exprErr(3041705, "$getField requires 'input' to evaluate to type Object, but got %s", typeName(v))
+			}
+			if fv, ok := docGet(d, name); ok {
+				return fv, nil
+			}
+			return missing, nil
 		}, nil
 	case "$let":
 		d, ok := arg.(bson.D)

@@ -6,12 +6,24 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// failPoint is the failCommand fail point as mongod implements it
-// (src/mongo/db/commands.cpp evaluateFailCommandFailPoint; the driver specs'
-// "failCommand" test helper): mode {times: n} / {skip: n} / alwaysOn / off,
-// data {failCommands, errorCode, errorLabels, closeConnection,
-// blockConnection, blockTimeMS, writeConcernError, appName, namespace}.
+// failPoint is one of the two fail points this server has, as mongod
+// implements them:
+//
+//   - failCommand (src/mongo/db/commands.cpp evaluateFailCommandFailPoint;
+//     the driver specs' "failCommand" test helper), checked before a command
+//     runs: mode {times: n} / {skip: n} / alwaysOn / off, data
+//     {failCommands, errorCode, errorLabels, closeConnection,
+//     blockConnection, blockTimeMS, writeConcernError, appName, namespace}.
+//   - failGetMoreAfterCursorCheckout (src/mongo/db/commands/getmore_cmd.cpp),
+//     checked by a getMore once it holds its cursor: data {errorCode
+//     (default 1 InternalError), appName, namespace}. Its error is labelled
+//     as mongod labels a getMore's own errors, knowing the cursor, which is
+//     why the change-streams specification's resumability tests use it
+//     (SERVER-46091): failCommand fires before the getMore has its cursor,
+//     so mongod cannot tell it is a change stream and gives no
+//     ResumableChangeStreamError.
 type failPoint struct {
+	name     string
 	always   bool
 	times    int64
 	skip     int64
@@ -26,19 +38,45 @@ type failPoint struct {
 	ns       string
 }
 
+const (
+	fpFailCommand   = "failCommand"
+	fpGetMoreFailed = "failGetMoreAfterCursorCheckout"
+)
+
 type fpAction struct {
 	blockMS   int64
 	closeConn bool
 	err       error
 	wce       bson.D
+	// labels, when set, replace the labels mongod would compute for the
+	// reply (failCommand's data.errorLabels; errorLabelsOverride in
+	// src/mongo/db/error_labels.cpp getErrorLabels).
+	labels   []string
+	hasLabel bool
+}
+
+func failPointName(cmd bson.D) (string, error) {
+	if len(cmd) == 0 || cmd[0].Key != "configureFailPoint" {
+		return fpFailCommand, nil
+	}
+	name, _ := cmd[0].Value.(string)
+	switch name {
+	case fpFailCommand, fpGetMoreFailed:
+		return name, nil
+	}
+	return "", cmdErrf(2, "BadValue", "mongotest supports only the failCommand and failGetMoreAfterCursorCheckout fail points, not %q", name)
 }
 
 func cmdConfigureFailPoint(x *cmdCtx) (bson.D, error) {
 	if x.db != "admin" {
 		return nil, cmdErrf(13, "Unauthorized", "configureFailPoint may only be run against the admin database.")
 	}
+	name, err := failPointName(x.cmd)
+	if err != nil {
+		return nil, err
+	}
 	x.s.fpMu.Lock()
-	count := x.s.fpEntered
+	count := x.s.fpEntered[name]
 	x.s.fpMu.Unlock()
 	if err := x.s.configureFailPoint(x.cmd); err != nil {
 		return nil, err
@@ -49,7 +87,7 @@ func cmdConfigureFailPoint(x *cmdCtx) (bson.D, error) {
 	return bson.D{{Key: "count", Value: count}}, nil
 }
 
-// cmdWaitForFailPoint: {waitForFailPoint: "failCommand", timesEntered: N,
+// cmdWaitForFailPoint: {waitForFailPoint: NAME, timesEntered: N,
 // maxTimeMS: M} returns once the fail point was entered N times in all, or
 // fails with MaxTimeMSExpired after M ms, as mongod does
 // (src/mongo/db/commands/fail_point_cmd.cpp WaitForFailPointCommand).
@@ -57,8 +95,9 @@ func cmdWaitForFailPoint(x *cmdCtx) (bson.D, error) {
 	if x.db != "admin" {
 		return nil, cmdErrf(13, "Unauthorized", "waitForFailPoint may only be run against the admin database.")
 	}
-	if name, _ := x.cmd[0].Value.(string); name != "failCommand" {
-		return nil, cmdErrf(2, "BadValue", "mongotest supports only the failCommand fail point, not %q", name)
+	name, _ := x.cmd[0].Value.(string)
+	if name != fpFailCommand && name != fpGetMoreFailed {
+		return nil, cmdErrf(2, "BadValue", "mongotest supports only the failCommand and failGetMoreAfterCursorCheckout fail points, not %q", name)
 	}
 	v, ok := x.get("timesEntered")
 	want, _ := toInt64(v)
@@ -73,7 +112,7 @@ func cmdWaitForFailPoint(x *cmdCtx) (bson.D, error) {
 	deadline := time.Now().Add(time.Duration(ms) * time.Millisecond)
 	for {
 		x.s.fpMu.Lock()
-		n := x.s.fpEntered
+		n := x.s.fpEntered[name]
 		x.s.fpMu.Unlock()
 		if n >= want {
 			return bson.D{}, nil
@@ -92,19 +131,18 @@ func cmdWaitForFailPoint(x *cmdCtx) (bson.D, error) {
 }
 
 func (s *Server) configureFailPoint(cmd bson.D) error {
-	if len(cmd) > 0 && cmd[0].Key == "configureFailPoint" {
-		if name, _ := cmd[0].Value.(string); name != "failCommand" {
-			return cmdErrf(2, "BadValue", "mongotest supports only the failCommand fail point, not %q", name)
-		}
+	name, err := failPointName(cmd)
+	if err != nil {
+		return err
 	}
-	fp := &failPoint{commands: map[string]bool{}}
+	fp := &failPoint{name: name, commands: map[string]bool{}}
 	mode, _ := docGet(cmd, "mode")
 	switch m := mode.(type) {
 	case string:
 		switch m {
 		case "off":
 			s.fpMu.Lock()
-			s.fp = nil
+			delete(s.fps, name)
 			s.fpMu.Unlock()
 			return nil
 		case "alwaysOn":
@@ -166,6 +204,17 @@ func (s *Server) configureFailPoint(cmd bson.D) error {
 			fp.ns, _ = e.Value.(string)
 		}
 	}
+	if name == fpGetMoreFailed {
+		// getmore_cmd.cpp adds failCommands: ["getMore"] to the data and
+		// throws errorCode, or InternalError without one; the other
+		// failCommand actions do not apply.
+		fp.commands = map[string]bool{"getMore": true}
+		if fp.code == nil {
+			code := int32(1)
+			fp.code = &code
+		}
+		fp.close, block, fp.wce, fp.hasLabel, fp.labels = false, false, nil, false, nil
+	}
 	if len(fp.commands) == 0 {
 		return cmdErrf(2, "BadValue", "failCommand fail point needs data.failCommands")
 	}
@@ -173,7 +222,7 @@ func (s *Server) configureFailPoint(cmd bson.D) error {
 		fp.blockMS = blockMS
 	}
 	s.fpMu.Lock()
-	s.fp = fp
+	s.fps[name] = fp
 	s.fpMu.Unlock()
 	return nil
 }
@@ -203,12 +252,19 @@ func resumableCode(c int32) bool {
 // on any command (error_labels.cpp isNonResumableChangeStreamError).
 func nonResumableCode(c int32) bool { return c == 280 || c == 286 }
 
-// checkFailPoint decides what the fail point does to this command.
-func (s *Server) checkFailPoint(c *conn, x *cmdCtx) *fpAction {
+// checkFailPoint decides what the named fail point does to this command,
+// counting it as entered when it acts.
+func (s *Server) checkFailPoint(name string, c *conn, x *cmdCtx) *fpAction {
 	s.fpMu.Lock()
 	defer s.fpMu.Unlock()
-	fp := s.fp
+	fp := s.fps[name]
 	if fp == nil || !fp.commands[x.name] || x.name == "configureFailPoint" {
+		return nil
+	}
+	// commands.cpp evaluateFailCommandFailPoint activates only with an
+	// action of its own; a writeConcernError alone is added after the
+	// command ran (service_entry_point_common.cpp _waitForWriteConcern).
+	if fp.code == nil && !fp.close && fp.blockMS == 0 && fp.wce == nil {
 		return nil
 	}
 	if fp.appName != "" && fp.appName != c.app {
@@ -223,37 +279,51 @@ func (s *Server) checkFailPoint(c *conn, x *cmdCtx) *fpAction {
 	}
 	if !fp.always {
 		if fp.times <= 0 {
-			s.fp = nil
+			delete(s.fps, name)
 			return nil
 		}
 		fp.times--
 		if fp.times == 0 {
-			s.fp = nil
+			delete(s.fps, name)
 		}
 	}
-	s.fpEntered++
-	a := &fpAction{blockMS: fp.blockMS, closeConn: fp.close, wce: fp.wce}
+	s.fpEntered[name]++
+	a := &fpAction{blockMS: fp.blockMS, closeConn: fp.close, wce: fp.wce, labels: fp.labels, hasLabel: fp.hasLabel}
 	if fp.code != nil {
-		ce := &cmdError{code: *fp.code, name: codeName(*fp.code), msg: "Failing command via 'failCommand' failpoint"}
-		if fp.hasLabel {
-			ce.labels = fp.labels
-		} else {
-			// error_labels.cpp ErrorLabelBuilder::build: RetryableWriteError
-			// excludes ResumableChangeStreamError; otherwise resumable, or
-			// else NonResumableChangeStreamError.
-			_, hasTxn := x.get("txnNumber")
-			switch code := *fp.code; {
-			case retriableCodes[code] && hasTxn && retryableWrites[x.name]:
-				ce.labels = []string{"RetryableWriteError"}
-			case resumableCode(code) && s.isChangeStreamCommand(x):
-				ce.labels = []string{"ResumableChangeStreamError"}
-			case nonResumableCode(code):
-				ce.labels = []string{"NonResumableChangeStreamError"}
-			}
+		msg := "Failing command via 'failCommand' failpoint"
+		if name == fpGetMoreFailed {
+			msg = "Hit the 'failGetMoreAfterCursorCheckout' failpoint"
 		}
-		a.err = ce
+		a.err = &cmdError{code: *fp.code, name: codeName(*fp.code), msg: msg}
 	}
 	return a
+}
+
+// errorLabels are the labels mongod gives a reply of x that failed with
+// code (or nil) and/or carries a write concern error wcCode (or nil):
+// src/mongo/db/error_labels.cpp ErrorLabelBuilder::build, for a replica
+// set member outside transactions. changeStream says whether mongod knows
+// the command to be a change stream's: an aggregate opening one, or a
+// getMore that has checked out a change stream's cursor (a failCommand on
+// a getMore fires before that, and gets no ResumableChangeStreamError).
+func errorLabels(x *cmdCtx, code, wcCode *int32, changeStream bool) []string {
+	var labels []string
+	_, hasTxn := x.get("txnNumber")
+	retryable := func(c *int32) bool { return c != nil && retriableCodes[*c] }
+	// isRetryableWriteError: a command with a txnNumber outside a
+	// transaction failing, or with a write concern error, of the
+	// RetriableError category.
+	if hasTxn && retryableWrites[x.name] && (retryable(code) || retryable(wcCode)) {
+		return []string{"RetryableWriteError"}
+	}
+	// isResumableChangeStreamError, then isNonResumableChangeStreamError.
+	switch {
+	case code != nil && wcCode == nil && changeStream && (x.name == "aggregate" || x.name == "getMore") && resumableCode(*code):
+		labels = append(labels, "ResumableChangeStreamError")
+	case code != nil && nonResumableCode(*code):
+		labels = append(labels, "NonResumableChangeStreamError")
+	}
+	return labels
 }
 
 // failPointColl is the collection of the command's namespace as mongod
@@ -273,25 +343,17 @@ func failPointColl(x *cmdCtx) string {
 	return coll
 }
 
-// isChangeStreamCommand: an aggregate opening a change stream, or a getMore
-// on one. mongod labels retriable errors of these (and only these)
-// ResumableChangeStreamError (error_labels.cpp isResumableChangeStreamError).
-func (s *Server) isChangeStreamCommand(x *cmdCtx) bool {
-	switch x.name {
-	case "aggregate":
-		p, _ := x.get("pipeline")
-		arr, _ := p.(bson.A)
-		if len(arr) > 0 {
-			if st, ok := arr[0].(bson.D); ok && len(st) > 0 && st[0].Key == "$changeStream" {
-				return true
-			}
+// opensChangeStream: an aggregate whose first stage is $changeStream.
+func opensChangeStream(x *cmdCtx) bool {
+	if x.name != "aggregate" {
+		return false
+	}
+	p, _ := x.get("pipeline")
+	arr, _ := p.(bson.A)
+	if len(arr) > 0 {
+		if st, ok := arr[0].(bson.D); ok && len(st) > 0 && st[0].Key == "$changeStream" {
+			return true
 		}
-	case "getMore":
-		id, _ := toInt64(x.cmd[0].Value)
-		s.cursorMu.Lock()
-		cur := s.cursors[id]
-		s.cursorMu.Unlock()
-		return cur != nil && cur.stream != nil
 	}
 	return false
 }

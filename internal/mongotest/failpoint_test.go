@@ -92,6 +92,13 @@ func TestFailCommandBlocksConnection(t *testing.T) {
 	}
 }
 
+// mongod labels a change stream's getMore error ResumableChangeStreamError
+// only once the getMore holds its cursor (error_labels.cpp reads the
+// cursor's originating command): failGetMoreAfterCursorCheckout's errors
+// get the label and the driver resumes, failCommand's fire before and get
+// none, and reach the caller, as the change-streams specification's
+// change-streams-resume-errorLabels tests expect ("change stream does not
+// resume if error does not contain ResumableChangeStreamError").
 func TestFailCommandLabelsLikeMongod(t *testing.T) {
 	srv, client := start(t)
 	c := ctx(t)
@@ -101,13 +108,24 @@ func TestFailCommandLabelsLikeMongod(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close(c)
-	// PrimarySteppedDown on a change stream's getMore is labelled
-	// ResumableChangeStreamError, so the driver resumes.
-	srv.FailCommand(bson.D{{Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
-		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"getMore"}}, {Key: "errorCode", Value: 189}}}})
+	srv.FailCommand(bson.D{{Key: "configureFailPoint", Value: "failGetMoreAfterCursorCheckout"}, {Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
+		{Key: "data", Value: bson.D{{Key: "errorCode", Value: 189}}}})
 	coll.InsertOne(c, bson.D{{Key: "_id", Value: 1}})
 	if ev := next(t, cs); ev.DocumentKey["_id"] != int32(1) {
 		t.Fatalf("%v", ev.DocumentKey)
+	}
+	// The same code from failCommand, with no errorLabels: not resumed.
+	srv.FailCommand(bson.D{{Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"getMore"}}, {Key: "errorCode", Value: 189}}}})
+	coll.InsertOne(c, bson.D{{Key: "_id", Value: 2}})
+	c2, cancel := context.WithTimeout(c, 5*time.Second)
+	defer cancel()
+	var se mongo.ServerError
+	if cs.Next(c2) {
+		t.Fatal("a failCommand getMore error without labels was resumed")
+	}
+	if !errors.As(cs.Err(), &se) || !se.HasErrorCode(189) || se.HasErrorLabel("ResumableChangeStreamError") {
+		t.Fatalf("Err %v", cs.Err())
 	}
 	// The same code on a find carries no change-stream label.
 	srv.FailCommand(bson.D{{Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
@@ -116,6 +134,39 @@ func TestFailCommandLabelsLikeMongod(t *testing.T) {
 	var ce mongo.CommandError
 	if !errors.As(err, &ce) || ce.Code != 2 || len(ce.Labels) != 0 {
 		t.Fatalf("find: %v (labels %v)", err, ce.Labels)
+	}
+}
+
+// An aggregate opening a change stream is known to be one before it runs:
+// failCommand's resumable errors on it are labelled, and the driver's
+// Watch retries it once, as a retryable read.
+func TestFailCommandLabelsTheOpeningAggregate(t *testing.T) {
+	srv, client := start(t)
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	var labels []string
+	srv.FailCommand(bson.D{{Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"aggregate"}}, {Key: "errorCode", Value: 11000}}}})
+	_, err := coll.Watch(c, mongo.Pipeline{})
+	var se mongo.ServerError
+	if !errors.As(err, &se) || !se.HasErrorCode(11000) {
+		t.Fatalf("watch failing with 11000: %v", err)
+	}
+	srv.FailCommand(bson.D{{Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"aggregate"}}, {Key: "errorCode", Value: 91}}}})
+	raw, err := client.Database("db").RunCommand(c, bson.D{{Key: "aggregate", Value: "c"},
+		{Key: "pipeline", Value: bson.A{bson.D{{Key: "$changeStream", Value: bson.D{}}}}}, {Key: "cursor", Value: bson.D{}}}).Raw()
+	if !errors.As(err, &se) {
+		t.Fatalf("aggregate failing with 91: %v", err)
+	}
+	if v, err := raw.LookupErr("errorLabels"); err == nil {
+		vals, _ := v.Array().Values()
+		for _, l := range vals {
+			labels = append(labels, l.StringValue())
+		}
+	}
+	if fmt.Sprint(labels) != "[ResumableChangeStreamError]" {
+		t.Fatalf("labels %v, want [ResumableChangeStreamError]", labels)
 	}
 }
 
@@ -151,14 +202,15 @@ func TestFailCommandLabelCategories(t *testing.T) {
 	if !errors.As(err, &se) || !se.HasErrorLabel("NonResumableChangeStreamError") || se.HasErrorLabel("ResumableChangeStreamError") {
 		t.Fatalf("find failing with 286: %v", err)
 	}
-	// StaleConfig (NeedRetargettingError) on a change stream getMore
-	// resumes.
+	// StaleConfig (NeedRetargettingError) on a change stream getMore that
+	// holds its cursor resumes.
 	cs, err := coll.Watch(c, mongo.Pipeline{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cs.Close(c)
-	fail("getMore", 13388)
+	srv.FailCommand(bson.D{{Key: "configureFailPoint", Value: "failGetMoreAfterCursorCheckout"}, {Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
+		{Key: "data", Value: bson.D{{Key: "errorCode", Value: 13388}}}})
 	coll.InsertOne(c, bson.D{{Key: "_id", Value: 3}})
 	if ev := next(t, cs); ev.DocumentKey["_id"] != int32(3) {
 		t.Fatalf("%v", ev.DocumentKey)

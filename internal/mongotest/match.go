@@ -131,6 +131,12 @@ func compileTop(key string, val any, ec *evalCtx) (pred, error) {
 				}
 				return truthy(v)
 			}, nil
+		case "$jsonSchema":
+			fn, err := compileJSONSchema(val)
+			if err != nil {
+				return nil, err
+			}
+			return func(d bson.D) bool { ok, _ := fn(d); return ok }, nil
 		case "$comment":
 			return nil, nil
 		case "$alwaysTrue":
@@ -568,6 +574,10 @@ func resolvePath(v any, parts []string) []any {
 		switch x := v.(type) {
 		case bson.D:
 			if fv, ok := docGet(x, parts[0]); ok {
+				walk(fv, parts[1:])
+			}
+		case rawDoc:
+			if fv, ok := rawLookup(x, parts[0]); ok {
 				walk(fv, parts[1:])
 			}
 		case bson.A:

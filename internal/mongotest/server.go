@@ -104,9 +104,11 @@ type Server struct {
 	conns   map[*conn]struct{}
 	connSeq int32
 
-	fpMu      sync.Mutex
-	fp        *failPoint
-	fpEntered int64 // times the fail point fired, over every configuration
+	fpMu sync.Mutex
+	fps  map[string]*failPoint // by name: failCommand, failGetMoreAfterCursorCheckout
+	// fpEntered counts the times each fail point fired, over every
+	// configuration.
+	fpEntered map[string]int64
 
 	retryMu sync.Mutex
 	retry   map[string]retryEntry
@@ -151,6 +153,8 @@ func Start(opts Options) (*Server, error) {
 		rng:         rand.Reader,
 		conns:       map[*conn]struct{}{},
 		retry:       map[string]retryEntry{},
+		fps:         map[string]*failPoint{},
+		fpEntered:   map[string]int64{},
 		closed:      make(chan struct{}),
 	}
 	s.addr = advertised(ln.Addr().(*net.TCPAddr), addr)
@@ -287,10 +291,10 @@ func (s *Server) SetHistorySize(n int) {
 	s.unlockWrite()
 }
 
-// FailCommand configures the failCommand fail point, exactly like the
-// configureFailPoint command's document: {configureFailPoint: "failCommand",
-// mode: ..., data: {...}}. The leading configureFailPoint field may be
-// omitted.
+// FailCommand configures a fail point, exactly like the configureFailPoint
+// command's document: {configureFailPoint: "failCommand", mode: ..., data:
+// {...}} (or "failGetMoreAfterCursorCheckout"). Without the leading
+// configureFailPoint field it configures failCommand.
 func (s *Server) FailCommand(spec bson.D) {
 	d, _ := normalize(spec).(bson.D)
 	if err := s.configureFailPoint(d); err != nil {

@@ -175,6 +175,8 @@ type collection struct {
 	ns *evNS
 	// postImages is set by changeStreamPreAndPostImages: {enabled: true}.
 	postImages bool
+	// validator is the document validation of the options, or nil.
+	validator *validator
 }
 
 // index is an index spec; unique indexes other than _id_ keep a map from

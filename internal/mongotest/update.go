@@ -670,35 +670,134 @@ func hasExpr(v any) bool {
 // updateDescription computes {updatedFields, removedFields, truncatedArrays}
 // from the old and new documents, as the $v:2 delta would: nested changes as
 // dotted paths, arrays as whole values.
-func updateDescription(old, nw bson.D) bson.D {
-	updated := bson.D{}
-	var removed bson.A = bson.A{}
-	var walk func(prefix string, o, n bson.D)
-	walk = func(prefix string, o, n bson.D) {
-		for _, e := range o {
-			if _, ok := docGet(n, e.Key); !ok {
-				removed = append(removed, prefix+e.Key)
-			}
-		}
-		for _, e := range n {
-			ov, ok := docGet(o, e.Key)
-			if !ok {
-				updated = append(updated, bson.E{Key: prefix + e.Key, Value: e.Value})
-				continue
-			}
-			od, ook := ov.(bson.D)
-			nd, nok := e.Value.(bson.D)
-			if ook && nok {
-				walk(prefix+e.Key+".", od, nd)
-				continue
-			}
-			if typeName(ov) != typeName(e.Value) || compareValues(ov, e.Value) != 0 {
-				updated = append(updated, bson.E{Key: prefix + e.Key, Value: e.Value})
+// opsUpdateDescription is the updateDescription of an update by operators,
+// as mongod logs it: each operator logs the path it names
+// (update/v2_log_builder.cpp, read back by
+// change_stream_document_diff_parser.cpp), so $set {a: {b: 3}} is
+// updatedFields {a: {b: 3}} and $set {"a.b": 3} is {"a.b": 3}. A path whose
+// parents did not exist is logged at the first one created ($set {"x.y": 1}
+// on a document without x is {x: {y: 1}}); a value set to what it was is
+// not logged (a no-op). $push appending to an existing array logs each new
+// element ("arr.3"; push_node.cpp kArrayAppendUpdate), any other array
+// operator the whole array. $unset and the source of $rename are
+// removedFields.
+func opsUpdateDescription(ops, old, nw bson.D) bson.D {
+	type logged struct {
+		path   string
+		remove bool
+	}
+	var paths []logged
+	for _, op := range ops {
+		for _, f := range op.Value.(bson.D) {
+			switch op.Key {
+			case "$setOnInsert":
+				// Applies only to inserts, which are insert events.
+			case "$unset":
+				paths = append(paths, logged{f.Key, true})
+			case "$rename":
+				to, _ := f.Value.(string)
+				paths = append(paths, logged{f.Key, true}, logged{to, false})
+			case "$push":
+				parts := splitPath(f.Key)
+				ov, ook := getAt(old, parts)
+				nv, nok := getAt(nw, parts)
+				oa, isOld := ov.(bson.A)
+				na, isNew := nv.(bson.A)
+				if ook && nok && isOld && isNew && len(na) > len(oa) && compareValues(oa, na[:len(oa)]) == 0 {
+					for i := len(oa); i < len(na); i++ {
+						paths = append(paths, logged{f.Key + "." + strconv.Itoa(i), false})
+					}
+					continue
+				}
+				paths = append(paths, logged{f.Key, false})
+			default:
+				paths = append(paths, logged{f.Key, false})
 			}
 		}
 	}
-	walk("", old, nw)
+	sort.SliceStable(paths, func(i, j int) bool { return lessPath(paths[i].path, paths[j].path) })
+	updated := bson.D{}
+	removed := bson.A{}
+	covered := func(p string) bool {
+		for _, e := range updated {
+			if p == e.Key || strings.HasPrefix(p, e.Key+".") {
+				return true
+			}
+		}
+		return false
+	}
+	for _, l := range paths {
+		parts := splitPath(l.path)
+		ov, ook := getAt(old, parts)
+		nv, nok := getAt(nw, parts)
+		if l.remove {
+			if ook && !nok {
+				removed = append(removed, l.path)
+			}
+			continue
+		}
+		if !nok || covered(l.path) {
+			continue
+		}
+		if ook && typeName(ov) == typeName(nv) && compareValues(ov, nv) == 0 {
+			continue
+		}
+		// The first component the update created, if it created any.
+		for k := 1; k < len(parts); k++ {
+			if _, ok := getAt(old, parts[:k]); !ok {
+				parts = parts[:k]
+				nv, _ = getAt(nw, parts)
+				break
+			}
+		}
+		p := strings.Join(parts, ".")
+		if !covered(p) {
+			updated = append(updated, bson.E{Key: p, Value: nv})
+		}
+	}
 	return bson.D{{Key: "updatedFields", Value: updated}, {Key: "removedFields", Value: removed}, {Key: "truncatedArrays", Value: bson.A{}}}
+}
+
+// updateDescription is the updateDescription of a pipeline update, read
+// from its delta as mongod's change stream reads a $v:2 oplog diff
+// (change_stream_document_diff_parser.cpp): removed fields, updated and
+// inserted ones as dotted paths, array diffs as their elements' paths
+// ("arr.3") and truncations (truncatedArrays {field, newSize}).
+func updateDescription(old, nw bson.D) bson.D {
+	updated := bson.D{}
+	removed := bson.A{}
+	truncated := bson.A{}
+	var walk func(prefix string, diff bson.D)
+	walk = func(prefix string, diff bson.D) {
+		isArray := false
+		if v, ok := docGet(diff, "a"); ok && v == true {
+			isArray = true
+		}
+		for _, e := range diff {
+			switch {
+			case e.Key == "a":
+			case isArray && e.Key == "l":
+				n, _ := toInt64(e.Value)
+				truncated = append(truncated, bson.D{{Key: "field", Value: strings.TrimSuffix(prefix, ".")}, {Key: "newSize", Value: int32(n)}})
+			case isArray && strings.HasPrefix(e.Key, "u"):
+				updated = append(updated, bson.E{Key: prefix + e.Key[1:], Value: e.Value})
+			case isArray && strings.HasPrefix(e.Key, "s"):
+				walk(prefix+e.Key[1:]+".", e.Value.(bson.D))
+			case e.Key == "d":
+				for _, f := range e.Value.(bson.D) {
+					removed = append(removed, prefix+f.Key)
+				}
+			case e.Key == "u" || e.Key == "i":
+				for _, f := range e.Value.(bson.D) {
+					updated = append(updated, bson.E{Key: prefix + f.Key, Value: f.Value})
+				}
+			case strings.HasPrefix(e.Key, "s"):
+				walk(prefix+e.Key[1:]+".", e.Value.(bson.D))
+			}
+		}
+	}
+	walk("", oplogDiff(old, nw))
+	return bson.D{{Key: "updatedFields", Value: updated}, {Key: "removedFields", Value: removed}, {Key: "truncatedArrays", Value: truncated}}
 }
 
 // deltaSmaller applies mongod's rule for pipeline updates: the delta is
@@ -725,17 +824,13 @@ func oplogDiff(o, n bson.D) bson.D {
 			i = append(i, e)
 			continue
 		}
-		od, ook := ov.(bson.D)
-		nd, nok := e.Value.(bson.D)
-		if ook && nok {
-			if sd := oplogDiff(od, nd); len(sd) > 0 {
-				subs = append(subs, bson.E{Key: "s" + e.Key, Value: sd})
-			}
+		if sd, same, ok := subDiff(ov, e.Value); same {
+			continue
+		} else if ok {
+			subs = append(subs, bson.E{Key: "s" + e.Key, Value: sd})
 			continue
 		}
-		if typeName(ov) != typeName(e.Value) || compareValues(ov, e.Value) != 0 {
-			u = append(u, e)
-		}
+		u = append(u, e)
 	}
 	var out bson.D
 	if len(d) > 0 {
@@ -748,6 +843,50 @@ func oplogDiff(o, n bson.D) bson.D {
 		out = append(out, bson.E{Key: "i", Value: i})
 	}
 	return append(out, subs...)
+}
+
+// subDiff compares a field's old and new values: same when equal; else a
+// sub-diff when both are documents, or both arrays and the array diff is
+// smaller than the new array (document_diff_calculator.cpp computeArrayDiff
+// logs the whole array otherwise); else ok is false and the field is
+// updated whole.
+func subDiff(ov, nv any) (diff bson.D, same, ok bool) {
+	if typeName(ov) == typeName(nv) && compareValues(ov, nv) == 0 {
+		return nil, true, false
+	}
+	switch o := ov.(type) {
+	case bson.D:
+		if n, isDoc := nv.(bson.D); isDoc {
+			return oplogDiff(o, n), false, true
+		}
+	case bson.A:
+		n, isArr := nv.(bson.A)
+		if !isArr {
+			return nil, false, false
+		}
+		ad := bson.D{{Key: "a", Value: true}}
+		if len(n) < len(o) {
+			ad = append(ad, bson.E{Key: "l", Value: int32(len(n))})
+		}
+		for k, nel := range n {
+			key := strconv.Itoa(k)
+			if k >= len(o) {
+				ad = append(ad, bson.E{Key: "u" + key, Value: nel})
+				continue
+			}
+			if sd, same, ok := subDiff(o[k], nel); same {
+				continue
+			} else if ok {
+				ad = append(ad, bson.E{Key: "s" + key, Value: sd})
+				continue
+			}
+			ad = append(ad, bson.E{Key: "u" + key, Value: nel})
+		}
+		if len(appendElem(nil, "", ad)) < len(appendElem(nil, "", n)) {
+			return ad, false, true
+		}
+	}
+	return nil, false, false
 }
 
 // checkConflicts refuses an update whose paths overlap: mongod builds one

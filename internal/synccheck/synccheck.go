@@ -1,7 +1,7 @@
 // Package synccheck compares a Meilisearch index with what a job should
 // have made of its collection: the index must hold exactly
 // transform(collection), minus the documents recorded in the errors
-// collection (left out, DESIGN.md "Per-document errors"). It works against
+// collection (left out). It works against
 // the test servers and real ones alike (it only uses the drivers), so the
 // engine's tests and the testscript scenarios share it.
 package synccheck

@@ -1,0 +1,19 @@
+// Package sidecar groups the parts of the running sidecar, one package
+// each, and holds no code of its own. Imports point one way, from the top
+// of this list down; each package's doc says what it must not import, and
+// TestImportDirection checks it:
+//
+//   - config: the MEILISTREAM_* configuration and the root logger; only the
+//     main package imports it.
+//   - supervisor: one goroutine per job (standby, run, restart, park) and
+//     the jobs' status; uses the engine.
+//   - httpapi: /healthz, /readyz, /status and /metrics, and the Prometheus
+//     collectors that implement the engine's and the supervisor's metrics
+//     interfaces.
+//   - meili: the Meilisearch sink, a sibling of the replica sink
+//     (../replicate); both implement engine.Sink.
+//   - engine: reindex and follow of one job over a Sink.
+//   - jobstate: what the engine keeps in MongoDB (positions, checkpoints,
+//     per-document error records).
+//   - status: the jobs' live figures and the /status types; a leaf.
+package sidecar

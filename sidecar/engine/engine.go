@@ -1,0 +1,569 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/sidecar/status"
+	"github.com/meilistream/meilistream/transform"
+)
+
+// Defaults of Config fields left zero. A job's options (batchSize,
+// flushInterval, onHistoryLost, onDocumentError) default to the transform
+// package's, which its option table documents.
+const (
+	DefaultBatchSize        = transform.DefaultBatchSize
+	DefaultFlushInterval    = transform.DefaultFlushInterval
+	DefaultOnHistoryLost    = transform.DefaultOnHistoryLost
+	DefaultOnDocumentError  = transform.DefaultOnDocumentError
+	DefaultPageSize         = 2000
+	DefaultPositionInterval = 60 * time.Second
+	DefaultMaxInFlight      = 4
+	DefaultDrainTimeout     = 15 * time.Second
+	DefaultRetryBase        = 200 * time.Millisecond
+	DefaultRetryCap         = 30 * time.Second
+	DefaultProgressInterval = 5 * time.Second
+	DefaultRolloutGrace     = 2 * time.Minute
+)
+
+// ErrInvalidated is the cause (wrapped in a FAILED *errs.Error) of Run's
+// return when the collection was dropped, renamed or its database dropped:
+// the position is cleared, so the next run reindexes what the collection
+// then holds.
+var ErrInvalidated = errors.New("change stream invalidated: collection dropped or renamed")
+
+// ErrTransformOlder is the cause (wrapped in a FAILED *errs.Error, so the
+// supervisor restarts the job with backoff and releases the lease meanwhile)
+// of Run's return when this process's transform is the one another process
+// replaced less than RolloutGrace ago: during a rollout, a pod that still
+// has the old file must not reindex the job back to the old output.
+var ErrTransformOlder = errors.New("transform older than the one recorded")
+
+// Config tunes the engine. Zero fields take the defaults above. A job's
+// own options (BatchSize,
+// FlushInterval, OnHistoryLost, OnDocumentError in its transform file)
+// override the matching fields here.
+type Config struct {
+	BatchSize        int           // pending changes that trigger a send (follow); writes per batch (reindex)
+	PageSize         int           // documents a reindex reads ahead of its checkpoint at most (parts of half of it)
+	FlushInterval    time.Duration // longest a pending change waits
+	PositionInterval time.Duration // how often a quiet stream records its position
+	OnHistoryLost    string        // "reindex" | "fail"
+	OnDocumentError  string        // "skip" | "fail"
+
+	MaxInFlight      int           // batches sent but not yet durable (default 4)
+	DrainTimeout     time.Duration // on close, how long flushing pending changes may take (default 15s)
+	RetryBase        time.Duration // first backoff of a retried send (default 200ms)
+	RetryCap         time.Duration // backoff cap (default 30s)
+	ProgressInterval time.Duration // reindex progress log period (default 5s)
+	// RolloutGrace: a job whose transform hash is the one the recorded hash
+	// replaced less than this long ago (server time) does not reindex; it
+	// fails with ErrTransformOlder and is retried, so a pod whose file has
+	// not been updated yet in a rollout does not roll the index back. After
+	// it, a deliberate revert is honoured (default 2m).
+	RolloutGrace time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.BatchSize <= 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.PageSize <= 0 {
+		c.PageSize = DefaultPageSize
+	}
+	if c.FlushInterval <= 0 {
+		c.FlushInterval = DefaultFlushInterval
+	}
+	if c.PositionInterval <= 0 {
+		c.PositionInterval = DefaultPositionInterval
+	}
+	if c.OnHistoryLost == "" {
+		c.OnHistoryLost = DefaultOnHistoryLost
+	}
+	if c.OnDocumentError == "" {
+		c.OnDocumentError = DefaultOnDocumentError
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.RetryBase <= 0 {
+		c.RetryBase = DefaultRetryBase
+	}
+	if c.RetryCap <= 0 {
+		c.RetryCap = DefaultRetryCap
+	}
+	if c.ProgressInterval <= 0 {
+		c.ProgressInterval = DefaultProgressInterval
+	}
+	if c.RolloutGrace <= 0 {
+		c.RolloutGrace = DefaultRolloutGrace
+	}
+	return c
+}
+
+// Lease is what the engine needs of a job's lease; *lease.Lease has
+// it. Lost is closed once the lease is no longer held, Err then says why
+// (LEASE_LOST); Confirm proves with one round trip that it is still held.
+type Lease interface {
+	Epoch() int64
+	Lost() <-chan struct{}
+	Err() error
+	Confirm(ctx context.Context) error
+}
+
+// Engine runs search and mirror jobs: reindex and follow over a Sink. One
+// Engine serves every job; it holds no per-job state between calls (that
+// lives in MongoDB, see sidecar/jobstate).
+type Engine struct {
+	source *mongo.Database
+	store  *jobstate.Store
+	cfg    Config
+	obs    Observer
+	log    hclog.Logger
+
+	kindMu sync.Mutex
+	kind   map[string]string // job name -> metrics kind label
+}
+
+// New returns an engine reading jobs' collections from source and
+// keeping positions and checkpoints in state, per-document errors in
+// errorsColl (normally state's name + "_errors"). obs and logger may be
+// nil.
+func New(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Collection, cfg Config, obs Observer, logger hclog.Logger) *Engine {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	if obs == nil {
+		obs = noObserver{}
+	}
+	cfg = cfg.withDefaults()
+	store := jobstate.New(state, errorsColl, func(ctx context.Context, attempt int) error {
+		return sleep(ctx, backoff(cfg, attempt))
+	})
+	return &Engine{source: source, store: store, cfg: cfg, obs: obs, log: logger}
+}
+
+// jobConfig is the engine configuration with a job's overrides applied.
+type jobConfig struct {
+	Config
+	job *transform.Job
+}
+
+func (e *Engine) jobCfg(job *transform.Job) jobConfig {
+	c := e.cfg
+	if job.BatchSize > 0 {
+		c.BatchSize = job.BatchSize
+	}
+	if job.FlushInterval > 0 {
+		c.FlushInterval = job.FlushInterval
+	}
+	if job.OnHistoryLost != "" {
+		c.OnHistoryLost = job.OnHistoryLost
+	}
+	if job.OnDocumentError != "" {
+		c.OnDocumentError = job.OnDocumentError
+	}
+	return jobConfig{Config: c, job: job}
+}
+
+// Run runs job under l until ctx ends or the job fails: it prepares the
+// sink, reindexes when the job has no recorded position, when the position
+// was recorded with another transform hash, or when the history is lost
+// (onHistoryLost: reindex), and follows the change stream.
+//
+// It returns nil after a clean close (ctx cancelled for any reason but a
+// lost lease: pending changes are flushed and their position recorded, within
+// DrainTimeout), an error with code LEASE_LOST when the lease was lost
+// (nothing recorded afterwards), HISTORY_LOST with onHistoryLost: fail, a
+// FAILED error wrapping ErrInvalidated when the collection was dropped or
+// renamed (position cleared), or the per-document error's own code with
+// onDocumentError: fail.
+func (e *Engine) Run(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *status.JobStats) error {
+	e.setKind(job.Name, job.Kind.String())
+	if stats == nil {
+		stats = status.NewJobStats() // the lag metric is computed from it
+	}
+	err := e.run(ctx, job, sink, l, stats)
+	if err != nil {
+		err = errs.WithJob(job.Name, err)
+		stats.SetError(err)
+	}
+	stats.SetPhase(status.PhaseIdle)
+	return err
+}
+
+func (e *Engine) run(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *status.JobStats) error {
+	ctx, stop := leaseContext(ctx, l)
+	defer stop()
+	log := e.log.With("job", job.Name)
+	if err := e.store.Stamp(ctx, job.Name, l); err != nil {
+		return closeOr(ctx, l, err)
+	}
+	if err := retryPrepare(ctx, sink, e.cfg, log); err != nil {
+		return closeOr(ctx, l, err)
+	}
+	var (
+		lostStart bson.Raw // the position recorded by a reindex after a history loss
+		afterLost bool     // the reindex just done was for a history loss
+	)
+	for {
+		pos, err := e.store.ReadPosition(ctx, job.Name)
+		if err != nil {
+			return closeOr(ctx, l, errs.Wrap(errs.Failed, job.Name, err, "read position"))
+		}
+		if afterLost && pos != nil {
+			lostStart, afterLost = pos.Token, false
+		}
+		if pos == nil || pos.Hash != job.Hash {
+			if pos == nil {
+				log.Info("no recorded position: reindexing")
+			} else {
+				if err := e.olderTransform(ctx, job, pos, log); err != nil {
+					return closeOr(ctx, l, err)
+				}
+				e.logWhyReindex(job, pos, log)
+			}
+			if _, err := e.reindex(ctx, job, sink, l, stats, log); err != nil {
+				return closeOr(ctx, l, err)
+			}
+			continue
+		}
+		err = e.follow(ctx, job, sink, l, stats, pos, log)
+		if errors.Is(err, errHistoryLost) {
+			if e.jobCfg(job).OnHistoryLost == "fail" {
+				return errs.Wrap(errs.HistoryLost, job.Name, err, "the recorded position is older than the server's change history (onHistoryLost: fail)")
+			}
+			if now, _ := e.store.ReadPosition(ctx, job.Name); lostStart != nil && now != nil && bytes.Equal(lostStart, now.Token) {
+				// The position a reindex just recorded is already gone, and
+				// nothing was recorded since: reindexing again would loop.
+				return errs.Wrap(errs.HistoryLost, job.Name, err, "the change history (oplog window) is shorter than a reindex of %s takes; enlarge the oplog", job.Collection)
+			}
+			afterLost = true
+			log.Warn("change history lost since the recorded position: reindexing")
+			if _, err := e.reindex(ctx, job, sink, l, stats, log); err != nil {
+				return closeOr(ctx, l, err)
+			}
+			continue
+		}
+		return err
+	}
+}
+
+// logWhyReindex says why a changed hash reindexes: a changed job
+// definition (index uid, options) or a changed transform file, and that an
+// index (or replica collection) the job no longer writes is left in place.
+func (e *Engine) logWhyReindex(job *transform.Job, pos *jobstate.Position, log hclog.Logger) {
+	changes := jobstate.DefinitionChanges(pos.Definition, job)
+	if len(changes) == 0 && pos.Destination != "" && pos.Destination != jobstate.Destination(job) {
+		changes = []string{fmt.Sprintf("destination %q, was %q", jobstate.Destination(job), pos.Destination)}
+	}
+	if len(changes) == 0 {
+		log.Info("transform changed since the position was recorded: reindexing", "recorded_hash", short(pos.Hash), "hash", short(job.Hash))
+		return
+	}
+	args := []any{"changes", strings.Join(changes, "; "), "recorded_hash", short(pos.Hash), "hash", short(job.Hash)}
+	if pos.Destination != "" && pos.Destination != jobstate.Destination(job) {
+		what := "index"
+		if job.Kind == transform.Mirror {
+			what = "replica collection"
+		}
+		log.Info(fmt.Sprintf("job definition changed (%s): reindexing into %s %s; the old %s %s is left in place for you to delete when no longer needed",
+			strings.Join(changes, "; "), what, jobstate.Destination(job), what, pos.Destination), args...)
+		return
+	}
+	log.Info(fmt.Sprintf("job definition changed (%s): reindexing", strings.Join(changes, "; ")), args...)
+}
+
+// olderTransform applies the rollout rule: when job's hash is the one the
+// recorded hash replaced, less than RolloutGrace ago by the server's clock,
+// this process has the old transform file (a pod not yet updated in a
+// rollout) and must not reindex back to it: FAILED wrapping
+// ErrTransformOlder. After the grace the revert is deliberate: nil.
+func (e *Engine) olderTransform(ctx context.Context, job *transform.Job, pos *jobstate.Position, log hclog.Logger) error {
+	if pos.PreviousHash != job.Hash || pos.HashSince.IsZero() {
+		return nil
+	}
+	now, err := e.serverNow(ctx)
+	if err != nil {
+		return errs.Wrap(errs.Failed, job.Name, err, "read the server's time")
+	}
+	grace := e.cfg.RolloutGrace
+	if now.Before(pos.HashSince.Add(grace)) {
+		file := job.File
+		if file == "" {
+			file = job.Name + " (no file)"
+		} else {
+			file = filepath.Base(file)
+		}
+		return errs.Wrap(errs.Failed, job.Name, ErrTransformOlder,
+			"this pod's transform %s (hash %s) is older than the one recorded by another pod (hash %s) at %s; waiting for the file to update (a revert is honoured after %s)",
+			file, short(job.Hash), short(pos.Hash), pos.HashSince.UTC().Format(time.RFC3339), grace)
+	}
+	log.Info("transform reverted to the one recorded before: reindexing (the rollout grace has passed)",
+		"recorded_hash", short(pos.Hash), "hash", short(job.Hash), "recorded_at", pos.HashSince, "grace", grace)
+	return nil
+}
+
+// serverNow is the server's clock (hello's localTime), for decisions that
+// must not depend on this process's clock.
+func (e *Engine) serverNow(ctx context.Context) (time.Time, error) {
+	var r struct {
+		LocalTime time.Time `bson:"localTime"`
+	}
+	if err := e.source.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&r); err != nil {
+		return time.Time{}, err
+	}
+	if r.LocalTime.IsZero() {
+		return time.Time{}, errors.New("hello reply without localTime")
+	}
+	return r.LocalTime, nil
+}
+
+// leaseContext derives a context cancelled with the lease's LEASE_LOST
+// error as its cause as soon as the lease is lost.
+func leaseContext(ctx context.Context, l Lease) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-l.Lost():
+			cancel(leaseErr(l))
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+// drainContext is for flushing after ctx was cancelled (a clean close): not
+// cancelled with ctx, but bounded by timeout and still by the lease.
+func drainContext(ctx context.Context, l Lease, timeout time.Duration) (context.Context, func()) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	lctx, stop := leaseContext(dctx, l)
+	return lctx, func() { stop(); cancel() }
+}
+
+func leaseErr(l Lease) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	return errs.New(errs.LeaseLost, "", "lease lost")
+}
+
+// leaseOr returns the LEASE_LOST error when the lease is gone (whatever err
+// says: an operation cut short by the loss), else err.
+func leaseOr(ctx context.Context, l Lease, err error) error {
+	select {
+	case <-l.Lost():
+		return leaseErr(l)
+	default:
+	}
+	if c := context.Cause(ctx); c != nil && errors.Is(c, errs.ErrLeaseLost) {
+		return c
+	}
+	return err
+}
+
+// closeOr is leaseOr, and nil when ctx was cancelled for another reason (a
+// clean close while waiting or reindexing: nothing is recorded, the next run
+// resumes).
+func closeOr(ctx context.Context, l Lease, err error) error {
+	err = leaseOr(ctx, l, err)
+	if errors.Is(err, errs.ErrLeaseLost) {
+		return err
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func retryPrepare(ctx context.Context, sink Sink, cfg Config, log hclog.Logger) error {
+	for attempt := 0; ; attempt++ {
+		err := sink.Prepare(ctx)
+		if err == nil {
+			return nil
+		}
+		if !retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		log.Warn("preparing the destination failed; retrying", "error", err, "attempt", attempt+1)
+		if err := sleep(ctx, backoff(cfg, attempt)); err != nil {
+			return err
+		}
+	}
+}
+
+// retryable says whether an error of a sink may be retried: one whose code
+// (errs.CodeOf) is FAILED.
+func retryable(err error) bool { return errs.CodeOf(err) == errs.Failed }
+
+// backoff is exponential with full jitter in [d/2, d], capped.
+func backoff(cfg Config, attempt int) time.Duration {
+	d := cfg.RetryBase
+	for i := 0; i < attempt && d < cfg.RetryCap; i++ {
+		d *= 2
+	}
+	if d > cfg.RetryCap {
+		d = cfg.RetryCap
+	}
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
+
+// keyOf is the coalescing key of a source _id: its BSON type and bytes.
+func keyOf(id bson.RawValue) string {
+	b := make([]byte, 0, 1+len(id.Value))
+	b = append(b, byte(id.Type))
+	b = append(b, id.Value...)
+	return string(b)
+}
+
+// item is one source document to transform into a write.
+type item struct {
+	doc bson.Raw      // the full document; nil: delete
+	id  bson.RawValue // its _id
+	key string        // keyOf(id), when the caller computed it
+	op  transform.Operation
+	upd bson.Raw // updateDescription, or nil
+}
+
+// docError is a per-document failure found while transforming.
+type docError struct {
+	id  bson.RawValue
+	op  transform.Operation
+	err error
+}
+
+// docBytes is a guess at a search document's JSON size, to size the
+// buffers documents are written into.
+const docBytes = 768
+
+// transformAll turns items into writes, in parallel on the transform pool,
+// keeping their order. A document the transform keeps out becomes a delete
+// when deleteSkipped (follow, in place), else it is dropped from the writes.
+// Per-document errors are returned apart (their writes are deletes when
+// deleteSkipped: the document is left out of the destination).
+func transformAll(ctx context.Context, job *transform.Job, items []item, deleteSkipped bool) (writes []Write, skipped int, bad []docError, err error) {
+	n := len(items)
+	res := make([]Write, n)
+	kind := make([]byte, n) // 0 write, 1 skipped, 2 error
+	errsAt := make([]error, n)
+	workers := runtime.GOMAXPROCS(0)
+	if workers > n {
+		workers = n
+	}
+	var (
+		wg       sync.WaitGroup
+		fatalMu  sync.Mutex
+		fatalErr error
+	)
+	chunk := (n + workers - 1) / max(workers, 1)
+	for w := 0; w < workers; w++ {
+		lo, hi := w*chunk, min((w+1)*chunk, n)
+		if lo >= hi {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// The worker's search documents are written one after the
+			// other into one buffer (grown as needed: what was written
+			// before stays where it is).
+			var buf []byte
+			if job.Kind == transform.Search {
+				buf = make([]byte, 0, (hi-lo)*docBytes)
+			}
+			for i := lo; i < hi; i++ {
+				it := &items[i]
+				if it.doc == nil {
+					res[i] = Write{SourceID: it.id, Delete: true}
+					continue
+				}
+				var r transform.Result
+				var err error
+				r, buf, err = job.ApplyTo(ctx, buf, it.doc, it.op, it.upd)
+				switch {
+				case err == nil && r.Skip:
+					kind[i] = 1
+					res[i] = Write{SourceID: it.id, Delete: true}
+				case err == nil:
+					if job.Kind == transform.Mirror {
+						res[i] = Write{SourceID: it.id, Doc: r.Raw}
+					} else {
+						res[i] = Write{SourceID: it.id, Doc: json.RawMessage(r.JSON)}
+					}
+				case ctx.Err() != nil || errs.CodeOf(err) == errs.Failed:
+					fatalMu.Lock()
+					if fatalErr == nil {
+						fatalErr = err
+					}
+					fatalMu.Unlock()
+					return
+				default:
+					kind[i] = 2
+					errsAt[i] = err
+					res[i] = Write{SourceID: it.id, Delete: true}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if fatalErr != nil {
+		if ctx.Err() != nil {
+			return nil, 0, nil, context.Cause(ctx)
+		}
+		return nil, 0, nil, fmt.Errorf("transform: %w", fatalErr)
+	}
+	writes = res[:0]
+	for i := range res {
+		switch kind[i] {
+		case 1:
+			skipped++
+		case 2:
+			bad = append(bad, docError{id: items[i].id, op: items[i].op, err: errsAt[i]})
+		}
+		if kind[i] != 0 && !deleteSkipped {
+			continue
+		}
+		writes = append(writes, res[i])
+	}
+	return writes, skipped, bad, nil
+}
+
+// OnHistoryLost is job's onHistoryLost with the engine's default applied:
+// "reindex" or "fail".
+func (e *Engine) OnHistoryLost(job *transform.Job) string { return e.jobCfg(job).OnHistoryLost }

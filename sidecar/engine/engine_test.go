@@ -1,0 +1,1346 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/meilisearch/meilisearch-go"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/internal/meilitest"
+	"github.com/meilistream/meilistream/internal/mongotest"
+	"github.com/meilistream/meilistream/internal/synccheck"
+	"github.com/meilistream/meilistream/internal/testutil"
+	"github.com/meilistream/meilistream/lease"
+	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/httpapi"
+	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/sidecar/meili"
+	"github.com/meilistream/meilistream/sidecar/status"
+	"github.com/meilistream/meilistream/transform"
+)
+
+// itemsJS is the transform of most tests: hidden documents are kept out,
+// a document with throw: true makes it throw, and bad: true makes it
+// return a field Meilisearch refuses (a document id in a wrong form is
+// impossible, so the test server's FailNextTask plays that part).
+const itemsJS = `module.exports = {
+  collection: "items",
+  index: "items",
+  transform(doc) {
+    if (doc.hidden) return null;
+    if (doc.throw) throw new Error("boom");
+    return { title: doc.title, n: doc.n };
+  },
+};
+`
+
+type env struct {
+	t      *testing.T
+	ctx    context.Context
+	mongo  *mongotest.Server
+	meili  *meilitest.Server
+	client *mongo.Client
+	db     *mongo.Database
+	coll   *mongo.Collection
+	state  *mongo.Collection
+	errs   *mongo.Collection
+	mc     meilisearch.ServiceManager
+	leases *lease.Manager
+	cfg    engine.Config
+	log    hclog.Logger
+	// metrics, when set, is what engine() reports to.
+	metrics *httpapi.Metrics
+}
+
+func newEnv(t *testing.T, history int) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	ms, client := testutil.StartMongo(t, mongotest.Options{HistorySize: history})
+	mm, err := meilitest.Start(meilitest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mm.Close() })
+	db := client.Database("app")
+	e := &env{
+		t: t, ctx: ctx, mongo: ms, meili: mm, client: client, db: db,
+		coll:  db.Collection("items"),
+		state: db.Collection("meilistream"),
+		errs:  db.Collection("meilistream_errors"),
+		mc:    meilisearch.New(mm.URL(), meilisearch.DisableRetries()),
+		cfg: engine.Config{
+			BatchSize: 100, PageSize: 200, FlushInterval: 20 * time.Millisecond,
+			PositionInterval: 100 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryCap: 100 * time.Millisecond,
+		},
+		log: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}}),
+	}
+	e.leases, err = lease.New(e.state, "test:1:a", lease.Options{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+func (e *env) job(src string) *transform.Job {
+	e.t.Helper()
+	dir := e.t.TempDir()
+	path := filepath.Join(dir, "items.js")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	// The job's batchSize and flushInterval default to the configuration's,
+	// as cmd_run wires them (a job's own options override the engine's).
+	j, err := transform.LoadFile(path, []byte(src), transform.Options{Defaults: transform.JobDefaults{
+		BatchSize: e.cfg.BatchSize, FlushInterval: e.cfg.FlushInterval,
+	}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return j
+}
+
+func (e *env) engine() *engine.Engine {
+	return engine.New(e.db, e.state, e.errs, e.cfg, e.metrics, e.log)
+}
+
+func (e *env) acquire() *lease.Lease {
+	e.t.Helper()
+	l, err := e.leases.Acquire(e.ctx, "items")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return l
+}
+
+func (e *env) insert(from, to int, extra bson.M) {
+	e.t.Helper()
+	docs := make([]any, 0, to-from)
+	for i := from; i < to; i++ {
+		d := bson.M{"_id": i, "title": fmt.Sprintf("item %d", i), "n": i}
+		for k, v := range extra {
+			d[k] = v
+		}
+		docs = append(docs, d)
+	}
+	if _, err := e.coll.InsertMany(e.ctx, docs); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// freshItems is the items collection through a client of its own,
+// connected now. After a DropConnections the test's writes must not go
+// through e.client: the engine shares it, and their first use of it after
+// the drop can meet the pool cleared by the engine's (or the monitor's)
+// failure on a dropped connection, and fail even after the driver's one
+// retry (1 run in 5 of TestMongoResumableErrorsAndDroppedConnectionsLoseNothing
+// did). A client connected after the drop has no dropped connection.
+func (e *env) freshItems() *mongo.Collection {
+	e.t.Helper()
+	client, err := mongo.Connect(options.Client().ApplyURI(e.mongo.URI()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { client.Disconnect(context.Background()) })
+	return client.Database("app").Collection("items")
+}
+
+// equal waits until the index holds exactly transform(collection) minus the
+// recorded errors.
+func (e *env) equal(job *transform.Job) {
+	e.t.Helper()
+	if err := synccheck.Eventually(e.ctx, 15*time.Second, e.coll, e.errs, job, e.mc, "items"); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// settled waits until the index holds transform(collection) and the job's
+// position is recorded with job's hash (a reindex finished).
+func (e *env) settled(job *transform.Job) {
+	e.t.Helper()
+	e.equal(job)
+	until(e.t, "position recorded", func() bool { return e.positionHash() == job.Hash })
+}
+
+// running is an Engine.Run in the background.
+type running struct {
+	cancel context.CancelFunc
+	done   chan error
+	stats  *status.JobStats
+}
+
+func (e *env) run(job *transform.Job, l *lease.Lease) *running {
+	ctx, cancel := context.WithCancel(e.ctx)
+	r := &running{cancel: cancel, done: make(chan error, 1), stats: status.NewJobStats()}
+	eng := e.engine()
+	sink := meili.NewSink(e.mc, job, e.log)
+	go func() { r.done <- eng.Run(ctx, job, sink, l, r.stats) }()
+	return r
+}
+
+func (r *running) stop(t *testing.T) error {
+	t.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after cancel")
+		return nil
+	}
+}
+
+func (r *running) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-r.done:
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return")
+		return nil
+	}
+}
+
+// until polls cond for up to 15s.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	testutil.Until(t, 15*time.Second, what, cond, nil)
+}
+
+// positionHash is the hash of the job's recorded position, "" when it has
+// none (a cleared position keeps its document, epoch and hashes).
+func (e *env) positionHash() string {
+	var d struct {
+		Token bson.Raw `bson:"token"`
+		Hash  string   `bson:"hash"`
+	}
+	err := e.state.FindOne(e.ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "position", Value: "items"}}}}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return ""
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if len(d.Token) == 0 {
+		return ""
+	}
+	return d.Hash
+}
+
+func TestRunReindexesThenFollowsInsertUpdateReplaceDelete(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 2500, nil)
+	e.insert(2500, 2600, bson.M{"hidden": true})
+	job := e.job(itemsJS)
+	r := e.run(job, e.acquire())
+	e.equal(job)
+	until(t, "position recorded", func() bool { return e.positionHash() == job.Hash })
+
+	// Follow: insert, update ($set), replace, delete, a document turned
+	// away (null removes it), and one brought back.
+	e.insert(5000, 5010, nil)
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 1}, bson.M{"$set": bson.M{"title": "updated"}}))
+	e.ok(e.coll.ReplaceOne(e.ctx, bson.M{"_id": 2}, bson.M{"title": "replaced", "n": -2}))
+	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 3}))
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 4}, bson.M{"$set": bson.M{"hidden": true}}))
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 2500}, bson.M{"$unset": bson.M{"hidden": ""}}))
+	for i := 0; i < 20; i++ { // many changes to one id coalesce; the last wins
+		e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 7}, bson.M{"$set": bson.M{"n": 1000 + i}}))
+	}
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatalf("clean close: %v", err)
+	}
+	s := r.stats.Snapshot()
+	if s.Reindexes != 1 || s.Changes == 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func (e *env) ok(_ any, err error) {
+	e.t.Helper()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func TestRunResumesAfterRestartWithoutReindexing(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 500, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	r := e.run(job, l)
+	e.equal(job)
+	until(t, "position recorded", func() bool { return e.positionHash() == job.Hash })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	// Changes while no one follows are picked up from the position.
+	e.insert(500, 600, nil)
+	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 0}))
+	swaps := e.meili.Requests("POST /swap-indexes")
+	r = e.run(job, l)
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.stats.Snapshot(); s.Reindexes != 0 || e.meili.Requests("POST /swap-indexes") != swaps {
+		t.Fatalf("restart reindexed: %+v", s)
+	}
+}
+
+func TestWritesDuringALongReindexAreAllPresent(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 3000, nil)
+	job := e.job(itemsJS)
+	e.meili.Close()
+	var err error
+	e.meili, err = meilitest.Start(meilitest.Options{TaskDelay: 15 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.meili.Close() })
+	e.mc = meilisearch.New(e.meili.URL(), meilisearch.DisableRetries())
+	r := e.run(job, e.acquire())
+	until(t, "reindex under way", func() bool {
+		s := r.stats.Snapshot()
+		return s.Phase == status.PhaseReindexing && s.Reindex.Done > 0
+	})
+	e.insert(10000, 10050, nil)
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 2999}, bson.M{"$set": bson.M{"title": "late update"}}))
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 5}, bson.M{"$set": bson.M{"title": "early update"}}))
+	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 6}))
+	if s := r.stats.Snapshot(); s.Phase != status.PhaseReindexing {
+		t.Fatalf("the reindex ended before the writes; make it longer (phase %q)", s.Phase)
+	}
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLeaseTakenOverMidReindexStopsWithNothingSwappedOrRecorded(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 2000, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	r := e.run(job, l)
+	for e.meili.Requests("POST /indexes/{uid}/documents") == 0 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	e.meili.PauseTasks()                   // batches stay in flight: the reindex is mid-way
+	e.mongo.AdvanceClock(11 * time.Second) // past the TTL: the lease lapses
+	other, err := lease.New(e.state, "test:2:b", lease.Options{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Acquire(e.ctx, "items"); err != nil {
+		t.Fatal(err)
+	}
+	e.meili.ResumeTasks()
+	err = r.wait(t)
+	if !errors.Is(err, errs.ErrLeaseLost) {
+		t.Fatalf("want LEASE_LOST, got %v", err)
+	}
+	if n := e.meili.Requests("POST /swap-indexes"); n != 0 {
+		t.Fatalf("%d swaps after losing the lease", n)
+	}
+	if h := e.positionHash(); h != "" {
+		t.Fatal("position recorded after losing the lease")
+	}
+	if docs := e.meili.Documents("items"); len(docs) != 0 {
+		t.Fatalf("live index has %d documents", len(docs))
+	}
+}
+
+func TestReindexKilledMidwayResumesFromItsCheckpoint(t *testing.T) {
+	e := newEnv(t, 0)
+	const total = 4000
+	e.insert(0, total, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	eng := e.engine()
+	sink := meili.NewSink(e.mc, job, e.log)
+	ctx, cancel := context.WithCancel(e.ctx)
+	st := status.NewJobStats()
+	done := make(chan error, 1)
+	go func() {
+		_, err := eng.Reindex(ctx, job, sink, l, st)
+		done <- err
+	}()
+	until(t, "half the reindex", func() bool { return st.Snapshot().Reindex.Done >= total/2 })
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("a cancelled reindex reported success")
+	}
+	if h := e.positionHash(); h != "" {
+		t.Fatal("a cancelled reindex recorded a position")
+	}
+	states, err := jobstate.ReadState(e.ctx, e.state, e.errs)
+	if err != nil || len(states) != 1 || states[0].Reindex == nil {
+		t.Fatalf("no checkpoint: %+v %v", states, err)
+	}
+	cp := states[0].Reindex.Count
+	sum, err := eng.Reindex(e.ctx, job, sink, l, status.NewJobStats())
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := sum.Indexed + sum.Skipped + sum.Errors
+	if !sum.Resumed || sum.Previous != cp || sum.Previous+read != total {
+		t.Fatalf("resumed=%v previous=%d (checkpoint %d) read again=%d, total %d", sum.Resumed, sum.Previous, cp, read, total)
+	}
+	t.Logf("killed at %d done, checkpoint at %d: re-read %d documents", st.Snapshot().Reindex.Done, cp, st.Snapshot().Reindex.Done-cp)
+	if e.positionHash() != job.Hash {
+		t.Fatal("no position after the resumed reindex")
+	}
+	e.equal(job)
+}
+
+// killSink plays kill -9 on a reindex once it was sent a random number of
+// documents: the batch it was handed then and everything after is never
+// sent, nothing more becomes durable, and the reindex's context is
+// cancelled. A dead process's sends and waits fail at once (with a code
+// the engine does not retry), so the reindex stops without waiting for
+// its drain timeout: how long anything takes plays no part.
+type killSink struct {
+	engine.Sink
+	k *killer
+}
+
+type killer struct {
+	mu     sync.Mutex
+	sent   int
+	killAt int // 0: never
+	dead   bool
+	kill   func()
+}
+
+// hit says whether the process is dead, counting n documents about to be
+// sent.
+func (k *killer) hit(n int) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.dead && k.killAt > 0 && k.sent+n >= k.killAt {
+		k.dead = true
+		k.kill()
+	}
+	if !k.dead {
+		k.sent += n
+	}
+	return k.dead
+}
+
+func (s killSink) Stage(ctx context.Context, resume bool) (engine.Staged, error) {
+	st, err := s.Sink.Stage(ctx, resume)
+	if err != nil {
+		return nil, err
+	}
+	return killStaged{st, s.k}, nil
+}
+
+type killStaged struct {
+	engine.Staged
+	k *killer
+}
+
+// errKilled is what a dead process's sink answers: not retried.
+var errKilled = errs.New(errs.LeaseLost, "items", "the process was killed: nothing it sends reaches the destination")
+
+func (s killStaged) Send(ctx context.Context, b engine.Batch) (engine.Receipt, error) {
+	if s.k.hit(len(b.Writes)) {
+		return nil, errKilled
+	}
+	return s.Staged.Send(ctx, b)
+}
+
+func (s killStaged) Wait(ctx context.Context, r engine.Receipt) ([]engine.DocFailure, error) {
+	if s.k.hit(0) {
+		return nil, errKilled
+	}
+	return s.Staged.Wait(ctx, r)
+}
+
+// readIDs connects to the test MongoDB with a monitor that collects the
+// _ids of the items the server returned (find and getMore replies): what
+// a process read, whether or not it got as far as sending it.
+func (e *env) readIDs() (*mongo.Database, func() map[int64]bool) {
+	e.t.Helper()
+	var mu sync.Mutex
+	ids := map[int64]bool{}
+	mon := &event.CommandMonitor{Succeeded: func(_ context.Context, ev *event.CommandSucceededEvent) {
+		if ns, _ := ev.Reply.Lookup("cursor", "ns").StringValueOK(); ns != "app.items" {
+			return
+		}
+		batch, ok := ev.Reply.Lookup("cursor", "firstBatch").ArrayOK()
+		if !ok {
+			batch, _ = ev.Reply.Lookup("cursor", "nextBatch").ArrayOK()
+		}
+		vals, _ := batch.Values()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, v := range vals {
+			doc, ok := v.DocumentOK()
+			if !ok {
+				continue
+			}
+			// Items have integer _ids; a change event's _id (its resume
+			// token) is a document.
+			if id, ok := doc.Lookup("_id").AsInt64OK(); ok {
+				ids[id] = true
+			}
+		}
+	}}
+	client, err := mongo.Connect(options.Client().ApplyURI(e.mongo.URI()).SetMonitor(mon))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { client.Disconnect(context.Background()) })
+	return client.Database("app"), func() map[int64]bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(ids)
+	}
+}
+
+// A process killed at any point of a reindex reads again, on restart, at
+// most one page of what it had read: the reader never runs more than a
+// page ahead of the last checkpoint, yet still reads while earlier parts
+// are transformed and sent.
+func TestReindexKilledAnywhereReadsAtMostOnePageAgain(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.PageSize, e.cfg.BatchSize = 100, 100
+	const total = 2000
+	e.insert(0, total, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	// Renewed while the runs take however long a loaded machine makes
+	// them: the property is about pages read, not about time.
+	lctx, stopKeep := l.Keep(e.ctx)
+	defer stopKeep()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	var before map[int64]bool // read by the run before
+	for run := 0; ; run++ {
+		src, read := e.readIDs()
+		eng := engine.New(src, e.state, e.errs, e.cfg, nil, e.log)
+		ctx, cancel := context.WithCancel(lctx)
+		k := &killer{kill: cancel}
+		if run < 8 {
+			k.killAt = 1 + rng.IntN(4*e.cfg.PageSize)
+		}
+		sum, err := eng.Reindex(ctx, job, killSink{meili.NewSink(e.mc, job, e.log), k}, l, nil)
+		cancel()
+		ids := read()
+		twice := 0
+		for id := range ids {
+			if before[id] {
+				twice++
+			}
+		}
+		t.Logf("run %d: sent %d (kill at %d), read %d, %d of them read by the run before", run, k.sent, k.killAt, len(ids), twice)
+		if twice > e.cfg.PageSize {
+			t.Fatalf("run %d read %d documents again, more than a page (%d)", run, twice, e.cfg.PageSize)
+		}
+		if err == nil {
+			// The last run, or one that finished before its kill.
+			if k.dead {
+				t.Fatalf("run %d killed after %d sent reported success", run, k.sent)
+			}
+			if run > 0 && !sum.Resumed {
+				t.Fatalf("run %d did not resume: %+v", run, sum)
+			}
+			break
+		}
+		if k.killAt == 0 {
+			t.Fatal(err)
+		}
+		before = ids
+	}
+	if e.positionHash() != job.Hash {
+		t.Fatal("no position after the resumed reindex")
+	}
+	e.equal(job)
+}
+
+func TestHistoryLostReindexes(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 300, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	r := e.run(job, l)
+	e.settled(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	e.mongo.SetHistorySize(10)
+	e.insert(300, 400, nil) // 100 events: the position falls out of the history
+	r = e.run(job, l)
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.stats.Snapshot(); s.Reindexes != 1 {
+		t.Fatalf("want a reindex, stats %+v", s)
+	}
+}
+
+func TestHistoryLostFailsWithOnHistoryLostFail(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 100, nil)
+	job := e.job(strings.Replace(itemsJS, `index: "items",`, `index: "items", onHistoryLost: "fail",`, 1))
+	l := e.acquire()
+	r := e.run(job, l)
+	e.settled(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	e.mongo.SetHistorySize(10)
+	e.insert(100, 200, nil)
+	r = e.run(job, l)
+	if err := r.wait(t); !errors.Is(err, errs.ErrHistoryLost) {
+		t.Fatalf("want HISTORY_LOST, got %v", err)
+	}
+}
+
+func TestDroppedCollectionStopsClearsPositionAndRestartReindexes(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 100, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	r := e.run(job, l)
+	e.equal(job)
+	if err := e.coll.Drop(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	err := r.wait(t)
+	if !errors.Is(err, engine.ErrInvalidated) || errs.CodeOf(err) != errs.Failed {
+		t.Fatalf("want FAILED wrapping ErrInvalidated, got %v", err)
+	}
+	if h := e.positionHash(); h != "" {
+		t.Fatal("position not cleared")
+	}
+	if n := len(e.meili.Documents("items")); n != 100 {
+		t.Fatalf("the index was changed: %d documents", n)
+	}
+	e.insert(1000, 1010, nil)
+	r = e.run(job, l)
+	e.equal(job) // what the collection now holds
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMeilisearchFailingThenRecoveringLosesNothing(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 200, nil)
+	job := e.job(itemsJS)
+	r := e.run(job, e.acquire())
+	e.equal(job)
+	e.meili.FailNext(6, meilitest.Fail5xx)
+	e.insert(1000, 1100, nil)
+	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 1}))
+	e.equal(job)
+	e.meili.FailNext(4, meilitest.FailDrop)
+	for i := 0; i < 50; i++ {
+		e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 1000 + i}, bson.M{"$set": bson.M{"n": -i}}))
+	}
+	e.meili.FailNextTask("internal", "simulated")
+	e.insert(2000, 2010, nil)
+	e.equal(job)
+	// A task failed for a document reason: the batch is bisected; with a
+	// one-document task the document is recorded and left out. Either way
+	// the index equals transform(collection) minus the records.
+	e.meili.FailNextTask("invalid_document_id", "simulated")
+	e.insert(3000, 3040, nil)
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.stats.Snapshot(); s.Retries == 0 {
+		t.Fatalf("no retries counted: %+v", s)
+	}
+}
+
+func TestMongoResumableErrorsAndDroppedConnectionsLoseNothing(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 200, nil)
+	job := e.job(itemsJS)
+	r := e.run(job, e.acquire())
+	e.equal(job)
+	e.mongo.FailCommand(bson.D{
+		{Key: "mode", Value: bson.D{{Key: "times", Value: 2}}},
+		{Key: "data", Value: bson.D{
+			{Key: "failCommands", Value: bson.A{"getMore"}},
+			{Key: "errorCode", Value: 234},
+			{Key: "errorLabels", Value: bson.A{"ResumableChangeStreamError"}},
+		}},
+	})
+	e.insert(1000, 1050, nil)
+	e.equal(job)
+	// The engine's connections drop; the test's writes go through a client
+	// connected after the drop (freshItems).
+	e.mongo.DropConnections()
+	e.coll = e.freshItems()
+	e.insert(2000, 2050, nil)
+	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 1000}))
+	e.mongo.DropConnections()
+	e.coll = e.freshItems()
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 2001}, bson.M{"$set": bson.M{"title": "after blip"}}))
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEditedTransformTriggersReindex(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 300, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	r := e.run(job, l)
+	e.settled(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	edited := e.job(strings.Replace(itemsJS, "n: doc.n", "n: doc.n * 2", 1))
+	r = e.run(edited, l)
+	e.settled(edited)
+	until(t, "new hash recorded", func() bool { return e.positionHash() == edited.Hash })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.stats.Snapshot(); s.Reindexes != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestBadDocumentIsRecordedAndRetryClearsIt(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 100, nil)
+	e.insert(100, 102, bson.M{"throw": true}) // refused while reindexing
+	job := e.job(itemsJS)
+	l := e.acquire()
+	r := e.run(job, l)
+	e.equal(job)
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 5}, bson.M{"$set": bson.M{"throw": true}})) // while following
+	e.insert(200, 210, nil)                                                                // the job goes on
+	until(t, "three error records", func() bool {
+		n, _ := e.errs.CountDocuments(e.ctx, bson.M{"job": "items"})
+		return n == 3
+	})
+	e.equal(job) // the index holds transform(collection) minus the three
+	var rec bson.M
+	if err := e.errs.FindOne(e.ctx, bson.M{"sourceId": 5}).Decode(&rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec["code"] != "TRANSFORM_FAILED" || rec["job"] != "items" {
+		t.Fatalf("record %v", rec)
+	}
+	states, err := jobstate.ReadState(e.ctx, e.state, e.errs)
+	if err != nil || len(states) != 1 || states[0].Errors != 3 {
+		t.Fatalf("state %+v %v", states, err)
+	}
+	// A later change that transforms without error clears its record.
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 101}, bson.M{"$unset": bson.M{"throw": ""}}))
+	until(t, "record of 101 cleared", func() bool {
+		n, _ := e.errs.CountDocuments(e.ctx, bson.M{"job": "items"})
+		return n == 2
+	})
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	// The transform is fixed; retry writes the other two and clears them.
+	fixed := e.job(strings.Replace(itemsJS, `if (doc.throw) throw new Error("boom");`, "", 1))
+	sum, err := e.engine().Retry(e.ctx, fixed, meili.NewSink(e.mc, fixed, e.log), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Retried != 2 || sum.Written != 2 || sum.Failed != 0 {
+		t.Fatalf("retry %+v", sum)
+	}
+	if n, _ := e.errs.CountDocuments(e.ctx, bson.M{}); n != 0 {
+		t.Fatalf("%d records left", n)
+	}
+	if err := synccheck.Eventually(e.ctx, 5*time.Second, e.coll, e.errs, fixed, e.mc, "items"); err == nil {
+		// fixed differs from the indexed transform only for thrown docs;
+		// the others were indexed by the same code.
+	} else {
+		t.Fatal(err)
+	}
+}
+
+func TestCloseFlushesPendingChanges(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.FlushInterval = time.Hour
+	e.cfg.BatchSize = 100000
+	e.insert(0, 50, nil)
+	job := e.job(itemsJS)
+	r := e.run(job, e.acquire())
+	e.equal(job)
+	e.insert(100, 130, nil)
+	until(t, "changes read", func() bool { return r.stats.Snapshot().Changes >= 30 })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.meili.WaitIdle(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := synccheck.Check(e.ctx, e.coll, e.errs, job, e.mc, "items"); err != nil || d != "" {
+		t.Fatalf("not flushed on close: %s %v", d, err)
+	}
+}
+
+func TestInPlaceReindexSweepsWhatIsNoLongerWanted(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 300, nil)
+	job := e.job(strings.Replace(itemsJS, `index: "items",`, `index: "items", reindex: "inplace",`, 1))
+	// The live index holds documents that no longer exist or are now kept
+	// out: the sweep and the in-place deletes remove them.
+	ti, err := e.mc.Index("items").AddDocuments(e.ctx, []map[string]any{{"id": 99999, "title": "gone"}, {"id": 7, "title": "stale"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.mc.WaitForTask(e.ctx, ti.TaskUID, 0); err != nil {
+		t.Fatal(err)
+	}
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 7}, bson.M{"$set": bson.M{"hidden": true}}))
+	sum, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, job, e.log), e.acquire(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Removed != 1 || sum.Skipped != 1 || sum.Indexed != 299 {
+		t.Fatalf("summary %+v", sum)
+	}
+	if e.meili.Requests("POST /swap-indexes") != 0 {
+		t.Fatal("an in-place reindex swapped")
+	}
+	e.equal(job)
+}
+
+func TestResumedReindexKeepsIdsOfEveryType(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.BatchSize, e.cfg.PageSize = 10, 10
+	e.cfg.DrainTimeout = 200 * time.Millisecond
+	// Integers sort before strings, strings before ObjectIds: a resume
+	// after an integer _id must still read the others.
+	var docs []any
+	for i := 0; i < 40; i++ {
+		docs = append(docs, bson.M{"_id": i, "title": "int"})
+		docs = append(docs, bson.M{"_id": fmt.Sprintf("s%03d", i), "title": "string"})
+		docs = append(docs, bson.M{"_id": bson.NewObjectID(), "title": "oid"})
+	}
+	if _, err := e.coll.InsertMany(e.ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+	// A slow transform (about 3 ms a document) keeps the first run from
+	// finishing before the test stops it once a checkpoint is recorded.
+	job := e.job(strings.Replace(itemsJS, "transform(doc) {", "transform(doc) { const t = Date.now(); while (Date.now() - t < 3) {}", 1))
+	l := e.acquire()
+	eng := e.engine()
+	sink := meili.NewSink(e.mc, job, e.log)
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { _, err := eng.Reindex(ctx, job, sink, l, nil); done <- err }()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var cp struct {
+			Count int64 `bson:"count"`
+		}
+		err := e.state.FindOne(e.ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "reindex", Value: "items"}}}}).Decode(&cp)
+		if err == nil && cp.Count >= 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint of 10 documents within 15s (last count %d, %v)", cp.Count, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the first reindex finished before it was stopped; the test cannot see a resume")
+	}
+	sum, err := eng.Reindex(e.ctx, job, sink, l, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sum.Resumed || sum.Previous == 0 || sum.Previous+sum.Indexed != 120 {
+		t.Fatalf("summary %+v: want a resumed reindex and 120 documents in all", sum)
+	}
+	e.equal(job)
+}
+
+// A reindex that gives up waiting for its swap (Meilisearch slow, or the
+// process killed) leaves a swap task that may still succeed: the staged index
+// is then the old live one. The next run must not resume into it and swap a
+// partial index live; it starts over.
+func TestReindexStoppedWhileSwappingStartsOverInsteadOfResuming(t *testing.T) {
+	e := newEnv(t, 0)
+	slow, err := meilitest.Start(meilitest.Options{TaskDelay: 40 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { slow.Close() })
+	e.meili, e.mc = slow, meilisearch.New(slow.URL(), meilisearch.DisableRetries())
+	e.cfg.DrainTimeout = 10 * time.Millisecond // shorter than one task: the swap wait gives up
+	e.insert(0, 50, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	eng := e.engine()
+	sink := meili.NewSink(e.mc, job, e.log)
+	if err := sink.Prepare(e.ctx); err != nil { // the live index exists: a swap, not a rename
+		t.Fatal(err)
+	}
+	if _, err := eng.Reindex(e.ctx, job, sink, l, nil); err == nil {
+		t.Fatal("the first reindex did not give up waiting for its swap")
+	}
+	if err := slow.WaitIdle(e.ctx); err != nil { // the swap lands anyway
+		t.Fatal(err)
+	}
+	e.cfg.DrainTimeout = 15 * time.Second
+	sum, err := e.engine().Reindex(e.ctx, job, sink, l, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Resumed || sum.Indexed != 50 {
+		t.Fatalf("summary %+v: want a reindex started over with 50 documents", sum)
+	}
+	e.equal(job)
+}
+
+func TestDeposedFollowerStopsWithLeaseLostWhenItsPositionWriteIsFenced(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 100, nil)
+	job := e.job(itemsJS)
+	old := e.run(job, e.acquire())
+	e.equal(job)
+	e.mongo.AdvanceClock(11 * time.Second) // the old holder stalls past its lease
+	other, err := lease.New(e.state, "test:2:b", lease.Options{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := other.Acquire(e.ctx, "items")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := e.run(job, l2) // stamps the job's state with the new epoch
+	e.insert(100, 110, nil)
+	if err := old.wait(t); !errors.Is(err, errs.ErrLeaseLost) {
+		t.Fatalf("deposed holder: want LEASE_LOST, got %v", err)
+	}
+	e.equal(job)
+	if err := next.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLagGrowsWhileMeilisearchIsStuckAndFallsBackToZero(t *testing.T) {
+	e := newEnv(t, 0)
+	reg := prometheus.NewRegistry()
+	e.metrics = httpapi.NewMetrics(reg)
+	e.insert(0, 10, nil)
+	job := e.job(itemsJS)
+	r := e.run(job, e.acquire())
+	e.settled(job)
+	e.meili.PauseTasks()
+	e.insert(100, 110, nil)
+	until(t, "lag over 300ms", func() bool { return r.stats.Snapshot().LagSeconds > 0.3 })
+	// The metric (what alerts read) grows too, not only /status.
+	lag := func() float64 { return metric(t, reg, "meilistream_follow_lag_seconds", "items") }
+	until(t, "lag metric over 1s", func() bool { return lag() > 1 })
+	e.meili.ResumeTasks()
+	e.equal(job)
+	until(t, "lag back to 0 when idle", func() bool { return r.stats.Snapshot().LagSeconds == 0 })
+	until(t, "lag metric back to 0", func() bool { return lag() == 0 })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOrderHoldsUnderRandomFaults(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.BatchSize = 7
+	e.cfg.FlushInterval = 5 * time.Millisecond
+	e.insert(0, 50, nil)
+	job := e.job(itemsJS)
+	r := e.run(job, e.acquire())
+	e.settled(job)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := 0; round < 8; round++ {
+		switch round % 4 {
+		case 0:
+			e.meili.FailNextOn("POST /indexes/{uid}/documents", 1+rng.IntN(4), meilitest.Fail5xx)
+		case 1:
+			e.meili.FailNextOn("POST /indexes/{uid}/documents/delete-batch", 1+rng.IntN(3), meilitest.FailDrop)
+		case 2:
+			e.meili.FailNextTask("internal", "simulated")
+		case 3:
+			e.meili.FailNextOn("GET /tasks/{taskUid}", 1+rng.IntN(5), meilitest.FailDrop)
+		}
+		for i := 0; i < 60; i++ {
+			id := rng.IntN(60)
+			switch rng.IntN(5) {
+			case 0:
+				e.coll.DeleteOne(e.ctx, bson.M{"_id": id})
+			case 1:
+				e.coll.ReplaceOne(e.ctx, bson.M{"_id": id}, bson.M{"title": fmt.Sprint("r", round, i), "n": i}, options.Replace().SetUpsert(true))
+			case 2:
+				e.coll.UpdateOne(e.ctx, bson.M{"_id": id}, bson.M{"$set": bson.M{"hidden": rng.IntN(2) == 0}})
+			default:
+				e.coll.UpdateOne(e.ctx, bson.M{"_id": id}, bson.M{"$set": bson.M{"n": round*1000 + i}}, options.UpdateOne().SetUpsert(true))
+			}
+		}
+		e.equal(job)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.stats.Snapshot(); s.Retries < 4 {
+		t.Fatalf("faults not met: %+v", s)
+	}
+}
+
+func TestHistoryLostWhileFollowingReindexes(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 100, nil)
+	job := e.job(itemsJS)
+	r := e.run(job, e.acquire())
+	e.settled(job)
+	// settled means the reindex recorded its position, not that the
+	// follower has opened its stream yet: on a slow machine the trim below
+	// would then hit the position it is about to open, and the reindex for
+	// that loss would race the insert below (still with a history of 5) and
+	// lose its own start: a second loss, rightly fatal. One change through
+	// the stream proves it is following.
+	e.insert(100, 101, nil)
+	e.equal(job)
+	// The follower falls behind (Meilisearch stuck, its pipe and event
+	// buffer full) while the history is trimmed past its stream. The insert
+	// is one command, trimmed under the server's write lock: when it
+	// returns the stream's position is gone (its next getMore fails with
+	// 286), so no sleep is needed before enlarging the history again.
+	e.mongo.SetHistorySize(5)
+	e.meili.PauseTasks()
+	e.insert(101, 2100, nil)
+	// Room again for the reindex's own writes (its checkpoints are oplog
+	// entries too: with 5 the new start would be lost again at once).
+	e.mongo.SetHistorySize(100000)
+	e.meili.ResumeTasks()
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.stats.Snapshot(); s.Reindexes != 2 {
+		t.Fatalf("want the first reindex and one after the history was lost: %+v", s)
+	}
+}
+
+func TestReindexReadsOnAfterDroppedConnections(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.PageSize = 50
+	e.insert(0, 3000, nil)
+	job := e.job(itemsJS)
+	st := status.NewJobStats()
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, job, e.log), e.acquire(), st)
+		done <- err
+	}()
+	until(t, "reindex under way", func() bool { return st.Snapshot().Reindex.Done > 0 })
+	e.mongo.DropConnections()
+	e.mongo.FailCommand(bson.D{
+		{Key: "mode", Value: bson.D{{Key: "times", Value: 1}}},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"getMore"}}, {Key: "errorCode", Value: 43}}},
+	})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	e.equal(job)
+}
+
+func TestCloseWithMeilisearchStuckReturnsWithinTheDrainTimeout(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.DrainTimeout = 300 * time.Millisecond
+	e.insert(0, 10, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	r := e.run(job, l)
+	e.settled(job)
+	e.meili.PauseTasks()
+	e.insert(100, 110, nil)
+	until(t, "changes read", func() bool { return r.stats.Snapshot().Changes >= 10 })
+	start := time.Now()
+	if err := r.stop(t); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("close took %s", d)
+	}
+	e.meili.ResumeTasks()
+	// Not recorded: the next run applies them again.
+	r = e.run(job, l)
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMetricsCountWhatTheEngineDid(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 100, nil)
+	e.insert(100, 110, bson.M{"hidden": true})
+	e.insert(110, 111, bson.M{"throw": true})
+	job := e.job(itemsJS)
+	reg := prometheus.NewRegistry()
+	m := httpapi.NewMetrics(reg)
+	eng := engine.New(e.db, e.state, e.errs, e.cfg, m, e.log)
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- eng.Run(ctx, job, meili.NewSink(e.mc, job, e.log), e.acquire(), status.NewJobStats())
+	}()
+	e.settled(job)
+	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 1}))
+	until(t, "delete counted", func() bool { return metric(t, reg, "meilistream_documents_deleted_total", "") >= 1 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, label string }{
+		{"meilistream_documents_indexed_total", ""},
+		{"meilistream_documents_skipped_total", ""},
+		{"meilistream_errors_total", "TRANSFORM_FAILED"},
+		{"meilistream_reindexes_total", ""},
+		{"meilistream_dead_letters", ""},
+		{"meilistream_batch_duration_seconds", ""},
+	} {
+		if v := metric(t, reg, c.name, c.label); v < 1 {
+			t.Errorf("%s{%s} = %v", c.name, c.label, v)
+		}
+	}
+}
+
+// metric sums the values (histograms: sample counts) of name's series
+// that have a label with value label ("" for any).
+func metric(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			ok := label == ""
+			for _, lp := range m.GetLabel() {
+				if lp.GetValue() == label {
+					ok = true
+				}
+			}
+			if !ok {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				sum += m.Counter.GetValue()
+			case m.Gauge != nil:
+				sum += m.Gauge.GetValue()
+			case m.Histogram != nil:
+				sum += float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return sum
+}
+
+func TestHistoryShorterThanAReindexFailsInsteadOfLooping(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 300, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	r := e.run(job, l)
+	e.settled(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	// A history so short that the reindex's own checkpoints push its start
+	// out of it.
+	e.mongo.SetHistorySize(2)
+	e.insert(300, 320, nil)
+	r = e.run(job, l)
+	if err := r.wait(t); !errors.Is(err, errs.ErrHistoryLost) || !strings.Contains(err.Error(), "oplog") {
+		t.Fatalf("want HISTORY_LOST naming the oplog, got %v", err)
+	}
+}
+
+func TestOnDocumentErrorFailNamesTheDocumentAndRecordsIt(t *testing.T) {
+	e := newEnv(t, 0)
+	var logs testutil.SyncBuffer
+	e.log = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: &logs, JSONFormat: true})
+	e.insert(0, 10, nil)
+	job := e.job(itemsJS)
+	job.OnDocumentError = "fail"
+	r := e.run(job, e.acquire())
+	e.settled(job)
+	e.ok(e.coll.InsertOne(e.ctx, bson.M{"_id": "f1", "throw": true}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	})
+	err := r.wait(t)
+	if !errors.Is(err, errs.ErrTransformFailed) {
+		t.Fatalf("want TRANSFORM_FAILED, got %v", err)
+	}
+	t.Log(err)
+	for _, want := range []string{`items: document _id "f1" (insert)`, "boom", "fix the transform or the document; onDocumentError is fail"} {
+		if !strings.Contains(errs.Format(err), want) {
+			t.Errorf("error %q does not say %q", errs.Format(err), want)
+		}
+	}
+	var rec bson.M
+	if err := e.errs.FindOne(e.ctx, bson.M{"sourceId": "f1"}).Decode(&rec); err != nil {
+		t.Fatalf("no error record for the failing document: %v", err)
+	}
+	if rec["code"] != "TRANSFORM_FAILED" || !strings.Contains(rec["message"].(string), "boom") {
+		t.Fatalf("record %v", rec)
+	}
+	if !strings.Contains(logs.String(), `"id":"\"f1\""`) {
+		t.Errorf("the log does not name the document:\n%s", logs.String())
+	}
+	states, err := jobstate.ReadState(e.ctx, e.state, e.errs)
+	if err != nil || len(states) != 1 || states[0].Errors != 1 {
+		t.Fatalf("state %+v %v", states, err)
+	}
+}
+
+func TestOldTransformDuringARolloutDoesNotReindexBackUntilTheGraceHasPassed(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 50, nil)
+	old := e.job(itemsJS)
+	updated := e.job(strings.Replace(itemsJS, "n: doc.n", "n: doc.n, version: 2", 1))
+	// A pod with the updated file reindexes to it.
+	l := e.acquire()
+	r := e.run(old, l)
+	e.settled(old)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	r = e.run(updated, l)
+	e.settled(updated)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	states, err := jobstate.ReadState(e.ctx, e.state, e.errs)
+	if err != nil || len(states) != 1 || states[0].Position == nil {
+		t.Fatalf("state %+v %v", states, err)
+	}
+	p := states[0].Position
+	if p.Hash != updated.Hash || p.Previous != old.Hash || p.HashSince.IsZero() {
+		t.Fatalf("position %+v: want hash %s, previous %s and hashSince", p, updated.Hash, old.Hash)
+	}
+	// A pod that still has the old file takes the job: it does not
+	// reindex, it fails (retryable) saying why.
+	swaps := e.meili.Requests("POST /swap-indexes")
+	r = e.run(old, l)
+	err = r.wait(t)
+	if !errors.Is(err, engine.ErrTransformOlder) || errs.CodeOf(err) != errs.Failed {
+		t.Fatalf("old transform: want FAILED wrapping ErrTransformOlder, got %v", err)
+	}
+	for _, want := range []string{"items.js", "(hash " + old.Hash[:12] + ") is older than the one recorded by another pod (hash " + updated.Hash[:12] + ")", "a revert is honoured after 2m0s"} {
+		if !strings.Contains(errs.Format(err), want) {
+			t.Errorf("error %q does not say %q", errs.Format(err), want)
+		}
+	}
+	if e.meili.Requests("POST /swap-indexes") != swaps || e.positionHash() != updated.Hash {
+		t.Fatal("the old transform reindexed")
+	}
+	e.equal(updated)
+	// Still within the grace by the server's clock.
+	e.mongo.AdvanceClock(time.Minute)
+	l = e.acquire() // the lease lapsed with the clock
+	r = e.run(old, l)
+	if err := r.wait(t); !errors.Is(err, engine.ErrTransformOlder) {
+		t.Fatalf("within the grace: want ErrTransformOlder, got %v", err)
+	}
+	// After the grace, going back is a deliberate revert: honoured.
+	e.mongo.AdvanceClock(time.Minute + time.Second)
+	l = e.acquire()
+	r = e.run(old, l)
+	e.settled(old)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.stats.Snapshot(); s.Reindexes != 1 {
+		t.Fatalf("revert: stats %+v, want one reindex", s)
+	}
+}
+
+func TestChangedJobDefinitionSaysSoAndLeavesTheOldIndex(t *testing.T) {
+	e := newEnv(t, 0)
+	var logs testutil.SyncBuffer
+	e.log = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: &logs})
+	e.insert(0, 20, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	r := e.run(job, l)
+	e.settled(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	// The file changed: said so.
+	edited := e.job(strings.Replace(itemsJS, "n: doc.n", "n: doc.n * 2", 1))
+	r = e.run(edited, l)
+	e.settled(edited)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "transform changed since the position was recorded: reindexing") {
+		t.Errorf("file change not said:\n%s", logs.String())
+	}
+	// The destination changed (as an index prefix or override does).
+	moved := e.job(strings.Replace(itemsJS, `index: "items"`, `index: "items_v2"`, 1))
+	r = e.run(moved, l)
+	if err := synccheck.Eventually(e.ctx, 15*time.Second, e.coll, e.errs, moved, e.mc, "items_v2"); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "position recorded", func() bool { return e.positionHash() == moved.Hash })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	want := `job definition changed (index "items_v2", was "items"): reindexing into index items_v2; the old index items is left in place for you to delete when no longer needed`
+	if !strings.Contains(logs.String(), want) {
+		t.Errorf("log does not say %q:\n%s", want, logs.String())
+	}
+	if n := len(e.meili.Documents("items")); n != 20 {
+		t.Fatalf("old index: %d documents, want it left as it was", n)
+	}
+}

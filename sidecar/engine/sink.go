@@ -1,0 +1,101 @@
+package engine
+
+import (
+	"context"
+	"errors"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Write is one change for one document, after the transform: an upsert of
+// Doc or a delete.
+type Write struct {
+	// SourceID is the source document's _id (its BSON type kept). The sink
+	// derives its own key from it; the engine coalesces on it.
+	SourceID bson.RawValue
+	// Delete removes the document; otherwise Doc replaces whatever the
+	// destination holds for SourceID.
+	Delete bool
+	// Doc is the document to write: the transform's Result.JSON (as a
+	// json.RawMessage; any value transform.AppendJSON takes will do) for
+	// Meilisearch, its Result.Raw (bson.Raw, _id included) for a mirror.
+	// Nil when Delete.
+	Doc any
+}
+
+// Batch is a set of writes with distinct SourceIDs (the engine coalesces per
+// id before it builds one), sent as one unit.
+type Batch struct {
+	Writes []Write
+}
+
+// Receipt identifies a sent batch until it is durable (Meilisearch: its task
+// uids; a replica: nothing, its writes are durable when Send returns).
+type Receipt any
+
+// DocFailure is a refusal by the destination of some writes of a batch for
+// a reason of the documents (too large, invalid field, validation): it goes
+// to the per-document error path, never into a retry loop. A destination
+// that refuses a whole request for one bad document (a Meilisearch task)
+// names every write of that request; the engine then bisects to find it.
+type DocFailure struct {
+	Writes  []int  // positions in Batch.Writes of the refused writes; one position names the document
+	Code    string // the destination's own error code, e.g. invalid_document_id
+	Message string
+}
+
+// ErrNoStage is returned (wrapped) by Sink.Stage when resume is true but
+// there is no staged target to resume into; the engine then stages afresh.
+var ErrNoStage = errors.New("no staged target to resume")
+
+// Sink is a destination the engine writes to. Sends happen in order, one at a
+// time: the engine never calls Send concurrently, and sends batches in change
+// order, so the destination sees writes in change order.
+type Sink interface {
+	// Prepare makes the destination ready (index created with its primary
+	// key, declared settings applied; replica writable). Idempotent.
+	Prepare(ctx context.Context) error
+	// Send hands b to the destination and returns once the destination has
+	// accepted it (enqueued in order). An error means nothing of b may be
+	// assumed accepted and the engine sends the same batch again (with
+	// backoff); an *errs.Error with a code other than FAILED stops the job.
+	Send(ctx context.Context, b Batch) (Receipt, error)
+	// Wait blocks until what r stands for is durable. Writes refused for a
+	// reason of their documents come back as failures with a nil error
+	// (everything else of the batch is then durable). A non-nil error means
+	// durability is unknown and the engine sends the batch again; an
+	// *errs.Error with a code other than FAILED stops the job. Transient
+	// errors while polling are retried by Wait itself until ctx ends.
+	Wait(ctx context.Context, r Receipt) ([]DocFailure, error)
+	// Keys calls fn with the source _ids of every document the destination
+	// holds, in pages, for the sweep of an in-place reindex.
+	Keys(ctx context.Context, fn func(ids []bson.RawValue) error) error
+	// Stage returns a sink for a rebuild from scratch. For a swap reindex it
+	// writes into a temporary target: a fresh one when resume is false
+	// (any leftover is dropped first), the existing one when resume is true
+	// (so a reindex continues from its checkpoint; ErrNoStage when there is
+	// none). In place it is the live destination itself.
+	Stage(ctx context.Context, resume bool) (Staged, error)
+}
+
+// Staged is the target of a reindex or backfill.
+type Staged interface {
+	Sink
+	// InPlace reports whether writes land in the live destination (then the
+	// engine sweeps unwanted documents instead of committing a swap).
+	InPlace() bool
+	// Commit makes the rebuilt target the live one atomically (Meilisearch:
+	// swap-indexes, then delete the old index). In place: nothing to do.
+	Commit(ctx context.Context) error
+	// Discard drops the temporary target (after a failure that restarts
+	// from scratch). In place: nothing to do.
+	Discard(ctx context.Context) error
+}
+
+// DDLObserver is implemented by a sink that wants to hear of a drop, rename
+// or dropDatabase of its source collection (the replica sink logs and counts
+// it, and never applies it to the replica); the engine calls it before it
+// stops the job as invalidated.
+type DDLObserver interface {
+	OnDDL(ctx context.Context, event string)
+}

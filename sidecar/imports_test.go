@@ -1,0 +1,72 @@
+package sidecar_test
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/meilistream/meilistream"
+
+// The import direction the package docs state: for each package, what it
+// must not depend on, directly or through another package. A sink never
+// reaches another sink or the supervisor; the engine reaches neither a
+// sink, the supervisor, the HTTP side, the configuration nor Prometheus;
+// nothing but the main package reaches the configuration.
+var forbidden = map[string][]string{
+	"sidecar/status":     {"sidecar/", "lease", "transform", "replicate"}, // a leaf: of this module, only internal/errs
+	"sidecar/jobstate":   {"sidecar/engine", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate", "lease", "github.com/prometheus/"},
+	"sidecar/engine":     {"sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate", "github.com/prometheus/"},
+	"sidecar/meili":      {"replicate", "sidecar/supervisor", "sidecar/httpapi", "github.com/prometheus/"},
+	"replicate":          {"sidecar/meili", "sidecar/supervisor", "sidecar/httpapi", "github.com/prometheus/"},
+	"sidecar/supervisor": {"sidecar/httpapi", "sidecar/meili", "replicate", "github.com/prometheus/"},
+	"sidecar/httpapi":    {"sidecar/supervisor", "sidecar/meili", "replicate"},
+	"sidecar/config":     {"sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate"},
+}
+
+func TestImportDirection(t *testing.T) {
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	out, err := exec.Command(gobin, "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", module+"/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	deps := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		deps[f[0]] = f[1:]
+	}
+	full := func(p string) string {
+		if strings.Contains(p, ".") {
+			return p // another module's path
+		}
+		return module + "/" + p
+	}
+	for pkg, bad := range forbidden {
+		d, ok := deps[full(pkg)]
+		if !ok {
+			t.Errorf("go list does not know %s", full(pkg))
+			continue
+		}
+		for _, dep := range d {
+			for _, b := range bad {
+				if dep == full(b) || strings.HasPrefix(dep, full(b)) && (strings.HasSuffix(b, "/") || strings.HasPrefix(dep, full(b)+"/")) {
+					t.Errorf("%s depends on %s, which its package doc forbids", pkg, dep)
+				}
+			}
+		}
+	}
+	// Only the main package (and tests) reach the configuration; only
+	// tests reach the test helpers.
+	for pkg, d := range deps {
+		for _, dep := range d {
+			if dep == full("sidecar/config") && pkg != module {
+				t.Errorf("%s depends on sidecar/config; only the main package may", pkg)
+			}
+			if dep == full("internal/testutil") {
+				t.Errorf("%s depends on internal/testutil, which is for tests", pkg)
+			}
+		}
+	}
+}

@@ -1,0 +1,11 @@
+// Package jobstate is what meilistream keeps in MongoDB about each job:
+// its recorded position in the change stream, the checkpoint of an
+// unfinished reindex, and the per-document error records. Every write of a
+// position or checkpoint is fenced by the job's lease epoch, so a holder
+// that lost its lease cannot overwrite the state of the one that took it.
+// ReadState reads it all back for `meilistream status`.
+//
+// The engine (sidecar/engine) is its one writer. It imports errs and
+// transform (a job's destination and definition) and nothing else of this
+// module: never the engine, the supervisor, the sinks or the HTTP server.
+package jobstate

@@ -1,0 +1,163 @@
+package status
+
+import (
+	"sync"
+	"time"
+
+	"github.com/meilistream/meilistream/internal/errs"
+)
+
+// Phase is what a job's engine is doing.
+type Phase string
+
+// The phases a JobStats reports. The supervisor adds its own (standby,
+// failed) around them.
+const (
+	PhaseIdle       Phase = ""
+	PhaseReindexing Phase = "reindexing"
+	PhaseFollowing  Phase = "following"
+)
+
+// JobStats is one job's live figures, written by the engine and read by the
+// supervisor for /status and the log. All methods are safe for concurrent
+// use; a nil *JobStats ignores writes, so the engine never checks.
+type JobStats struct {
+	mu sync.Mutex
+	s  JobSnapshot
+	// Wall times of the first change of each batch not yet durable, in
+	// order, and of the batch still being gathered: the lag is the age of
+	// the oldest, so it grows while a destination is down.
+	inflight []time.Time
+	pending  time.Time
+}
+
+// JobSnapshot is a copy of a JobStats at one instant.
+type JobSnapshot struct {
+	Phase Phase `json:"phase"`
+	// Reindex progress; meaningful while Phase is reindexing, kept after.
+	Reindex ReindexProgress `json:"reindex"`
+	// LastPosition is the cluster wall time of the last recorded position
+	// (zero before the first).
+	LastPosition time.Time `json:"lastPosition"`
+	// RecordedAt is when (process clock) that position was recorded.
+	RecordedAt time.Time `json:"recordedAt"`
+	// LagSeconds is how far the durable position is behind the change
+	// stream: the age of the last durable change's wall time, 0 when the
+	// stream is idle and everything is durable.
+	LagSeconds float64 `json:"lagSeconds"`
+	Indexed    int64   `json:"indexed"`   // documents upserted (durable)
+	Deleted    int64   `json:"deleted"`   // deletes sent (durable)
+	Skipped    int64   `json:"skipped"`   // documents the transform kept out
+	Errors     int64   `json:"errors"`    // per-document errors recorded
+	Changes    int64   `json:"changes"`   // change events read
+	Batches    int64   `json:"batches"`   // batches made durable
+	Retries    int64   `json:"retries"`   // sends or waits retried
+	Reindexes  int64   `json:"reindexes"` // reindexes completed
+	// LastError is the text of the last error (errs.Error's, without code
+	// and job), LastErrorCode its code (errs.CodeOf).
+	LastError     string    `json:"lastError,omitempty"`
+	LastErrorCode string    `json:"lastErrorCode,omitempty"`
+	LastErrAt     time.Time `json:"lastErrorAt,omitempty"`
+}
+
+// ReindexProgress is the state of a running (or the last) reindex.
+type ReindexProgress struct {
+	Done      int64         `json:"done"`      // documents read so far (including a resumed checkpoint's)
+	Estimated int64         `json:"estimated"` // estimatedDocumentCount at start
+	Rate      float64       `json:"rate"`      // documents per second in this run
+	ETA       time.Duration `json:"eta"`       // remaining at Rate; 0 when unknown
+	Started   time.Time     `json:"started"`
+	Resumed   bool          `json:"resumed"` // continued from a checkpoint
+}
+
+// NewJobStats returns empty stats.
+func NewJobStats() *JobStats { return &JobStats{} }
+
+// Snapshot returns a copy of the current figures.
+func (j *JobStats) Snapshot() JobSnapshot {
+	if j == nil {
+		return JobSnapshot{}
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s := j.s
+	if s.Phase == PhaseFollowing {
+		oldest := j.pending
+		if len(j.inflight) > 0 && (oldest.IsZero() || j.inflight[0].Before(oldest)) {
+			oldest = j.inflight[0]
+		}
+		if !oldest.IsZero() {
+			s.LagSeconds = max(time.Since(oldest).Seconds(), 0)
+		}
+	}
+	return s
+}
+
+// LagReset forgets outstanding changes (a new follow).
+func (j *JobStats) LagReset() {
+	j.Update(func(*JobSnapshot) { j.inflight, j.pending = j.inflight[:0], time.Time{} })
+}
+
+// LagPending notes the first change of the batch being gathered.
+func (j *JobStats) LagPending(wall time.Time) {
+	j.Update(func(*JobSnapshot) {
+		if j.pending.IsZero() {
+			j.pending = wall
+		}
+	})
+}
+
+// LagFlushed moves the gathered batch to the in-flight ones.
+func (j *JobStats) LagFlushed() {
+	j.Update(func(*JobSnapshot) {
+		if !j.pending.IsZero() {
+			j.inflight = append(j.inflight, j.pending)
+			j.pending = time.Time{}
+		}
+	})
+}
+
+// LagDurable drops the oldest in-flight batch.
+func (j *JobStats) LagDurable() {
+	j.Update(func(*JobSnapshot) {
+		if len(j.inflight) > 0 {
+			j.inflight = j.inflight[1:]
+		}
+	})
+}
+
+// Update changes the figures with fn, under the lock.
+func (j *JobStats) Update(fn func(s *JobSnapshot)) {
+	if j == nil {
+		return
+	}
+	j.mu.Lock()
+	fn(&j.s)
+	j.mu.Unlock()
+}
+
+// SetPhase sets what the engine is doing.
+func (j *JobStats) SetPhase(p Phase) { j.Update(func(s *JobSnapshot) { s.Phase = p }) }
+
+// SetError records err (when not nil) as the last error.
+func (j *JobStats) SetError(err error) {
+	if err == nil {
+		return
+	}
+	j.Update(func(s *JobSnapshot) { s.NoteError(err) })
+}
+
+// NoteError records err as the last error, its code apart (errs.CodeOf).
+func (s *JobSnapshot) NoteError(err error) {
+	s.LastError, s.LastErrorCode, s.LastErrAt = err.Error(), string(errs.CodeOf(err)), time.Now()
+}
+
+// Add adds to the document counters.
+func (j *JobStats) Add(indexed, deleted, skipped, errors int64) {
+	j.Update(func(s *JobSnapshot) {
+		s.Indexed += indexed
+		s.Deleted += deleted
+		s.Skipped += skipped
+		s.Errors += errors
+	})
+}

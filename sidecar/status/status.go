@@ -1,0 +1,127 @@
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Source is what the HTTP server asks about the jobs. The supervisor
+// implements it.
+type Source interface {
+	// Status returns every job's status, sorted by name. It is called on
+	// every GET /status and must answer from memory, without I/O.
+	Status() []Job
+	// Ready returns nil when the sidecar can do its work: MongoDB (and,
+	// when a job needs them, Meilisearch and the replica) reachable, no job
+	// failed, no change stream stalled. Otherwise an error saying what is
+	// wrong (never a secret), shown in the 503 answer of /readyz. ctx bounds
+	// any check it makes (a few seconds).
+	Ready(ctx context.Context) error
+}
+
+// QuickReadier is optionally implemented by a Source whose Ready does
+// I/O (the supervisor probes MongoDB and Meilisearch). GET /status uses
+// ReadyNow, so it answers at once even while a server is down and a probe
+// would take seconds; GET /readyz still calls Ready.
+type QuickReadier interface {
+	// ReadyNow is Ready from memory: the latest probe's result, however
+	// old, refreshed in the background when stale. It waits (bounded by
+	// ctx) only when no probe has finished yet.
+	ReadyNow(ctx context.Context) error
+}
+
+// The states of a job, Job.State.
+const (
+	Starting   = "starting"
+	Standby    = "standby"
+	Reindexing = "reindexing"
+	Following  = "following"
+	Restarting = "restarting"
+	Failed     = "failed"
+	Stopping   = "stopping"
+	Stopped    = "stopped"
+)
+
+// States lists every Job.State, in the order a job meets them.
+var States = []string{Starting, Standby, Reindexing, Following, Restarting, Failed, Stopping, Stopped}
+
+// Job is one job in GET /status (a JSON array under "jobs"). Field
+// names are snake_case and stable: operators script against them.
+type Job struct {
+	// Name is the job's name (its transform file's name).
+	Name string `json:"name"`
+	// Kind is "search" (into Meilisearch) or "mirror" (into the replica).
+	Kind string `json:"kind"`
+	// State is one of: "starting" (asking for its lease, or preparing its
+	// destination: see LastError and Attempts when that fails),
+	// "standby" (another process holds the lease), "reindexing",
+	// "following", "restarting" (waiting after a failure, see
+	// NextRestart), "failed" (cannot run until fixed), "stopping",
+	// "stopped".
+	State string `json:"state"`
+	// Holder is the lease holder ("host:pid:random"): this process when
+	// reindexing or following, another one on standby; empty if unknown.
+	Holder string `json:"holder,omitempty"`
+	// Epoch is the lease's epoch (incremented at every takeover).
+	Epoch int64 `json:"epoch,omitempty"`
+	// LagSeconds is how far the durable position is behind the change
+	// stream (cluster time); 0 when caught up. Only while following.
+	LagSeconds float64 `json:"lag_seconds"`
+	// PositionTime is the cluster time of the last recorded position.
+	PositionTime *time.Time `json:"position_time,omitempty"`
+	// Reindex is the progress of a running reindex (nil otherwise).
+	Reindex *Reindex `json:"reindex,omitempty"`
+	// Counters are totals since this process started.
+	Counters Counters `json:"counters"`
+	// LastError is the job's last error, if any (kept after recovery).
+	LastError *ErrorInfo `json:"last_error,omitempty"`
+	// Restarts counts restarts after failures since this process started.
+	Restarts int `json:"restarts"`
+	// NextRestart is when a "restarting" job tries again.
+	NextRestart *time.Time `json:"next_restart,omitempty"`
+	// Attempts counts the failed attempts to prepare the destination of a
+	// "starting" job that holds its lease (the engine retries with backoff;
+	// LastError is the latest failure). 0 otherwise.
+	Attempts int `json:"attempts,omitempty"`
+	// TransformError is set while the job's transform file, changed,
+	// fails to load: the previous version keeps running (State is its
+	// state) until the file is fixed.
+	TransformError *ErrorInfo `json:"transform_error,omitempty"`
+}
+
+// Reindex is a running reindex's progress.
+type Reindex struct {
+	Done          int64   `json:"done"`           // documents read so far (a resumed checkpoint's included)
+	TotalEstimate int64   `json:"total_estimate"` // the collection's estimated count at the start
+	Rate          float64 `json:"rate"`           // documents per second
+	ETASeconds    float64 `json:"eta_seconds"`    // remaining at Rate; 0 when unknown
+	Resumed       bool    `json:"resumed"`        // continued from a checkpoint
+}
+
+// Counters are a job's document totals since this process started.
+type Counters struct {
+	Indexed int64 `json:"indexed"` // upserted (durable)
+	Deleted int64 `json:"deleted"` // deleted (durable)
+	Skipped int64 `json:"skipped"` // kept out by the transform
+	Errors  int64 `json:"errors"`  // per-document errors recorded
+	Changes int64 `json:"changes"` // change events read from the stream (durable or not yet)
+}
+
+// ErrorInfo is an error as /status shows it.
+type ErrorInfo struct {
+	Code    string    `json:"code"`    // an errs code: FAILED, LEASE_LOST, ...
+	Message string    `json:"message"` // never a secret
+	At      time.Time `json:"at"`
+}
+
+// Report is the whole GET /status answer.
+type Report struct {
+	Version string    `json:"version"`
+	Time    time.Time `json:"time"`
+	Ready   bool      `json:"ready"`
+	Jobs    []Job     `json:"jobs"`
+	// Config is the configuration in effect, its JSON with secrets masked
+	// (the configuration's own MarshalJSON masks them).
+	Config json.Marshaler `json:"config,omitempty"`
+}

@@ -1,0 +1,150 @@
+package supervisor
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/internal/mongoerr"
+	"github.com/meilistream/meilistream/lease"
+	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/transform"
+)
+
+// SinkFactory builds the destination of one job: the Meilisearch sink for a
+// search job, the replica sink for a mirror job. The main package provides
+// it, because sidecar must not import replicate. An error with code
+// CONFIG_INVALID (say, a mirror job with no replica configured) fails the
+// job until its definition changes; other errors restart it with backoff.
+type SinkFactory func(job *transform.Job) (engine.Sink, error)
+
+// EngineDriver is the production JobDriver: standby polls lease.Manager's
+// Acquire while another process holds the lease, a run is Engine.Run into
+// the job's sink.
+type EngineDriver struct {
+	Leases *lease.Manager
+	Engine *engine.Engine
+	Sinks  SinkFactory
+}
+
+var _ JobDriver = (*EngineDriver)(nil)
+
+// Standby waits until the job's lease is ours. Only a lease held by another
+// process is waited for here (polling from 500ms up to a third of the lease
+// period, jittered, so a freed lease is noticed within one renewal period);
+// any other failure to ask (MongoDB unreachable, credentials refused) is
+// returned, so the supervisor shows it in /status (last_error, restarting)
+// instead of a "standby" that claims another pod works. A refused
+// authentication is CONFIG_INVALID naming MEILISTREAM_MONGODB_URI.
+func (d *EngineDriver) Standby(ctx context.Context, name string, held func(why error)) (HeldLease, error) {
+	capd := d.Leases.TTL() / 3
+	base := min(lease.DefaultWaitBase, capd)
+	wait := base
+	// One attempt may take a renewal period (a third of the lease, 1s to
+	// 10s), not the driver's 30 s server selection: an unreachable server
+	// shows in /status that soon.
+	each := min(max(capd, time.Second), 10*time.Second)
+	for {
+		actx, cancel := context.WithTimeout(ctx, each)
+		l, err := d.Leases.Acquire(actx, name)
+		cancel()
+		if err == nil {
+			return l, nil
+		}
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		if errs.CodeOf(err) != errs.Running {
+			return nil, MongoAccessError(name, err)
+		}
+		held(err)
+		p := time.Duration(float64(wait) * (0.75 + 0.5*rand.Float64()))
+		p = max(min(p, capd), time.Millisecond)
+		t := time.NewTimer(p)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, context.Cause(ctx)
+		case <-t.C:
+		}
+		wait = min(2*wait, capd)
+	}
+}
+
+// MongoAccessError classifies a failure to reach the source MongoDB: an
+// authentication failure (code 18 AuthenticationFailed, which the driver
+// reports from the connection handshake) is CONFIG_INVALID naming
+// MEILISTREAM_MONGODB_URI, since waiting alone will not fix it; anything
+// else is returned as is (FAILED: retried). The driver's errors name hosts,
+// never the password.
+func MongoAccessError(job string, err error) error {
+	if err == nil || !mongoerr.AuthFailed(err) {
+		return err
+	}
+	return errs.Wrap(errs.ConfigInvalid, job, err,
+		"MongoDB refused the credentials of MEILISTREAM_MONGODB_URI (or MEILISTREAM_MONGODB_URI_FILE): fix them and restart meilistream (retried every minute meanwhile)")
+}
+
+// Run builds the job's sink and runs the engine under the held lease.
+// Failures to prepare the destination, which the engine retries itself,
+// show in /status as the job's last_error and attempts.
+func (d *EngineDriver) Run(ctx context.Context, def JobDef, h HeldLease, st *SupervisedJob) error {
+	job, ok := def.Spec.(*transform.Job)
+	if !ok || job == nil {
+		return errs.New(errs.ConfigInvalid, def.Name, "no loaded transform for the job")
+	}
+	el, ok := h.(engine.Lease)
+	if !ok {
+		return errs.New(errs.Failed, def.Name, "lease of type %T cannot fence the engine's writes", h)
+	}
+	sink, err := d.Sinks(job)
+	if err != nil {
+		return errs.WithJob(job.Name, err)
+	}
+	err = d.Engine.Run(ctx, job, ReportingSink(sink, st.prepared), el, st.Stats)
+	return historyLostForGood(job.Name, d.Engine.OnHistoryLost(job), err)
+}
+
+// historyLostForGood marks the engine's HISTORY_LOST as fatal when the job's
+// onHistoryLost is "fail" (the user chose to be told, and a restart would
+// only meet the same lost history), adding what to do. The engine's other
+// HISTORY_LOST, an oplog window shorter than a reindex (onHistoryLost:
+// reindex), stays an ordinary failure, restarted with backoff: the next
+// reindex may fit.
+func historyLostForGood(job, onHistoryLost string, err error) error {
+	if onHistoryLost != "fail" || errs.CodeOf(err) != errs.HistoryLost {
+		return err
+	}
+	return MarkFatal(advise(errs.WithJob(job, err),
+		"to repair it, run `meilistream reindex %s` where no sidecar runs the job (scale the sidecars down, run it, scale them back up), "+
+			"or set onHistoryLost: \"reindex\" (the transform file, MEILISTREAM_JOB_<NAME>_ON_HISTORY_LOST or MEILISTREAM_ON_HISTORY_LOST=reindex) so the job reindexes by itself", job))
+}
+
+// ReportingSink wraps s so that every Prepare's outcome is passed to report
+// (nil on success). The wrapper keeps s's optional DDLObserver.
+func ReportingSink(s engine.Sink, report func(error)) engine.Sink {
+	r := &reportingSink{Sink: s, report: report}
+	if o, ok := s.(engine.DDLObserver); ok {
+		return &reportingObserver{reportingSink: r, DDLObserver: o}
+	}
+	return r
+}
+
+type reportingSink struct {
+	engine.Sink
+	report func(error)
+}
+
+func (r *reportingSink) Prepare(ctx context.Context) error {
+	err := r.Sink.Prepare(ctx)
+	if ctx.Err() == nil {
+		r.report(err)
+	}
+	return err
+}
+
+type reportingObserver struct {
+	*reportingSink
+	engine.DDLObserver
+}
