@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -124,11 +123,17 @@ func unjoin(err error) []error {
 	return []error{err}
 }
 
+// maxSampleFile bounds a samples file (one line may be a 16 MB document).
+const maxSampleFile = 256 << 20
+
 // readSampleFile reads Extended JSON documents, one a line.
 func readSampleFile(path string) ([]bson.Raw, error) {
-	data, err := os.ReadFile(path)
+	data, err := readRegular(path, maxSampleFile+1)
 	if err != nil {
 		return nil, errs.Wrap(errs.ConfigInvalid, "", err, "read samples")
+	}
+	if len(data) > maxSampleFile {
+		return nil, errs.New(errs.ConfigInvalid, "", "read samples: %s is more than %d bytes", path, maxSampleFile)
 	}
 	var out []bson.Raw
 	sc := bufio.NewScanner(bytes.NewReader(data))

@@ -2,6 +2,7 @@ package transform
 
 import (
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"math"
@@ -53,7 +54,7 @@ func eachElement(raw []byte, fn func(key string, val bsoncore.Value) error) erro
 		}
 		val, err := el.ValueErr()
 		if err != nil {
-			return errs.New(errs.NotADocument, "", "malformed BSON value at %q", key)
+			return errs.New(errs.NotADocument, "", "malformed BSON value at %q", clip(key, maxKeyText))
 		}
 		if err := fn(key, val); err != nil {
 			return err
@@ -109,15 +110,7 @@ func (c inConv) value(val bsoncore.Value, depth int) (goja.Value, error) {
 		if !ok { // an old binary (subtype 2) whose inner length is wrong
 			return nil, errMalformedValue
 		}
-		o := rt.CreateObject(c.v.protos.bin)
-		p := rt.NewObject()
-		_ = p.Set("s", int64(sub))
-		_ = p.Set("d", base64.StdEncoding.EncodeToString(data))
-		if u := uuidString(sub, data); u != "" {
-			_ = p.Set("u", u)
-		}
-		_ = o.SetSymbol(c.v.hid, p)
-		return o, nil
+		return c.v.newBinary(sub, data), nil
 	case bsoncore.TypeUndefined:
 		return goja.Undefined(), nil
 	case bsoncore.TypeObjectID:
@@ -127,9 +120,7 @@ func (c inConv) value(val bsoncore.Value, depth int) (goja.Value, error) {
 			// scripts compare and concatenate them as such.
 			return rt.ToValue(bson.ObjectID(val.ObjectID()).Hex()), nil
 		}
-		o := rt.CreateObject(c.v.protos.oid)
-		_ = o.SetSymbol(c.v.hid, bson.ObjectID(val.ObjectID()).Hex())
-		return o, nil
+		return c.v.newOID(bson.ObjectID(val.ObjectID()).Hex()), nil
 	case bsoncore.TypeBoolean:
 		if val.Boolean() {
 			return c.v.vTrue, nil
@@ -163,19 +154,10 @@ func (c inConv) value(val bsoncore.Value, depth int) (goja.Value, error) {
 		return rt.ToValue(n), nil
 	case bsoncore.TypeDecimal128:
 		h, l := val.Decimal128()
-		o := rt.CreateObject(c.v.protos.dec)
-		_ = o.SetSymbol(c.v.hid, bson.NewDecimal128(h, l).String())
-		_ = o.SetSymbol(c.v.hidBits, hex.EncodeToString(val.Data))
-		return o, nil
+		return c.v.newDecimal(bson.NewDecimal128(h, l), append([]byte(nil), val.Data[:16]...)), nil
 	}
 	// DBPointer, CodeWithScope, MinKey, MaxKey: opaque, kept as they are.
-	o := rt.CreateObject(c.v.protos.opaque)
-	p := rt.NewObject()
-	_ = p.Set("t", int64(val.Type))
-	_ = p.Set("d", base64.StdEncoding.EncodeToString(val.Data))
-	_ = p.Set("j", opaqueJSON(val))
-	_ = o.SetSymbol(c.v.hid, p)
-	return o, nil
+	return c.v.newOpaque(val), nil
 }
 
 // Short strings are kept per runtime, each made into a JavaScript string
@@ -223,6 +205,39 @@ func (v *vm) date(ms int64) (goja.Value, error) {
 	return d, err
 }
 
+// nestedDeeper reports whether the BSON document doc nests documents,
+// arrays or scopes more than limit levels (or is malformed), reading it
+// without recursion.
+func nestedDeeper(doc []byte, limit int) bool {
+	type level struct {
+		doc   []byte
+		depth int
+	}
+	stack := []level{{doc, 0}}
+	for len(stack) > 0 {
+		l := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if l.depth > limit {
+			return true
+		}
+		err := eachElement(l.doc, func(_ string, v bsoncore.Value) error {
+			switch v.Type {
+			case bsoncore.TypeEmbeddedDocument, bsoncore.TypeArray:
+				stack = append(stack, level{v.Data, l.depth + 1})
+			case bsoncore.TypeCodeWithScope:
+				if _, scope, ok := v.CodeWithScopeOK(); ok {
+					stack = append(stack, level{scope, l.depth + 1})
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // uuidString is the canonical text of a UUID (binary subtype 4, 16 bytes),
 // "" for any other binary.
 func uuidString(sub byte, b []byte) string {
@@ -236,6 +251,13 @@ func uuidString(sub byte, b []byte) string {
 // opaqueJSON is the canonical Extended JSON of a value no JavaScript type
 // fits (DBPointer, CodeWithScope, MinKey, MaxKey).
 func opaqueJSON(val bsoncore.Value) string {
+	if val.Type == bsoncore.TypeCodeWithScope {
+		// The driver writes the scope recursively: a scope nested
+		// deeper than documents may be is not written out.
+		if _, scope, ok := val.CodeWithScopeOK(); !ok || nestedDeeper(scope, maxDepth) {
+			return val.Type.String()
+		}
+	}
 	d := bsoncore.NewDocumentBuilder().AppendValue("v", val).Build()
 	b, err := bson.MarshalExtJSON(bson.Raw(d), true, false)
 	if err != nil {
@@ -270,6 +292,11 @@ type outConv struct {
 	id    any
 	idv   bson.RawValue
 	pkSet bool
+	// fromSource says the member being written comes untouched from the
+	// source document (the identity, or a field the transform left as it
+	// was): then an ID_MISMATCH is the document's doing, not the
+	// transform's.
+	fromSource bool
 }
 
 // newOutConv starts a search document at the end of dst (v: the runtime
@@ -298,7 +325,7 @@ func (c *outConv) result(res Result) (Result, []byte, error) {
 func (c *outConv) fail(code errs.Code, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
 	if len(c.path) > 0 {
-		msg = strings.Join(c.path, ".") + ": " + msg
+		msg = pathText(c.path) + ": " + msg
 	}
 	return &errs.Error{Code: code, Job: c.job.Name, Msg: msg}
 }
@@ -400,7 +427,10 @@ func (c *outConv) primaryKey(at int) error {
 			orig, err = decodeJSON(oc.buf)
 		}
 		if err != nil || !sameJSON(got, orig) {
-			return errs.New(errs.IDMismatch, c.job.Name, "the transform set the primary key %q to %s, not the id %s derived from _id", c.pk, describeID(got), describeID(c.id))
+			if c.fromSource {
+				return errs.New(errs.IDMismatch, c.job.Name, "the document has its own field %q, the index's primary key, holding %s and not the id %s derived from _id: the index id is always derived from _id; drop or rename that field in a transform, or set primaryKey to a field name the documents do not use", c.pk, kindOf(got), describeID(c.id))
+			}
+			return errs.New(errs.IDMismatch, c.job.Name, "the transform set the primary key %q to %s, not the id %s derived from _id (leave it out: it is added)", c.pk, kindOf(got), describeID(c.id))
 		}
 	}
 	c.buf = c.buf[:at]
@@ -422,6 +452,7 @@ func (c *outConv) object(o *goja.Object) error {
 	if d := asLazy(o); d != nil {
 		// Untouched fields go straight from BSON.
 		err := d.each(func(k string, jv goja.Value, _ bsoncore.Element, raw bsoncore.Value, touched bool) error {
+			c.fromSource = !touched
 			return c.member(&n, k, func() (bool, error) {
 				if touched {
 					return c.value(jv)
@@ -429,6 +460,7 @@ func (c *outConv) object(o *goja.Object) error {
 				return c.bsonValue(raw)
 			})
 		})
+		c.fromSource = false
 		if err != nil {
 			return errs.WithJob(c.job.Name, err)
 		}
@@ -588,6 +620,36 @@ func (c *outConv) number(f float64) error {
 	return err
 }
 
+// decimal writes a Decimal128 as a number when a float64 holds its very
+// value (its shortest decimal form is the decimal's value: 0.1, 2.50),
+// else as its exact decimal text ("1E-6000", "1E+6000",
+// "12345678901234567890123456789", "NaN", "Infinity"): writing 1E-6000 as
+// 0 would lose the value without a word.
+func (c *outConv) decimal(d bson.Decimal128) {
+	if f, ok := decimalNumber(d); ok {
+		_ = c.number(f)
+		return
+	}
+	c.buf = appendJSONString(c.buf, d.String())
+}
+
+// decimalNumber is the float64 of d and whether it is d's exact value as
+// a decimal (see outConv.decimal).
+func decimalNumber(d bson.Decimal128) (float64, bool) {
+	if d.IsNaN() || d.IsInf() != 0 {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(d.String(), 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		return 0, false
+	}
+	back, err := bson.ParseDecimal128(strconv.FormatFloat(f, 'g', -1, 64))
+	if err != nil {
+		return 0, false
+	}
+	return f, decimalText(back) == decimalText(d)
+}
+
 func (c *outConv) date(ms int64) {
 	if c.epoch {
 		c.buf = strconv.AppendInt(c.buf, ms, 10)
@@ -627,45 +689,84 @@ func (c *outConv) special(o *goja.Object) (handled bool, err error) {
 	v := c.v
 	switch o.Prototype() {
 	case v.protos.oid:
-		h := o.GetSymbol(v.hid)
-		if h == nil || !isOIDHex(h.String()) {
+		p, ok := payload(o).(*oidValue)
+		if !ok {
 			return true, c.fail(errs.NotADocument, "a malformed ObjectId")
 		}
-		c.buf = appendJSONString(c.buf, h.String())
+		c.buf = appendJSONString(c.buf, p.hex)
 	case v.protos.dec:
-		h := o.GetSymbol(v.hid)
-		if h == nil {
+		p, ok := payload(o).(*decValue)
+		if !ok {
 			return true, c.fail(errs.NotADocument, "a malformed Decimal128")
 		}
-		f, perr := strconv.ParseFloat(h.String(), 64)
-		if perr != nil && !math.IsInf(f, 0) {
+		d, err := bson.ParseDecimal128(p.text)
+		if p.bits != nil {
+			d, err = bson.NewDecimal128(binary.LittleEndian.Uint64(p.bits[8:]), binary.LittleEndian.Uint64(p.bits[:8])), nil
+		}
+		if err != nil {
 			return true, c.fail(errs.NotADocument, "a malformed Decimal128")
 		}
-		return true, c.number(f)
+		c.decimal(d)
 	case v.protos.bin:
-		p, ok := o.GetSymbol(v.hid).(*goja.Object)
+		p, ok := payload(o).(*binValue)
 		if !ok {
 			return true, c.fail(errs.NotADocument, "a malformed Binary")
 		}
-		s := p.Get("u")
-		if s == nil || goja.IsUndefined(s) {
-			s = p.Get("d")
+		s := p.uuid
+		if s == "" {
+			s = p.b64
 		}
-		c.buf = appendJSONString(c.buf, s.String())
+		c.buf = appendJSONString(c.buf, s)
 	case v.protos.ts:
-		c.timestamp(o.Get("t").ToInteger(), o.Get("i").ToInteger())
+		t, i, ok := timestampFields(o)
+		if !ok {
+			return true, c.fail(errs.NotADocument, "a malformed Timestamp")
+		}
+		c.timestamp(t, i)
 	case v.protos.re:
-		c.buf = appendJSONString(c.buf, "/"+o.Get("pattern").String()+"/"+o.Get("options").String())
+		pat, opts, ok := regexFields(o)
+		if !ok {
+			return true, c.fail(errs.NotADocument, "a malformed BSONRegExp")
+		}
+		c.buf = appendJSONString(c.buf, "/"+pat+"/"+opts)
 	case v.protos.opaque:
-		p, ok := o.GetSymbol(v.hid).(*goja.Object)
+		p, ok := payload(o).(*opaqueValue)
 		if !ok {
 			return true, c.fail(errs.NotADocument, "a malformed BSON value")
 		}
-		c.buf = appendJSONString(c.buf, p.Get("j").String())
+		c.buf = appendJSONString(c.buf, p.json)
 	default:
 		return false, nil
 	}
 	return true, nil
+}
+
+// timestampFields reads a Timestamp's t and i (a transform may have
+// deleted or replaced them); ok is false when either is missing or not
+// a number.
+func timestampFields(o *goja.Object) (t, i int64, ok bool) {
+	tv, iv := o.Get("t"), o.Get("i")
+	if !isPrimitiveNumber(orUndefined(tv)) || !isPrimitiveNumber(orUndefined(iv)) {
+		return 0, 0, false
+	}
+	return tv.ToInteger(), iv.ToInteger(), true
+}
+
+// regexFields reads a BSONRegExp's pattern and options, which must be
+// strings.
+func regexFields(o *goja.Object) (pattern, options string, ok bool) {
+	pv, ov := o.Get("pattern"), o.Get("options")
+	if !isPrimitiveString(orUndefined(pv)) || !isPrimitiveString(orUndefined(ov)) {
+		return "", "", false
+	}
+	return pv.String(), ov.String(), true
+}
+
+func orUndefined(v goja.Value) goja.Value {
+	if v == nil {
+		return goja.Undefined()
+	}
+	return v
 }
 
 // docFromBSON writes a BSON document straight as JSON, with the same rules
@@ -764,11 +865,7 @@ func (c *outConv) bsonValue(val bsoncore.Value) (ok bool, err error) {
 		c.buf = strconv.AppendInt(c.buf, val.Int64(), 10)
 	case bsoncore.TypeDecimal128:
 		h, l := val.Decimal128()
-		f, err := strconv.ParseFloat(bson.NewDecimal128(h, l).String(), 64)
-		if err != nil && !math.IsInf(f, 0) {
-			return false, c.fail(errs.NotADocument, "a malformed Decimal128")
-		}
-		return true, c.number(f)
+		c.decimal(bson.NewDecimal128(h, l))
 	default:
 		c.buf = appendJSONString(c.buf, opaqueJSON(val))
 	}
@@ -879,6 +976,27 @@ func describeID(x any) string {
 		return "null"
 	}
 	return fmt.Sprintf("a %T", x)
+}
+
+// kindOf names the kind of a JSON-ready value for an error, never the
+// value: what a transform or a document put under the primary key is
+// theirs, not an id.
+func kindOf(x any) string {
+	switch x.(type) {
+	case string:
+		return "a string"
+	case int64, uint64, float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case nil:
+		return "null"
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "an array"
+	}
+	return "a value"
 }
 
 func sameID(got, id any) bool {

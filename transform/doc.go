@@ -6,7 +6,14 @@
 // # Files
 //
 // Every *.js file of the transforms folder is one job, named after the file
-// (articles.js -> articles); files starting with "." are ignored. goja has
+// (articles.js -> articles); files starting with "." are ignored. A file
+// must be a regular file (a symbolic link to one is fine; a FIFO or a
+// device is refused, never waited on) of at most 128 KiB, and must set
+// module.exports: an empty file, or one that only declares things (a file
+// read while it was being written), is CONFIG_INVALID, never the identity
+// (which is module.exports = {}). A Watcher loads a change once the
+// folder's files have kept their size, time and content for a whole
+// interval. goja has
 // no ES modules, so a file is CommonJS-shaped and sets module.exports to:
 //
 //   - an object: collection (default: the job name), index (search:
@@ -57,12 +64,50 @@
 // job's logger (With("job", name), key source=console), at most 20 lines at
 // once and 10 a second after that, each line cut at 4 KiB; dropped lines are
 // counted in the next line that passes. Every call has a time limit
-// (Options.Timeout, MEILISTREAM_TRANSFORM_TIMEOUT, default 1s) enforced with
-// goja's Interrupt, and recursion deeper than 2000 calls is a RangeError.
-// Loading a file (its top-level code, its options, its samples) has a limit
-// of ten times that, at least 1s. goja has no memory limit: a transform
-// that allocates without bound within its time limit can exhaust the
-// process, so keep transforms to pure functions of the document.
+// (Options.Timeout, MEILISTREAM_TRANSFORM_TIMEOUT, default 1s, at most
+// MaxTimeout, one minute) enforced with goja's Interrupt, and recursion
+// deeper than 2000 calls is a RangeError. A call that runs out of time is
+// tried again on a fresh runtime, twice, before its document fails, so a
+// busy machine does not fail documents for good (a transform that loops
+// for good fails after three limits). Loading a file (its top-level code,
+// its options, its samples) has a limit of ten times that, from 1s to
+// 10s, and stops when a Watcher closes.
+//
+// # What built-in functions may be asked to do
+//
+// Interrupt acts between two JavaScript instructions; goja's built-in
+// functions are Go code, which a document can make recurse until the
+// process dies (JSON.parse of a million '['), loop for minutes or
+// allocate all memory at once. Each runtime guards them before the
+// module runs; beyond these bounds they throw a RangeError (a transform
+// may catch it; uncaught, the document fails with TRANSFORM_FAILED):
+//
+//   - nesting, at most 1000 levels, counted across built-ins that call
+//     one another: the text JSON.parse reads, what JSON.stringify, join,
+//     toString, toLocaleString, flat and a JSON.parse reviver walk, chains
+//     of proxies and bound functions, prototype chains set with
+//     Object.create, Object.setPrototypeOf, Reflect.setPrototypeOf and
+//     __proto__;
+//   - arrays and array-likes a built-in loops over or copies (the Array
+//     methods, Array.from, apply, Reflect.apply and Reflect.construct's
+//     argument lists, concat): at most 4,194,304 elements;
+//   - strings built by JSON.stringify, join, repeat, padStart and padEnd,
+//     and the text JSON.parse reads: at most 33,554,432 characters;
+//   - ArrayBuffers and typed arrays: at most 64 MiB;
+//   - source given to eval, Function and the generator and async function
+//     constructors: at most 16 KiB (eval is always an indirect eval); a
+//     transform file: at most 128 KiB.
+//
+// A regular expression that goja cannot run on Go's regexp (one with a
+// lookaround or a backreference) backtracks, and may take minutes on a
+// short string: the call is then abandoned half a second after its time
+// limit (its document fails with TRANSFORM_FAILED, the job goes on with a
+// fresh runtime, and the match gives up in the background within
+// MaxTimeout). So is any call still in a built-in half a second past its
+// limit; such a call is not tried again. Beyond these bounds goja has no
+// memory limit: a transform that allocates in a loop (s += s) can use
+// what memory it reaches within its time limit, so keep transforms to pure
+// functions of the document.
 //
 // # Module state
 //
@@ -106,6 +151,10 @@
 //
 // ObjectId(hex), Decimal128(text), Timestamp(t, i) and BSONRegExp(p, o) are
 // also global constructors, for transforms that build such values (mirror).
+// An ObjectId, Decimal128, Binary or BSONValue keeps its value in Go: it
+// has no property of its own (Object.keys, Object.getOwnPropertySymbols
+// and spread see none, and none can be added), and its methods work on
+// such values only.
 //
 // # JavaScript to a Meilisearch document
 //
@@ -114,8 +163,12 @@
 // int64 (so -0 is 0), other numbers float64; a BigInt an int64 (uint64 up
 // to 2^64-1). A Date is an ISO string ("2024-05-01T10:00:00.000Z", as
 // toISOString) or, with dates: "epoch", integer milliseconds since 1970,
-// which Meilisearch can sort and filter. ObjectId is its hex, Decimal128 a
-// number, Binary its toString(), Timestamp {t, i}, BSONRegExp "/p/o",
+// which Meilisearch can sort and filter. ObjectId is its hex; Decimal128
+// a number when a float64 holds its very value (0.1, 2.50: the shortest
+// form of the float is the decimal), else its exact text as a string
+// ("1E-6000", "1234.5678901234567890123", "NaN", "Infinity"), never a
+// number that lost its value; Binary its toString(), Timestamp {t, i},
+// BSONRegExp "/p/o",
 // BSONValue its Extended JSON text. A key holding undefined is left out (in
 // an array, undefined is null), as JSON.stringify does; boxed String,
 // Number, Boolean are unboxed. NaN, Infinity, functions, symbols, Map, Set,

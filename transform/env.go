@@ -115,19 +115,25 @@ func (j *Job) applyEnv(ov map[string]string, prefix string) error {
 		j.env = ov
 	}
 	if len(options) > 0 || j.envOnly || prefix != "" {
-		// The same sum the main package computed before overrides moved
-		// here, so an upgrade does not reindex.
-		sum := sha256.New()
-		sum.Write([]byte(j.Hash))
-		for _, o := range options {
-			fmt.Fprintf(sum, "\x00%s=%s", o, ov[o])
-		}
-		if j.Kind == Search && prefix != "" {
-			fmt.Fprintf(sum, "\x00index_prefix=%s", prefix)
-		}
-		j.Hash = hex.EncodeToString(sum.Sum(nil))
+		j.Hash = j.envHash(j.Hash, options, ov, prefix)
+		j.LegacyHash = j.envHash(j.LegacyHash, options, ov, prefix)
 	}
 	return joinErrs(problems)
+}
+
+// envHash is base followed by the overrides and the index prefix: the same
+// sum the main package computed before overrides moved here, so an upgrade
+// does not reindex.
+func (j *Job) envHash(base string, options []string, ov map[string]string, prefix string) string {
+	sum := sha256.New()
+	sum.Write([]byte(base))
+	for _, o := range options {
+		fmt.Fprintf(sum, "\x00%s=%s", o, ov[o])
+	}
+	if j.Kind == Search && prefix != "" {
+		fmt.Fprintf(sum, "\x00index_prefix=%s", prefix)
+	}
+	return hex.EncodeToString(sum.Sum(nil))
 }
 
 // targetBy says what set j's destination, for conflict messages: the

@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/dop251/goja"
 )
 
 // guard interrupts a vm's call that runs past its time limit or whose
@@ -17,7 +15,7 @@ import (
 // call cost about a microsecond a document, and the registrations of two
 // workers on one context contended for its lock.
 type guard struct {
-	rt    *goja.Runtime
+	v     *vm
 	mu    sync.Mutex
 	timer *time.Timer
 	armed time.Time // when the timer fires; zero when it is not armed
@@ -25,13 +23,19 @@ type guard struct {
 	running  bool
 	deadline time.Time
 	fired    bool // the current call was interrupted
+	// giveUp is when, after an interrupt, a call still running is
+	// abandoned: abandon is then closed (once: the vm is never used
+	// again after an interrupt).
+	giveUp  time.Time
+	abandon chan struct{}
+	closed  bool
 
 	ctx     context.Context // the context registered, if any
 	stopCtx func() bool
 }
 
-func newGuard(rt *goja.Runtime) *guard {
-	g := &guard{rt: rt}
+func newGuard(v *vm) *guard {
+	g := &guard{v: v, abandon: make(chan struct{})}
 	g.timer = time.AfterFunc(time.Hour, g.onTimer)
 	g.timer.Stop()
 	return g
@@ -47,10 +51,8 @@ func (g *guard) begin(ctx context.Context, timeout time.Duration) {
 	g.running, g.fired = true, false
 	g.deadline = now.Add(timeout)
 	if ctx.Err() != nil { // ended before (its callback found no call to stop)
-		g.fired = true
-		g.rt.Interrupt(context.Cause(ctx))
-	}
-	if g.armed.IsZero() || g.armed.After(g.deadline) {
+		g.stopCall(now, context.Cause(ctx))
+	} else if g.armed.IsZero() || g.armed.After(g.deadline) {
 		g.armed = g.deadline
 		g.timer.Reset(timeout)
 	}
@@ -76,16 +78,38 @@ func (g *guard) onTimer() {
 		return
 	}
 	now := time.Now()
-	if !now.Before(g.deadline) {
-		g.armed = time.Time{}
-		if !g.fired {
-			g.fired = true
-			g.rt.Interrupt(errTimeout)
+	if g.fired {
+		if !now.Before(g.giveUp) {
+			g.armed = time.Time{}
+			if !g.closed {
+				g.closed = true
+				close(g.abandon)
+			}
+			return
 		}
+		g.armed = g.giveUp
+		g.timer.Reset(g.giveUp.Sub(now))
+		return
+	}
+	if !now.Before(g.deadline) {
+		g.stopCall(now, errTimeout)
 		return
 	}
 	g.armed = g.deadline
 	g.timer.Reset(g.deadline.Sub(now))
+}
+
+// stopCall interrupts the running call with reason and arms the timer to
+// abandon it abandonGrace later (g.mu held).
+func (g *guard) stopCall(now time.Time, reason error) {
+	if g.fired {
+		return
+	}
+	g.fired = true
+	g.v.interrupt(reason)
+	g.giveUp = now.Add(abandonGrace)
+	g.armed = g.giveUp
+	g.timer.Reset(abandonGrace)
 }
 
 // watch registers ctx in place of the context before: when it ends, a
@@ -104,9 +128,8 @@ func (g *guard) watch(ctx context.Context) {
 	g.stopCtx = context.AfterFunc(ctx, func() {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		if g.running && g.ctx == ctx && !g.fired {
-			g.fired = true
-			g.rt.Interrupt(context.Cause(ctx))
+		if g.running && g.ctx == ctx {
+			g.stopCall(time.Now(), context.Cause(ctx))
 		}
 	})
 }

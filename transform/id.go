@@ -171,7 +171,7 @@ func ParseIndexID(id any) (bson.RawValue, error) {
 	case json.Number:
 		n, err := strconv.ParseInt(string(v), 10, 64)
 		if err != nil {
-			return bson.RawValue{}, errs.New(errs.NotADocument, "", "id %q is not an id meilistream writes", string(v))
+			return bson.RawValue{}, errs.New(errs.NotADocument, "", "id %q is not an id meilistream writes", clip(string(v), maxKeyText))
 		}
 		return intRaw(n), nil
 	case int:
@@ -203,23 +203,25 @@ func intRaw(n int64) bson.RawValue {
 
 func parseStringID(s string) (bson.RawValue, error) {
 	bad := func() (bson.RawValue, error) {
-		return bson.RawValue{}, errs.New(errs.NotADocument, "", "id %q is not an id meilistream writes", s)
+		return bson.RawValue{}, errs.New(errs.NotADocument, "", "id %q is not an id meilistream writes", clip(s, maxKeyText))
 	}
 	if s == "" || len(s) > MaxIndexIDLen || !inAlphabet(s) {
 		return bad()
 	}
 	switch {
+	case isOIDHex(s):
+		// Before the integers: an ObjectId's hex may be all digits
+		// (about one in 80,000 are), and no int64 has 24 digits.
+		b, _ := hex.DecodeString(s)
+		var oid bson.ObjectID
+		copy(oid[:], b)
+		return bson.RawValue{Type: bson.TypeObjectID, Value: oid[:]}, nil
 	case isDecimal(s):
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || strconv.FormatInt(n, 10) != s {
 			return bad()
 		}
 		return intRaw(n), nil
-	case isOIDHex(s):
-		b, _ := hex.DecodeString(s)
-		var oid bson.ObjectID
-		copy(oid[:], b)
-		return bson.RawValue{Type: bson.TypeObjectID, Value: oid[:]}, nil
 	case s[0] != '_':
 		return strRaw(s), nil
 	case len(s) < 2:

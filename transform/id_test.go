@@ -113,28 +113,15 @@ func externalID(id any) string {
 	return id.(string)
 }
 
-// mongoKey is what MongoDB's unique _id index compares: numbers by value.
-func mongoKey(v bson.RawValue) string {
-	switch v.Type {
-	case bson.TypeString:
-		return "str:" + v.StringValue()
-	case bson.TypeInt32:
-		return fmt.Sprintf("num:%d", v.Int32())
-	case bson.TypeInt64:
-		return fmt.Sprintf("num:%d", v.Int64())
-	case bson.TypeDouble:
-		if f := v.Double(); f == math.Trunc(f) && math.Abs(f) < 1<<63 {
-			return fmt.Sprintf("num:%d", int64(f))
-		}
-	}
-	return fmt.Sprintf("%d:%x", v.Type, v.Value)
-}
+// mongoKey is what MongoDB's unique _id index compares.
+func mongoKey(v bson.RawValue) string { return transform.IDKey(v) }
 
 // idCorpus holds _ids that would collide under a careless mapping.
 func idCorpus(t testing.TB) []bson.RawValue {
 	oid, _ := bson.ObjectIDFromHex("65f1c0a2b3c4d5e6f7a8b9c0")
+	digits, _ := bson.ObjectIDFromHex("123456789012345678901234") // hex that is all digits
 	dec, _ := bson.ParseDecimal128("5")
-	vals := []any{oid, oid.Hex(), strings.ToUpper(oid.Hex()), "_s" + oid.Hex(),
+	vals := []any{oid, oid.Hex(), digits, digits.Hex(), strings.ToUpper(oid.Hex()), "_s" + oid.Hex(),
 		int32(5), int64(5), 5.0, "5", "_s5", "_u5", "_b5", "05", -5, "-5", "_s-5", int64(math.MaxInt64), "9223372036854775807",
 		5.5, dec, "", "_", "__", "_s", "_u", "_b", "a b", "_uYSBi", "YSBi", "a", "A", "-", "-a", "a-", "0", int32(0), math.Copysign(0, -1),
 		bson.D{{Key: "a", Value: 1}}, bson.D{{Key: "a", Value: int64(1)}}, bson.A{"x"}, bson.Binary{Data: []byte("5")}, bson.Symbol("5"),

@@ -1,6 +1,7 @@
 package transform
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -22,9 +23,9 @@ import (
 // CONFIG_INVALID (a bad option, naming the file and the key; two jobs
 // writing one index or collection) or TRANSFORM_FAILED (a syntax error with
 // file, line and column; the module threw while loading). The Set is nil
-// only when dir cannot be read.
+// only when dir cannot be read or opts.Timeout is above MaxTimeout.
 func Load(dir string, opts Options) (*Set, error) {
-	return load([]string{dir}, opts, nil)
+	return load(context.Background(), []string{dir}, opts, nil)
 }
 
 // LoadFiles is Load for a list of paths, each a *.js file or a folder of
@@ -32,7 +33,7 @@ func Load(dir string, opts Options) (*Set, error) {
 // CONFIG_INVALID. With no paths the Set holds only the jobs declared by
 // environment alone (Options.Overrides), and a reload never finds files.
 func LoadFiles(paths []string, opts Options) (*Set, error) {
-	return load(paths, opts, nil)
+	return load(context.Background(), paths, opts, nil)
 }
 
 // listFiles expands paths into the transform files they name: job name ->
@@ -78,8 +79,13 @@ func listFiles(paths []string) (names []string, files map[string]string, problem
 	return names, files, problems, nil
 }
 
-func load(paths []string, opts Options, prev *Set) (*Set, error) {
+// load loads paths; ctx ending stops a module's evaluation (a Watcher
+// closing), the files not loaded yet then failing with its cause.
+func load(ctx context.Context, paths []string, opts Options, prev *Set) (*Set, error) {
 	opts = opts.withDefaults()
+	if opts.Timeout > MaxTimeout {
+		return nil, errs.New(errs.ConfigInvalid, "", "MEILISTREAM_TRANSFORM_TIMEOUT: %s is more than the longest limit a transform call may have, %s", opts.Timeout, MaxTimeout)
+	}
 	names, files, problems, err := listFiles(paths)
 	if err != nil {
 		return nil, errs.Wrap(errs.ConfigInvalid, "", err, "read transforms folder %s", strings.Join(paths, ", "))
@@ -106,7 +112,7 @@ func load(paths []string, opts Options, prev *Set) (*Set, error) {
 				filepath.Base(path), envVar(key, "*"), strings.Join(all, " and "))
 			ov = nil // refused anyway: load it for its own problems only
 		}
-		src, err := os.ReadFile(path)
+		src, err := readSource(path)
 		if err != nil {
 			err = errs.Wrap(errs.ConfigInvalid, name, err, "read %s", path)
 			problems = append(problems, err)
@@ -137,7 +143,7 @@ func load(paths []string, opts Options, prev *Set) (*Set, error) {
 			// Unchanged but refused last time (a conflict): load it again,
 			// the conflict may be gone.
 		}
-		j, err := loadFile(path, src, opts, ov)
+		j, err := loadFile(ctx, path, src, opts, ov)
 		if err != nil {
 			problems = append(problems, err)
 			s.files[name] = fileState{path: path, hash: hash, err: err}
@@ -145,6 +151,13 @@ func load(paths []string, opts Options, prev *Set) (*Set, error) {
 				loaded = append(loaded, old) // the previous version keeps running
 			}
 			continue
+		}
+		if old := prev.Job(name); old != nil && old.Hash == j.Hash && old.File == j.File {
+			// Only comments or spacing changed: the same meaning, so the
+			// job that runs (a supervisor restarts on a new Hash only)
+			// stays the Set's, and the new one is not kept.
+			j.Close()
+			j = old
 		}
 		loaded = append(loaded, j)
 		s.files[name] = fileState{path: path, hash: hash}
@@ -271,15 +284,15 @@ func (j *Job) file() string {
 // job's EnvKey and opts.IndexPrefix are applied. Most callers want Load.
 func LoadFile(path string, src []byte, opts Options) (*Job, error) {
 	name := strings.TrimSuffix(filepath.Base(path), ".js")
-	return loadFile(path, src, opts.withDefaults(), opts.Overrides[EnvKey(name)])
+	return loadFile(context.Background(), path, src, opts.withDefaults(), opts.Overrides[EnvKey(name)])
 }
 
 // loadFile is LoadFile with the job's overrides ov given (nil: none).
-func loadFile(path string, src []byte, opts Options, ov map[string]string) (*Job, error) {
+func loadFile(ctx context.Context, path string, src []byte, opts Options, ov map[string]string) (*Job, error) {
 	name := strings.TrimSuffix(filepath.Base(path), ".js")
 	sum := sha256.Sum256(src)
 	j := &Job{
-		Name: name, File: path, Hash: hex.EncodeToString(sum[:]),
+		Name: name, File: path, LegacyHash: hex.EncodeToString(sum[:]),
 		Collection: name, Index: name, PrimaryKey: DefaultPrimaryKey, Kind: Search,
 		Reindex: "swap", Sweep: true, Dates: "iso",
 		OnDocumentError: opts.Defaults.OnDocumentError, OnHistoryLost: opts.Defaults.OnHistoryLost,
@@ -288,14 +301,20 @@ func loadFile(path string, src []byte, opts Options, ov map[string]string) (*Job
 	}
 	j.log = opts.Logger.With("job", name)
 	fileName := filepath.Base(path)
-	prog, err := goja.Compile(fileName, modulePrefix+string(src)+moduleSuffix, false)
+	if len(src) > maxFileSource {
+		// goja's parser recurses per level of nesting, up to about 2 KB
+		// of Go stack per byte: a bound on the size bounds it.
+		return nil, errs.New(errs.TransformFailed, name, "%s is more than %d bytes, the most a transform file may be (keep large tables in the index's settings or the documents)", fileName, maxFileSource)
+	}
+	prog, err := compileModule(fileName, string(src))
 	if err != nil {
 		return nil, syntaxErr(j, src, err)
 	}
+	j.Hash = prog.hash
 	con := newConsoleLimiter(j.log)
 	// The first runtime evaluates the module for its options, then joins
 	// the pool.
-	first, err := newVM(j, prog, con, func(v *vm) error {
+	first, err := newVM(ctx, j, prog.program, con, func(v *vm) error {
 		if err := j.readOptions(v); err != nil {
 			return err
 		}
@@ -308,20 +327,46 @@ func loadFile(path string, src []byte, opts Options, ov map[string]string) (*Job
 		return nil, err
 	}
 	if first.fn != nil || first.bare {
-		j.rt = &jobRuntime{program: prog, console: con}
-		j.rt.pool = newPool(opts.Pool, func() (*vm, error) { return newVM(j, prog, con, nil) })
-		j.rt.pool.sem <- struct{}{}
-		j.rt.pool.put(first)
+		j.rt = &jobRuntime{program: prog.program, console: con}
+		j.rt.pool = newPool(opts.Pool, func(ctx context.Context) (*vm, error) { return newVM(ctx, j, prog.program, con, nil) })
+		j.rt.pool.adopt(first)
+	} else {
+		close(first.work) // no transform: the identity needs no runtime
 	}
 	return j, nil
 }
 
+// module is a transform file compiled, with the hash of its tokens.
+type module struct {
+	program *goja.Program
+	hash    string
+}
+
+// compileModule parses a file's source once, wrapped as a CommonJS
+// module, for both the program and the token hash (which needs the
+// parser's word on which '/' starts a regular expression). Source maps
+// are off: a "//# sourceMappingURL=" comment would otherwise make the
+// parser read the file it names.
+func compileModule(name, src string) (*module, error) {
+	ast, err := goja.Parse(name, modulePrefix+src+moduleSuffix, parser.WithDisableSourceMaps)
+	if err != nil {
+		return nil, err
+	}
+	prog, err := goja.CompileAST(ast, false)
+	if err != nil {
+		return nil, err
+	}
+	return &module{program: prog, hash: tokenHash(src, regexpOffsets(ast, len(modulePrefix)))}, nil
+}
+
 // syntaxErr reports a compile error as TRANSFORM_FAILED with the file's own
 // line and column: the file is parsed again on its own (without the module
-// wrapper) so positions are the user's.
+// wrapper) so positions are the user's. The parser's message is kept only
+// as far as it cannot quote the file (safeSyntaxText): a file that does
+// not parse may not be a transform.
 func syntaxErr(j *Job, src []byte, err error) error {
 	file := filepath.Base(j.File)
-	_, perr := parser.ParseFile(nil, file, string(src), 0)
+	_, perr := parser.ParseFile(nil, file, string(src), 0, parser.WithDisableSourceMaps)
 	var list parser.ErrorList
 	if errors.As(perr, &list) && len(list) > 0 {
 		e := list[0]
@@ -329,13 +374,22 @@ func syntaxErr(j *Job, src []byte, err error) error {
 		if len(list) > 1 {
 			more = fmt.Sprintf(" (and %d more)", len(list)-1)
 		}
-		return errs.New(errs.TransformFailed, j.Name, "%s:%d:%d: syntax error: %s%s", file, e.Position.Line, e.Position.Column, e.Message, more)
+		return errs.New(errs.TransformFailed, j.Name, "%s:%d:%d: syntax error: %s%s", file, e.Position.Line, e.Position.Column, safeSyntaxText(e.Message), more)
 	}
 	var se *goja.CompilerSyntaxError
 	if errors.As(err, &se) {
-		return errs.New(errs.TransformFailed, j.Name, "%s: syntax error: %s", file, se.Message)
+		at := ""
+		if se.File != nil {
+			p := se.File.Position(se.Offset)
+			col := p.Column
+			if p.Line == 1 {
+				col -= len(modulePrefix)
+			}
+			at = fmt.Sprintf(":%d:%d", p.Line, col)
+		}
+		return errs.New(errs.TransformFailed, j.Name, "%s%s: syntax error: %s", file, at, safeSyntaxText(se.Message))
 	}
-	return errs.Wrap(errs.TransformFailed, j.Name, err, "compile %s", file)
+	return errs.New(errs.TransformFailed, j.Name, "compile %s: %s", file, safeSyntaxText(err.Error()))
 }
 
 // readOptions reads the exported object's options into j (JobOptions),

@@ -67,12 +67,12 @@ func TestLoadReadsOptionsAndDefaults(t *testing.T) {
 	}
 }
 
-func TestTheHashIsTheFileContentSHA256(t *testing.T) {
+func TestTheLegacyHashIsTheFileContentSHA256(t *testing.T) {
 	src := `module.exports = {};`
 	j := loadJob(t, src)
 	sum := sha256.Sum256([]byte(src))
-	if j.Hash != hex.EncodeToString(sum[:]) {
-		t.Fatalf("hash %s", j.Hash)
+	if j.LegacyHash != hex.EncodeToString(sum[:]) || j.Hash == j.LegacyHash {
+		t.Fatalf("legacy hash %s, hash %s", j.LegacyHash, j.Hash)
 	}
 }
 
@@ -107,7 +107,7 @@ func TestLoadNamesEveryProblemWithFileAndKey(t *testing.T) {
 		{"an option on a function", `module.exports = function () {}; module.exports.index = "x";`, errs.ConfigInvalid, []string{`key "index"`, "function transform takes no options"}},
 		{"a syntax error", "module.exports = {\n  transform(doc) {\n    return doc +* 1;\n  },\n};", errs.TransformFailed, []string{"job.js:3:", "syntax error"}},
 		{"a syntax error on line 1", "module.exports = {;", errs.TransformFailed, []string{"job.js:1:", "syntax error"}},
-		{"a throw while loading", "const x = 1;\nthrow new Error('boom');", errs.TransformFailed, []string{"job.js", "Error: boom", "line 2:"}},
+		{"a throw while loading", "const x = 1;\nthrow new Error('boom');", errs.TransformFailed, []string{"job.js:2:7: Error thrown"}},
 		{"require while loading", "const fs = require('fs');", errs.TransformFailed, []string{"ReferenceError", "require"}},
 	}
 	for _, tc := range cases {

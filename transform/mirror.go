@@ -3,7 +3,6 @@ package transform
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/hex"
 	"fmt"
 	"math"
 	"math/big"
@@ -36,7 +35,7 @@ type mirrorConv struct {
 func (c *mirrorConv) fail(code errs.Code, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
 	if len(c.path) > 0 {
-		msg = strings.Join(c.path, ".") + ": " + msg
+		msg = pathText(c.path) + ": " + msg
 	}
 	return &errs.Error{Code: code, Job: c.job.Name, Msg: msg}
 }
@@ -317,56 +316,66 @@ func (c *mirrorConv) special(dst []byte, key string, o *goja.Object) ([]byte, bo
 	v := c.v
 	switch o.Prototype() {
 	case v.protos.oid:
-		h := o.GetSymbol(v.hid)
-		oid, err := bson.ObjectIDFromHex(valueString(h))
-		if err != nil {
+		p, ok := payload(o).(*oidValue)
+		var oid bson.ObjectID
+		var err error
+		if ok {
+			oid, err = bson.ObjectIDFromHex(p.hex)
+		}
+		if !ok || err != nil {
 			return nil, true, c.fail(errs.NotADocument, "a malformed ObjectId")
 		}
 		return bsoncore.AppendObjectIDElement(dst, key, oid), true, nil
 	case v.protos.dec:
+		p, ok := payload(o).(*decValue)
+		if !ok {
+			return nil, true, c.fail(errs.NotADocument, "a malformed Decimal128")
+		}
 		// The exact bits when the value came from a document: a decimal's
 		// text does not always parse back to the same bits (0E-5544).
-		if b, err := hex.DecodeString(valueString(o.GetSymbol(v.hidBits))); err == nil && len(b) == 16 {
-			return bsoncore.AppendValueElement(dst, key, bsoncore.Value{Type: bsoncore.TypeDecimal128, Data: b}), true, nil
+		if p.bits != nil {
+			return bsoncore.AppendValueElement(dst, key, bsoncore.Value{Type: bsoncore.TypeDecimal128, Data: p.bits}), true, nil
 		}
-		d, err := bson.ParseDecimal128(valueString(o.GetSymbol(v.hid)))
+		d, err := bson.ParseDecimal128(p.text)
 		if err != nil {
 			return nil, true, c.fail(errs.NotADocument, "a malformed Decimal128")
 		}
 		h, l := d.GetBytes()
 		return bsoncore.AppendDecimal128Element(dst, key, h, l), true, nil
 	case v.protos.bin:
-		p, ok := o.GetSymbol(v.hid).(*goja.Object)
+		p, ok := payload(o).(*binValue)
 		if !ok {
 			return nil, true, c.fail(errs.NotADocument, "a malformed Binary")
 		}
-		data, err := base64.StdEncoding.DecodeString(p.Get("d").String())
+		data, err := base64.StdEncoding.DecodeString(p.b64)
 		if err != nil {
 			return nil, true, c.fail(errs.NotADocument, "a malformed Binary")
 		}
-		return bsoncore.AppendBinaryElement(dst, key, byte(p.Get("s").ToInteger()), data), true, nil
+		return bsoncore.AppendBinaryElement(dst, key, p.sub, data), true, nil
 	case v.protos.ts:
-		t, i := o.Get("t").ToInteger(), o.Get("i").ToInteger()
+		t, i, ok := timestampFields(o)
+		if !ok {
+			return nil, true, c.fail(errs.NotADocument, "a malformed Timestamp")
+		}
 		if t < 0 || t > math.MaxUint32 || i < 0 || i > math.MaxUint32 {
 			return nil, true, c.fail(errs.NotADocument, "a Timestamp out of range")
 		}
 		return bsoncore.AppendTimestampElement(dst, key, uint32(t), uint32(i)), true, nil
 	case v.protos.re:
-		pat, opts := o.Get("pattern").String(), o.Get("options").String()
+		pat, opts, ok := regexFields(o)
+		if !ok {
+			return nil, true, c.fail(errs.NotADocument, "a malformed BSONRegExp")
+		}
 		if strings.IndexByte(pat, 0) >= 0 || strings.IndexByte(opts, 0) >= 0 {
 			return nil, true, c.fail(errs.NotADocument, "a BSONRegExp holding a NUL character")
 		}
 		return bsoncore.AppendRegexElement(dst, key, pat, sortedOptions(opts)), true, nil
 	case v.protos.opaque:
-		p, ok := o.GetSymbol(v.hid).(*goja.Object)
+		p, ok := payload(o).(*opaqueValue)
 		if !ok {
 			return nil, true, c.fail(errs.NotADocument, "a malformed BSON value")
 		}
-		data, err := base64.StdEncoding.DecodeString(p.Get("d").String())
-		if err != nil {
-			return nil, true, c.fail(errs.NotADocument, "a malformed BSON value")
-		}
-		return bsoncore.AppendValueElement(dst, key, bsoncore.Value{Type: bsoncore.Type(p.Get("t").ToInteger()), Data: data}), true, nil
+		return bsoncore.AppendValueElement(dst, key, bsoncore.Value{Type: p.t, Data: p.data}), true, nil
 	}
 	return nil, false, nil
 }

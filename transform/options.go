@@ -118,7 +118,13 @@ var JobOptions = []JobOption{
 	{Key: "transformTimeout", Env: "transform_timeout", Jobs: allJobs, value: durationValue,
 		Accepts: "a positive Go duration, e.g. 1s or 250ms", Default: "`MEILISTREAM_TRANSFORM_TIMEOUT`",
 		Doc: "how long one call of the transform may take",
-		set: func(j *Job, v any) string { j.Timeout = v.(time.Duration); return "" }},
+		set: func(j *Job, v any) string {
+			if d := v.(time.Duration); d > MaxTimeout {
+				return fmt.Sprintf("%s is more than the longest limit, %s", d, MaxTimeout)
+			}
+			j.Timeout = v.(time.Duration)
+			return ""
+		}},
 	{Key: "settings", Jobs: Search, value: fileOnlyValue,
 		Accepts: "an object of Meilisearch index settings", Default: "none: a reindex copies the live index's",
 		Doc: "index settings applied when the job starts and to the index of each reindex"},

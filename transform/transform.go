@@ -32,7 +32,7 @@ type Options struct {
 	// goroutine at a time; 0 means runtime.NumCPU().
 	Pool int
 	// Timeout limits one transform call (MEILISTREAM_TRANSFORM_TIMEOUT);
-	// 0 means DefaultTimeout.
+	// 0 means DefaultTimeout; more than MaxTimeout is refused by Load.
 	Timeout time.Duration
 	// MaxResultBytes refuses a search result larger than this many bytes
 	// of JSON; 0 means DefaultMaxResultBytes.
@@ -161,11 +161,19 @@ type Job struct {
 	Settings map[string]any
 	// Samples are the file's `samples` documents, for check.
 	Samples []bson.Raw
-	// Hash is the sha256 (hex) of the file's content; with environment
+	// Hash is the sha256 (hex) of the file's tokens (see tokenHash:
+	// comments, indentation, spaces and blank lines are not in it; every
+	// token, and a line break between two tokens, is); with environment
 	// overrides or an index prefix, the sha256 of that hash followed by
 	// them (see Options.Overrides). A changed hash means the job must
 	// reindex.
 	Hash string
+	// LegacyHash is what Hash was before it covered tokens: the sha256 of
+	// the file's bytes, with the same overrides after it. A position
+	// recorded with it was recorded for this very file, so a caller may
+	// take it as Hash (and record Hash from then on) rather than reindex
+	// once after an upgrade.
+	LegacyHash string
 	// Function says the file exports a bare monstache-style function.
 	Function bool
 
@@ -273,6 +281,7 @@ func (j *Job) identity(dst []byte, doc bson.Raw, idv bson.RawValue, res Result) 
 		return res, dst, nil
 	}
 	c := j.newOutConv(nil, dst, idv, res.ID)
+	c.fromSource = true
 	if err := c.docFromBSON(doc); err != nil {
 		return Result{}, dst, err
 	}
@@ -353,7 +362,7 @@ func (s *Set) Close() {
 func configErr(job, file, key, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
 	if key != "" {
-		msg = fmt.Sprintf("key %q: %s", key, msg)
+		msg = fmt.Sprintf("key %q: %s", clip(key, maxKeyText), msg)
 	}
 	return &errs.Error{Code: errs.ConfigInvalid, Job: job, Msg: file + ": " + msg}
 }

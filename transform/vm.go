@@ -1,16 +1,16 @@
 package transform
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dop251/goja"
+	"github.com/dop251/goja/parser"
 	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -27,38 +27,35 @@ const maxCallStack = 2000
 const modulePrefix = "(function (module, exports) {"
 const moduleSuffix = "\n})"
 
-// bootstrapSrc defines the classes BSON values become in JavaScript. H is a
-// symbol private to Go that holds a value's payload.
-const bootstrapSrc = `(function (H) {
+// bootstrapSrc defines the classes BSON values become in JavaScript. G
+// holds the Go helpers that read and make their instances (host.go); it
+// stays in this closure.
+const bootstrapSrc = `(function (G) {
 "use strict";
 function def(p, n, f) { Object.defineProperty(p, n, {value: f, writable: true, configurable: true}); }
 function ObjectId(hex) {
-	if (!(this instanceof ObjectId)) return new ObjectId(hex);
 	var s = String(hex);
 	if (!/^[0-9a-fA-F]{24}$/.test(s)) throw new TypeError("ObjectId needs 24 hex characters");
-	this[H] = s.toLowerCase();
+	return G.newOID(s.toLowerCase());
 }
-def(ObjectId.prototype, "toHexString", function () { return this[H]; });
-def(ObjectId.prototype, "toString", function () { return this[H]; });
-def(ObjectId.prototype, "toJSON", function () { return this[H]; });
+def(ObjectId.prototype, "toHexString", function () { return G.oidHex(this); });
+def(ObjectId.prototype, "toString", function () { return G.oidHex(this); });
+def(ObjectId.prototype, "toJSON", function () { return G.oidHex(this); });
 def(ObjectId.prototype, "equals", function (o) {
 	if (o === null || o === undefined) return false;
-	return (o instanceof ObjectId ? o[H] : String(o).toLowerCase()) === this[H];
+	return (o instanceof ObjectId ? G.oidHex(o) : String(o).toLowerCase()) === G.oidHex(this);
 });
-def(ObjectId.prototype, "getTimestamp", function () { return new Date(parseInt(this[H].slice(0, 8), 16) * 1000); });
-function Decimal128(s) {
-	if (!(this instanceof Decimal128)) return new Decimal128(s);
-	this[H] = String(s);
-}
-def(Decimal128.prototype, "toString", function () { return this[H]; });
-def(Decimal128.prototype, "toJSON", function () { return this[H]; });
-def(Decimal128.prototype, "valueOf", function () { return Number(this[H]); });
-def(Decimal128.prototype, "toNumber", function () { return Number(this[H]); });
+def(ObjectId.prototype, "getTimestamp", function () { return new Date(parseInt(G.oidHex(this).slice(0, 8), 16) * 1000); });
+function Decimal128(s) { return G.newDecimal(String(s)); }
+def(Decimal128.prototype, "toString", function () { return G.decText(this); });
+def(Decimal128.prototype, "toJSON", function () { return G.decText(this); });
+def(Decimal128.prototype, "valueOf", function () { return Number(G.decText(this)); });
+def(Decimal128.prototype, "toNumber", function () { return Number(G.decText(this)); });
 function Binary() { throw new TypeError("Binary values come from documents only"); }
-Object.defineProperty(Binary.prototype, "subtype", {get: function () { return this[H].s; }, configurable: true});
-def(Binary.prototype, "toBase64", function () { return this[H].d; });
-def(Binary.prototype, "toString", function () { return this[H].u || this[H].d; });
-def(Binary.prototype, "toJSON", function () { return this[H].u || this[H].d; });
+Object.defineProperty(Binary.prototype, "subtype", {get: function () { return G.binSubtype(this); }, configurable: true});
+def(Binary.prototype, "toBase64", function () { return G.binBase64(this); });
+def(Binary.prototype, "toString", function () { return G.binText(this); });
+def(Binary.prototype, "toJSON", function () { return G.binText(this); });
 function Timestamp(t, i) {
 	if (!(this instanceof Timestamp)) return new Timestamp(t, i);
 	this.t = t >>> 0; this.i = i >>> 0;
@@ -71,8 +68,8 @@ function BSONRegExp(pattern, options) {
 def(BSONRegExp.prototype, "toString", function () { return "/" + this.pattern + "/" + this.options; });
 def(BSONRegExp.prototype, "toJSON", function () { return "/" + this.pattern + "/" + this.options; });
 function BSONValue() { throw new TypeError("BSONValue values come from documents only"); }
-def(BSONValue.prototype, "toString", function () { return this[H].j; });
-def(BSONValue.prototype, "toJSON", function () { return this[H].j; });
+def(BSONValue.prototype, "toString", function () { return G.opaqueJSON(this); });
+def(BSONValue.prototype, "toJSON", function () { return G.opaqueJSON(this); });
 return {ObjectId: ObjectId, Decimal128: Decimal128, Binary: Binary, Timestamp: Timestamp, BSONRegExp: BSONRegExp, BSONValue: BSONValue};
 })`
 
@@ -95,8 +92,6 @@ type vm struct {
 	this     goja.Value    // `this` of the transform (the exports object)
 	bare     bool          // monstache-style function
 	ns       goja.Value    // "db.collection" for bare functions
-	hid      *goja.Symbol
-	hidBits  *goja.Symbol // a Decimal128's exact bits (its text may not round-trip)
 	dateCtor goja.Value
 	dateArg  [1]goja.Value // date's argument, reused (no slice per Date)
 	protos   struct{ oid, dec, bin, ts, re, opaque *goja.Object }
@@ -106,6 +101,26 @@ type vm struct {
 	// guard interrupts a call that runs past its limit or whose context
 	// ends; made at the first call.
 	guard *guard
+	// work hands the vm's goroutine what to run; done says it ran it;
+	// closing work ends the goroutine, which then gives slot back (its
+	// pool's).
+	work   chan func()
+	done   chan struct{}
+	slot   chan struct{}
+	runReq func()
+	req    callReq
+	out    []byte // the document a call wrote
+	// crash is a panic that escaped what the goroutine ran (a bug).
+	crash any
+	// stop is set with every interrupt: built-ins that loop check it.
+	stop atomic.Bool
+	// The guarded built-ins' state (harden.go): RangeError, the original
+	// Array.isArray, the arrays being joined (for cycles), the nesting of
+	// the built-ins' recursion.
+	rangeErrCtor goja.Value
+	isArrayFn    func(goja.FunctionCall) goja.Value
+	joining      []*goja.Object
+	nativeDepth  int
 	// spoiled: a panic no case expects unwound through the runtime; it is
 	// discarded rather than reused.
 	spoiled bool
@@ -158,61 +173,21 @@ func (v *vm) builtin(o *goja.Object) string {
 	return ""
 }
 
-// loadTimeout bounds evaluating a module (and reading its options): user
-// code runs there too, and a loop at the top of a file must not hang a
-// load or a reload.
-func loadTimeout(j *Job) time.Duration {
-	return max(10*j.opts.Timeout, time.Second)
-}
-
-var errLoadTimeout = errors.New("load timeout")
-
-// newVM makes a runtime, installs the sandbox, evaluates the module and
-// then runs after (reading the options, for the first runtime), all under
-// loadTimeout; a throw or panic from user code is TRANSFORM_FAILED.
-func newVM(j *Job, prog *goja.Program, con *consoleLimiter, after func(*vm) error) (v *vm, err error) {
-	rt := goja.New()
-	limit := loadTimeout(j)
-	timer := time.AfterFunc(limit, func() { rt.Interrupt(errLoadTimeout) })
-	defer func() {
-		if r := recover(); r != nil {
-			switch x := r.(type) {
-			case *goja.InterruptedError, *goja.StackOverflowError:
-				err = runErr(j, "load", x.(error))
-			case *goja.Exception:
-				err = runErr(j, "load", x)
-			case goja.Value:
-				err = errs.New(errs.TransformFailed, j.Name, "load: %s: %s", j.file(), x.String())
-			default:
-				panic(r)
-			}
-			v = nil
-		}
-		if !timer.Stop() { // it fired (or is firing): this runtime is spoiled
-			v, err = nil, errs.New(errs.TransformFailed, j.Name, "load: %s: evaluating the module did not finish within %s", j.file(), limit)
-		}
-	}()
-	v, err = newVMUntimed(j, prog, con, rt)
-	if err == nil && after != nil {
-		err = after(v)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return v, nil
-}
-
-func newVMUntimed(j *Job, prog *goja.Program, con *consoleLimiter, rt *goja.Runtime) (*vm, error) {
+// install sets up the sandbox in v's runtime and evaluates the module in
+// it (on v's goroutine).
+func (v *vm) install(j *Job, prog *goja.Program, con *consoleLimiter) error {
+	rt := v.rt
 	rt.SetMaxCallStackSize(maxCallStack)
-	v := &vm{rt: rt, hid: goja.NewSymbol("meilistream.value"), hidBits: goja.NewSymbol("meilistream.bits"), vTrue: rt.ToValue(true), vFalse: rt.ToValue(false)}
+	// eval and Function parse too: no source map may make them read a file.
+	rt.SetParserOptions(parser.WithDisableSourceMaps)
 	boot, err := rt.RunProgram(bootstrapProgram)
 	if err != nil {
-		return nil, fmt.Errorf("bootstrap: %w", err)
+		return fmt.Errorf("bootstrap: %w", err)
 	}
 	bf, _ := goja.AssertFunction(boot)
-	classes, err := bf(goja.Undefined(), v.hid)
+	classes, err := bf(goja.Undefined(), v.classHelpers())
 	if err != nil {
-		return nil, fmt.Errorf("bootstrap: %w", err)
+		return fmt.Errorf("bootstrap: %w", err)
 	}
 	co := classes.ToObject(rt)
 	proto := func(name string) *goja.Object {
@@ -227,7 +202,7 @@ func newVMUntimed(j *Job, prog *goja.Program, con *consoleLimiter, rt *goja.Runt
 	v.protos.opaque = proto("BSONValue")
 	for _, name := range []string{"ObjectId", "Decimal128", "Timestamp", "BSONRegExp"} {
 		if err := rt.Set(name, co.Get(name)); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	v.dateCtor = rt.Get("Date")
@@ -235,7 +210,7 @@ func newVMUntimed(j *Job, prog *goja.Program, con *consoleLimiter, rt *goja.Runt
 	v.objectProto = objectCtor.Get("prototype").ToObject(rt)
 	builtins, err := rt.RunProgram(builtinsProgram)
 	if err != nil {
-		return nil, fmt.Errorf("bootstrap: %w", err)
+		return fmt.Errorf("bootstrap: %w", err)
 	}
 	bo := builtins.ToObject(rt)
 	for _, name := range bo.Keys() {
@@ -243,8 +218,11 @@ func newVMUntimed(j *Job, prog *goja.Program, con *consoleLimiter, rt *goja.Runt
 			v.builtinProtos = append(v.builtinProtos, builtinProto{name, p})
 		}
 	}
-	if err := rt.Set("console", con.object(rt)); err != nil {
-		return nil, err
+	if err := v.harden(); err != nil {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	if err := rt.Set("console", con.object(v)); err != nil {
+		return err
 	}
 
 	mod := rt.NewObject()
@@ -252,17 +230,24 @@ func newVMUntimed(j *Job, prog *goja.Program, con *consoleLimiter, rt *goja.Runt
 	_ = mod.Set("exports", exp)
 	wrapper, err := rt.RunProgram(prog)
 	if err != nil {
-		return nil, runErr(j, "load", err)
+		return runErr(j, "load", err)
 	}
 	wf, ok := goja.AssertFunction(wrapper)
 	if !ok {
-		return nil, errs.New(errs.TransformFailed, j.Name, "%s: not a module", j.file())
+		return errs.New(errs.TransformFailed, j.Name, "%s: not a module", j.file())
 	}
 	// `this` at the top of a file is module.exports, as in Node.
 	if _, err := wf(exp, mod, exp); err != nil {
-		return nil, runErr(j, "load", err)
+		return runErr(j, "load", err)
 	}
 	v.exports = mod.Get("exports")
+	if e, ok := v.exports.(*goja.Object); ok && e.SameAs(exp) && len(exp.GetOwnPropertyNames()) == 0 && len(exp.Symbols()) == 0 {
+		// A file that exports nothing is no job: an empty file, or one
+		// read while it was being written (cut after a statement), must
+		// not become the identity, which would make every field
+		// searchable.
+		return errs.New(errs.ConfigInvalid, j.Name, "%s: the file sets no module.exports (is it empty, or was it read while being written?); a job without a transform is module.exports = {}", j.file())
+	}
 	if f, ok := goja.AssertFunction(v.exports); ok {
 		v.fn, v.bare, v.this = f, true, goja.Undefined()
 		ns := j.Collection
@@ -276,9 +261,9 @@ func newVMUntimed(j *Job, prog *goja.Program, con *consoleLimiter, rt *goja.Runt
 		}
 	}
 	if err := v.makeCtxs(j); err != nil {
-		return nil, err
+		return err
 	}
-	return v, nil
+	return nil
 }
 
 // makeCtxs prepares one frozen ctx object per operation, so a call without
@@ -343,164 +328,6 @@ func (c *updateCtx) Set(string, goja.Value) bool { return false }
 func (c *updateCtx) Delete(string) bool          { return false }
 func (c *updateCtx) Keys() []string              { return slices.Clone(updateCtxKeys) }
 
-// runErr turns an error from running JavaScript into TRANSFORM_FAILED,
-// naming the file and the place it was thrown.
-func runErr(j *Job, what string, err error) error {
-	file := j.file()
-	var so *goja.StackOverflowError
-	if errors.As(err, &so) {
-		return errs.New(errs.TransformFailed, j.Name, "%s: %s: RangeError: maximum call stack size (%d) exceeded", what, file, maxCallStack)
-	}
-	var ex *goja.Exception
-	if errors.As(err, &ex) {
-		return errs.New(errs.TransformFailed, j.Name, "%s: %s: %s", what, file, exceptionText(ex))
-	}
-	var ie *goja.InterruptedError
-	if errors.As(err, &ie) {
-		return errs.New(errs.TransformFailed, j.Name, "%s: %s: %v", what, file, ie.Value())
-	}
-	return errs.Wrap(errs.TransformFailed, j.Name, err, "%s: %s", what, file)
-}
-
-// exceptionText is the thrown value and where it was thrown.
-func exceptionText(ex *goja.Exception) string {
-	msg := ex.Value().String()
-	if o, ok := ex.Value().(*goja.Object); ok {
-		if m := o.Get("message"); m != nil && !goja.IsUndefined(m) {
-			name := o.Get("name")
-			if name != nil && !goja.IsUndefined(name) {
-				msg = name.String() + ": " + m.String()
-			}
-		}
-	}
-	if st := ex.Stack(); len(st) > 0 {
-		for _, f := range st {
-			p := f.Position()
-			if p.Filename == "" || strings.HasPrefix(p.Filename, "meilistream:") {
-				continue
-			}
-			col := p.Column
-			if p.Line == 1 {
-				col -= len(modulePrefix)
-			}
-			return fmt.Sprintf("%s (line %d:%d)", msg, p.Line, col)
-		}
-	}
-	return msg
-}
-
-// pool hands out vms, creating up to size of them on demand.
-type pool struct {
-	mk   func() (*vm, error)
-	idle chan *vm
-	sem  chan struct{}
-}
-
-func newPool(size int, mk func() (*vm, error)) *pool {
-	return &pool{mk: mk, idle: make(chan *vm, size), sem: make(chan struct{}, size)}
-}
-
-func (p *pool) get(ctx context.Context) (*vm, error) {
-	select {
-	case v := <-p.idle:
-		return v, nil
-	default:
-	}
-	select {
-	case v := <-p.idle:
-		return v, nil
-	case p.sem <- struct{}{}:
-		v, err := p.mk()
-		if err != nil {
-			<-p.sem
-			return nil, err
-		}
-		return v, nil
-	case <-ctx.Done():
-		return nil, context.Cause(ctx)
-	}
-}
-
-func (p *pool) put(v *vm) { p.idle <- v }
-
-// discard forgets a vm that must not be reused (interrupted).
-func (p *pool) discard(v *vm) {
-	v.close()
-	<-p.sem
-}
-
-func (p *pool) drain() {
-	for {
-		select {
-		case v := <-p.idle:
-			v.close()
-			<-p.sem
-		default:
-			return
-		}
-	}
-}
-
-// apply runs one document through the transform (see Job.Apply).
-func (jr *jobRuntime) apply(ctx context.Context, j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, res Result) (Result, []byte, error) {
-	v, err := jr.pool.get(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return Result{}, dst, err
-		}
-		return Result{}, dst, errs.WithJob(j.Name, err)
-	}
-	if v.fn == nil { // an object without transform: identity
-		jr.pool.put(v)
-		return j.identityGuarded(dst, doc, idv, res)
-	}
-	timeout := j.Timeout
-	if timeout <= 0 {
-		timeout = j.opts.Timeout
-	}
-	if v.guard == nil {
-		v.guard = newGuard(v.rt)
-	}
-	v.guard.begin(ctx, timeout)
-	res, out, err := v.run(j, dst, doc, idv, op, updateDesc, res)
-	// Reuse the runtime only if no interrupt was sent (it may still be
-	// pending in it) and no unexpected panic unwound through it; otherwise
-	// a fresh one replaces it, so no half-updated module state survives
-	// either.
-	if v.guard.end() && !v.spoiled {
-		jr.pool.put(v)
-	} else {
-		jr.pool.discard(v)
-	}
-	if err != nil {
-		var ie *goja.InterruptedError
-		if errors.As(err, &ie) {
-			if ie.Value() == errTimeout {
-				return Result{}, dst, errs.New(errs.TransformFailed, j.Name, "the transform did not finish within %s", timeout)
-			}
-			if ctx.Err() != nil {
-				return Result{}, dst, context.Cause(ctx)
-			}
-		}
-		return Result{}, dst, err
-	}
-	return res, out, nil
-}
-
-var errTimeout = errors.New("transform timeout")
-
-// internalErr is a panic that no case expects, from our conversion code
-// or from goja: a bug, met on one document. It fails that document with
-// TRANSFORM_FAILED (recorded with the other per-document errors; `retry`
-// runs it again once fixed) rather than the process, which a restart
-// would bring back to the same document to fail again. The stack goes to
-// the log, to be reported.
-func internalErr(j *Job, r any) error {
-	j.opts.Logger.Error("internal error while converting a document; it is recorded as a per-document error: please report this log line",
-		"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-	return errs.New(errs.TransformFailed, j.Name, "internal error while converting the document (%v): the log has the stack, please report it", r)
-}
-
 // identityGuarded is identity with internalErr for a panic.
 func (j *Job) identityGuarded(dst []byte, doc bson.Raw, idv bson.RawValue, res Result) (_ Result, out []byte, err error) {
 	defer func() {
@@ -509,14 +336,6 @@ func (j *Job) identityGuarded(dst []byte, doc bson.Raw, idv bson.RawValue, res R
 		}
 	}()
 	return j.identity(dst, doc, idv, res)
-}
-
-// close releases what the vm holds outside itself (its guard's timer and
-// context registration).
-func (v *vm) close() {
-	if v.guard != nil {
-		v.guard.close()
-	}
 }
 
 // run calls the transform and converts its result; panics from goja while
@@ -657,8 +476,8 @@ func (c *consoleLimiter) allow() (ok bool, dropped int) {
 // with one call either.
 const maxConsoleLine = 4096
 
-func (c *consoleLimiter) object(rt *goja.Runtime) *goja.Object {
-	o := rt.NewObject()
+func (c *consoleLimiter) object(v *vm) *goja.Object {
+	o := v.rt.NewObject()
 	mk := func(level hclog.Level) func(goja.FunctionCall) goja.Value {
 		return func(call goja.FunctionCall) goja.Value {
 			ok, dropped := c.allow()
@@ -670,15 +489,12 @@ func (c *consoleLimiter) object(rt *goja.Runtime) *goja.Object {
 				if i > 0 {
 					b.WriteByte(' ')
 				}
-				b.WriteString(consoleString(a))
+				b.WriteString(v.consoleString(a))
 				if b.Len() > maxConsoleLine {
 					break
 				}
 			}
-			msg := b.String()
-			if len(msg) > maxConsoleLine {
-				msg = msg[:maxConsoleLine] + "…"
-			}
+			msg := clip(b.String(), maxConsoleLine)
 			args := []any{"source", "console"}
 			if dropped > 0 {
 				args = append(args, "dropped", dropped)
@@ -693,22 +509,4 @@ func (c *consoleLimiter) object(rt *goja.Runtime) *goja.Object {
 	_ = o.Set("warn", mk(hclog.Warn))
 	_ = o.Set("error", mk(hclog.Error))
 	return o
-}
-
-// consoleString renders one console argument: strings as they are, other
-// values as JSON where possible (like Node's console for plain data).
-func consoleString(a goja.Value) (s string) {
-	defer func() {
-		if recover() != nil {
-			s = "[unprintable]"
-		}
-	}()
-	if o, ok := a.(*goja.Object); ok {
-		if o.ClassName() != "Function" && o.ClassName() != "Error" {
-			if b, err := o.MarshalJSON(); err == nil {
-				return string(b)
-			}
-		}
-	}
-	return a.String()
 }

@@ -13,48 +13,93 @@ import (
 const DefaultWatchInterval = 2 * time.Second
 
 // Reload reads the set's folder again and returns the next set: an
-// unchanged file keeps its very *Job (same pointer, same runtimes, same
-// Hash); a changed or new file that loads is a new *Job; a file that fails
+// unchanged file, or one whose changes left its Hash as it was (comments,
+// spacing), keeps its very *Job (same pointer, same runtimes, same Hash);
+// a changed or new file that loads is a new *Job; a file that fails
 // to load keeps its previous *Job, if it had one, and its problem is in the
 // returned error; a removed file's job is gone. The receiver is not changed.
 func (s *Set) Reload() (*Set, error) {
-	return load(s.paths, s.opts, s)
+	return load(context.Background(), s.paths, s.opts, s)
 }
 
-// changed reports whether the folder's files differ from what s was built
-// from (names or contents).
-func (s *Set) changed() bool {
+// fileSnap is what a Watcher saw of one file at one poll.
+type fileSnap struct {
+	path  string
+	size  int64
+	mtime time.Time
+	hash  string // of the content; "" if it could not be read
+}
+
+// snapshot looks at the files s was loaded from as they are now; nil when
+// the folder cannot be read (a folder that vanished for a moment: keep
+// what runs).
+func (s *Set) snapshot() map[string]fileSnap {
 	names, files, _, err := listFiles(s.paths)
 	if err != nil {
-		return false // a folder that vanished for a moment: keep what runs
+		return nil
 	}
-	if len(names) != len(s.files) {
-		return true
-	}
+	snap := make(map[string]fileSnap, len(names))
 	for _, name := range names {
-		st, ok := s.files[name]
-		if !ok || st.path != files[name] {
-			return true
+		fs := fileSnap{path: files[name]}
+		if st, err := os.Stat(fs.path); err == nil {
+			fs.size, fs.mtime = st.Size(), st.ModTime()
 		}
-		src, err := os.ReadFile(files[name])
-		if err != nil {
+		if src, err := readSource(fs.path); err == nil {
+			sum := sha256.Sum256(src)
+			fs.hash = hex.EncodeToString(sum[:])
+		}
+		snap[name] = fs
+	}
+	return snap
+}
+
+// matches reports whether s was loaded from the files of snap: the same
+// names, paths and contents (a file that could not be read counts as
+// such only if it still cannot be).
+func (s *Set) matches(snap map[string]fileSnap) bool {
+	if len(snap) != len(s.files) {
+		return false
+	}
+	for name, fs := range snap {
+		st, ok := s.files[name]
+		if !ok || st.path != fs.path {
+			return false
+		}
+		if fs.hash == "" {
 			if st.hash != "" || st.err == nil {
-				return true
+				return false
 			}
 			continue
 		}
-		sum := sha256.Sum256(src)
-		if hex.EncodeToString(sum[:]) != st.hash {
-			return true
+		if st.hash != fs.hash {
+			return false
 		}
 	}
-	return false
+	return true
+}
+
+func sameSnap(a, b map[string]fileSnap) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for name, x := range a {
+		y, ok := b[name]
+		if !ok || x.path != y.path || x.size != y.size || !x.mtime.Equal(y.mtime) || x.hash != y.hash {
+			return false
+		}
+	}
+	return true
 }
 
 // Watcher polls a transforms folder and hands every changed Set to a
 // callback (hot reload). The supervisor then restarts the jobs whose Hash
 // changed, starts new ones and stops removed ones; a file that fails to load
 // keeps its previous version in the Set, and the error says why.
+//
+// A change is loaded only once the folder has stayed as it is (every
+// file's size, modification time and content) for one whole interval: an
+// editor or `cat >` writing a file leaves it empty or cut for a moment,
+// and a poll landing then must not load that.
 type Watcher struct {
 	interval time.Duration
 	onChange func(*Set, error)
@@ -69,9 +114,9 @@ type Watcher struct {
 // NewWatcher watches the folder set was loaded from. onChange is called,
 // from the Watcher's goroutine and never twice at once, with the next Set
 // and its joined load problems each time a file was added, changed or
-// removed (also when the change is a new error); not when nothing changed,
-// so a broken file is reported once per content. interval <= 0 means
-// DefaultWatchInterval.
+// removed (also when the change is a new error) and then stayed so for an
+// interval; not when nothing changed, so a broken file is reported once
+// per content. interval <= 0 means DefaultWatchInterval.
 func NewWatcher(set *Set, interval time.Duration, onChange func(next *Set, err error)) *Watcher {
 	if interval <= 0 {
 		interval = DefaultWatchInterval
@@ -96,6 +141,7 @@ func (w *Watcher) loop(ctx context.Context) {
 	defer close(w.done)
 	t := time.NewTicker(w.interval)
 	defer t.Stop()
+	var pending map[string]fileSnap // what changed at the last poll
 	for {
 		select {
 		case <-ctx.Done():
@@ -105,17 +151,43 @@ func (w *Watcher) loop(ctx context.Context) {
 		w.mu.Lock()
 		cur := w.cur
 		w.mu.Unlock()
-		if !cur.changed() {
+		snap := cur.snapshot()
+		if snap == nil || cur.matches(snap) {
+			pending = nil
 			continue
 		}
-		next, err := cur.Reload()
-		if next == nil {
+		if pending == nil || !sameSnap(snap, pending) {
+			pending = snap // changed: wait until it stays so
+			continue
+		}
+		pending = nil
+		next, err := load(ctx, cur.paths, cur.opts, cur)
+		if next == nil || ctx.Err() != nil {
+			next.closeNew(cur)
+			continue
+		}
+		if !next.matches(snap) {
+			// A file changed again while it was read: wait for it.
+			next.closeNew(cur)
 			continue
 		}
 		w.mu.Lock()
 		w.cur = next
 		w.mu.Unlock()
 		w.onChange(next, err)
+	}
+}
+
+// closeNew closes the jobs of s that prev does not have (a Set that is
+// not used after all).
+func (s *Set) closeNew(prev *Set) {
+	if s == nil {
+		return
+	}
+	for _, j := range s.jobs {
+		if prev.Job(j.Name) != j {
+			j.Close()
+		}
 	}
 }
 
@@ -126,7 +198,8 @@ func (w *Watcher) Current() *Set {
 	return w.cur
 }
 
-// Close stops polling and waits for the goroutine; idempotent.
+// Close stops polling and waits for the goroutine (a module being
+// evaluated is interrupted); idempotent.
 func (w *Watcher) Close() error {
 	w.mu.Lock()
 	cancel, done := w.cancel, w.done
