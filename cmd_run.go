@@ -18,6 +18,7 @@ import (
 	"github.com/meilistream/meilistream/replicate"
 	"github.com/meilistream/meilistream/sidecar/config"
 	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
 	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/sidecar/supervisor"
@@ -294,7 +295,7 @@ func engineConfig(cfg config.Config) engine.Config {
 // sinkFactory builds each job's destination: the Meilisearch sink for a
 // search job, the replica sink for a mirror job.
 func (w *wiring) sinkFactory(log hclog.Logger) supervisor.SinkFactory {
-	return func(job *transform.Job) (engine.Sink, error) {
+	return func(job *transform.Job) (sink.Sink, error) {
 		jl := log.Named(job.Name)
 		switch job.Kind {
 		case transform.Mirror:

@@ -12,7 +12,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/mongoerr"
-	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/sink"
 )
 
 // Server error codes the sink branches on (src/mongo/base/error_codes.yml).
@@ -224,7 +224,7 @@ type outcome struct {
 	refused map[int]mongo.WriteError
 	// all is set when the replica refused the whole command for one of
 	// its documents: every write is named, and the engine bisects.
-	all *engine.DocFailure
+	all *sink.DocFailure
 }
 
 // classify turns the error of one bulk write into what the sink does with
@@ -261,7 +261,7 @@ func (s *Sink) classify(err error) (outcome, error) {
 	}
 	if errors.Is(err, driver.ErrDocumentTooLarge) {
 		// The driver's own refusal of a statement larger than a message.
-		return outcome{all: &engine.DocFailure{Code: codeName(codeBSONObjectTooLarge), Message: "a write is larger than the replica takes in one message"}}, nil
+		return outcome{all: &sink.DocFailure{Code: codeName(codeBSONObjectTooLarge), Message: "a write is larger than the replica takes in one message"}}, nil
 	}
 	if mongoerr.AuthFailed(err) {
 		return outcome{}, s.jobError(jobCodes[codeAuthFailed], err)
@@ -276,7 +276,7 @@ func (s *Sink) classify(err error) (outcome, error) {
 				return outcome{}, s.jobError(why, err)
 			}
 			if commandDocCodes[c] {
-				return outcome{all: &engine.DocFailure{Code: codeName(c), Message: "the replica refused a write command for one of its documents: " + describe(err)}}, nil
+				return outcome{all: &sink.DocFailure{Code: codeName(c), Message: "the replica refused a write command for one of its documents: " + describe(err)}}, nil
 			}
 		}
 	}
@@ -342,8 +342,8 @@ func codeName(code int) string {
 	return "MongoError" + strconv.Itoa(code)
 }
 
-func docFailure(pos int, we mongo.WriteError) engine.DocFailure {
-	return engine.DocFailure{Writes: []int{pos}, Code: codeName(we.Code), Message: refusal(we)}
+func docFailure(pos int, we mongo.WriteError) sink.DocFailure {
+	return sink.DocFailure{Writes: []int{pos}, Code: codeName(we.Code), Message: refusal(we)}
 }
 
 // rawDoc returns the document of an upsert as BSON.

@@ -36,7 +36,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -89,7 +89,7 @@ type Options struct {
 }
 
 // Sink writes a mirror job's documents into the replica collection. It
-// implements engine.Sink; Stage returns an engine.Staged that writes in
+// implements sink.Sink; Stage returns an sink.Staged that writes in
 // place (a backfill goes straight into the live replica collection and is
 // resumable because every write is an idempotent upsert).
 type Sink struct {
@@ -103,9 +103,9 @@ type Sink struct {
 }
 
 var (
-	_ engine.Sink        = (*Sink)(nil)
-	_ engine.Staged      = (*staged)(nil)
-	_ engine.DDLObserver = (*Sink)(nil)
+	_ sink.Sink        = (*Sink)(nil)
+	_ sink.Staged      = (*staged)(nil)
+	_ sink.DDLObserver = (*Sink)(nil)
 )
 
 // New returns the replica sink of one mirror job. It does not talk to either
@@ -171,7 +171,7 @@ func (s *Sink) Prepare(ctx context.Context) error {
 // durable (majority-acknowledged) when Send returns, so Wait has nothing left
 // to wait for.
 type receipt struct {
-	failures []engine.DocFailure
+	failures []sink.DocFailure
 }
 
 // Send writes b to the replica and returns once the replica acknowledged it
@@ -193,7 +193,7 @@ type receipt struct {
 // every write is idempotent, so writes that did land before the failure
 // are harmless to repeat. What only the configuration can fix is
 // CONFIG_INVALID. Every message is redacted: no value of a document.
-func (s *Sink) Send(ctx context.Context, b engine.Batch) (engine.Receipt, error) {
+func (s *Sink) Send(ctx context.Context, b sink.Batch) (sink.Receipt, error) {
 	rc := &receipt{}
 	if len(b.Writes) == 0 {
 		return rc, nil
@@ -226,7 +226,7 @@ func (s *Sink) Send(ctx context.Context, b engine.Batch) (engine.Receipt, error)
 			for i := range b.Writes {
 				all.Writes = append(all.Writes, i)
 			}
-			return &receipt{failures: []engine.DocFailure{all}}, nil
+			return &receipt{failures: []sink.DocFailure{all}}, nil
 		}
 		for i, we := range out.refused {
 			refused[kind[i].pos] = we
@@ -238,7 +238,7 @@ func (s *Sink) Send(ctx context.Context, b engine.Batch) (engine.Receipt, error)
 	for pos, we := range refused {
 		rc.failures = append(rc.failures, docFailure(pos, we))
 	}
-	slices.SortFunc(rc.failures, func(a, b engine.DocFailure) int { return a.Writes[0] - b.Writes[0] })
+	slices.SortFunc(rc.failures, func(a, b sink.DocFailure) int { return a.Writes[0] - b.Writes[0] })
 	return rc, nil
 }
 
@@ -332,7 +332,7 @@ func (s *Sink) settle(ctx context.Context, ups []write, refused map[int]mongo.Wr
 
 // Wait returns the documents the replica refused in the Send that made r.
 // The writes are already durable.
-func (s *Sink) Wait(_ context.Context, r engine.Receipt) ([]engine.DocFailure, error) {
+func (s *Sink) Wait(_ context.Context, r sink.Receipt) ([]sink.DocFailure, error) {
 	rc, ok := r.(*receipt)
 	if !ok || rc == nil {
 		return nil, nil
@@ -347,10 +347,10 @@ func (s *Sink) Wait(_ context.Context, r engine.Receipt) ([]engine.DocFailure, e
 const statementSlack = 16 * 1024
 
 // model builds the write model of w, or the reason w cannot be written.
-func (s *Sink) model(w engine.Write) (mongo.WriteModel, *engine.DocFailure) {
+func (s *Sink) model(w sink.Write) (mongo.WriteModel, *sink.DocFailure) {
 	key := w.SourceID
 	if key.Type == 0 {
-		return nil, &engine.DocFailure{Code: "INVALID_KEY", Message: "a replica write needs the source _id"}
+		return nil, &sink.DocFailure{Code: "INVALID_KEY", Message: "a replica write needs the source _id"}
 	}
 	filter := bson.D{{Key: "_id", Value: key}}
 	if w.Delete {
@@ -358,28 +358,28 @@ func (s *Sink) model(w engine.Write) (mongo.WriteModel, *engine.DocFailure) {
 	}
 	doc, err := rawDoc(w.Doc)
 	if err != nil {
-		return nil, &engine.DocFailure{Code: string(errs.NotADocument), Message: err.Error()}
+		return nil, &sink.DocFailure{Code: string(errs.NotADocument), Message: err.Error()}
 	}
 	// The transform may drop fields, never change _id (DESIGN.md "Mirror
 	// jobs").
 	if id, err := doc.LookupErr("_id"); err == nil && !sameValue(id, key) {
-		return nil, &engine.DocFailure{Code: string(errs.IDMismatch),
+		return nil, &sink.DocFailure{Code: string(errs.IDMismatch),
 			Message: fmt.Sprintf("the transform changed _id (a %s where the source has a %s); a mirror keeps the source's _id", id.Type, key.Type)}
 	}
 	doc, dollar, err := stored(doc, key)
 	if err != nil {
-		return nil, &engine.DocFailure{Code: string(errs.NotADocument), Message: err.Error()}
+		return nil, &sink.DocFailure{Code: string(errs.NotADocument), Message: err.Error()}
 	}
 	// Measured on the document as the replica stores it, against the
 	// replica's own limit: one larger would fail its statement anyway, and
 	// one whose _id and document together make a statement the replica does
 	// not parse would fail its whole command.
 	if len(doc) > maxDocumentSize {
-		return nil, &engine.DocFailure{Code: "BSONObjectTooLarge",
+		return nil, &sink.DocFailure{Code: "BSONObjectTooLarge",
 			Message: fmt.Sprintf("the document is %d bytes of BSON, more than the replica stores (%d, maxBsonObjectSize)", len(doc), maxDocumentSize)}
 	}
 	if len(doc)+len(key.Value) > maxDocumentSize+statementSlack-512 {
-		return nil, &engine.DocFailure{Code: "BSONObjectTooLarge",
+		return nil, &sink.DocFailure{Code: "BSONObjectTooLarge",
 			Message: fmt.Sprintf("the document (%d bytes of BSON) and its %d-byte _id, which an update statement holds twice, are more than the replica parses in one statement", len(doc), len(key.Value))}
 	}
 	if dollar {
@@ -488,7 +488,7 @@ func (s *Sink) Keys(ctx context.Context, fn func(ids []bson.RawValue) error) err
 // clusters and every write is idempotent. Before the first backfill (the
 // replica collection empty) it creates the source's indexes on it; later it
 // reports indexes that differ, without changing them (see SyncIndexes).
-func (s *Sink) Stage(ctx context.Context, resume bool) (engine.Staged, error) {
+func (s *Sink) Stage(ctx context.Context, resume bool) (sink.Staged, error) {
 	if _, err := SyncIndexes(ctx, s.log, s.source, s.replica); err != nil {
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)

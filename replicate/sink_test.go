@@ -21,7 +21,7 @@ import (
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/replicate"
-	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -82,17 +82,17 @@ func raw(t *testing.T, d bson.D) bson.Raw {
 	return b
 }
 
-func upsert(t *testing.T, id any, fields ...bson.E) engine.Write {
+func upsert(t *testing.T, id any, fields ...bson.E) sink.Write {
 	d := append(bson.D{{Key: "_id", Value: id}}, fields...)
-	return engine.Write{SourceID: rv(t, id), Doc: raw(t, d)}
+	return sink.Write{SourceID: rv(t, id), Doc: raw(t, d)}
 }
 
-func del(t *testing.T, id any) engine.Write {
-	return engine.Write{SourceID: rv(t, id), Delete: true}
+func del(t *testing.T, id any) sink.Write {
+	return sink.Write{SourceID: rv(t, id), Delete: true}
 }
 
 // send sends b and waits for it, failing the test on an error.
-func send(t *testing.T, s engine.Sink, b engine.Batch) []engine.DocFailure {
+func send(t *testing.T, s sink.Sink, b sink.Batch) []sink.DocFailure {
 	t.Helper()
 	ctx := ctxT(t)
 	r, err := s.Send(ctx, b)
@@ -130,7 +130,7 @@ func TestSendKeepsIDTypes(t *testing.T) {
 	p := newPair(t)
 	oid := bson.NewObjectID()
 	ids := []any{oid, int32(7), int64(1) << 40, "seven", bson.D{{Key: "tenant", Value: "a"}, {Key: "n", Value: int32(1)}}}
-	var b engine.Batch
+	var b sink.Batch
 	for i, id := range ids {
 		b.Writes = append(b.Writes, upsert(t, id, bson.E{Key: "n", Value: int32(i)}, bson.E{Key: "at", Value: bson.DateTime(1700000000000)}))
 	}
@@ -152,7 +152,7 @@ func TestSendKeepsIDTypes(t *testing.T) {
 	}
 
 	t.Run("an upsert replaces the whole document and a delete removes it", func(t *testing.T) {
-		f := send(t, p.sink, engine.Batch{Writes: []engine.Write{
+		f := send(t, p.sink, sink.Batch{Writes: []sink.Write{
 			upsert(t, int32(7), bson.E{Key: "only", Value: true}),
 			del(t, "seven"),
 			del(t, oid),
@@ -190,10 +190,10 @@ func TestSendRefusedDocumentsAreDocFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	send(t, p.sink, engine.Batch{Writes: []engine.Write{upsert(t, 1, bson.E{Key: "email", Value: "a@x"})}})
+	send(t, p.sink, sink.Batch{Writes: []sink.Write{upsert(t, 1, bson.E{Key: "email", Value: "a@x"})}})
 
 	big := make([]byte, 16*1024*1024)
-	b := engine.Batch{Writes: []engine.Write{
+	b := sink.Batch{Writes: []sink.Write{
 		upsert(t, 2, bson.E{Key: "email", Value: "b@x"}),
 		upsert(t, 3, bson.E{Key: "email", Value: "a@x"}), // taken by 1, which stays
 		upsert(t, 4, bson.E{Key: "blob", Value: bson.Binary{Data: big}}),
@@ -233,14 +233,14 @@ func TestSendUniqueIndexSettlesWithinABatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	send(t, p.sink, engine.Batch{Writes: []engine.Write{
+	send(t, p.sink, sink.Batch{Writes: []sink.Write{
 		upsert(t, "a", bson.E{Key: "email", Value: "x"}),
 		upsert(t, "b", bson.E{Key: "email", Value: "y"}),
 	}})
 	// On the source, a gave up x (deleted) and b swapped to x while c took
 	// y: in an unordered bulk the upserts run before the delete and in any
 	// order, so some meet the old values first.
-	f := send(t, p.sink, engine.Batch{Writes: []engine.Write{
+	f := send(t, p.sink, sink.Batch{Writes: []sink.Write{
 		upsert(t, "c", bson.E{Key: "email", Value: "y"}),
 		upsert(t, "b", bson.E{Key: "email", Value: "x"}),
 		del(t, "a"),
@@ -256,7 +256,7 @@ func TestSendUniqueIndexSettlesWithinABatch(t *testing.T) {
 
 func TestSendReplicaUnavailableThenBack(t *testing.T) {
 	p := newPair(t)
-	var b engine.Batch
+	var b sink.Batch
 	for i := 0; i < 50; i++ {
 		b.Writes = append(b.Writes, upsert(t, int32(i), bson.E{Key: "v", Value: i}))
 	}
@@ -301,7 +301,7 @@ func TestSendReplicaUnavailableThenBack(t *testing.T) {
 			}
 			// What the engine does: send the same batch again, with backoff,
 			// until it is accepted; never a per-document failure.
-			var failures []engine.DocFailure
+			var failures []sink.DocFailure
 			for sends := 1; ; sends++ {
 				r, err := p.sink.Send(ctx, b)
 				if err == nil {
@@ -335,7 +335,7 @@ func TestSendUnauthorizedStopsTheJob(t *testing.T) {
 	t.Cleanup(func() {
 		p.repServer.FailCommand(bson.D{{Key: "mode", Value: "off"}, {Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"update"}}}}})
 	})
-	_, err := p.sink.Send(ctxT(t), engine.Batch{Writes: []engine.Write{upsert(t, 1)}})
+	_, err := p.sink.Send(ctxT(t), sink.Batch{Writes: []sink.Write{upsert(t, 1)}})
 	if !errors.Is(err, errs.ErrConfigInvalid) {
 		t.Fatalf("want CONFIG_INVALID, got %v", err)
 	}
@@ -343,7 +343,7 @@ func TestSendUnauthorizedStopsTheJob(t *testing.T) {
 
 func TestKeysListsReplicaIDsInPages(t *testing.T) {
 	p := newPair(t)
-	var b engine.Batch
+	var b sink.Batch
 	want := map[string]bool{}
 	for i := 0; i < 7; i++ {
 		w := upsert(t, int64(i))
@@ -410,7 +410,7 @@ func TestStageCopiesIndexesAtTheFirstBackfill(t *testing.T) {
 	}
 
 	t.Run("later a difference is reported, not forced", func(t *testing.T) {
-		send(t, st, engine.Batch{Writes: []engine.Write{upsert(t, 1, bson.E{Key: "email", Value: "a"})}})
+		send(t, st, sink.Batch{Writes: []sink.Write{upsert(t, 1, bson.E{Key: "email", Value: "a"})}})
 		if _, err := p.source.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "title", Value: 1}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -519,7 +519,7 @@ func TestForJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	send(t, s, engine.Batch{Writes: []engine.Write{upsert(t, 1)}})
+	send(t, s, sink.Batch{Writes: []sink.Write{upsert(t, 1)}})
 	if n, _ := p.replica.CountDocuments(ctxT(t), bson.D{}); n != 1 {
 		t.Fatalf("replica holds %d documents", n)
 	}
@@ -643,13 +643,13 @@ func TestSendUniqueValueCyclesSettle(t *testing.T) {
 	cases := []struct {
 		name   string
 		before map[int32]string
-		batch  func(t *testing.T) []engine.Write
+		batch  func(t *testing.T) []sink.Write
 		want   map[int32]string
 	}{
 		{"two documents swap their values",
 			map[int32]string{1: "x@example.com", 2: "y@example.com", 9: "other@example.com"},
-			func(t *testing.T) []engine.Write {
-				return []engine.Write{
+			func(t *testing.T) []sink.Write {
+				return []sink.Write{
 					upsert(t, int32(1), bson.E{Key: "email", Value: "y@example.com"}),
 					upsert(t, int32(2), bson.E{Key: "email", Value: "x@example.com"}),
 				}
@@ -657,8 +657,8 @@ func TestSendUniqueValueCyclesSettle(t *testing.T) {
 			map[int32]string{1: "y@example.com", 2: "x@example.com", 9: "other@example.com"}},
 		{"three documents rotate their values, beside a chain and a delete",
 			map[int32]string{1: "a@x", 2: "b@x", 3: "c@x", 4: "d@x", 5: "e@x", 6: "f@x"},
-			func(t *testing.T) []engine.Write {
-				return []engine.Write{
+			func(t *testing.T) []sink.Write {
+				return []sink.Write{
 					upsert(t, int32(1), bson.E{Key: "email", Value: "b@x"}),
 					upsert(t, int32(2), bson.E{Key: "email", Value: "c@x"}),
 					upsert(t, int32(3), bson.E{Key: "email", Value: "a@x"}),
@@ -673,14 +673,14 @@ func TestSendUniqueValueCyclesSettle(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			p := newPair(t)
 			uniqueEmail(t, p)
-			var seed engine.Batch
+			var seed sink.Batch
 			for id, e := range c.before {
 				seed.Writes = append(seed.Writes, upsert(t, id, bson.E{Key: "email", Value: e}))
 			}
 			if f := send(t, p.sink, seed); len(f) != 0 {
 				t.Fatalf("seed: %+v", f)
 			}
-			if f := send(t, p.sink, engine.Batch{Writes: c.batch(t)}); len(f) != 0 {
+			if f := send(t, p.sink, sink.Batch{Writes: c.batch(t)}); len(f) != 0 {
 				t.Fatalf("failures: %+v", f)
 			}
 			if got := emails(t, p.replica); fmt.Sprint(got) != fmt.Sprint(c.want) {
@@ -698,12 +698,12 @@ func TestSendRealDuplicateIsRefusedAloneWithoutItsValue(t *testing.T) {
 	p := newPair(t)
 	uniqueEmail(t, p)
 	const taken = "taken.person@example.com"
-	send(t, p.sink, engine.Batch{Writes: []engine.Write{
+	send(t, p.sink, sink.Batch{Writes: []sink.Write{
 		upsert(t, int32(9), bson.E{Key: "email", Value: taken}),
 		upsert(t, int32(1), bson.E{Key: "email", Value: "x@example.com"}),
 		upsert(t, int32(2), bson.E{Key: "email", Value: "y@example.com"}),
 	}})
-	f := send(t, p.sink, engine.Batch{Writes: []engine.Write{
+	f := send(t, p.sink, sink.Batch{Writes: []sink.Write{
 		upsert(t, int32(1), bson.E{Key: "email", Value: "y@example.com"}),
 		upsert(t, int32(2), bson.E{Key: "email", Value: "x@example.com"}),
 		upsert(t, int32(3), bson.E{Key: "email", Value: taken}),
@@ -733,8 +733,8 @@ func TestSendRealDuplicateIsRefusedAloneWithoutItsValue(t *testing.T) {
 // first.
 func TestSendDeletesBeforeUpsertsOfAnEqualIDOfAnotherType(t *testing.T) {
 	p := newPair(t)
-	send(t, p.sink, engine.Batch{Writes: []engine.Write{upsert(t, int32(1), bson.E{Key: "v", Value: "old"})}})
-	f := send(t, p.sink, engine.Batch{Writes: []engine.Write{
+	send(t, p.sink, sink.Batch{Writes: []sink.Write{upsert(t, int32(1), bson.E{Key: "v", Value: "old"})}})
+	f := send(t, p.sink, sink.Batch{Writes: []sink.Write{
 		upsert(t, int64(1), bson.E{Key: "v", Value: "new"}),
 		del(t, int32(1)),
 	}})
@@ -758,7 +758,7 @@ func TestSendTopLevelDollarFields(t *testing.T) {
 	for round, v := range []int32{1, 2} {
 		doc := raw(t, bson.D{{Key: "_id", Value: "p"}, {Key: "$price", Value: v},
 			{Key: "n", Value: bson.D{{Key: "$inc", Value: "$notAnOperator"}}}, {Key: "s", Value: "$notAPath"}, {Key: "$literal", Value: bson.A{"$x"}}})
-		f := send(t, p.sink, engine.Batch{Writes: []engine.Write{
+		f := send(t, p.sink, sink.Batch{Writes: []sink.Write{
 			{SourceID: rv(t, "p"), Doc: doc},
 			upsert(t, "plain", bson.E{Key: "v", Value: v}),
 		}})
@@ -787,7 +787,7 @@ func TestSendDocumentsUpToTheReplicaLimit(t *testing.T) {
 	// _id twice, is more than the server parses.
 	bigID := strings.Repeat("i", 20000)
 	hugeKey := raw(t, bson.D{{Key: "_id", Value: bigID}, {Key: "b", Value: bson.Binary{Data: fits[:len(fits)-20010]}}})
-	f := send(t, p.sink, engine.Batch{Writes: []engine.Write{
+	f := send(t, p.sink, sink.Batch{Writes: []sink.Write{
 		{SourceID: rv(t, int32(1)), Doc: doc},
 		{SourceID: rv(t, int32(2)), Doc: noID},
 		upsert(t, int32(3)),
@@ -835,7 +835,7 @@ func TestSendClassifiesReplicaAnswers(t *testing.T) {
 		{"an unknown answer is sent again", code(54321), errs.Failed, "54321"},
 		{"a command too large for one of its documents is bisected", code(10334), "", ""},
 	}
-	b := engine.Batch{Writes: []engine.Write{upsert(t, int32(1)), upsert(t, int32(2))}}
+	b := sink.Batch{Writes: []sink.Write{upsert(t, int32(1)), upsert(t, int32(2))}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			failUpdate(c.data)
@@ -863,7 +863,7 @@ func TestSendRetryErrorsQuoteNoValue(t *testing.T) {
 	p := newPair(t)
 	uniqueEmail(t, p)
 	const taken = "someone.private@example.com"
-	send(t, p.sink, engine.Batch{Writes: []engine.Write{upsert(t, int32(9), bson.E{Key: "email", Value: taken})}})
+	send(t, p.sink, sink.Batch{Writes: []sink.Write{upsert(t, int32(9), bson.E{Key: "email", Value: taken})}})
 	p.repServer.FailCommand(bson.D{{Key: "mode", Value: "alwaysOn"}, {Key: "data", Value: bson.D{
 		{Key: "failCommands", Value: bson.A{"update"}},
 		{Key: "writeConcernError", Value: bson.D{{Key: "code", Value: int32(64)}, {Key: "codeName", Value: "WriteConcernFailed"}, {Key: "errmsg", Value: "waiting for replication timed out"}}},
@@ -871,7 +871,7 @@ func TestSendRetryErrorsQuoteNoValue(t *testing.T) {
 	t.Cleanup(func() {
 		p.repServer.FailCommand(bson.D{{Key: "mode", Value: "off"}, {Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"update"}}}}})
 	})
-	_, err := p.sink.Send(ctxT(t), engine.Batch{Writes: []engine.Write{upsert(t, int32(1), bson.E{Key: "email", Value: taken})}})
+	_, err := p.sink.Send(ctxT(t), sink.Batch{Writes: []sink.Write{upsert(t, int32(1), bson.E{Key: "email", Value: taken})}})
 	if errs.CodeOf(err) != errs.Failed {
 		t.Fatalf("want a retry, got %v", err)
 	}

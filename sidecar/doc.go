@@ -11,8 +11,12 @@
 //     collectors that implement the engine's and the supervisor's metrics
 //     interfaces.
 //   - meili: the Meilisearch sink, a sibling of the replica sink
-//     (../replicate); both implement engine.Sink.
-//   - engine: reindex and follow of one job over a Sink.
+//     (../replicate); both implement sink.Sink.
+//   - engine: one job: the change stream followed from its first second,
+//     a reindex interleaved into it when needed, over a sink.Sink.
+//   - stream: the job's change stream and the goroutine that reads it.
+//   - pipe: batches carried to the sinks in order, retried, bisected.
+//   - sink: the contract between the engine and a destination; a leaf.
 //   - jobstate: what the engine keeps in MongoDB (positions, checkpoints,
 //     per-document error records).
 //   - status: the jobs' live figures and the /status types; a leaf.

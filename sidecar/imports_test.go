@@ -19,8 +19,11 @@ var forbidden = map[string][]string{
 	"sidecar/status":     {"sidecar/", "lease", "transform", "replicate"}, // a leaf: of this module, only internal/errs
 	"sidecar/jobstate":   {"sidecar/engine", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate", "lease", "github.com/prometheus/"},
 	"sidecar/engine":     {"sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate", "github.com/prometheus/"},
-	"sidecar/meili":      {"replicate", "sidecar/supervisor", "sidecar/httpapi", "github.com/prometheus/"},
-	"replicate":          {"sidecar/meili", "sidecar/supervisor", "sidecar/httpapi", "github.com/prometheus/"},
+	"sidecar/sink":       {"sidecar/", "transform", "lease", "replicate", "internal/"}, // a leaf
+	"sidecar/pipe":       {"sidecar/engine", "sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "sidecar/jobstate", "sidecar/stream", "replicate", "github.com/prometheus/"},
+	"sidecar/stream":     {"sidecar/engine", "sidecar/pipe", "sidecar/sink", "sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate"},
+	"sidecar/meili":      {"replicate", "sidecar/engine", "sidecar/pipe", "sidecar/supervisor", "sidecar/httpapi", "github.com/prometheus/"},
+	"replicate":          {"sidecar/meili", "sidecar/engine", "sidecar/pipe", "sidecar/supervisor", "sidecar/httpapi", "github.com/prometheus/"},
 	"sidecar/supervisor": {"sidecar/httpapi", "sidecar/meili", "replicate", "github.com/prometheus/"},
 	"sidecar/httpapi":    {"sidecar/supervisor", "sidecar/meili", "replicate"},
 	"sidecar/config":     {"sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate"},

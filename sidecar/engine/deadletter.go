@@ -10,6 +10,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/pipe"
+	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -64,7 +66,7 @@ type RetrySummary struct {
 // the current transform again, under l: what succeeds is written to sink and
 // its record cleared; what fails again keeps (updates) its record. The
 // caller holds the job's lease, so no follower writes meanwhile.
-func (e *Engine) Retry(ctx context.Context, job *transform.Job, sink Sink, l Lease) (RetrySummary, error) {
+func (e *Engine) Retry(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease) (RetrySummary, error) {
 	start := time.Now()
 	var sum RetrySummary
 	ctx, stop := leaseContext(ctx, l)
@@ -80,12 +82,12 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, sink Sink, l Lea
 		sum.Duration = time.Since(start)
 		return sum, nil
 	}
-	if err := retryPrepare(ctx, sink, e.cfg, log); err != nil {
+	if err := retryPrepare(ctx, dst, e.cfg, log); err != nil {
 		return sum, leaseOr(ctx, l, err)
 	}
 	coll := e.source.Collection(job.Collection)
-	p := e.newPipe(ctx, jc, sink, nil, log, false)
-	defer p.abort(errPipeClosed)
+	p := e.newPipe(ctx, jc, dst, nil, log, false)
+	defer p.Abort(pipe.Closed)
 	var cleared, refused atomic.Int64 // written by the pipe's wait stage
 	for lo := 0; lo < len(ids); lo += jc.BatchSize {
 		chunk := ids[lo:min(lo+jc.BatchSize, len(ids))]
@@ -127,25 +129,25 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, sink Sink, l Lea
 		for _, b := range bad {
 			badKeys[keyOf(b.id)] = true
 		}
-		f := &flight{batch: Batch{Writes: writes}}
-		f.durable = func(ctx context.Context, f *flight) error {
+		f := &pipe.Flight{Batch: sink.Batch{Writes: writes}}
+		f.Durable = func(ctx context.Context, f *pipe.Flight) error {
 			var ok []bson.RawValue
-			for i, w := range f.batch.Writes {
-				if badKeys[keyOf(w.SourceID)] || f.isRefused(i) {
+			for i, w := range f.Batch.Writes {
+				if badKeys[keyOf(w.SourceID)] || f.IsRefused(i) {
 					continue
 				}
 				ok = append(ok, w.SourceID)
 			}
 			n, err := e.store.ClearDocErrors(ctx, job.Name, ok)
 			cleared.Add(n)
-			refused.Add(int64(len(f.refusedPos)))
+			refused.Add(int64(f.RefusedCount()))
 			return err
 		}
-		if err := p.submit(f); err != nil {
+		if err := p.Submit(f); err != nil {
 			return sum, leaseOr(ctx, l, err)
 		}
 	}
-	if err := p.close(); err != nil {
+	if err := p.Close(); err != nil {
 		return sum, leaseOr(ctx, l, err)
 	}
 	sum.Written = cleared.Load() - sum.Gone
@@ -195,7 +197,7 @@ func (s *errSet) add(id bson.RawValue) {
 
 // candidates returns the ids of writes that may clear a record: written
 // without a transform error (bad) and recorded.
-func (s *errSet) candidates(writes []Write, bad []docError) []int {
+func (s *errSet) candidates(writes []sink.Write, bad []docError) []int {
 	if s == nil || s.keepOnly {
 		return nil
 	}
@@ -226,14 +228,14 @@ func (s *errSet) candidates(writes []Write, bad []docError) []int {
 
 // cleared clears the records of f's writes at positions that are now
 // durable (and were not refused by the destination).
-func (s *errSet) cleared(ctx context.Context, f *flight, positions []int) error {
+func (s *errSet) cleared(ctx context.Context, f *pipe.Flight, positions []int) error {
 	if s == nil || len(positions) == 0 {
 		return nil
 	}
 	var ids []bson.RawValue
 	for _, i := range positions {
-		if !f.isRefused(i) {
-			ids = append(ids, f.batch.Writes[i].SourceID)
+		if !f.IsRefused(i) {
+			ids = append(ids, f.Batch.Writes[i].SourceID)
 		}
 	}
 	if _, err := s.e.store.ClearDocErrors(ctx, s.job, ids); err != nil {

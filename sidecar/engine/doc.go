@@ -1,13 +1,16 @@
-// Package engine runs a job: it reindexes the job's collection into a
-// destination and follows the collection's change stream, through the
-// job's transform, over a Sink (the Meilisearch sink of sidecar/meili, the
-// replica sink of replicate), under the job's lease. It keeps the job's
-// position, reindex checkpoint and per-document error records through
-// sidecar/jobstate, and its live figures in a status.JobStats.
+// Package engine runs a job: it follows the job's change stream
+// (sidecar/stream) from its first second and, when the job needs one,
+// interleaves a reindex of the collection into it (snapshot.go: DBLog's
+// watermarks), writing everything through the job's transform and one
+// ordered pipe (sidecar/pipe) into a sink.Sink (the Meilisearch sink of
+// sidecar/meili, the replica sink of replicate), under the job's lease. It
+// keeps the job's position, reindex checkpoint and per-document error
+// records through sidecar/jobstate, and its live figures in a
+// status.JobStats.
 //
 // It owns the defaults of its Config and declares the small interfaces it
-// needs of others: Sink and Staged (the destinations), Lease (the job's
-// lease), Observer (its metrics). It imports transform, jobstate, status,
-// errs and the MongoDB driver; never the configuration, the supervisor, the
-// HTTP server, a sink or Prometheus.
+// needs of others: Lease (the job's lease) and Observer (its metrics). It
+// imports transform, jobstate, status, stream, pipe, sink, errs and the
+// MongoDB driver; never the configuration, the supervisor, the HTTP server,
+// a sink's implementation or Prometheus.
 package engine

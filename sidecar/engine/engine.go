@@ -19,7 +19,9 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
+	"github.com/meilistream/meilistream/sidecar/stream"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -67,7 +69,7 @@ type Config struct {
 	OnDocumentError  string        // "skip" | "fail"
 
 	MaxInFlight      int           // batches sent but not yet durable (default 4)
-	ReadAhead        int           // bytes of change events read and not yet taken in (default DefaultReadAhead)
+	ReadAhead        int           // bytes of change events read and not yet taken in (default stream.DefaultReadAhead)
 	PendingBytes     int           // bytes of change events that make a batch be sent (default DefaultPendingBytes)
 	DrainTimeout     time.Duration // on close, how long flushing pending changes may take (default 15s)
 	RetryBase        time.Duration // first backoff of a retried send (default 200ms)
@@ -104,7 +106,7 @@ func (c Config) withDefaults() Config {
 		c.MaxInFlight = DefaultMaxInFlight
 	}
 	if c.ReadAhead <= 0 {
-		c.ReadAhead = DefaultReadAhead
+		c.ReadAhead = stream.DefaultReadAhead
 	}
 	if c.PendingBytes <= 0 {
 		c.PendingBytes = DefaultPendingBytes
@@ -212,12 +214,12 @@ func (e *Engine) jobCfg(job *transform.Job) jobConfig {
 // FAILED error wrapping ErrInvalidated when the collection was dropped or
 // renamed (position cleared), or the per-document error's own code with
 // onDocumentError: fail.
-func (e *Engine) Run(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *status.JobStats) error {
+func (e *Engine) Run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats) error {
 	e.setKind(job.Name, job.Kind.String())
 	if stats == nil {
 		stats = status.NewJobStats() // the lag metric is computed from it
 	}
-	_, err := e.run(ctx, job, sink, l, stats, false)
+	_, err := e.run(ctx, job, dst, l, stats, false)
 	if err != nil {
 		err = errs.WithJob(job.Name, err)
 		stats.SetError(err)
@@ -228,14 +230,14 @@ func (e *Engine) Run(ctx context.Context, job *transform.Job, sink Sink, l Lease
 
 // run is Run, and with force (`meilistream reindex NAME`) a reindex
 // whatever the position says, after which it stops and reports it.
-func (e *Engine) run(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *status.JobStats, force bool) (*ReindexSummary, error) {
+func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, force bool) (*ReindexSummary, error) {
 	ctx, stop := leaseContext(ctx, l)
 	defer stop()
 	log := e.log.With("job", job.Name)
 	if err := e.store.Stamp(ctx, job.Name, l); err != nil {
 		return nil, closeOr(ctx, l, err)
 	}
-	if err := retryPrepare(ctx, sink, e.cfg, log); err != nil {
+	if err := retryPrepare(ctx, dst, e.cfg, log); err != nil {
 		return nil, closeOr(ctx, l, err)
 	}
 	var (
@@ -247,8 +249,8 @@ func (e *Engine) run(ctx context.Context, job *transform.Job, sink Sink, l Lease
 		if err != nil {
 			return nil, closeOr(ctx, l, err)
 		}
-		sum, err := e.follow(ctx, job, sink, l, stats, plan, log)
-		if !errors.Is(err, errHistoryLost) {
+		sum, err := e.follow(ctx, job, dst, l, stats, plan, log)
+		if !errors.Is(err, stream.ErrHistoryLost) {
 			return sum, err
 		}
 		// A reindex asked for by an operator repairs a lost history
@@ -442,9 +444,9 @@ func closeOr(ctx context.Context, l Lease, err error) error {
 	return err
 }
 
-func retryPrepare(ctx context.Context, sink Sink, cfg Config, log hclog.Logger) error {
+func retryPrepare(ctx context.Context, dst sink.Sink, cfg Config, log hclog.Logger) error {
 	for attempt := 0; ; attempt++ {
-		err := sink.Prepare(ctx)
+		err := dst.Prepare(ctx)
 		if err == nil {
 			return nil
 		}
@@ -525,9 +527,9 @@ const docBytes = 768
 // when deleteSkipped (follow, in place), else it is dropped from the writes.
 // Per-document errors are returned apart (their writes are deletes when
 // deleteSkipped: the document is left out of the destination).
-func transformAll(ctx context.Context, job *transform.Job, items []item, deleteSkipped bool) (writes []Write, skipped int, bad []docError, err error) {
+func transformAll(ctx context.Context, job *transform.Job, items []item, deleteSkipped bool) (writes []sink.Write, skipped int, bad []docError, err error) {
 	n := len(items)
-	res := make([]Write, n)
+	res := make([]sink.Write, n)
 	kind := make([]byte, n) // 0 write, 1 skipped, 2 error
 	errsAt := make([]error, n)
 	workers := runtime.GOMAXPROCS(0)
@@ -558,7 +560,7 @@ func transformAll(ctx context.Context, job *transform.Job, items []item, deleteS
 			for i := lo; i < hi; i++ {
 				it := &items[i]
 				if it.doc == nil {
-					res[i] = Write{SourceID: it.id, Delete: true}
+					res[i] = sink.Write{SourceID: it.id, Delete: true}
 					continue
 				}
 				var r transform.Result
@@ -567,12 +569,12 @@ func transformAll(ctx context.Context, job *transform.Job, items []item, deleteS
 				switch {
 				case err == nil && r.Skip:
 					kind[i] = 1
-					res[i] = Write{SourceID: it.id, Delete: true}
+					res[i] = sink.Write{SourceID: it.id, Delete: true}
 				case err == nil:
 					if job.Kind == transform.Mirror {
-						res[i] = Write{SourceID: it.id, Doc: r.Raw}
+						res[i] = sink.Write{SourceID: it.id, Doc: r.Raw}
 					} else {
-						res[i] = Write{SourceID: it.id, Doc: json.RawMessage(r.JSON)}
+						res[i] = sink.Write{SourceID: it.id, Doc: json.RawMessage(r.JSON)}
 					}
 				case ctx.Err() != nil || errs.CodeOf(err) == errs.Failed:
 					fatalMu.Lock()
@@ -584,7 +586,7 @@ func transformAll(ctx context.Context, job *transform.Job, items []item, deleteS
 				default:
 					kind[i] = 2
 					errsAt[i] = err
-					res[i] = Write{SourceID: it.id, Delete: true}
+					res[i] = sink.Write{SourceID: it.id, Delete: true}
 				}
 			}
 		}()

@@ -9,6 +9,8 @@ import (
 
 	"github.com/meilistream/meilistream/bench/articles"
 	"github.com/meilistream/meilistream/internal/testutil"
+	"github.com/meilistream/meilistream/sidecar/pipe"
+	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -46,20 +48,22 @@ func BenchmarkEngineReindexTransformAndEncode(b *testing.B) {
 
 // encodeSink encodes like the Meilisearch sink and sends nothing.
 type encodeSink struct {
-	fakeSink
 	body []byte
 }
 
-func (s *encodeSink) Send(_ context.Context, b Batch) (Receipt, error) {
+func (s *encodeSink) Prepare(context.Context) error { return nil }
+func (s *encodeSink) Send(_ context.Context, b sink.Batch) (sink.Receipt, error) {
 	s.body = encodeUpserts(s.body, b.Writes)
-	return &fakeReceipt{}, nil
+	return struct{}{}, nil
 }
-func (s *encodeSink) Wait(context.Context, Receipt) ([]DocFailure, error) { return nil, nil }
+func (s *encodeSink) Wait(context.Context, sink.Receipt) ([]sink.DocFailure, error) { return nil, nil }
+func (s *encodeSink) Keys(context.Context, func([]bson.RawValue) error) error       { return nil }
+func (s *encodeSink) Stage(context.Context, bool) (sink.Staged, error)              { return nil, sink.ErrNoStage }
 
 // encodeUpserts renders the upserts of writes into buf as one JSON array,
 // as the Meilisearch sink encodes a batch (transform.AppendJSON of each
 // document, into a buffer it reuses).
-func encodeUpserts(buf []byte, writes []Write) []byte {
+func encodeUpserts(buf []byte, writes []sink.Write) []byte {
 	buf = append(buf[:0], '[')
 	for i := range writes {
 		if writes[i].Delete {
@@ -115,7 +119,7 @@ func BenchmarkEngineFollowPerChange(b *testing.B) {
 			}
 		}
 		f.flushNoRecord()
-		if err := p.close(); err != nil {
+		if err := p.Close(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -128,9 +132,9 @@ func (f *follower) flushNoRecord() {
 	items := f.items
 	f.reset()
 	job := f.jc.job
-	_ = f.p.submit(&flight{prepare: func(ctx context.Context, fl *flight) error {
+	_ = f.p.Submit(&pipe.Flight{Prepare: func(ctx context.Context, fl *pipe.Flight) error {
 		w, _, _, err := transformAll(ctx, job, items, true)
-		fl.batch = Batch{Writes: w}
+		fl.Batch = sink.Batch{Writes: w}
 		return err
 	}})
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/meilistream/meilistream/sidecar/httpapi"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/meili"
+	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -429,7 +430,7 @@ func TestReindexKilledMidwayResumesFromItsCheckpoint(t *testing.T) {
 // the engine does not retry), so the reindex stops without waiting for
 // its drain timeout: how long anything takes plays no part.
 type killSink struct {
-	engine.Sink
+	sink.Sink
 	k *killer
 }
 
@@ -456,7 +457,7 @@ func (k *killer) hit(n int) bool {
 	return k.dead
 }
 
-func (s killSink) Stage(ctx context.Context, resume bool) (engine.Staged, error) {
+func (s killSink) Stage(ctx context.Context, resume bool) (sink.Staged, error) {
 	st, err := s.Sink.Stage(ctx, resume)
 	if err != nil {
 		return nil, err
@@ -465,21 +466,21 @@ func (s killSink) Stage(ctx context.Context, resume bool) (engine.Staged, error)
 }
 
 type killStaged struct {
-	engine.Staged
+	sink.Staged
 	k *killer
 }
 
 // errKilled is what a dead process's sink answers: not retried.
 var errKilled = errs.New(errs.LeaseLost, "items", "the process was killed: nothing it sends reaches the destination")
 
-func (s killStaged) Send(ctx context.Context, b engine.Batch) (engine.Receipt, error) {
+func (s killStaged) Send(ctx context.Context, b sink.Batch) (sink.Receipt, error) {
 	if s.k.hit(len(b.Writes)) {
 		return nil, errKilled
 	}
 	return s.Staged.Send(ctx, b)
 }
 
-func (s killStaged) Wait(ctx context.Context, r engine.Receipt) ([]engine.DocFailure, error) {
+func (s killStaged) Wait(ctx context.Context, r sink.Receipt) ([]sink.DocFailure, error) {
 	if s.k.hit(0) {
 		return nil, errKilled
 	}

@@ -33,7 +33,7 @@ type Observer interface {
 	// ObserveDeadLetters: the job's documents in the errors collection.
 	ObserveDeadLetters(job string, n int64)
 	// ObserveDDL: a drop, rename or dropDatabase of a mirror job's source,
-	// when its sink does not count it itself (DDLObserver).
+	// when its sink does not count it itself (sink.DDLObserver).
 	ObserveDDL(job, event string)
 }
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/meilistream/meilistream/bench/articles"
 	"github.com/meilistream/meilistream/internal/testutil"
-	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -19,7 +19,7 @@ import (
 func BenchmarkEncodeArticles(b *testing.B) {
 	job := testutil.ArticlesJob(b)
 	const n = 500
-	writes := make([]engine.Write, 0, n)
+	writes := make([]sink.Write, 0, n)
 	for i := 1; len(writes) < n; i++ {
 		if !articles.Published(i) {
 			continue
@@ -29,20 +29,20 @@ func BenchmarkEncodeArticles(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		writes = append(writes, engine.Write{SourceID: bson.Raw(raw).Lookup("_id"), Doc: json.RawMessage(r.JSON)})
+		writes = append(writes, sink.Write{SourceID: bson.Raw(raw).Lookup("_id"), Doc: json.RawMessage(r.JSON)})
 	}
 	positions := make([]int, len(writes))
 	for i := range positions {
 		positions[i] = i
 	}
-	sink := &Sink{job: job, pk: "id"}
-	batch := engine.Batch{Writes: writes}
+	batch := sink.Batch{Writes: writes}
+	dst := &Sink{job: job, pk: "id"}
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 := testutil.CPUTime()
 	var size int
 	for it := 0; it < b.N; it++ {
-		body, _ := sink.encodeDocs(batch, positions, &meiliReceipt{})
+		body, _ := dst.encodeDocs(batch, positions, &meiliReceipt{})
 		size = len(body)
 		releaseBody(body)
 	}

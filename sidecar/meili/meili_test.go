@@ -15,8 +15,8 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/meilitest"
-	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/meili"
+	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -40,25 +40,25 @@ func TestMeiliSinkPostsBatchesAsMeilisearchGoDoes(t *testing.T) {
 			defer srv.Close()
 			mc := newClient(srv.URL(), "key")
 			job := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}
-			sink := meili.NewSink(mc, job, nil)
-			if err := sink.Prepare(ctx); err != nil {
+			dst := meili.NewSink(mc, job, nil)
+			if err := dst.Prepare(ctx); err != nil {
 				t.Fatal(err)
 			}
-			write := func(id int64, title string) engine.Write {
+			write := func(id int64, title string) sink.Write {
 				_, raw, _ := bson.MarshalValue(id)
 				v := bson.RawValue{Type: bson.TypeInt64, Value: raw}
-				return engine.Write{SourceID: v, Doc: map[string]any{"id": id, "title": title, "tags": []any{"a", "é"}}}
+				return sink.Write{SourceID: v, Doc: map[string]any{"id": id, "title": title, "tags": []any{"a", "é"}}}
 			}
-			send := func(b engine.Batch) ([]engine.DocFailure, error) {
-				r, err := sink.Send(ctx, b)
+			send := func(b sink.Batch) ([]sink.DocFailure, error) {
+				r, err := dst.Send(ctx, b)
 				if err != nil {
 					return nil, err
 				}
-				return sink.Wait(ctx, r)
+				return dst.Wait(ctx, r)
 			}
 
 			t.Log("a batch is durable and reads back as written")
-			var b engine.Batch
+			var b sink.Batch
 			for i := int64(1); i <= 20; i++ {
 				b.Writes = append(b.Writes, write(i, fmt.Sprintf("title \"%d\"\n日本", i)))
 			}
@@ -75,7 +75,7 @@ func TestMeiliSinkPostsBatchesAsMeilisearchGoDoes(t *testing.T) {
 
 			t.Log("a payload over the server's limit is split; a document alone over it is refused on its own")
 			big := write(100, strings.Repeat("x", 5000))
-			b = engine.Batch{Writes: []engine.Write{write(21, "a"), write(22, "b"), big, write(23, "c")}}
+			b = sink.Batch{Writes: []sink.Write{write(21, "a"), write(22, "b"), big, write(23, "c")}}
 			fails, err := send(b)
 			if err != nil {
 				t.Fatal(err)
@@ -90,7 +90,7 @@ func TestMeiliSinkPostsBatchesAsMeilisearchGoDoes(t *testing.T) {
 			t.Log("a 5xx and a dropped connection are FAILED (retried), nothing enqueued")
 			for _, mode := range []meilitest.FailMode{meilitest.Fail5xx, meilitest.FailDrop} {
 				srv.FailNextOn("POST /indexes/{uid}/documents", 1, mode)
-				_, err := sink.Send(ctx, engine.Batch{Writes: []engine.Write{write(30, "z")}})
+				_, err := dst.Send(ctx, sink.Batch{Writes: []sink.Write{write(30, "z")}})
 				var me *meilisearch.Error
 				if errs.CodeOf(err) != errs.Failed || !errors.As(err, &me) {
 					t.Errorf("%s: error %v (code %s), want FAILED wrapping a *meilisearch.Error", mode, err, errs.CodeOf(err))
@@ -98,13 +98,13 @@ func TestMeiliSinkPostsBatchesAsMeilisearchGoDoes(t *testing.T) {
 					t.Errorf("%s: status %d code %q", mode, me.StatusCode, me.APIError.Code)
 				}
 			}
-			if fails, err := send(engine.Batch{Writes: []engine.Write{write(30, "z")}}); err != nil || len(fails) > 0 {
+			if fails, err := send(sink.Batch{Writes: []sink.Write{write(30, "z")}}); err != nil || len(fails) > 0 {
 				t.Fatalf("send after the failures: %v %v", fails, err)
 			}
 
 			t.Log("a wrong API key is CONFIG_INVALID")
 			bad := meili.NewSink(newClient(srv.URL(), "wrong"), job, nil)
-			_, err = bad.Send(ctx, engine.Batch{Writes: []engine.Write{write(40, "k")}})
+			_, err = bad.Send(ctx, sink.Batch{Writes: []sink.Write{write(40, "k")}})
 			if errs.CodeOf(err) != errs.ConfigInvalid {
 				t.Errorf("wrong key: %v (code %s), want CONFIG_INVALID", err, errs.CodeOf(err))
 			}

@@ -19,7 +19,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -43,15 +43,15 @@ type Sink struct {
 }
 
 var (
-	_ engine.Sink   = (*Sink)(nil)
-	_ engine.Staged = (*Sink)(nil)
+	_ sink.Sink   = (*Sink)(nil)
+	_ sink.Staged = (*Sink)(nil)
 )
 
 // NewSink returns the sink of a search job: index job.Index, primary
 // key job.PrimaryKey. The client is shared (it is safe for concurrent use);
 // give it meilisearch.DisableRetries() or not as you like: the engine
 // retries 5xx and connection errors itself.
-func NewSink(client meilisearch.ServiceManager, job *transform.Job, logger hclog.Logger) engine.Sink {
+func NewSink(client meilisearch.ServiceManager, job *transform.Job, logger hclog.Logger) sink.Sink {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
@@ -268,12 +268,12 @@ type meiliTask struct {
 
 type meiliReceipt struct {
 	tasks  []meiliTask
-	failed []engine.DocFailure // refused at send time (a single document too large)
+	failed []sink.DocFailure // refused at send time (a single document too large)
 }
 
 // Send enqueues b's upserts as one document addition and its deletes as
 // one delete-batch.
-func (s *Sink) Send(ctx context.Context, b engine.Batch) (engine.Receipt, error) {
+func (s *Sink) Send(ctx context.Context, b sink.Batch) (sink.Receipt, error) {
 	var (
 		ups, dels []int
 		ids       []string
@@ -319,7 +319,7 @@ func (s *Sink) Send(ctx context.Context, b engine.Batch) (engine.Receipt, error)
 // sendDocs enqueues the documents at positions as one addition; a payload
 // Meilisearch finds too large is split in halves (one document too large
 // is refused as a document failure).
-func (s *Sink) sendDocs(ctx context.Context, b engine.Batch, positions []int, r *meiliReceipt) error {
+func (s *Sink) sendDocs(ctx context.Context, b sink.Batch, positions []int, r *meiliReceipt) error {
 	body, positions := s.encodeDocs(b, positions, r)
 	if len(positions) == 0 {
 		releaseBody(body)
@@ -349,7 +349,7 @@ func (s *Sink) sendDocs(ctx context.Context, b engine.Batch, positions []int, r 
 	if err != nil {
 		if apiCode(err) == "payload_too_large" {
 			if len(positions) == 1 {
-				r.failed = append(r.failed, engine.DocFailure{Writes: positions, Code: "payload_too_large", Message: "the document alone is larger than Meilisearch's payload limit"})
+				r.failed = append(r.failed, sink.DocFailure{Writes: positions, Code: "payload_too_large", Message: "the document alone is larger than Meilisearch's payload limit"})
 				return nil
 			}
 			h := len(positions) / 2
@@ -391,7 +391,7 @@ func releaseBody(buf []byte) {
 // document that cannot be rendered is refused on its own (r.failed). It
 // returns the positions encoded. The body comes from takeBody: give it back
 // with releaseBody once sent.
-func (s *Sink) encodeDocs(b engine.Batch, positions []int, r *meiliReceipt) ([]byte, []int) {
+func (s *Sink) encodeDocs(b sink.Batch, positions []int, r *meiliReceipt) ([]byte, []int) {
 	buf := takeBody(len(positions) * 768)
 	buf = append(buf, '[')
 	sent := make([]int, 0, len(positions))
@@ -403,7 +403,7 @@ func (s *Sink) encodeDocs(b engine.Batch, positions []int, r *meiliReceipt) ([]b
 		var err error
 		if buf, err = transform.AppendJSON(buf, b.Writes[i].Doc); err != nil {
 			buf = buf[:mark]
-			r.failed = append(r.failed, engine.DocFailure{Writes: []int{i}, Code: "not_json", Message: err.Error()})
+			r.failed = append(r.failed, sink.DocFailure{Writes: []int{i}, Code: "not_json", Message: err.Error()})
 			continue
 		}
 		sent = append(sent, i)
@@ -426,12 +426,12 @@ func documentCode(code string) bool {
 // reason is one DocFailure naming all its documents (Meilisearch fails the
 // whole task); primary key conflicts are CONFIG_INVALID; other failures are
 // FAILED (the engine sends the batch again).
-func (s *Sink) Wait(ctx context.Context, rc engine.Receipt) ([]engine.DocFailure, error) {
+func (s *Sink) Wait(ctx context.Context, rc sink.Receipt) ([]sink.DocFailure, error) {
 	r, ok := rc.(*meiliReceipt)
 	if !ok || r == nil {
 		return nil, nil
 	}
-	fails := append([]engine.DocFailure(nil), r.failed...)
+	fails := append([]sink.DocFailure(nil), r.failed...)
 	for _, mt := range r.tasks {
 		t, err := s.waitTask(ctx, mt.uid)
 		if err != nil {
@@ -445,7 +445,7 @@ func (s *Sink) Wait(ctx context.Context, rc engine.Receipt) ([]engine.DocFailure
 		case mt.delete && code == "index_not_found":
 			// Nothing to delete from.
 		case documentCode(code):
-			fails = append(fails, engine.DocFailure{Writes: mt.positions, Code: code, Message: t.Error.Message})
+			fails = append(fails, sink.DocFailure{Writes: mt.positions, Code: code, Message: t.Error.Message})
 		case strings.HasPrefix(code, "index_primary_key"):
 			return nil, errs.New(errs.ConfigInvalid, s.job.Name, "index %q: %s: %s", s.uid, code, t.Error.Message)
 		default:
@@ -501,7 +501,7 @@ func (s *Sink) Keys(ctx context.Context, fn func(ids []bson.RawValue) error) err
 // index; otherwise <uid>__reindex, fresh (created with the job's primary
 // key and the live index's settings, or the declared ones) or, when resume
 // is true, as it is (ErrNoStage if it is gone).
-func (s *Sink) Stage(ctx context.Context, resume bool) (engine.Staged, error) {
+func (s *Sink) Stage(ctx context.Context, resume bool) (sink.Staged, error) {
 	if s.job.Reindex == "inplace" {
 		c := *s
 		c.staged, c.inPlace = true, true
@@ -513,7 +513,7 @@ func (s *Sink) Stage(ctx context.Context, resume bool) (engine.Staged, error) {
 	if resume {
 		if _, err := s.client.GetIndex(ctx, tmp); err != nil {
 			if apiCode(err) == "index_not_found" {
-				return nil, engine.ErrNoStage
+				return nil, sink.ErrNoStage
 			}
 			return nil, s.classify(err, "read index "+tmp)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/meilistream/meilistream/internal/mongoerr"
 	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -17,7 +18,7 @@ import (
 // it, because sidecar must not import replicate. An error with code
 // CONFIG_INVALID (say, a mirror job with no replica configured) fails the
 // job until its definition changes; other errors restart it with backoff.
-type SinkFactory func(job *transform.Job) (engine.Sink, error)
+type SinkFactory func(job *transform.Job) (sink.Sink, error)
 
 // EngineDriver is the production JobDriver: standby polls lease.Manager's
 // Acquire while another process holds the lease, a run is Engine.Run into
@@ -123,16 +124,16 @@ func historyLostForGood(job, onHistoryLost string, err error) error {
 
 // ReportingSink wraps s so that every Prepare's outcome is passed to report
 // (nil on success). The wrapper keeps s's optional DDLObserver.
-func ReportingSink(s engine.Sink, report func(error)) engine.Sink {
+func ReportingSink(s sink.Sink, report func(error)) sink.Sink {
 	r := &reportingSink{Sink: s, report: report}
-	if o, ok := s.(engine.DDLObserver); ok {
+	if o, ok := s.(sink.DDLObserver); ok {
 		return &reportingObserver{reportingSink: r, DDLObserver: o}
 	}
 	return r
 }
 
 type reportingSink struct {
-	engine.Sink
+	sink.Sink
 	report func(error)
 }
 
@@ -146,5 +147,5 @@ func (r *reportingSink) Prepare(ctx context.Context) error {
 
 type reportingObserver struct {
 	*reportingSink
-	engine.DDLObserver
+	sink.DDLObserver
 }

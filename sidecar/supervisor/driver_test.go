@@ -6,13 +6,13 @@ import (
 	"testing"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 )
 
 // prepSink fails Prepare while fails > 0; the rest of Sink is not used.
 type prepSink struct {
-	engine.Sink
+	sink.Sink
 	fails int
 }
 
@@ -57,7 +57,7 @@ func TestReportingSinkPrepare(t *testing.T) {
 	if js := sup.jobStatus(st); js.Attempts != 0 || js.LastError == nil {
 		t.Errorf("after success: %+v, want no attempts, the last error kept", js)
 	}
-	o, ok := s.(engine.DDLObserver)
+	o, ok := s.(sink.DDLObserver)
 	if !ok {
 		t.Fatal("the wrapper lost the sink's DDLObserver")
 	}
@@ -65,7 +65,7 @@ func TestReportingSinkPrepare(t *testing.T) {
 	if len(inner.events) != 1 {
 		t.Errorf("OnDDL not passed on: %v", inner.events)
 	}
-	if _, ok := ReportingSink(&prepSink{}, st.prepared).(engine.DDLObserver); ok {
+	if _, ok := ReportingSink(&prepSink{}, st.prepared).(sink.DDLObserver); ok {
 		t.Error("a sink without OnDDL became a DDLObserver")
 	}
 }

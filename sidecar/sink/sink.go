@@ -1,4 +1,10 @@
-package engine
+// Package sink is the contract between the engine and a destination: a
+// Sink takes batches of writes in order and says when they are durable,
+// and stages a target for a reindex. The Meilisearch sink (sidecar/meili)
+// and the replica sink (replicate) implement it side by side; the pipe
+// (sidecar/pipe) and the engine use it. It is a leaf: it imports nothing of
+// this module.
+package sink
 
 import (
 	"context"

@@ -10,6 +10,8 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/sidecar/pipe"
+	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -32,9 +34,9 @@ type ReindexSummary struct {
 // cleanly once the rebuilt destination is live and its position recorded.
 // Cancelling ctx stops it cleanly (error: ctx's cause); a later Reindex or
 // Run resumes from the checkpoint.
-func (e *Engine) Reindex(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *status.JobStats) (ReindexSummary, error) {
+func (e *Engine) Reindex(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats) (ReindexSummary, error) {
 	e.setKind(job.Name, job.Kind.String())
-	sum, err := e.run(ctx, job, sink, l, stats, true)
+	sum, err := e.run(ctx, job, dst, l, stats, true)
 	stats.SetPhase(status.PhaseIdle)
 	if err == nil && sum == nil {
 		err = context.Cause(ctx)
@@ -90,7 +92,7 @@ type window struct {
 func newWindow(n int) *window { return &window{max: n, wake: make(chan struct{})} }
 
 // acquire waits until n more documents fit, or ctx ends or p fails.
-func (w *window) acquire(ctx context.Context, p *pipe, n int) error {
+func (w *window) acquire(ctx context.Context, p *pipe.Pipe, n int) error {
 	for {
 		w.mu.Lock()
 		if w.used+n <= w.max || w.used == 0 {
@@ -108,7 +110,7 @@ func (w *window) acquire(ctx context.Context, p *pipe, n int) error {
 			if err := p.Err(); err != nil {
 				return err
 			}
-			return context.Cause(p.ctx)
+			return pipe.Closed
 		}
 	}
 }
@@ -165,7 +167,7 @@ func (e *Engine) newCheckpointer(ctx context.Context, job string, l Lease, cp *j
 	return c
 }
 
-// durable hands over a part that is durable: n documents up to last.
+// durable hands over a part that is Durable: n documents up to last.
 func (c *checkpointer) durable(last bson.RawValue, n int) {
 	c.mu.Lock()
 	c.lastID = last
@@ -230,7 +232,7 @@ func (c *checkpointer) fail(err error) { c.cancel(err) }
 
 // abort stops the checkpointer and waits until it has.
 func (c *checkpointer) abort() {
-	c.cancel(errPipeClosed)
+	c.cancel(pipe.Closed)
 	<-c.done
 }
 

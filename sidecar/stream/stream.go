@@ -1,4 +1,9 @@
-package engine
+// Package stream reads a job's change stream: the stream is opened on the
+// job's database, filtered to the job's collection and its watermark
+// documents, and a Reader goroutine hands its events over one getMore
+// batch at a time, bounded in bytes. It knows the MongoDB driver and a
+// job's definition; it must not import the engine or a sink.
+package stream
 
 import (
 	"context"
@@ -10,19 +15,22 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/meilistream/meilistream/internal/budget"
 	"github.com/meilistream/meilistream/transform"
 )
 
-// errHistoryLost is follow's signal that the recorded position is gone from
-// the server's history (codes 286 ChangeStreamHistoryLost and 280
+// ErrHistoryLost is the follow's signal that the recorded position is gone
+// from the server's history (codes 286 ChangeStreamHistoryLost and 280
 // ChangeStreamFatalError on open or resume; 136 CappedPositionLost when an
 // open stream is overtaken by the oplog's truncation).
-var errHistoryLost = errors.New("change stream history lost")
+var ErrHistoryLost = errors.New("change stream history lost")
 
-// errStreamClosed: the server closed the cursor without an invalidate event.
-var errStreamClosed = errors.New("change stream closed by the server")
+// ErrClosed: the server closed the cursor without an invalidate event.
+var ErrClosed = errors.New("change stream closed by the server")
 
-func isHistoryLost(err error) bool {
+// IsHistoryLost says whether err is the server saying the stream's
+// position is gone from its history.
+func IsHistoryLost(err error) bool {
 	var se mongo.ServerError
 	if errors.As(err, &se) {
 		return se.HasErrorCode(286) || se.HasErrorCode(280) || se.HasErrorCode(136)
@@ -30,14 +38,11 @@ func isHistoryLost(err error) bool {
 	return false
 }
 
-// streamAwait is the getMore wait of the change stream: how often an idle
+// Await is the getMore wait of the change stream: how often an idle
 // stream reports (its post-batch resume token), not a latency bound.
-const streamAwait = 500 * time.Millisecond
+const Await = 500 * time.Millisecond
 
-// lagInterval is how often the follow lag gauge is updated while following.
-var lagInterval = time.Second
-
-// maxItemEvents bounds the events of one csItem (a getMore batch is at most
+// maxItemEvents bounds the events of one Item (a getMore batch is at most
 // 16 MB; this keeps the follow loop's turns short).
 const maxItemEvents = 1000
 
@@ -47,18 +52,18 @@ const maxItemEvents = 1000
 // the stream back instead of growing the process.
 const DefaultReadAhead = 16 << 20
 
-// csItem is what the stream reader hands the follow loop: the events of one
+// Item is what the Reader hands the follow loop: the events of one
 // getMore batch (in order), an idle report with the post-batch resume
 // token, or the stream's error. One hand-off per batch, not per event: a
 // goroutine switch per change was a large part of follow's CPU.
-type csItem struct {
-	evs   []bson.Raw
-	tok   bson.Raw
-	err   error
-	bytes int // of evs, released to the reader's budget once taken in
+type Item struct {
+	Events []bson.Raw // the events of one getMore batch, in order
+	Token  bson.Raw   // an idle report: the post-batch resume token
+	Err    error      // the stream failed (the Reader then stops)
+	bytes  int        // of Events, released to the reader's budget once taken in
 }
 
-// streamFilter is the $match of a job's change stream. The stream is
+// Filter is the $match of a job's change stream. The stream is
 // opened on the job's database, so one resume token orders the job's
 // collection and the job's own watermark documents in the state collection
 // (the interleaved reindex reads between two of them). A database stream is
@@ -66,7 +71,7 @@ type csItem struct {
 // matched for the job's collection (by name, and as a rename's target) and
 // the follow loop ends the job on them, as a collection stream's invalidate
 // would.
-func streamFilter(job *transform.Job, state string) bson.D {
+func Filter(job *transform.Job, state string) bson.D {
 	return bson.D{{Key: "$match", Value: bson.D{{Key: "$or", Value: bson.A{
 		bson.D{{Key: "ns.coll", Value: job.Collection}},
 		bson.D{{Key: "to.coll", Value: job.Collection}},
@@ -75,17 +80,18 @@ func streamFilter(job *transform.Job, state string) bson.D {
 	}}}}}
 }
 
-// openStream opens the job's change stream after token, or at the present
-// when token is empty.
-func (e *Engine) openStream(ctx context.Context, job *transform.Job, token bson.Raw) (*mongo.ChangeStream, error) {
-	opts := options.ChangeStream().SetFullDocument(options.UpdateLookup).SetMaxAwaitTime(streamAwait)
+// Open opens job's change stream on db after token, or at the present when
+// token is empty; state names the state collection (its watermark
+// documents).
+func Open(ctx context.Context, db *mongo.Database, job *transform.Job, state string, token bson.Raw) (*mongo.ChangeStream, error) {
+	opts := options.ChangeStream().SetFullDocument(options.UpdateLookup).SetMaxAwaitTime(Await)
 	if len(token) > 0 {
 		opts.SetResumeAfter(token)
 	}
-	return e.source.Watch(ctx, mongo.Pipeline{streamFilter(job, e.stateName)}, opts)
+	return db.Watch(ctx, mongo.Pipeline{Filter(job, state)}, opts)
 }
 
-// streamPace is the least time between two getMores of a busy stream:
+// Pace is the least time between two getMores of a busy stream:
 // FlushInterval/4, at most 25ms. A getMore returns as soon as anything is
 // there, so a stream of a few thousand changes a second read without a
 // pause costs one round trip (and its goroutine switches and syscalls) per
@@ -93,32 +99,35 @@ func (e *Engine) openStream(ctx context.Context, job *transform.Job, token bson.
 // idle stream's getMore still waits on the server (maxAwaitTime), so a lone
 // write is not delayed; a busy one by at most the pace, which keeps a busy
 // stream's write-to-searchable within flushInterval + 50 ms.
-func streamPace(flush time.Duration) time.Duration {
+func Pace(flush time.Duration) time.Duration {
 	return min(flush/4, 25*time.Millisecond)
 }
 
-// streamReader owns one change stream (a mongo.ChangeStream is not safe for
+// Reader owns one change stream (a mongo.ChangeStream is not safe for
 // concurrent use): its goroutine reads it and hands the follow loop one
-// csItem per getMore batch, with at most budget bytes of events handed over
+// Item per getMore batch, with at most readAhead bytes of events handed over
 // and not yet taken in. Close stops the goroutine and closes the stream.
-type streamReader struct {
-	items  chan csItem
+type Reader struct {
+	items  chan Item
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
-	budget *byteBudget
-	// hurry, when set, skips the pace after a batch: a reindex waits for
+	budget *budget.Bytes
+	// hurry, when set, skips the pace after a Batch: a reindex waits for
 	// its watermark to come through the stream.
 	hurry func() bool
 }
 
-func startStream(ctx context.Context, cs *mongo.ChangeStream, pace time.Duration, budget int, hurry func() bool) *streamReader {
+// Start starts reading cs: at most readAhead bytes of events handed over
+// and not yet Taken, and a pause of pace after a batch unless hurry says
+// a reader waits for what comes next.
+func Start(ctx context.Context, cs *mongo.ChangeStream, pace time.Duration, readAhead int, hurry func() bool) *Reader {
 	rctx, cancel := context.WithCancel(ctx)
-	r := &streamReader{
-		items:  make(chan csItem, 1),
+	r := &Reader{
+		items:  make(chan Item, 1),
 		cancel: cancel,
 		done:   make(chan struct{}),
-		budget: newByteBudget(budget),
+		budget: budget.New(readAhead),
 		hurry:  hurry,
 	}
 	go func() {
@@ -132,28 +141,28 @@ func startStream(ctx context.Context, cs *mongo.ChangeStream, pace time.Duration
 }
 
 // Items is where the batches come.
-func (r *streamReader) Items() <-chan csItem { return r.items }
+func (r *Reader) Items() <-chan Item { return r.items }
 
 // Taken gives an item's bytes back to the reader's budget once the follow
 // loop has taken its events in (they then count against the pending
 // batch's bound).
-func (r *streamReader) Taken(it csItem) { r.budget.release(it.bytes) }
+func (r *Reader) Taken(it Item) { r.budget.Release(it.bytes) }
 
 // Close stops the reader and waits until the stream is closed. Idempotent.
-func (r *streamReader) Close() {
+func (r *Reader) Close() {
 	r.once.Do(func() {
 		r.cancel()
 		<-r.done
 	})
 }
 
-func (r *streamReader) read(ctx context.Context, cs *mongo.ChangeStream, pace time.Duration) {
-	send := func(it csItem) bool {
+func (r *Reader) read(ctx context.Context, cs *mongo.ChangeStream, pace time.Duration) {
+	send := func(it Item) bool {
 		select {
 		case r.items <- it:
 			return true
 		case <-ctx.Done():
-			r.budget.release(it.bytes)
+			r.budget.Release(it.bytes)
 			return false
 		}
 	}
@@ -176,10 +185,10 @@ func (r *streamReader) read(ctx context.Context, cs *mongo.ChangeStream, pace ti
 					break
 				}
 			}
-			if r.budget.acquire(ctx, size) != nil {
+			if r.budget.Acquire(ctx, size) != nil {
 				return
 			}
-			if !send(csItem{evs: evs, bytes: size}) {
+			if !send(Item{Events: evs, bytes: size}) {
 				return
 			}
 			if d := time.Until(started.Add(pace)); d > 0 && cs.RemainingBatchLength() == 0 && (r.hurry == nil || !r.hurry()) {
@@ -191,62 +200,27 @@ func (r *streamReader) read(ctx context.Context, cs *mongo.ChangeStream, pace ti
 		}
 		if err := cs.Err(); err != nil {
 			if ctx.Err() == nil {
-				send(csItem{err: err})
+				send(Item{Err: err})
 			}
 			return
 		}
 		if cs.ID() == 0 {
-			send(csItem{err: errStreamClosed})
+			send(Item{Err: ErrClosed})
 			return
 		}
-		if !send(csItem{tok: append(bson.Raw(nil), cs.ResumeToken()...)}) {
+		if !send(Item{Token: append(bson.Raw(nil), cs.ResumeToken()...)}) {
 			return
 		}
 	}
 }
 
-// byteBudget bounds bytes held between a producer and a consumer. One
-// request larger than the whole budget is let through when nothing else is
-// held, so a single large item never deadlocks.
-type byteBudget struct {
-	mu   sync.Mutex
-	used int
-	max  int
-	wake chan struct{}
-}
-
-func newByteBudget(n int) *byteBudget {
-	if n <= 0 {
-		n = DefaultReadAhead
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	}
-	return &byteBudget{max: n, wake: make(chan struct{})}
-}
-
-func (b *byteBudget) acquire(ctx context.Context, n int) error {
-	for {
-		b.mu.Lock()
-		if b.used+n <= b.max || b.used == 0 {
-			b.used += n
-			b.mu.Unlock()
-			return nil
-		}
-		wake := b.wake
-		b.mu.Unlock()
-		select {
-		case <-wake:
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-	}
-}
-
-func (b *byteBudget) release(n int) {
-	if n <= 0 {
-		return
-	}
-	b.mu.Lock()
-	b.used -= n
-	close(b.wake)
-	b.wake = make(chan struct{})
-	b.mu.Unlock()
 }

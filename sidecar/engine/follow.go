@@ -11,7 +11,10 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/sidecar/pipe"
+	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
+	"github.com/meilistream/meilistream/sidecar/stream"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -19,6 +22,9 @@ import (
 // (besides batchSize): a batch of large documents is sent before it holds
 // more than this.
 const DefaultPendingBytes = 16 << 20
+
+// lagInterval is how often the follow lag gauge is updated while following.
+var lagInterval = time.Second
 
 // chunkPositionInterval is the least time between two positions recorded
 // at a reindex's marks: each record is a write, and the history (oplog) the
@@ -39,10 +45,10 @@ type followPlan struct {
 }
 
 // follow applies the job's change stream until ctx ends (nil, after a
-// flush), the lease is lost, the history is lost (errHistoryLost), the
+// flush), the lease is lost, the history is lost (stream.ErrHistoryLost), the
 // collection is invalidated, or a non-retryable error; with plan.reindex it
 // runs a reindex interleaved with it, and reports it.
-func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l Lease, stats *status.JobStats, plan followPlan, log hclog.Logger) (*ReindexSummary, error) {
+func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, plan followPlan, log hclog.Logger) (*ReindexSummary, error) {
 	jc := e.jobCfg(job)
 	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, tok: plan.tok}
 	f.reset()
@@ -55,7 +61,7 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l Le
 	var snap *snapshot
 	if plan.reindex {
 		var err error
-		snap, err = e.newSnapshot(ctx, jc, sink, l, stats, log, plan.cp, true)
+		snap, err = e.newSnapshot(ctx, jc, dst, l, stats, log, plan.cp, true)
 		if err != nil {
 			return nil, closeOr(ctx, l, err)
 		}
@@ -67,11 +73,11 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, sink Sink, l Le
 	// flushed and recorded; the lease still stops it at once.
 	pctx, pstop := leaseContext(context.WithoutCancel(ctx), l)
 	defer pstop()
-	f.p = e.newPipe(pctx, jc, sink, stats, log, true)
-	defer f.p.abort(errPipeClosed)
+	f.p = e.newPipe(pctx, jc, dst, stats, log, true)
+	defer f.p.Abort(pipe.Closed)
 	set, err := e.loadErrSet(ctx, job.Name)
 	if err != nil {
-		f.p.abort(err)
+		f.p.Abort(err)
 		return nil, closeOr(ctx, l, err)
 	}
 	f.p.errs = set
@@ -99,14 +105,14 @@ func (f *follower) startSnapshot(ctx context.Context, snap *snapshot) {
 	snap.waiting = &f.waiting
 	f.changed = map[string]bool{}
 	f.gone = map[string]bson.RawValue{}
-	f.p.setStaged(snap.stagedSink())
+	f.p.SetStaged(snap.stagedSink())
 	f.p.made = snap.made
-	snap.ckp = f.e.newCheckpointer(ctx, f.jc.job.Name, f.l, snap.cp, snap.win, f.p.fail, func(n int64) {
+	snap.ckp = f.e.newCheckpointer(ctx, f.jc.job.Name, f.l, snap.cp, snap.win, f.p.Fail, func(n int64) {
 		snap.done.Store(n)
 		f.stats.Update(func(s *status.JobSnapshot) { s.Reindex.Done = n })
 		f.e.observeProgress(f.jc.job.Name, n, snap.est)
 	})
-	snap.begin(ctx, f.e.source.Client(), f.p)
+	snap.begin(ctx, f.e.source.Client(), f.p.Pipe)
 }
 
 // follower is the follow loop's state.
@@ -116,8 +122,8 @@ type follower struct {
 	l      Lease
 	stats  *status.JobStats
 	log    hclog.Logger
-	p      *pipe
-	reader *streamReader
+	p      *delivery
+	reader *stream.Reader
 
 	pending      map[string]int // coalescing key -> index in items
 	items        []item
@@ -146,19 +152,19 @@ func (f *follower) reset() {
 }
 
 // open opens the stream after f.tok (at the present when empty), retrying
-// transient errors; errHistoryLost when the history no longer holds f.tok.
+// transient errors; stream.ErrHistoryLost when the history no longer holds f.tok.
 func (f *follower) open(ctx context.Context) error {
 	for {
-		cs, err := f.e.openStream(ctx, f.jc.job, f.tok)
+		cs, err := stream.Open(ctx, f.e.source, f.jc.job, f.e.stateName, f.tok)
 		if err == nil {
 			if len(f.tok) == 0 {
 				f.tok = append(bson.Raw(nil), cs.ResumeToken()...)
 			}
-			f.reader = startStream(ctx, cs, streamPace(f.jc.FlushInterval), f.jc.ReadAhead, f.hurry)
+			f.reader = stream.Start(ctx, cs, stream.Pace(f.jc.FlushInterval), f.jc.ReadAhead, f.hurry)
 			return nil
 		}
-		if isHistoryLost(err) {
-			return errHistoryLost
+		if stream.IsHistoryLost(err) {
+			return stream.ErrHistoryLost
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -195,15 +201,15 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 			f.e.observeLag(f.jc.job.Name, f.stats.Snapshot().LagSeconds)
 		case it := <-f.reader.Items():
 			switch {
-			case it.err != nil:
+			case it.Err != nil:
 				f.reader.Close()
-				if isHistoryLost(it.err) {
-					return f.stop(ctx, errHistoryLost)
+				if stream.IsHistoryLost(it.Err) {
+					return f.stop(ctx, stream.ErrHistoryLost)
 				}
 				// The driver resumes a resumable error once by itself; any
 				// error reaching here reopens from the last change read
 				// (everything up to it is pending or in the pipe).
-				f.retried("change stream", it.err, f.attempt)
+				f.retried("change stream", it.Err, f.attempt)
 				if err := sleep(ctx, backoff(f.jc.Config, f.attempt)); err != nil {
 					return f.stop(ctx, err)
 				}
@@ -211,9 +217,9 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 				if err := f.open(ctx); err != nil {
 					return f.stop(ctx, err)
 				}
-			case it.evs != nil:
+			case it.Events != nil:
 				f.attempt = 0
-				err := f.events(it.evs, flush)
+				err := f.events(it.Events, flush)
 				f.reader.Taken(it)
 				if err != nil {
 					if errors.Is(err, errInvalidatedBy) {
@@ -224,7 +230,7 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 				}
 			default:
 				f.attempt = 0
-				if err := f.idle(it.tok); err != nil {
+				if err := f.idle(it.Token); err != nil {
 					return f.stop(ctx, err)
 				}
 			}
@@ -462,11 +468,11 @@ func (f *follower) submitChunk(c *chunk, changed map[string]bool, tok bson.Raw, 
 	set := f.p.errs
 	clearing := snap.inPlace
 	var clear []int
-	fl := &flight{to: toStaged}
+	fl := &pipe.Flight{To: pipe.ToStaged}
 	for _, it := range items {
-		fl.bytes += len(it.doc)
+		fl.Bytes += len(it.doc)
 	}
-	fl.prepare = func(ctx context.Context, fl *flight) error {
+	fl.Prepare = func(ctx context.Context, fl *pipe.Flight) error {
 		writes, sk, bd, err := transformAll(ctx, jc.job, items, snap.inPlace)
 		if err != nil {
 			return err
@@ -484,37 +490,37 @@ func (f *follower) submitChunk(c *chunk, changed map[string]bool, tok bson.Raw, 
 		snap.bad.Add(int64(len(bd)))
 		stats.Add(0, 0, int64(sk), 0)
 		e.observeSkipped(jc.job.Name, int64(sk))
-		fl.batch = Batch{Writes: writes}
+		fl.Batch = sink.Batch{Writes: writes}
 		items = nil
 		return nil
 	}
 	// The chunk's mark is a position too: recorded now and then, so a
 	// long reindex of a quiet collection moves the resume point on (the
 	// stream's own changes record theirs).
-	var record func(ctx context.Context, fl *flight) error
+	var record func(ctx context.Context, fl *pipe.Flight) error
 	if time.Since(f.posReq) >= chunkPositionInterval {
 		record = f.recordAfter(tok, wall, false)
 		f.posReq = time.Now()
 	}
-	fl.durable = func(ctx context.Context, fl *flight) error {
+	fl.Durable = func(ctx context.Context, fl *pipe.Flight) error {
 		if err := set.cleared(ctx, fl, clear); err != nil {
 			return err
 		}
 		var up int64
-		for i := range fl.batch.Writes {
-			if !fl.batch.Writes[i].Delete && !fl.isRefused(i) {
+		for i := range fl.Batch.Writes {
+			if !fl.Batch.Writes[i].Delete && !fl.IsRefused(i) {
 				up++
 			}
 		}
 		snap.indexed.Add(up)
-		snap.bad.Add(int64(fl.refusedCount()))
+		snap.bad.Add(int64(fl.RefusedCount()))
 		snap.ckp.durable(c.last, c.n)
 		if record == nil {
 			return nil
 		}
 		return record(ctx, fl)
 	}
-	return f.p.submit(fl)
+	return f.p.Submit(fl)
 }
 
 // finish ends the reindex at its last mark: the sweep's deletes, then, once
@@ -530,12 +536,12 @@ func (f *follower) finish(tok bson.Raw, wall time.Time) error {
 		}
 		for lo := 0; lo < len(ids); lo += f.jc.BatchSize {
 			part := ids[lo:min(lo+f.jc.BatchSize, len(ids))]
-			w := make([]Write, len(part))
+			w := make([]sink.Write, len(part))
 			for i, id := range part {
-				w[i] = Write{SourceID: id, Delete: true}
+				w[i] = sink.Write{SourceID: id, Delete: true}
 			}
 			n := int64(len(part))
-			err := f.p.submit(&flight{to: toStaged, batch: Batch{Writes: w}, durable: func(context.Context, *flight) error {
+			err := f.p.Submit(&pipe.Flight{To: pipe.ToStaged, Batch: sink.Batch{Writes: w}, Durable: func(context.Context, *pipe.Flight) error {
 				snap.removed.Add(n)
 				return nil
 			}})
@@ -574,7 +580,7 @@ func (f *follower) finish(tok bson.Raw, wall time.Time) error {
 			}
 			p.errs.reset(snap.made)
 		}
-		p.setStaged(nil)
+		p.SetStaged(nil)
 		p.made = nil
 		if err := e.store.RecordNewPosition(ctx, jc.job, l, tok, wall); err != nil {
 			return err
@@ -594,7 +600,7 @@ func (f *follower) finish(tok bson.Raw, wall time.Time) error {
 		return nil
 	}
 	f.committed = true
-	return f.p.submit(&flight{ctl: commit})
+	return f.p.Submit(&pipe.Flight{Ctl: commit})
 }
 
 // flush hands the pending changes to the pipe: transformed on its prepare
@@ -608,13 +614,13 @@ func (f *follower) flush() error {
 	f.reset()
 	jc, stats, e, set := f.jc, f.stats, f.e, f.p.errs
 	var made *errSet
-	to := toLive
+	to := pipe.ToLive
 	if f.snap != nil {
 		to, made = f.snap.changeTarget(), f.snap.made
 	}
 	var clear []int // set on the prepare stage, read on the wait stage after it
-	fl := &flight{to: to, bytes: size}
-	fl.prepare = func(ctx context.Context, fl *flight) error {
+	fl := &pipe.Flight{To: to, Bytes: size}
+	fl.Prepare = func(ctx context.Context, fl *pipe.Flight) error {
 		writes, skipped, bad, err := transformAll(ctx, jc.job, items, true)
 		if err != nil {
 			return err
@@ -627,13 +633,13 @@ func (f *follower) flush() error {
 		}
 		stats.Add(0, 0, int64(skipped), 0)
 		e.observeSkipped(jc.job.Name, int64(skipped))
-		fl.batch = Batch{Writes: writes}
+		fl.Batch = sink.Batch{Writes: writes}
 		// With deleteSkipped every item has its write, in order: the
 		// keys computed while coalescing serve the pipe's tracking.
 		if len(writes) == len(items) {
-			fl.keys = make([]string, len(items))
+			fl.Keys = make([]string, len(items))
 			for i := range items {
-				fl.keys[i] = items[i].key
+				fl.Keys[i] = items[i].key
 			}
 		}
 		clear = set.candidates(writes, bad)
@@ -641,7 +647,7 @@ func (f *follower) flush() error {
 		return nil
 	}
 	record := f.recordAfter(tok, wall, false)
-	fl.durable = func(ctx context.Context, fl *flight) error {
+	fl.Durable = func(ctx context.Context, fl *pipe.Flight) error {
 		if err := set.cleared(ctx, fl, clear); err != nil {
 			return err
 		}
@@ -653,13 +659,13 @@ func (f *follower) flush() error {
 	}
 	stats.LagFlushed()
 	f.posReq = time.Now()
-	return f.p.submit(fl)
+	return f.p.Submit(fl)
 }
 
 // recordAfter returns a durable callback recording tok as the position.
-func (f *follower) recordAfter(tok bson.Raw, wall time.Time, idle bool) func(ctx context.Context, fl *flight) error {
+func (f *follower) recordAfter(tok bson.Raw, wall time.Time, idle bool) func(ctx context.Context, fl *pipe.Flight) error {
 	e, jc, l, stats := f.e, f.jc, f.l, f.stats
-	return func(ctx context.Context, fl *flight) error {
+	return func(ctx context.Context, fl *pipe.Flight) error {
 		if err := e.store.RecordPosition(ctx, jc.job.Name, l, tok, wall); err != nil {
 			return err
 		}
@@ -687,13 +693,13 @@ func (f *follower) idle(tok bson.Raw) error {
 	}
 	if time.Since(f.posReq) < f.jc.PositionInterval {
 		stats := f.stats
-		return f.p.submit(&flight{durable: func(context.Context, *flight) error {
+		return f.p.Submit(&pipe.Flight{Durable: func(context.Context, *pipe.Flight) error {
 			stats.Update(func(s *status.JobSnapshot) { s.LagSeconds = 0 })
 			return nil
 		}})
 	}
 	f.posReq = time.Now()
-	return f.p.submit(&flight{durable: f.recordAfter(tok, time.Now(), true)})
+	return f.p.Submit(&pipe.Flight{Durable: f.recordAfter(tok, time.Now(), true)})
 }
 
 // stop ends follow: cause nil or a context error on a clean close (flush
@@ -701,18 +707,18 @@ func (f *follower) idle(tok bson.Raw) error {
 // otherwise the error, after stopping the pipe.
 func (f *follower) stop(ctx context.Context, cause error) error {
 	if c := context.Cause(ctx); c != nil && errors.Is(c, errs.ErrLeaseLost) {
-		f.p.abort(c)
+		f.p.Abort(c)
 		return c
 	}
 	select {
 	case <-f.l.Lost():
-		f.p.abort(leaseErr(f.l))
+		f.p.Abort(leaseErr(f.l))
 		return leaseErr(f.l)
 	default:
 	}
 	if cause != nil && ctx.Err() == nil {
-		f.p.abort(cause)
-		if cause == errHistoryLost {
+		f.p.Abort(cause)
+		if cause == stream.ErrHistoryLost {
 			return cause
 		}
 		return errs.WithJob(f.jc.job.Name, cause)
@@ -723,12 +729,12 @@ func (f *follower) stop(ctx context.Context, cause error) error {
 		f.snap.stop()
 	}
 	timer := time.AfterFunc(f.jc.DrainTimeout, func() {
-		f.p.fail(errs.New(errs.Failed, f.jc.job.Name, "flushing pending changes took longer than %s; they will be applied again after restart", f.jc.DrainTimeout))
+		f.p.Fail(errs.New(errs.Failed, f.jc.job.Name, "flushing pending changes took longer than %s; they will be applied again after restart", f.jc.DrainTimeout))
 	})
 	defer timer.Stop()
 	err := f.flush()
 	if err == nil {
-		err = f.p.close()
+		err = f.p.Close()
 	}
 	if err == nil && f.snap != nil {
 		err = f.snap.ckp.close()
@@ -754,7 +760,7 @@ func (f *follower) stop(ctx context.Context, cause error) error {
 func (f *follower) invalidated(ctx context.Context, op string) error {
 	name := f.jc.job.Name
 	f.log.Warn("collection invalidated: stopping; the next run reindexes", "event", op)
-	if o, ok := f.p.sink.(DDLObserver); ok {
+	if o, ok := f.p.Live().(sink.DDLObserver); ok {
 		o.OnDDL(ctx, op) // never applied to a replica (mirror jobs)
 	} else if f.jc.job.Kind == transform.Mirror {
 		f.e.observeDDL(name, op)
@@ -765,7 +771,7 @@ func (f *follower) invalidated(ctx context.Context, op string) error {
 	if err := f.flush(); err != nil {
 		return leaseOr(ctx, f.l, err)
 	}
-	if err := f.p.close(); err != nil {
+	if err := f.p.Close(); err != nil {
 		return leaseOr(ctx, f.l, err)
 	}
 	dctx, cancel := drainContext(ctx, f.l, f.jc.DrainTimeout)

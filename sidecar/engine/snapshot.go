@@ -19,6 +19,8 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/sidecar/pipe"
+	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -81,7 +83,7 @@ type snapshot struct {
 	stats   *status.JobStats
 	log     hclog.Logger
 	coll    *mongo.Collection
-	staged  Staged
+	staged  sink.Staged
 	inPlace bool
 	sweep   bool
 	resumed bool
@@ -117,7 +119,7 @@ type snapshot struct {
 // newSnapshot prepares a reindex of job into sink: it resumes cp (a
 // checkpoint of the same transform whose staged index still exists) when
 // resume is true, else stages afresh. It records a fresh checkpoint.
-func (e *Engine) newSnapshot(ctx context.Context, jc jobConfig, sink Sink, l Lease, stats *status.JobStats, log hclog.Logger, cp *jobstate.Checkpoint, resume bool) (*snapshot, error) {
+func (e *Engine) newSnapshot(ctx context.Context, jc jobConfig, dst sink.Sink, l Lease, stats *status.JobStats, log hclog.Logger, cp *jobstate.Checkpoint, resume bool) (*snapshot, error) {
 	job := jc.job
 	inPlace := job.Reindex == "inplace" || job.Kind == transform.Mirror
 	s := &snapshot{
@@ -138,9 +140,9 @@ func (e *Engine) newSnapshot(ctx context.Context, jc jobConfig, sink Sink, l Lea
 		cp = nil
 	}
 	if cp != nil {
-		staged, err := sink.Stage(ctx, true)
+		staged, err := dst.Stage(ctx, true)
 		switch {
-		case errors.Is(err, ErrNoStage):
+		case errors.Is(err, sink.ErrNoStage):
 			log.Info("reindex checkpoint found but its staged index is gone: starting over")
 		case err != nil:
 			return nil, errs.Wrap(errs.Failed, job.Name, err, "stage the reindex")
@@ -149,7 +151,7 @@ func (e *Engine) newSnapshot(ctx context.Context, jc jobConfig, sink Sink, l Lea
 		}
 	}
 	if s.staged == nil {
-		staged, err := sink.Stage(ctx, false)
+		staged, err := dst.Stage(ctx, false)
 		if err != nil {
 			return nil, errs.Wrap(errs.Failed, job.Name, err, "stage the reindex")
 		}
@@ -193,18 +195,18 @@ func newNonce() string {
 	return hex.EncodeToString(b[:])
 }
 
-// target is where the snapshot's chunks go, and followed changes' while it
+// changeTarget is where the snapshot's chunks go, and followed changes' while it
 // runs: the staged index, or the live destination in place.
-func (s *snapshot) changeTarget() target {
+func (s *snapshot) changeTarget() pipe.Target {
 	if s.inPlace {
-		return toLive
+		return pipe.ToLive
 	}
-	return toBoth
+	return pipe.ToBoth
 }
 
-// stagedSink is the sink the pipe writes toStaged flights to: nil in place
+// stagedSink is the sink the pipe writes pipe.ToStaged flights to: nil in place
 // (the live destination itself).
-func (s *snapshot) stagedSink() Sink {
+func (s *snapshot) stagedSink() sink.Sink {
 	if s.inPlace {
 		return nil
 	}
@@ -213,12 +215,12 @@ func (s *snapshot) stagedSink() Sink {
 
 // start runs the reads in the background; they end by themselves after the
 // last chunk, or fail the pipe.
-func (s *snapshot) begin(ctx context.Context, client *mongo.Client, p *pipe) {
+func (s *snapshot) begin(ctx context.Context, client *mongo.Client, p *pipe.Pipe) {
 	ctx, s.cancel = context.WithCancelCause(ctx)
 	go func() {
 		defer close(s.stopped)
 		if err := s.read(ctx, client, p); err != nil && ctx.Err() == nil {
-			p.fail(err)
+			p.Fail(err)
 		}
 	}()
 	go s.progress()
@@ -227,7 +229,7 @@ func (s *snapshot) begin(ctx context.Context, client *mongo.Client, p *pipe) {
 // stop ends the reads and waits for them. Idempotent.
 func (s *snapshot) stop() {
 	if s.cancel != nil {
-		s.cancel(errPipeClosed)
+		s.cancel(pipe.Closed)
 		<-s.stopped
 	}
 	s.stopProgress()
@@ -252,7 +254,7 @@ func (s *snapshot) take(mark string) (c *chunk, ours bool) {
 
 // read is the snapshot goroutine: the opening mark, the chunks, the sweep's
 // pages, each followed by its mark.
-func (s *snapshot) read(ctx context.Context, client *mongo.Client, p *pipe) error {
+func (s *snapshot) read(ctx context.Context, client *mongo.Client, p *pipe.Pipe) error {
 	sess, err := client.StartSession(options.Session().SetCausalConsistency(true))
 	if err != nil {
 		return errs.Wrap(errs.Failed, s.jc.job.Name, err, "start a session for the reindex")

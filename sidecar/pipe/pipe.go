@@ -1,20 +1,61 @@
-package engine
+// Package pipe carries a job's batches to its sinks in order: prepared
+// (transformed), sent and made durable in three pipelined stages, with
+// retries that never reorder writes, refused documents found by bisection,
+// flights routed to the live or a staged destination, and control flights
+// that run once everything before them is durable. What it reports goes to
+// its owner's Hooks. It imports the sink contract and internal helpers;
+// never the engine, a sink's implementation, the supervisor or HTTP.
+package pipe
 
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/meilistream/meilistream/internal/budget"
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar/status"
+	"github.com/meilistream/meilistream/sidecar/sink"
 )
 
-// A pipe carries batches to a sink in order, pipelined in three stages, each
+// Config tunes a Pipe.
+type Config struct {
+	// MaxInFlight is how many batches may be sent and not yet durable
+	// (at least 1).
+	MaxInFlight int
+	// QueueBytes bounds the bytes of the flights submitted and not yet
+	// prepared (Flight.Bytes).
+	QueueBytes int
+	// Track keeps, per destination, which flight last wrote each
+	// document, so a write sent again never undoes a later one (see Pipe).
+	Track bool
+	// Key is the identity of a source _id (documents with equal keys are
+	// one document); required with Track.
+	Key func(bson.RawValue) string
+	// Backoff is the wait before the attempt-th retry of a send or wait.
+	Backoff func(attempt int) time.Duration
+}
+
+// Hooks is what a Pipe tells its owner; every method may be called from
+// the pipe's goroutines (one at a time for Refused and Settled, which run
+// on the wait stage).
+type Hooks interface {
+	// Retried reports a send or a wait that failed and is tried again
+	// after a backoff (attempt counts from 0).
+	Retried(what string, err error, attempt int)
+	// Refused reports a document the destination refused for a reason of
+	// the document (recorded once even when both destinations refuse it).
+	// A non-nil error stops the pipe with it (onDocumentError: fail);
+	// otherwise the document is left out of the destination.
+	Refused(ctx context.Context, id bson.RawValue, code, msg string) error
+	// Settled reports a flight made durable: up upserts (refused ones not
+	// counted) and del deletes.
+	Settled(f *Flight, up, del int64)
+}
+
+// A Pipe carries batches to a sink in order, pipelined in three stages, each
 // one goroutine: prepare (transform), send (one Send at a time, in order,
 // retried with backoff until it succeeds, so a failed send blocks every later
 // one) and wait (one Wait at a time, in order). Up to MaxInFlight batches
@@ -29,20 +70,17 @@ import (
 // sent again (after a failed Wait, or while bisecting a refused task) only
 // if no later flight wrote its document. All resends happen under sendMu,
 // so no new batch goes out in between.
-type pipe struct {
-	e     *Engine
-	jc    jobConfig
-	sink  Sink // the live destination
-	stats *status.JobStats
-	log   hclog.Logger
-	track bool
+type Pipe struct {
+	cfg   Config
+	hooks Hooks
+	live  sink.Sink // the live destination
 
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
-	in       chan *flight // flights submitted and not yet prepared
-	queued   *byteBudget  // their bytes
-	prepared chan *flight
-	sent     chan *flight
+	in       chan *Flight  // flights submitted and not yet prepared
+	queued   *budget.Bytes // their bytes
+	prepared chan *Flight
+	sent     chan *Flight
 	done     chan struct{}
 	once     sync.Once
 
@@ -52,7 +90,7 @@ type pipe struct {
 	// staged is the target of a swap reindex while one runs (nil
 	// otherwise, and in place, where the live destination is the target).
 	// Read and written by the send stage only, after newPipe.
-	staged Sink
+	staged sink.Sink
 
 	// Flights handed to the wait stage and flights it finished: a control
 	// flight runs once they are equal (everything before it durable).
@@ -66,26 +104,18 @@ type pipe struct {
 	// guarded by sendMu
 	latest [2]map[string]uint64
 	seq    uint64 // guarded by sendMu
-
-	retryLog time.Time // last retry warning, rate-limited; guarded by failMu
-
-	errs *errSet // the job's error records; nil: not tracked
-	// made, while a swap reindex runs, also takes the documents refused:
-	// their records outlive the swap. Read and written by the wait stage
-	// (and the control flight that ends the reindex) only.
-	made *errSet
 }
 
-// target says where a flight's writes go.
-type target uint8
+// Target says where a flight's writes go.
+type Target uint8
 
 const (
-	toLive   target = iota // the live destination
-	toStaged               // a reindex's target: the staged index, or the live destination in place
-	toBoth                 // both (a followed change while a swap reindex runs)
+	ToLive   Target = iota // the live destination
+	ToStaged               // a reindex's Target: the staged index, or the live destination in place
+	ToBoth                 // both (a followed change while a swap reindex runs)
 )
 
-// side is the destination a flight was sent to: sideLive or sideStaged.
+// side is the destination a flight was sent To: sideLive or sideStaged.
 type side uint8
 
 const (
@@ -94,75 +124,87 @@ const (
 )
 
 // flight is one batch on its way.
-type flight struct {
-	seq uint64
-	// bytes is what the flight holds until it is prepared (the change
-	// events or documents it transforms): the pipe's queue is bounded by it.
-	bytes int
-	// prepare fills batch (runs on the prepare stage); may be nil.
-	prepare func(ctx context.Context, f *flight) error
-	batch   Batch
-	keys    []string // coalescing keys of batch.Writes, when tracked
-	to      target
-	// ctl, when set, makes this a control flight: it runs on the send
-	// stage once every earlier flight is durable (and its durable
-	// callback ran), before any later flight is sent. A swap and the
-	// switch back to the live destination alone are such flights.
-	ctl     func(ctx context.Context) error
-	sink    Sink // where it was sent (set by the send stage)
-	side    side
-	receipt Receipt
-	// durable runs in order once the batch is durable; may be nil.
-	durable    func(ctx context.Context, f *flight) error
+type Flight struct {
+	// Bytes is what the flight holds until it is prepared (the change
+	// events or documents it transforms): the pipe's queue is bounded by
+	// it.
+	Bytes int
+	// Prepare fills Batch (runs on the prepare stage, in order); may be
+	// nil.
+	Prepare func(ctx context.Context, f *Flight) error
+	// Batch is what is sent.
+	Batch sink.Batch
+	// Keys are the identities (Config.Key) of Batch.Writes' source _ids,
+	// when the submitter has them; the pipe computes them otherwise.
+	Keys []string
+	// To is where the writes go.
+	To Target
+	// Ctl, when set, makes this a control flight: it runs on the send
+	// stage once every earlier flight is durable (and its Durable callback
+	// ran), before any later flight is sent. A swap and the switch back to
+	// the live destination alone are such flights.
+	Ctl func(ctx context.Context) error
+	// Durable runs in order once the batch is durable; may be nil.
+	Durable func(ctx context.Context, f *Flight) error
+
+	seq        uint64
+	dst        sink.Sink // where it was sent (set by the send stage)
+	side       side
+	receipt    sink.Receipt
 	refusedPos []int     // positions of writes refused for a document reason (left out)
 	sentAt     time.Time // when the first send began
 	// pair is, on the staged half of a flight sent to both destinations,
 	// its live half (sent just before it, so durable first): a document
 	// both refuse is recorded and counted once.
-	pair *flight
+	pair *Flight
 	// half marks the live half of such a flight: its statistics are
 	// counted with the other half's.
 	half bool
 }
 
-func (f *flight) isRefused(pos int) bool {
+// IsRefused says whether the write at pos was refused for a reason of its
+// document (by either destination of a flight sent to both).
+func (f *Flight) IsRefused(pos int) bool {
 	for _, p := range f.refusedPos {
 		if p == pos {
 			return true
 		}
 	}
-	return f.pair != nil && f.pair.isRefused(pos)
+	return f.pair != nil && f.pair.IsRefused(pos)
 }
 
-// refusedCount is how many of f's writes were refused (by either half).
-func (f *flight) refusedCount() int {
+// RefusedCount is how many of f's writes were refused (by either
+// destination).
+func (f *Flight) RefusedCount() int {
 	if f.pair == nil {
 		return len(f.refusedPos)
 	}
 	n := 0
-	for i := range f.batch.Writes {
-		if f.isRefused(i) {
+	for i := range f.Batch.Writes {
+		if f.IsRefused(i) {
 			n++
 		}
 	}
 	return n
 }
 
-func (e *Engine) newPipe(ctx context.Context, jc jobConfig, sink Sink, stats *status.JobStats, log hclog.Logger, track bool) *pipe {
+// New starts a pipe writing to live (and, once SetStaged names one, to a
+// staged destination), until ctx ends or Close or Abort is called.
+func New(ctx context.Context, cfg Config, live sink.Sink, hooks Hooks) *Pipe {
 	ctx, cancel := context.WithCancelCause(ctx)
-	p := &pipe{
-		e: e, jc: jc, sink: sink, stats: stats, log: log, track: track,
+	p := &Pipe{
+		cfg: cfg, hooks: hooks, live: live,
 		ctx: ctx, cancel: cancel,
-		in:       make(chan *flight, queueFlights),
-		queued:   newByteBudget(jc.PendingBytes),
-		prepared: make(chan *flight),
+		in:       make(chan *Flight, queueFlights),
+		queued:   budget.New(cfg.QueueBytes),
+		prepared: make(chan *Flight),
 		// Sent and not yet durable: the one being waited for, those queued
 		// here and the one the sender holds: MaxInFlight in all.
-		sent:     make(chan *flight, max(jc.MaxInFlight-2, 0)),
+		sent:     make(chan *Flight, max(cfg.MaxInFlight-2, 0)),
 		done:     make(chan struct{}),
 		flowWake: make(chan struct{}),
 	}
-	if track {
+	if cfg.Track {
 		p.latest = [2]map[string]uint64{make(map[string]uint64), make(map[string]uint64)}
 	}
 	go p.prepareLoop()
@@ -171,8 +213,11 @@ func (e *Engine) newPipe(ctx context.Context, jc jobConfig, sink Sink, stats *st
 	return p
 }
 
-// fail stops the pipe with err (the first one wins).
-func (p *pipe) fail(err error) {
+// Live is the live destination.
+func (p *Pipe) Live() sink.Sink { return p.live }
+
+// Fail stops the pipe with err (the first one wins), without waiting.
+func (p *Pipe) Fail(err error) {
 	p.failMu.Lock()
 	if p.failErr == nil {
 		p.failErr = err
@@ -182,29 +227,31 @@ func (p *pipe) fail(err error) {
 }
 
 // Err returns why the pipe stopped, or nil.
-func (p *pipe) Err() error {
+func (p *Pipe) Err() error {
 	p.failMu.Lock()
 	defer p.failMu.Unlock()
 	return p.failErr
 }
 
 // Done is closed when the pipe has stopped (failed, or closed and drained).
-func (p *pipe) Done() <-chan struct{} { return p.done }
+func (p *Pipe) Done() <-chan struct{} { return p.done }
 
 // Failed is closed as soon as the pipe fails (or is stopped): its stages
 // stop taking work, though Done waits until the submitter closes it.
-func (p *pipe) Failed() <-chan struct{} { return p.ctx.Done() }
+func (p *Pipe) Failed() <-chan struct{} { return p.ctx.Done() }
 
 // queueFlights bounds the flights submitted and not yet prepared (their
-// bytes are bounded by PendingBytes). The queue lets the follow loop go on
+// bytes are bounded by Config.QueueBytes). The queue lets the follow loop go on
 // reading the stream, coalescing into new batches, while the destination is
 // busy with a reindex's chunks: the stream keeps up with the change history
 // however slow a send, up to the queue's bytes.
 const queueFlights = 256
 
-// submit hands f to the pipe, blocking while its queue is full.
-func (p *pipe) submit(f *flight) error {
-	if err := p.queued.acquire(p.ctx, f.bytes); err != nil {
+// Submit hands f to the pipe, blocking while its queue is full; the error
+// is why the pipe stopped. One goroutine submits (the pipe keeps the order
+// of submission).
+func (p *Pipe) Submit(f *Flight) error {
+	if err := p.queued.Acquire(p.ctx, f.Bytes); err != nil {
 		if perr := p.Err(); perr != nil {
 			return perr
 		}
@@ -214,7 +261,7 @@ func (p *pipe) submit(f *flight) error {
 	case p.in <- f:
 		return nil
 	case <-p.ctx.Done():
-		p.queued.release(f.bytes)
+		p.queued.Release(f.Bytes)
 		if err := p.Err(); err != nil {
 			return err
 		}
@@ -222,38 +269,39 @@ func (p *pipe) submit(f *flight) error {
 	}
 }
 
-// close waits until every submitted flight is durable and its callback ran,
+// Close waits until every submitted flight is durable and its callback ran,
 // and returns the pipe's error.
-func (p *pipe) close() error {
+func (p *Pipe) Close() error {
 	p.once.Do(func() { close(p.in) })
 	<-p.done
 	p.cancel(context.Canceled)
 	return p.Err()
 }
 
-// abort stops the pipe without waiting for what is in flight.
-func (p *pipe) abort(err error) {
-	p.fail(err)
+// Abort stops the pipe without waiting for what is in flight, and waits
+// until its goroutines are done.
+func (p *Pipe) Abort(err error) {
+	p.Fail(err)
 	p.once.Do(func() { close(p.in) })
 	<-p.done
 }
 
-func (p *pipe) prepareLoop() {
+func (p *Pipe) prepareLoop() {
 	defer close(p.prepared)
 	for f := range p.in {
 		if p.ctx.Err() != nil {
-			p.queued.release(f.bytes)
+			p.queued.Release(f.Bytes)
 			continue
 		}
-		if f.prepare != nil {
-			err := f.prepare(p.ctx, f)
-			p.queued.release(f.bytes)
+		if f.Prepare != nil {
+			err := f.Prepare(p.ctx, f)
+			p.queued.Release(f.Bytes)
 			if err != nil {
-				p.fail(err)
+				p.Fail(err)
 				continue
 			}
 		} else {
-			p.queued.release(f.bytes)
+			p.queued.Release(f.Bytes)
 		}
 		select {
 		case p.prepared <- f:
@@ -262,15 +310,15 @@ func (p *pipe) prepareLoop() {
 	}
 }
 
-func (p *pipe) sendLoop() {
+func (p *Pipe) sendLoop() {
 	defer close(p.sent)
 	for f := range p.prepared {
 		if p.ctx.Err() != nil {
 			continue
 		}
-		if f.ctl != nil {
+		if f.Ctl != nil {
 			if err := p.runControl(f); err != nil {
-				p.fail(err)
+				p.Fail(err)
 				continue
 			}
 			if !p.hand(f) {
@@ -278,11 +326,11 @@ func (p *pipe) sendLoop() {
 			}
 			continue
 		}
-		if f.to == toBoth && p.staged != nil {
+		if f.To == ToBoth && p.staged != nil {
 			// Two flights, one per destination, so each keeps its own
 			// order of resends; the durable callback runs after the second.
-			twin := &flight{batch: f.batch, keys: f.keys, to: toStaged, durable: f.durable, pair: f}
-			f.to, f.durable, f.half = toLive, nil, true
+			twin := &Flight{Batch: f.Batch, Keys: f.Keys, To: ToStaged, Durable: f.Durable, pair: f}
+			f.To, f.Durable, f.half = ToLive, nil, true
 			if !p.sendOne(f) || !p.hand(f) || !p.sendOne(twin) || !p.hand(twin) {
 				continue
 			}
@@ -297,34 +345,34 @@ func (p *pipe) sendLoop() {
 
 // sendOne sends f to its destination (in order: under sendMu) and notes
 // which documents it wrote; false when the pipe failed.
-func (p *pipe) sendOne(f *flight) bool {
-	f.sink, f.side = p.sink, sideLive
-	if f.to != toLive && p.staged != nil {
-		f.sink, f.side = p.staged, sideStaged
+func (p *Pipe) sendOne(f *Flight) bool {
+	f.dst, f.side = p.live, sideLive
+	if f.To != ToLive && p.staged != nil {
+		f.dst, f.side = p.staged, sideStaged
 	}
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()
 	p.seq++
 	f.seq = p.seq
-	if len(f.batch.Writes) == 0 {
+	if len(f.Batch.Writes) == 0 {
 		return true
 	}
 	f.sentAt = time.Now()
-	r, err := p.sendRetry(p.ctx, f.sink, f.batch)
+	r, err := p.sendRetry(p.ctx, f.dst, f.Batch)
 	if err != nil {
-		p.fail(err)
+		p.Fail(err)
 		return false
 	}
 	f.receipt = r
-	if p.track {
-		if f.keys == nil {
-			f.keys = make([]string, len(f.batch.Writes))
-			for i := range f.batch.Writes {
-				f.keys[i] = keyOf(f.batch.Writes[i].SourceID)
+	if p.cfg.Track {
+		if f.Keys == nil {
+			f.Keys = make([]string, len(f.Batch.Writes))
+			for i := range f.Batch.Writes {
+				f.Keys[i] = p.cfg.Key(f.Batch.Writes[i].SourceID)
 			}
 		}
 		latest := p.latest[f.side]
-		for _, k := range f.keys {
+		for _, k := range f.Keys {
 			latest[k] = f.seq
 		}
 	}
@@ -332,7 +380,7 @@ func (p *pipe) sendOne(f *flight) bool {
 }
 
 // hand passes f to the wait stage; false when the pipe failed.
-func (p *pipe) hand(f *flight) bool {
+func (p *Pipe) hand(f *Flight) bool {
 	p.flowMu.Lock()
 	p.handed++
 	p.flowMu.Unlock()
@@ -345,7 +393,7 @@ func (p *pipe) hand(f *flight) bool {
 }
 
 // finish notes that the wait stage is done with a flight.
-func (p *pipe) finish() {
+func (p *Pipe) finish() {
 	p.flowMu.Lock()
 	p.finished++
 	close(p.flowWake)
@@ -355,7 +403,7 @@ func (p *pipe) finish() {
 
 // runControl waits until every flight handed to the wait stage is durable,
 // then runs f's control function.
-func (p *pipe) runControl(f *flight) error {
+func (p *Pipe) runControl(f *Flight) error {
 	for {
 		p.flowMu.Lock()
 		idle, wake := p.handed == p.finished, p.flowWake
@@ -373,15 +421,15 @@ func (p *pipe) runControl(f *flight) error {
 	p.seq++
 	f.seq = p.seq
 	p.sendMu.Unlock()
-	return f.ctl(p.ctx)
+	return f.Ctl(p.ctx)
 }
 
-// setStaged makes s the target of toStaged and toBoth flights (nil: the
-// live destination). Only before the first submit, or from a control
-// flight.
-func (p *pipe) setStaged(s Sink) { p.staged = s }
+// SetStaged makes s the target of ToStaged and ToBoth flights (nil: the
+// live destination). Only before the first Submit, or from a control
+// flight's Ctl.
+func (p *Pipe) SetStaged(s sink.Sink) { p.staged = s }
 
-func (p *pipe) waitLoop() {
+func (p *Pipe) waitLoop() {
 	defer close(p.done)
 	for f := range p.sent {
 		if p.ctx.Err() != nil {
@@ -389,13 +437,13 @@ func (p *pipe) waitLoop() {
 			continue
 		}
 		if err := p.settle(p.ctx, f); err != nil {
-			p.fail(err)
+			p.Fail(err)
 			p.finish()
 			continue
 		}
-		if f.durable != nil {
-			if err := f.durable(p.ctx, f); err != nil {
-				p.fail(err)
+		if f.Durable != nil {
+			if err := f.Durable(p.ctx, f); err != nil {
+				p.Fail(err)
 			}
 		}
 		p.finish()
@@ -403,9 +451,9 @@ func (p *pipe) waitLoop() {
 }
 
 // sendRetry sends b to sink until it accepts it; called with sendMu held.
-func (p *pipe) sendRetry(ctx context.Context, sink Sink, b Batch) (Receipt, error) {
+func (p *Pipe) sendRetry(ctx context.Context, dst sink.Sink, b sink.Batch) (sink.Receipt, error) {
 	for attempt := 0; ; attempt++ {
-		r, err := sink.Send(ctx, b)
+		r, err := dst.Send(ctx, b)
 		if err == nil {
 			return r, nil
 		}
@@ -416,37 +464,27 @@ func (p *pipe) sendRetry(ctx context.Context, sink Sink, b Batch) (Receipt, erro
 			return nil, err
 		}
 		p.retried("send", err, attempt)
-		if err := sleep(ctx, backoff(p.jc.Config, attempt)); err != nil {
+		if err := sleep(ctx, p.cfg.Backoff(attempt)); err != nil {
 			return nil, err
 		}
 	}
 }
 
-func (p *pipe) retried(what string, err error, attempt int) {
-	p.stats.Update(func(s *status.JobSnapshot) { s.Retries++; s.NoteError(err) })
-	p.e.observeRetry(p.jc.job.Name, err)
-	p.failMu.Lock()
-	loud := time.Since(p.retryLog) > 10*time.Second || attempt == 0
-	if loud {
-		p.retryLog = time.Now()
-	}
-	p.failMu.Unlock()
-	if loud {
-		p.log.Warn("destination error; retrying with backoff", "op", what, "attempt", attempt+1, "error", err)
-	}
+func (p *Pipe) retried(what string, err error, attempt int) {
+	p.hooks.Retried(what, err, attempt)
 }
 
 // settle waits until f is durable, sending again what must be sent again
 // and taking refused documents through the per-document error path.
-func (p *pipe) settle(ctx context.Context, f *flight) error {
-	if len(f.batch.Writes) == 0 {
+func (p *Pipe) settle(ctx context.Context, f *Flight) error {
+	if len(f.Batch.Writes) == 0 {
 		return nil
 	}
-	all := make([]int, len(f.batch.Writes))
+	all := make([]int, len(f.Batch.Writes))
 	for i := range all {
 		all[i] = i
 	}
-	fails, err := f.sink.Wait(ctx, f.receipt)
+	fails, err := f.dst.Wait(ctx, f.receipt)
 	for attempt := 0; err != nil; attempt++ {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
@@ -455,7 +493,7 @@ func (p *pipe) settle(ctx context.Context, f *flight) error {
 			return err
 		}
 		p.retried("wait", err, attempt)
-		if err := sleep(ctx, backoff(p.jc.Config, attempt)); err != nil {
+		if err := sleep(ctx, p.cfg.Backoff(attempt)); err != nil {
 			return err
 		}
 		p.sendMu.Lock()
@@ -465,13 +503,13 @@ func (p *pipe) settle(ctx context.Context, f *flight) error {
 			fails, err = nil, nil
 			break
 		}
-		var r Receipt
-		r, err = p.sendRetry(ctx, f.sink, subBatch(f, sub))
+		var r sink.Receipt
+		r, err = p.sendRetry(ctx, f.dst, subBatch(f, sub))
 		p.sendMu.Unlock()
 		if err != nil {
 			return err
 		}
-		fails, err = f.sink.Wait(ctx, r)
+		fails, err = f.dst.Wait(ctx, r)
 		fails = remap(fails, sub)
 		all = sub
 	}
@@ -485,10 +523,10 @@ func (p *pipe) settle(ctx context.Context, f *flight) error {
 		}
 		p.sendMu.Unlock()
 	}
-	if p.track {
+	if p.cfg.Track {
 		p.sendMu.Lock()
 		latest := p.latest[f.side]
-		for _, k := range f.keys {
+		for _, k := range f.Keys {
 			if latest[k] == f.seq {
 				delete(latest, k)
 			}
@@ -499,47 +537,45 @@ func (p *pipe) settle(ctx context.Context, f *flight) error {
 		return nil // counted with its other half
 	}
 	var up, del int64
-	for i := range f.batch.Writes {
-		if f.batch.Writes[i].Delete {
+	for i := range f.Batch.Writes {
+		if f.Batch.Writes[i].Delete {
 			del++
 		} else {
 			up++
 		}
 	}
-	up -= int64(f.refusedCount())
-	p.stats.Update(func(s *status.JobSnapshot) { s.Indexed += up; s.Deleted += del; s.Batches++ })
-	p.e.observeBatch(p.jc.job.Name, time.Since(f.sentAt), len(f.batch.Writes))
-	p.e.observeWrites(p.jc.job.Name, up, del)
+	up -= int64(f.RefusedCount())
+	p.hooks.Settled(f, up, del)
 	return nil
 }
 
 // resendable returns the positions of f's writes that no later flight
 // wrote; called with sendMu held.
-func (p *pipe) resendable(f *flight, positions []int) []int {
-	if !p.track {
+func (p *Pipe) resendable(f *Flight, positions []int) []int {
+	if !p.cfg.Track {
 		return positions
 	}
 	out := make([]int, 0, len(positions))
 	latest := p.latest[f.side]
 	for _, i := range positions {
-		if latest[f.keys[i]] == f.seq {
+		if latest[f.Keys[i]] == f.seq {
 			out = append(out, i)
 		}
 	}
 	return out
 }
 
-func subBatch(f *flight, positions []int) Batch {
-	w := make([]Write, len(positions))
+func subBatch(f *Flight, positions []int) sink.Batch {
+	w := make([]sink.Write, len(positions))
 	for j, i := range positions {
-		w[j] = f.batch.Writes[i]
+		w[j] = f.Batch.Writes[i]
 	}
-	return Batch{Writes: w}
+	return sink.Batch{Writes: w}
 }
 
 // remap turns failures naming positions of a sub-batch into positions of
 // the flight's batch.
-func remap(fails []DocFailure, sub []int) []DocFailure {
+func remap(fails []sink.DocFailure, sub []int) []sink.DocFailure {
 	for k := range fails {
 		m := make([]int, 0, len(fails[k].Writes))
 		for _, j := range fails[k].Writes {
@@ -557,7 +593,7 @@ func remap(fails []DocFailure, sub []int) []DocFailure {
 // called with sendMu held. Writes a later flight superseded are not sent
 // again (that would reorder); if the refused document was one of them, the
 // later flight meets it again.
-func (p *pipe) resolve(ctx context.Context, f *flight, positions []int, code, msg string) error {
+func (p *Pipe) resolve(ctx context.Context, f *Flight, positions []int, code, msg string) error {
 	if len(positions) == 0 {
 		return nil
 	}
@@ -594,13 +630,13 @@ func (p *pipe) resolve(ctx context.Context, f *flight, positions []int, code, ms
 
 // sendWait sends the writes of f at positions and waits until they are
 // durable, retrying transient errors; failures name positions of f's batch.
-func (p *pipe) sendWait(ctx context.Context, f *flight, positions []int) ([]DocFailure, error) {
+func (p *Pipe) sendWait(ctx context.Context, f *Flight, positions []int) ([]sink.DocFailure, error) {
 	for attempt := 0; ; attempt++ {
-		r, err := p.sendRetry(ctx, f.sink, subBatch(f, positions))
+		r, err := p.sendRetry(ctx, f.dst, subBatch(f, positions))
 		if err != nil {
 			return nil, err
 		}
-		fails, err := f.sink.Wait(ctx, r)
+		fails, err := f.dst.Wait(ctx, r)
 		if err == nil {
 			return remap(fails, positions), nil
 		}
@@ -611,7 +647,7 @@ func (p *pipe) sendWait(ctx context.Context, f *flight, positions []int) ([]DocF
 			return nil, err
 		}
 		p.retried("wait", err, attempt)
-		if err := sleep(ctx, backoff(p.jc.Config, attempt)); err != nil {
+		if err := sleep(ctx, p.cfg.Backoff(attempt)); err != nil {
 			return nil, err
 		}
 	}
@@ -621,50 +657,45 @@ func (p *pipe) sendWait(ctx context.Context, f *flight, positions []int) ([]DocF
 // per-document error path: recorded in the errors collection, counted, and
 // left out of the destination (its older version deleted), or the job
 // fails with onDocumentError: fail. Called with sendMu held.
-func (p *pipe) refused(ctx context.Context, f *flight, pos int, code, msg string) error {
-	w := f.batch.Writes[pos]
+func (p *Pipe) refused(ctx context.Context, f *Flight, pos int, code, msg string) error {
+	w := f.Batch.Writes[pos]
 	f.refusedPos = append(f.refusedPos, pos)
-	name := p.jc.job.Name
 	// The staged half of a flight sent to both destinations: a document
 	// its live half refused too is recorded and counted once.
-	if f.pair == nil || !f.pair.isRefused(pos) {
-		p.log.Warn("destination refused a document", "id", idString(w.SourceID), "code", code, "error", msg)
-		// Recorded in both modes, so `meilistream retry` and `status` see it.
-		if err := p.e.store.RecordDocError(ctx, name, w.SourceID, code, msg); err != nil {
+	if f.pair == nil || !f.pair.IsRefused(pos) {
+		if err := p.hooks.Refused(ctx, w.SourceID, code, msg); err != nil {
 			return err
 		}
-		if p.jc.OnDocumentError == "fail" {
-			return errs.New(errs.Failed, name, "the destination refused document _id %s: %s: %s; fix the document (or the transform); onDocumentError is fail, so the job stops", idString(w.SourceID), code, msg)
-		}
-		p.errs.add(w.SourceID)
-		p.made.add(w.SourceID)
-		p.stats.Add(0, 0, 0, 1)
-		p.e.observeDocError(name, code)
 	}
 	if w.Delete {
 		return nil
 	}
-	if p.track && p.latest[f.side][f.keys[pos]] != f.seq {
+	if p.cfg.Track && p.latest[f.side][f.Keys[pos]] != f.seq {
 		return nil
 	}
-	del := &flight{batch: Batch{Writes: []Write{{SourceID: w.SourceID, Delete: true}}}, sink: f.sink, side: f.side}
+	del := &Flight{Batch: sink.Batch{Writes: []sink.Write{{SourceID: w.SourceID, Delete: true}}}, dst: f.dst, side: f.side}
 	_, err := p.sendWait(ctx, del, []int{0})
 	return err
 }
 
-// idString renders a source _id for logs and messages as relaxed Extended
-// JSON (what mongosh shows and a query takes: "f1", 5,
-// {"$oid":"65f1..."}).
-func idString(id bson.RawValue) string {
-	if id.Type == 0 {
-		return "<none>"
-	}
-	b, err := bson.MarshalExtJSON(bson.D{{Key: "v", Value: id}}, false, false)
-	if err != nil {
-		return id.String()
-	}
-	s := strings.TrimPrefix(string(b), `{"v":`)
-	return strings.TrimSuffix(s, "}")
-}
+// SentAt is when the flight's first send began (zero for a flight with
+// nothing to send).
+func (f *Flight) SentAt() time.Time { return f.sentAt }
 
-var errPipeClosed = errors.New("pipe closed")
+// Closed is the error a pipe stopped by its owner gives.
+var Closed = errors.New("pipe closed")
+
+// retryable says whether an error of a sink may be retried: a FAILED one
+// (the project's code rule: anything else stops the job).
+func retryable(err error) bool { return errs.CodeOf(err) == errs.Failed }
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}

@@ -1,0 +1,105 @@
+package engine
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/pipe"
+	"github.com/meilistream/meilistream/sidecar/sink"
+	"github.com/meilistream/meilistream/sidecar/status"
+)
+
+// delivery is a job's pipe and what its hooks report to: the job's
+// figures, metrics, log and error records.
+type delivery struct {
+	*pipe.Pipe
+	e     *Engine
+	jc    jobConfig
+	stats *status.JobStats
+	log   hclog.Logger
+
+	retryLog time.Time // last retry warning, rate-limited (the wait or send stage's)
+
+	// errs are the job's error records; nil: not tracked. made, while a
+	// swap reindex runs, also takes the documents refused: their records
+	// outlive the swap. Both are read on the wait stage, and changed only
+	// before the first flight or by a control flight.
+	errs *errSet
+	made *errSet
+}
+
+// newPipe starts the pipe of one job into dst. With track, a write sent
+// again never undoes a later flight's (follow, and a reindex interleaved
+// with it); without, writes are sent again as they are (a retry of
+// recorded documents, alone under the lease).
+func (e *Engine) newPipe(ctx context.Context, jc jobConfig, dst sink.Sink, stats *status.JobStats, log hclog.Logger, track bool) *delivery {
+	d := &delivery{e: e, jc: jc, stats: stats, log: log}
+	d.Pipe = pipe.New(ctx, pipe.Config{
+		MaxInFlight: jc.MaxInFlight,
+		QueueBytes:  jc.PendingBytes,
+		Track:       track,
+		Key:         keyOf,
+		Backoff:     func(attempt int) time.Duration { return backoff(jc.Config, attempt) },
+	}, dst, d)
+	return d
+}
+
+var _ pipe.Hooks = (*delivery)(nil)
+
+// Retried counts a send or wait tried again and logs it, at most every 10 s.
+func (d *delivery) Retried(what string, err error, attempt int) {
+	d.stats.Update(func(s *status.JobSnapshot) { s.Retries++; s.NoteError(err) })
+	d.e.observeRetry(d.jc.job.Name, err)
+	if attempt == 0 || time.Since(d.retryLog) > 10*time.Second {
+		d.retryLog = time.Now()
+		d.log.Warn("destination error; retrying with backoff", "op", what, "attempt", attempt+1, "error", err)
+	}
+}
+
+// Refused takes one document the destination refused through the
+// per-document error path: recorded in the errors collection, counted, and
+// left out of the destination (the pipe deletes its older version), or the
+// job fails with onDocumentError: fail.
+func (d *delivery) Refused(ctx context.Context, id bson.RawValue, code, msg string) error {
+	name := d.jc.job.Name
+	d.log.Warn("destination refused a document", "id", idString(id), "code", code, "error", msg)
+	// Recorded in both modes, so `meilistream retry` and `status` see it.
+	if err := d.e.store.RecordDocError(ctx, name, id, code, msg); err != nil {
+		return err
+	}
+	if d.jc.OnDocumentError == "fail" {
+		return errs.New(errs.Failed, name, "the destination refused document _id %s: %s: %s; fix the document (or the transform); onDocumentError is fail, so the job stops", idString(id), code, msg)
+	}
+	d.errs.add(id)
+	d.made.add(id)
+	d.stats.Add(0, 0, 0, 1)
+	d.e.observeDocError(name, code)
+	return nil
+}
+
+// Settled counts a durable flight.
+func (d *delivery) Settled(f *pipe.Flight, up, del int64) {
+	d.stats.Update(func(s *status.JobSnapshot) { s.Indexed += up; s.Deleted += del; s.Batches++ })
+	d.e.observeBatch(d.jc.job.Name, time.Since(f.SentAt()), len(f.Batch.Writes))
+	d.e.observeWrites(d.jc.job.Name, up, del)
+}
+
+// idString renders a source _id for logs and messages as relaxed Extended
+// JSON (what mongosh shows and a query takes: "f1", 5,
+// {"$oid":"65f1..."}).
+func idString(id bson.RawValue) string {
+	if id.Type == 0 {
+		return "<none>"
+	}
+	b, err := bson.MarshalExtJSON(bson.D{{Key: "v", Value: id}}, false, false)
+	if err != nil {
+		return id.String()
+	}
+	s := strings.TrimPrefix(string(b), `{"v":`)
+	return strings.TrimSuffix(s, "}")
+}
