@@ -18,9 +18,9 @@ import (
 	"github.com/meilistream/meilistream/replicate"
 	"github.com/meilistream/meilistream/sidecar/config"
 	"github.com/meilistream/meilistream/sidecar/engine"
-	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
 	"github.com/meilistream/meilistream/sidecar/meili"
+	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/supervisor"
 	"github.com/meilistream/meilistream/transform"
 )

@@ -21,8 +21,8 @@ import (
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/replicate"
-	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
+	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
 )
 
