@@ -204,9 +204,9 @@ func NewClientWithOptions(baseURL, apiKey string, o Options) meilisearch.Service
 
 // urlTransport puts back on every request what the client keeps out of
 // the URLs it builds (and so out of any *url.Error a request fails with):
-// the base URL's userinfo and query string. A request without a deadline
-// (one of meilisearch-go's own) gets one, held until its answer's body is
-// closed.
+// the base URL's userinfo and query string. A request that is not the
+// sink's own (one of meilisearch-go's methods) gets the request timeout
+// as its deadline, held until its answer's body is closed.
 type urlTransport struct {
 	next    http.RoundTripper
 	user    *url.Userinfo
@@ -217,7 +217,7 @@ type urlTransport struct {
 func (t *urlTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	var cancel context.CancelFunc
-	if _, ok := ctx.Deadline(); !ok {
+	if ctx.Value(ownDeadline{}) == nil {
 		ctx, cancel = context.WithTimeout(ctx, t.timeout)
 	}
 	if t.user != nil || len(t.query) > 0 || cancel != nil {
@@ -246,6 +246,10 @@ func (t *urlTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	return resp, err
 }
+
+// ownDeadline marks the context of a request made by do, which set its
+// deadline itself.
+type ownDeadline struct{}
 
 // cancelBody ends a request's deadline once its answer is read.
 type cancelBody struct {
@@ -316,6 +320,7 @@ func (c *meiliClient) do(ctx context.Context, rq request) ([]byte, error) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, rq.timeout)
 	defer cancel()
+	rctx = context.WithValue(rctx, ownDeadline{}, true)
 	var body io.Reader
 	if rq.tracked != nil {
 		body = rq.tracked
