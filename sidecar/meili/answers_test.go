@@ -420,7 +420,7 @@ func TestAProxy413SplitsTheBatch(t *testing.T) {
 	for _, r := range f.seen {
 		if r.Method == http.MethodPost {
 			posts++
-			if r.ContentLength > 4000 {
+			if r.ContentLength > 4000 || r.ContentLength <= 0 {
 				t.Errorf("a body of %d bytes went after the 413s taught 4000", r.ContentLength)
 			}
 		}

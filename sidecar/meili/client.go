@@ -334,6 +334,7 @@ func (c *meiliClient) do(ctx context.Context, rq request) ([]byte, error) {
 	}
 	if rq.tracked != nil {
 		b := rq.body
+		req.ContentLength = int64(len(b))
 		req.GetBody = func() (io.ReadCloser, error) {
 			rq.tracked.rewound.Store(true)
 			return io.NopCloser(bytes.NewReader(b)), nil
