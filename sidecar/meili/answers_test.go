@@ -210,6 +210,7 @@ func TestEveryAnswerIsClassified(t *testing.T) {
 		{"a redirect (to https)", "send", on(docsPath, canned{status: 301, header: map[string]string{"Location": "https://example.invalid/indexes/items/documents"}}), urlBad},
 		{"405: another server", "send", on(docsPath, canned{status: 405}), urlBad},
 		{"501", "keys", on("POST /indexes/items/documents/fetch", htmlH(501)), urlBad},
+		{"a 400 page: an HTTPS port spoken to in plain HTTP", "prepare", on("GET /indexes/items", htmlH(400)), urlBad},
 		{"an invalid index uid", "prepare", on("GET /indexes/items", js(400, "invalid_index_uid", "invalid_request")), stops},
 		{"Meilisearch's internal error", "send", on(docsPath, js(500, "internal", "internal")), retried},
 		{"a proxy's 502", "send", on(docsPath, htmlH(502)), retried},

@@ -37,7 +37,10 @@
 //	401 missing_authorization_header, 403 invalid_api_key,
 //	  or a 401/403 of a proxy (no Meilisearch error object)  CONFIG_INVALID, MEILISTREAM_MEILI_API_KEY
 //	3xx (redirects are not followed: a POST would become a GET),
-//	  404 or 405 without Meilisearch's error object, 501, 505  CONFIG_INVALID, MEILISTREAM_MEILI_URL
+//	  405, 501, 505, a 4xx but 408, 413, 425 and 429 without
+//	  Meilisearch's error object (it sends one with every
+//	  refusal: this is another server's, e.g. an HTTPS port
+//	  spoken to in plain HTTP)                                CONFIG_INVALID, MEILISTREAM_MEILI_URL
 //	408, 425, 429 (its Retry-After, capped at 5 min, holds
 //	  every request of the client), 5xx (internal,
 //	  database_size_limit_reached, index_creation_failed,
@@ -47,7 +50,8 @@
 //	  them while the job waits)                               FAILED
 //	any other 4xx (bad_request: Meilisearch older than the
 //	  1.18 the sink needs; invalid_index_uid: the job's index
-//	  name; invalid_swap_*, a proxy's 415 ...)                CONFIG_INVALID
+//	  name; invalid_swap_*, invalid_content_type, a 413 where
+//	  no split is possible ...)                               CONFIG_INVALID
 //	a 1xx/2xx other than the expected one, or a body that
 //	  is not the expected JSON (a proxy's page)               FAILED
 //

@@ -87,8 +87,9 @@ const (
 	retry verdict = iota
 	// wrongKey: the API key (or a proxy's credentials) was refused.
 	wrongKey
-	// wrongURL: the answer is not Meilisearch's API (a redirect, a 404 or
-	// 405 without Meilisearch's error object, 501, 505).
+	// wrongURL: the answer is not Meilisearch's API (a redirect, a 4xx
+	// other than 401, 403, 408, 413, 425 and 429 without Meilisearch's
+	// error object, 405, 501, 505).
 	wrongURL
 	// refused: Meilisearch refused the request for what it is; sending it
 	// again cannot change that.
@@ -122,6 +123,11 @@ func judge(e *Error) verdict {
 		return retry
 	case s >= 500:
 		return retry
+	case s >= 400 && e.Code == "" && s != http.StatusRequestEntityTooLarge:
+		// Meilisearch answers every refusal with its error object: this
+		// one is another server's (an HTTPS port spoken to in plain HTTP,
+		// a proxy's own rule).
+		return wrongURL
 	case s >= 400:
 		return refused
 	}
