@@ -149,7 +149,7 @@ func (c *chunker) placed(mark, start, pos int) error {
 		return nil
 	}
 	if len(c.buf)+1 > c.max && len(c.positions) > 0 {
-		next := takeBody(min(max(c.max, n+2), maxPooledBody))
+		next := takeBody(max(min(c.max, 256<<10), n+2))
 		next = append(next, '[')
 		next = append(next, c.buf[start:]...)
 		c.buf = c.buf[:mark]
@@ -165,7 +165,8 @@ func (c *chunker) placed(mark, start, pos int) error {
 }
 
 func (c *chunker) start() {
-	c.buf = append(takeBody(min(c.max, 256<<10)), '[')
+	// About 768 bytes a document, as far as one request goes.
+	c.buf = append(takeBody(min(c.max+1, max(c.hint, 1)*768, maxPooledBody)), '[')
 	c.positions = make([]int, 0, c.hint)
 }
 
