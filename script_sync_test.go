@@ -114,8 +114,10 @@ type ownServers struct {
 
 var scriptOwnServers sync.Map // *testscript.TestScript -> *ownServers
 
-// cmdOwnServers: own-servers [-task-delay D] starts a MongoDB and a
-// Meilisearch test server for this script alone and points the script's
+// cmdOwnServers: own-servers [-task-delay D] [-proxy-body-limit N] starts
+// a MongoDB and a Meilisearch test server for this script alone (with
+// -proxy-body-limit, behind a proxy that answers larger bodies with an
+// HTML 413, as nginx's client_max_body_size) and points the script's
 // MEILISTREAM_MONGODB_URI and MEILISTREAM_MEILI_URL at them: fault
 // injection (dropped connections, a moved clock, failing requests) must not
 // disturb the scripts running beside it. It needs the in-process servers:
@@ -124,8 +126,9 @@ var scriptOwnServers sync.Map // *testscript.TestScript -> *ownServers
 func cmdOwnServers(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("own-servers", flag.ContinueOnError)
 	delay := fs.Duration("task-delay", 0, "meilitest TaskDelay")
+	proxyLimit := fs.Int64("proxy-body-limit", 0, "meilitest ProxyBodyLimit")
 	if neg || fs.Parse(args) != nil || fs.NArg() != 0 {
-		ts.Fatalf("usage: own-servers [-task-delay D]")
+		ts.Fatalf("usage: own-servers [-task-delay D] [-proxy-body-limit N]")
 	}
 	if _, ok := scriptOwnServers.Load(ts); ok {
 		ts.Fatalf("own-servers: already started")
@@ -133,7 +136,7 @@ func cmdOwnServers(ts *testscript.TestScript, neg bool, args []string) {
 	ms, err := mongotest.Start(mongotest.Options{})
 	ts.Check(err)
 	key := ts.Getenv("MEILISTREAM_MEILI_API_KEY")
-	ml, err := meilitest.Start(meilitest.Options{MasterKey: key, TaskDelay: *delay})
+	ml, err := meilitest.Start(meilitest.Options{MasterKey: key, TaskDelay: *delay, ProxyBodyLimit: *proxyLimit})
 	if err != nil {
 		ms.Close()
 		ts.Check(err)

@@ -7,7 +7,7 @@
 //
 //	go run ./internal/devstack [-mongo-addr 127.0.0.1:27017] [-meili-addr 127.0.0.1:7700]
 //	                           [-master-key KEY] [-db app] [-seed DIR]
-//	                           [-history N] [-max-payload BYTES]
+//	                           [-history N] [-max-payload BYTES] [-proxy-body-limit BYTES]
 //
 // -history N keeps only the newest N changes for change streams (mongotest's
 // Options.HistorySize, the oplog's size in changes; default 100000): a
@@ -15,7 +15,9 @@
 // ChangeStreamHistoryLost, as one that outlives a real oplog window does.
 // -max-payload limits Meilisearch request bodies, as
 // --http-payload-size-limit (default 100 MB); larger ones get 413
-// payload_too_large.
+// payload_too_large. -proxy-body-limit plays a reverse proxy in front of
+// Meilisearch that refuses larger bodies with an HTML 413, as nginx's
+// client_max_body_size (1 MB by default) does; 0 (the default) means none.
 //
 // -seed DIR loads every *.json and *.ndjson file of DIR into MongoDB before
 // printing: a file holds one Extended JSON document per line (mongoexport's
@@ -76,6 +78,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	seed := fs.String("seed", "", "directory of Extended JSON files to load into MongoDB (see the package doc)")
 	history := fs.Int("history", mongotest.DefaultHistorySize, "changes kept for change streams (the oplog window, in changes)")
 	maxPayload := fs.Int64("max-payload", meilitest.DefaultMaxPayloadBytes, "largest Meilisearch request body in bytes (--http-payload-size-limit)")
+	proxyLimit := fs.Int64("proxy-body-limit", 0, "largest request body a proxy in front of Meilisearch lets through, in bytes (0: no proxy)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -88,13 +91,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *maxPayload < 1 {
 		return fmt.Errorf("-max-payload %d: must be a positive number of bytes", *maxPayload)
 	}
+	if *proxyLimit < 0 {
+		return fmt.Errorf("-proxy-body-limit %d: must be 0 (no proxy) or a number of bytes", *proxyLimit)
+	}
 
 	mg, err := mongotest.Start(mongotest.Options{Addr: *mongoAddr, HistorySize: *history})
 	if err != nil {
 		return fmt.Errorf("start mongotest: %w", err)
 	}
 	defer mg.Close()
-	ml, err := meilitest.Start(meilitest.Options{Addr: *meiliAddr, MasterKey: *masterKey, MaxPayloadBytes: *maxPayload})
+	ml, err := meilitest.Start(meilitest.Options{Addr: *meiliAddr, MasterKey: *masterKey, MaxPayloadBytes: *maxPayload, ProxyBodyLimit: *proxyLimit})
 	if err != nil {
 		return fmt.Errorf("start meilitest: %w", err)
 	}

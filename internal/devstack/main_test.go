@@ -173,7 +173,7 @@ func TestDevstackHistoryAndPayloadFlags(t *testing.T) {
 		t.Fatalf("a 2 kB body with -max-payload 1000: %v", err)
 	}
 
-	for _, args := range [][]string{{"-history", "0"}, {"-max-payload", "-1"}} {
+	for _, args := range [][]string{{"-history", "0"}, {"-max-payload", "-1"}, {"-proxy-body-limit", "-1"}} {
 		if err := run(ctx, args, &out, &out); err == nil {
 			t.Errorf("run %v: no error", args)
 		}

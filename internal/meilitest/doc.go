@@ -56,7 +56,12 @@
 //     -max-payload sets it). A payload that is one object nests at most 127
 //     levels (serde_json's recursion limit, as Meilisearch parses it as a
 //     map); array and NDJSON payloads, which Meilisearch reads as raw values
-//     without a depth limit, are refused here only past 10000 levels.
+//     without a depth limit, are refused here only past 10000 levels. But
+//     indexing parses every searchable or faceted top-level field under the
+//     same limit: a field whose value nests 128 containers (the value
+//     counted) fails its batch with milli's internal error "recursion limit
+//     exceeded" (attribute patterns matched exactly, as "*", or as a prefix
+//     ending in "*").
 //   - Task cancelation and deletion run before other queued tasks, as the
 //     scheduler takes them first; a cancelation selecting the batch being
 //     processed interrupts it (its tasks end canceled, canceledBy set).
@@ -135,5 +140,7 @@
 // PauseTasks and ResumeTasks hold tasks enqueued; FailNextTask fails the next
 // processed task with a chosen error; Requests counts requests by route key;
 // Documents reads an index directly; WaitIdle waits for the queue to drain.
-// Options.TaskDelay slows every batch down.
+// Options.TaskDelay slows every batch down; Options.ProxyBodyLimit plays a
+// reverse proxy in front of the server that refuses large bodies with an
+// HTML 413, as nginx's client_max_body_size does.
 package meilitest

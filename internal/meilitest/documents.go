@@ -211,7 +211,12 @@ func (s *Server) handleAddDocuments(w http.ResponseWriter, r *http.Request) {
 	}
 	t := &task{indexUID: uid, kind: kindDocumentAdditionOrUpdate, batchable: true,
 		details: []detail{{"receivedDocuments", len(docs)}, {"indexedDocuments", nil}}}
-	t.batchCheck = func() *apiError { return s.checkGeo(uid, docs, pkParam) }
+	t.batchCheck = func() *apiError {
+		if e := s.checkGeo(uid, docs, pkParam); e != nil {
+			return e
+		}
+		return s.checkIndexingDepth(uid, docs)
+	}
 	t.apply = func(t *task) *apiError {
 		n, e := s.applyDocuments(uid, docs, pkParam, update, skipCreation)
 		if e != nil {

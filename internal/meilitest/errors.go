@@ -94,7 +94,9 @@ var codes = map[string]codeInfo{
 	"invalid_settings_ranking_rules":              {400, "invalid_request"},
 	"bad_request":                                 {400, "invalid_request"},
 	"internal":                                    {500, "internal"},
-	"no_space_left_on_device":                     {500, "system"},
+	"no_space_left_on_device":                     {422, "system"},
+	"io_error":                                    {422, "system"},
+	"too_many_open_files":                         {422, "system"},
 	"database_size_limit_reached":                 {500, "internal"},
 	"too_many_search_requests":                    {503, "system"},
 }

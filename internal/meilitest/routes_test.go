@@ -289,16 +289,18 @@ func nested(levels int) string {
 	return `{"id":1,"v":` + strings.Repeat(`{"v":`, levels-2) + `{}` + strings.Repeat(`}`, levels-2) + `}`
 }
 
-// How deep documents may nest follows Meilisearch's payload readers: a
-// payload that is one object is parsed under serde_json's recursion limit
-// (the 128th container is refused, malformed_payload); an array or NDJSON
-// payload is read as raw values, which serde_json skips without a depth
-// limit (this server stops at 10000 levels).
+// How deep documents may nest follows Meilisearch: a payload that is one
+// object is parsed under serde_json's recursion limit (the 128th container
+// is refused, malformed_payload); an array or NDJSON payload is read as raw
+// values, which serde_json skips without a depth limit (this server stops
+// at 10000 levels), but indexing parses each searchable or faceted field
+// under the same limit, so a field nested 128 containers deep fails the
+// task with an internal error, and an unindexed one does not.
 func TestDocumentNestingLimits(t *testing.T) {
 	srv, c := start(t, meilitest.Options{})
-	post := func(ct, body string) (int, map[string]any) {
+	post := func(uid, ct, body string) (int, map[string]any) {
 		t.Helper()
-		req, _ := http.NewRequest("POST", srv.URL()+"/indexes/deep/documents", strings.NewReader(body))
+		req, _ := http.NewRequest("POST", srv.URL()+"/indexes/"+uid+"/documents", strings.NewReader(body))
 		req.Header.Set("Content-Type", ct)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -309,25 +311,90 @@ func TestDocumentNestingLimits(t *testing.T) {
 		json.NewDecoder(resp.Body).Decode(&m)
 		return resp.StatusCode, m
 	}
-	if code, m := post("application/json", nested(127)); code != 202 {
+	task := func(m map[string]any) *meilisearch.Task {
+		t.Helper()
+		waitIdle(t, srv)
+		tk, err := c.GetTask(ctxT(t), int64(m["taskUid"].(float64)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk
+	}
+	if code, m := post("deep", "application/json", nested(127)); code != 202 || task(m).Status != meilisearch.TaskStatusSucceeded {
 		t.Fatalf("one object, 127 levels: %d %v", code, m)
 	}
-	code, m := post("application/json", nested(128))
+	code, m := post("deep", "application/json", nested(128))
 	if code != 400 || m["code"] != "malformed_payload" || !strings.Contains(m["message"].(string), "recursion limit exceeded") {
 		t.Fatalf("one object, 128 levels: %d %v", code, m)
 	}
-	if code, m := post("application/json", "["+nested(600)+"]"); code != 202 {
-		t.Fatalf("an array, 600 levels: %d %v", code, m)
+	if code, m := post("deep", "application/json", "["+nested(128)+"]"); code != 202 || task(m).Status != meilisearch.TaskStatusSucceeded {
+		t.Fatalf("an array, 128 levels (its field 127): %d %v", code, m)
 	}
-	if code, m := post("application/x-ndjson", nested(600)+"\n"); code != 202 {
-		t.Fatalf("NDJSON, 600 levels: %d %v", code, m)
+	for _, p := range []struct{ ct, body string }{
+		{"application/json", "[" + nested(129) + "]"},
+		{"application/json", "[" + nested(600) + "]"},
+		{"application/x-ndjson", nested(600) + "\n"},
+	} {
+		code, m := post("deep", p.ct, p.body)
+		if code != 202 {
+			t.Fatalf("%s, %d bytes: %d %v", p.ct, len(p.body), code, m)
+		}
+		// The field's value opens a container every 5 bytes ({"v":): the
+		// 128th at byte 635, serde_json's column 636.
+		tk := task(m)
+		if tk.Status != meilisearch.TaskStatusFailed || tk.Error.Code != "internal" ||
+			tk.Error.Message != "Index `deep`: internal: recursion limit exceeded at line 1 column 636." {
+			t.Fatalf("%s, %d bytes: task %s %s %q", p.ct, len(p.body), tk.Status, tk.Error.Code, tk.Error.Message)
+		}
 	}
-	if code, m := post("application/json", "["+nested(10003)+"]"); code != 400 || m["code"] != "malformed_payload" {
+	// A field neither searchable nor faceted is never parsed.
+	succeeded(t, c)(c.Index("shallow").UpdateSettings(ctxT(t), &meilisearch.Settings{SearchableAttributes: []string{"id"}}))
+	if code, m := post("shallow", "application/json", "["+nested(600)+"]"); code != 202 || task(m).Status != meilisearch.TaskStatusSucceeded {
+		t.Fatalf("an unindexed field, 600 levels: %d %v", code, m)
+	}
+	if code, m := post("deep", "application/json", "["+nested(10003)+"]"); code != 400 || m["code"] != "malformed_payload" {
 		t.Fatalf("an array, 10003 levels: %d %v", code, m)
 	}
+}
+
+// A proxy with a body limit in front of the server (ProxyBodyLimit)
+// answers a larger body 413 with its HTML page, whatever the route, and
+// Meilisearch never sees it; smaller bodies go through.
+func TestProxyBodyLimit(t *testing.T) {
+	srv, c := start(t, meilitest.Options{ProxyBodyLimit: 1000})
+	small := `[{"id":1,"t":"a"}]`
+	big := `[{"id":2,"t":"` + strings.Repeat("x", 1000) + `"}]`
+	for _, chunked := range []bool{false, true} {
+		post := func(body string) (int, string, string) {
+			t.Helper()
+			var rd io.Reader = strings.NewReader(body)
+			if chunked {
+				rd = io.MultiReader(rd) // unknown length: sent chunked
+			}
+			req, _ := http.NewRequest("POST", srv.URL()+"/indexes/p/documents", rd)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
+		}
+		if code, _, b := post(small); code != 202 {
+			t.Fatalf("chunked %v: a small body: %d %s", chunked, code, b)
+		}
+		code, ct, b := post(big)
+		if code != 413 || ct != "text/html" || !strings.Contains(b, "<title>413 Request Entity Too Large</title>") {
+			t.Fatalf("chunked %v: a large body: %d %s %s", chunked, code, ct, b)
+		}
+	}
 	waitIdle(t, srv)
-	if tasks, err := c.GetTasks(ctxT(t), &meilisearch.TasksQuery{Statuses: []meilisearch.TaskStatus{meilisearch.TaskStatusSucceeded}}); err != nil || tasks.Total != 3 {
-		t.Fatalf("succeeded tasks: %+v %v", tasks, err)
+	if tasks, err := c.GetTasks(ctxT(t), &meilisearch.TasksQuery{}); err != nil || tasks.Total != 2 {
+		t.Fatalf("tasks: %+v %v (want the two small bodies only)", tasks, err)
+	}
+	if srv.Requests("POST /indexes/{uid}/documents") != 4 {
+		t.Fatalf("requests: %d, want 4 counted", srv.Requests("POST /indexes/{uid}/documents"))
 	}
 }
 

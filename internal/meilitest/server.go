@@ -1,9 +1,11 @@
 package meilitest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -28,6 +30,12 @@ type Options struct {
 	// TaskDelay is an artificial processing time per batch of tasks: tasks
 	// stay "processing" that long before they finish. 0 means none.
 	TaskDelay time.Duration
+	// ProxyBodyLimit plays a reverse proxy in front of the server with a
+	// request body limit, as nginx's client_max_body_size (1 MB by
+	// default): a request whose body is larger never reaches Meilisearch
+	// and is answered 413 with the proxy's HTML page, not Meilisearch's
+	// JSON error. 0 means no proxy.
+	ProxyBodyLimit int64
 }
 
 // FailMode says how FailNext makes requests fail.
@@ -387,6 +395,9 @@ func (s *Server) serve(route string, w http.ResponseWriter, r *http.Request, h h
 		s.failN--
 	}
 	s.ctl.Unlock()
+	if s.opts.ProxyBodyLimit > 0 && !s.proxyAccepts(w, r) {
+		return
+	}
 	if fail {
 		if mode == FailDrop {
 			if hj, ok := w.(http.Hijacker); ok {
@@ -410,6 +421,39 @@ func (s *Server) serve(route string, w http.ResponseWriter, r *http.Request, h h
 		}
 	}
 	h(w, r)
+}
+
+// proxyHTML413 is the page nginx answers a body over client_max_body_size
+// with (ngx_http_special_response.c, ngx_http_error_413_page and the
+// common tail).
+const proxyHTML413 = "<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n" +
+	"<body>\r\n<center><h1>413 Request Entity Too Large</h1></center>\r\n" +
+	"<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n"
+
+// proxyAccepts plays the proxy of Options.ProxyBodyLimit: a body over the
+// limit (by its Content-Length, or counted as it is read when chunked) is
+// answered 413 with the proxy's HTML page, and the connection closed, as
+// nginx does; it reports whether the request goes on to Meilisearch.
+func (s *Server) proxyAccepts(w http.ResponseWriter, r *http.Request) bool {
+	limit := s.opts.ProxyBodyLimit
+	if r.ContentLength < 0 {
+		b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+		if err != nil {
+			panic(http.ErrAbortHandler)
+		}
+		if int64(len(b)) <= limit {
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			return true
+		}
+	} else if r.ContentLength <= limit {
+		return true
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html")
+	h.Set("Connection", "close")
+	w.WriteHeader(http.StatusRequestEntityTooLarge)
+	_, _ = io.WriteString(w, proxyHTML413)
+	return false
 }
 
 // authenticate follows extract_token_from_request and ActionPolicy in

@@ -35,16 +35,24 @@ func BenchmarkEncodeArticles(b *testing.B) {
 	for i := range positions {
 		positions[i] = i
 	}
-	batch := sink.Batch{Writes: writes}
-	dst := &Sink{job: job, pk: "id"}
+	var size int
+	c := &chunker{max: DefaultMaxPayloadBytes, single: DefaultMaxPayloadBytes, hint: n, send: func(body []byte, _ []int) error {
+		size = len(body)
+		releaseBody(body)
+		return nil
+	}}
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 := testutil.CPUTime()
-	var size int
 	for it := 0; it < b.N; it++ {
-		body, _ := dst.encodeDocs(batch, positions, &meiliReceipt{})
-		size = len(body)
-		releaseBody(body)
+		for _, i := range positions {
+			if err := c.addDoc(i, writes[i].Doc); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := c.flush(); err != nil || len(c.failed) > 0 {
+			b.Fatal(err, c.failed)
+		}
 	}
 	b.ReportMetric(float64((testutil.CPUTime()-cpu0).Nanoseconds())/float64(b.N*n), "cpu-ns/doc")
 	b.ReportMetric(float64(size)/n, "bytes/doc")

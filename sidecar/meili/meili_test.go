@@ -21,7 +21,7 @@ import (
 )
 
 // The sink behaves alike on meilisearch-go's client and on NewClient's,
-// which posts document batches itself: same documents, same errors.
+// which makes its requests itself: same documents, same errors.
 func TestMeiliSinkPostsBatchesAsMeilisearchGoDoes(t *testing.T) {
 	clients := map[string]func(url, key string) meilisearch.ServiceManager{
 		"meilisearch-go": func(url, key string) meilisearch.ServiceManager {
@@ -91,11 +91,13 @@ func TestMeiliSinkPostsBatchesAsMeilisearchGoDoes(t *testing.T) {
 			for _, mode := range []meilitest.FailMode{meilitest.Fail5xx, meilitest.FailDrop} {
 				srv.FailNextOn("POST /indexes/{uid}/documents", 1, mode)
 				_, err := dst.Send(ctx, sink.Batch{Writes: []sink.Write{write(30, "z")}})
-				var me *meilisearch.Error
+				var me *meili.Error
 				if errs.CodeOf(err) != errs.Failed || !errors.As(err, &me) {
-					t.Errorf("%s: error %v (code %s), want FAILED wrapping a *meilisearch.Error", mode, err, errs.CodeOf(err))
-				} else if mode == meilitest.Fail5xx && (me.StatusCode != 503 || me.APIError.Code != "internal") {
-					t.Errorf("%s: status %d code %q", mode, me.StatusCode, me.APIError.Code)
+					t.Errorf("%s: error %v (code %s), want FAILED wrapping a *meili.Error", mode, err, errs.CodeOf(err))
+				} else if mode == meilitest.Fail5xx && (me.Status != 503 || me.Code != "internal") {
+					t.Errorf("%s: status %d code %q", mode, me.Status, me.Code)
+				} else if mode == meilitest.FailDrop && me.Status != 0 {
+					t.Errorf("%s: status %d, want none", mode, me.Status)
 				}
 			}
 			if fails, err := send(sink.Batch{Writes: []sink.Write{write(30, "z")}}); err != nil || len(fails) > 0 {

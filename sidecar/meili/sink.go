@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -26,21 +26,27 @@ import (
 // ReindexSuffix names the temporary index of a swap reindex: <uid>__reindex.
 const ReindexSuffix = "__reindex"
 
-// Sink writes a search job into its Meilisearch index. A batch is at
-// most two tasks (one document addition, one delete-batch: the keys of a
-// batch are distinct, so their order does not matter); durable means every
-// task succeeded.
+// Sink writes a search job into its Meilisearch index. A batch is sent as
+// document additions (one, or several in order when its body would be
+// over the payload limit) and delete-batches; durable means every task
+// succeeded.
 type Sink struct {
-	client  meilisearch.ServiceManager
-	direct  *meiliClient // client as NewClient made it, or nil
+	api     api
+	opts    Options
 	job     *transform.Job
 	uid     string // the index written
 	live    string // the job's index
 	pk      string
 	inPlace bool // staged in place (the live index)
 	staged  bool
+	limit   *learntLimit // shared with the sink's staged copies
 	log     hclog.Logger
 }
+
+// learntLimit is the request body size a 413 taught the job: the largest
+// array of documents known not to be too large for Meilisearch or a proxy
+// in front of it (0: none learnt). It only shrinks, for the job's life.
+type learntLimit struct{ n atomic.Int64 }
 
 var (
 	_ sink.Sink   = (*Sink)(nil)
@@ -48,9 +54,12 @@ var (
 )
 
 // NewSink returns the sink of a search job: index job.Index, primary
-// key job.PrimaryKey. The client is shared (it is safe for concurrent use);
-// give it meilisearch.DisableRetries() or not as you like: the engine
-// retries 5xx and connection errors itself.
+// key job.PrimaryKey. The client is shared (it is safe for concurrent
+// use); NewClient's is the one to give it (deadlines, classified answers,
+// documents posted without copies). Another meilisearch-go client works
+// (tests use one), with the default Options' deadlines and limits; give
+// it meilisearch.DisableRetries(): the engine retries with its own
+// backoff.
 func NewSink(client meilisearch.ServiceManager, job *transform.Job, logger hclog.Logger) sink.Sink {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
@@ -63,134 +72,129 @@ func NewSink(client meilisearch.ServiceManager, job *transform.Job, logger hclog
 	if uid == "" {
 		uid = job.Name
 	}
-	direct, _ := client.(*meiliClient)
-	return &Sink{client: client, direct: direct, job: job, uid: uid, live: uid, pk: pk, log: logger.With("index", uid)}
+	var a api
+	if c, ok := client.(*meiliClient); ok {
+		a = c
+	} else {
+		a = &goAPI{sm: client, opts: Options{}.withDefaults()}
+	}
+	return &Sink{api: a, opts: a.options(), job: job, uid: uid, live: uid, pk: pk,
+		limit: &learntLimit{}, log: logger.With("index", uid)}
 }
 
-// getSettings returns uid's settings as Meilisearch sends them (GET
-// /indexes/{uid}/settings), every key kept.
-func (s *Sink) getSettings(ctx context.Context, uid string) (json.RawMessage, error) {
-	if s.direct == nil {
-		set, err := s.client.Index(uid).GetSettings(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return json.Marshal(set)
-	}
-	return s.direct.call(ctx, http.MethodGet, "/indexes/"+uid+"/settings", "GetSettings", nil, http.StatusOK)
-}
-
-// updateSettings sends settings (a JSON object) to uid as they are (PATCH
-// /indexes/{uid}/settings). Through meilisearch-go's Settings struct a key
-// it does not know would be dropped, and a false facetSearch too
-// (omitempty): a reindex would then reset the live index's facetSearch, and
-// a misspelt key in a transform's settings would be ignored instead of
-// refused. A client not made by NewClient (tests) still goes through
-// the struct.
-func (s *Sink) updateSettings(ctx context.Context, uid string, settings json.RawMessage) (*meilisearch.TaskInfo, error) {
-	if s.direct == nil {
-		set := &meilisearch.Settings{}
-		if err := json.Unmarshal(settings, set); err != nil {
-			return nil, errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "settings are not Meilisearch settings")
-		}
-		return s.client.Index(uid).UpdateSettings(ctx, set)
-	}
-	b, err := s.direct.call(ctx, http.MethodPatch, "/indexes/"+uid+"/settings", "UpdateSettings", settings, http.StatusAccepted)
-	if err != nil {
-		return nil, err
-	}
-	ti := &meilisearch.TaskInfo{}
-	if err := json.Unmarshal(b, ti); err != nil {
-		return nil, fmt.Errorf("update settings of %s: %w", uid, err)
-	}
-	return ti, nil
-}
-
-// classify turns a meilisearch-go error into the engine's: CONFIG_INVALID
-// for what retrying cannot fix (auth, a bad index uid), FAILED (retried)
-// otherwise.
+// classify turns a failed request into the engine's error: FAILED, which
+// the engine retries with backoff, or CONFIG_INVALID, which stops the job
+// (see the package doc's table).
 func (s *Sink) classify(err error, what string) error {
-	if err == nil {
-		return nil
+	var e *Error
+	if !errors.As(err, &e) {
+		return errs.Wrap(errs.Failed, s.job.Name, err, "%s", what)
 	}
-	var me *meilisearch.Error
-	if errors.As(err, &me) {
-		switch me.StatusCode {
-		case http.StatusUnauthorized, http.StatusForbidden:
-			return &errs.Error{Code: errs.ConfigInvalid, Job: s.job.Name, Err: err, Setting: "MEILISTREAM_MEILI_API_KEY",
-				Msg: what + ": Meilisearch refused the API key (MEILISTREAM_MEILI_API_KEY)"}
-		}
-		switch string(me.APIError.Code) {
+	switch judge(e) {
+	case wrongKey:
+		return &errs.Error{Code: errs.ConfigInvalid, Job: s.job.Name, Err: err, Setting: "MEILISTREAM_MEILI_API_KEY",
+			Msg: what + ": Meilisearch, or a proxy in front of it, refused the API key (MEILISTREAM_MEILI_API_KEY)"}
+	case wrongURL:
+		return &errs.Error{Code: errs.ConfigInvalid, Job: s.job.Name, Err: err, Setting: "MEILISTREAM_MEILI_URL",
+			Msg: what + ": the answer is not from Meilisearch's API: MEILISTREAM_MEILI_URL must be its address (with the path of a proxy in front of it, if any)"}
+	case refused:
+		switch e.Code {
 		case "invalid_index_uid":
-			return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "%s: invalid index uid %q", what, s.uid)
+			return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "%s: invalid index uid %q (the transform's index, or the job's name)", what, s.uid)
+		case "bad_request":
+			return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "%s: Meilisearch does not understand the request (meilistream needs Meilisearch 1.18 or newer)", what)
 		}
+		return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "%s: Meilisearch refused the request, and sending it again cannot change that", what)
 	}
 	return errs.Wrap(errs.Failed, s.job.Name, err, "%s", what)
 }
 
-func apiCode(err error) string {
-	var me *meilisearch.Error
-	if errors.As(err, &me) {
-		return string(me.APIError.Code)
-	}
-	return ""
-}
-
-// waitTask polls a task until it finishes, retrying transient errors until
-// ctx ends. Polls start at 2ms and back off to 50ms: a batch's latency is
-// mostly this wait.
-func (s *Sink) waitTask(ctx context.Context, uid int64) (*meilisearch.Task, error) {
-	delay := 2 * time.Millisecond
-	failures := 0
+// waitTask polls a task until it finishes. Polls start at 2ms and back off
+// to 50ms: a batch's latency is mostly this wait. A poll that fails for a
+// reason that may pass is repeated (from 100ms, backing off to 2s) for
+// Options.PollPatience; then the failure is returned, FAILED, so that the
+// engine shows it and sends the batch again.
+func (s *Sink) waitTask(ctx context.Context, uid int64) (*taskView, error) {
+	delay, failDelay := 2*time.Millisecond, 100*time.Millisecond
+	var failingSince time.Time
 	for {
-		t, err := s.client.GetTask(ctx, uid)
-		if err == nil {
-			failures = 0
-			if t.Status != meilisearch.TaskStatusEnqueued && t.Status != meilisearch.TaskStatusProcessing {
+		t, err := s.api.getTask(ctx, uid)
+		wait := delay
+		switch {
+		case err == nil:
+			failingSince = time.Time{}
+			if t.Status != taskEnqueued && t.Status != taskProcessing {
 				return t, nil
 			}
-		} else {
-			if ctx.Err() != nil {
-				return nil, context.Cause(ctx)
+			if delay < 50*time.Millisecond {
+				delay *= 2
 			}
-			var me *meilisearch.Error
-			if errors.As(err, &me) && me.StatusCode >= 400 && me.StatusCode < 500 {
-				return nil, s.classify(err, fmt.Sprintf("read task %d", uid))
+		case ctx.Err() != nil:
+			return nil, context.Cause(ctx)
+		default:
+			what := fmt.Sprintf("read task %d of index %s", uid, s.uid)
+			var e *Error
+			if !errors.As(err, &e) {
+				return nil, s.classify(err, what)
 			}
-			failures++
-			if failures == 1 || failures%50 == 0 {
+			if e.Status == http.StatusNotFound && e.Code == "task_not_found" {
+				// Deleted (a task deletion, or Meilisearch dropping the
+				// oldest finished tasks): what it did is unknown.
+				return nil, errs.Wrap(errs.Failed, s.job.Name, err, "%s: the task is gone from Meilisearch's queue; its writes are sent again", what)
+			}
+			if judge(e) != retry {
+				return nil, s.classify(err, what)
+			}
+			if failingSince.IsZero() {
+				failingSince = time.Now()
 				s.log.Warn("reading a task failed; retrying", "task", uid, "error", err)
+			} else if time.Since(failingSince) >= s.opts.PollPatience {
+				return nil, errs.Wrap(errs.Failed, s.job.Name, err, "%s: polls have failed for %s", what, s.opts.PollPatience)
 			}
+			wait = failDelay
+			failDelay = min(failDelay*2, 2*time.Second)
 		}
-		timer := time.NewTimer(delay)
+		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return nil, context.Cause(ctx)
 		case <-timer.C:
 		}
-		if delay < 50*time.Millisecond {
-			delay *= 2
-		}
 	}
 }
 
-// waitOK waits for an administrative task and requires success, except for
-// the codes in ok.
-func (s *Sink) waitOK(ctx context.Context, ti *meilisearch.TaskInfo, what string, ok ...string) error {
-	t, err := s.waitTask(ctx, ti.TaskUID)
+// waitOK waits for an administrative task (create, delete, settings) and
+// requires success, except for the codes in ok. A task Meilisearch refused
+// for what it asked (error type invalid_request or auth) is
+// CONFIG_INVALID: running it again cannot change that; other failures
+// (internal, system, canceled) are FAILED.
+func (s *Sink) waitOK(ctx context.Context, task int64, what string, ok ...string) error {
+	t, err := s.waitTask(ctx, task)
 	if err != nil {
 		return err
 	}
-	if t.Status == meilisearch.TaskStatusSucceeded {
+	if t.Status == taskSucceeded {
 		return nil
 	}
-	for _, c := range ok {
-		if string(t.Error.Code) == c {
-			return nil
-		}
+	te := t.err()
+	if slices.Contains(ok, te.Code) {
+		return nil
 	}
-	return errs.New(errs.Failed, s.job.Name, "%s: task %d %s: %s: %s", what, t.UID, t.Status, t.Error.Code, t.Error.Message)
+	return s.taskFailed(t, what)
+}
+
+// taskFailed is the error of a failed or canceled administrative task.
+func (s *Sink) taskFailed(t *taskView, what string) error {
+	te := t.err()
+	if t.Status == taskCanceled {
+		return errs.New(errs.Failed, s.job.Name, "%s: task %d was canceled (by another client of Meilisearch); running it again", what, t.UID)
+	}
+	err := errs.New(errs.Failed, s.job.Name, "%s: task %d %s: %s: %s", what, t.UID, t.Status, te.Code, te.Message)
+	if te.Type == "invalid_request" || te.Type == "auth" {
+		return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "Meilisearch refused it, and running it again cannot change that")
+	}
+	return err
 }
 
 // Prepare creates the index with its primary key when missing and applies
@@ -209,25 +213,29 @@ func (s *Sink) Prepare(ctx context.Context) error {
 }
 
 func (s *Sink) ensureIndex(ctx context.Context, uid string) error {
-	info, err := s.client.GetIndex(ctx, uid)
+	pk, err := s.api.getIndex(ctx, uid)
 	if err == nil {
-		if info.PrimaryKey != "" && info.PrimaryKey != s.pk {
-			return errs.New(errs.ConfigInvalid, s.job.Name, "index %q has primary key %q but the job's is %q (primaryKey in the transform file)", uid, info.PrimaryKey, s.pk)
+		if pk != "" && pk != s.pk {
+			return errs.New(errs.ConfigInvalid, s.job.Name, "index %q has primary key %q but the job's is %q (primaryKey in the transform file)", uid, pk, s.pk)
 		}
 		return nil
 	}
-	if apiCode(err) != "index_not_found" {
+	if !isCode(err, "index_not_found") {
 		return s.classify(err, "read index "+uid)
 	}
-	ti, err := s.client.CreateIndex(ctx, &meilisearch.IndexConfig{Uid: uid, PrimaryKey: s.pk})
+	task, err := s.api.createIndex(ctx, uid, s.pk)
 	if err != nil {
 		return s.classify(err, "create index "+uid)
 	}
-	return s.waitOK(ctx, ti, "create index "+uid, "index_already_exists")
+	return s.waitOK(ctx, task, "create index "+uid, "index_already_exists")
 }
 
 // applySettings sets uid's settings: the job's declared ones, else from
-// (copied from another index, as Meilisearch sent them).
+// (copied from another index, as Meilisearch sent them). Through
+// NewClient's client they go as written: through meilisearch-go's
+// Settings struct a key it does not know would be dropped, and a false
+// facetSearch too (omitempty), so a reindex would reset the live index's
+// facetSearch, and a misspelt key would be ignored instead of refused.
 func (s *Sink) applySettings(ctx context.Context, uid string, from json.RawMessage) error {
 	set, what := from, "copy the settings of "+s.live+" to "+uid
 	if s.job.Settings != nil {
@@ -240,23 +248,17 @@ func (s *Sink) applySettings(ctx context.Context, uid string, from json.RawMessa
 	if set == nil {
 		return nil
 	}
-	ti, err := s.updateSettings(ctx, uid, set)
-	var me *meilisearch.Error
-	if errors.As(err, &me) && me.StatusCode == http.StatusBadRequest {
+	task, err := s.api.updateSettings(ctx, uid, set)
+	var e *Error
+	if errors.As(err, &e) && e.Status == http.StatusBadRequest {
 		// An unknown key, a value of the wrong shape: Meilisearch's message
 		// names it, and only the settings can fix it.
-		return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "%s: Meilisearch refused them: %s", what, me.APIError.Message)
-	}
-	if errs.CodeOf(err) == errs.ConfigInvalid {
-		return err
+		return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "%s: Meilisearch refused them: %s", what, e.Message)
 	}
 	if err != nil {
 		return s.classify(err, what)
 	}
-	if err := s.waitOK(ctx, ti, what); err != nil {
-		return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "apply settings")
-	}
-	return nil
+	return s.waitOK(ctx, task, what)
 }
 
 // meiliTask is one task of a sent batch and the batch positions it holds.
@@ -268,16 +270,47 @@ type meiliTask struct {
 
 type meiliReceipt struct {
 	tasks  []meiliTask
-	failed []sink.DocFailure // refused at send time (a single document too large)
+	failed []sink.DocFailure // refused before or at sending
 }
 
-// Send enqueues b's upserts as one document addition and its deletes as
-// one delete-batch.
+// maxBody is the largest request body to send: Options.MaxPayloadBytes,
+// or less when a 413 taught the job less.
+func (s *Sink) maxBody() int {
+	n := s.opts.MaxPayloadBytes
+	if l := s.limit.n.Load(); l > 0 && l < n {
+		n = l
+	}
+	return int(min(n, int64(^uint(0)>>1)))
+}
+
+// learn remembers that a body of n bytes holding several documents was
+// refused as too large: from now on the job sends at most half of it,
+// which a few halvings bring under any limit.
+func (s *Sink) learn(n int) {
+	half := int64(n / 2)
+	for {
+		cur := s.limit.n.Load()
+		if cur != 0 && cur <= half {
+			return
+		}
+		if s.limit.n.CompareAndSwap(cur, half) {
+			s.log.Warn("Meilisearch, or a proxy in front of it, refused a request body as too large; sending smaller ones from now on",
+				"refused_bytes", n, "max_bytes", half)
+			return
+		}
+	}
+}
+
+// Send enqueues b's upserts as document additions and its deletes as
+// delete-batches, each request under the payload limit, in order. A 413
+// (Meilisearch's payload_too_large, or a proxy's page) splits the request
+// in halves, sent in order, and the limit learnt holds for the job's
+// life; a document too large alone is refused (payload_too_large), as is
+// one nested deeper than MaxDocumentDepth (document_too_deep), before
+// anything is sent. Errors are FAILED (nothing of b may be assumed
+// accepted: the engine sends it again) or CONFIG_INVALID.
 func (s *Sink) Send(ctx context.Context, b sink.Batch) (sink.Receipt, error) {
-	var (
-		ups, dels []int
-		ids       []string
-	)
+	var ups, dels []int
 	for i := range b.Writes {
 		if b.Writes[i].Delete {
 			dels = append(dels, i)
@@ -292,140 +325,143 @@ func (s *Sink) Send(ctx context.Context, b sink.Batch) (sink.Receipt, error) {
 		}
 	}
 	if len(dels) > 0 {
-		ids = make([]string, 0, len(dels))
-		for _, i := range dels {
-			id, err := transform.IndexID(b.Writes[i].SourceID)
-			if err != nil {
-				continue // never written: nothing to delete
-			}
-			switch v := id.(type) {
-			case string:
-				ids = append(ids, v)
-			case int64:
-				ids = append(ids, strconv.FormatInt(v, 10))
-			default:
-				ids = append(ids, fmt.Sprint(v))
-			}
+		if err := s.sendDeletes(ctx, b, dels, r); err != nil {
+			return nil, err
 		}
-		ti, err := s.client.Index(s.uid).DeleteDocuments(ctx, ids, nil)
-		if err != nil {
-			return nil, s.classify(err, "delete documents")
-		}
-		r.tasks = append(r.tasks, meiliTask{uid: ti.TaskUID, positions: dels, delete: true})
 	}
 	return r, nil
 }
 
-// sendDocs enqueues the documents at positions as one addition; a payload
-// Meilisearch finds too large is split in halves (one document too large
-// is refused as a document failure).
+// sendDocs enqueues the documents at positions as additions of at most
+// maxBody bytes each.
 func (s *Sink) sendDocs(ctx context.Context, b sink.Batch, positions []int, r *meiliReceipt) error {
-	body, positions := s.encodeDocs(b, positions, r)
-	if len(positions) == 0 {
+	c := &chunker{max: s.maxBody(), single: s.opts.MaxPayloadBytes, hint: len(positions), send: func(body []byte, chunk []int) error {
+		return s.sendChunk(ctx, b, body, chunk, r)
+	}}
+	for _, i := range positions {
+		if err := c.addDoc(i, b.Writes[i].Doc); err != nil {
+			releaseBody(c.buf)
+			return err
+		}
+	}
+	err := c.flush()
+	r.failed = append(r.failed, c.failed...)
+	return err
+}
+
+// sendChunk posts one array of documents. A 413 splits it; Meilisearch
+// refusing the payload as malformed names its documents, which the engine
+// bisects to find the one at fault.
+func (s *Sink) sendChunk(ctx context.Context, b sink.Batch, body []byte, positions []int, r *meiliReceipt) error {
+	size := len(body)
+	task, reusable, err := s.api.addDocuments(ctx, s.uid, s.pk, body)
+	if reusable {
 		releaseBody(body)
+	}
+	if err == nil {
+		r.tasks = append(r.tasks, meiliTask{uid: task, positions: positions})
 		return nil
 	}
-	var (
-		task int64
-		err  error
-	)
-	if s.direct != nil {
-		var reusable bool
-		task, reusable, err = s.direct.addDocuments(ctx, s.uid, s.pk, body)
-		if reusable {
-			releaseBody(body)
+	var e *Error
+	switch {
+	case !errors.As(err, &e):
+		return s.classify(err, "add documents to index "+s.uid)
+	case e.Status == http.StatusRequestEntityTooLarge:
+		if len(positions) == 1 {
+			r.failed = append(r.failed, sink.DocFailure{Writes: positions, Code: CodePayloadTooLarge,
+				Message: fmt.Sprintf("the document alone (%d bytes) is more than Meilisearch, or a proxy in front of it, accepts: %v", size-2, e)})
+			return nil
 		}
-	} else {
-		pk := s.pk
-		var ti *meilisearch.TaskInfo
-		ti, err = s.client.Index(s.uid).AddDocuments(ctx, body, &meilisearch.DocumentOptions{PrimaryKey: &pk})
-		if err == nil {
-			task = ti.TaskUID
+		s.learn(size)
+		h := len(positions) / 2
+		if err := s.sendDocs(ctx, b, positions[:h], r); err != nil {
+			return err
 		}
-		// meilisearch-go copies a []byte body before it sends it: body
-		// is free again.
-		releaseBody(body)
+		return s.sendDocs(ctx, b, positions[h:], r)
+	case e.Code == "malformed_payload":
+		r.failed = append(r.failed, sink.DocFailure{Writes: positions, Code: e.Code, Message: e.Message})
+		return nil
+	case e.Code == "bad_request":
+		// On this route, a body that arrived cut short (actix's
+		// IncompleteError, crates/meilisearch/src/error.rs): a
+		// connection's failure, not the request's.
+		return errs.Wrap(errs.Failed, s.job.Name, err, "add documents to index %s", s.uid)
 	}
-	if err != nil {
-		if apiCode(err) == "payload_too_large" {
-			if len(positions) == 1 {
-				r.failed = append(r.failed, sink.DocFailure{Writes: positions, Code: "payload_too_large", Message: "the document alone is larger than Meilisearch's payload limit"})
-				return nil
-			}
-			h := len(positions) / 2
-			if err := s.sendDocs(ctx, b, positions[:h], r); err != nil {
-				return err
-			}
-			return s.sendDocs(ctx, b, positions[h:], r)
-		}
-		return s.classify(err, "add documents")
-	}
-	r.tasks = append(r.tasks, meiliTask{uid: task, positions: positions})
-	return nil
+	return s.classify(err, "add documents to index "+s.uid)
 }
 
-// bodies holds the buffers request bodies are encoded into (*[]byte), so a
-// batch does not allocate (and the runtime zero and later return to the
-// kernel) a body of hundreds of kilobytes each time.
-var bodies sync.Pool
-
-// maxPooledBody is the largest body buffer kept for reuse.
-const maxPooledBody = 32 << 20
-
-func takeBody(n int) []byte {
-	if p, ok := bodies.Get().(*[]byte); ok && cap(*p) >= n {
-		return (*p)[:0]
-	}
-	return make([]byte, 0, n)
-}
-
-// releaseBody gives buf back for reuse; the caller no longer uses it.
-func releaseBody(buf []byte) {
-	if cap(buf) > maxPooledBody || cap(buf) == 0 {
-		return
-	}
-	bodies.Put(&buf)
-}
-
-// encodeDocs renders the documents at positions as one JSON array; a
-// document that cannot be rendered is refused on its own (r.failed). It
-// returns the positions encoded. The body comes from takeBody: give it back
-// with releaseBody once sent.
-func (s *Sink) encodeDocs(b sink.Batch, positions []int, r *meiliReceipt) ([]byte, []int) {
-	buf := takeBody(len(positions) * 768)
-	buf = append(buf, '[')
-	sent := make([]int, 0, len(positions))
+// sendDeletes enqueues the deletes at positions as delete-batches of at
+// most maxBody bytes each.
+func (s *Sink) sendDeletes(ctx context.Context, b sink.Batch, positions []int, r *meiliReceipt) error {
+	c := &chunker{max: s.maxBody(), single: s.opts.MaxPayloadBytes, hint: len(positions), send: func(body []byte, chunk []int) error {
+		return s.sendIDs(ctx, b, body, chunk, r)
+	}}
 	for _, i := range positions {
-		mark := len(buf)
-		if len(sent) > 0 {
-			buf = append(buf, ',')
+		id, err := transform.IndexID(b.Writes[i].SourceID)
+		if err != nil {
+			continue // never written: nothing to delete
 		}
-		var err error
-		if buf, err = transform.AppendJSON(buf, b.Writes[i].Doc); err != nil {
-			buf = buf[:mark]
-			r.failed = append(r.failed, sink.DocFailure{Writes: []int{i}, Code: "not_json", Message: err.Error()})
-			continue
+		var key string
+		switch v := id.(type) {
+		case string:
+			key = v
+		case int64:
+			key = strconv.FormatInt(v, 10)
+		default:
+			key = fmt.Sprint(v)
 		}
-		sent = append(sent, i)
+		if err := c.addID(i, key); err != nil {
+			releaseBody(c.buf)
+			return err
+		}
 	}
-	buf = append(buf, ']')
-	return buf, sent
+	err := c.flush()
+	r.failed = append(r.failed, c.failed...)
+	return err
+}
+
+func (s *Sink) sendIDs(ctx context.Context, b sink.Batch, body []byte, positions []int, r *meiliReceipt) error {
+	size := len(body)
+	task, err := s.api.deleteDocuments(ctx, s.uid, body)
+	releaseBody(body)
+	if err == nil {
+		r.tasks = append(r.tasks, meiliTask{uid: task, positions: positions, delete: true})
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) && e.Status == http.StatusRequestEntityTooLarge {
+		if len(positions) == 1 {
+			r.failed = append(r.failed, sink.DocFailure{Writes: positions, Code: CodePayloadTooLarge,
+				Message: fmt.Sprintf("a delete of one id (%d bytes) is more than Meilisearch, or a proxy in front of it, accepts: %v", size, e)})
+			return nil
+		}
+		s.learn(size)
+		h := len(positions) / 2
+		if err := s.sendDeletes(ctx, b, positions[:h], r); err != nil {
+			return err
+		}
+		return s.sendDeletes(ctx, b, positions[h:], r)
+	}
+	return s.classify(err, "delete documents from index "+s.uid)
 }
 
 // documentCode says whether a failed task's code is about a document (the
 // per-document error path) rather than the index or the server.
 func documentCode(code string) bool {
 	switch code {
-	case "missing_document_id", "max_fields_limit_exceeded", "payload_too_large", "malformed_payload":
+	case "missing_document_id", "max_fields_limit_exceeded", "payload_too_large", "malformed_payload", "too_many_vectors", "vector_embedding_error":
 		return true
 	}
 	return strings.HasPrefix(code, "invalid_document") || strings.HasPrefix(code, "invalid_vector")
 }
 
-// Wait waits for r's tasks. A document addition that failed for a document
-// reason is one DocFailure naming all its documents (Meilisearch fails the
-// whole task); primary key conflicts are CONFIG_INVALID; other failures are
-// FAILED (the engine sends the batch again).
+// Wait waits for r's tasks. A task that failed for a reason of its
+// documents (Meilisearch fails the whole task) is one DocFailure naming
+// all its writes, which the engine bisects; so is any other refusal of
+// Meilisearch's (error type invalid_request), which only the documents
+// can have caused. Primary key conflicts are CONFIG_INVALID; other
+// failures (internal, system, a canceled task) are FAILED (the engine
+// sends the batch again).
 func (s *Sink) Wait(ctx context.Context, rc sink.Receipt) ([]sink.DocFailure, error) {
 	r, ok := rc.(*meiliReceipt)
 	if !ok || r == nil {
@@ -437,19 +473,23 @@ func (s *Sink) Wait(ctx context.Context, rc sink.Receipt) ([]sink.DocFailure, er
 		if err != nil {
 			return nil, err
 		}
-		if t.Status == meilisearch.TaskStatusSucceeded {
+		if t.Status == taskSucceeded {
 			continue
 		}
-		code := string(t.Error.Code)
+		te := t.err()
 		switch {
-		case mt.delete && code == "index_not_found":
+		case t.Status == taskCanceled:
+			return nil, errs.New(errs.Failed, s.job.Name, "index %q: task %d was canceled (by another client of Meilisearch); its writes are sent again", s.uid, t.UID)
+		case mt.delete && te.Code == "index_not_found":
 			// Nothing to delete from.
-		case documentCode(code):
-			fails = append(fails, sink.DocFailure{Writes: mt.positions, Code: code, Message: t.Error.Message})
-		case strings.HasPrefix(code, "index_primary_key"):
-			return nil, errs.New(errs.ConfigInvalid, s.job.Name, "index %q: %s: %s", s.uid, code, t.Error.Message)
+		case strings.HasPrefix(te.Code, "index_primary_key"):
+			return nil, errs.New(errs.ConfigInvalid, s.job.Name, "index %q: %s: %s", s.uid, te.Code, te.Message)
+		case documentCode(te.Code), te.Type == "invalid_request":
+			fails = append(fails, sink.DocFailure{Writes: mt.positions, Code: te.Code, Message: te.Message})
+		case te.Type == "auth":
+			return nil, errs.New(errs.ConfigInvalid, s.job.Name, "index %q: task %d: %s: %s", s.uid, t.UID, te.Code, te.Message)
 		default:
-			return nil, errs.New(errs.Failed, s.job.Name, "index %q: task %d %s: %s: %s", s.uid, t.UID, t.Status, code, t.Error.Message)
+			return nil, errs.New(errs.Failed, s.job.Name, "index %q: task %d %s: %s: %s", s.uid, t.UID, t.Status, te.Code, te.Message)
 		}
 	}
 	return fails, nil
@@ -459,20 +499,17 @@ func (s *Sink) Wait(ctx context.Context, rc sink.Receipt) ([]sink.DocFailure, er
 // source _ids they stand for.
 func (s *Sink) Keys(ctx context.Context, fn func(ids []bson.RawValue) error) error {
 	const page = 1000
-	idx := s.client.Index(s.uid)
 	for offset := int64(0); ; offset += page {
-		var res meilisearch.DocumentsResult
-		err := idx.GetDocuments(ctx, &meilisearch.DocumentsQuery{Offset: offset, Limit: page, Fields: []string{s.pk}}, &res)
+		raws, err := s.api.fetchIDs(ctx, s.uid, s.pk, offset, page)
 		if err != nil {
-			if apiCode(err) == "index_not_found" {
+			if isCode(err, "index_not_found") {
 				return nil
 			}
-			return s.classify(err, "list documents")
+			return s.classify(err, "list the documents of index "+s.uid)
 		}
-		ids := make([]bson.RawValue, 0, len(res.Results))
-		for _, hit := range res.Results {
-			raw, ok := hit[s.pk]
-			if !ok {
+		ids := make([]bson.RawValue, 0, len(raws))
+		for _, raw := range raws {
+			if raw == nil {
 				continue
 			}
 			var v any
@@ -483,7 +520,7 @@ func (s *Sink) Keys(ctx context.Context, fn func(ids []bson.RawValue) error) err
 			}
 			id, err := transform.ParseIndexID(v)
 			if err != nil {
-				s.log.Warn("index holds an id meilistream does not write; leaving it", "id", string(raw))
+				s.log.Warn("index holds an id meilistream does not write; leaving it", "id", cut(string(raw), 600))
 				continue
 			}
 			ids = append(ids, id)
@@ -491,7 +528,7 @@ func (s *Sink) Keys(ctx context.Context, fn func(ids []bson.RawValue) error) err
 		if err := fn(ids); err != nil {
 			return err
 		}
-		if int64(len(res.Results)) < page {
+		if int64(len(raws)) < page {
 			return nil
 		}
 	}
@@ -511,8 +548,8 @@ func (s *Sink) Stage(ctx context.Context, resume bool) (sink.Staged, error) {
 	c := *s
 	c.staged, c.uid, c.log = true, tmp, s.log.With("staged", tmp)
 	if resume {
-		if _, err := s.client.GetIndex(ctx, tmp); err != nil {
-			if apiCode(err) == "index_not_found" {
+		if _, err := s.api.getIndex(ctx, tmp); err != nil {
+			if isCode(err, "index_not_found") {
 				return nil, sink.ErrNoStage
 			}
 			return nil, s.classify(err, "read index "+tmp)
@@ -521,11 +558,11 @@ func (s *Sink) Stage(ctx context.Context, resume bool) (sink.Staged, error) {
 	}
 	var from json.RawMessage
 	if s.job.Settings == nil {
-		set, err := s.getSettings(ctx, s.live)
+		set, err := s.api.getSettings(ctx, s.live)
 		switch {
 		case err == nil:
 			from = set
-		case apiCode(err) == "index_not_found":
+		case isCode(err, "index_not_found"):
 		default:
 			return nil, s.classify(err, "read settings of "+s.live)
 		}
@@ -581,14 +618,14 @@ func embedderWithKey(settings json.RawMessage) string {
 }
 
 func (s *Sink) dropIndex(ctx context.Context, uid string) error {
-	ti, err := s.client.DeleteIndex(ctx, uid)
+	task, err := s.api.deleteIndex(ctx, uid)
 	if err != nil {
-		if apiCode(err) == "index_not_found" {
+		if isCode(err, "index_not_found") {
 			return nil
 		}
 		return s.classify(err, "delete index "+uid)
 	}
-	return s.waitOK(ctx, ti, "delete index "+uid, "index_not_found")
+	return s.waitOK(ctx, task, "delete index "+uid, "index_not_found")
 }
 
 // InPlace reports whether the staged target is the live index.
@@ -596,28 +633,38 @@ func (s *Sink) InPlace() bool { return s.inPlace }
 
 // Commit swaps the rebuilt index with the live one atomically
 // (/swap-indexes; a rename when there is no live index yet), then deletes
-// the old one. In place: nothing to do.
+// the old one. In place: nothing to do. A swap that fails because an
+// index appeared or vanished meanwhile is FAILED: the next attempt looks
+// again.
 func (s *Sink) Commit(ctx context.Context) error {
 	if !s.staged || s.inPlace {
 		return nil
 	}
-	params := []*meilisearch.SwapIndexesParams{{Indexes: []string{s.live, s.uid}}}
-	_, err := s.client.GetIndex(ctx, s.live)
+	a, b, rename := s.live, s.uid, false
+	_, err := s.api.getIndex(ctx, s.live)
 	switch {
 	case err == nil:
-	case apiCode(err) == "index_not_found":
-		params = []*meilisearch.SwapIndexesParams{{Indexes: []string{s.uid, s.live}, Rename: true}}
+	case isCode(err, "index_not_found"):
+		a, b, rename = s.uid, s.live, true
 	default:
 		return s.classify(err, "read index "+s.live)
 	}
-	ti, err := s.client.SwapIndexes(ctx, params)
+	what := "swap " + s.uid + " into " + s.live
+	task, err := s.api.swapIndexes(ctx, a, b, rename)
 	if err != nil {
-		return s.classify(err, "swap indexes")
+		return s.classify(err, what)
 	}
-	if err := s.waitOK(ctx, ti, "swap "+s.uid+" into "+s.live); err != nil {
+	t, err := s.waitTask(ctx, task)
+	if err != nil {
 		return err
 	}
-	if !params[0].Rename {
+	if t.Status != taskSucceeded {
+		if code := t.err().Code; code == "index_not_found" || code == "index_already_exists" {
+			return errs.New(errs.Failed, s.job.Name, "%s: task %d failed: %s: %s", what, t.UID, code, t.err().Message)
+		}
+		return s.taskFailed(t, what)
+	}
+	if !rename {
 		if err := s.dropIndex(ctx, s.uid); err != nil {
 			s.log.Warn("deleting the old index after the swap failed; delete it by hand", "index", s.uid, "error", err)
 		}
