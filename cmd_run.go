@@ -68,6 +68,7 @@ func runRun(ctx context.Context, inv *invocation) int {
 		Status:    sup,
 		Gatherer:  w.registry,
 		Config:    &cfg,
+		Scrub:     inv.Scrub.Scrub,
 		Version:   buildVersion(),
 		Log:       log.Named("http"),
 	})
@@ -122,6 +123,7 @@ func runRun(ctx context.Context, inv *invocation) int {
 // manager, the engine, metrics.
 type wiring struct {
 	cfg      config.Config
+	scrub    *config.Scrubber // the configuration's secrets, masked in error text
 	client   *mongo.Client
 	source   *mongo.Database
 	state    *mongo.Collection
@@ -138,7 +140,7 @@ type wiring struct {
 // connect builds the clients (the driver connects lazily: a server down at
 // start makes the jobs retry, it does not stop the process) and the engine.
 func connect(ctx context.Context, cfg config.Config, log hclog.Logger) (*wiring, error) {
-	w := &wiring{cfg: cfg, registry: httpapi.NewRegistry(buildVersion())}
+	w := &wiring{cfg: cfg, scrub: config.NewScrubber(cfg.Secrets()), registry: httpapi.NewRegistry(buildVersion())}
 	w.metrics = httpapi.NewMetrics(w.registry)
 	client, err := mongo.Connect(options.Client().ApplyURI(cfg.MongoDBURI).SetAppName("meilistream"))
 	if err != nil {
@@ -199,20 +201,11 @@ func (w *wiring) reach(ctx context.Context) error {
 	if err == nil {
 		return nil
 	}
-	cause := errors.New(w.withoutPassword(redactedErr(err)))
+	cause := errors.New(w.scrub.Scrub(redactedErr(err)))
 	if mongoerr.AuthFailed(err) {
 		return errs.Wrap(errs.ConfigInvalid, "", cause, "MongoDB refused the credentials of MEILISTREAM_MONGODB_URI (or MEILISTREAM_MONGODB_URI_FILE)")
 	}
 	return errs.Wrap(errs.Failed, "", cause, "cannot reach MongoDB (MEILISTREAM_MONGODB_URI) within %s", reachTimeout)
-}
-
-// withoutPassword masks the URI's password in msg, should a driver message
-// ever carry it.
-func (w *wiring) withoutPassword(msg string) string {
-	if o := options.Client().ApplyURI(w.cfg.MongoDBURI); o.Auth != nil && o.Auth.Password != "" {
-		msg = strings.ReplaceAll(msg, o.Auth.Password, "xxxxx")
-	}
-	return msg
 }
 
 // holders reads who holds each job's lease (unexpired), for /status of

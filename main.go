@@ -58,8 +58,11 @@ type invocation struct {
 	Environ []string      // the process environment the config was loaded from
 	Config  config.Config // validated; print it only through Config.Redacted()
 	Log     hclog.Logger  // root logger; per job: Log.Named(job)
-	Stdout  io.Writer
-	Stderr  io.Writer
+	// Scrub masks the configuration's secrets; Stdout, Stderr and Log
+	// already go through it.
+	Scrub  *config.Scrubber
+	Stdout io.Writer
+	Stderr io.Writer
 }
 
 // command is one subcommand. Exactly one of serve and plain is set: serve
@@ -184,11 +187,17 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return fail(stderr, err)
 	}
+	// Whatever a driver or library puts in an error's text (a URL with
+	// its query, a quoted password), the configuration's secrets never
+	// reach the output: every line goes through the scrubber.
+	scrub := config.NewScrubber(cfg.Secrets())
+	stdout, stderr = scrub.Writer(stdout), scrub.Writer(stderr)
 	inv := &invocation{
 		Args:    args,
 		Environ: environ,
 		Config:  cfg,
 		Log:     config.NewLogger(cfg, stderr),
+		Scrub:   scrub,
 		Stdout:  stdout,
 		Stderr:  stderr,
 	}

@@ -465,16 +465,16 @@ func secretsOf(environ []string) map[string]string {
 	return out
 }
 
-// uriPassword returns the password in a URI's user info, or "".
+// uriPassword returns the password in a URI's user info, or "": as the
+// MongoDB driver reads it (x/mongo/driver/connstring), everything before
+// the first '@' is the user info, so a password may hold an unescaped '?'
+// or '#'.
 func uriPassword(uri string) string {
 	_, rest, ok := strings.Cut(uri, "://")
 	if !ok {
 		return ""
 	}
-	if i := strings.IndexAny(rest, "/?"); i >= 0 {
-		rest = rest[:i]
-	}
-	at := strings.LastIndex(rest, "@")
+	at := strings.Index(rest, "@")
 	if at < 0 {
 		return ""
 	}
