@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -224,25 +225,52 @@ func (w *wiring) holders(ctx context.Context) (map[string]string, error) {
 	return out, nil
 }
 
+// probeTimeout bounds each server's check of one probe, on its own: one
+// server that does not answer must not use up another's time and have it
+// reported unreachable too. Under the supervisor's bound of a probe.
+var probeTimeout = 2 * time.Second
+
 // probe checks that the servers answer, for /readyz: MongoDB always,
-// Meilisearch and the replica when configured.
+// Meilisearch and the replica when configured, all at once, each within
+// probeTimeout. The error names only the servers that failed, in that
+// order: "MongoDB unreachable: ...; replica unreachable: ...".
 func (w *wiring) probe(ctx context.Context) error {
-	var problems []string
-	if err := w.client.Ping(ctx, nil); err != nil {
-		problems = append(problems, "mongodb unreachable: "+redactedErr(err))
+	type check struct {
+		name string
+		fn   func(ctx context.Context) error
 	}
+	checks := []check{{"MongoDB (MEILISTREAM_MONGODB_URI)", func(ctx context.Context) error { return w.client.Ping(ctx, nil) }}}
 	if w.meili != nil {
-		if _, err := w.meili.Health(ctx); err != nil {
-			problems = append(problems, "meilisearch unreachable: "+redactedErr(err))
-		}
+		checks = append(checks, check{"Meilisearch (MEILISTREAM_MEILI_URL)", func(ctx context.Context) error {
+			_, err := w.meili.Health(ctx)
+			return err
+		}})
 	}
 	if w.replica != nil {
-		if err := w.replica.Ping(ctx, nil); err != nil {
-			problems = append(problems, "replica unreachable: "+redactedErr(err))
+		checks = append(checks, check{"replica (MEILISTREAM_REPLICA_URI)", func(ctx context.Context) error { return w.replica.Ping(ctx, nil) }})
+	}
+	problems := make([]string, len(checks))
+	var wg sync.WaitGroup
+	for i, c := range checks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			defer cancel()
+			if err := c.fn(cctx); err != nil {
+				problems[i] = c.name + " unreachable: " + w.scrub.Scrub(redactedErr(err))
+			}
+		}()
+	}
+	wg.Wait()
+	var failed []string
+	for _, p := range problems {
+		if p != "" {
+			failed = append(failed, p)
 		}
 	}
-	if len(problems) > 0 {
-		return errors.New(strings.Join(problems, "; "))
+	if len(failed) > 0 {
+		return errors.New(strings.Join(failed, "; "))
 	}
 	return nil
 }
