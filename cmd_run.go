@@ -42,12 +42,20 @@ func runRun(ctx context.Context, inv *invocation) int {
 	if set == nil {
 		return fail(inv.Stderr, loadErr)
 	}
+	// A setting a job needs that is missing, or a job on meilistream's own
+	// state, stops the start: no restart of a job fixes either.
+	if err := jobProblems(cfg, set.Jobs()); err != nil {
+		return fail(inv.Stderr, err)
+	}
 
 	w, err := connect(ctx, cfg, log)
 	if err != nil {
 		return fail(inv.Stderr, err)
 	}
 	defer w.close()
+	if err := w.checkMeiliKey(ctx, set.Jobs(), log); err != nil {
+		return fail(inv.Stderr, err)
+	}
 
 	sup := supervisor.New(supervisor.Config{
 		Driver:  &supervisor.EngineDriver{Leases: w.leases, Engine: w.engine, Sinks: w.sinkFactory(log)},
@@ -83,6 +91,15 @@ func runRun(ctx context.Context, inv *invocation) int {
 		defs, other := supervisor.JobDefs(set.Jobs(), err)
 		for _, e := range other {
 			log.Error("transform problem", "error", e)
+		}
+		for i, d := range defs {
+			// A job a hot reload brings that cannot run with this
+			// configuration fails alone (at start, none could).
+			if job, ok := d.Spec.(*transform.Job); ok && d.Err == nil {
+				if perr := jobProblem(cfg, job); perr != nil {
+					defs[i].Err = perr
+				}
+			}
 		}
 		sup.Apply(defs)
 	}
