@@ -44,6 +44,9 @@ type Options struct {
 	Version string
 	// Log receives the server's own errors. Nil: discarded.
 	Log hclog.Logger
+	// MaxConns bounds the open connections (default DefaultMaxConns); see
+	// connLimiter for what happens at the bound.
+	MaxConns int
 }
 
 // Server serves /healthz, /readyz, /status and /metrics.
@@ -51,6 +54,7 @@ type Server struct {
 	opts      Options
 	ln        net.Listener
 	srv       *http.Server
+	limit     *connLimiter
 	done      chan struct{}
 	closeOnce sync.Once
 	closeErr  error
@@ -84,14 +88,21 @@ func Start(o Options) (*Server, error) {
 			ErrorLog: hclogPrintln{o.Log},
 		}))
 	}
+	limit := newConnLimiter(o.MaxConns)
+	s.limit = limit
 	s.srv = &http.Server{
 		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    16 << 10,
+		ConnState:         limit.ConnState,
 		ErrorLog:          o.Log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	go func() {
 		defer close(s.done)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.srv.Serve(limit.Listener(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			o.Log.Error("http server stopped", "error", err)
 		}
 	}()
