@@ -70,6 +70,8 @@ func runRun(ctx context.Context, inv *invocation) int {
 		ReleaseTimeout: max(cfg.ShutdownTimeout/8, 100*time.Millisecond),
 		Holders:        w.holders,
 	})
+	// job_state and the lag read what /status says, at each scrape.
+	w.metrics.SetStatus(sup)
 
 	srv, err := httpapi.Start(httpapi.Options{
 		Addr:      cfg.HTTPAddr,

@@ -123,7 +123,14 @@ it fits in your own CI. Needs no server.`,
 		{
 			name: "status", summary: "print jobs, lease holders, positions and lag from MongoDB",
 			help: `Reads the state collection in MongoDB and prints each job: who holds its
-lease, its recorded position and how far behind it is.`,
+lease, its recorded position, its lag, an unfinished reindex and its
+per-document errors. Needs only MongoDB, not a running sidecar.
+
+LAG is the age of the first change of the job's collection after its
+recorded position (a holder records it once a batch is durable): 0s when
+there is none, the job is caught up. It is the lag of /status and of
+meilistream_follow_lag_seconds as far as MongoDB can tell: a running
+holder may have made a few more changes durable than it has recorded.`,
 			serve: runStatus,
 		},
 		{
