@@ -112,6 +112,26 @@ job (scale the sidecars down, run it, scale them back up).`,
 			serve: runRetry,
 		},
 		{
+			name: "errors", synopsis: "NAME [--json] [--limit N] [--after CURSOR]", summary: "list the documents one job failed on",
+			help: `Lists the documents recorded in the errors collection for job NAME, newest
+first: when it last failed, its _id, the error code, the hash of the
+transform that failed on it (when recorded), how many times it failed,
+and the message. Reads MongoDB only: it works while a sidecar runs.
+
+  --limit N        records per page, 1 to 1000 (default 50)
+  --after CURSOR   the page after the one that printed CURSOR ("next page:
+                   ..." at its end; "next" in --json)
+  --json           one JSON document: {"job", "errors": [{"id", "code",
+                   "message", "at", "hash", "attempts"}], "next"}; "id" is
+                   the _id as Extended JSON, "hash" and "next" null when
+                   absent
+
+Pages are cut by keys, not numbers: a document failing while you page
+through shows on the first page and moves no other. Once the transform
+is fixed, "meilistream retry NAME" runs them again.`,
+			serve: runErrors,
+		},
+		{
 			name: "check", synopsis: "[--sample FILE] [PATH...]", summary: "load transforms and run them on sample documents",
 			help: `Loads every transform (the PATHs, each a .js file or a folder, else
 MEILISTREAM_TRANSFORMS), runs each on sample documents and prints what it
