@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -36,7 +38,8 @@ import (
 // CrashLoopBackOff).
 func runRun(ctx context.Context, inv *invocation) int {
 	cfg, log := inv.Config, inv.Log
-	log.Info("starting", "transforms", cfg.Transforms, "database", cfg.MongoDBDatabase, "holder", lease.Holder())
+	log.Info("starting", "transforms", cfg.Transforms, "database", cfg.MongoDBDatabase, "holder", lease.Holder(),
+		"gomaxprocs", runtime.GOMAXPROCS(0), "memory_limit", memoryLimitText(debug.SetMemoryLimit(-1)))
 
 	set, loadErr := loadJobs(cfg, log)
 	if set == nil {

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meilistream/meilistream/internal/errs"
@@ -30,7 +31,10 @@ const (
 	exitRunning = 3 // the job's lease is held by another process (RUNNING)
 )
 
-func main() { tuneGC(); os.Exit(Main()) }
+func main() {
+	tuneGC(memlimit.FromCgroup, memoryLimitRefresh)
+	os.Exit(Main())
+}
 
 // Main runs the command line in os.Args and returns the process exit code.
 // The testscript suite registers this same function as the "meilistream"
