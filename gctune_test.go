@@ -24,7 +24,7 @@ func TestMemoryLimitFollowsTheContainer(t *testing.T) {
 	reset := func() { debug.SetMemoryLimit(math.MaxInt64) }
 
 	reset()
-	if got, want := tuneGC(memlimit.Limit(512<<20), 0), ninety(512 << 20); got != want {
+	if got, want := tuneGC(memlimit.Limit(512<<20), 0), ninety(512<<20); got != want {
 		t.Errorf("a 512MiB container: limit %d, want %d (90%%)", got, want)
 	}
 	if gc := debug.SetGCPercent(-1); gc != defaultGCPercent {
@@ -33,7 +33,7 @@ func TestMemoryLimitFollowsTheContainer(t *testing.T) {
 		debug.SetGCPercent(gc)
 	}
 	reset()
-	if got := tuneGC(memlimit.Limit(2<<30), 0); got != ninety(2 << 30) {
+	if got := tuneGC(memlimit.Limit(2<<30), 0); got != ninety(2<<30) {
 		t.Errorf("a 2GiB container: limit %d, not the fixed limit of old", got)
 	}
 	reset()
