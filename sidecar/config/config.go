@@ -99,7 +99,7 @@ type Config struct {
 	// TransformTimeout limits one transform call.
 	TransformTimeout time.Duration `koanf:"transform_timeout"`
 	// TransformPool is the number of JavaScript runtimes per job; 0 means
-	// one per CPU (runtime.GOMAXPROCS).
+	// runtime.GOMAXPROCS(0), which Go sets from the container's CPU limit.
 	TransformPool int `koanf:"transform_pool"`
 	// HTTPAddr is where /healthz, /readyz, /status and /metrics are served.
 	// Port 0 picks a free port (see ReadyFile).
@@ -180,7 +180,7 @@ var Variables = []Variable{
 	{Key: "on_history_lost", Accepts: "reindex or fail (default reindex)"},
 	{Key: "on_document_error", Accepts: "skip or fail (default skip)"},
 	{Key: "transform_timeout", Accepts: "a positive Go duration, e.g. 1s (default 1s)"},
-	{Key: "transform_pool", Accepts: "a whole number from 0 to 1024, 0 meaning one per CPU (default 0)"},
+	{Key: "transform_pool", Accepts: "a whole number from 0 to 1024, 0 meaning GOMAXPROCS, the container's CPU limit (default 0)"},
 	{Key: "http_addr", Accepts: "a listen address host:port, e.g. :8080 or 127.0.0.1:0 (default :8080)"},
 	{Key: "ready_file", Accepts: "a file path (default empty: none)"},
 	{Key: "shutdown_timeout", Accepts: "a positive Go duration, e.g. 20s (default 20s)"},
