@@ -57,6 +57,11 @@ func CheckFiles(w io.Writer, paths []string, samplePath string, opts Options) er
 	ctx := context.Background()
 	for _, j := range set.Jobs() {
 		fmt.Fprintf(w, "%s: ok: %s\n", j.file(), j.describe())
+		for _, l := range j.Lookups {
+			if _, ok := j.Related[l.From]; !ok {
+				fmt.Fprintf(w, "  lookup %s: no documents of %s to resolve it against (declare some in related: {%s: [...]}); it finds nothing here\n", l.Name, l.From, l.From)
+			}
+		}
 		samples := j.Samples
 		if fileSamples != nil {
 			samples = fileSamples
@@ -66,7 +71,7 @@ func CheckFiles(w io.Writer, paths []string, samplePath string, opts Options) er
 			if idv, err := doc.LookupErr("_id"); err == nil {
 				label += " (_id " + relaxedJSON(idv) + ")"
 			}
-			res, err := j.Apply(ctx, doc, OpInsert, nil)
+			res, err := j.apply(ctx, doc, OpInsert, nil, j.ResolveSamples(doc, j.Related))
 			switch {
 			case err != nil:
 				fmt.Fprintf(w, "%s: error: %s\n", label, errs.Format(err))
@@ -111,6 +116,16 @@ func (j *Job) describe() string {
 	}
 	if j.Settings != nil {
 		b.WriteString(", with settings")
+	}
+	for _, l := range j.Lookups {
+		many := ""
+		if l.Many {
+			many = ", many"
+		}
+		fmt.Fprintf(&b, ", lookup %s: %s.%s = %s%s", l.Name, l.From, l.ForeignField, l.LocalField, many)
+	}
+	for _, r := range j.Relates {
+		fmt.Fprintf(&b, ", relate %s.%s -> %s", r.Namespace, r.SrcField, r.MatchField)
 	}
 	return b.String()
 }

@@ -162,6 +162,12 @@ type Job struct {
 	Settings map[string]any
 	// Samples are the file's `samples` documents, for check.
 	Samples []bson.Raw
+	// Lookups are the file's declared lookups (`lookups`), in the order
+	// the file lists them; Relates its `relate` dependencies; Related the
+	// related collections' sample documents (`related`), for check.
+	Lookups []Lookup
+	Relates []Relate
+	Related map[string][]bson.Raw
 	// Hash is the sha256 (hex) of the file's tokens (see tokenHash:
 	// comments, indentation, spaces and blank lines are not in it; every
 	// token, and a line break between two tokens, is); with environment
@@ -233,7 +239,12 @@ type Result struct {
 // primary key or _id is not the document's). A context error is returned
 // as it is.
 func (j *Job) Apply(ctx context.Context, doc bson.Raw, op Operation, updateDesc bson.Raw) (Result, error) {
-	res, _, err := j.ApplyTo(ctx, nil, doc, op, updateDesc)
+	return j.apply(ctx, doc, op, updateDesc, nil)
+}
+
+// apply is Apply with the document's lookups resolved.
+func (j *Job) apply(ctx context.Context, doc bson.Raw, op Operation, updateDesc bson.Raw, lookups LookupResults) (Result, error) {
+	res, _, err := j.ApplyWith(ctx, nil, doc, op, updateDesc, lookups)
 	if err != nil || res.JSON == nil {
 		return res, err
 	}
@@ -250,6 +261,21 @@ func (j *Job) Apply(ctx context.Context, doc bson.Raw, op Operation, updateDesc 
 // Result.Doc is made. Documents written one after the other into one
 // buffer cost no allocation each.
 func (j *Job) ApplyTo(ctx context.Context, dst []byte, doc bson.Raw, op Operation, updateDesc bson.Raw) (Result, []byte, error) {
+	return j.ApplyWith(ctx, dst, doc, op, updateDesc, nil)
+}
+
+// ApplyWith is ApplyTo for a job with lookups: lookups are the matches of
+// the document's lookups (LookupResults, in the order of j.Lookups; nil
+// for none), on ctx.lookups and, for a lookup with As (or every lookup of
+// an identity job), on the document.
+func (j *Job) ApplyWith(ctx context.Context, dst []byte, doc bson.Raw, op Operation, updateDesc bson.Raw, lookups LookupResults) (Result, []byte, error) {
+	if len(j.Lookups) > 0 {
+		merged, err := j.withLookups(doc, lookups)
+		if err != nil {
+			return Result{}, dst, errs.New(errs.NotADocument, j.Name, "the source document is not valid BSON")
+		}
+		doc = merged
+	}
 	idv, err := doc.LookupErr("_id")
 	if err != nil {
 		return Result{}, dst, errs.New(errs.NotADocument, j.Name, "the source document has no _id")
@@ -267,7 +293,7 @@ func (j *Job) ApplyTo(ctx context.Context, dst []byte, doc bson.Raw, op Operatio
 	if j.rt == nil {
 		return j.identityGuarded(dst, doc, idv, res)
 	}
-	return j.rt.apply(ctx, j, dst, doc, idv, op, updateDesc, res)
+	return j.rt.apply(ctx, j, dst, doc, idv, op, updateDesc, lookups, res)
 }
 
 // identity is the result of a job without a transform (and of a transform

@@ -304,8 +304,9 @@ func (v *vm) ctx(j *Job, op Operation) (*goja.Object, error) {
 // unlike them it cannot be passed to Object.freeze (a TypeError too). Its
 // other fields are read from the frozen ctx of the same operation.
 type updateCtx struct {
-	base *goja.Object
-	ud   goja.Value
+	base    *goja.Object
+	ud      goja.Value
+	lookups goja.Value // nil for a job without lookups
 }
 
 var updateCtxKeys = []string{"job", "collection", "operation", "updateDescription"}
@@ -316,17 +317,67 @@ func (c *updateCtx) Get(key string) goja.Value {
 		return c.ud
 	case "job", "collection", "operation":
 		return c.base.Get(key)
+	case "lookups":
+		return c.lookups
 	}
 	return nil
 }
 
 func (c *updateCtx) Has(key string) bool {
-	return slices.Contains(updateCtxKeys, key)
+	return slices.Contains(updateCtxKeys, key) || key == "lookups" && c.lookups != nil
 }
 
 func (c *updateCtx) Set(string, goja.Value) bool { return false }
 func (c *updateCtx) Delete(string) bool          { return false }
-func (c *updateCtx) Keys() []string              { return slices.Clone(updateCtxKeys) }
+func (c *updateCtx) Keys() []string {
+	if c.lookups != nil {
+		return append(slices.Clone(updateCtxKeys), "lookups")
+	}
+	return slices.Clone(updateCtxKeys)
+}
+
+// lookupsObject is ctx.lookups: each lookup's matches by name, as the
+// transform's documents are (an array with many, else the match or null),
+// frozen.
+func (v *vm) lookupsObject(j *Job, res LookupResults) (goja.Value, error) {
+	in := inConv{v: v}
+	o := v.rt.NewObject()
+	for i, l := range j.Lookups {
+		var matches []bson.Raw
+		if i < len(res) {
+			matches = res[i]
+		}
+		var val goja.Value
+		switch {
+		case l.Many:
+			a := make([]any, 0, len(matches))
+			for _, m := range matches {
+				d, err := in.doc(m, 0)
+				if err != nil {
+					return nil, err
+				}
+				a = append(a, d)
+			}
+			val = v.rt.NewArray(a...)
+		case len(matches) == 0:
+			val = goja.Null()
+		default:
+			d, err := in.doc(matches[0], 0)
+			if err != nil {
+				return nil, err
+			}
+			val = d
+		}
+		if err := o.Set(l.Name, val); err != nil {
+			return nil, err
+		}
+	}
+	freeze, _ := goja.AssertFunction(v.rt.Get("Object").ToObject(v.rt).Get("freeze"))
+	if _, err := freeze(goja.Undefined(), o); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
 
 // identityGuarded is identity with internalErr for a panic.
 func (j *Job) identityGuarded(dst []byte, doc bson.Raw, idv bson.RawValue, res Result) (_ Result, out []byte, err error) {
@@ -341,7 +392,7 @@ func (j *Job) identityGuarded(dst []byte, doc bson.Raw, idv bson.RawValue, res R
 // run calls the transform and converts its result; panics from goja while
 // reading the result (a throwing getter, an interrupt) become errors, and
 // so does any other panic (internalErr, the runtime then spoiled).
-func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, res Result) (_ Result, out []byte, err error) {
+func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, lookups LookupResults, res Result) (_ Result, out []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			switch x := r.(type) {
@@ -381,12 +432,23 @@ func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operati
 		if cerr != nil {
 			return Result{}, dst, runErr(j, "transform", cerr)
 		}
-		if updateDesc != nil {
-			ud, err := in.doc(updateDesc, 0)
-			if err != nil {
-				return Result{}, dst, errs.WithJob(j.Name, err)
+		if updateDesc != nil || len(j.Lookups) > 0 {
+			cc := &updateCtx{base: c, ud: goja.Undefined()}
+			if updateDesc != nil {
+				ud, err := in.doc(updateDesc, 0)
+				if err != nil {
+					return Result{}, dst, errs.WithJob(j.Name, err)
+				}
+				cc.ud = ud
 			}
-			c = v.rt.NewDynamicObject(&updateCtx{base: c, ud: ud})
+			if len(j.Lookups) > 0 {
+				lk, err := v.lookupsObject(j, lookups)
+				if err != nil {
+					return Result{}, dst, errs.WithJob(j.Name, err)
+				}
+				cc.lookups = lk
+			}
+			c = v.rt.NewDynamicObject(cc)
 		}
 		ret, err = v.fn(v.this, jsDoc, c)
 	}
