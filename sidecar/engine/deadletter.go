@@ -117,7 +117,11 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, dst sink.Sink, l
 			}
 		}
 		sum.Retried += int64(len(chunk))
-		writes, _, bad, err := transformAll(ctx, job, items, true)
+		lk, err := e.lookups(ctx, jc, items)
+		if err != nil {
+			return sum, leaseOr(ctx, l, err)
+		}
+		writes, _, bad, err := transformAll(ctx, job, items, lk, true)
 		if err != nil {
 			return sum, leaseOr(ctx, l, err)
 		}

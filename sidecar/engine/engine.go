@@ -527,7 +527,7 @@ const docBytes = 768
 // when deleteSkipped (follow, in place), else it is dropped from the writes.
 // Per-document errors are returned apart (their writes are deletes when
 // deleteSkipped: the document is left out of the destination).
-func transformAll(ctx context.Context, job *transform.Job, items []item, deleteSkipped bool) (writes []sink.Write, skipped int, bad []docError, err error) {
+func transformAll(ctx context.Context, job *transform.Job, items []item, lookups []transform.LookupResults, deleteSkipped bool) (writes []sink.Write, skipped int, bad []docError, err error) {
 	n := len(items)
 	res := make([]sink.Write, n)
 	kind := make([]byte, n) // 0 write, 1 skipped, 2 error
@@ -565,7 +565,11 @@ func transformAll(ctx context.Context, job *transform.Job, items []item, deleteS
 				}
 				var r transform.Result
 				var err error
-				r, buf, err = job.ApplyTo(ctx, buf, it.doc, it.op, it.upd)
+				var lk transform.LookupResults
+				if lookups != nil {
+					lk = lookups[i]
+				}
+				r, buf, err = job.ApplyWith(ctx, buf, it.doc, it.op, it.upd, lk)
 				switch {
 				case err == nil && r.Skip:
 					kind[i] = 1

@@ -1189,12 +1189,12 @@ func metric(t *testing.T, reg *prometheus.Registry, name, label string) float64 
 // still converges to an exact copy, because only the stream has to keep up.
 func TestHistoryShorterThanAReindexStillConverges(t *testing.T) {
 	e := newEnv(t, 0)
-	e.cfg.PageSize = 20 // many chunks, each with its mark in the history
+	e.cfg.PageSize = 40 // many chunks, each with its mark in the history
 	var logs testutil.SyncBuffer
 	e.log = hclog.New(&hclog.LoggerOptions{Level: testLogLevel(), Output: io.MultiWriter(&logs, testWriter{t})})
 	e.insert(0, 2000, nil)
 	job := e.job(itemsJS)
-	const history = 1000
+	const history = 400
 	e.mongo.SetHistorySize(history)
 	slow, err := meilitest.Start(meilitest.Options{TaskDelay: 5 * time.Millisecond})
 	if err != nil {

@@ -58,6 +58,8 @@ type JobSnapshot struct {
 	Errors     int64   `json:"errors"`    // per-document errors recorded
 	Changes    int64   `json:"changes"`   // change events read
 	Batches    int64   `json:"batches"`   // batches made durable
+	FanOuts    int64   `json:"fanOuts"`   // fan-outs of related changes started
+	Resent     int64   `json:"resent"`    // documents sent again for a related change
 	Retries    int64   `json:"retries"`   // sends or waits retried
 	Reindexes  int64   `json:"reindexes"` // reindexes completed
 	// LastError is the text of the last error (errs.Error's, without code

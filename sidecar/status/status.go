@@ -112,6 +112,11 @@ type Counters struct {
 	Skipped int64 `json:"skipped"` // kept out by the transform
 	Errors  int64 `json:"errors"`  // per-document errors recorded
 	Changes int64 `json:"changes"` // change events read from the stream (durable or not yet)
+	// Related changes: fan-outs started (one per batch of related
+	// changes and dependency field) and the dependents they sent again
+	// (durable).
+	FanOuts int64 `json:"fanOuts"`
+	Resent  int64 `json:"resent"`
 }
 
 // ErrorInfo is an error as /status shows it.

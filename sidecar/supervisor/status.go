@@ -42,7 +42,7 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 		Epoch:    sn.Epoch,
 		Restarts: sn.Restarts,
 		Attempts: sn.Attempts,
-		Counters: status.Counters{Indexed: es.Indexed, Deleted: es.Deleted, Skipped: es.Skipped, Errors: es.Errors, Changes: es.Changes},
+		Counters: status.Counters{Indexed: es.Indexed, Deleted: es.Deleted, Skipped: es.Skipped, Errors: es.Errors, Changes: es.Changes, FanOuts: es.FanOuts, Resent: es.Resent},
 	}
 	switch {
 	case sn.Held:
