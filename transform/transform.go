@@ -65,6 +65,13 @@ type Options struct {
 	// IndexPrefix (MEILISTREAM_INDEX_PREFIX) goes before every search job's
 	// index uid; the job's Hash covers it.
 	IndexPrefix string
+	// Reader serves the findId, findOne, find and pipe globals of
+	// monstache-style function transforms (monstache.go); nil: they throw,
+	// saying there is no MongoDB to read (meilistream check).
+	Reader Reader
+	// OnRead, when set, is called after each of those calls, on the
+	// transform's goroutine (keep it cheap): the metrics' hook.
+	OnRead func(ReadStat)
 }
 
 // JobDefaults are the global per-job defaults (from the environment) that a
