@@ -39,6 +39,8 @@ type Metrics struct {
 	JobRestarts      *prometheus.CounterVec   // meilistream_job_restarts_total{job}
 	TransformErrors  *prometheus.CounterVec   // meilistream_transform_reload_errors_total{job}: changed files that failed to load while the previous version runs
 	TransformStale   *prometheus.GaugeVec     // meilistream_transform_stale{job}: 1 while the job's changed file fails to load
+	SourceReads      *prometheus.CounterVec   // meilistream_source_reads_total{job,call,outcome}: a transform's reads of the source MongoDB
+	SourceReadTime   *prometheus.HistogramVec // meilistream_source_read_duration_seconds{job,call}
 
 	mu  sync.Mutex
 	odd map[string]string // job -> a state outside status.States last set, see JobMetrics.State
@@ -85,12 +87,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		TransformErrors: counter("transform_reload_errors_total",
 			"Changes of the job's transform file that failed to load (the previous version kept running).", "job"),
 		TransformStale: gauge("transform_stale", "1 while the job's changed transform file fails to load and the previous version runs.", "job"),
-		odd:            map[string]string{},
+		SourceReads: counter("source_reads_total",
+			"Reads of the source MongoDB by a transform (monstache's findId, findOne, find, pipe), by outcome (ok, error).", "job", "call", "outcome"),
+		SourceReadTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "source_read_duration_seconds",
+			Help:    "Time a transform waited for one read of the source MongoDB.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14), // 0.5ms .. ~4s
+		}, []string{"job", "call"}),
+		odd: map[string]string{},
 	}
 	reg.MustRegister(m.DocumentsIndexed, m.DocumentsDeleted, m.DocumentsSkipped, m.Errors,
 		m.BatchDuration, m.BatchDocuments, m.FollowLag, m.PositionTime, m.DeadLetters,
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes, m.DDLEvents,
-		m.JobState, m.JobRestarts, m.TransformErrors, m.TransformStale)
+		m.JobState, m.JobRestarts, m.TransformErrors, m.TransformStale, m.SourceReads, m.SourceReadTime)
 	return m
 }
 
@@ -259,6 +268,20 @@ func (j *JobMetrics) TransformError(failed bool) {
 	}
 }
 
+// SourceRead counts one read of the source MongoDB by the job's transform
+// (call: "findId", "findOne", "find" or "pipe") that waited d.
+func (j *JobMetrics) SourceRead(call string, d time.Duration, failed bool) {
+	if j == nil {
+		return
+	}
+	outcome := "ok"
+	if failed {
+		outcome = "error"
+	}
+	j.m.SourceReads.WithLabelValues(j.job, call, outcome).Inc()
+	j.m.SourceReadTime.WithLabelValues(j.job, call).Observe(d.Seconds())
+}
+
 // Restart counts one restart after a failure.
 func (j *JobMetrics) Restart() {
 	if j != nil {
@@ -281,6 +304,7 @@ func (j *JobMetrics) Forget() {
 		j.m.BatchDuration, j.m.BatchDocuments, j.m.FollowLag, j.m.PositionTime, j.m.DeadLetters,
 		j.m.LeaseHeld, j.m.LeaseEpoch, j.m.ReindexDone, j.m.ReindexTotal, j.m.Reindexes,
 		j.m.DDLEvents, j.m.JobState, j.m.JobRestarts, j.m.TransformErrors, j.m.TransformStale,
+		j.m.SourceReads, j.m.SourceReadTime,
 	} {
 		v.DeletePartialMatch(l)
 	}

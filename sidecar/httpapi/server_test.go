@@ -154,6 +154,8 @@ func TestHTTPServer(t *testing.T) {
 		jm.ReindexDone()
 		jm.State("following")
 		jm.Restart()
+		jm.SourceRead("findId", 2*time.Millisecond, false)
+		jm.SourceRead("findId", time.Millisecond, true)
 		m.Job("copy", "mirror").DDL("drop")
 		code, body := get(t, base+"/metrics")
 		if code != 200 {
@@ -178,6 +180,9 @@ func TestHTTPServer(t *testing.T) {
 			`meilistream_job_state{job="articles",state="standby"} 0`,
 			`meilistream_job_restarts_total{job="articles"} 1`,
 			`meilistream_ddl_events_total{event="drop",job="copy"} 1`,
+			`meilistream_source_reads_total{call="findId",job="articles",outcome="ok"} 1`,
+			`meilistream_source_reads_total{call="findId",job="articles",outcome="error"} 1`,
+			`meilistream_source_read_duration_seconds_count{call="findId",job="articles"} 2`,
 			`meilistream_build_info{goversion="go`,
 			`go_goroutines`,
 		} {
@@ -227,6 +232,7 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	jm.Batch(time.Second, 1)
 	jm.Lease(true, 1)
 	jm.State("failed")
+	jm.SourceRead("find", time.Second, false)
 	jm.Forget()
 }
 
