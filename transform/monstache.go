@@ -581,7 +581,11 @@ func (q *queryConv) value(dst []byte, key string, val goja.Value, depth int) ([]
 		}
 		idx, d := bsoncore.AppendArrayElementStart(dst, key)
 		n := o.Get("length").ToInteger()
+		if n > maxNativeLength { // a sparse array's length costs nothing to set
+			return nil, q.fail("an array of %d elements, more than the %d a query may hold", n, maxNativeLength)
+		}
 		for i := int64(0); i < n; i++ {
+			q.v.checkStop()
 			ik := strconv.FormatInt(i, 10)
 			q.path = append(q.path, ik)
 			var err error

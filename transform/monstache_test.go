@@ -449,3 +449,12 @@ func TestMetaMonstacheRefused(t *testing.T) {
 	j := loadJob(t, `module.exports = function(doc) { delete doc._meta_monstache; return doc; }`)
 	mustApply(t, j, bson.D{{Key: "_id", Value: 1}, {Key: "_meta_monstache", Value: bson.D{{Key: "index", Value: "x"}}}})
 }
+
+// A sparse array's length costs a script nothing to set; a query holding
+// one is refused before it is walked.
+func TestReadQueryArrayBound(t *testing.T) {
+	r := &fakeReader{}
+	j := readerJob(t, `module.exports = function(doc) { var a = []; a.length = 4e9; findOne({x: {$in: a}}); return doc; }`, r)
+	_, err := apply(t, j, bson.D{{Key: "_id", Value: 1}})
+	wantErr(t, err, errs.TransformFailed, "TypeError: findOne: x.$in: an array of 4000000000 elements")
+}
