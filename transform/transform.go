@@ -193,6 +193,9 @@ type Job struct {
 	keys    map[string]bool
 	env     map[string]string
 	envOnly bool
+	// underscore says the file names `_`: its runtimes load Underscore as
+	// they are made (underscore.go).
+	underscore bool
 }
 
 // Operation is what happened to the document, as ctx.operation shows it.

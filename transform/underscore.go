@@ -3,6 +3,7 @@ package transform
 import (
 	_ "embed"
 	"errors"
+	"regexp"
 
 	"github.com/dop251/goja"
 )
@@ -54,7 +55,13 @@ var underscoreProgram = goja.MustCompile("underscore.js", underscorePrefix+under
 // few need. Reading it replaces the accessor with a plain global holding
 // the library; assigning to `_` (a script with an Underscore of its own)
 // does the same with the value assigned.
-func (v *vm) installUnderscore() error {
+//
+// With now (the file names `_`), it is loaded at once, while the runtime
+// is made and under the load's time limit: not in the first call, whose
+// time limit (a few milliseconds, for some jobs) would then also pay for
+// it. A file reaching `_` without naming it (globalThis["_"]) still gets
+// it when it first reads it.
+func (v *vm) installUnderscore(now bool) error {
 	rt := v.rt
 	global := rt.GlobalObject()
 	get := rt.ToValue(func(goja.FunctionCall) goja.Value { return v.underscore() })
@@ -62,8 +69,22 @@ func (v *vm) installUnderscore() error {
 		v.defineUnderscore(c.Argument(0))
 		return goja.Undefined()
 	})
-	return global.DefineAccessorProperty("_", get, set, goja.FLAG_TRUE, goja.FLAG_TRUE)
+	if err := global.DefineAccessorProperty("_", get, set, goja.FLAG_TRUE, goja.FLAG_TRUE); err != nil {
+		return err
+	}
+	if now {
+		v.underscore()
+	}
+	return nil
 }
+
+// underscoreName matches `_` as a word of a source: an identifier made of
+// that one character. It may also match inside a string or a comment,
+// which only loads Underscore for nothing.
+var underscoreName = regexp.MustCompile(`(^|[^\w$\x{80}-\x{10FFFF}])_($|[^\w$\x{80}-\x{10FFFF}])`)
+
+// namesUnderscore says whether a transform file names `_`.
+func namesUnderscore(src []byte) bool { return underscoreName.Match(src) }
 
 // underscore loads Underscore into v's runtime (on first use) and returns
 // it. A throw or an interrupt while it loads goes on to the caller's

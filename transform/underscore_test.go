@@ -109,3 +109,12 @@ module.exports = function(doc) { return {label: t(doc)}; }`)
 		t.Fatalf("label %q", res.Doc["label"])
 	}
 }
+
+// A file that reaches `_` without naming it gets it when it first reads it.
+func TestUnderscoreReachedWithoutItsName(t *testing.T) {
+	j := loadJob(t, `module.exports = {transform(doc) { return {v: globalThis["\x5f"].VERSION}; }};`)
+	res := mustApply(t, j, bson.D{{Key: "_id", Value: 1}})
+	if res.Doc["v"] != "1.4.4" {
+		t.Fatalf("v = %v", res.Doc["v"])
+	}
+}

@@ -227,7 +227,7 @@ func (v *vm) install(j *Job, prog *goja.Program, con *consoleLimiter) error {
 	if err := rt.Set("console", con.object(v)); err != nil {
 		return err
 	}
-	if err := v.installUnderscore(); err != nil {
+	if err := v.installUnderscore(j.underscore); err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
 
