@@ -68,8 +68,8 @@
 // global object, which holds nothing but the standard built-ins, console,
 // `_` and the BSON classes below (and a function transform's read
 // globals). `_` is Underscore 1.4.4, the version monstache bundles,
-// loaded into a runtime when first read; its functions that need a timer
-// throw. console.log/info/debug/warn/error go to the
+// loaded as a runtime is made when the file names `_`, else when first
+// read; its functions that need a timer throw. console.log/info/debug/warn/error go to the
 // job's logger (With("job", name), key source=console), at most 20 lines at
 // once and 10 a second after that, each line cut at 4 KiB; dropped lines are
 // counted in the next line that passes. Every call has a time limit
