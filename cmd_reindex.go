@@ -68,6 +68,9 @@ func (w *wiring) oneJob(inv *invocation, name string) (*transform.Job, error) {
 	}
 	for _, j := range set.Jobs() {
 		if j.Name == name {
+			if err := jobProblem(inv.Config, j); err != nil {
+				return nil, err
+			}
 			return j, nil
 		}
 	}

@@ -828,7 +828,7 @@ func getStatus(addr, path string) (string, error) {
 // cmdWaitMetric: wait-metric [-timeout D] NAME LABELS VALUE polls the
 // sidecar's /metrics (address from $MEILISTREAM_READY_FILE) until it has the
 // sample line `NAME LABELS VALUE`, e.g.
-// wait-metric meilistream_lease_held '{job="books"}' 1.
+// wait-metric meilistream_lease_held '{kind="search",pipeline="books"}' 1.
 func cmdWaitMetric(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("wait-metric", flag.ContinueOnError)
 	timeout := fs.Duration("timeout", 10*time.Second, "")

@@ -29,7 +29,8 @@ const (
 // Options configure loading and running transforms.
 type Options struct {
 	// Pool is the number of JavaScript runtimes per job, each used by one
-	// goroutine at a time; 0 means runtime.NumCPU().
+	// goroutine at a time; 0 means runtime.GOMAXPROCS(0): the container's
+	// CPU limit (Go 1.25+ sets it from the cgroup), not the host's CPUs.
 	Pool int
 	// Timeout limits one transform call (MEILISTREAM_TRANSFORM_TIMEOUT);
 	// 0 means DefaultTimeout; more than MaxTimeout is refused by Load.
@@ -86,7 +87,7 @@ type JobDefaults struct {
 
 func (o Options) withDefaults() Options {
 	if o.Pool <= 0 {
-		o.Pool = runtime.NumCPU()
+		o.Pool = runtime.GOMAXPROCS(0)
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
