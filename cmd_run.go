@@ -42,7 +42,13 @@ func runRun(ctx context.Context, inv *invocation) int {
 	log.Info("starting", "transforms", cfg.Transforms, "database", cfg.MongoDBDatabase, "holder", lease.Holder(),
 		"gomaxprocs", runtime.GOMAXPROCS(0), "memory_limit", memoryLimitText(debug.SetMemoryLimit(-1)))
 
-	set, loadErr := loadJobs(cfg, log)
+	w, err := connect(ctx, cfg, log)
+	if err != nil {
+		return fail(inv.Stderr, err)
+	}
+	defer w.close()
+
+	set, loadErr := w.loadJobs(log)
 	if set == nil {
 		return fail(inv.Stderr, loadErr)
 	}
@@ -51,12 +57,6 @@ func runRun(ctx context.Context, inv *invocation) int {
 	if err := jobProblems(cfg, set.Jobs()); err != nil {
 		return fail(inv.Stderr, err)
 	}
-
-	w, err := connect(ctx, cfg, log)
-	if err != nil {
-		return fail(inv.Stderr, err)
-	}
-	defer w.close()
 	if err := w.checkMeiliKey(ctx, set.Jobs(), log); err != nil {
 		return fail(inv.Stderr, err)
 	}
@@ -385,7 +385,22 @@ func transformOptions(cfg config.Config, log hclog.Logger) transform.Options {
 // environment declares jobs (MEILISTREAM_JOB_<NAME>_<OPTION>): those run
 // alone.
 func loadJobs(cfg config.Config, log hclog.Logger) (*transform.Set, error) {
-	opts := transformOptions(cfg, log)
+	return loadJobsWith(cfg, log, transformOptions(cfg, log))
+}
+
+// loadJobs is loadJobs for the commands that run transforms against the
+// servers: monstache-style scripts read the source MongoDB through the
+// engine (their findId, findOne, find and pipe), counted in the metrics.
+func (w *wiring) loadJobs(log hclog.Logger) (*transform.Set, error) {
+	opts := transformOptions(w.cfg, log)
+	opts.Reader = w.engine.Reader()
+	opts.OnRead = func(r transform.ReadStat) {
+		w.metrics.Job(r.Job, "").SourceRead(r.Func, r.Took, r.Err != nil)
+	}
+	return loadJobsWith(w.cfg, log, opts)
+}
+
+func loadJobsWith(cfg config.Config, log hclog.Logger, opts transform.Options) (*transform.Set, error) {
 	set, err := transform.Load(cfg.Transforms, opts)
 	if set == nil && len(cfg.Jobs) > 0 {
 		log.Warn("transforms folder unreadable; running the jobs declared by environment", "error", err)

@@ -35,6 +35,7 @@ import (
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/synccheck"
 	"github.com/meilistream/meilistream/sidecar/config"
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -557,7 +558,11 @@ func loadScriptJob(ts *testscript.TestScript, name string) *transform.Job {
 	if dir == "" {
 		dir = filepath.Join(ts.Getenv("WORK"), "transforms")
 	}
-	set, err := transform.Load(ts.MkAbs(dir), transform.Options{Pool: 1})
+	// A monstache script reads the script's database as the sidecar's
+	// does (its findId, findOne, find, pipe), through the engine's Reader.
+	db := scriptMongo(ts)
+	opts := transform.Options{Pool: 1, Database: db.Name(), Reader: engine.New(db, nil, nil, engine.Config{}, nil, nil).Reader()}
+	set, err := transform.Load(ts.MkAbs(dir), opts)
 	if set == nil {
 		ts.Fatalf("load transforms in %s: %v", dir, err)
 	}

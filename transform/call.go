@@ -189,6 +189,10 @@ func (v *vm) runCall() {
 	r := &v.req
 	v.out = v.out[:0]
 	r.res, v.out, r.err = v.run(r.job, v.out, r.doc, r.idv, r.op, r.updateDesc, r.lookups, r.res)
+	if f := v.readFail; f != nil { // whatever the script made of it
+		v.readFail = nil
+		r.res, r.err = Result{}, f
+	}
 }
 
 // call runs v.req under ctx for at most timeout and waits for it; finished

@@ -311,6 +311,7 @@ func loadFile(ctx context.Context, path string, src []byte, opts Options, ov map
 		return nil, syntaxErr(j, src, err)
 	}
 	j.Hash = prog.hash
+	j.underscore = namesUnderscore(src)
 	con := newConsoleLimiter(j.log)
 	// The first runtime evaluates the module for its options, then joins
 	// the pool.

@@ -66,6 +66,13 @@ type Options struct {
 	// IndexPrefix (MEILISTREAM_INDEX_PREFIX) goes before every search job's
 	// index uid; the job's Hash covers it.
 	IndexPrefix string
+	// Reader serves the findId, findOne, find and pipe globals of
+	// monstache-style function transforms (monstache.go); nil: they throw,
+	// saying there is no MongoDB to read (meilistream check).
+	Reader Reader
+	// OnRead, when set, is called after each of those calls, on the
+	// transform's goroutine (keep it cheap): the metrics' hook.
+	OnRead func(ReadStat)
 }
 
 // JobDefaults are the global per-job defaults (from the environment) that a
@@ -193,6 +200,9 @@ type Job struct {
 	keys    map[string]bool
 	env     map[string]string
 	envOnly bool
+	// underscore says the file names `_`: its runtimes load Underscore as
+	// they are made (underscore.go).
+	underscore bool
 }
 
 // Operation is what happened to the document, as ctx.operation shows it.

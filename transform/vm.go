@@ -121,6 +121,9 @@ type vm struct {
 	isArrayFn    func(goja.FunctionCall) goja.Value
 	joining      []*goja.Object
 	nativeDepth  int
+	// readFail is a failure of MongoDB under a read global (monstache.go):
+	// it fails the call whatever the script did with what was thrown.
+	readFail error
 	// spoiled: a panic no case expects unwound through the runtime; it is
 	// discarded rather than reused.
 	spoiled bool
@@ -224,6 +227,9 @@ func (v *vm) install(j *Job, prog *goja.Program, con *consoleLimiter) error {
 	if err := rt.Set("console", con.object(v)); err != nil {
 		return err
 	}
+	if err := v.installUnderscore(j.underscore); err != nil {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
 
 	mod := rt.NewObject()
 	exp := rt.NewObject()
@@ -250,6 +256,9 @@ func (v *vm) install(j *Job, prog *goja.Program, con *consoleLimiter) error {
 	}
 	if f, ok := goja.AssertFunction(v.exports); ok {
 		v.fn, v.bare, v.this = f, true, goja.Undefined()
+		if err := v.installReaders(); err != nil {
+			return fmt.Errorf("bootstrap: %w", err)
+		}
 		ns := j.Collection
 		if j.opts.Database != "" {
 			ns = j.opts.Database + "." + j.Collection
@@ -478,6 +487,9 @@ func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operati
 	obj, ok := ret.(*goja.Object)
 	if !ok || obj.ClassName() != "Object" || v.special(obj) || v.builtin(obj) != "" {
 		return Result{}, dst, errs.New(errs.NotADocument, j.Name, "the transform returned %s, not a document, null or a boolean", v.typeName(ret))
+	}
+	if err := v.refuseMeta(j, obj); err != nil {
+		return Result{}, dst, err
 	}
 	if j.Kind == Mirror {
 		oc := mirrorConv{v: v, job: j, limit: j.maxResult()}

@@ -52,6 +52,8 @@ type Metrics struct {
 	JobRestarts      *prometheus.CounterVec   // meilistream_job_restarts_total
 	TransformErrors  *prometheus.CounterVec   // meilistream_transform_reload_errors_total: changed files that failed to load while the previous version runs
 	TransformStale   *prometheus.GaugeVec     // meilistream_transform_stale: 1 while the job's changed file fails to load
+	SourceReads      *prometheus.CounterVec   // meilistream_source_reads_total{call,outcome}: a transform's reads of the source MongoDB
+	SourceReadTime   *prometheus.HistogramVec // meilistream_source_read_duration_seconds{call}
 
 	// meilistream_job_state{state} and meilistream_follow_lag_seconds, see
 	// statusCollector.
@@ -119,13 +121,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		TransformErrors: counter("transform_reload_errors_total",
 			"Changes of the job's transform file that failed to load (the previous version kept running).", job),
 		TransformStale: gauge("transform_stale", "1 while the job's changed transform file fails to load and the previous version runs."),
-		kinds:          map[string]string{},
+		SourceReads: counter("source_reads_total",
+			"Reads of the source MongoDB by a transform (monstache's findId, findOne, find, pipe), by outcome (ok, error).",
+			[]string{LabelPipeline, "kind", "call", "outcome"}),
+		SourceReadTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "source_read_duration_seconds",
+			Help:    "Time a transform waited for one read of the source MongoDB.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14), // 0.5ms .. ~4s
+		}, with("call")),
+		kinds: map[string]string{},
 	}
 	m.live = newStatusCollector(ns, m)
 	reg.MustRegister(m.DocumentsIndexed, m.DocumentsDeleted, m.DocumentsSkipped, m.Errors,
 		m.BatchDuration, m.BatchDocuments, m.PositionTime, m.DeadLetters,
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes, m.DDLEvents,
-		m.JobRestarts, m.TransformErrors, m.TransformStale, m.live)
+		m.JobRestarts, m.TransformErrors, m.TransformStale, m.SourceReads, m.SourceReadTime, m.live)
 	return m
 }
 
@@ -359,6 +369,21 @@ func (j *JobMetrics) TransformError(failed bool) {
 	}
 }
 
+// SourceRead counts one read of the source MongoDB by the job's transform
+// (call: "findId", "findOne", "find" or "pipe") that waited d. Its series
+// appear with the first read: only monstache scripts read.
+func (j *JobMetrics) SourceRead(call string, d time.Duration, failed bool) {
+	if j == nil {
+		return
+	}
+	outcome := "ok"
+	if failed {
+		outcome = "error"
+	}
+	j.m.SourceReads.WithLabelValues(j.job, j.kind, call, outcome).Inc()
+	j.m.SourceReadTime.WithLabelValues(j.job, j.kind, call).Observe(d.Seconds())
+}
+
 // Restart counts one restart after a failure.
 func (j *JobMetrics) Restart() {
 	if j != nil {
@@ -387,6 +412,7 @@ func (m *Metrics) deleteSeries(job string) {
 		m.BatchDuration, m.BatchDocuments, m.PositionTime, m.DeadLetters,
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes,
 		m.DDLEvents, m.JobRestarts, m.TransformErrors, m.TransformStale,
+		m.SourceReads, m.SourceReadTime,
 	} {
 		v.DeletePartialMatch(l)
 	}

@@ -154,6 +154,8 @@ func TestHTTPServer(t *testing.T) {
 		jm.ReindexDone()
 		jm.State("following")
 		jm.Restart()
+		jm.SourceRead("findId", 2*time.Millisecond, false)
+		jm.SourceRead("findId", time.Millisecond, true)
 		m.Job("copy", "mirror").DDL("drop")
 		code, body := get(t, base+"/metrics")
 		if code != 200 {
@@ -178,6 +180,9 @@ func TestHTTPServer(t *testing.T) {
 			`meilistream_job_state{kind="search",pipeline="articles",state="standby"} 0`,
 			`meilistream_job_restarts_total{kind="search",pipeline="articles"} 1`,
 			`meilistream_ddl_events_total{event="drop",kind="mirror",pipeline="copy"} 1`,
+			`meilistream_source_reads_total{call="findId",kind="search",outcome="ok",pipeline="articles"} 1`,
+			`meilistream_source_reads_total{call="findId",kind="search",outcome="error",pipeline="articles"} 1`,
+			`meilistream_source_read_duration_seconds_count{call="findId",kind="search",pipeline="articles"} 2`,
 			`meilistream_build_info{goversion="go`,
 			`go_goroutines`,
 		} {
@@ -230,6 +235,7 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	jm.Batch(time.Second, 1)
 	jm.Lease(true, 1)
 	jm.State("failed")
+	jm.SourceRead("find", time.Second, false)
 	jm.Forget()
 }
 
