@@ -494,13 +494,11 @@ func short(h string) string {
 	return h
 }
 
-// keyOf is the coalescing key of a source _id: its BSON type and bytes.
-func keyOf(id bson.RawValue) string {
-	b := make([]byte, 0, 1+len(id.Value))
-	b = append(b, byte(id.Type))
-	b = append(b, id.Value...)
-	return string(b)
-}
+// keyOf is the identity of a source _id: equal for two _ids exactly when
+// MongoDB holds them as one (numbers by value across types:
+// transform.IDKey). Changes coalesce on it, a reindex's window drops rows
+// by it, and ids read back from a destination compare by it.
+func keyOf(id bson.RawValue) string { return transform.IDKey(id) }
 
 // item is one source document to transform into a write.
 type item struct {
