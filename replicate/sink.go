@@ -64,7 +64,7 @@ const maxDocumentSize = transform.DefaultMaxMirrorBytes
 // nothing.
 type Metrics interface {
 	// DDL counts one drop, rename or dropDatabase seen on the source and not
-	// applied to the replica (meilistream_ddl_events_total{job,event}).
+	// applied to the replica (meilistream_ddl_events_total{pipeline,event}).
 	DDL(event string)
 }
 

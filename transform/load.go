@@ -398,20 +398,29 @@ func syntaxErr(j *Job, src []byte, err error) error {
 func (j *Job) readOptions(v *vm) error {
 	if v.bare {
 		// A monstache script is a search job with every default; only
-		// `samples` (for check) may hang on the function.
+		// `samples` (for check) and `relate` (monstache's [[relate]], which
+		// a script reading other collections with findId needs) may hang on
+		// the function.
 		j.Function = true
 		fo := v.exports.(*goja.Object)
 		var problems []error
 		for _, k := range fo.Keys() {
-			if k != "samples" {
-				problems = append(problems, configErr(j.Name, j.file(), k, "a function transform takes no options but \"samples\"; export an object with transform(doc, ctx) for options"))
-				continue
+			switch k {
+			case "samples":
+				samples, err := readSamples(v, fo.Get(k))
+				if err != nil {
+					problems = append(problems, configErr(j.Name, j.file(), k, "%s", err))
+				}
+				j.Samples = samples
+			case "relate":
+				relates, bad := readRelates(fo.Get(k), j.Collection)
+				for _, p := range bad {
+					problems = append(problems, configErr(j.Name, j.file(), k, "%s", p))
+				}
+				j.Relates = relates
+			default:
+				problems = append(problems, configErr(j.Name, j.file(), k, "a function transform takes no options but \"samples\" and \"relate\"; export an object with transform(doc, ctx) for options"))
 			}
-			samples, err := readSamples(v, fo.Get(k))
-			if err != nil {
-				problems = append(problems, configErr(j.Name, j.file(), k, "%s", err))
-			}
-			j.Samples = samples
 		}
 		if msg := validIndexUID(j.Index); msg != "" {
 			problems = append(problems, configErr(j.Name, j.file(), "", "the job name is the index uid of a function transform: %s; rename the file", msg))

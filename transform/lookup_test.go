@@ -191,3 +191,27 @@ func TestCheckResolvesLookupsAgainstRelatedSamples(t *testing.T) {
 		t.Fatalf("check output:\n%s", out.String())
 	}
 }
+
+// A monstache script that reads other collections with findId carries its
+// [[relate]] on the function, as it carries samples; any other option on a
+// function stays refused.
+func TestAMonstacheScriptCarriesItsRelates(t *testing.T) {
+	j := lookupJob(t, "orders", `module.exports = function (doc) {
+  var c = findId(doc.customerId, { collection: "customers" });
+  doc.customer = c ? c.name : null;
+  return doc;
+};
+module.exports.relate = [{ namespace: "shop.customers", withNamespace: "shop.orders", matchField: "customerId" }];`)
+	deps := j.Dependencies()
+	want := transform.Dependency{Collection: "customers", Key: "_id", Field: "customerId"}
+	if !j.Function || len(deps) != 1 || deps[0] != want {
+		t.Fatalf("function %v, dependencies %+v, want [%+v]", j.Function, deps, want)
+	}
+	src := []byte(`module.exports = function (doc) { return doc; };
+module.exports.relate = [{ srcField: "x" }];
+module.exports.lookups = {};`)
+	_, err := transform.LoadFile(filepath.Join(t.TempDir(), "orders.js"), src, transform.Options{})
+	if err == nil || !strings.Contains(err.Error(), "namespace") || !strings.Contains(err.Error(), `key "lookups"`) {
+		t.Fatalf("load: %v", err)
+	}
+}

@@ -116,7 +116,7 @@ var JobOptions = []JobOption{
 		Doc: "the longest a pending change waits before a send",
 		set: func(j *Job, v any) string { j.FlushInterval = v.(time.Duration); return "" }},
 	{Key: "transformTimeout", Env: "transform_timeout", Jobs: allJobs, value: durationValue,
-		Accepts: "a positive Go duration, e.g. 1s or 250ms", Default: "`MEILISTREAM_TRANSFORM_TIMEOUT`",
+		Accepts: "a positive Go duration up to 1m, e.g. 1s or 250ms", Default: "`MEILISTREAM_TRANSFORM_TIMEOUT`",
 		Doc: "how long one call of the transform may take",
 		set: func(j *Job, v any) string {
 			if d := v.(time.Duration); d > MaxTimeout {

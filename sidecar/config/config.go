@@ -179,7 +179,7 @@ var Variables = []Variable{
 	{Key: "page_size", Accepts: "a whole number from 1 to 100000 (default 2000)"},
 	{Key: "on_history_lost", Accepts: "reindex or fail (default reindex)"},
 	{Key: "on_document_error", Accepts: "skip or fail (default skip)"},
-	{Key: "transform_timeout", Accepts: "a positive Go duration, e.g. 1s (default 1s)"},
+	{Key: "transform_timeout", Accepts: "a positive Go duration up to 1m, e.g. 1s (default 1s)"},
 	{Key: "transform_pool", Accepts: "a whole number from 0 to 1024, 0 meaning GOMAXPROCS, the container's CPU limit (default 0)"},
 	{Key: "http_addr", Accepts: "a listen address host:port, e.g. :8080 or 127.0.0.1:0 (default :8080)"},
 	{Key: "ready_file", Accepts: "a file path (default empty: none)"},
@@ -575,6 +575,11 @@ func (c *Config) validate(ps *problems, requireServers bool) {
 		if positive[key] <= 0 {
 			bad(key, "%s is not positive", positive[key])
 		}
+	}
+	if c.TransformTimeout > transform.MaxTimeout {
+		// A call holds a runtime, and a document its batch, this long: past
+		// a minute the job looks wedged.
+		bad("transform_timeout", "%s is more than %s, the longest a transform call may take", c.TransformTimeout, transform.MaxTimeout)
 	}
 	if c.BatchSize < 1 || c.BatchSize > 100000 {
 		bad("batch_size", "%d is out of range", c.BatchSize)

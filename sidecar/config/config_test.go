@@ -208,6 +208,11 @@ func TestLoad(t *testing.T) {
 			problems: []string{"MEILISTREAM_TRANSFORM_TIMEOUT: 0s is not positive"},
 		},
 		{
+			name:     "a transform time limit over a minute is refused",
+			environ:  withBase("MEILISTREAM_TRANSFORM_TIMEOUT=90s"),
+			problems: []string{"MEILISTREAM_TRANSFORM_TIMEOUT: 1m30s is more than 1m0s"},
+		},
+		{
 			name:     "a negative rollout grace is refused",
 			environ:  withBase("MEILISTREAM_ROLLOUT_GRACE=-1m"),
 			problems: []string{"MEILISTREAM_ROLLOUT_GRACE: -1m0s is not positive"},
