@@ -336,6 +336,10 @@ func (jr *jobRuntime) attempt(ctx context.Context, j *Job, dst []byte, doc bson.
 	interrupted := !v.guard.end()
 	r := v.req
 	v.req = callReq{}
+	var reads *Reads
+	if v.reads.on {
+		reads = v.reads.result(v.det)
+	}
 	if crash := v.crash; crash != nil {
 		jr.pool.discard(v)
 		return Result{}, dst, internalErr(j, crash), false
@@ -362,6 +366,7 @@ func (jr *jobRuntime) attempt(ctx context.Context, j *Job, dst []byte, doc bson.
 	if r.err != nil {
 		return Result{}, dst, r.err, false
 	}
+	r.res.Reads = reads
 	if r.res.JSON != nil {
 		start := len(dst)
 		dst = append(dst, r.res.JSON...)

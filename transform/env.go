@@ -30,7 +30,7 @@ func envJob(name string, ov map[string]string, opts Options) (*Job, error) {
 		Reindex: "swap", Sweep: true, Dates: "iso",
 		OnDocumentError: opts.Defaults.OnDocumentError, OnHistoryLost: opts.Defaults.OnHistoryLost,
 		BatchSize: opts.Defaults.BatchSize, FlushInterval: opts.Defaults.FlushInterval,
-		opts: opts, envOnly: true,
+		SkipUnchanged: true, opts: opts, envOnly: true,
 	}
 	j.log = opts.Logger.With("job", name)
 	if err := j.applyEnv(ov, opts.IndexPrefix); err != nil {

@@ -41,6 +41,8 @@ func TestCheckOverride(t *testing.T) {
 		"batch_size":        {"100000", "100001", `"100001" is not a whole number from 1 to 100000`},
 		"flush_interval":    {"250ms", "5", `"5" is not a positive Go duration`},
 		"transform_timeout": {"2s", "-1s", `"-1s" is not a positive Go duration`},
+		"skip_unchanged":    {"false", "off", `"off" is not a boolean`},
+		"fields":            {"title, body,tags", "title,a.b", `"a.b" is not a top-level field name (no dots)`},
 	}
 	for _, o := range transform.EnvOptions() {
 		c, ok := cases[o]

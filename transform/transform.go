@@ -161,6 +161,16 @@ type Job struct {
 	Settings map[string]any
 	// Samples are the file's `samples` documents, for check.
 	Samples []bson.Raw
+	// SkipUnchanged: an update that cannot change the transform's result
+	// is not sent (Result.Reads says what a call read; the engine
+	// decides). Default true.
+	SkipUnchanged bool
+	// Fields are the top-level fields the transform reads, as the file
+	// (or MEILISTREAM_JOB_<NAME>_FIELDS) declares them; nil: every field.
+	// The change stream then drops, at the server, updates touching none
+	// of them, and every document the transform sees (followed, reindexed,
+	// retried) holds only them and _id.
+	Fields []string
 	// Hash is the sha256 (hex) of the file's tokens (see tokenHash:
 	// comments, indentation, spaces and blank lines are not in it; every
 	// token, and a line break between two tokens, is); with environment
@@ -179,7 +189,10 @@ type Job struct {
 
 	rt   *jobRuntime // nil: identity
 	opts Options     // with defaults
-	log  hclog.Logger
+	// det remembers a call of the transform asking for the clock or
+	// chance (reads.go); shared by the job's runtimes.
+	det *determinism
+	log hclog.Logger
 	// keys are the option keys the file set; env are the overrides applied
 	// (option -> value); envOnly says the job is declared by environment
 	// alone.
@@ -208,6 +221,9 @@ type Result struct {
 	// (string or int64), for mirror the source _id as a bson.RawValue. Set
 	// also when Skip is true, for the delete.
 	ID any
+	// Reads is what the call read of its input, for an update of a job
+	// with SkipUnchanged (nil otherwise): see Reads.UnchangedBy.
+	Reads *Reads
 	// JSON is the search document as Meilisearch receives it: a JSON
 	// object, primary key set. Nil for mirror.
 	JSON []byte

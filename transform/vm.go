@@ -96,8 +96,16 @@ type vm struct {
 	dateArg  [1]goja.Value // date's argument, reused (no slice per Date)
 	protos   struct{ oid, dec, bin, ts, re, opaque *goja.Object }
 	ctxs     map[Operation]*goja.Object
-	vTrue    goja.Value
-	vFalse   goja.Value
+	// bareSeesUpdate: the monstache-style function can see its updateDesc
+	// argument (seesArgument), so a tracked call counts as reading it.
+	bareSeesUpdate bool
+	// reads tracks what the running call reads (reads.go); det and log
+	// are the job's, for a call asking the clock or chance.
+	reads  callReads
+	det    *determinism
+	log    hclog.Logger
+	vTrue  goja.Value
+	vFalse goja.Value
 	// guard interrupts a call that runs past its limit or whose context
 	// ends; made at the first call.
 	guard *guard
@@ -221,6 +229,10 @@ func (v *vm) install(j *Job, prog *goja.Program, con *consoleLimiter) error {
 	if err := v.harden(); err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
+	v.det, v.log = j.det, j.log
+	if err := v.watchChance(); err != nil {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
 	if err := rt.Set("console", con.object(v)); err != nil {
 		return err
 	}
@@ -250,6 +262,7 @@ func (v *vm) install(j *Job, prog *goja.Program, con *consoleLimiter) error {
 	}
 	if f, ok := goja.AssertFunction(v.exports); ok {
 		v.fn, v.bare, v.this = f, true, goja.Undefined()
+		v.bareSeesUpdate = seesArgument(v.exports, 2) // (doc, ns, updateDesc)
 		ns := j.Collection
 		if j.opts.Database != "" {
 			ns = j.opts.Database + "." + j.Collection
@@ -303,14 +316,29 @@ func (v *vm) ctx(j *Job, op Operation) (*goja.Object, error) {
 // ctx of other calls it refuses writes (a TypeError in strict code);
 // unlike them it cannot be passed to Object.freeze (a TypeError too). Its
 // other fields are read from the frozen ctx of the same operation.
+//
+// A call whose reads are tracked (an update of a job with skipUnchanged)
+// always gets one, with or without an updateDescription (then it has no
+// such key, as the frozen ctx), so that reading the operation or the
+// updateDescription, or enumerating ctx, is seen (reads).
 type updateCtx struct {
-	base *goja.Object
-	ud   goja.Value
+	base  *goja.Object
+	ud    goja.Value // nil: none
+	reads *callReads // nil: not tracked
 }
 
 var updateCtxKeys = []string{"job", "collection", "operation", "updateDescription"}
 
+// context notes that the call looked at what differs between calls on
+// the same document: the operation, the update description.
+func (c *updateCtx) context(key string) {
+	if c.reads != nil && (key == "operation" || key == "updateDescription" || key == "") {
+		c.reads.context = true
+	}
+}
+
 func (c *updateCtx) Get(key string) goja.Value {
+	c.context(key)
 	switch key {
 	case "updateDescription":
 		return c.ud
@@ -321,12 +349,22 @@ func (c *updateCtx) Get(key string) goja.Value {
 }
 
 func (c *updateCtx) Has(key string) bool {
+	c.context(key)
+	if key == "updateDescription" {
+		return c.ud != nil
+	}
 	return slices.Contains(updateCtxKeys, key)
 }
 
 func (c *updateCtx) Set(string, goja.Value) bool { return false }
 func (c *updateCtx) Delete(string) bool          { return false }
-func (c *updateCtx) Keys() []string              { return slices.Clone(updateCtxKeys) }
+func (c *updateCtx) Keys() []string {
+	c.context("")
+	if c.ud == nil {
+		return slices.Clone(updateCtxKeys[:3])
+	}
+	return slices.Clone(updateCtxKeys)
+}
 
 // identityGuarded is identity with internalErr for a panic.
 func (j *Job) identityGuarded(dst []byte, doc bson.Raw, idv bson.RawValue, res Result) (_ Result, out []byte, err error) {
@@ -367,6 +405,16 @@ func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operati
 	if err != nil {
 		return Result{}, dst, errs.WithJob(j.Name, err)
 	}
+	// An update's reads are tracked, for the engine to tell one that
+	// cannot change the result (Result.Reads).
+	var tracked *callReads
+	if op == OpUpdate && j.SkipUnchanged {
+		tracked = &v.reads
+		v.reads.begin(asLazy(jsDoc))
+		v.reads.context = v.bare && v.bareSeesUpdate
+	} else {
+		v.reads.begin(nil)
+	}
 	var ret goja.Value
 	if v.bare {
 		ud := goja.Undefined()
@@ -381,12 +429,14 @@ func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operati
 		if cerr != nil {
 			return Result{}, dst, runErr(j, "transform", cerr)
 		}
-		if updateDesc != nil {
-			ud, err := in.doc(updateDesc, 0)
-			if err != nil {
-				return Result{}, dst, errs.WithJob(j.Name, err)
+		if updateDesc != nil || tracked != nil {
+			uc := &updateCtx{base: c, reads: tracked}
+			if updateDesc != nil {
+				if uc.ud, err = in.doc(updateDesc, 0); err != nil {
+					return Result{}, dst, errs.WithJob(j.Name, err)
+				}
 			}
-			c = v.rt.NewDynamicObject(&updateCtx{base: c, ud: ud})
+			c = v.rt.NewDynamicObject(uc)
 		}
 		ret, err = v.fn(v.this, jsDoc, c)
 	}
