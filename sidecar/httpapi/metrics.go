@@ -42,6 +42,8 @@ type Metrics struct {
 
 	mu  sync.Mutex
 	odd map[string]string // job -> a state outside status.States last set, see JobMetrics.State
+
+	pressure *pressure // pressure.go
 }
 
 // NewMetrics creates the collectors and registers them with reg (a fresh
@@ -91,6 +93,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.BatchDuration, m.BatchDocuments, m.FollowLag, m.PositionTime, m.DeadLetters,
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes, m.DDLEvents,
 		m.JobState, m.JobRestarts, m.TransformErrors, m.TransformStale)
+	m.pressure = newPressure(reg)
 	return m
 }
 
@@ -284,6 +287,7 @@ func (j *JobMetrics) Forget() {
 	} {
 		v.DeletePartialMatch(l)
 	}
+	j.m.pressure.forget(j.job)
 }
 
 var _ engine.Observer = (*Metrics)(nil)

@@ -42,7 +42,8 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 		Epoch:    sn.Epoch,
 		Restarts: sn.Restarts,
 		Attempts: sn.Attempts,
-		Counters: status.Counters{Indexed: es.Indexed, Deleted: es.Deleted, Skipped: es.Skipped, Errors: es.Errors, Changes: es.Changes},
+		Counters: status.Counters{Indexed: es.Indexed, Deleted: es.Deleted, Skipped: es.Skipped, Errors: es.Errors, Changes: es.Changes,
+			SkippedUnchanged: es.SkippedUnchanged},
 	}
 	switch {
 	case sn.Held:
@@ -62,6 +63,9 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 	}
 	if st.State == status.Following {
 		st.LagSeconds = es.LagSeconds
+	}
+	if st.State == status.Following || st.State == status.Reindexing {
+		st.Queue = es.Queue
 	}
 	if st.State == status.Reindexing {
 		r := es.Reindex

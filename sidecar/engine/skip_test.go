@@ -1,0 +1,232 @@
+package engine_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meilisearch/meilisearch-go"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/meilistream/meilistream/internal/meilitest"
+	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/httpapi"
+	"github.com/meilistream/meilistream/sidecar/meili"
+	"github.com/meilistream/meilistream/sidecar/status"
+)
+
+// received is how many documents Meilisearch received in additions to
+// index uid (and its staged index), whatever became of them.
+func (e *env) received(uid string) int64 {
+	e.t.Helper()
+	var n int64
+	q := &meilisearch.TasksQuery{Types: []meilisearch.TaskType{meilisearch.TaskTypeDocumentAdditionOrUpdate}, Limit: 1000}
+	for {
+		res, err := e.mc.GetTasks(e.ctx, q)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, t := range res.Results {
+			if strings.HasPrefix(t.IndexUID, uid) {
+				n += t.Details.ReceivedDocuments
+			}
+		}
+		if res.Next <= 0 || len(res.Results) == 0 {
+			return n
+		}
+		q.From = res.Next
+	}
+}
+
+// views increments the views counter of documents [from, to), which no
+// transform of these tests reads.
+func (e *env) views(from, to int) {
+	e.t.Helper()
+	if _, err := e.coll.UpdateMany(e.ctx, bson.M{"_id": bson.M{"$gte": from, "$lt": to}}, bson.M{"$inc": bson.M{"views": 1}}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// quiet waits until the stream has caught up with the collection's last
+// change (marker: an insert of a hidden document, which the transform
+// keeps out) and everything before it is durable.
+func (e *env) quiet(r *running, id int) {
+	e.t.Helper()
+	changes := r.stats.Snapshot().Changes
+	e.insert(id, id+1, bson.M{"hidden": true})
+	until(e.t, "the marker change read and durable", func() bool {
+		s := r.stats.Snapshot()
+		return s.Changes > changes && s.LagSeconds == 0
+	})
+}
+
+func TestUpdatesOfFieldsTheTransformDoesNotReadAreNotSent(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 200, nil)
+	job := e.job(itemsJS)
+	reg := prometheus.NewRegistry()
+	e.metrics = httpapi.NewMetrics(reg)
+	r := e.run(job, e.acquire())
+	e.settled(job)
+	before := e.received("items")
+
+	// 200 updates of a counter: none sent, all counted.
+	e.views(0, 200)
+	e.quiet(r, 100000)
+	if got := e.received("items"); got != before {
+		t.Fatalf("Meilisearch received %d documents for counter updates", got-before)
+	}
+	if s := r.stats.Snapshot(); s.SkippedUnchanged != 200 {
+		t.Fatalf("skipped unchanged %d, want 200", s.SkippedUnchanged)
+	}
+	if v := metric(t, reg, "meilistream_documents_skipped_unchanged_total", "items"); v != 200 {
+		t.Fatalf("metric %v, want 200", v)
+	}
+
+	// An update of a read field is sent, and so is one setting a field a
+	// transform asked for though the document lacked it ($unset then).
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 5}, bson.M{"$set": bson.M{"title": "new", "views": 100}}))
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 6}, bson.M{"$set": bson.M{"hidden": true}}))
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 7}, bson.M{"$unset": bson.M{"n": ""}}))
+	e.equal(job)
+	if got := e.received("items"); got != before+2 { // 6 is a delete
+		t.Fatalf("Meilisearch received %d documents for two updates of read fields", got-before)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEveryUpdateIsSentWhenSkipUnchangedIsOffOrTheTransformAsksTheClock(t *testing.T) {
+	for name, src := range map[string]string{
+		"skipUnchanged false": strings.Replace(itemsJS, `index: "items",`, `index: "items", skipUnchanged: false,`, 1),
+		"Date.now()":          strings.Replace(itemsJS, `n: doc.n }`, `n: doc.n, seen: Date.now() > 0 }`, 1),
+		"Math.random()":       strings.Replace(itemsJS, `n: doc.n }`, `n: doc.n, r: Math.random() < 2 }`, 1),
+		"ctx.operation":       strings.Replace(strings.Replace(itemsJS, `transform(doc)`, `transform(doc, ctx)`, 1), `n: doc.n }`, `n: doc.n, op: ctx.operation !== "" }`, 1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, 0)
+			e.insert(0, 50, nil)
+			job := e.job(src)
+			if !strings.Contains(src, "skipUnchanged") && !job.SkipUnchanged {
+				t.Fatal("skipUnchanged is not on by default")
+			}
+			r := e.run(job, e.acquire())
+			e.settled(job)
+			before := e.received("items")
+			e.views(0, 50)
+			e.quiet(r, 100000)
+			until(t, "the 50 updates sent", func() bool { return e.received("items") == before+50 })
+			if s := r.stats.Snapshot(); s.SkippedUnchanged != 0 {
+				t.Fatalf("skipped unchanged %d", s.SkippedUnchanged)
+			}
+			if err := r.stop(t); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A document whose last version the destination refused is not in it: an
+// update of a field the transform does not read sends it again.
+func TestADocumentTheDestinationRefusedIsSentAgainByAnyUpdate(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 10, nil)
+	job := e.job(itemsJS)
+	r := e.run(job, e.acquire())
+	e.settled(job)
+	deep := bson.M{}
+	for i := 0; i < meili.MaxDocumentDepth+2; i++ {
+		deep = bson.M{"d": deep}
+	}
+	e.ok(e.coll.InsertOne(e.ctx, bson.M{"_id": 500, "title": "deep", "n": deep}))
+	attempts := func() int32 {
+		var rec struct {
+			Attempts int32 `bson:"attempts"`
+		}
+		_ = e.errs.FindOne(e.ctx, bson.M{"sourceId": 500}).Decode(&rec)
+		return rec.Attempts
+	}
+	until(t, "the deep document refused", func() bool { return attempts() == 1 })
+	e.views(500, 501)
+	until(t, "the deep document sent again", func() bool { return attempts() == 2 })
+	if s := r.stats.Snapshot(); s.SkippedUnchanged != 0 {
+		t.Fatalf("skipped unchanged %d", s.SkippedUnchanged)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// While a reindex runs, a chunk drops the rows the stream changed in its
+// window: an update not sent would leave its document out of the new
+// index. Counter updates made all through a swap reindex all land.
+func TestNothingIsSparedWhileAReindexRuns(t *testing.T) {
+	e := newEnv(t, 1_000_000)
+	e.cfg.PageSize = 50
+	slow, err := meilitest.Start(meilitest.Options{TaskDelay: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { slow.Close() })
+	e.meili, e.mc = slow, meilisearch.New(slow.URL(), meilisearch.DisableRetries())
+	e.insert(0, 2000, nil)
+	job := e.job(itemsJS)
+	r := e.run(job, e.acquire())
+	until(t, "reindex under way", func() bool {
+		s := r.stats.Snapshot()
+		return s.Phase == status.PhaseReindexing && s.Reindex.Done > 0
+	})
+	rounds := 0
+	for ; rounds < 40 && r.stats.Snapshot().Phase == status.PhaseReindexing; rounds++ {
+		lo := rounds * 50 % 2000
+		e.views(lo, lo+100)
+	}
+	if r.stats.Snapshot().Phase == status.PhaseReindexing {
+		t.Logf("%d rounds of updates while reindexing", rounds)
+	} else if rounds < 5 {
+		t.Fatalf("the reindex ended after %d rounds of updates; make it longer", rounds)
+	}
+	e.settled(job)
+	if s := r.stats.Snapshot(); s.Reindexes != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	e.views(0, 2000)
+	e.quiet(r, 100000)
+	if s := r.stats.Snapshot(); s.SkippedUnchanged < 2000 {
+		t.Fatalf("after the reindex, %d updates spared, want at least 2000", s.SkippedUnchanged)
+	}
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The queue the Meilisearch sink keeps is shown in the job's figures.
+func TestTheSinksQueueIsShown(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 10, nil)
+	job := e.job(itemsJS)
+	reg := prometheus.NewRegistry()
+	e.metrics = httpapi.NewMetrics(reg)
+	r := e.run(job, e.acquire())
+	e.settled(job)
+	e.meili.PauseTasks()
+	e.insert(10, 20, nil)
+	until(t, "a task enqueued shown", func() bool {
+		q := r.stats.Snapshot().Queue
+		return q != nil && q.Tasks >= 1 && q.Bytes > 0 && metric(t, reg, "meilistream_meili_enqueued_tasks", "items") >= 1
+	})
+	e.meili.ResumeTasks()
+	e.equal(job)
+	until(t, "the queue empty again", func() bool {
+		q := r.stats.Snapshot().Queue
+		return q != nil && q.Tasks == 0 && q.Bytes == 0
+	})
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var _ engine.Enqueuer = (*meili.Sink)(nil)
