@@ -64,6 +64,7 @@ type callReq struct {
 	idv        bson.RawValue
 	op         Operation
 	updateDesc bson.Raw
+	track      bool // keep what the call reads (Result.Reads)
 	res        Result
 	err        error
 }
@@ -297,10 +298,10 @@ func (j *Job) timeout() time.Duration {
 // apply runs one document through the transform (see Job.Apply). A call
 // that runs out of time is tried again on a fresh runtime, up to
 // maxTimeoutRetries times.
-func (jr *jobRuntime) apply(ctx context.Context, j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, res Result) (Result, []byte, error) {
+func (jr *jobRuntime) apply(ctx context.Context, j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, res Result, track bool) (Result, []byte, error) {
 	timeout := j.timeout()
 	for attempt := 0; ; attempt++ {
-		out, b, err, timedOut := jr.attempt(ctx, j, dst, doc, idv, op, updateDesc, res, timeout)
+		out, b, err, timedOut := jr.attempt(ctx, j, dst, doc, idv, op, updateDesc, res, track, timeout)
 		if !timedOut || attempt == maxTimeoutRetries {
 			return out, b, err
 		}
@@ -310,7 +311,7 @@ func (jr *jobRuntime) apply(ctx context.Context, j *Job, dst []byte, doc bson.Ra
 
 // attempt is one try of apply; timedOut says it ran out of time (err then
 // says so).
-func (jr *jobRuntime) attempt(ctx context.Context, j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, res Result, timeout time.Duration) (_ Result, _ []byte, _ error, timedOut bool) {
+func (jr *jobRuntime) attempt(ctx context.Context, j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, res Result, track bool, timeout time.Duration) (_ Result, _ []byte, _ error, timedOut bool) {
 	v, err := jr.pool.get(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -323,7 +324,7 @@ func (jr *jobRuntime) attempt(ctx context.Context, j *Job, dst []byte, doc bson.
 		r, b, err := j.identityGuarded(dst, doc, idv, res)
 		return r, b, err, false
 	}
-	v.req = callReq{job: j, doc: doc, idv: idv, op: op, updateDesc: updateDesc, res: res}
+	v.req = callReq{job: j, doc: doc, idv: idv, op: op, updateDesc: updateDesc, track: track, res: res}
 	if !v.call(ctx, timeout) {
 		jr.pool.abandon(v)
 		if ctx.Err() != nil {

@@ -265,6 +265,11 @@ func (j *Job) Apply(ctx context.Context, doc bson.Raw, op Operation, updateDesc 
 // Result.Doc is made. Documents written one after the other into one
 // buffer cost no allocation each.
 func (j *Job) ApplyTo(ctx context.Context, dst []byte, doc bson.Raw, op Operation, updateDesc bson.Raw) (Result, []byte, error) {
+	return j.applyTo(ctx, dst, doc, op, updateDesc, op == OpUpdate && j.SkipUnchanged)
+}
+
+// applyTo is ApplyTo, keeping what the call reads when track is set.
+func (j *Job) applyTo(ctx context.Context, dst []byte, doc bson.Raw, op Operation, updateDesc bson.Raw, track bool) (Result, []byte, error) {
 	idv, err := doc.LookupErr("_id")
 	if err != nil {
 		return Result{}, dst, errs.New(errs.NotADocument, j.Name, "the source document has no _id")
@@ -282,7 +287,7 @@ func (j *Job) ApplyTo(ctx context.Context, dst []byte, doc bson.Raw, op Operatio
 	if j.rt == nil {
 		return j.identityGuarded(dst, doc, idv, res)
 	}
-	return j.rt.apply(ctx, j, dst, doc, idv, op, updateDesc, res)
+	return j.rt.apply(ctx, j, dst, doc, idv, op, updateDesc, res, track)
 }
 
 // identity is the result of a job without a transform (and of a transform

@@ -408,7 +408,7 @@ func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operati
 	// An update's reads are tracked, for the engine to tell one that
 	// cannot change the result (Result.Reads).
 	var tracked *callReads
-	if op == OpUpdate && j.SkipUnchanged {
+	if v.req.track {
 		tracked = &v.reads
 		v.reads.begin(asLazy(jsDoc))
 		v.reads.context = v.bare && v.bareSeesUpdate

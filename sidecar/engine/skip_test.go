@@ -8,6 +8,8 @@ import (
 	"github.com/meilisearch/meilisearch-go"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/meilitest"
 	"github.com/meilistream/meilistream/sidecar/engine"
@@ -230,3 +232,81 @@ func TestTheSinksQueueIsShown(t *testing.T) {
 }
 
 var _ engine.Enqueuer = (*meili.Sink)(nil)
+
+// updatesAfterPosition is how many updates of the collection an
+// unfiltered change stream (the database's) resumed from the job's recorded position sees
+// (-1 before a position is recorded).
+func (e *env) updatesAfterPosition() int {
+	e.t.Helper()
+	var d struct {
+		Token bson.Raw `bson:"token"`
+	}
+	if err := e.state.FindOne(e.ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "position", Value: "items"}}}}).Decode(&d); err != nil || len(d.Token) == 0 {
+		return -1
+	}
+	// The job's stream is the database's: its position may be an event
+	// of the state collection.
+	cs, err := e.db.Watch(e.ctx, mongo.Pipeline{}, options.ChangeStream().SetResumeAfter(d.Token).SetMaxAwaitTime(10*time.Millisecond))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer cs.Close(e.ctx)
+	n := 0
+	for i := 0; i < 3; i++ { // the open's first batch, then getMores
+		for cs.TryNext(e.ctx) {
+			op, _ := cs.Current.Lookup("operationType").StringValueOK()
+			if coll, _ := cs.Current.Lookup("ns", "coll").StringValueOK(); op == "update" && coll == "items" {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// With fields, the server drops the updates that touch none of them: the
+// follow loop never sees them, yet its position moves past them (the
+// post-batch resume tokens of its empty getMores), and a restart resumes
+// from there. Documents are trimmed to the fields wherever the job reads
+// them: the reindex, the stream.
+func TestFieldsFilterUpdatesAtTheServerAndThePositionStillMovesOn(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 100, bson.M{"secret": "s"})
+	// {...doc}: the transform would copy every field it is given.
+	job := e.job(`module.exports = { collection: "items", index: "items", fields: ["title", "n"],
+		transform(doc) { return {...doc}; } };`)
+	l := e.acquire()
+	r := e.run(job, l)
+	e.settled(job)
+	for _, d := range e.meili.Documents("items") {
+		if _, ok := d["secret"]; ok {
+			t.Fatalf("a reindexed document holds a field outside fields: %v", d)
+		}
+	}
+	changes := r.stats.Snapshot().Changes
+	e.views(0, 100)
+	e.ok(e.coll.UpdateMany(e.ctx, bson.M{}, bson.M{"$set": bson.M{"secret": "t"}}))
+	until(t, "the position past the dropped updates", func() bool { return e.updatesAfterPosition() == 0 })
+	if s := r.stats.Snapshot(); s.Changes != changes {
+		t.Fatalf("%d dropped updates crossed the network", s.Changes-changes)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+
+	// Resumed from the moved position: more dropped updates, and one of a
+	// declared field, which is all the stream shows.
+	e.views(0, 100)
+	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 5}, bson.M{"$set": bson.M{"title": "new", "secret": "u"}}))
+	r = e.run(job, l)
+	e.equal(job)
+	until(t, "the title update read", func() bool { return r.stats.Snapshot().Changes == 1 })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.stats.Snapshot(); s.Changes != 1 || s.Reindexes != 0 {
+		t.Fatalf("after the restart: %+v", s)
+	}
+	if !e.liveHas(5, "new") {
+		t.Fatal("the update of a declared field is not in the index")
+	}
+}

@@ -388,7 +388,7 @@ func (s *snapshot) readAfter(ctx context.Context, last bson.RawValue, n int) (*c
 // find reads the first reply of a find of up to n documents in _id order;
 // final when the query has nothing more.
 func (s *snapshot) find(ctx context.Context, filter bson.D, n int) ([]item, bool, error) {
-	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(n)).SetBatchSize(int32(n))
+	opts := chunkFind(s.jc.job, n)
 	cur, err := s.coll.Find(ctx, filter, opts)
 	if err != nil {
 		return nil, false, err

@@ -73,7 +73,7 @@ type Item struct {
 // would.
 func Filter(job *transform.Job, state string) bson.D {
 	return bson.D{{Key: "$match", Value: bson.D{{Key: "$or", Value: bson.A{
-		bson.D{{Key: "ns.coll", Value: job.Collection}},
+		collClause(job), // with fields: updates touching one of them (fields.go)
 		bson.D{{Key: "to.coll", Value: job.Collection}},
 		bson.D{{Key: "ns.coll", Value: state}, {Key: "documentKey._id.watermark", Value: job.Name}},
 		bson.D{{Key: "operationType", Value: bson.D{{Key: "$in", Value: bson.A{"dropDatabase", "invalidate"}}}}},
@@ -88,7 +88,7 @@ func Open(ctx context.Context, db *mongo.Database, job *transform.Job, state str
 	if len(token) > 0 {
 		opts.SetResumeAfter(token)
 	}
-	return db.Watch(ctx, mongo.Pipeline{Filter(job, state)}, opts)
+	return db.Watch(ctx, Pipeline(job, state), opts)
 }
 
 // Pace is the least time between two getMores of a busy stream:
