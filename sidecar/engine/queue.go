@@ -24,7 +24,7 @@ type QueueObserver interface {
 // job's figures and metrics every lagInterval while the job runs; the
 // function it returns stops it, publishing the last depth seen.
 func (e *Engine) watchQueue(job string, dst sink.Sink, stats *status.JobStats) (stop func()) {
-	q, ok := dst.(Enqueuer)
+	q, ok := enqueuer(dst)
 	if !ok {
 		return func() {}
 	}
@@ -54,4 +54,20 @@ func (e *Engine) watchQueue(job string, dst sink.Sink, stats *status.JobStats) (
 		close(done)
 		<-ended
 	}
+}
+
+// enqueuer finds an Enqueuer in dst or the sinks it wraps (a wrapper's
+// Unwrap() sink.Sink).
+func enqueuer(dst sink.Sink) (Enqueuer, bool) {
+	for i := 0; dst != nil && i < 8; i++ {
+		if q, ok := dst.(Enqueuer); ok {
+			return q, true
+		}
+		u, ok := dst.(interface{ Unwrap() sink.Sink })
+		if !ok {
+			break
+		}
+		dst = u.Unwrap()
+	}
+	return nil, false
 }
