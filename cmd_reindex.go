@@ -19,15 +19,15 @@ func runReindex(ctx context.Context, inv *invocation) int {
 		return usageError(inv.Stderr, "reindex", "want one job name, got %d arguments", len(inv.Args))
 	}
 	name := inv.Args[0]
-	job, err := oneJob(inv, name)
-	if err != nil {
-		return fail(inv.Stderr, err)
-	}
 	w, err := connect(ctx, inv.Config, inv.Log)
 	if err != nil {
 		return fail(inv.Stderr, err)
 	}
 	defer w.close()
+	job, err := w.oneJob(inv, name)
+	if err != nil {
+		return fail(inv.Stderr, err)
+	}
 	if err := w.reach(ctx); err != nil {
 		return fail(inv.Stderr, err)
 	}
@@ -61,13 +61,16 @@ func runReindex(ctx context.Context, inv *invocation) int {
 
 // oneJob loads the job called name, with the environment's options, or says
 // why it cannot (its file's problem, or that there is no such job).
-func oneJob(inv *invocation, name string) (*transform.Job, error) {
-	set, loadErr := loadJobs(inv.Config, inv.Log)
+func (w *wiring) oneJob(inv *invocation, name string) (*transform.Job, error) {
+	set, loadErr := w.loadJobs(inv.Log)
 	if set == nil {
 		return nil, loadErr
 	}
 	for _, j := range set.Jobs() {
 		if j.Name == name {
+			if err := jobProblem(inv.Config, j); err != nil {
+				return nil, err
+			}
 			return j, nil
 		}
 	}

@@ -17,15 +17,15 @@ func runRetry(ctx context.Context, inv *invocation) int {
 	if len(inv.Args) != 1 {
 		return usageError(inv.Stderr, "retry", "want one job name, got %d arguments", len(inv.Args))
 	}
-	job, err := oneJob(inv, inv.Args[0])
-	if err != nil {
-		return fail(inv.Stderr, err)
-	}
 	w, err := connect(ctx, inv.Config, inv.Log)
 	if err != nil {
 		return fail(inv.Stderr, err)
 	}
 	defer w.close()
+	job, err := w.oneJob(inv, inv.Args[0])
+	if err != nil {
+		return fail(inv.Stderr, err)
+	}
 	if err := w.reach(ctx); err != nil {
 		return fail(inv.Stderr, err)
 	}

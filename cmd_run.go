@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"runtime"
+	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -36,18 +39,27 @@ import (
 // CrashLoopBackOff).
 func runRun(ctx context.Context, inv *invocation) int {
 	cfg, log := inv.Config, inv.Log
-	log.Info("starting", "transforms", cfg.Transforms, "database", cfg.MongoDBDatabase, "holder", lease.Holder())
-
-	set, loadErr := loadJobs(cfg, log)
-	if set == nil {
-		return fail(inv.Stderr, loadErr)
-	}
+	log.Info("starting", "transforms", cfg.Transforms, "database", cfg.MongoDBDatabase, "holder", lease.Holder(),
+		"gomaxprocs", runtime.GOMAXPROCS(0), "memory_limit", memoryLimitText(debug.SetMemoryLimit(-1)))
 
 	w, err := connect(ctx, cfg, log)
 	if err != nil {
 		return fail(inv.Stderr, err)
 	}
 	defer w.close()
+
+	set, loadErr := w.loadJobs(log)
+	if set == nil {
+		return fail(inv.Stderr, loadErr)
+	}
+	// A setting a job needs that is missing, or a job on meilistream's own
+	// state, stops the start: no restart of a job fixes either.
+	if err := jobProblems(cfg, set.Jobs()); err != nil {
+		return fail(inv.Stderr, err)
+	}
+	if err := w.checkMeiliKey(ctx, set.Jobs(), log); err != nil {
+		return fail(inv.Stderr, err)
+	}
 
 	sup := supervisor.New(supervisor.Config{
 		Driver:  &supervisor.EngineDriver{Leases: w.leases, Engine: w.engine, Sinks: w.sinkFactory(log)},
@@ -62,6 +74,8 @@ func runRun(ctx context.Context, inv *invocation) int {
 		ReleaseTimeout: max(cfg.ShutdownTimeout/8, 100*time.Millisecond),
 		Holders:        w.holders,
 	})
+	// job_state and the lag read what /status says, at each scrape.
+	w.metrics.SetStatus(sup)
 
 	srv, err := httpapi.Start(httpapi.Options{
 		Addr:      cfg.HTTPAddr,
@@ -69,6 +83,7 @@ func runRun(ctx context.Context, inv *invocation) int {
 		Status:    sup,
 		Gatherer:  w.registry,
 		Config:    &cfg,
+		Scrub:     inv.Scrub.Scrub,
 		Version:   buildVersion(),
 		Log:       log.Named("http"),
 	})
@@ -82,6 +97,15 @@ func runRun(ctx context.Context, inv *invocation) int {
 		defs, other := supervisor.JobDefs(set.Jobs(), err)
 		for _, e := range other {
 			log.Error("transform problem", "error", e)
+		}
+		for i, d := range defs {
+			// A job a hot reload brings that cannot run with this
+			// configuration fails alone (at start, none could).
+			if job, ok := d.Spec.(*transform.Job); ok && d.Err == nil {
+				if perr := jobProblem(cfg, job); perr != nil {
+					defs[i].Err = perr
+				}
+			}
 		}
 		sup.Apply(defs)
 	}
@@ -123,6 +147,7 @@ func runRun(ctx context.Context, inv *invocation) int {
 // manager, the engine, metrics.
 type wiring struct {
 	cfg      config.Config
+	scrub    *config.Scrubber // the configuration's secrets, masked in error text
 	client   *mongo.Client
 	source   *mongo.Database
 	state    *mongo.Collection
@@ -139,7 +164,7 @@ type wiring struct {
 // connect builds the clients (the driver connects lazily: a server down at
 // start makes the jobs retry, it does not stop the process) and the engine.
 func connect(ctx context.Context, cfg config.Config, log hclog.Logger) (*wiring, error) {
-	w := &wiring{cfg: cfg, registry: httpapi.NewRegistry(buildVersion())}
+	w := &wiring{cfg: cfg, scrub: config.NewScrubber(cfg.Secrets()), registry: httpapi.NewRegistry(buildVersion())}
 	w.metrics = httpapi.NewMetrics(w.registry)
 	client, err := mongo.Connect(options.Client().ApplyURI(cfg.MongoDBURI).SetAppName("meilistream"))
 	if err != nil {
@@ -200,20 +225,11 @@ func (w *wiring) reach(ctx context.Context) error {
 	if err == nil {
 		return nil
 	}
-	cause := errors.New(w.withoutPassword(redactedErr(err)))
+	cause := errors.New(w.scrub.Scrub(redactedErr(err)))
 	if mongoerr.AuthFailed(err) {
 		return errs.Wrap(errs.ConfigInvalid, "", cause, "MongoDB refused the credentials of MEILISTREAM_MONGODB_URI (or MEILISTREAM_MONGODB_URI_FILE)")
 	}
 	return errs.Wrap(errs.Failed, "", cause, "cannot reach MongoDB (MEILISTREAM_MONGODB_URI) within %s", reachTimeout)
-}
-
-// withoutPassword masks the URI's password in msg, should a driver message
-// ever carry it.
-func (w *wiring) withoutPassword(msg string) string {
-	if o := options.Client().ApplyURI(w.cfg.MongoDBURI); o.Auth != nil && o.Auth.Password != "" {
-		msg = strings.ReplaceAll(msg, o.Auth.Password, "xxxxx")
-	}
-	return msg
 }
 
 // holders reads who holds each job's lease (unexpired), for /status of
@@ -232,25 +248,52 @@ func (w *wiring) holders(ctx context.Context) (map[string]string, error) {
 	return out, nil
 }
 
+// probeTimeout bounds each server's check of one probe, on its own: one
+// server that does not answer must not use up another's time and have it
+// reported unreachable too. Under the supervisor's bound of a probe.
+var probeTimeout = 2 * time.Second
+
 // probe checks that the servers answer, for /readyz: MongoDB always,
-// Meilisearch and the replica when configured.
+// Meilisearch and the replica when configured, all at once, each within
+// probeTimeout. The error names only the servers that failed, in that
+// order: "MongoDB unreachable: ...; replica unreachable: ...".
 func (w *wiring) probe(ctx context.Context) error {
-	var problems []string
-	if err := w.client.Ping(ctx, nil); err != nil {
-		problems = append(problems, "mongodb unreachable: "+redactedErr(err))
+	type check struct {
+		name string
+		fn   func(ctx context.Context) error
 	}
+	checks := []check{{"MongoDB (MEILISTREAM_MONGODB_URI)", func(ctx context.Context) error { return w.client.Ping(ctx, nil) }}}
 	if w.meili != nil {
-		if _, err := w.meili.Health(ctx); err != nil {
-			problems = append(problems, "meilisearch unreachable: "+redactedErr(err))
-		}
+		checks = append(checks, check{"Meilisearch (MEILISTREAM_MEILI_URL)", func(ctx context.Context) error {
+			_, err := w.meili.Health(ctx)
+			return err
+		}})
 	}
 	if w.replica != nil {
-		if err := w.replica.Ping(ctx, nil); err != nil {
-			problems = append(problems, "replica unreachable: "+redactedErr(err))
+		checks = append(checks, check{"replica (MEILISTREAM_REPLICA_URI)", func(ctx context.Context) error { return w.replica.Ping(ctx, nil) }})
+	}
+	problems := make([]string, len(checks))
+	var wg sync.WaitGroup
+	for i, c := range checks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			defer cancel()
+			if err := c.fn(cctx); err != nil {
+				problems[i] = c.name + " unreachable: " + w.scrub.Scrub(redactedErr(err))
+			}
+		}()
+	}
+	wg.Wait()
+	var failed []string
+	for _, p := range problems {
+		if p != "" {
+			failed = append(failed, p)
 		}
 	}
-	if len(problems) > 0 {
-		return errors.New(strings.Join(problems, "; "))
+	if len(failed) > 0 {
+		return errors.New(strings.Join(failed, "; "))
 	}
 	return nil
 }
@@ -342,7 +385,22 @@ func transformOptions(cfg config.Config, log hclog.Logger) transform.Options {
 // environment declares jobs (MEILISTREAM_JOB_<NAME>_<OPTION>): those run
 // alone.
 func loadJobs(cfg config.Config, log hclog.Logger) (*transform.Set, error) {
-	opts := transformOptions(cfg, log)
+	return loadJobsWith(cfg, log, transformOptions(cfg, log))
+}
+
+// loadJobs is loadJobs for the commands that run transforms against the
+// servers: monstache-style scripts read the source MongoDB through the
+// engine (their findId, findOne, find and pipe), counted in the metrics.
+func (w *wiring) loadJobs(log hclog.Logger) (*transform.Set, error) {
+	opts := transformOptions(w.cfg, log)
+	opts.Reader = w.engine.Reader()
+	opts.OnRead = func(r transform.ReadStat) {
+		w.metrics.Job(r.Job, "").SourceRead(r.Func, r.Took, r.Err != nil)
+	}
+	return loadJobsWith(w.cfg, log, opts)
+}
+
+func loadJobsWith(cfg config.Config, log hclog.Logger, opts transform.Options) (*transform.Set, error) {
 	set, err := transform.Load(cfg.Transforms, opts)
 	if set == nil && len(cfg.Jobs) > 0 {
 		log.Warn("transforms folder unreadable; running the jobs declared by environment", "error", err)

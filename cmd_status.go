@@ -2,24 +2,36 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"text/tabwriter"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/internal/mongoerr"
 	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/sidecar/stream"
+	"github.com/meilistream/meilistream/transform"
 )
 
 // runStatus is the body of "meilistream status": one line per job, from
 // what MongoDB holds (the state collection), not from a running sidecar:
 // who holds its lease and until when, the lease epoch, the time of the
-// recorded position and how far that is behind the server's clock, an
-// unfinished reindex, and the documents in the errors collection. Jobs of
-// the transforms folder that have no state yet are listed too.
+// recorded position and the job's lag, an unfinished reindex, and the
+// documents in the errors collection. Jobs of the transforms folder that
+// have no state yet are listed too.
+//
+// The lag is the one of /status and the metrics (the age of the oldest
+// change not yet durable), as far as MongoDB can tell: the age of the
+// first change of the job's collection after its recorded position (a
+// holder records its position once a batch is durable), 0s when there is
+// none. It is not the age of the position itself: a caught-up job on a
+// quiet collection records it only every MEILISTREAM_POSITION_INTERVAL.
 func runStatus(ctx context.Context, inv *invocation) int {
 	if len(inv.Args) != 0 {
 		return usageError(inv.Stderr, "status", "takes no arguments, got %q", inv.Args[0])
@@ -52,6 +64,7 @@ func runStatus(ctx context.Context, inv *invocation) int {
 		lease *lease.Info
 		state *jobstate.JobState
 		known bool
+		job   *transform.Job // from the transform, when it loads
 	}
 	rows := map[string]*row{}
 	get := func(name string) *row {
@@ -69,6 +82,7 @@ func runStatus(ctx context.Context, inv *invocation) int {
 	if set, _ := loadJobs(inv.Config, inv.Log); set != nil {
 		for _, j := range set.Jobs() {
 			get(j.Name).known = true
+			get(j.Name).job = j
 		}
 	}
 	names := make([]string, 0, len(rows))
@@ -77,6 +91,7 @@ func runStatus(ctx context.Context, inv *invocation) int {
 	}
 	sort.Strings(names)
 
+	var notes []string
 	tw := tabwriter.NewWriter(inv.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tHOLDER\tEPOCH\tLEASE\tPOSITION\tLAG\tREINDEX\tERRORS")
 	for _, n := range names {
@@ -96,7 +111,24 @@ func runStatus(ctx context.Context, inv *invocation) int {
 		if s := r.state; s != nil {
 			if p := s.Position; p != nil {
 				pos = p.WallTime.UTC().Format(time.RFC3339)
-				lag = max(now.Sub(p.WallTime), 0).Round(time.Second).String()
+				job := r.job
+				if job == nil {
+					coll := p.Collection
+					if coll == "" {
+						coll = n
+					}
+					job = &transform.Job{Name: n, Collection: coll}
+				}
+				since, err := firstChangeAfter(ctx, w.source, job, inv.Config.StateCollection, p.Token)
+				switch {
+				case err != nil:
+					lag = "?"
+					notes = append(notes, fmt.Sprintf("%s: lag unknown: %s", n, err))
+				case since.IsZero():
+					lag = "0s"
+				default:
+					lag = lagText(now.Sub(since))
+				}
 			}
 			if c := s.Reindex; c != nil {
 				reindex = fmt.Sprintf("checkpoint at %d documents", c.Count)
@@ -112,7 +144,72 @@ func runStatus(ctx context.Context, inv *invocation) int {
 	if err := tw.Flush(); err != nil {
 		return fail(inv.Stderr, errs.Wrap(errs.Failed, "", err, "write status"))
 	}
+	for _, note := range notes {
+		fmt.Fprintln(inv.Stdout, note)
+	}
 	return exitOK
+}
+
+// lagText renders a lag that is not zero: to the millisecond under a
+// second (never "0s", which says caught up), to the second above.
+func lagText(d time.Duration) string {
+	switch {
+	case d < time.Millisecond:
+		return "1ms"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// lagProbeTimeout bounds reading one job's stream for its lag.
+const lagProbeTimeout = 5 * time.Second
+
+// firstChangeAfter returns the wall time of the first change of the job's
+// collection after token (its recorded position), zero when there is none
+// yet: the oldest change the job has not recorded as durable. It reads the
+// change stream as the job does (its database's, filtered as the job's,
+// resumed after the token), skips the job's reindex watermarks, and stops
+// at the first change or an empty batch.
+func firstChangeAfter(ctx context.Context, db *mongo.Database, job *transform.Job, state string, token bson.Raw) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, lagProbeTimeout)
+	defer cancel()
+	cs, err := stream.Open(ctx, db, job, state, token)
+	if err != nil {
+		return time.Time{}, streamProblem(err)
+	}
+	defer cs.Close(context.Background())
+	for {
+		if !cs.TryNext(ctx) {
+			if err := cs.Err(); err != nil {
+				return time.Time{}, streamProblem(err)
+			}
+			return time.Time{}, nil
+		}
+		if coll, _ := cs.Current.Lookup("ns", "coll").StringValueOK(); coll != state {
+			break
+		}
+	}
+	if w, err := cs.Current.LookupErr("wallTime"); err == nil {
+		if dt, ok := w.DateTimeOK(); ok {
+			return time.UnixMilli(dt), nil
+		}
+	}
+	if ct, err := cs.Current.LookupErr("clusterTime"); err == nil {
+		if t, _, ok := ct.TimestampOK(); ok {
+			return time.Unix(int64(t), 0), nil
+		}
+	}
+	return time.Time{}, errors.New("the change after the position has no time")
+}
+
+// streamProblem says why the stream after a position cannot be read, in
+// a few words for the status table's notes.
+func streamProblem(err error) error {
+	if mongoerr.HistoryLost(err) {
+		return errors.New("the position is older than the server's change history (the job reindexes, or fails with ON_HISTORY_LOST=fail)")
+	}
+	return errors.New(redactedErr(err))
 }
 
 // serverTime is MongoDB's clock (hello's localTime): lags are measured

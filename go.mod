@@ -3,6 +3,7 @@ module github.com/meilistream/meilistream
 go 1.26.0
 
 require (
+	github.com/KimMachineGun/automemlimit v1.0.2
 	github.com/andybalholm/brotli v1.1.1
 	github.com/dop251/goja v0.0.0-20260917113740-793a2a65c13b
 	github.com/hashicorp/go-hclog v1.6.3
@@ -31,6 +32,7 @@ require (
 	github.com/mitchellh/copystructure v1.2.0 // indirect
 	github.com/mitchellh/reflectwalk v1.0.2 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/pbnjay/memory v0.0.0-20210728143218-7b4eea64cf58 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/xdg-go/scram v1.4.0 // indirect

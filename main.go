@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meilistream/meilistream/internal/errs"
@@ -30,7 +31,10 @@ const (
 	exitRunning = 3 // the job's lease is held by another process (RUNNING)
 )
 
-func main() { tuneGC(); os.Exit(Main()) }
+func main() {
+	tuneGC(memlimit.FromCgroup, memoryLimitRefresh)
+	os.Exit(Main())
+}
 
 // Main runs the command line in os.Args and returns the process exit code.
 // The testscript suite registers this same function as the "meilistream"
@@ -58,8 +62,11 @@ type invocation struct {
 	Environ []string      // the process environment the config was loaded from
 	Config  config.Config // validated; print it only through Config.Redacted()
 	Log     hclog.Logger  // root logger; per job: Log.Named(job)
-	Stdout  io.Writer
-	Stderr  io.Writer
+	// Scrub masks the configuration's secrets; Stdout, Stderr and Log
+	// already go through it.
+	Scrub  *config.Scrubber
+	Stdout io.Writer
+	Stderr io.Writer
 }
 
 // command is one subcommand. Exactly one of serve and plain is set: serve
@@ -109,6 +116,26 @@ job (scale the sidecars down, run it, scale them back up).`,
 			serve: runRetry,
 		},
 		{
+			name: "errors", synopsis: "NAME [--json] [--limit N] [--after CURSOR]", summary: "list the documents one job failed on",
+			help: `Lists the documents recorded in the errors collection for job NAME, newest
+first: when it last failed, its _id, the error code, the hash of the
+transform that failed on it (when recorded), how many times it failed,
+and the message. Reads MongoDB only: it works while a sidecar runs.
+
+  --limit N        records per page, 1 to 1000 (default 50)
+  --after CURSOR   the page after the one that printed CURSOR ("next page:
+                   ..." at its end; "next" in --json)
+  --json           one JSON document: {"job", "errors": [{"id", "code",
+                   "message", "at", "hash", "attempts"}], "next"}; "id" is
+                   the _id as Extended JSON, "hash" and "next" null when
+                   absent
+
+Pages are cut by keys, not numbers: a document failing while you page
+through shows on the first page and moves no other. Once the transform
+is fixed, "meilistream retry NAME" runs them again.`,
+			serve: runErrors,
+		},
+		{
 			name: "check", synopsis: "[--sample FILE] [PATH...]", summary: "load transforms and run them on sample documents",
 			help: `Loads every transform (the PATHs, each a .js file or a folder, else
 MEILISTREAM_TRANSFORMS), runs each on sample documents and prints what it
@@ -120,7 +147,14 @@ it fits in your own CI. Needs no server.`,
 		{
 			name: "status", summary: "print jobs, lease holders, positions and lag from MongoDB",
 			help: `Reads the state collection in MongoDB and prints each job: who holds its
-lease, its recorded position and how far behind it is.`,
+lease, its recorded position, its lag, an unfinished reindex and its
+per-document errors. Needs only MongoDB, not a running sidecar.
+
+LAG is the age of the first change of the job's collection after its
+recorded position (a holder records it once a batch is durable): 0s when
+there is none, the job is caught up. It is the lag of /status and of
+meilistream_follow_lag_seconds as far as MongoDB can tell: a running
+holder may have made a few more changes durable than it has recorded.`,
 			serve: runStatus,
 		},
 		{
@@ -184,11 +218,17 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return fail(stderr, err)
 	}
+	// Whatever a driver or library puts in an error's text (a URL with
+	// its query, a quoted password), the configuration's secrets never
+	// reach the output: every line goes through the scrubber.
+	scrub := config.NewScrubber(cfg.Secrets())
+	stdout, stderr = scrub.Writer(stdout), scrub.Writer(stderr)
 	inv := &invocation{
 		Args:    args,
 		Environ: environ,
 		Config:  cfg,
 		Log:     config.NewLogger(cfg, stderr),
+		Scrub:   scrub,
 		Stdout:  stdout,
 		Stderr:  stderr,
 	}

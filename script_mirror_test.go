@@ -24,6 +24,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/mongotest"
+	"github.com/meilistream/meilistream/internal/synccheck"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -141,7 +142,11 @@ func expectedMirror(ctx context.Context, coll *mongo.Collection, job *transform.
 	want := map[string]bson.Raw{}
 	for cur.Next(ctx) {
 		doc := bson.Raw(bytes.Clone(cur.Current))
-		res, err := job.Apply(ctx, doc, transform.OpReindex, nil)
+		lk, err := synccheck.Lookups(ctx, coll.Database(), job, doc)
+		if err != nil {
+			return nil, err
+		}
+		res, _, err := job.ApplyWith(ctx, nil, doc, transform.OpReindex, nil, lk)
 		if err != nil || res.Skip {
 			continue
 		}

@@ -35,6 +35,7 @@ import (
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/synccheck"
 	"github.com/meilistream/meilistream/sidecar/config"
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -557,7 +558,11 @@ func loadScriptJob(ts *testscript.TestScript, name string) *transform.Job {
 	if dir == "" {
 		dir = filepath.Join(ts.Getenv("WORK"), "transforms")
 	}
-	set, err := transform.Load(ts.MkAbs(dir), transform.Options{Pool: 1})
+	// A monstache script reads the script's database as the sidecar's
+	// does (its findId, findOne, find, pipe), through the engine's Reader.
+	db := scriptMongo(ts)
+	opts := transform.Options{Pool: 1, Database: db.Name(), Reader: engine.New(db, nil, nil, engine.Config{}, nil, nil).Reader()}
+	set, err := transform.Load(ts.MkAbs(dir), opts)
 	if set == nil {
 		ts.Fatalf("load transforms in %s: %v", dir, err)
 	}
@@ -823,7 +828,7 @@ func getStatus(addr, path string) (string, error) {
 // cmdWaitMetric: wait-metric [-timeout D] NAME LABELS VALUE polls the
 // sidecar's /metrics (address from $MEILISTREAM_READY_FILE) until it has the
 // sample line `NAME LABELS VALUE`, e.g.
-// wait-metric meilistream_lease_held '{job="books"}' 1.
+// wait-metric meilistream_lease_held '{kind="search",pipeline="books"}' 1.
 func cmdWaitMetric(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("wait-metric", flag.ContinueOnError)
 	timeout := fs.Duration("timeout", 10*time.Second, "")

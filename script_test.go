@@ -45,8 +45,8 @@ package main
 // Generic commands: waitfile FILE [timeout]; httpget [-wait=DUR] URL-or-path
 // [want-status] (a path is relative to the address in $MEILISTREAM_READY_FILE);
 // exitcode N PROG [ARGS...] (exec that asserts the exit code, keeping stdout
-// and stderr for the next assertions); proxy and
-// signal (below).
+// and stderr for the next assertions); stdout-setenv NAME REGEXP (a value
+// the last command printed, for the next ones); proxy and signal (below).
 //
 // Every run of the meilistream command in a script is watched: if its
 // stdout or stderr ever holds a secret of its environment (the Meilisearch
@@ -87,9 +87,10 @@ import (
 // scriptCmds are the custom commands scripts can use. Other test files add
 // theirs from init().
 var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []string){
-	"waitfile": cmdWaitFile,
-	"httpget":  cmdHTTPGet,
-	"exitcode": cmdExitCode,
+	"waitfile":      cmdWaitFile,
+	"httpget":       cmdHTTPGet,
+	"exitcode":      cmdExitCode,
+	"stdout-setenv": cmdStdoutSetenv,
 }
 
 // scriptConds are custom conditions ([name] in a script), added to from
@@ -336,6 +337,22 @@ func cmdHTTPGet(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
+// cmdStdoutSetenv: stdout-setenv NAME REGEXP sets $NAME to the first
+// group of REGEXP's first match in the last command's stdout (a cursor, an
+// id the command printed), and fails when it does not match.
+func cmdStdoutSetenv(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: stdout-setenv NAME REGEXP (with one group, no !)")
+	}
+	re, err := regexp.Compile("(?m)" + args[1])
+	ts.Check(err)
+	m := re.FindStringSubmatch(ts.ReadFile("stdout"))
+	if len(m) < 2 {
+		ts.Fatalf("stdout-setenv: no match for %s in stdout", args[1])
+	}
+	ts.Setenv(args[0], m[1])
+}
+
 // cmdExitCode: exitcode N PROG [ARGS...] runs PROG like exec and fails
 // unless it exits with code N; its stdout and stderr stay available to
 // "stdout" and "stderr". (exec alone only tells zero from non-zero.)
@@ -465,16 +482,16 @@ func secretsOf(environ []string) map[string]string {
 	return out
 }
 
-// uriPassword returns the password in a URI's user info, or "".
+// uriPassword returns the password in a URI's user info, or "": as the
+// MongoDB driver reads it (x/mongo/driver/connstring), everything before
+// the first '@' is the user info, so a password may hold an unescaped '?'
+// or '#'.
 func uriPassword(uri string) string {
 	_, rest, ok := strings.Cut(uri, "://")
 	if !ok {
 		return ""
 	}
-	if i := strings.IndexAny(rest, "/?"); i >= 0 {
-		rest = rest[:i]
-	}
-	at := strings.LastIndex(rest, "@")
+	at := strings.Index(rest, "@")
 	if at < 0 {
 		return ""
 	}

@@ -533,9 +533,9 @@ func TestForJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.OnDDL(context.Background(), "dropDatabase")
-	// Labels in the order of their names: event, job.
-	if n := counterValue(t, reg, "meilistream_ddl_events_total", "dropDatabase", "articles"); n != 1 {
-		t.Errorf("meilistream_ddl_events_total{job=articles,event=dropDatabase} = %v, want 1", n)
+	// Labels in the order of their names: event, kind, pipeline.
+	if n := counterValue(t, reg, "meilistream_ddl_events_total", "dropDatabase", "mirror", "articles"); n != 1 {
+		t.Errorf("meilistream_ddl_events_total{pipeline=articles,event=dropDatabase} = %v, want 1", n)
 	}
 	search := &transform.Job{Name: "a", Collection: "a", Index: "a"}
 	if _, err := replicate.ForJob(p.replica.Database(), p.source.Database(), search, nil, nil); !errors.Is(err, errs.ErrConfigInvalid) {

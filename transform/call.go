@@ -65,6 +65,7 @@ type callReq struct {
 	op         Operation
 	updateDesc bson.Raw
 	track      bool // keep what the call reads (Result.Reads)
+	lookups    LookupResults
 	res        Result
 	err        error
 }
@@ -188,7 +189,11 @@ func (v *vm) interrupt(reason any) {
 func (v *vm) runCall() {
 	r := &v.req
 	v.out = v.out[:0]
-	r.res, v.out, r.err = v.run(r.job, v.out, r.doc, r.idv, r.op, r.updateDesc, r.res)
+	r.res, v.out, r.err = v.run(r.job, v.out, r.doc, r.idv, r.op, r.updateDesc, r.lookups, r.res)
+	if f := v.readFail; f != nil { // whatever the script made of it
+		v.readFail = nil
+		r.res, r.err = Result{}, f
+	}
 }
 
 // call runs v.req under ctx for at most timeout and waits for it; finished
@@ -298,10 +303,10 @@ func (j *Job) timeout() time.Duration {
 // apply runs one document through the transform (see Job.Apply). A call
 // that runs out of time is tried again on a fresh runtime, up to
 // maxTimeoutRetries times.
-func (jr *jobRuntime) apply(ctx context.Context, j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, res Result, track bool) (Result, []byte, error) {
+func (jr *jobRuntime) apply(ctx context.Context, j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, lookups LookupResults, res Result, track bool) (Result, []byte, error) {
 	timeout := j.timeout()
 	for attempt := 0; ; attempt++ {
-		out, b, err, timedOut := jr.attempt(ctx, j, dst, doc, idv, op, updateDesc, res, track, timeout)
+		out, b, err, timedOut := jr.attempt(ctx, j, dst, doc, idv, op, updateDesc, lookups, res, track, timeout)
 		if !timedOut || attempt == maxTimeoutRetries {
 			return out, b, err
 		}
@@ -311,7 +316,7 @@ func (jr *jobRuntime) apply(ctx context.Context, j *Job, dst []byte, doc bson.Ra
 
 // attempt is one try of apply; timedOut says it ran out of time (err then
 // says so).
-func (jr *jobRuntime) attempt(ctx context.Context, j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, res Result, track bool, timeout time.Duration) (_ Result, _ []byte, _ error, timedOut bool) {
+func (jr *jobRuntime) attempt(ctx context.Context, j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, lookups LookupResults, res Result, track bool, timeout time.Duration) (_ Result, _ []byte, _ error, timedOut bool) {
 	v, err := jr.pool.get(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -324,7 +329,7 @@ func (jr *jobRuntime) attempt(ctx context.Context, j *Job, dst []byte, doc bson.
 		r, b, err := j.identityGuarded(dst, doc, idv, res)
 		return r, b, err, false
 	}
-	v.req = callReq{job: j, doc: doc, idv: idv, op: op, updateDesc: updateDesc, track: track, res: res}
+	v.req = callReq{job: j, doc: doc, idv: idv, op: op, updateDesc: updateDesc, lookups: lookups, track: track, res: res}
 	if !v.call(ctx, timeout) {
 		jr.pool.abandon(v)
 		if ctx.Err() != nil {
@@ -339,7 +344,7 @@ func (jr *jobRuntime) attempt(ctx context.Context, j *Job, dst []byte, doc bson.
 	v.req = callReq{}
 	var reads *Reads
 	if v.reads.on {
-		reads = v.reads.result(v.det)
+		reads = v.reads.result(j)
 	}
 	if crash := v.crash; crash != nil {
 		jr.pool.discard(v)

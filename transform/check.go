@@ -57,6 +57,11 @@ func CheckFiles(w io.Writer, paths []string, samplePath string, opts Options) er
 	ctx := context.Background()
 	for _, j := range set.Jobs() {
 		fmt.Fprintf(w, "%s: ok: %s\n", j.file(), j.describe())
+		for _, l := range j.Lookups {
+			if _, ok := j.Related[l.From]; !ok {
+				fmt.Fprintf(w, "  lookup %s: no documents of %s to resolve it against (declare some in related: {%s: [...]}); it finds nothing here\n", l.Name, l.From, l.From)
+			}
+		}
 		samples := j.Samples
 		if fileSamples != nil {
 			samples = fileSamples
@@ -66,7 +71,7 @@ func CheckFiles(w io.Writer, paths []string, samplePath string, opts Options) er
 			if idv, err := doc.LookupErr("_id"); err == nil {
 				label += " (_id " + relaxedJSON(idv) + ")"
 			}
-			if j.Fields != nil {
+			if j.StreamFields() != nil {
 				// What run would see: the sample trimmed to the fields.
 				var err error
 				if doc, err = j.checkFields(ctx, w, label, doc); err != nil {
@@ -75,7 +80,7 @@ func CheckFiles(w io.Writer, paths []string, samplePath string, opts Options) er
 					continue
 				}
 			}
-			res, err := j.Apply(ctx, doc, OpInsert, nil)
+			res, err := j.apply(ctx, doc, OpInsert, nil, j.ResolveSamples(doc, j.Related))
 			switch {
 			case err != nil:
 				fmt.Fprintf(w, "%s: error: %s\n", label, errs.Format(err))
@@ -121,6 +126,16 @@ func (j *Job) describe() string {
 	if j.Settings != nil {
 		b.WriteString(", with settings")
 	}
+	for _, l := range j.Lookups {
+		many := ""
+		if l.Many {
+			many = ", many"
+		}
+		fmt.Fprintf(&b, ", lookup %s: %s.%s = %s%s", l.Name, l.From, l.ForeignField, l.LocalField, many)
+	}
+	for _, r := range j.Relates {
+		fmt.Fprintf(&b, ", relate %s.%s -> %s", r.Namespace, r.SrcField, r.MatchField)
+	}
 	if j.Fields != nil {
 		fmt.Fprintf(&b, ", fields %s", strings.Join(j.Fields, ", "))
 	}
@@ -140,7 +155,7 @@ func (j *Job) checkFields(ctx context.Context, w io.Writer, label string, doc bs
 		fmt.Fprintf(w, "%s: warning: the transform reads %s, which fields (%s) leaves out: documents are trimmed to fields at the server, so it would not see it; add it to fields\n",
 			label, outside, strings.Join(j.Fields, ", "))
 	}
-	trimmed, err := trimToFields(doc, j.Fields)
+	trimmed, err := trimToFields(doc, j.StreamFields())
 	if err != nil {
 		return nil, errs.Wrap(errs.NotADocument, j.Name, err, "trim the sample to fields")
 	}

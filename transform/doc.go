@@ -30,7 +30,11 @@
 //   - a bare function, monstache's middleware shape
 //     function (doc, ns, updateDesc) with `this` bound to the document; ns
 //     is "database.collection", updateDesc the change's updateDescription
-//     or undefined. It is a search job with every default.
+//     or undefined. It is a search job with every default. While it
+//     runs it also has monstache's findId, findOne, find and pipe, which
+//     read the source MongoDB through Options.Reader (monstache.go:
+//     read-only, within the call's time limit, at most MaxReadDocuments
+//     documents).
 //
 // The environment's per-job options (Options.Overrides,
 // MEILISTREAM_JOB_<NAME>_<OPTION>) and index prefix (Options.IndexPrefix)
@@ -45,7 +49,9 @@
 // document; true is the document argument as the transform left it (the
 // source document if it changed nothing); null, undefined and false keep it
 // out of the destination (deleting it there if it was there). Anything else
-// is NOT_A_DOCUMENT. As monstache does, a function transform sees ObjectIds
+// is NOT_A_DOCUMENT, and so is a result holding _meta_monstache
+// (monstache's per-document indexing metadata, which meilistream does not
+// honour). As monstache does, a function transform sees ObjectIds
 // as their 24-hex strings (doc._id === "65f1..." works); an object
 // transform sees the ObjectId class below.
 //
@@ -60,8 +66,11 @@
 // A transform is a pure function of the document. There is no require, no
 // process, no file system, no network, no timers (setTimeout and friends do
 // not exist); Function("return this")() reaches only the runtime's own
-// global object, which holds nothing but the standard built-ins, console
-// and the BSON classes below. console.log/info/debug/warn/error go to the
+// global object, which holds nothing but the standard built-ins, console,
+// `_` and the BSON classes below (and a function transform's read
+// globals). `_` is Underscore 1.4.4, the version monstache bundles,
+// loaded as a runtime is made when the file names `_`, else when first
+// read; its functions that need a timer throw. console.log/info/debug/warn/error go to the
 // job's logger (With("job", name), key source=console), at most 20 lines at
 // once and 10 a second after that, each line cut at 4 KiB; dropped lines are
 // counted in the next line that passes. Every call has a time limit

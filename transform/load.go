@@ -311,6 +311,7 @@ func loadFile(ctx context.Context, path string, src []byte, opts Options, ov map
 		return nil, syntaxErr(j, src, err)
 	}
 	j.Hash = prog.hash
+	j.underscore = namesUnderscore(src)
 	con := newConsoleLimiter(j.log)
 	// The first runtime evaluates the module for its options, then joins
 	// the pool.
@@ -487,6 +488,27 @@ func (j *Job) readOptions(v *vm) error {
 		} else {
 			j.Samples = samples
 		}
+	}
+	if val, ok := set["lookups"]; ok && !goja.IsUndefined(val) {
+		lookups, problems := readLookups(v, val)
+		for _, p := range problems {
+			bad("lookups", "%s", p)
+		}
+		j.Lookups = lookups
+	}
+	if val, ok := set["relate"]; ok && !goja.IsUndefined(val) {
+		relates, problems := readRelates(val, j.Collection)
+		for _, p := range problems {
+			bad("relate", "%s", p)
+		}
+		j.Relates = relates
+	}
+	if val, ok := set["related"]; ok && !goja.IsUndefined(val) {
+		related, problem := readRelated(v, val)
+		if problem != "" {
+			bad("related", "%s", problem)
+		}
+		j.Related = related
 	}
 	if j.Kind == Search {
 		if msg := validIndexUID(j.Index); msg != "" {

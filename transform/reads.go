@@ -156,13 +156,14 @@ type callReads struct {
 	all     bool
 	context bool
 	unknown bool
+	lookups bool // read ctx.lookups
 	fields  []string
 	doc     *lazyDoc
 }
 
 // begin starts tracking a call whose document is doc (nil: stop).
 func (r *callReads) begin(doc *lazyDoc) {
-	r.on, r.all, r.context, r.unknown = doc != nil, false, false, false
+	r.on, r.all, r.context, r.unknown, r.lookups = doc != nil, false, false, false, false
 	r.fields, r.doc = r.fields[:0], doc
 	if doc != nil {
 		doc.reads = r
@@ -187,12 +188,24 @@ func (r *callReads) everything() {
 }
 
 // result is what the call read, for Result.Reads; the job's own flag
-// (any call's clock or chance) counts too.
-func (r *callReads) result(det *determinism) *Reads {
-	out := &Reads{Fields: slices.Clone(r.fields), All: r.all, Context: r.context, Unknown: r.unknown || det.seen()}
+// (any call's clock or chance) counts too. A lookup's matches depend on
+// the document's localField: a call that read them (ctx.lookups, or the
+// field the matches are set to) read that field too.
+func (r *callReads) result(j *Job) *Reads {
+	out := &Reads{Fields: slices.Clone(r.fields), All: r.all, Context: r.context, Unknown: r.unknown || j.det.seen()}
+	var keys []string // the localFields of the lookups read
+	for _, l := range j.Lookups {
+		if r.lookups || r.all || l.As != "" && slices.Contains(r.fields, l.As) {
+			top, _, _ := strings.Cut(l.LocalField, ".")
+			keys = append(keys, top)
+			if !slices.Contains(out.Fields, top) {
+				out.Fields = append(out.Fields, top)
+			}
+		}
+	}
 	if r.all && r.doc != nil {
 		for _, e := range r.doc.entries {
-			if e.deleted && !slices.Contains(r.fields, e.key) {
+			if e.deleted && !slices.Contains(r.fields, e.key) && !slices.Contains(keys, e.key) {
 				out.Except = append(out.Except, e.key)
 			}
 		}

@@ -29,7 +29,8 @@ const (
 // Options configure loading and running transforms.
 type Options struct {
 	// Pool is the number of JavaScript runtimes per job, each used by one
-	// goroutine at a time; 0 means runtime.NumCPU().
+	// goroutine at a time; 0 means runtime.GOMAXPROCS(0): the container's
+	// CPU limit (Go 1.25+ sets it from the cgroup), not the host's CPUs.
 	Pool int
 	// Timeout limits one transform call (MEILISTREAM_TRANSFORM_TIMEOUT);
 	// 0 means DefaultTimeout; more than MaxTimeout is refused by Load.
@@ -65,6 +66,13 @@ type Options struct {
 	// IndexPrefix (MEILISTREAM_INDEX_PREFIX) goes before every search job's
 	// index uid; the job's Hash covers it.
 	IndexPrefix string
+	// Reader serves the findId, findOne, find and pipe globals of
+	// monstache-style function transforms (monstache.go); nil: they throw,
+	// saying there is no MongoDB to read (meilistream check).
+	Reader Reader
+	// OnRead, when set, is called after each of those calls, on the
+	// transform's goroutine (keep it cheap): the metrics' hook.
+	OnRead func(ReadStat)
 }
 
 // JobDefaults are the global per-job defaults (from the environment) that a
@@ -79,7 +87,7 @@ type JobDefaults struct {
 
 func (o Options) withDefaults() Options {
 	if o.Pool <= 0 {
-		o.Pool = runtime.NumCPU()
+		o.Pool = runtime.GOMAXPROCS(0)
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
@@ -171,6 +179,12 @@ type Job struct {
 	// of them, and every document the transform sees (followed, reindexed,
 	// retried) holds only them and _id.
 	Fields []string
+	// Lookups are the file's declared lookups (`lookups`), in the order
+	// the file lists them; Relates its `relate` dependencies; Related the
+	// related collections' sample documents (`related`), for check.
+	Lookups []Lookup
+	Relates []Relate
+	Related map[string][]bson.Raw
 	// Hash is the sha256 (hex) of the file's tokens (see tokenHash:
 	// comments, indentation, spaces and blank lines are not in it; every
 	// token, and a line break between two tokens, is); with environment
@@ -199,6 +213,9 @@ type Job struct {
 	keys    map[string]bool
 	env     map[string]string
 	envOnly bool
+	// underscore says the file names `_`: its runtimes load Underscore as
+	// they are made (underscore.go).
+	underscore bool
 }
 
 // Operation is what happened to the document, as ctx.operation shows it.
@@ -248,7 +265,12 @@ type Result struct {
 // primary key or _id is not the document's). A context error is returned
 // as it is.
 func (j *Job) Apply(ctx context.Context, doc bson.Raw, op Operation, updateDesc bson.Raw) (Result, error) {
-	res, _, err := j.ApplyTo(ctx, nil, doc, op, updateDesc)
+	return j.apply(ctx, doc, op, updateDesc, nil)
+}
+
+// apply is Apply with the document's lookups resolved.
+func (j *Job) apply(ctx context.Context, doc bson.Raw, op Operation, updateDesc bson.Raw, lookups LookupResults) (Result, error) {
+	res, _, err := j.ApplyWith(ctx, nil, doc, op, updateDesc, lookups)
 	if err != nil || res.JSON == nil {
 		return res, err
 	}
@@ -265,11 +287,26 @@ func (j *Job) Apply(ctx context.Context, doc bson.Raw, op Operation, updateDesc 
 // Result.Doc is made. Documents written one after the other into one
 // buffer cost no allocation each.
 func (j *Job) ApplyTo(ctx context.Context, dst []byte, doc bson.Raw, op Operation, updateDesc bson.Raw) (Result, []byte, error) {
-	return j.applyTo(ctx, dst, doc, op, updateDesc, op == OpUpdate && j.SkipUnchanged)
+	return j.ApplyWith(ctx, dst, doc, op, updateDesc, nil)
 }
 
-// applyTo is ApplyTo, keeping what the call reads when track is set.
-func (j *Job) applyTo(ctx context.Context, dst []byte, doc bson.Raw, op Operation, updateDesc bson.Raw, track bool) (Result, []byte, error) {
+// ApplyWith is ApplyTo for a job with lookups: lookups are the matches of
+// the document's lookups (LookupResults, in the order of j.Lookups; nil
+// for none), on ctx.lookups and, for a lookup with As (or every lookup of
+// an identity job), on the document.
+func (j *Job) ApplyWith(ctx context.Context, dst []byte, doc bson.Raw, op Operation, updateDesc bson.Raw, lookups LookupResults) (Result, []byte, error) {
+	return j.applyWith(ctx, dst, doc, op, updateDesc, lookups, op == OpUpdate && j.SkipUnchanged)
+}
+
+// applyWith is ApplyWith, keeping what the call reads when track is set.
+func (j *Job) applyWith(ctx context.Context, dst []byte, doc bson.Raw, op Operation, updateDesc bson.Raw, lookups LookupResults, track bool) (Result, []byte, error) {
+	if len(j.Lookups) > 0 {
+		merged, err := j.withLookups(doc, lookups)
+		if err != nil {
+			return Result{}, dst, errs.New(errs.NotADocument, j.Name, "the source document is not valid BSON")
+		}
+		doc = merged
+	}
 	idv, err := doc.LookupErr("_id")
 	if err != nil {
 		return Result{}, dst, errs.New(errs.NotADocument, j.Name, "the source document has no _id")
@@ -287,7 +324,7 @@ func (j *Job) applyTo(ctx context.Context, dst []byte, doc bson.Raw, op Operatio
 	if j.rt == nil {
 		return j.identityGuarded(dst, doc, idv, res)
 	}
-	return j.rt.apply(ctx, j, dst, doc, idv, op, updateDesc, res, track)
+	return j.rt.apply(ctx, j, dst, doc, idv, op, updateDesc, lookups, res, track)
 }
 
 // identity is the result of a job without a transform (and of a transform

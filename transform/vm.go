@@ -129,6 +129,9 @@ type vm struct {
 	isArrayFn    func(goja.FunctionCall) goja.Value
 	joining      []*goja.Object
 	nativeDepth  int
+	// readFail is a failure of MongoDB under a read global (monstache.go):
+	// it fails the call whatever the script did with what was thrown.
+	readFail error
 	// spoiled: a panic no case expects unwound through the runtime; it is
 	// discarded rather than reused.
 	spoiled bool
@@ -236,6 +239,9 @@ func (v *vm) install(j *Job, prog *goja.Program, con *consoleLimiter) error {
 	if err := rt.Set("console", con.object(v)); err != nil {
 		return err
 	}
+	if err := v.installUnderscore(j.underscore); err != nil {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
 
 	mod := rt.NewObject()
 	exp := rt.NewObject()
@@ -263,6 +269,9 @@ func (v *vm) install(j *Job, prog *goja.Program, con *consoleLimiter) error {
 	if f, ok := goja.AssertFunction(v.exports); ok {
 		v.fn, v.bare, v.this = f, true, goja.Undefined()
 		v.bareSeesUpdate = seesArgument(v.exports, 2) // (doc, ns, updateDesc)
+		if err := v.installReaders(); err != nil {
+			return fmt.Errorf("bootstrap: %w", err)
+		}
 		ns := j.Collection
 		if j.opts.Database != "" {
 			ns = j.opts.Database + "." + j.Collection
@@ -322,18 +331,28 @@ func (v *vm) ctx(j *Job, op Operation) (*goja.Object, error) {
 // such key, as the frozen ctx), so that reading the operation or the
 // updateDescription, or enumerating ctx, is seen (reads).
 type updateCtx struct {
-	base  *goja.Object
-	ud    goja.Value // nil: none
-	reads *callReads // nil: not tracked
+	base    *goja.Object
+	ud      goja.Value // nil: none
+	lookups goja.Value // nil for a job without lookups
+	reads   *callReads // nil: not tracked
 }
 
 var updateCtxKeys = []string{"job", "collection", "operation", "updateDescription"}
 
 // context notes that the call looked at what differs between calls on
-// the same document: the operation, the update description.
+// the same document (the operation, the update description) or at its
+// lookups' matches.
 func (c *updateCtx) context(key string) {
-	if c.reads != nil && (key == "operation" || key == "updateDescription" || key == "") {
+	if c.reads == nil {
+		return
+	}
+	switch key {
+	case "operation", "updateDescription":
 		c.reads.context = true
+	case "lookups":
+		c.reads.lookups = true
+	case "": // enumerated
+		c.reads.context, c.reads.lookups = true, true
 	}
 }
 
@@ -344,14 +363,19 @@ func (c *updateCtx) Get(key string) goja.Value {
 		return c.ud
 	case "job", "collection", "operation":
 		return c.base.Get(key)
+	case "lookups":
+		return c.lookups
 	}
 	return nil
 }
 
 func (c *updateCtx) Has(key string) bool {
 	c.context(key)
-	if key == "updateDescription" {
+	switch key {
+	case "updateDescription":
 		return c.ud != nil
+	case "lookups":
+		return c.lookups != nil
 	}
 	return slices.Contains(updateCtxKeys, key)
 }
@@ -360,10 +384,57 @@ func (c *updateCtx) Set(string, goja.Value) bool { return false }
 func (c *updateCtx) Delete(string) bool          { return false }
 func (c *updateCtx) Keys() []string {
 	c.context("")
-	if c.ud == nil {
-		return slices.Clone(updateCtxKeys[:3])
+	keys := slices.Clone(updateCtxKeys[:3])
+	if c.ud != nil {
+		keys = append(keys, "updateDescription")
 	}
-	return slices.Clone(updateCtxKeys)
+	if c.lookups != nil {
+		keys = append(keys, "lookups")
+	}
+	return keys
+}
+
+// lookupsObject is ctx.lookups: each lookup's matches by name, as the
+// transform's documents are (an array with many, else the match or null),
+// frozen.
+func (v *vm) lookupsObject(j *Job, res LookupResults) (goja.Value, error) {
+	in := inConv{v: v}
+	o := v.rt.NewObject()
+	for i, l := range j.Lookups {
+		var matches []bson.Raw
+		if i < len(res) {
+			matches = res[i]
+		}
+		var val goja.Value
+		switch {
+		case l.Many:
+			a := make([]any, 0, len(matches))
+			for _, m := range matches {
+				d, err := in.doc(m, 0)
+				if err != nil {
+					return nil, err
+				}
+				a = append(a, d)
+			}
+			val = v.rt.NewArray(a...)
+		case len(matches) == 0:
+			val = goja.Null()
+		default:
+			d, err := in.doc(matches[0], 0)
+			if err != nil {
+				return nil, err
+			}
+			val = d
+		}
+		if err := o.Set(l.Name, val); err != nil {
+			return nil, err
+		}
+	}
+	freeze, _ := goja.AssertFunction(v.rt.Get("Object").ToObject(v.rt).Get("freeze"))
+	if _, err := freeze(goja.Undefined(), o); err != nil {
+		return nil, err
+	}
+	return o, nil
 }
 
 // identityGuarded is identity with internalErr for a panic.
@@ -379,7 +450,7 @@ func (j *Job) identityGuarded(dst []byte, doc bson.Raw, idv bson.RawValue, res R
 // run calls the transform and converts its result; panics from goja while
 // reading the result (a throwing getter, an interrupt) become errors, and
 // so does any other panic (internalErr, the runtime then spoiled).
-func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, res Result) (_ Result, out []byte, err error) {
+func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, lookups LookupResults, res Result) (_ Result, out []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			switch x := r.(type) {
@@ -429,14 +500,21 @@ func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operati
 		if cerr != nil {
 			return Result{}, dst, runErr(j, "transform", cerr)
 		}
-		if updateDesc != nil || tracked != nil {
-			uc := &updateCtx{base: c, reads: tracked}
+		if updateDesc != nil || tracked != nil || len(j.Lookups) > 0 {
+			cc := &updateCtx{base: c, reads: tracked}
 			if updateDesc != nil {
-				if uc.ud, err = in.doc(updateDesc, 0); err != nil {
+				if cc.ud, err = in.doc(updateDesc, 0); err != nil {
 					return Result{}, dst, errs.WithJob(j.Name, err)
 				}
 			}
-			c = v.rt.NewDynamicObject(uc)
+			if len(j.Lookups) > 0 {
+				lk, err := v.lookupsObject(j, lookups)
+				if err != nil {
+					return Result{}, dst, errs.WithJob(j.Name, err)
+				}
+				cc.lookups = lk
+			}
+			c = v.rt.NewDynamicObject(cc)
 		}
 		ret, err = v.fn(v.this, jsDoc, c)
 	}
@@ -466,6 +544,9 @@ func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operati
 	obj, ok := ret.(*goja.Object)
 	if !ok || obj.ClassName() != "Object" || v.special(obj) || v.builtin(obj) != "" {
 		return Result{}, dst, errs.New(errs.NotADocument, j.Name, "the transform returned %s, not a document, null or a boolean", v.typeName(ret))
+	}
+	if err := v.refuseMeta(j, obj); err != nil {
+		return Result{}, dst, err
 	}
 	if j.Kind == Mirror {
 		oc := mirrorConv{v: v, job: j, limit: j.maxResult()}

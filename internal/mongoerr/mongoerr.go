@@ -26,3 +26,13 @@ func AuthFailed(err error) bool {
 	var ae *auth.Error
 	return errors.As(err, &ae)
 }
+
+// HistoryLost reports whether err is a change stream that cannot resume
+// because the server's history no longer holds its position:
+// ChangeStreamHistoryLost (286), ChangeStreamFatalError (280, what older
+// servers answer on resume) or CappedPositionLost (136, the stream overtaken
+// by the oplog).
+func HistoryLost(err error) bool {
+	var se mongo.ServerError
+	return errors.As(err, &se) && (se.HasErrorCode(286) || se.HasErrorCode(280) || se.HasErrorCode(136))
+}

@@ -199,6 +199,8 @@ func compileStage(name string, spec any, ec *evalCtx) (stage, error) {
 		return compileGroup(d, ec)
 	case "$unwind":
 		return compileUnwind(spec)
+	case "$lookup":
+		return compileLookup(spec, ec)
 	case "$sortByCount":
 		g, err := compileGroup(bson.D{{Key: "_id", Value: spec}, {Key: "count", Value: bson.D{{Key: "$sum", Value: int32(1)}}}}, ec)
 		if err != nil {
@@ -923,4 +925,107 @@ func compileUnwind(spec any) (stage, error) {
 		}
 		return out, nil
 	}), nil
+}
+
+// compileLookup is $lookup's equality form (from, localField, foreignField,
+// as): each document gets, at as, the array of from's documents whose
+// foreignField equals its localField. As on mongod an array on either side
+// matches element by element, and a missing or null localField matches a
+// missing or null foreignField (the manual's $lookup "Equality Match with a
+// Single Join Condition"). The pipeline forms are not supported.
+func compileLookup(spec any, ec *evalCtx) (stage, error) {
+	d, ok := spec.(bson.D)
+	if !ok {
+		return nil, cmdErrf(40319, "Location40319", "the $lookup stage specification must be an object, but found %s", typeName(spec))
+	}
+	var from, local, foreign, as string
+	for _, e := range d {
+		s, isStr := e.Value.(string)
+		switch e.Key {
+		case "from", "localField", "foreignField", "as":
+			if !isStr {
+				return nil, cmdErrf(4570, "Location4570", "$lookup argument '%s: %s' must be a string, is type %s", e.Key, formatValue(e.Value), typeName(e.Value))
+			}
+		case "pipeline", "let":
+			return nil, cmdErrf(2, "BadValue", "mongotest supports $lookup with localField and foreignField only, not %s", e.Key)
+		default:
+			return nil, cmdErrf(9, "FailedToParse", "unknown argument to $lookup: %s", e.Key)
+		}
+		switch e.Key {
+		case "from":
+			from = s
+		case "localField":
+			local = s
+		case "foreignField":
+			foreign = s
+		case "as":
+			as = s
+		}
+	}
+	if from == "" || local == "" || foreign == "" || as == "" {
+		return nil, cmdErrf(9, "FailedToParse", "$lookup requires either 'pipeline' or both 'localField' and 'foreignField' to be specified, and 'from' and 'as'")
+	}
+	if ec == nil || ec.foreign == nil {
+		return nil, cmdErrf(2, "BadValue", "$lookup is not supported here")
+	}
+	return stageFunc(func(docs []bson.D) ([]bson.D, error) {
+		others := ec.foreign(from)
+		out := make([]bson.D, 0, len(docs))
+		for _, doc := range docs {
+			keys := resolvePath(doc, splitPath(local))
+			var flat []any
+			for _, k := range keys {
+				if a, ok := k.(bson.A); ok {
+					flat = append(flat, a...)
+				}
+				flat = append(flat, k)
+			}
+			if len(flat) == 0 {
+				flat = []any{nil}
+			}
+			matches := bson.A{}
+			for _, o := range others {
+				vals := resolvePath(o, splitPath(foreign))
+				var fvals []any
+				for _, v := range vals {
+					if a, ok := v.(bson.A); ok {
+						fvals = append(fvals, a...)
+					}
+					fvals = append(fvals, v)
+				}
+				if len(fvals) == 0 {
+					fvals = []any{nil}
+				}
+				if lookupMatch(flat, fvals) {
+					matches = append(matches, o)
+				}
+			}
+			out = append(out, setField(cloneShallow(doc), as, matches))
+		}
+		return out, nil
+	}), nil
+}
+
+func lookupMatch(keys, vals []any) bool {
+	isNull := func(v any) bool {
+		switch v.(type) {
+		case nil, bson.Null, bson.Undefined, missingT:
+			return true
+		}
+		return false
+	}
+	for _, k := range keys {
+		for _, v := range vals {
+			if isNull(k) || isNull(v) {
+				if isNull(k) && isNull(v) {
+					return true
+				}
+				continue
+			}
+			if canonType(k) == canonType(v) && compareValues(k, v) == 0 {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -1520,11 +1520,25 @@ func cmdAggregate(x *cmdCtx) (bson.D, error) {
 			}
 		}
 	}
+	s := x.s
+	x.ec.foreign = func(coll string) []bson.D {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		c := s.getColl(x.db, coll)
+		if c == nil {
+			return nil
+		}
+		hits, _ := s.runQuery(c, queryOpts{}, x.ec)
+		out := make([]bson.D, len(hits))
+		for i, h := range hits {
+			out[i] = h.decoded()
+		}
+		return out
+	}
 	stages, err := compilePipeline(rest, x.ec)
 	if err != nil {
 		return nil, err
 	}
-	s := x.s
 	s.mu.RLock()
 	hits, err := s.runQuery(s.getColl(x.db, name), q, x.ec)
 	var docs []bson.D

@@ -22,6 +22,9 @@ type evalCtx struct {
 	clusterTime bson.Timestamp
 	mu          sync.Mutex
 	err         error
+	// foreign reads the documents of another collection of the command's
+	// database ($lookup's from); nil where no stage may read one.
+	foreign func(coll string) []bson.D
 }
 
 func (ec *evalCtx) setErr(err error) {

@@ -46,9 +46,9 @@ func Expected(ctx context.Context, coll *mongo.Collection, job *transform.Job, e
 	// A job declaring its fields sees its documents trimmed to them (and
 	// _id) wherever it reads them.
 	opts := options.Find()
-	if job.Fields != nil {
+	if fields := job.StreamFields(); fields != nil {
 		p := bson.D{{Key: "_id", Value: 1}}
-		for _, f := range job.Fields {
+		for _, f := range fields {
 			p = append(p, bson.E{Key: f, Value: 1})
 		}
 		opts.SetProjection(p)
@@ -64,21 +64,56 @@ func Expected(ctx context.Context, coll *mongo.Collection, job *transform.Job, e
 		if skip[string(append([]byte{byte(id.Type)}, id.Value...))] {
 			continue
 		}
-		res, err := job.Apply(ctx, cur.Current, transform.OpReindex, nil)
-		if err != nil || res.Skip {
-			continue
-		}
-		b, err := json.Marshal(res.Doc)
+		lk, err := Lookups(ctx, coll.Database(), job, cur.Current)
 		if err != nil {
 			return nil, err
 		}
-		d, key, err := decode(b, pk)
+		r, _, err := job.ApplyWith(ctx, nil, cur.Current, transform.OpReindex, nil, lk)
+		if err != nil || r.Skip {
+			continue
+		}
+		d, key, err := decode(r.JSON, pk)
 		if err != nil {
 			return nil, err
 		}
 		out[key] = d
 	}
 	return out, cur.Err()
+}
+
+// Lookups resolves job's lookups for doc on its own, one query per lookup
+// for this document (the server matches, in its order), apart from how the
+// engine resolves them for a whole batch: a check of the engine's results.
+func Lookups(ctx context.Context, db *mongo.Database, job *transform.Job, doc bson.Raw) (transform.LookupResults, error) {
+	if len(job.Lookups) == 0 {
+		return nil, nil
+	}
+	out := make(transform.LookupResults, len(job.Lookups))
+	for i, l := range job.Lookups {
+		opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}})
+		if p := l.Projection(); p != nil {
+			opts.SetProjection(p)
+		}
+		var keys []bson.RawValue
+		for _, k := range l.Keys(doc) {
+			if k.Type != bson.TypeArray {
+				keys = append(keys, k)
+			}
+		}
+		cur, err := db.Collection(l.From).Find(ctx, l.Query(keys), opts)
+		if err != nil {
+			return nil, fmt.Errorf("resolve lookup %s: %w", l.Name, err)
+		}
+		for cur.Next(ctx) {
+			out[i] = append(out[i], append(bson.Raw(nil), cur.Current...))
+		}
+		err = cur.Err()
+		cur.Close(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("resolve lookup %s: %w", l.Name, err)
+		}
+	}
+	return out, nil
 }
 
 // LeftOut returns the source _ids recorded for job in the errors collection.

@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -97,7 +99,7 @@ type Config struct {
 	// TransformTimeout limits one transform call.
 	TransformTimeout time.Duration `koanf:"transform_timeout"`
 	// TransformPool is the number of JavaScript runtimes per job; 0 means
-	// one per CPU (runtime.GOMAXPROCS).
+	// runtime.GOMAXPROCS(0), which Go sets from the container's CPU limit.
 	TransformPool int `koanf:"transform_pool"`
 	// HTTPAddr is where /healthz, /readyz, /status and /metrics are served.
 	// Port 0 picks a free port (see ReadyFile).
@@ -178,7 +180,7 @@ var Variables = []Variable{
 	{Key: "on_history_lost", Accepts: "reindex or fail (default reindex)"},
 	{Key: "on_document_error", Accepts: "skip or fail (default skip)"},
 	{Key: "transform_timeout", Accepts: "a positive Go duration, e.g. 1s (default 1s)"},
-	{Key: "transform_pool", Accepts: "a whole number from 0 to 1024, 0 meaning one per CPU (default 0)"},
+	{Key: "transform_pool", Accepts: "a whole number from 0 to 1024, 0 meaning GOMAXPROCS, the container's CPU limit (default 0)"},
 	{Key: "http_addr", Accepts: "a listen address host:port, e.g. :8080 or 127.0.0.1:0 (default :8080)"},
 	{Key: "ready_file", Accepts: "a file path (default empty: none)"},
 	{Key: "shutdown_timeout", Accepts: "a positive Go duration, e.g. 20s (default 20s)"},
@@ -314,9 +316,9 @@ func parse(environ []string) (Config, *problems) {
 			ps.addRaw(v.Name()+"_FILE", "both "+v.Name()+" and "+v.Name()+"_FILE are set", "one of the two")
 			continue
 		}
-		b, err := os.ReadFile(path)
+		b, err := readSecretFile(path)
 		if err != nil {
-			ps.addRaw(v.Name()+"_FILE", "cannot read the file: "+pathError(err), "the path of a readable file holding "+v.Accepts)
+			ps.addRaw(v.Name()+"_FILE", "cannot read the file: "+pathError(err), "the path of a readable regular file holding "+v.Accepts)
 			continue
 		}
 		if err := k.Set(v.Key, strings.TrimSpace(string(b))); err != nil {
@@ -349,6 +351,17 @@ func parse(environ []string) (Config, *problems) {
 		}
 		raw := k.String(key)
 		f := fields[key]
+		if f.Kind() == reflect.Int {
+			// Decimal only: koanf's weak decoding reads "0500" as octal
+			// (320) and "0x20" as hexadecimal, which no operator means.
+			n, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 0)
+			if err != nil {
+				ps.add(v, "%s", decodeProblem(v, raw, f.Type()))
+				continue
+			}
+			f.SetInt(n)
+			continue
+		}
 		// Decode with koanf's own decoder configuration: it carries the
 		// duration hook (a custom DecoderConfig would drop it) and weak
 		// typing for numbers written as strings.
@@ -378,6 +391,53 @@ func decodeProblem(v Variable, raw string, t reflect.Type) string {
 		return shown + " is not a whole number"
 	}
 	return shown + " is not valid"
+}
+
+// maxSecretFile bounds a secret read from a file: a URI or a key is a few
+// hundred bytes; a larger file is the wrong file.
+const maxSecretFile = 64 << 10
+
+// readSecretFile reads a <NAME>_FILE variable's file. It must be a regular
+// file (a Kubernetes Secret's symbolic links lead to one): a named pipe
+// would block the start until something writes to it, a device may never
+// end. It is opened without blocking (openNoBlock) and checked on the
+// open file, so nothing swapped in between the check and the read counts.
+func readSecretFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|openNoBlock, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, &os.PathError{Op: "open", Path: path, Err: fmt.Errorf("not a regular file (%s): want a file holding the value", fileKind(fi.Mode()))}
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxSecretFile {
+		return nil, &os.PathError{Op: "read", Path: path, Err: fmt.Errorf("larger than %d KiB: not a secret value", maxSecretFile>>10)}
+	}
+	return b, nil
+}
+
+// fileKind names what a non-regular file is.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a folder"
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	}
+	return "mode " + m.String()
 }
 
 // pathError renders a file error without the file's content (there is
@@ -474,8 +534,14 @@ func (c *Config) validate(ps *problems, requireServers bool) {
 	}
 	if c.MeiliURL != "" {
 		u, err := url.Parse(c.MeiliURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		switch {
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 			bad("meili_url", "%q is not an http(s) URL", redactURL(c.MeiliURL))
+		case u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.ContainsAny(c.MeiliURL, "?#"):
+			// The client appends the API's paths to the URL, so a query
+			// or fragment would break every request; a key put there
+			// would also travel in every error message.
+			bad("meili_url", "the value holds a query string or fragment (?... or #...), which Meilisearch's API does not use; put the key in MEILISTREAM_MEILI_API_KEY")
 		}
 	}
 	if c.Transforms == "" {
@@ -577,36 +643,7 @@ func scrubURIError(msg, uri string) string {
 	if i := strings.Index(msg, "invalid password"); i >= 0 {
 		msg = msg[:i+len("invalid password")] + " (not URL-escaped properly)"
 	}
-	var secrets []string
-	if _, rest, ok := strings.Cut(uri, "://"); ok {
-		if end := strings.IndexAny(rest, "/?#"); end >= 0 {
-			rest = rest[:end]
-		}
-		if at := strings.LastIndex(rest, "@"); at >= 0 {
-			if _, pass, ok := strings.Cut(rest[:at], ":"); ok {
-				secrets = append(secrets, pass)
-				if u, err := url.PathUnescape(pass); err == nil {
-					secrets = append(secrets, u)
-				}
-			}
-		}
-	}
-	if _, query, ok := strings.Cut(uri, "?"); ok {
-		for _, kv := range strings.Split(query, "&") {
-			if _, value, _ := strings.Cut(kv, "="); redactURL("mongodb://h/?"+kv) != "mongodb://h/?"+kv {
-				secrets = append(secrets, value)
-				if u, err := url.QueryUnescape(value); err == nil {
-					secrets = append(secrets, u)
-				}
-			}
-		}
-	}
-	for _, secret := range secrets {
-		if secret != "" {
-			msg = strings.ReplaceAll(msg, secret, "xxxxx")
-		}
-	}
-	return msg
+	return newScrubber(uriSecrets(uri), 1).Scrub(msg)
 }
 
 // uriDatabase returns the database in a MongoDB URI's path
@@ -651,42 +688,6 @@ func (c Config) Redacted() Config {
 	return r
 }
 
-// redactURL masks the password of a URL's user info and the values of
-// query options that look like secrets (password, token, secret, key).
-// It works on the text, not net/url, because MongoDB URIs list several
-// hosts ("h1:27017,h2:27017"), which net/url refuses.
-func redactURL(s string) string {
-	scheme, rest, ok := strings.Cut(s, "://")
-	if !ok {
-		return s
-	}
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
-	}
-	authority, tail := rest[:end], rest[end:]
-	if at := strings.LastIndex(authority, "@"); at >= 0 {
-		user := authority[:at]
-		if u, _, hasPass := strings.Cut(user, ":"); hasPass {
-			user = u + ":xxxxx"
-		}
-		authority = user + "@" + authority[at+1:]
-	}
-	if path, query, ok := strings.Cut(tail, "?"); ok {
-		parts := strings.Split(query, "&")
-		for i, p := range parts {
-			name, _, hasValue := strings.Cut(p, "=")
-			l := strings.ToLower(name)
-			if hasValue && (strings.Contains(l, "password") || strings.Contains(l, "token") ||
-				strings.Contains(l, "secret") || strings.Contains(l, "key") || l == "authmechanismproperties") {
-				parts[i] = name + "=xxxxx"
-			}
-		}
-		tail = path + "?" + strings.Join(parts, "&")
-	}
-	return scheme + "://" + authority + tail
-}
-
 // String renders the configuration as NAME=value lines, secrets masked.
 func (c Config) String() string {
 	r := c.Redacted()
@@ -727,24 +728,6 @@ func (c Config) MarshalJSON() ([]byte, error) {
 	return json.Marshal(out)
 }
 
-// closestName returns the known variable name nearest to name by edit
-// distance, for "did you mean" hints.
-func closestName(name string) string {
-	best, bestD := "", -1
-	for _, v := range Variables {
-		cands := []string{v.Name()}
-		if v.File {
-			cands = append(cands, v.Name()+"_FILE")
-		}
-		for _, cand := range cands {
-			if d := editDistance(name, cand); bestD < 0 || d < bestD {
-				best, bestD = cand, d
-			}
-		}
-	}
-	return best
-}
-
 // closestJobName suggests a per-job variable for "<name>_<option?>".
 func closestJobName(rest string) string {
 	best, bestD := "", -1
@@ -768,25 +751,4 @@ func closestJobName(rest string) string {
 		}
 	}
 	return best
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

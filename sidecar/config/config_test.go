@@ -160,6 +160,34 @@ func TestLoad(t *testing.T) {
 			problems: []string{`MEILISTREAM_BATCH_SIZE: "abc" is not a whole number; accepts a whole number from 1 to 100000`},
 		},
 		{
+			name:    "numbers are decimal: a leading zero is not octal",
+			environ: withBase("MEILISTREAM_BATCH_SIZE=0500", "MEILISTREAM_PAGE_SIZE= 0100"),
+			want: want(func(c *config.Config) {
+				c.BatchSize = 500
+				c.PageSize = 100
+			}),
+		},
+		{
+			name:     "a hexadecimal number is refused, naming the variable",
+			environ:  withBase("MEILISTREAM_BATCH_SIZE=0x20"),
+			problems: []string{`MEILISTREAM_BATCH_SIZE: "0x20" is not a whole number`},
+		},
+		{
+			name:     "a binary or underscored number is refused",
+			environ:  withBase("MEILISTREAM_TRANSFORM_POOL=0b11", "MEILISTREAM_PAGE_SIZE=1_000"),
+			problems: []string{`MEILISTREAM_TRANSFORM_POOL: "0b11" is not a whole number`, `MEILISTREAM_PAGE_SIZE: "1_000" is not a whole number`},
+		},
+		{
+			name:     "a Meilisearch URL with a query string is refused without showing it",
+			environ:  withBase("MEILISTREAM_MEILI_URL=http://meili:7700/?apiKey=s3cr3t-pw"),
+			problems: []string{"MEILISTREAM_MEILI_URL: the value holds a query string or fragment", "MEILISTREAM_MEILI_API_KEY"},
+		},
+		{
+			name:     "a Meilisearch URL with a fragment is refused",
+			environ:  withBase("MEILISTREAM_MEILI_URL=http://meili:7700/#s3cr3t-pw"),
+			problems: []string{"MEILISTREAM_MEILI_URL: the value holds a query string or fragment"},
+		},
+		{
 			name:     "a negative batch size is out of range",
 			environ:  withBase("MEILISTREAM_BATCH_SIZE=-5"),
 			problems: []string{"MEILISTREAM_BATCH_SIZE: -5 is out of range"},
@@ -406,5 +434,81 @@ func TestPrintedConfigHidesSecrets(t *testing.T) {
 	}
 	if c.MeiliAPIKey != testAPIKey {
 		t.Errorf("Redacted changed the original")
+	}
+}
+
+func TestSecretFileMustBeARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "key")
+	if err := mkfifo(fifo); err != nil {
+		t.Skipf("no named pipes here: %v", err)
+	}
+	big := filepath.Join(dir, "big")
+	if err := os.WriteFile(big, make([]byte, 70<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, path, want string
+	}{
+		{"a named pipe is refused at once instead of blocking the start", fifo, "MEILISTREAM_MEILI_API_KEY_FILE: cannot read the file: open " + fifo + ": not a regular file (a named pipe)"},
+		{"a folder is refused", dir, "not a regular file (a folder)"},
+		{"a file too large to be a key is refused", big, "larger than 64 KiB"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() {
+				_, err := config.Load([]string{"MEILISTREAM_MONGODB_URI=" + testURI, "MEILISTREAM_MEILI_API_KEY_FILE=" + tt.path})
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if !errors.Is(err, errs.ErrConfigInvalid) || !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("Load: %v\nwant CONFIG_INVALID with %q", err, tt.want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Load is still blocked after 10s on a named pipe")
+			}
+		})
+	}
+}
+
+func TestUnknownVariableSuggestsByMeaning(t *testing.T) {
+	tests := []struct{ typo, want string }{
+		{"MEILISTREAM_MEILI_KEY", "MEILISTREAM_MEILI_API_KEY"},
+		{"MEILISTREAM_MEILI_MASTER_KEY", "MEILISTREAM_MEILI_API_KEY"},
+		{"MEILISTREAM_API_KEY", "MEILISTREAM_MEILI_API_KEY"},
+		{"MEILISTREAM_MEILISEARCH_API_KEY", "MEILISTREAM_MEILI_API_KEY"},
+		{"MEILISTREAM_MEILI_KEY_FILE", "MEILISTREAM_MEILI_API_KEY_FILE"},
+		{"MEILISTREAM_MEILI_API_KEY_FIEL", "MEILISTREAM_MEILI_API_KEY_FILE"},
+		{"MEILISTREAM_MEILI_URI", "MEILISTREAM_MEILI_URL"},
+		{"MEILISTREAM_MEILI_HOST", "MEILISTREAM_MEILI_URL"},
+		{"MEILISTREAM_MEILISEARCH_URL", "MEILISTREAM_MEILI_URL"},
+		{"MEILISTREAM_MONGODB_URL", "MEILISTREAM_MONGODB_URI"},
+		{"MEILISTREAM_MONGO_URI", "MEILISTREAM_MONGODB_URI"},
+		{"MEILISTREAM_MONGO_URL_FILE", "MEILISTREAM_MONGODB_URI_FILE"},
+		{"MEILISTREAM_MONGODB_DB", "MEILISTREAM_MONGODB_DATABASE"},
+		{"MEILISTREAM_REPLICA_URL", "MEILISTREAM_REPLICA_URI"},
+		{"MEILISTREAM_REPLICA_DB", "MEILISTREAM_REPLICA_DATABASE"},
+		{"MEILISTREAM_BATCHSIZE", "MEILISTREAM_BATCH_SIZE"},
+		{"MEILISTREAM_LOGLEVEL", "MEILISTREAM_LOG_LEVEL"},
+		{"MEILISTREAM_LEASSE", "MEILISTREAM_LEASE"},
+		{"MEILISTREAM_LEASE_TTL", "MEILISTREAM_LEASE"},
+		{"MEILISTREAM_HTTP_PORT", "MEILISTREAM_HTTP_ADDR"},
+		{"MEILISTREAM_LISTEN_ADDRESS", "MEILISTREAM_HTTP_ADDR"},
+		{"MEILISTREAM_TRANSFORMS_DIR", "MEILISTREAM_TRANSFORMS"},
+		{"MEILISTREAM_TRANSFORM_PATH", "MEILISTREAM_TRANSFORMS"},
+		{"MEILISTREAM_STATE_COLL", "MEILISTREAM_STATE_COLLECTION"},
+		{"MEILISTREAM_TRANSFORM_TIMEOUTS", "MEILISTREAM_TRANSFORM_TIMEOUT"},
+		{"MEILISTREAM_ON_DOC_ERROR", "MEILISTREAM_ON_DOCUMENT_ERROR"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.typo+" suggests "+tt.want, func(t *testing.T) {
+			_, err := config.Load([]string{"MEILISTREAM_MONGODB_URI=" + testURI, tt.typo + "=x"})
+			want := tt.typo + ": unknown variable (did you mean " + tt.want + "?)"
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("Load: %v\nwant %q", err, want)
+			}
+		})
 	}
 }

@@ -25,7 +25,7 @@ func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *statu
 		msg := b.err.Error() // the code and job are recorded apart
 		// Recorded in both modes, so `meilistream retry` and `status` see
 		// the document that stopped a job with onDocumentError: fail.
-		if err := e.store.RecordDocError(ctx, jc.job.Name, b.id, code, msg); err != nil {
+		if err := e.store.RecordDocumentError(ctx, jc.job.Name, b.id, code, msg, jc.job.Hash); err != nil {
 			return err
 		}
 		set.add(b.id)
@@ -117,7 +117,11 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, dst sink.Sink, l
 			}
 		}
 		sum.Retried += int64(len(chunk))
-		writes, _, bad, err := transformAll(ctx, job, items, true)
+		lk, err := e.lookups(ctx, jc, items)
+		if err != nil {
+			return sum, leaseOr(ctx, l, err)
+		}
+		writes, _, bad, err := transformAll(ctx, job, items, lk, true)
 		if err != nil {
 			return sum, leaseOr(ctx, l, err)
 		}

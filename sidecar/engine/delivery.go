@@ -69,7 +69,7 @@ func (d *delivery) Refused(ctx context.Context, id bson.RawValue, code, msg stri
 	name := d.jc.job.Name
 	d.log.Warn("destination refused a document", "id", idString(id), "code", code, "error", msg)
 	// Recorded in both modes, so `meilistream retry` and `status` see it.
-	if err := d.e.store.RecordDocError(ctx, name, id, code, msg); err != nil {
+	if err := d.e.store.RecordDocumentError(ctx, name, id, code, msg, d.jc.job.Hash); err != nil {
 		return err
 	}
 	if d.jc.OnDocumentError == "fail" {

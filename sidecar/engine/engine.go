@@ -495,13 +495,11 @@ func short(h string) string {
 	return h
 }
 
-// keyOf is the coalescing key of a source _id: its BSON type and bytes.
-func keyOf(id bson.RawValue) string {
-	b := make([]byte, 0, 1+len(id.Value))
-	b = append(b, byte(id.Type))
-	b = append(b, id.Value...)
-	return string(b)
-}
+// keyOf is the identity of a source _id: equal for two _ids exactly when
+// MongoDB holds them as one (numbers by value across types:
+// transform.IDKey). Changes coalesce on it, a reindex's window drops rows
+// by it, and ids read back from a destination compare by it.
+func keyOf(id bson.RawValue) string { return transform.IDKey(id) }
 
 // item is one source document to transform into a write.
 type item struct {
@@ -531,7 +529,7 @@ const docBytes = 768
 // when deleteSkipped (follow, in place), else it is dropped from the writes.
 // Per-document errors are returned apart (their writes are deletes when
 // deleteSkipped: the document is left out of the destination).
-func transformAll(ctx context.Context, job *transform.Job, items []item, deleteSkipped bool) (writes []sink.Write, skipped int, bad []docError, err error) {
+func transformAll(ctx context.Context, job *transform.Job, items []item, lookups []transform.LookupResults, deleteSkipped bool) (writes []sink.Write, skipped int, bad []docError, err error) {
 	n := len(items)
 	res := make([]sink.Write, n)
 	kind := make([]byte, n) // 0 write, 1 skipped, 2 error
@@ -569,7 +567,11 @@ func transformAll(ctx context.Context, job *transform.Job, items []item, deleteS
 				}
 				var r transform.Result
 				var err error
-				r, buf, err = job.ApplyTo(ctx, buf, it.doc, it.op, it.upd)
+				var lk transform.LookupResults
+				if lookups != nil {
+					lk = lookups[i]
+				}
+				r, buf, err = job.ApplyWith(ctx, buf, it.doc, it.op, it.upd, lk)
 				switch {
 				case err == nil && it.skip.unchanged(it, r):
 					kind[i], buf = 3, buf[:len(buf)-len(r.JSON)]

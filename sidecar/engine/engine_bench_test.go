@@ -33,7 +33,7 @@ func BenchmarkEngineReindexTransformAndEncode(b *testing.B) {
 	cpu0 := testutil.CPUTime()
 	for it := 0; it < b.N; it++ {
 		for lo := 0; lo < n; lo += 500 {
-			writes, _, _, err := transformAll(ctx, job, items[lo:lo+500], false)
+			writes, _, _, err := transformAll(ctx, job, items[lo:lo+500], nil, false)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -133,7 +133,7 @@ func (f *follower) flushNoRecord() {
 	f.reset()
 	job := f.jc.job
 	_ = f.p.Submit(&pipe.Flight{Prepare: func(ctx context.Context, fl *pipe.Flight) error {
-		w, _, _, err := transformAll(ctx, job, items, true)
+		w, _, _, err := transformAll(ctx, job, items, nil, true)
 		fl.Batch = sink.Batch{Writes: w}
 		return err
 	}})

@@ -1189,12 +1189,12 @@ func metric(t *testing.T, reg *prometheus.Registry, name, label string) float64 
 // still converges to an exact copy, because only the stream has to keep up.
 func TestHistoryShorterThanAReindexStillConverges(t *testing.T) {
 	e := newEnv(t, 0)
-	e.cfg.PageSize = 20 // many chunks, each with its mark in the history
+	e.cfg.PageSize = 40 // many chunks, each with its mark in the history
 	var logs testutil.SyncBuffer
 	e.log = hclog.New(&hclog.LoggerOptions{Level: testLogLevel(), Output: io.MultiWriter(&logs, testWriter{t})})
 	e.insert(0, 2000, nil)
 	job := e.job(itemsJS)
-	const history = 1000
+	const history = 400
 	e.mongo.SetHistorySize(history)
 	slow, err := meilitest.Start(meilitest.Options{TaskDelay: 5 * time.Millisecond})
 	if err != nil {
@@ -1614,4 +1614,33 @@ func TestStandbyTakingOverMidReindexContinuesIt(t *testing.T) {
 	if s := r2.stats.Snapshot(); !s.Reindex.Resumed || s.Reindexes != 1 {
 		t.Fatalf("the standby did not continue the reindex: %+v", s)
 	}
+}
+
+// The in-place sweep compares the ids it reads back from the index with
+// the collection's by MongoDB's identity of _ids: an int64 or a double
+// holding an integer comes back from Meilisearch as a plain integer, and is
+// still the same document.
+func TestInPlaceSweepKeepsIntegerIDsOfEveryNumericType(t *testing.T) {
+	e := newEnv(t, 0)
+	job := e.job(strings.Replace(itemsJS, `index: "items",`, `index: "items", reindex: "inplace",`, 1))
+	e.ok(e.coll.InsertMany(e.ctx, []any{
+		bson.M{"_id": int64(5), "title": "int64", "n": 5},
+		bson.M{"_id": 7.0, "title": "double", "n": 7},
+		bson.M{"_id": int64(1) << 40, "title": "large int64", "n": 8},
+		bson.M{"_id": int32(9), "title": "int32", "n": 9},
+	}))
+	l := e.acquire()
+	if _, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, job, e.log), l, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.equal(job)
+	// A second in-place reindex sweeps: nothing may go.
+	sum, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, job, e.log), l, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Removed != 0 {
+		t.Fatalf("the sweep removed %d documents still in the collection", sum.Removed)
+	}
+	e.equal(job)
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,7 +51,11 @@ type followPlan struct {
 // runs a reindex interleaved with it, and reports it.
 func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, plan followPlan, log hclog.Logger) (*ReindexSummary, error) {
 	jc := e.jobCfg(job)
-	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, tok: plan.tok}
+	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, tok: plan.tok, deps: job.Dependencies(), lastRecorded: plan.tok, lastWall: plan.since}
+	f.relatedColls = map[string]bool{}
+	for _, c := range job.RelatedCollections() {
+		f.relatedColls[c] = true
+	}
 	f.reset()
 	stats.LagReset()
 	if err := f.open(ctx); err != nil {
@@ -88,6 +93,12 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 			snap.ckp.abort()
 		}()
 	}
+	if len(f.deps) > 0 {
+		f.fan = e.newFanout(jc, l, log)
+		f.fan.waiting = &f.waiting
+		f.fan.begin(pctx, f.p.Pipe)
+		defer f.fan.stop()
+	}
 	log.Info("following", "collection", job.Collection, "since", plan.since)
 	err = f.loop(ctx, plan.untilReindexed)
 	if snap != nil {
@@ -103,7 +114,6 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 func (f *follower) startSnapshot(ctx context.Context, snap *snapshot) {
 	f.snap = snap
 	snap.waiting = &f.waiting
-	f.changed = map[string]bool{}
 	f.gone = map[string]bson.RawValue{}
 	f.p.SetStaged(snap.stagedSink())
 	f.p.made = snap.made
@@ -112,7 +122,7 @@ func (f *follower) startSnapshot(ctx context.Context, snap *snapshot) {
 		f.stats.Update(func(s *status.JobSnapshot) { s.Reindex.Done = n })
 		f.e.observeProgress(f.jc.job.Name, n, snap.est)
 	})
-	snap.begin(ctx, f.e.source.Client(), f.p.Pipe)
+	snap.begin(ctx, f.p.Pipe)
 }
 
 // follower is the follow loop's state.
@@ -136,19 +146,59 @@ type follower struct {
 	attempt      int
 	changes      int64 // document changes read, not yet counted in the stats
 
-	// The running reindex, the _ids the stream changed since its last
-	// mark, and the sweep's ids to delete at its end.
+	// The running reindex, and the sweep's ids to delete at its end.
 	snap      *snapshot
-	waiting   atomic.Int32 // the snapshot's marks written and not yet read
-	changed   map[string]bool
+	waiting   atomic.Int32 // the chains' marks written and not yet read
 	gone      map[string]bson.RawValue
 	committed bool
+
+	// Related changes: the job's dependencies, the collections they are
+	// on, the values gathered since the last flush, and the fan-out
+	// reader sending the dependents again. fanPending counts the fan-out
+	// tasks not yet durable (the follow loop adds them, the pipe's wait
+	// stage ends them); no position is recorded while it is above zero.
+	deps         []transform.Dependency
+	relatedColls map[string]bool
+	related      relatedKeys
+	relatedN     int
+	fan          *fanout
+	fanPending   atomic.Int64
+	// relatedAllPending: a related collection went away; the next flush
+	// sends every document again.
+	relatedAllPending bool
+
+	// The last position recorded (the pipe's wait stage writes it, a
+	// control flight reads it once everything is durable).
+	recMu        sync.Mutex
+	lastRecorded bson.Raw
+	lastWall     time.Time
 }
 
 func (f *follower) reset() {
 	f.pending = make(map[string]int, f.jc.BatchSize)
 	f.items = make([]item, 0, f.jc.BatchSize)
 	f.pendingBytes = 0
+}
+
+// chains are the chains whose windows are open: the reindex's, the
+// fan-out's.
+func (f *follower) chains() []*chain {
+	var out []*chain
+	if f.snap != nil {
+		out = append(out, f.snap.chain)
+	}
+	if f.fan != nil {
+		out = append(out, f.fan.chain)
+	}
+	return out
+}
+
+// changedKey notes that the stream changed the document of key k, for
+// every chain's window.
+func (f *follower) changedKey(k string) {
+	for _, c := range f.chains() {
+		c.changed[k] = true
+	}
 }
 
 // open opens the stream after f.tok (at the present when empty), retrying
@@ -258,10 +308,10 @@ func (f *follower) events(evs []bson.Raw, flush *time.Timer) error {
 		if err := f.add(ev); err != nil {
 			return err
 		}
-		if len(f.items) == 1 {
+		if len(f.items)+f.relatedN == 1 {
 			flush.Reset(f.jc.FlushInterval)
 		}
-		if len(f.items) >= f.jc.BatchSize || f.pendingBytes >= f.jc.PendingBytes {
+		if len(f.items)+f.relatedN >= f.jc.BatchSize || f.pendingBytes >= f.jc.PendingBytes {
 			flush.Stop()
 			if err := f.flush(); err != nil {
 				return err
@@ -323,11 +373,21 @@ func (f *follower) add(ev bson.Raw) error {
 			if to, _ := ev.Lookup("to", "coll").StringValueOK(); to == f.jc.job.Collection {
 				return &invalidation{op: op} // another collection renamed onto this one
 			}
+			if to, _ := ev.Lookup("to", "coll").StringValueOK(); f.relatedColls[coll] || f.relatedColls[to] {
+				f.relatedAll(coll, op)
+			}
 			return nil
 		case coll == f.e.stateName:
 			return f.onMark(ev, op, tok)
+		case f.relatedColls[coll]:
+			return f.addRelated(ev, op, coll)
 		}
 		return nil
+	}
+	if f.relatedColls[coll] { // a job looking up its own collection
+		if err := f.addRelated(ev, op, coll); err != nil {
+			return err
+		}
 	}
 	var it item
 	switch op {
@@ -366,8 +426,8 @@ func (f *follower) add(ev bson.Raw) error {
 	}
 	f.pendingBytes += len(ev)
 	f.changes++
+	f.changedKey(k)
 	if f.snap != nil {
-		f.changed[k] = true
 		delete(f.gone, k)
 	}
 	f.lastTok = tok
@@ -418,15 +478,16 @@ func markOf(ev bson.Raw, op string) string {
 // stream changed since the mark before it. Marks of earlier runs are
 // ignored.
 func (f *follower) onMark(ev bson.Raw, op string, tok bson.Raw) error {
-	if f.snap == nil {
-		return nil
+	mark := markOf(ev, op)
+	if f.fan != nil && f.fan.owns(mark) {
+		return f.onFanMark(mark, ev, tok)
 	}
-	c, ours := f.snap.take(markOf(ev, op))
-	if !ours {
-		return nil
+	if f.snap == nil || !f.snap.owns(mark) {
+		return nil // a mark of an earlier run, or another holder's
 	}
-	changed := f.changed
-	f.changed = map[string]bool{}
+	c, _ := f.snap.take(mark)
+	changed := f.snap.changed
+	f.snap.changed = map[string]bool{}
 	if c == nil {
 		return nil // the opening mark: a window begins
 	}
@@ -473,7 +534,11 @@ func (f *follower) submitChunk(c *chunk, changed map[string]bool, tok bson.Raw, 
 		fl.Bytes += len(it.doc)
 	}
 	fl.Prepare = func(ctx context.Context, fl *pipe.Flight) error {
-		writes, sk, bd, err := transformAll(ctx, jc.job, items, snap.inPlace)
+		lk, err := e.lookups(ctx, jc, items)
+		if err != nil {
+			return err
+		}
+		writes, sk, bd, err := transformAll(ctx, jc.job, items, lk, snap.inPlace)
 		if err != nil {
 			return err
 		}
@@ -550,7 +615,7 @@ func (f *follower) finish(tok bson.Raw, wall time.Time) error {
 			}
 		}
 	}
-	f.snap, f.changed, f.gone = nil, nil, nil
+	f.snap, f.gone = nil, nil
 	e, jc, l, p, stats := f.e, f.jc, f.l, f.p, f.stats
 	commit := func(ctx context.Context) error {
 		// The last steps are short and must not be cut between the swap
@@ -582,6 +647,14 @@ func (f *follower) finish(tok bson.Raw, wall time.Time) error {
 		}
 		p.SetStaged(nil)
 		p.made = nil
+		// The reindex is done: its hash is the destination's now. The
+		// position moves to its last mark unless a fan-out is outstanding
+		// (then it stays where it was, ahead of the related change).
+		if f.fanPending.Load() > 0 {
+			f.recMu.Lock()
+			tok, wall = f.lastRecorded, f.lastWall
+			f.recMu.Unlock()
+		}
 		if err := e.store.RecordNewPosition(ctx, jc.job, l, tok, wall); err != nil {
 			return err
 		}
@@ -607,6 +680,7 @@ func (f *follower) finish(tok bson.Raw, wall time.Time) error {
 // stage, sent in order, and the position of the last change recorded once
 // they are durable.
 func (f *follower) flush() error {
+	f.startFanouts()
 	if len(f.items) == 0 {
 		return nil
 	}
@@ -622,7 +696,11 @@ func (f *follower) flush() error {
 	fl := &pipe.Flight{To: to, Bytes: size}
 	sk := f.unchangedCheck(items)
 	fl.Prepare = func(ctx context.Context, fl *pipe.Flight) error {
-		writes, skipped, bad, err := transformAll(ctx, jc.job, items, true)
+		lk, err := e.lookups(ctx, jc, items)
+		if err != nil {
+			return err
+		}
+		writes, skipped, bad, err := transformAll(ctx, jc.job, items, lk, true)
 		if err != nil {
 			return err
 		}
@@ -664,13 +742,21 @@ func (f *follower) flush() error {
 	return f.p.Submit(fl)
 }
 
-// recordAfter returns a durable callback recording tok as the position.
+// recordAfter returns a durable callback recording tok as the position,
+// unless a fan-out is outstanding (then the related change that started it
+// must stay ahead of the position, so a crash replays it).
 func (f *follower) recordAfter(tok bson.Raw, wall time.Time, idle bool) func(ctx context.Context, fl *pipe.Flight) error {
 	e, jc, l, stats := f.e, f.jc, f.l, f.stats
 	return func(ctx context.Context, fl *pipe.Flight) error {
+		if f.fanPending.Load() > 0 {
+			return nil
+		}
 		if err := e.store.RecordPosition(ctx, jc.job.Name, l, tok, wall); err != nil {
 			return err
 		}
+		f.recMu.Lock()
+		f.lastRecorded, f.lastWall = tok, wall
+		f.recMu.Unlock()
 		e.observePosition(jc.job.Name, wall)
 		lag := 0.0
 		if !idle {
@@ -690,7 +776,7 @@ func (f *follower) idle(tok bson.Raw) error {
 	if len(tok) > 0 {
 		f.tok = tok
 	}
-	if len(f.items) > 0 || len(tok) == 0 {
+	if len(f.items) > 0 || f.relatedN > 0 || len(tok) == 0 {
 		return nil
 	}
 	if time.Since(f.posReq) < f.jc.PositionInterval {
@@ -788,4 +874,138 @@ func (f *follower) invalidated(ctx context.Context, op string) error {
 		return leaseOr(ctx, f.l, err)
 	}
 	return errs.Wrap(errs.Failed, name, ErrInvalidated, "%s event on %s", op, f.jc.job.Collection)
+}
+
+// addRelated takes a change to a document of a related collection: the
+// values it gives the job's dependencies, to send their dependents again at
+// the next flush.
+func (f *follower) addRelated(ev bson.Raw, op, coll string) error {
+	switch op {
+	case "insert", "replace", "update", "delete":
+	case "drop":
+		f.relatedAll(coll, op)
+		return nil
+	default:
+		return nil
+	}
+	id, err := ev.LookupErr("documentKey", "_id")
+	if err != nil {
+		return errs.New(errs.Failed, f.jc.job.Name, "%s event of %s without documentKey._id", op, coll)
+	}
+	var doc, before bson.Raw
+	if fd, err := ev.LookupErr("fullDocument"); err == nil {
+		doc, _ = fd.DocumentOK()
+	}
+	if bd, err := ev.LookupErr("fullDocumentBeforeChange"); err == nil {
+		before, _ = bd.DocumentOK()
+	}
+	if f.related == nil {
+		f.related = relatedKeys{}
+	}
+	f.relatedN += f.related.add(f.deps, coll, doc, before, id)
+	f.lastTok = ev.Lookup("_id").Document()
+	f.wall = eventWall(ev)
+	return nil
+}
+
+// relatedAll sends every document of the job again: a related collection
+// was dropped or renamed, so none of the job's lookups on it finds anything
+// any more.
+func (f *follower) relatedAll(coll, op string) {
+	f.log.Warn("a related collection was dropped or renamed: sending every document of the job again", "collection", coll, "event", op)
+	f.relatedAllPending = true
+	f.relatedN++
+}
+
+// startFanouts hands the values gathered since the last flush to the
+// fan-out reader, one task per dependency field (and per maxFanKeys
+// values).
+func (f *follower) startFanouts() {
+	if f.relatedN == 0 || f.fan == nil {
+		return
+	}
+	tasks := f.related.tasks()
+	if f.relatedAllPending {
+		tasks = []*fanTask{{filter: bson.D{}}}
+	}
+	f.related, f.relatedN, f.relatedAllPending = nil, 0, false
+	for _, t := range tasks {
+		f.fanPending.Add(1)
+		f.fan.tasks <- t
+	}
+	f.stats.Update(func(s *status.JobSnapshot) { s.FanOuts += int64(len(tasks)) })
+}
+
+// onFanMark acts on a mark of the fan-out reader: the page read before it
+// goes to the pipe after the pending changes, without the documents the
+// stream changed since the reader's last mark. The last page of a task
+// ends it; the last one outstanding records the mark as the position.
+func (f *follower) onFanMark(mark string, ev bson.Raw, tok bson.Raw) error {
+	c, _ := f.fan.take(mark)
+	changed := f.fan.changed
+	f.fan.changed = map[string]bool{}
+	if c == nil {
+		return nil // the opening mark
+	}
+	if err := f.flush(); err != nil {
+		return err
+	}
+	items := c.items
+	if len(changed) > 0 {
+		kept := items[:0:0]
+		for _, it := range items {
+			if !changed[keyOf(it.id)] {
+				kept = append(kept, it)
+			}
+		}
+		items = kept
+	}
+	jc, stats, e, set := f.jc, f.stats, f.e, f.p.errs
+	var made *errSet
+	to := pipe.ToLive
+	if f.snap != nil {
+		to, made = f.snap.changeTarget(), f.snap.made
+	}
+	var clear []int
+	fl := &pipe.Flight{To: to}
+	for _, it := range items {
+		fl.Bytes += len(it.doc)
+	}
+	fl.Prepare = func(ctx context.Context, fl *pipe.Flight) error {
+		lk, err := e.lookups(ctx, jc, items)
+		if err != nil {
+			return err
+		}
+		writes, skipped, bad, err := transformAll(ctx, jc.job, items, lk, true)
+		if err != nil {
+			return err
+		}
+		if err := e.handleDocErrors(ctx, jc, stats, set, bad); err != nil {
+			return err
+		}
+		for _, b := range bad {
+			made.add(b.id)
+		}
+		stats.Add(0, 0, int64(skipped), 0)
+		e.observeSkipped(jc.job.Name, int64(skipped))
+		fl.Batch = sink.Batch{Writes: writes}
+		clear = set.candidates(writes, bad)
+		items = nil
+		return nil
+	}
+	record := f.recordAfter(tok, eventWall(ev), false)
+	fan, final, n := f.fan, c.final, c.n
+	fl.Durable = func(ctx context.Context, fl *pipe.Flight) error {
+		if err := set.cleared(ctx, fl, clear); err != nil {
+			return err
+		}
+		fan.win.release(n)
+		stats.Update(func(s *status.JobSnapshot) { s.Resent += int64(len(fl.Batch.Writes)) })
+		if !final {
+			return nil
+		}
+		f.fanPending.Add(-1)
+		return record(ctx, fl)
+	}
+	return f.p.Submit(fl)
 }

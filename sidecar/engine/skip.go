@@ -31,13 +31,23 @@ import (
 //     their window, so the staged index (or, in place, the live one, which
 //     holds the old transform's results until the reindex rewrites them)
 //     has that document only from the stream;
+//   - while a fan-out runs (a related change sending its dependents
+//     again): its pages drop the rows the stream changed in their window
+//     alike, so a dependent has the related change only through the
+//     stream's write;
 //   - when the document has an error record (the transform failed on it,
 //     or the destination refused it): the destination does not hold it;
 //   - when it replaced, in its batch, an insert, a replace or a delete of
 //     the same document (never sent), and when any update it replaced
 //     touched a field read;
-//   - when the call read ctx.operation or ctx.updateDescription, or the
-//     job's transform ever asked for the clock or chance.
+//   - when the call read ctx.operation or ctx.updateDescription, read
+//     another collection (monstache's findId...), or the job's transform
+//     ever asked for the clock or chance.
+//
+// Lookups: a call that read a lookup's matches (ctx.lookups, or the field
+// they are set to) read its localField too, so an update moving the
+// reference is sent; a change of the related document itself sends its
+// dependents again through a fan-out, never judged here.
 //
 // A refusal found after an update was spared (the destination refusing
 // the version sent before it) records the document, which the
@@ -52,7 +62,7 @@ type unchanged struct {
 // unchangedCheck gives the items of a batch about to be flushed their
 // judge, and returns it; nil when none of them may be spared (see above).
 func (f *follower) unchangedCheck(items []item) *unchanged {
-	if f.snap != nil || !f.jc.job.SkipUnchanged {
+	if f.snap != nil || f.fanPending.Load() > 0 || !f.jc.job.SkipUnchanged {
 		return nil
 	}
 	u := &unchanged{errs: f.p.errs}

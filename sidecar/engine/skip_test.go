@@ -310,3 +310,35 @@ func TestFieldsFilterUpdatesAtTheServerAndThePositionStillMovesOn(t *testing.T) 
 		t.Fatal("the update of a declared field is not in the index")
 	}
 }
+
+// With lookups: a counter update is spared; an update moving an item to
+// another author (the lookup's localField, which the transform never reads
+// itself) is sent, and so are the dependents of a related change; with
+// fields, the localFields are kept in the trimmed documents and their
+// updates pass the server's filter.
+func TestLookupsLocalFieldsCountAsReadAndStayInTheTrimmedDocuments(t *testing.T) {
+	for name, src := range map[string]string{
+		"skipUnchanged": joinedJS,
+		"with fields":   strings.Replace(joinedJS, `index: "items",`, `index: "items", fields: ["title"],`, 1),
+		"as a field":    strings.Replace(strings.Replace(joinedJS, `project: { name: 1 } },`, `project: { name: 1 }, as: "writer" },`, 1), `author: ctx.lookups.author ? ctx.lookups.author.name : null,`, `author: doc.writer ? doc.writer.name : null,`, 1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, 0)
+			e.seedJoined(50)
+			job := e.job(src)
+			r := e.run(job, e.acquire())
+			e.settled(job)
+			e.views(0, 50)
+			e.quiet(r, 100000)
+			if s := r.stats.Snapshot(); s.SkippedUnchanged != 50 && name != "with fields" {
+				t.Fatalf("%d counter updates spared, want 50", s.SkippedUnchanged)
+			}
+			e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 7}, bson.M{"$set": bson.M{"authorId": 4}}))
+			e.ok(e.db.Collection("users").UpdateOne(e.ctx, bson.M{"_id": 2}, bson.M{"$set": bson.M{"name": "Ada"}}))
+			e.equal(job)
+			if err := r.stop(t); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,8 +13,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
-	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
@@ -72,23 +69,19 @@ type chunk struct {
 	last  bson.RawValue   // the last _id read (the checkpoint after it)
 	n     int             // documents read: the window's share
 	gone  []bson.RawValue // sweep: destination ids absent from the collection
-	final bool            // nothing follows: the reindex commits after it
+	final bool            // nothing follows: the reindex commits (or the fan-out ends) after it
+	task  *fanTask        // a fan-out's page: the task it belongs to
 }
 
 // snapshot is one reindex, run by its goroutine beside the follow loop.
 type snapshot struct {
-	e       *Engine
-	jc      jobConfig
-	l       Lease
+	*chain
 	stats   *status.JobStats
-	log     hclog.Logger
-	coll    *mongo.Collection
 	staged  sink.Staged
 	inPlace bool
 	sweep   bool
 	resumed bool
 	cp      *jobstate.Checkpoint
-	nonce   string
 	start   time.Time
 	est     int64
 	win     *window
@@ -104,11 +97,6 @@ type snapshot struct {
 	bad     atomic.Int64
 	removed atomic.Int64
 
-	mu      sync.Mutex
-	seq     int
-	chunks  map[string]*chunk // registered under their mark, not yet taken
-	waiting *atomic.Int32     // marks written and not yet seen by the follow loop (the follower's)
-
 	cancel    context.CancelCauseFunc
 	stopped   chan struct{}
 	committed chan struct{} // closed once the reindex is swapped in (or swept) and recorded
@@ -123,13 +111,11 @@ func (e *Engine) newSnapshot(ctx context.Context, jc jobConfig, dst sink.Sink, l
 	job := jc.job
 	inPlace := job.Reindex == "inplace" || job.Kind == transform.Mirror
 	s := &snapshot{
-		e: e, jc: jc, l: l, stats: stats, log: log,
-		coll:    e.source.Collection(job.Collection, options.Collection().SetReadConcern(readconcern.Majority())),
+		chain:   e.newChain(jc, l, log, "reindex"),
+		stats:   stats,
 		inPlace: inPlace,
 		sweep:   inPlace && job.Sweep,
 		start:   time.Now(),
-		chunks:  map[string]*chunk{},
-		nonce:   newNonce(),
 		stopped: make(chan struct{}), committed: make(chan struct{}), progStop: make(chan struct{}),
 	}
 	if cp != nil && cp.Swapping {
@@ -215,11 +201,11 @@ func (s *snapshot) stagedSink() sink.Sink {
 
 // start runs the reads in the background; they end by themselves after the
 // last chunk, or fail the pipe.
-func (s *snapshot) begin(ctx context.Context, client *mongo.Client, p *pipe.Pipe) {
+func (s *snapshot) begin(ctx context.Context, p *pipe.Pipe) {
 	ctx, s.cancel = context.WithCancelCause(ctx)
 	go func() {
 		defer close(s.stopped)
-		if err := s.read(ctx, client, p); err != nil && ctx.Err() == nil {
+		if err := s.read(ctx, p); err != nil && ctx.Err() == nil {
 			p.Fail(err)
 		}
 	}()
@@ -239,29 +225,14 @@ func (s *snapshot) stopProgress() {
 	s.progOnce.Do(func() { close(s.progStop) })
 }
 
-// take returns the chunk registered under mark, whether mark is one of this
-// snapshot's (a mark of an earlier run, or another holder's, is not).
-func (s *snapshot) take(mark string) (c *chunk, ours bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, ours = s.chunks[mark]
-	if ours {
-		delete(s.chunks, mark)
-		s.waiting.Add(-1)
-	}
-	return c, ours
-}
-
 // read is the snapshot goroutine: the opening mark, the chunks, the sweep's
 // pages, each followed by its mark.
-func (s *snapshot) read(ctx context.Context, client *mongo.Client, p *pipe.Pipe) error {
-	sess, err := client.StartSession(options.Session().SetCausalConsistency(true))
+func (s *snapshot) read(ctx context.Context, p *pipe.Pipe) error {
+	sctx, marks, end, err := s.session(ctx)
 	if err != nil {
-		return errs.Wrap(errs.Failed, s.jc.job.Name, err, "start a session for the reindex")
+		return err
 	}
-	defer sess.EndSession(context.WithoutCancel(ctx))
-	sctx := mongo.NewSessionContext(ctx, sess)
-	marks := s.e.source.Collection(s.e.stateName, options.Collection().SetWriteConcern(writeconcern.Majority()))
+	defer end()
 	if err := s.mark(sctx, marks, nil); err != nil {
 		return err
 	}
@@ -271,7 +242,7 @@ func (s *snapshot) read(ctx context.Context, client *mongo.Client, p *pipe.Pipe)
 		if err := s.win.acquire(ctx, p, size); err != nil {
 			return err
 		}
-		c, err := s.readChunk(sctx, last, size)
+		c, err := s.readChunk(sctx, nil, last, size)
 		if err != nil {
 			return err
 		}
@@ -296,133 +267,6 @@ func (s *snapshot) read(ctx context.Context, client *mongo.Client, p *pipe.Pipe)
 	return s.readSweep(ctx, sctx, marks, last)
 }
 
-// mark registers c (nil for the opening mark) under a new mark and writes
-// the mark.
-func (s *snapshot) mark(ctx context.Context, marks *mongo.Collection, c *chunk) error {
-	s.mu.Lock()
-	m := s.nonce + ":" + strconv.Itoa(s.seq)
-	s.seq++
-	s.chunks[m] = c
-	s.mu.Unlock()
-	s.waiting.Add(1)
-	filter := bson.D{{Key: "_id", Value: watermarkKey(s.jc.job.Name)}}
-	update := bson.D{{Key: "$set", Value: bson.D{{Key: "mark", Value: m}}}}
-	for attempt := 0; ; attempt++ {
-		_, err := marks.UpdateOne(ctx, filter, update, options.UpdateOne().SetUpsert(true))
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
-		if attempt >= 10 {
-			return errs.Wrap(errs.Failed, s.jc.job.Name, err, "write a reindex watermark in %s", s.e.stateName)
-		}
-		s.log.Warn("writing a reindex watermark failed; retrying", "error", err, "attempt", attempt+1)
-		if err := sleep(ctx, backoff(s.jc.Config, attempt)); err != nil {
-			return err
-		}
-	}
-}
-
-// readChunk reads up to n documents after last, in _id order (retried on a
-// transient error: no mark is written in between, so a read again is still
-// inside the window).
-func (s *snapshot) readChunk(ctx context.Context, last bson.RawValue, n int) (*chunk, error) {
-	for attempt := 0; ; attempt++ {
-		c, err := s.readAfter(ctx, last, n)
-		if err == nil {
-			return c, nil
-		}
-		if ctx.Err() != nil {
-			return nil, context.Cause(ctx)
-		}
-		if attempt >= 10 {
-			return nil, leaseOr(ctx, s.l, errs.Wrap(errs.Failed, s.jc.job.Name, err, "read the collection"))
-		}
-		s.log.Warn("reading the collection failed; reading the chunk again", "error", err, "attempt", attempt+1)
-		if err := sleep(ctx, backoff(s.jc.Config, attempt)); err != nil {
-			return nil, err
-		}
-	}
-}
-
-// readAfter is one read of a chunk. MongoDB's comparison operators only
-// match values of the same canonical type ("type bracketing", the manual's
-// "Comparison/Sort Order"), so {_id: {$gt: last}} reads on within last's
-// type; once that is exhausted, the types that sort after it are read with
-// {$type: [...]}. Each is a plain range of the _id index (an $or of both
-// would make some servers sort the whole collection for every chunk).
-func (s *snapshot) readAfter(ctx context.Context, last bson.RawValue, n int) (*chunk, error) {
-	c := &chunk{}
-	filter := bson.D{}
-	if last.Type != 0 {
-		filter = bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: last}}}}
-	}
-	items, final, err := s.find(ctx, filter, n)
-	if err != nil {
-		return nil, err
-	}
-	c.items = items
-	if final && last.Type != 0 && len(items) < n {
-		bracket := last.Type
-		if len(items) > 0 {
-			bracket = items[len(items)-1].id.Type
-		}
-		if later := laterTypes(bracket); len(later) > 0 {
-			more, fin, err := s.find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$type", Value: later}}}}, n-len(items))
-			if err != nil {
-				return nil, err
-			}
-			c.items, final = append(c.items, more...), fin
-		}
-	}
-	c.final = final
-	c.n = len(c.items)
-	if c.n > 0 {
-		c.last = c.items[c.n-1].id
-	}
-	return c, nil
-}
-
-// find reads the first reply of a find of up to n documents in _id order;
-// final when the query has nothing more.
-func (s *snapshot) find(ctx context.Context, filter bson.D, n int) ([]item, bool, error) {
-	opts := chunkFind(s.jc.job, n)
-	cur, err := s.coll.Find(ctx, filter, opts)
-	if err != nil {
-		return nil, false, err
-	}
-	items, final := readFirstBatch(ctx, cur, n)
-	err = cur.Err()
-	_ = cur.Close(context.WithoutCancel(ctx))
-	return items, final, err
-}
-
-// readFirstBatch takes the documents of the cursor's first reply: a chunk
-// is one reply (up to n documents, at most the 16 MB MongoDB returns at
-// once). final is whether the collection has nothing after them.
-//
-// The documents are not copied: each is cur.Current, a slice of the reply
-// the driver read it from, which the driver (v2.10.0) never writes to again
-// (x/mongo/driver/topology connection.read makes a buffer per reply), so a
-// slice of it stays valid while it is held.
-// TestReadPartKeepsDocumentsValidAcrossBatches pins this for the driver in
-// go.mod.
-func readFirstBatch(ctx context.Context, cur *mongo.Cursor, n int) (items []item, final bool) {
-	for len(items) < n && cur.Next(ctx) {
-		if items == nil {
-			items = make([]item, 0, n)
-		}
-		doc := cur.Current[:len(cur.Current):len(cur.Current)]
-		items = append(items, item{doc: doc, id: doc.Lookup("_id"), op: transform.OpReindex})
-		if cur.RemainingBatchLength() == 0 {
-			break
-		}
-	}
-	return items, len(items) < n && cur.ID() == 0
-}
-
 // readSweep lists the destination's ids in pages; each page's ids absent
 // from the collection are registered under a mark, and the last (empty)
 // chunk ends the reindex. The destination is read outside the source's
@@ -444,7 +288,7 @@ func (s *snapshot) readSweep(ctx, sctx context.Context, marks *mongo.Collection,
 		}
 		return leaseOr(ctx, s.l, errs.Wrap(errs.Failed, s.jc.job.Name, err, "sweep: list the destination's documents"))
 	}
-	return s.mark(ctx, marks, &chunk{final: true, last: last})
+	return s.mark(sctx, marks, &chunk{final: true, last: last})
 }
 
 // absent returns the ids of ids that the collection does not hold.

@@ -5,46 +5,85 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
+// LabelPipeline is the label naming the job on every per-job series. Not
+// "job": Prometheus sets its own job label (the scrape job) on every
+// series it scrapes, and under the default honor_labels: false renames the
+// target's to exported_job, so {job="articles"} would match nothing.
+const LabelPipeline = "pipeline"
+
 // Metrics are the sidecar's Prometheus collectors, every name prefixed
-// meilistream_. Labels: job (the job name), kind ("search" or "mirror"),
-// code (an errs code), event (a DDL event), state (a JobStatus state).
+// meilistream_. Every per-job family has the labels pipeline (the job
+// name) and kind ("search" or "mirror"); some add code (an error code),
+// event (a DDL event) or state (a status.Job state).
 //
 // Build one with NewMetrics in main, pass it down; per job take a
 // *JobMetrics with Job(name, kind) and call its methods. A nil *Metrics
 // and a nil *JobMetrics are valid and record nothing, so tests and tools
 // need none.
+//
+// Declare creates a job's series at zero as soon as the job is configured,
+// so rate() and increase() work from the first scrape and an absent series
+// means an absent job. job_state and follow_lag_seconds are read from the
+// jobs' status at each scrape once SetStatus is called (what /status
+// shows, by construction); before, from what ObserveState and ObserveLag
+// were told.
 type Metrics struct {
-	DocumentsIndexed *prometheus.CounterVec   // meilistream_documents_indexed_total{job,kind}: upserts made durable
-	DocumentsDeleted *prometheus.CounterVec   // meilistream_documents_deleted_total{job,kind}: deletes made durable
-	DocumentsSkipped *prometheus.CounterVec   // meilistream_documents_skipped_total{job,kind}: kept out by the transform
-	Errors           *prometheus.CounterVec   // meilistream_errors_total{job,code}: per-document and job errors
-	BatchDuration    *prometheus.HistogramVec // meilistream_batch_duration_seconds{job,kind}: send until durable
-	BatchDocuments   *prometheus.HistogramVec // meilistream_batch_documents{job,kind}: writes per batch
-	FollowLag        *prometheus.GaugeVec     // meilistream_follow_lag_seconds{job}: durable position behind the cluster time
-	PositionTime     *prometheus.GaugeVec     // meilistream_position_timestamp_seconds{job}: cluster time of the recorded position
-	DeadLetters      *prometheus.GaugeVec     // meilistream_dead_letters{job}: documents in the errors collection
-	LeaseHeld        *prometheus.GaugeVec     // meilistream_lease_held{job}: 1 while this process holds the lease
-	LeaseEpoch       *prometheus.GaugeVec     // meilistream_lease_epoch{job}: epoch of the lease last held or seen
-	ReindexDone      *prometheus.GaugeVec     // meilistream_reindex_documents_done{job}
-	ReindexTotal     *prometheus.GaugeVec     // meilistream_reindex_documents_estimated{job}
-	Reindexes        *prometheus.CounterVec   // meilistream_reindexes_total{job}: reindexes completed
-	DDLEvents        *prometheus.CounterVec   // meilistream_ddl_events_total{job,event}: drop/rename/dropDatabase seen by a mirror
-	JobState         *prometheus.GaugeVec     // meilistream_job_state{job,state}: 1 for the job's current state
-	JobRestarts      *prometheus.CounterVec   // meilistream_job_restarts_total{job}
-	TransformErrors  *prometheus.CounterVec   // meilistream_transform_reload_errors_total{job}: changed files that failed to load while the previous version runs
-	TransformStale   *prometheus.GaugeVec     // meilistream_transform_stale{job}: 1 while the job's changed file fails to load
+	DocumentsIndexed *prometheus.CounterVec   // meilistream_documents_indexed_total: upserts made durable
+	DocumentsDeleted *prometheus.CounterVec   // meilistream_documents_deleted_total: deletes made durable
+	DocumentsSkipped *prometheus.CounterVec   // meilistream_documents_skipped_total: kept out by the transform
+	Errors           *prometheus.CounterVec   // meilistream_errors_total{code}: per-document and job errors
+	BatchDuration    *prometheus.HistogramVec // meilistream_batch_duration_seconds: send until durable
+	BatchDocuments   *prometheus.HistogramVec // meilistream_batch_documents: writes per batch
+	PositionTime     *prometheus.GaugeVec     // meilistream_position_timestamp_seconds: cluster time of the recorded position
+	DeadLetters      *prometheus.GaugeVec     // meilistream_dead_letters: documents in the errors collection
+	LeaseHeld        *prometheus.GaugeVec     // meilistream_lease_held: 1 while this process holds the lease
+	LeaseEpoch       *prometheus.GaugeVec     // meilistream_lease_epoch: epoch of the lease last held or seen
+	ReindexDone      *prometheus.GaugeVec     // meilistream_reindex_documents_done
+	ReindexTotal     *prometheus.GaugeVec     // meilistream_reindex_documents_estimated
+	Reindexes        *prometheus.CounterVec   // meilistream_reindexes_total: reindexes completed
+	DDLEvents        *prometheus.CounterVec   // meilistream_ddl_events_total{event}: drop/rename/dropDatabase seen by a mirror
+	JobRestarts      *prometheus.CounterVec   // meilistream_job_restarts_total
+	TransformErrors  *prometheus.CounterVec   // meilistream_transform_reload_errors_total: changed files that failed to load while the previous version runs
+	TransformStale   *prometheus.GaugeVec     // meilistream_transform_stale: 1 while the job's changed file fails to load
+	SourceReads      *prometheus.CounterVec   // meilistream_source_reads_total{call,outcome}: a transform's reads of the source MongoDB
+	SourceReadTime   *prometheus.HistogramVec // meilistream_source_read_duration_seconds{call}
+	// meilistream_documents_skipped_unchanged_total: updates not sent,
+	// unable to change the destination's document (skipUnchanged)
+	DocumentsUnchanged *prometheus.CounterVec
+	MeiliTasks         *prometheus.GaugeVec // meilistream_meili_enqueued_tasks: tasks enqueued in Meilisearch, not seen processed
+	MeiliBytes         *prometheus.GaugeVec // meilistream_meili_enqueued_bytes: their requests' bytes
 
-	mu  sync.Mutex
-	odd map[string]string // job -> a state outside status.States last set, see JobMetrics.State
+	// meilistream_job_state{state} and meilistream_follow_lag_seconds, see
+	// statusCollector.
+	live *statusCollector
 
-	pressure *pressure // pressure.go
+	mu    sync.Mutex
+	kinds map[string]string // job -> kind, from Declare or the engine's calls
 }
+
+// DocErrorCodes are the codes of per-document errors a transform causes,
+// and JobErrorCodes those a job's run may end with: the code values of
+// meilistream_errors_total created at zero for every job. A destination's
+// own refusal codes (Meilisearch's invalid_document_id, ...) appear when
+// they first happen.
+var (
+	DocErrorCodes = []errs.Code{errs.TransformFailed, errs.NotADocument, errs.IDMismatch}
+	JobErrorCodes = []errs.Code{errs.Failed, errs.LeaseLost, errs.HistoryLost, errs.ConfigInvalid}
+)
+
+// DDLEventNames are the events meilistream_ddl_events_total counts for a
+// mirror job, created at zero.
+var DDLEventNames = []string{"drop", "rename", "dropDatabase"}
+
+// unknownKind labels a job whose kind is not known (its file did not load).
+const unknownKind = "unknown"
 
 // NewMetrics creates the collectors and registers them with reg (a fresh
 // prometheus.NewRegistry() in main, see NewRegistry; a registry of its own
@@ -52,48 +91,61 @@ type Metrics struct {
 // prometheus.MustRegister: that is a programming error.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	const ns = "meilistream"
-	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+	job := []string{LabelPipeline, "kind"}
+	with := func(extra string) []string { return []string{LabelPipeline, "kind", extra} }
+	counter := func(name, help string, labels []string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, labels)
 	}
-	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
-		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help}, labels)
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help}, job)
 	}
 	m := &Metrics{
-		DocumentsIndexed: counter("documents_indexed_total", "Documents upserted into the destination and durable.", "job", "kind"),
-		DocumentsDeleted: counter("documents_deleted_total", "Documents deleted from the destination, durable.", "job", "kind"),
-		DocumentsSkipped: counter("documents_skipped_total", "Documents the transform kept out of the destination.", "job", "kind"),
-		Errors:           counter("errors_total", "Errors by code: per-document errors and job failures.", "job", "code"),
+		DocumentsIndexed: counter("documents_indexed_total", "Documents upserted into the destination and durable.", job),
+		DocumentsDeleted: counter("documents_deleted_total", "Documents deleted from the destination, durable.", job),
+		DocumentsSkipped: counter("documents_skipped_total", "Documents the transform kept out of the destination.", job),
+		Errors:           counter("errors_total", "Errors by code: per-document errors and job failures.", with("code")),
 		BatchDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Name: "batch_duration_seconds",
 			Help:    "Time from sending a batch to the destination until it is durable.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14), // 5ms .. ~41s
-		}, []string{"job", "kind"}),
+		}, job),
 		BatchDocuments: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Name: "batch_documents",
 			Help:    "Writes (upserts and deletes) per batch.",
 			Buckets: prometheus.ExponentialBuckets(1, 4, 9), // 1 .. 65536
-		}, []string{"job", "kind"}),
-		FollowLag:    gauge("follow_lag_seconds", "How far the durable position is behind the cluster time, while following.", "job"),
-		PositionTime: gauge("position_timestamp_seconds", "Cluster time (Unix seconds) of the last recorded position.", "job"),
-		DeadLetters:  gauge("dead_letters", "Documents recorded in the errors collection for the job.", "job"),
-		LeaseHeld:    gauge("lease_held", "1 while this process holds the job's lease, else 0.", "job"),
-		LeaseEpoch:   gauge("lease_epoch", "Epoch of the job's lease, last held or seen.", "job"),
-		ReindexDone:  gauge("reindex_documents_done", "Documents read by the running (or last) reindex.", "job"),
-		ReindexTotal: gauge("reindex_documents_estimated", "Estimated documents in the collection at the reindex's start.", "job"),
-		Reindexes:    counter("reindexes_total", "Reindexes completed.", "job"),
-		DDLEvents:    counter("ddl_events_total", "Collection or database drops and renames seen by a mirror job (never applied).", "job", "event"),
-		JobState:     gauge("job_state", "1 for the job's current state, 0 for the others.", "job", "state"),
-		JobRestarts:  counter("job_restarts_total", "Restarts of the job after a failure.", "job"),
+		}, job),
+		PositionTime: gauge("position_timestamp_seconds", "Cluster time (Unix seconds) of the last recorded position."),
+		DeadLetters:  gauge("dead_letters", "Documents recorded in the errors collection for the job, as last counted by this process."),
+		LeaseHeld:    gauge("lease_held", "1 while this process holds the job's lease, else 0."),
+		LeaseEpoch:   gauge("lease_epoch", "Epoch of the job's lease, last held or seen."),
+		ReindexDone:  gauge("reindex_documents_done", "Documents read by the running (or last) reindex."),
+		ReindexTotal: gauge("reindex_documents_estimated", "Estimated documents in the collection at the reindex's start."),
+		Reindexes:    counter("reindexes_total", "Reindexes completed.", job),
+		DDLEvents:    counter("ddl_events_total", "Collection or database drops and renames seen by a mirror job (never applied).", with("event")),
+		JobRestarts:  counter("job_restarts_total", "Restarts of the job after a failure.", job),
 		TransformErrors: counter("transform_reload_errors_total",
-			"Changes of the job's transform file that failed to load (the previous version kept running).", "job"),
-		TransformStale: gauge("transform_stale", "1 while the job's changed transform file fails to load and the previous version runs.", "job"),
-		odd:            map[string]string{},
+			"Changes of the job's transform file that failed to load (the previous version kept running).", job),
+		TransformStale: gauge("transform_stale", "1 while the job's changed transform file fails to load and the previous version runs."),
+		SourceReads: counter("source_reads_total",
+			"Reads of the source MongoDB by a transform (monstache's findId, findOne, find, pipe), by outcome (ok, error).",
+			[]string{LabelPipeline, "kind", "call", "outcome"}),
+		SourceReadTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "source_read_duration_seconds",
+			Help:    "Time a transform waited for one read of the source MongoDB.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14), // 0.5ms .. ~4s
+		}, with("call")),
+		DocumentsUnchanged: counter("documents_skipped_unchanged_total",
+			"Updates not sent because they could not change the document the destination holds (skipUnchanged).", job),
+		MeiliTasks: gauge("meili_enqueued_tasks", "Tasks the job has enqueued in Meilisearch and not yet seen processed."),
+		MeiliBytes: gauge("meili_enqueued_bytes", "Request bytes of the tasks the job has enqueued in Meilisearch and not yet seen processed."),
+		kinds:      map[string]string{},
 	}
+	m.live = newStatusCollector(ns, m)
 	reg.MustRegister(m.DocumentsIndexed, m.DocumentsDeleted, m.DocumentsSkipped, m.Errors,
-		m.BatchDuration, m.BatchDocuments, m.FollowLag, m.PositionTime, m.DeadLetters,
+		m.BatchDuration, m.BatchDocuments, m.PositionTime, m.DeadLetters,
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes, m.DDLEvents,
-		m.JobState, m.JobRestarts, m.TransformErrors, m.TransformStale)
-	m.pressure = newPressure(reg)
+		m.JobRestarts, m.TransformErrors, m.TransformStale, m.SourceReads, m.SourceReadTime, m.live,
+		m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes)
 	return m
 }
 
@@ -115,18 +167,100 @@ func NewRegistry(version string) *prometheus.Registry {
 	return reg
 }
 
+// SetStatus makes job_state and follow_lag_seconds read the jobs' status
+// (the supervisor's, what /status serves) at every scrape, so they agree
+// with /status by construction. Its Status must answer from memory.
+func (m *Metrics) SetStatus(src status.Source) {
+	if m != nil {
+		m.live.setSource(src)
+	}
+}
+
+// kindOf returns job's kind as declared (search when never told: the
+// engine's own default).
+func (m *Metrics) kindOf(job string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if k, ok := m.kinds[job]; ok {
+		return k
+	}
+	return "search"
+}
+
+// learnKind records job's kind when a caller tells it (a declared kind
+// stays).
+func (m *Metrics) learnKind(job, kind string) {
+	if kind == "" {
+		return
+	}
+	m.mu.Lock()
+	if _, ok := m.kinds[job]; !ok {
+		m.kinds[job] = kind
+	}
+	m.mu.Unlock()
+}
+
 // JobMetrics are the collectors of one job, labels bound.
 type JobMetrics struct {
 	m         *Metrics
 	job, kind string
 }
 
-// Job returns the collectors of job (kind "search" or "mirror").
+// Job returns the collectors of job (kind "search" or "mirror"; "" for
+// the kind the job was declared with).
 func (m *Metrics) Job(job, kind string) *JobMetrics {
 	if m == nil {
 		return nil
 	}
+	if kind == "" {
+		kind = m.kindOf(job)
+	} else {
+		m.learnKind(job, kind)
+	}
 	return &JobMetrics{m: m, job: job, kind: kind}
+}
+
+// Declare creates the series of a configured job at zero: its counters
+// (errors_total for each of DocErrorCodes and JobErrorCodes, and for a
+// mirror ddl_events_total for each of DDLEventNames), its histograms,
+// lease_held and transform_stale. Gauges whose value is not known yet
+// (the position's time, the dead letters, the lease epoch, a reindex's
+// progress, the lag) appear once known: a zero there would be a false
+// reading, not a count. A job declared again with another kind loses the
+// old kind's series. kind "" is a job whose file did not load.
+func (m *Metrics) Declare(job, kind string) {
+	if m == nil {
+		return
+	}
+	if kind == "" {
+		kind = unknownKind
+	}
+	m.mu.Lock()
+	prev, had := m.kinds[job]
+	m.kinds[job] = kind
+	m.mu.Unlock()
+	if had && prev != kind {
+		m.deleteSeries(job)
+	}
+	l := []string{job, kind}
+	for _, c := range []*prometheus.CounterVec{m.DocumentsIndexed, m.DocumentsDeleted, m.DocumentsSkipped,
+		m.Reindexes, m.JobRestarts, m.TransformErrors, m.DocumentsUnchanged} {
+		c.WithLabelValues(l...).Add(0)
+	}
+	for _, codes := range [][]errs.Code{DocErrorCodes, JobErrorCodes} {
+		for _, c := range codes {
+			m.Errors.WithLabelValues(job, kind, string(c)).Add(0)
+		}
+	}
+	if kind == "mirror" {
+		for _, e := range DDLEventNames {
+			m.DDLEvents.WithLabelValues(job, kind, e).Add(0)
+		}
+	}
+	m.BatchDuration.WithLabelValues(l...)
+	m.BatchDocuments.WithLabelValues(l...)
+	m.LeaseHeld.WithLabelValues(l...).Add(0)
+	m.TransformStale.WithLabelValues(l...).Add(0)
 }
 
 // Indexed counts n documents upserted and durable.
@@ -153,7 +287,7 @@ func (j *JobMetrics) Skipped(n int) {
 // Error counts one error of code (errs.CodeOf of it, as a string).
 func (j *JobMetrics) Error(code string) {
 	if j != nil {
-		j.m.Errors.WithLabelValues(j.job, code).Inc()
+		j.m.Errors.WithLabelValues(j.job, j.kind, code).Inc()
 	}
 }
 
@@ -165,24 +299,25 @@ func (j *JobMetrics) Batch(d time.Duration, writes int) {
 	}
 }
 
-// Lag sets how far behind the cluster time the durable position is.
+// Lag sets how far behind the job is (status.JobSnapshot.LagSeconds);
+// shown until SetStatus is called, which reads it from the status.
 func (j *JobMetrics) Lag(d time.Duration) {
 	if j != nil {
-		j.m.FollowLag.WithLabelValues(j.job).Set(d.Seconds())
+		j.m.live.pushLag(j.job, d.Seconds())
 	}
 }
 
 // Position sets the cluster time of the last recorded position.
 func (j *JobMetrics) Position(t time.Time) {
 	if j != nil {
-		j.m.PositionTime.WithLabelValues(j.job).Set(float64(t.UnixNano()) / 1e9)
+		j.m.PositionTime.WithLabelValues(j.job, j.kind).Set(float64(t.UnixNano()) / 1e9)
 	}
 }
 
 // DeadLetters sets the number of documents in the errors collection.
 func (j *JobMetrics) DeadLetters(n int64) {
 	if j != nil {
-		j.m.DeadLetters.WithLabelValues(j.job).Set(float64(n))
+		j.m.DeadLetters.WithLabelValues(j.job, j.kind).Set(float64(n))
 	}
 }
 
@@ -193,58 +328,40 @@ func (j *JobMetrics) Lease(held bool, epoch int64) {
 		if held {
 			v = 1
 		}
-		j.m.LeaseHeld.WithLabelValues(j.job).Set(v)
-		j.m.LeaseEpoch.WithLabelValues(j.job).Set(float64(epoch))
+		j.m.LeaseHeld.WithLabelValues(j.job, j.kind).Set(v)
+		j.m.LeaseEpoch.WithLabelValues(j.job, j.kind).Set(float64(epoch))
 	}
 }
 
 // ReindexProgress sets a running reindex's documents read and estimate.
 func (j *JobMetrics) ReindexProgress(done, estimated int64) {
 	if j != nil {
-		j.m.ReindexDone.WithLabelValues(j.job).Set(float64(done))
-		j.m.ReindexTotal.WithLabelValues(j.job).Set(float64(estimated))
+		j.m.ReindexDone.WithLabelValues(j.job, j.kind).Set(float64(done))
+		j.m.ReindexTotal.WithLabelValues(j.job, j.kind).Set(float64(estimated))
 	}
 }
 
 // ReindexDone counts one completed reindex.
 func (j *JobMetrics) ReindexDone() {
 	if j != nil {
-		j.m.Reindexes.WithLabelValues(j.job).Inc()
+		j.m.Reindexes.WithLabelValues(j.job, j.kind).Inc()
 	}
 }
 
 // DDL counts one drop, rename or dropDatabase event seen by a mirror.
 func (j *JobMetrics) DDL(event string) {
 	if j != nil {
-		j.m.DDLEvents.WithLabelValues(j.job, event).Inc()
+		j.m.DDLEvents.WithLabelValues(j.job, j.kind, event).Inc()
 	}
 }
 
-// State sets the job's current state: one of the JobStatus.State values
-// ("reindexing" or "following" while it runs, not a coarser "running"), so
-// alerts read the same states as /status. Any other value is shown too,
-// and dropped when the state changes again, so exactly one state is 1.
+// State sets the job's current state: one of status.States, so alerts
+// read the same states as /status; any other value is shown too, and
+// dropped when the state changes again, so exactly one state is 1. Shown
+// until SetStatus is called, which reads the state from the status.
 func (j *JobMetrics) State(state string) {
-	if j == nil {
-		return
-	}
-	j.m.mu.Lock()
-	defer j.m.mu.Unlock()
-	if prev, ok := j.m.odd[j.job]; ok && prev != state {
-		j.m.JobState.DeleteLabelValues(j.job, prev)
-		delete(j.m.odd, j.job)
-	}
-	known := false
-	for _, s := range status.States {
-		v := 0.0
-		if s == state {
-			v, known = 1, true
-		}
-		j.m.JobState.WithLabelValues(j.job, s).Set(v)
-	}
-	if !known {
-		j.m.JobState.WithLabelValues(j.job, state).Set(1)
-		j.m.odd[j.job] = state
+	if j != nil {
+		j.m.live.pushState(j.job, state)
 	}
 }
 
@@ -255,17 +372,32 @@ func (j *JobMetrics) TransformError(failed bool) {
 		return
 	}
 	if failed {
-		j.m.TransformErrors.WithLabelValues(j.job).Inc()
-		j.m.TransformStale.WithLabelValues(j.job).Set(1)
+		j.m.TransformErrors.WithLabelValues(j.job, j.kind).Inc()
+		j.m.TransformStale.WithLabelValues(j.job, j.kind).Set(1)
 	} else {
-		j.m.TransformStale.WithLabelValues(j.job).Set(0)
+		j.m.TransformStale.WithLabelValues(j.job, j.kind).Set(0)
 	}
+}
+
+// SourceRead counts one read of the source MongoDB by the job's transform
+// (call: "findId", "findOne", "find" or "pipe") that waited d. Its series
+// appear with the first read: only monstache scripts read.
+func (j *JobMetrics) SourceRead(call string, d time.Duration, failed bool) {
+	if j == nil {
+		return
+	}
+	outcome := "ok"
+	if failed {
+		outcome = "error"
+	}
+	j.m.SourceReads.WithLabelValues(j.job, j.kind, call, outcome).Inc()
+	j.m.SourceReadTime.WithLabelValues(j.job, j.kind, call).Observe(d.Seconds())
 }
 
 // Restart counts one restart after a failure.
 func (j *JobMetrics) Restart() {
 	if j != nil {
-		j.m.JobRestarts.WithLabelValues(j.job).Inc()
+		j.m.JobRestarts.WithLabelValues(j.job, j.kind).Inc()
 	}
 }
 
@@ -276,18 +408,24 @@ func (j *JobMetrics) Forget() {
 		return
 	}
 	j.m.mu.Lock()
-	delete(j.m.odd, j.job)
+	delete(j.m.kinds, j.job)
 	j.m.mu.Unlock()
-	l := prometheus.Labels{"job": j.job}
+	j.m.deleteSeries(j.job)
+}
+
+// deleteSeries removes every series of job, of any kind.
+func (m *Metrics) deleteSeries(job string) {
+	m.live.forget(job)
+	l := prometheus.Labels{LabelPipeline: job}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
-		j.m.DocumentsIndexed, j.m.DocumentsDeleted, j.m.DocumentsSkipped, j.m.Errors,
-		j.m.BatchDuration, j.m.BatchDocuments, j.m.FollowLag, j.m.PositionTime, j.m.DeadLetters,
-		j.m.LeaseHeld, j.m.LeaseEpoch, j.m.ReindexDone, j.m.ReindexTotal, j.m.Reindexes,
-		j.m.DDLEvents, j.m.JobState, j.m.JobRestarts, j.m.TransformErrors, j.m.TransformStale,
+		m.DocumentsIndexed, m.DocumentsDeleted, m.DocumentsSkipped, m.Errors,
+		m.BatchDuration, m.BatchDocuments, m.PositionTime, m.DeadLetters,
+		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes,
+		m.DDLEvents, m.JobRestarts, m.TransformErrors, m.TransformStale,
+		m.SourceReads, m.SourceReadTime, m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes,
 	} {
 		v.DeletePartialMatch(l)
 	}
-	j.m.pressure.forget(j.job)
 }
 
 var _ engine.Observer = (*Metrics)(nil)
@@ -310,7 +448,7 @@ func (m *Metrics) ObserveSkipped(job, kind string, n int) { m.Job(job, kind).Ski
 // ObserveError counts one error of code.
 func (m *Metrics) ObserveError(job, code string) { m.Job(job, "").Error(code) }
 
-// ObserveLag sets how far the durable position is behind.
+// ObserveLag sets how far behind the job is (see JobMetrics.Lag).
 func (m *Metrics) ObserveLag(job string, lag time.Duration) { m.Job(job, "").Lag(lag) }
 
 // ObservePosition sets the time of the recorded position.
@@ -330,6 +468,9 @@ func (m *Metrics) ObserveDeadLetters(job string, n int64) { m.Job(job, "").DeadL
 // ObserveDDL counts a drop, rename or dropDatabase seen by a mirror.
 func (m *Metrics) ObserveDDL(job, event string) { m.Job(job, "").DDL(event) }
 
+// ObserveJob declares a configured job (supervisor.Metrics), see Declare.
+func (m *Metrics) ObserveJob(job, kind string) { m.Declare(job, kind) }
+
 // ObserveState sets the job's current state (supervisor.Metrics).
 func (m *Metrics) ObserveState(job, state string) { m.Job(job, "").State(state) }
 
@@ -346,3 +487,113 @@ func (m *Metrics) ObserveTransformError(job string, failed bool) {
 
 // Forget removes the job's series.
 func (m *Metrics) Forget(job string) { m.Job(job, "").Forget() }
+
+// statusCollector serves meilistream_job_state{pipeline,kind,state} and
+// meilistream_follow_lag_seconds{pipeline,kind}: from the jobs' status at
+// each scrape once a source is set (SetStatus), so they are what /status
+// says at that instant; before that (tests, tools), from what the
+// supervisor and the engine pushed. The state's family has every state of
+// status.States, 1 for the current one; the lag's has a series while the
+// job's lag is known (it follows its change stream).
+type statusCollector struct {
+	m                  *Metrics
+	stateDesc, lagDesc *prometheus.Desc
+
+	mu    sync.Mutex
+	src   status.Source
+	state map[string]string  // pushed, per job
+	lag   map[string]float64 // pushed, per job
+}
+
+func newStatusCollector(ns string, m *Metrics) *statusCollector {
+	return &statusCollector{
+		m: m,
+		stateDesc: prometheus.NewDesc(ns+"_job_state", "1 for the job's current state (as /status shows it), 0 for the others.",
+			[]string{LabelPipeline, "kind", "state"}, nil),
+		lagDesc: prometheus.NewDesc(ns+"_follow_lag_seconds",
+			"Age of the oldest change the job's stream delivered that is not yet durable in the destination; 0 when caught up. Present while the job follows its stream.",
+			[]string{LabelPipeline, "kind"}, nil),
+		state: map[string]string{},
+		lag:   map[string]float64{},
+	}
+}
+
+func (c *statusCollector) setSource(src status.Source) {
+	c.mu.Lock()
+	c.src = src
+	c.mu.Unlock()
+}
+
+func (c *statusCollector) pushState(job, state string) {
+	c.mu.Lock()
+	c.state[job] = state
+	c.mu.Unlock()
+}
+
+func (c *statusCollector) pushLag(job string, seconds float64) {
+	c.mu.Lock()
+	c.lag[job] = seconds
+	c.mu.Unlock()
+}
+
+func (c *statusCollector) forget(job string) {
+	c.mu.Lock()
+	delete(c.state, job)
+	delete(c.lag, job)
+	c.mu.Unlock()
+}
+
+// Describe implements prometheus.Collector.
+func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.stateDesc
+	ch <- c.lagDesc
+}
+
+// Collect implements prometheus.Collector. The source is asked without
+// any lock held: it takes the supervisor's, which calls into Metrics
+// while holding its own.
+func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
+	type row struct {
+		job, kind, state string
+		lag              *float64
+	}
+	var rows []row
+	c.mu.Lock()
+	src := c.src
+	if src == nil {
+		for job, st := range c.state {
+			rows = append(rows, row{job: job, state: st})
+		}
+		for job, v := range c.lag {
+			rows = append(rows, row{job: job, lag: &v})
+		}
+	}
+	c.mu.Unlock()
+	if src != nil {
+		for _, j := range src.Status() {
+			rows = append(rows, row{job: j.Name, kind: j.Kind, state: j.State, lag: j.LagSeconds})
+		}
+	}
+	for _, r := range rows {
+		kind := r.kind
+		if kind == "" {
+			kind = c.m.kindOf(r.job)
+		}
+		if r.state != "" {
+			known := false
+			for _, s := range status.States {
+				v := 0.0
+				if s == r.state {
+					v, known = 1, true
+				}
+				ch <- prometheus.MustNewConstMetric(c.stateDesc, prometheus.GaugeValue, v, r.job, kind, s)
+			}
+			if !known {
+				ch <- prometheus.MustNewConstMetric(c.stateDesc, prometheus.GaugeValue, 1, r.job, kind, r.state)
+			}
+		}
+		if r.lag != nil {
+			ch <- prometheus.MustNewConstMetric(c.lagDesc, prometheus.GaugeValue, *r.lag, r.job, kind)
+		}
+	}
+}

@@ -1,66 +1,40 @@
 package httpapi
 
-import (
-	"github.com/prometheus/client_golang/prometheus"
+import "github.com/meilistream/meilistream/sidecar/engine"
 
-	"github.com/meilistream/meilistream/sidecar/engine"
-)
-
-// pressure are the collectors of what a job spares and holds back
-// downstream, labelled by pipeline (the job's name):
-//
-//	meilistream_documents_skipped_unchanged_total{pipeline,kind}
-//	    updates not sent: they could not change the destination's document
-//	meilistream_meili_enqueued_tasks{pipeline}
-//	    tasks the job has enqueued in Meilisearch, not yet seen processed
-//	meilistream_meili_enqueued_bytes{pipeline}
-//	    the bytes of their requests
-type pressure struct {
-	unchanged  *prometheus.CounterVec
-	queueTasks *prometheus.GaugeVec
-	queueBytes *prometheus.GaugeVec
-}
-
-func newPressure(reg prometheus.Registerer) *pressure {
-	const ns = "meilistream"
-	p := &pressure{
-		unchanged: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "documents_skipped_unchanged_total",
-			Help: "Updates not sent because they could not change the document the destination holds (skipUnchanged)."}, []string{"pipeline", "kind"}),
-		queueTasks: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "meili_enqueued_tasks",
-			Help: "Tasks the job has enqueued in Meilisearch and not yet seen processed."}, []string{"pipeline"}),
-		queueBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "meili_enqueued_bytes",
-			Help: "Request bytes of the tasks the job has enqueued in Meilisearch and not yet seen processed."}, []string{"pipeline"}),
-	}
-	reg.MustRegister(p.unchanged, p.queueTasks, p.queueBytes)
-	return p
-}
-
-// forget removes a job's series.
-func (p *pressure) forget(job string) {
-	l := prometheus.Labels{"pipeline": job}
-	p.unchanged.DeletePartialMatch(l)
-	p.queueTasks.DeletePartialMatch(l)
-	p.queueBytes.DeletePartialMatch(l)
-}
+// What a job spares and holds back downstream: the updates it did not
+// send (meilistream_documents_skipped_unchanged_total, created at zero by
+// Declare) and what it has enqueued in Meilisearch
+// (meilistream_meili_enqueued_tasks and _bytes, present once the job's
+// sink reported them).
 
 var (
 	_ engine.UnchangedObserver = (*Metrics)(nil)
 	_ engine.QueueObserver     = (*Metrics)(nil)
 )
 
-// ObserveUnchanged counts updates not sent because they could not change
-// the destination's document (engine.UnchangedObserver).
-func (m *Metrics) ObserveUnchanged(job, kind string, n int) {
-	if m != nil && n > 0 {
-		m.pressure.unchanged.WithLabelValues(job, kind).Add(float64(n))
+// Unchanged counts n updates not sent: they could not change the
+// destination's document.
+func (j *JobMetrics) Unchanged(n int) {
+	if j != nil && n > 0 {
+		j.m.DocumentsUnchanged.WithLabelValues(j.job, j.kind).Add(float64(n))
 	}
 }
+
+// Queue sets what the job has enqueued in Meilisearch and not yet seen
+// processed: tasks, and the bytes of their requests.
+func (j *JobMetrics) Queue(tasks int, bytes int64) {
+	if j != nil {
+		j.m.MeiliTasks.WithLabelValues(j.job, j.kind).Set(float64(tasks))
+		j.m.MeiliBytes.WithLabelValues(j.job, j.kind).Set(float64(bytes))
+	}
+}
+
+// ObserveUnchanged counts updates not sent (engine.UnchangedObserver).
+func (m *Metrics) ObserveUnchanged(job, kind string, n int) { m.Job(job, kind).Unchanged(n) }
 
 // ObserveQueue sets what the job has enqueued in Meilisearch
 // (engine.QueueObserver).
 func (m *Metrics) ObserveQueue(job string, tasks int, bytes int64) {
-	if m != nil {
-		m.pressure.queueTasks.WithLabelValues(job).Set(float64(tasks))
-		m.pressure.queueBytes.WithLabelValues(job).Set(float64(bytes))
-	}
+	m.Job(job, "").Queue(tasks, bytes)
 }

@@ -41,15 +41,19 @@ func series(t *testing.T, reg *prometheus.Registry, names ...string) map[string]
 func TestPressureMetricsArePerPipeline(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := httpapi.NewMetrics(reg)
+	names := []string{"meilistream_documents_skipped_unchanged_total", "meilistream_meili_enqueued_bytes", "meilistream_meili_enqueued_tasks"}
+	m.Declare("articles", "search")
+	if got := series(t, reg, names...); fmt.Sprint(got) != "map[meilistream_documents_skipped_unchanged_total,kind=search,pipeline=articles:0]" {
+		t.Fatalf("declared: %v, want the counter at zero and no queue yet", got)
+	}
 	m.ObserveUnchanged("articles", "search", 3)
 	m.ObserveUnchanged("articles", "search", 2)
 	m.ObserveQueue("articles", 4, 1<<20)
-	names := []string{"meilistream_documents_skipped_unchanged_total", "meilistream_meili_enqueued_bytes", "meilistream_meili_enqueued_tasks"}
 	got := series(t, reg, names...)
 	want := map[string]float64{
 		"meilistream_documents_skipped_unchanged_total,kind=search,pipeline=articles": 5,
-		"meilistream_meili_enqueued_tasks,pipeline=articles":                          4,
-		"meilistream_meili_enqueued_bytes,pipeline=articles":                          1 << 20,
+		"meilistream_meili_enqueued_tasks,kind=search,pipeline=articles":              4,
+		"meilistream_meili_enqueued_bytes,kind=search,pipeline=articles":              1 << 20,
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("series %v, want %v", got, want)

@@ -1,10 +1,12 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -34,10 +36,17 @@ type Options struct {
 	// Config, when set, is the configuration shown in /status: its JSON
 	// must mask the secrets, as the configuration's own MarshalJSON does.
 	Config json.Marshaler
+	// Scrub, when set, masks secrets in the answers of /status and
+	// /readyz (the configuration's, see config.Scrubber): the last line of
+	// defence against an error text that carries a URL or a key.
+	Scrub func(string) string
 	// Version is shown in /status.
 	Version string
 	// Log receives the server's own errors. Nil: discarded.
 	Log hclog.Logger
+	// MaxConns bounds the open connections (default DefaultMaxConns); see
+	// connLimiter for what happens at the bound.
+	MaxConns int
 }
 
 // Server serves /healthz, /readyz, /status and /metrics.
@@ -45,6 +54,7 @@ type Server struct {
 	opts      Options
 	ln        net.Listener
 	srv       *http.Server
+	limit     *connLimiter
 	done      chan struct{}
 	closeOnce sync.Once
 	closeErr  error
@@ -78,14 +88,21 @@ func Start(o Options) (*Server, error) {
 			ErrorLog: hclogPrintln{o.Log},
 		}))
 	}
+	limit := newConnLimiter(o.MaxConns)
+	s.limit = limit
 	s.srv = &http.Server{
 		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    16 << 10,
+		ConnState:         limit.ConnState,
 		ErrorLog:          o.Log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	go func() {
 		defer close(s.done)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.srv.Serve(limit.Listener(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			o.Log.Error("http server stopped", "error", err)
 		}
 	}()
@@ -165,7 +182,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	if err := s.ready(r.Context()); err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintf(w, "not ready: %v\n", err)
+		fmt.Fprint(w, s.scrub(fmt.Sprintf("not ready: %v\n", err)))
 		return
 	}
 	fmt.Fprintln(w, "ok")
@@ -186,13 +203,27 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	if s.opts.Config != nil {
 		rep.Config = s.opts.Config
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	enc := json.NewEncoder(w)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(rep); err != nil {
+		s.opts.Log.Error("encode /status", "error", err)
+		http.Error(w, "cannot encode the status", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if _, err := io.WriteString(w, s.scrub(buf.String())); err != nil {
 		s.opts.Log.Debug("write /status", "error", err)
 	}
+}
+
+// scrub masks secrets in an answer (Options.Scrub).
+func (s *Server) scrub(text string) string {
+	if s.opts.Scrub == nil {
+		return text
+	}
+	return s.opts.Scrub(text)
 }
 
 // writeFileAtomic writes b to path through a temporary file and a rename,

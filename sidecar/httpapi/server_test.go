@@ -53,7 +53,7 @@ func TestHTTPServer(t *testing.T) {
 	pos := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	src := &fakeStatus{jobs: []status.Job{{
 		Name: "articles", Kind: "search", State: "following", Holder: "pod-a:1:abc", Epoch: 3,
-		LagSeconds: 0.5, PositionTime: &pos, Counters: status.Counters{Indexed: 10, Deleted: 2},
+		LagSeconds: ptr(0.5), PositionTime: &pos, Counters: status.Counters{Indexed: 10, Deleted: 2},
 		LastError: &status.ErrorInfo{Code: "FAILED", Message: "send batch: connection refused", At: pos},
 	}}}
 	reg := httpapi.NewRegistry("v0.0.0-test")
@@ -154,30 +154,35 @@ func TestHTTPServer(t *testing.T) {
 		jm.ReindexDone()
 		jm.State("following")
 		jm.Restart()
+		jm.SourceRead("findId", 2*time.Millisecond, false)
+		jm.SourceRead("findId", time.Millisecond, true)
 		m.Job("copy", "mirror").DDL("drop")
 		code, body := get(t, base+"/metrics")
 		if code != 200 {
 			t.Fatalf("metrics: %d", code)
 		}
 		for _, want := range []string{
-			`meilistream_documents_indexed_total{job="articles",kind="search"} 3`,
-			`meilistream_documents_deleted_total{job="articles",kind="search"} 1`,
-			`meilistream_documents_skipped_total{job="articles",kind="search"} 2`,
-			`meilistream_errors_total{code="NOT_A_DOCUMENT",job="articles"} 1`,
-			`meilistream_batch_duration_seconds_count{job="articles",kind="search"} 1`,
-			`meilistream_batch_documents_sum{job="articles",kind="search"} 4`,
-			`meilistream_follow_lag_seconds{job="articles"} 1.5`,
-			`meilistream_position_timestamp_seconds{job="articles"} 1.7e+09`,
-			`meilistream_dead_letters{job="articles"} 7`,
-			`meilistream_lease_held{job="articles"} 1`,
-			`meilistream_lease_epoch{job="articles"} 3`,
-			`meilistream_reindex_documents_done{job="articles"} 50`,
-			`meilistream_reindex_documents_estimated{job="articles"} 100`,
-			`meilistream_reindexes_total{job="articles"} 1`,
-			`meilistream_job_state{job="articles",state="following"} 1`,
-			`meilistream_job_state{job="articles",state="standby"} 0`,
-			`meilistream_job_restarts_total{job="articles"} 1`,
-			`meilistream_ddl_events_total{event="drop",job="copy"} 1`,
+			`meilistream_documents_indexed_total{kind="search",pipeline="articles"} 3`,
+			`meilistream_documents_deleted_total{kind="search",pipeline="articles"} 1`,
+			`meilistream_documents_skipped_total{kind="search",pipeline="articles"} 2`,
+			`meilistream_errors_total{code="NOT_A_DOCUMENT",kind="search",pipeline="articles"} 1`,
+			`meilistream_batch_duration_seconds_count{kind="search",pipeline="articles"} 1`,
+			`meilistream_batch_documents_sum{kind="search",pipeline="articles"} 4`,
+			`meilistream_follow_lag_seconds{kind="search",pipeline="articles"} 1.5`,
+			`meilistream_position_timestamp_seconds{kind="search",pipeline="articles"} 1.7e+09`,
+			`meilistream_dead_letters{kind="search",pipeline="articles"} 7`,
+			`meilistream_lease_held{kind="search",pipeline="articles"} 1`,
+			`meilistream_lease_epoch{kind="search",pipeline="articles"} 3`,
+			`meilistream_reindex_documents_done{kind="search",pipeline="articles"} 50`,
+			`meilistream_reindex_documents_estimated{kind="search",pipeline="articles"} 100`,
+			`meilistream_reindexes_total{kind="search",pipeline="articles"} 1`,
+			`meilistream_job_state{kind="search",pipeline="articles",state="following"} 1`,
+			`meilistream_job_state{kind="search",pipeline="articles",state="standby"} 0`,
+			`meilistream_job_restarts_total{kind="search",pipeline="articles"} 1`,
+			`meilistream_ddl_events_total{event="drop",kind="mirror",pipeline="copy"} 1`,
+			`meilistream_source_reads_total{call="findId",kind="search",outcome="ok",pipeline="articles"} 1`,
+			`meilistream_source_reads_total{call="findId",kind="search",outcome="error",pipeline="articles"} 1`,
+			`meilistream_source_read_duration_seconds_count{call="findId",kind="search",pipeline="articles"} 2`,
 			`meilistream_build_info{goversion="go`,
 			`go_goroutines`,
 		} {
@@ -185,9 +190,12 @@ func TestHTTPServer(t *testing.T) {
 				t.Errorf("metrics lacks %s", want)
 			}
 		}
+		if strings.Contains(body, `job="`) {
+			t.Errorf("metrics have a job label, which Prometheus renames exported_job")
+		}
 		jm.Forget()
 		_, body = get(t, base+"/metrics")
-		if strings.Contains(body, `job="articles"`) {
+		if strings.Contains(body, `pipeline="articles"`) {
 			t.Errorf("Forget left series of the job")
 		}
 	})
@@ -227,6 +235,7 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	jm.Batch(time.Second, 1)
 	jm.Lease(true, 1)
 	jm.State("failed")
+	jm.SourceRead("find", time.Second, false)
 	jm.Forget()
 }
 
@@ -286,4 +295,105 @@ func TestHTTPServerRefusesABusyAddress(t *testing.T) {
 	if _, err := httpapi.Start(httpapi.Options{Addr: s.Addr()}); err == nil {
 		t.Errorf("a second server on %s started", s.Addr())
 	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestDeclaredJobHasItsSeriesAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := httpapi.NewMetrics(reg)
+	m.Declare("books", "search")
+	m.Declare("copy", "mirror")
+	text := gatherText(t, reg)
+	for _, want := range []string{
+		`meilistream_documents_indexed_total{kind="search",pipeline="books"} 0`,
+		`meilistream_documents_deleted_total{kind="search",pipeline="books"} 0`,
+		`meilistream_documents_skipped_total{kind="search",pipeline="books"} 0`,
+		`meilistream_errors_total{code="TRANSFORM_FAILED",kind="search",pipeline="books"} 0`,
+		`meilistream_errors_total{code="NOT_A_DOCUMENT",kind="search",pipeline="books"} 0`,
+		`meilistream_errors_total{code="ID_MISMATCH",kind="search",pipeline="books"} 0`,
+		`meilistream_errors_total{code="FAILED",kind="search",pipeline="books"} 0`,
+		`meilistream_errors_total{code="LEASE_LOST",kind="search",pipeline="books"} 0`,
+		`meilistream_batch_duration_seconds_count{kind="search",pipeline="books"} 0`,
+		`meilistream_batch_documents_count{kind="search",pipeline="books"} 0`,
+		`meilistream_reindexes_total{kind="search",pipeline="books"} 0`,
+		`meilistream_job_restarts_total{kind="search",pipeline="books"} 0`,
+		`meilistream_transform_reload_errors_total{kind="search",pipeline="books"} 0`,
+		`meilistream_transform_stale{kind="search",pipeline="books"} 0`,
+		`meilistream_lease_held{kind="search",pipeline="books"} 0`,
+		`meilistream_ddl_events_total{event="drop",kind="mirror",pipeline="copy"} 0`,
+		`meilistream_ddl_events_total{event="dropDatabase",kind="mirror",pipeline="copy"} 0`,
+	} {
+		if !strings.Contains(text, want+"\n") {
+			t.Errorf("a declared job lacks %s", want)
+		}
+	}
+	for _, absent := range []string{`meilistream_ddl_events_total{event="drop",kind="search"`, `meilistream_position_timestamp_seconds{`, `meilistream_dead_letters{`} {
+		if strings.Contains(text, absent) {
+			t.Errorf("a declared job has %s, whose value is not known yet", absent)
+		}
+	}
+	// Every per-job family has pipeline and kind, none has job.
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			labels := map[string]bool{}
+			for _, l := range mt.GetLabel() {
+				labels[l.GetName()] = true
+			}
+			if labels["job"] || !labels["pipeline"] || !labels["kind"] {
+				t.Errorf("%s has labels %v, want pipeline and kind, no job", mf.GetName(), labels)
+			}
+		}
+	}
+	// A job whose kind changes loses the old kind's series.
+	m.Declare("copy", "search")
+	if text := gatherText(t, reg); strings.Contains(text, `kind="mirror",pipeline="copy"`) {
+		t.Errorf("series of the old kind stay")
+	}
+}
+
+func TestJobStateAndLagAreReadFromTheStatusAtScrape(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := httpapi.NewMetrics(reg)
+	src := &fakeStatus{jobs: []status.Job{
+		{Name: "books", Kind: "search", State: "reindexing", LagSeconds: ptr(2.5)},
+		{Name: "copy", Kind: "mirror", State: "standby"},
+	}}
+	m.Job("books", "search").State("starting") // pushed, overridden by the status
+	m.SetStatus(src)
+	text := gatherText(t, reg)
+	for _, want := range []string{
+		`meilistream_job_state{kind="search",pipeline="books",state="reindexing"} 1`,
+		`meilistream_job_state{kind="search",pipeline="books",state="starting"} 0`,
+		`meilistream_job_state{kind="mirror",pipeline="copy",state="standby"} 1`,
+		`meilistream_follow_lag_seconds{kind="search",pipeline="books"} 2.5`,
+	} {
+		if !strings.Contains(text, want+"\n") {
+			t.Errorf("metrics lack %s:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, `meilistream_follow_lag_seconds{kind="mirror"`) {
+		t.Errorf("a standby job has a lag")
+	}
+	src.jobs[0].State = "following"
+	if text := gatherText(t, reg); !strings.Contains(text, `meilistream_job_state{kind="search",pipeline="books",state="following"} 1`) {
+		t.Errorf("the next scrape does not show the new state")
+	}
+}
+
+// gatherText renders reg's series one a line, as /metrics shows them
+// (without HELP and TYPE).
+func gatherText(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	s, err := httpapi.Start(httpapi.Options{Addr: "127.0.0.1:0", Gatherer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, body := get(t, "http://"+s.Addr()+"/metrics")
+	return body
 }

@@ -2,6 +2,10 @@ package jobstate
 
 import (
 	"context"
+	"encoding/base64"
+	"errors"
+	"time"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -14,7 +18,13 @@ import (
 // collection, one document per job and source _id:
 //
 //	{_id: {job, id: <source _id>}, job, sourceId: <source _id>, code,
-//	 message, at: <server date of the last failure>, attempts: <int>}
+//	 message, hash: <transform hash>, at: <server date of the last
+//	 failure>, attempts: <int>}
+//
+// hash is the hash of the transform that failed on the document
+// (transform.Job.Hash), so an operator can tell a failure of the current
+// transform from one of an earlier version; absent when the writer did not
+// know it.
 //
 // code is an error code of this project (TRANSFORM_FAILED, NOT_A_DOCUMENT,
 // ID_MISMATCH) for a transform's refusal, or the destination's own code
@@ -30,23 +40,35 @@ func errKey(job string, id bson.RawValue) bson.D {
 	return bson.D{{Key: "job", Value: job}, {Key: "id", Value: id}}
 }
 
-// RecordDocError upserts the error record of one document.
+// RecordDocError upserts the error record of one document, without the
+// transform's hash: RecordDocumentError with hash "".
 func (s *Store) RecordDocError(ctx context.Context, job string, id bson.RawValue, code, msg string) error {
+	return s.RecordDocumentError(ctx, job, id, code, msg, "")
+}
+
+// RecordDocumentError upserts the error record of one document: its code,
+// message and the hash of the transform that failed on it ("" when
+// unknown: a hash recorded earlier is then removed, it no longer says
+// which transform failed).
+func (s *Store) RecordDocumentError(ctx context.Context, job string, id bson.RawValue, code, msg, hash string) error {
 	if s.errColl == nil {
 		return nil
 	}
-	if len(msg) > 2000 {
-		msg = msg[:2000] + "..."
+	msg = cutMessage(msg, maxMessage)
+	set := bson.D{
+		{Key: "job", Value: job},
+		{Key: "sourceId", Value: id},
+		{Key: "code", Value: code},
+		{Key: "message", Value: msg},
 	}
 	update := bson.D{
-		{Key: "$set", Value: bson.D{
-			{Key: "job", Value: job},
-			{Key: "sourceId", Value: id},
-			{Key: "code", Value: code},
-			{Key: "message", Value: msg},
-		}},
+		{Key: "$set", Value: append(set, bson.E{Key: "hash", Value: hash})},
 		{Key: "$currentDate", Value: bson.D{{Key: "at", Value: true}}},
 		{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}},
+	}
+	if hash == "" {
+		update[0].Value = set
+		update = append(update, bson.E{Key: "$unset", Value: bson.D{{Key: "hash", Value: ""}}})
 	}
 	_, err := s.errColl.UpdateOne(ctx, bson.D{{Key: "_id", Value: errKey(job, id)}}, update, options.UpdateOne().SetUpsert(true))
 	if err != nil {
@@ -93,6 +115,130 @@ func (s *Store) DocErrorIDs(ctx context.Context, job string) ([]bson.RawValue, e
 		return nil, errs.Wrap(errs.Failed, job, err, "read per-document errors")
 	}
 	return ids, nil
+}
+
+// maxMessage bounds a recorded message, in bytes.
+const maxMessage = 2000
+
+// cutMessage cuts msg to at most max bytes and "...", never inside a UTF-8
+// character.
+func cutMessage(msg string, max int) string {
+	if len(msg) <= max {
+		return msg
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "..."
+}
+
+// DocError is one per-document error record, as ListDocErrors reads it.
+type DocError struct {
+	SourceID bson.RawValue // the document's _id in the source collection
+	Code     string
+	Message  string
+	Hash     string    // the failing transform's hash; "" when not recorded
+	At       time.Time // server time of the last failure
+	Attempts int64     // failures recorded for it
+}
+
+// DocErrorPage is one page of a job's error records, newest first. Next
+// is the cursor of the following page, "" when this is the last.
+type DocErrorPage struct {
+	Errors []DocError
+	Next   string
+}
+
+// MaxDocErrorPage is the most records one page holds.
+const MaxDocErrorPage = 1000
+
+// ListDocErrors reads job's error records from errorsColl, newest first
+// (by the time of their last failure, then by _id), at most limit of them
+// (1 to MaxDocErrorPage), after the page cursor after ("" for the first
+// page). Pages are cut by keys, not offsets: a record added while someone
+// pages through is on the first page, and shifts no later one.
+func ListDocErrors(ctx context.Context, errorsColl *mongo.Collection, job string, limit int, after string) (DocErrorPage, error) {
+	if limit < 1 || limit > MaxDocErrorPage {
+		return DocErrorPage{}, errs.New(errs.ConfigInvalid, job, "a page holds 1 to %d records, not %d", MaxDocErrorPage, limit)
+	}
+	filter := bson.D{{Key: "job", Value: job}}
+	if after != "" {
+		c, err := parseErrorCursor(after)
+		if err != nil {
+			return DocErrorPage{}, errs.Wrap(errs.ConfigInvalid, job, err, "bad page cursor %q (use the one the previous page printed)", after)
+		}
+		filter = append(filter, bson.E{Key: "$or", Value: bson.A{
+			bson.D{{Key: "at", Value: bson.D{{Key: "$lt", Value: c.At}}}},
+			bson.D{{Key: "at", Value: c.At}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: c.Key}}}},
+		}})
+	}
+	opts := options.Find().SetSort(bson.D{{Key: "at", Value: -1}, {Key: "_id", Value: -1}}).SetLimit(int64(limit) + 1)
+	cur, err := errorsColl.Find(ctx, filter, opts)
+	if err != nil {
+		return DocErrorPage{}, errs.Wrap(errs.Failed, job, err, "read per-document errors")
+	}
+	defer cur.Close(ctx)
+	var page DocErrorPage
+	var last errorCursor
+	for cur.Next(ctx) {
+		if len(page.Errors) == limit {
+			page.Next = last.String()
+			break
+		}
+		var d struct {
+			Code     string    `bson:"code"`
+			Message  string    `bson:"message"`
+			Hash     string    `bson:"hash"`
+			At       time.Time `bson:"at"`
+			Attempts int64     `bson:"attempts"`
+		}
+		if err := cur.Decode(&d); err != nil {
+			return DocErrorPage{}, errs.Wrap(errs.Failed, job, err, "decode a per-document error")
+		}
+		e := DocError{Code: d.Code, Message: d.Message, Hash: d.Hash, At: d.At, Attempts: d.Attempts}
+		if v, err := cur.Current.LookupErr("sourceId"); err == nil {
+			e.SourceID = bson.RawValue{Type: v.Type, Value: append([]byte(nil), v.Value...)}
+		}
+		key := cur.Current.Lookup("_id")
+		last = errorCursor{At: d.At, Key: bson.RawValue{Type: key.Type, Value: append([]byte(nil), key.Value...)}}
+		page.Errors = append(page.Errors, e)
+	}
+	if err := cur.Err(); err != nil {
+		return DocErrorPage{}, errs.Wrap(errs.Failed, job, err, "read per-document errors")
+	}
+	return page, nil
+}
+
+// errorCursor is where a page of error records ends: the last record's
+// time and _id. Its text is the BSON of both, base64url: opaque to users,
+// and any _id type goes through it unchanged.
+type errorCursor struct {
+	At  time.Time     `bson:"at"`
+	Key bson.RawValue `bson:"key"`
+}
+
+func (c errorCursor) String() string {
+	b, err := bson.Marshal(c)
+	if err != nil {
+		return ""
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func parseErrorCursor(s string) (errorCursor, error) {
+	var c errorCursor
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return c, err
+	}
+	if err := bson.Unmarshal(b, &c); err != nil {
+		return c, err
+	}
+	if c.Key.Type == 0 {
+		return c, errors.New("no key in it")
+	}
+	return c, nil
 }
 
 func countErrors(ctx context.Context, coll *mongo.Collection) (map[string]int64, error) {

@@ -386,6 +386,12 @@ type PositionState struct {
 	HashSince time.Time // server time Hash was first recorded
 	Epoch     int64     // lease epoch of the writer
 	UpdatedAt time.Time // server time of the write
+	// Token is the resume token: `meilistream status` reads the stream
+	// after it to tell how far behind the job is.
+	Token bson.Raw
+	// Collection is the source collection the position was recorded for
+	// (from the recorded definition; "" when none was recorded).
+	Collection string
 }
 
 // ReindexState describes an unfinished reindex's checkpoint.
@@ -426,17 +432,20 @@ func ReadState(ctx context.Context, state, errorsColl *mongo.Collection) ([]JobS
 				Position string `bson:"position"`
 				Reindex  string `bson:"reindex"`
 			} `bson:"_id"`
-			Token     bson.Raw      `bson:"token"`
-			WallTime  time.Time     `bson:"wallTime"`
-			StartedAt time.Time     `bson:"startedAt"`
-			Hash      string        `bson:"hash"`
-			Previous  string        `bson:"previousHash"`
-			HashSince time.Time     `bson:"hashSince"`
-			InPlace   bool          `bson:"inPlace"`
-			LastID    bson.RawValue `bson:"lastId"`
-			Count     int64         `bson:"count"`
-			Epoch     int64         `bson:"leaseEpoch"`
-			Updated   time.Time     `bson:"updatedAt"`
+			Token      bson.Raw      `bson:"token"`
+			WallTime   time.Time     `bson:"wallTime"`
+			StartedAt  time.Time     `bson:"startedAt"`
+			Hash       string        `bson:"hash"`
+			Previous   string        `bson:"previousHash"`
+			HashSince  time.Time     `bson:"hashSince"`
+			InPlace    bool          `bson:"inPlace"`
+			LastID     bson.RawValue `bson:"lastId"`
+			Count      int64         `bson:"count"`
+			Epoch      int64         `bson:"leaseEpoch"`
+			Updated    time.Time     `bson:"updatedAt"`
+			Definition struct {
+				Collection string `bson:"collection"`
+			} `bson:"definition"`
 		}
 		if err := cur.Decode(&d); err != nil {
 			return nil, errs.Wrap(errs.Failed, "", err, "decode job state")
@@ -445,7 +454,8 @@ func ReadState(ctx context.Context, state, errorsColl *mongo.Collection) ([]JobS
 		// one: no position, no checkpoint.
 		switch {
 		case d.ID.Position != "" && len(d.Token) > 0:
-			get(d.ID.Position).Position = &PositionState{WallTime: d.WallTime, Hash: d.Hash, Previous: d.Previous, HashSince: d.HashSince, Epoch: d.Epoch, UpdatedAt: d.Updated}
+			get(d.ID.Position).Position = &PositionState{WallTime: d.WallTime, Hash: d.Hash, Previous: d.Previous, HashSince: d.HashSince,
+				Epoch: d.Epoch, UpdatedAt: d.Updated, Token: append(bson.Raw(nil), d.Token...), Collection: d.Definition.Collection}
 		case d.ID.Reindex != "" && d.Hash != "":
 			r := &ReindexState{StartedAt: d.StartedAt, Hash: d.Hash, InPlace: d.InPlace, Count: d.Count, Epoch: d.Epoch, UpdatedAt: d.Updated}
 			if d.LastID.Type != 0 {

@@ -26,9 +26,12 @@ type JobStats struct {
 	s  JobSnapshot
 	// Wall times of the first change of each batch not yet durable, in
 	// order, and of the batch still being gathered: the lag is the age of
-	// the oldest, so it grows while a destination is down.
-	inflight []time.Time
-	pending  time.Time
+	// the oldest, so it grows while a destination is down. streaming says
+	// the engine follows the job's stream (LagReset since the last
+	// PhaseIdle): only then is the lag known.
+	inflight  []time.Time
+	pending   time.Time
+	streaming bool
 }
 
 // JobSnapshot is a copy of a JobStats at one instant.
@@ -41,16 +44,22 @@ type JobSnapshot struct {
 	LastPosition time.Time `json:"lastPosition"`
 	// RecordedAt is when (process clock) that position was recorded.
 	RecordedAt time.Time `json:"recordedAt"`
-	// LagSeconds is how far the durable position is behind the change
-	// stream: the age of the last durable change's wall time, 0 when the
-	// stream is idle and everything is durable.
+	// LagSeconds is the job's lag (status.Job.LagSeconds): the age of the
+	// oldest change the stream delivered that is not yet durable, 0 when
+	// all are. Snapshot computes it from what LagPending, LagFlushed and
+	// LagDurable noted; a value written here is not kept. LagKnown says
+	// the engine follows the stream (LagReset was called since the last
+	// PhaseIdle); LagSeconds is 0 when it does not.
 	LagSeconds float64 `json:"lagSeconds"`
+	LagKnown   bool    `json:"lagKnown"`
 	Indexed    int64   `json:"indexed"`   // documents upserted (durable)
 	Deleted    int64   `json:"deleted"`   // deletes sent (durable)
 	Skipped    int64   `json:"skipped"`   // documents the transform kept out
 	Errors     int64   `json:"errors"`    // per-document errors recorded
 	Changes    int64   `json:"changes"`   // change events read
 	Batches    int64   `json:"batches"`   // batches made durable
+	FanOuts    int64   `json:"fanOuts"`   // fan-outs of related changes started
+	Resent     int64   `json:"resent"`    // documents sent again for a related change
 	Retries    int64   `json:"retries"`   // sends or waits retried
 	Reindexes  int64   `json:"reindexes"` // reindexes completed
 
@@ -69,12 +78,15 @@ type JobSnapshot struct {
 	LastErrAt     time.Time `json:"lastErrorAt,omitempty"`
 }
 
-// ReindexProgress is the state of a running (or the last) reindex.
+// ReindexProgress is the state of a running (or the last) reindex. Rate
+// and ETA are 0 until measured (the first progress tick): /status shows
+// them as null then. A reindex that read nothing in a tick has Rate 0 and
+// shows null too: no rate is known from nothing.
 type ReindexProgress struct {
 	Done      int64         `json:"done"`      // documents read so far (including a resumed checkpoint's)
 	Estimated int64         `json:"estimated"` // estimatedDocumentCount at start
-	Rate      float64       `json:"rate"`      // documents per second in this run
-	ETA       time.Duration `json:"eta"`       // remaining at Rate; 0 when unknown
+	Rate      float64       `json:"rate"`      // documents per second in this run; 0: not known
+	ETA       time.Duration `json:"eta"`       // remaining at Rate; 0: not known (or nothing remains, see Done)
 	Started   time.Time     `json:"started"`
 	Resumed   bool          `json:"resumed"` // continued from a checkpoint
 }
@@ -91,7 +103,8 @@ func (j *JobStats) Snapshot() JobSnapshot {
 	defer j.mu.Unlock()
 	s := j.s
 	// A reindex follows the stream too: the lag is the live index's.
-	if s.Phase == PhaseFollowing || s.Phase == PhaseReindexing {
+	s.LagSeconds, s.LagKnown = 0, j.streaming && s.Phase != PhaseIdle
+	if s.LagKnown {
 		oldest := j.pending
 		if len(j.inflight) > 0 && (oldest.IsZero() || j.inflight[0].Before(oldest)) {
 			oldest = j.inflight[0]
@@ -103,9 +116,10 @@ func (j *JobStats) Snapshot() JobSnapshot {
 	return s
 }
 
-// LagReset forgets outstanding changes (a new follow).
+// LagReset forgets outstanding changes: the engine (re)opens the job's
+// stream, and from now on the lag is known.
 func (j *JobStats) LagReset() {
-	j.Update(func(*JobSnapshot) { j.inflight, j.pending = j.inflight[:0], time.Time{} })
+	j.Update(func(*JobSnapshot) { j.inflight, j.pending, j.streaming = j.inflight[:0], time.Time{}, true })
 }
 
 // LagPending notes the first change of the batch being gathered.
@@ -146,8 +160,16 @@ func (j *JobStats) Update(fn func(s *JobSnapshot)) {
 	j.mu.Unlock()
 }
 
-// SetPhase sets what the engine is doing.
-func (j *JobStats) SetPhase(p Phase) { j.Update(func(s *JobSnapshot) { s.Phase = p }) }
+// SetPhase sets what the engine is doing. PhaseIdle (the run ended)
+// makes the lag unknown until the next LagReset.
+func (j *JobStats) SetPhase(p Phase) {
+	j.Update(func(s *JobSnapshot) {
+		s.Phase = p
+		if p == PhaseIdle {
+			j.streaming = false
+		}
+	})
+}
 
 // SetError records err (when not nil) as the last error.
 func (j *JobStats) SetError(err error) {

@@ -65,9 +65,13 @@ type Job struct {
 	Holder string `json:"holder,omitempty"`
 	// Epoch is the lease's epoch (incremented at every takeover).
 	Epoch int64 `json:"epoch,omitempty"`
-	// LagSeconds is how far the durable position is behind the change
-	// stream (cluster time); 0 when caught up. Only while following.
-	LagSeconds float64 `json:"lag_seconds"`
+	// LagSeconds is the job's lag, one definition everywhere (this field,
+	// meilistream_follow_lag_seconds, the log): the age of the oldest
+	// change its stream delivered that is not yet durable in the
+	// destination (its cluster wall time against this process's clock),
+	// 0 when everything delivered is durable. null when the job does not
+	// follow its stream in this process (standby, starting, failed...).
+	LagSeconds *float64 `json:"lag_seconds"`
 	// PositionTime is the cluster time of the last recorded position.
 	PositionTime *time.Time `json:"position_time,omitempty"`
 	// Reindex is the progress of a running reindex (nil otherwise).
@@ -94,13 +98,15 @@ type Job struct {
 	TransformError *ErrorInfo `json:"transform_error,omitempty"`
 }
 
-// Reindex is a running reindex's progress.
+// Reindex is a running reindex's progress. Rate and ETASeconds are null
+// until known (the first progress measure a few seconds in): a 0 there
+// would read as "stalled" or "done".
 type Reindex struct {
-	Done          int64   `json:"done"`           // documents read so far (a resumed checkpoint's included)
-	TotalEstimate int64   `json:"total_estimate"` // the collection's estimated count at the start
-	Rate          float64 `json:"rate"`           // documents per second
-	ETASeconds    float64 `json:"eta_seconds"`    // remaining at Rate; 0 when unknown
-	Resumed       bool    `json:"resumed"`        // continued from a checkpoint
+	Done          int64    `json:"done"`           // documents read so far (a resumed checkpoint's included)
+	TotalEstimate int64    `json:"total_estimate"` // the collection's estimated count at the start
+	Rate          *float64 `json:"rate"`           // documents per second in this run; null until measured
+	ETASeconds    *float64 `json:"eta_seconds"`    // remaining at Rate; null until known
+	Resumed       bool     `json:"resumed"`        // continued from a checkpoint
 }
 
 // Counters are a job's document totals since this process started.
@@ -110,6 +116,11 @@ type Counters struct {
 	Skipped int64 `json:"skipped"` // kept out by the transform
 	Errors  int64 `json:"errors"`  // per-document errors recorded
 	Changes int64 `json:"changes"` // change events read from the stream (durable or not yet)
+	// Related changes: fan-outs started (one per batch of related
+	// changes and dependency field) and the dependents they sent again
+	// (durable).
+	FanOuts int64 `json:"fanOuts"`
+	Resent  int64 `json:"resent"`
 
 	// SkippedUnchanged are updates not sent because they could not
 	// change the document the destination holds (skipUnchanged).

@@ -9,8 +9,9 @@ import (
 	"github.com/meilistream/meilistream/transform"
 )
 
-// A job that declares the fields its transform reads (transform.Job.Fields)
-// has the server do two things for it, so that what cannot change a
+// A job that declares the fields its transform reads (transform.Job.Fields;
+// with its lookups' localFields: StreamFields) has the server do two
+// things for it, so that what cannot change a
 // result never crosses the network:
 //
 //   - its collection's updates that touch none of the fields are dropped
@@ -48,14 +49,15 @@ func fieldsRegex(fields []string) string {
 // updateClause is what an event of the job's collection must match: with
 // fields, not an update, or an update touching one of them; nil without.
 func updateClause(job *transform.Job) bson.D {
-	if job.Fields == nil {
+	fields := job.StreamFields()
+	if fields == nil {
 		return nil
 	}
-	if len(job.Fields) == 0 {
+	if len(fields) == 0 {
 		// Only _id, which no update changes.
 		return bson.D{{Key: "operationType", Value: bson.D{{Key: "$ne", Value: "update"}}}}
 	}
-	re := fieldsRegex(job.Fields)
+	re := fieldsRegex(fields)
 	some := func(input any, path string) bson.D {
 		return bson.D{{Key: "$gt", Value: bson.A{
 			bson.D{{Key: "$size", Value: bson.D{{Key: "$filter", Value: bson.D{
@@ -91,7 +93,7 @@ func collClause(job *transform.Job) bson.D {
 // keep is the array of the names a trimmed document keeps.
 func keep(job *transform.Job) bson.A {
 	a := bson.A{"_id"}
-	for _, f := range job.Fields {
+	for _, f := range job.StreamFields() {
 		a = append(a, f)
 	}
 	return a
@@ -101,7 +103,7 @@ func keep(job *transform.Job) bson.A {
 // collection's events to _id and the fields, in the document's order;
 // nil without fields.
 func trimStage(job *transform.Job) bson.D {
-	if job.Fields == nil {
+	if job.StreamFields() == nil {
 		return nil
 	}
 	trimmed := bson.D{{Key: "$arrayToObject", Value: bson.D{{Key: "$filter", Value: bson.D{
@@ -121,11 +123,12 @@ func trimStage(job *transform.Job) bson.D {
 // Projection is the projection of the job's reads of its collection (a
 // reindex's chunks, a retry): _id and the fields; nil without fields.
 func Projection(job *transform.Job) bson.D {
-	if job.Fields == nil {
+	fields := job.StreamFields()
+	if fields == nil {
 		return nil
 	}
 	p := bson.D{{Key: "_id", Value: 1}}
-	for _, f := range job.Fields {
+	for _, f := range fields {
 		p = append(p, bson.E{Key: f, Value: 1})
 	}
 	return p

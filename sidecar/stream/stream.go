@@ -74,12 +74,36 @@ type Item struct {
 // the follow loop ends the job on them, as a collection stream's invalidate
 // would.
 func Filter(job *transform.Job, state string) bson.D {
-	return bson.D{{Key: "$match", Value: bson.D{{Key: "$or", Value: bson.A{
+	or := bson.A{
 		collClause(job), // with fields: updates touching one of them (fields.go)
 		bson.D{{Key: "to.coll", Value: job.Collection}},
 		bson.D{{Key: "ns.coll", Value: state}, {Key: "documentKey._id.watermark", Value: job.Name}},
 		bson.D{{Key: "operationType", Value: bson.D{{Key: "$in", Value: bson.A{"dropDatabase", "invalidate"}}}}},
-	}}}}}
+	}
+	// The collections the job's lookups and relates read: a change there
+	// sends its dependents again.
+	if related := job.RelatedCollections(); len(related) > 0 {
+		in := make(bson.A, len(related))
+		for i, c := range related {
+			in[i] = c
+		}
+		or = append(or, bson.D{{Key: "ns.coll", Value: bson.D{{Key: "$in", Value: in}}}},
+			bson.D{{Key: "to.coll", Value: bson.D{{Key: "$in", Value: in}}}})
+	}
+	return bson.D{{Key: "$match", Value: bson.D{{Key: "$or", Value: or}}}}
+}
+
+// needsPreImages says whether a dependency of job keys on a field other
+// than _id: then a change that moves or removes that field must send the
+// documents that depended on its old value too, which only the document
+// before the change holds.
+func needsPreImages(job *transform.Job) bool {
+	for _, d := range job.Dependencies() {
+		if d.Key != "_id" {
+			return true
+		}
+	}
+	return false
 }
 
 // Open opens job's change stream on db after token, or at the present when
@@ -87,6 +111,12 @@ func Filter(job *transform.Job, state string) bson.D {
 // documents).
 func Open(ctx context.Context, db *mongo.Database, job *transform.Job, state string, token bson.Raw) (*mongo.ChangeStream, error) {
 	opts := options.ChangeStream().SetFullDocument(options.UpdateLookup).SetMaxAwaitTime(Await)
+	if needsPreImages(job) {
+		// Where the related collection keeps them
+		// (changeStreamPreAndPostImages, MongoDB 6.0+); elsewhere events
+		// come without, and only the new value's dependents are sent.
+		opts.SetFullDocumentBeforeChange(options.WhenAvailable)
+	}
 	if len(token) > 0 {
 		opts.SetResumeAfter(token)
 	}

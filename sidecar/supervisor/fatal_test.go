@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -37,7 +38,8 @@ func TestSupervisorFatal(t *testing.T) {
 		stoppedMu.Unlock()
 		return nil
 	})
-	metrics := httpapi.NewMetrics(prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	metrics := httpapi.NewMetrics(reg)
 	var logs testutil.SyncBuffer
 	s := supervisor.New(supervisor.Config{
 		Driver:     d,
@@ -46,6 +48,8 @@ func TestSupervisorFatal(t *testing.T) {
 		RestartMax: 40 * time.Millisecond,
 		Logger:     hclog.New(&hclog.LoggerOptions{Output: &logs, JSONFormat: true}),
 	})
+	// As in production: job_state is read from the supervisor's status.
+	metrics.SetStatus(s)
 	s.Apply([]supervisor.JobDef{{Name: "books", Kind: "search", Hash: "1"}, {Name: "people", Kind: "search", Hash: "1"}})
 
 	var fatal error
@@ -80,11 +84,11 @@ func TestSupervisorFatal(t *testing.T) {
 		t.Errorf("Ready = %v, want books failed with HISTORY_LOST", err)
 	}
 	var m dto.Metric
-	if err := metrics.Errors.WithLabelValues("books", "HISTORY_LOST").Write(&m); err != nil || m.GetCounter().GetValue() != 1 {
+	if err := metrics.Errors.WithLabelValues("books", "search", "HISTORY_LOST").Write(&m); err != nil || m.GetCounter().GetValue() != 1 {
 		t.Errorf("meilistream_errors_total{books,HISTORY_LOST} = %v (%v), want 1", m.GetCounter().GetValue(), err)
 	}
-	if err := metrics.JobState.WithLabelValues("books", "failed").Write(&m); err != nil || m.GetGauge().GetValue() != 1 {
-		t.Errorf("meilistream_job_state{books,failed} = %v (%v), want 1", m.GetGauge().GetValue(), err)
+	if v := gauge(t, reg, "meilistream_job_state", map[string]string{"pipeline": "books", "state": "failed"}); v != 1 {
+		t.Errorf("meilistream_job_state{books,failed} = %v, want 1", v)
 	}
 	eventually(t, "people runs", func() bool { return jobState(s, "people").State == supervisor.StateRunning },
 		func() string { return fmt.Sprintf("%+v", s.Jobs()) })
@@ -140,4 +144,33 @@ func TestSupervisorHistoryLostUnmarkedRestarts(t *testing.T) {
 	default:
 	}
 	closeSupervisor(t, s)
+}
+
+// gauge returns the value of the series of family name whose labels
+// include want (NaN when there is none).
+func gauge(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if got[k] != v {
+					continue series
+				}
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	return math.NaN()
 }

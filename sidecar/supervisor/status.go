@@ -42,7 +42,7 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 		Epoch:    sn.Epoch,
 		Restarts: sn.Restarts,
 		Attempts: sn.Attempts,
-		Counters: status.Counters{Indexed: es.Indexed, Deleted: es.Deleted, Skipped: es.Skipped, Errors: es.Errors, Changes: es.Changes,
+		Counters: status.Counters{Indexed: es.Indexed, Deleted: es.Deleted, Skipped: es.Skipped, Errors: es.Errors, Changes: es.Changes, FanOuts: es.FanOuts, Resent: es.Resent,
 			SkippedUnchanged: es.SkippedUnchanged},
 	}
 	switch {
@@ -61,15 +61,17 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 			st.State = StateStarting
 		}
 	}
-	if st.State == status.Following {
-		st.LagSeconds = es.LagSeconds
+	// The lag while the engine follows the stream: when following, and
+	// while reindexing if the engine follows the stream meanwhile.
+	if (st.State == status.Following || st.State == status.Reindexing) && es.LagKnown {
+		lag := es.LagSeconds
+		st.LagSeconds = &lag
 	}
 	if st.State == status.Following || st.State == status.Reindexing {
 		st.Queue = es.Queue
 	}
 	if st.State == status.Reindexing {
-		r := es.Reindex
-		st.Reindex = &status.Reindex{Done: r.Done, TotalEstimate: r.Estimated, Rate: r.Rate, ETASeconds: r.ETA.Seconds(), Resumed: r.Resumed}
+		st.Reindex = reindexStatus(es.Reindex)
 	}
 	if !es.LastPosition.IsZero() {
 		t := es.LastPosition
@@ -90,6 +92,21 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 		st.LastError = &status.ErrorInfo{Code: es.LastErrorCode, Message: es.LastError, At: es.LastErrAt}
 	}
 	return st
+}
+
+// reindexStatus is a reindex's progress as /status shows it: the rate
+// and the time left null until measured (status.ReindexProgress).
+func reindexStatus(r status.ReindexProgress) *status.Reindex {
+	out := &status.Reindex{Done: r.Done, TotalEstimate: r.Estimated, Resumed: r.Resumed}
+	if r.Rate > 0 {
+		rate := r.Rate
+		out.Rate = &rate
+		if r.ETA > 0 {
+			eta := r.ETA.Seconds()
+			out.ETASeconds = &eta
+		}
+	}
+	return out
 }
 
 // Ready reports whether the sidecar does its work (/readyz): the servers
@@ -186,9 +203,9 @@ func (s *Supervisor) readiness(ctx context.Context, wait bool) error {
 				msg += ": " + j.LastError.Code + ": " + firstLine(j.LastError.Message)
 			}
 			problems = append(problems, msg)
-		case j.State == status.Following && j.LagSeconds > s.cfg.StallAfter.Seconds():
+		case j.LagSeconds != nil && *j.LagSeconds > s.cfg.StallAfter.Seconds():
 			problems = append(problems, fmt.Sprintf("job %s stalled: %s behind the change stream", j.Name,
-				(time.Duration(j.LagSeconds)*time.Second).String()))
+				(time.Duration(*j.LagSeconds)*time.Second).String()))
 		}
 	}
 	if len(problems) == 0 {

@@ -94,7 +94,12 @@ type JobDriver interface {
 // collectors of sidecar/httpapi in production). The methods must be cheap
 // and safe for concurrent use.
 type Metrics interface {
+	// ObserveJob: the job is configured, of kind ("search", "mirror", ""
+	// when its file did not load): its series exist from now on.
+	ObserveJob(job, kind string)
 	// ObserveState: the job's state is now state (a status.Job State).
+	// Metrics that read the jobs' status at each scrape (Source) may
+	// ignore it.
 	ObserveState(job, state string)
 	// ObserveLease: whether this process holds the job's lease, and the
 	// lease's epoch (the last one held once it is released).
@@ -113,6 +118,7 @@ type Metrics interface {
 // noMetrics reports nothing.
 type noMetrics struct{}
 
+func (noMetrics) ObserveJob(string, string)          {}
 func (noMetrics) ObserveState(string, string)        {}
 func (noMetrics) ObserveLease(string, bool, int64)   {}
 func (noMetrics) ObserveRestart(string)              {}
@@ -280,7 +286,6 @@ func New(cfg Config) *Supervisor {
 	if cfg.ProbeTTL <= 0 {
 		cfg.ProbeTTL = DefaultProbeTTL
 	}
-	observe := cfg.Metrics != nil
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
 	}
@@ -300,38 +305,7 @@ func New(cfg Config) *Supervisor {
 			s.watchHolders()
 		}()
 	}
-	if observe {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.refreshStates()
-		}()
-	}
 	return s
-}
-
-// refreshStates keeps meilistream_job_state equal to /status's state: the
-// engine's phase (reindexing, following) refines "running" without telling
-// the supervisor, so it is read every second.
-func (s *Supervisor) refreshStates() {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		s.mu.Lock()
-		jobs := make([]*SupervisedJob, 0, len(s.jobs))
-		for _, j := range s.jobs {
-			jobs = append(jobs, j.stats)
-		}
-		s.mu.Unlock()
-		for _, j := range jobs {
-			j.m.ObserveState(j.Name, s.jobStatus(j).State)
-		}
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // watchHolders refreshes who holds the leases of standing-by jobs.
@@ -448,6 +422,7 @@ func (s *Supervisor) statsFor(d JobDef, old []*supervised) *SupervisedJob {
 func (s *Supervisor) startLocked(d JobDef, st *SupervisedJob) {
 	ctx, cancel := context.WithCancelCause(s.ctx)
 	j := &supervised{def: d, cancel: cancel, done: make(chan struct{}), stats: st}
+	st.m.ObserveJob(d.Name, d.Kind)
 	st.setState(StateStarting)
 	s.jobs[d.Name] = j
 	s.wg.Add(1)
@@ -500,8 +475,8 @@ func (s *Supervisor) unfinished(cause error) error {
 			continue
 		}
 		var what []string
-		if j.LagSeconds > 0 {
-			what = append(what, fmt.Sprintf("%s of changes not durable", (time.Duration(j.LagSeconds*float64(time.Second))).Round(time.Millisecond)))
+		if j.LagSeconds != nil && *j.LagSeconds > 0 {
+			what = append(what, fmt.Sprintf("%s of changes not durable", (time.Duration(*j.LagSeconds*float64(time.Second))).Round(time.Millisecond)))
 		}
 		if j.Reindex != nil {
 			what = append(what, fmt.Sprintf("reindex at %d of ~%d documents (resumes from its checkpoint)", j.Reindex.Done, j.Reindex.TotalEstimate))
@@ -780,7 +755,10 @@ func (j *SupervisedJob) setStateLocked(state string) bool {
 	if changed {
 		j.state = state
 		j.since = time.Now()
-		if state != StateRunning { // refined by refreshStates
+		// "running" is refined into reindexing or following by the
+		// engine's phase: metrics that show it read the status at each
+		// scrape (httpapi.Metrics.SetStatus).
+		if state != StateRunning {
 			j.m.ObserveState(j.Name, state)
 		}
 	}

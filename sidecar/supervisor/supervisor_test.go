@@ -404,7 +404,7 @@ func TestSupervisorTransformError(t *testing.T) {
 		t.Errorf("transform_error = %+v", st.TransformError)
 	}
 	var mm dto.Metric
-	if err := metrics.TransformErrors.WithLabelValues("a").Write(&mm); err != nil {
+	if err := metrics.TransformErrors.WithLabelValues("a", "unknown").Write(&mm); err != nil {
 		t.Fatal(err)
 	}
 	if n := mm.GetCounter().GetValue(); n != 1 {

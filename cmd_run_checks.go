@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/meilisearch/meilisearch-go"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/connstring"
+
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/config"
+	"github.com/meilistream/meilistream/transform"
+)
+
+// jobProblem says why job cannot run with this configuration, nil when it
+// can: a CONFIG_INVALID naming the job and the setting to fix. These are
+// the problems no edit of the job's file alone would show at load: the
+// settings it needs are missing, or it would read or write meilistream's
+// own state. "meilistream run" refuses to start with any (exit 2); a job
+// that meets one on a hot reload fails alone.
+func jobProblem(cfg config.Config, job *transform.Job) error {
+	state, errColl := cfg.StateCollection, cfg.StateCollection+"_errors"
+	switch {
+	case job.Kind == transform.Search && cfg.MeiliURL == "":
+		return &errs.Error{Code: errs.ConfigInvalid, Job: job.Name, Setting: "MEILISTREAM_MEILI_URL",
+			Msg: "a search job needs MEILISTREAM_MEILI_URL (the Meilisearch its index " + job.Index + " lives in)"}
+	case job.Kind == transform.Mirror && cfg.ReplicaURI == "":
+		return &errs.Error{Code: errs.ConfigInvalid, Job: job.Name, Setting: "MEILISTREAM_REPLICA_URI",
+			Msg: "a mirror job needs MEILISTREAM_REPLICA_URI (the MongoDB its collection " + job.Mirror + " is copied to)"}
+	case job.Collection == state || job.Collection == errColl:
+		// It would index lease holders and positions, and every position
+		// it records would be a change for it to follow: it feeds itself.
+		return &errs.Error{Code: errs.ConfigInvalid, Job: job.Name, Setting: "MEILISTREAM_STATE_COLLECTION",
+			Msg: "the job's collection " + job.Collection + " is meilistream's own state (MEILISTREAM_STATE_COLLECTION is " + state +
+				", per-document errors go to " + errColl + "); point the job at another collection, or give meilistream another state collection"}
+	case job.Kind == transform.Mirror && sameCluster(cfg.MongoDBURI, cfg.ReplicaURI) && cfg.ReplicaDatabase == cfg.MongoDBDatabase &&
+		(job.Mirror == job.Collection || job.Mirror == state || job.Mirror == errColl):
+		return &errs.Error{Code: errs.ConfigInvalid, Job: job.Name, Setting: "MEILISTREAM_REPLICA_DATABASE",
+			Msg: "the job would mirror into " + cfg.ReplicaDatabase + "." + job.Mirror + ", which is its own source or meilistream's state on the same MongoDB; " +
+				"give the mirror another collection or MEILISTREAM_REPLICA_DATABASE"}
+	}
+	return nil
+}
+
+// jobProblems is jobProblem of each job, joined; nil when none has one.
+func jobProblems(cfg config.Config, jobs []*transform.Job) error {
+	var all []error
+	for _, j := range jobs {
+		if err := jobProblem(cfg, j); err != nil {
+			all = append(all, err)
+		}
+	}
+	return errors.Join(all...)
+}
+
+// sameCluster says whether two MongoDB URIs name the same servers (the
+// same hosts, in any order). Different spellings of one host ("localhost"
+// and "127.0.0.1") are taken as different: this only guards against the
+// obvious mistake.
+func sameCluster(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	hosts := func(uri string) []string {
+		if strings.HasPrefix(uri, "mongodb+srv://") {
+			rest := strings.TrimPrefix(uri, "mongodb+srv://")
+			if at := strings.Index(rest, "@"); at >= 0 {
+				rest = rest[at+1:]
+			}
+			h, _, _ := strings.Cut(rest, "/")
+			return []string{strings.ToLower(h)}
+		}
+		cs, err := connstring.Parse(uri)
+		if err != nil {
+			return nil
+		}
+		out := make([]string, len(cs.Hosts))
+		for i, h := range cs.Hosts {
+			out[i] = strings.ToLower(h)
+		}
+		slices.Sort(out)
+		return out
+	}
+	ha, hb := hosts(a), hosts(b)
+	return len(ha) > 0 && slices.Equal(ha, hb)
+}
+
+// keyCheckTimeout bounds the start's check of the Meilisearch key.
+var keyCheckTimeout = 5 * time.Second
+
+// checkMeiliKey asks Meilisearch, once at start, whether it takes the
+// API key, when a search job will need it: a key it refuses (401 or 403)
+// can only be fixed by restarting with another, so it is a start-time
+// CONFIG_INVALID (exit 2) rather than jobs failing one by one in a process
+// that keeps running. A Meilisearch that does not answer is not a
+// configuration problem: the jobs retry until it does.
+func (w *wiring) checkMeiliKey(ctx context.Context, jobs []*transform.Job, log interface {
+	Warn(msg string, args ...any)
+}) error {
+	if w.meili == nil || !slices.ContainsFunc(jobs, func(j *transform.Job) bool { return j.Kind == transform.Search }) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, keyCheckTimeout)
+	defer cancel()
+	// Listing indexes needs the indexes.get action every search job needs
+	// too (it reads its index first); a key limited to some indexes lists
+	// those.
+	_, err := w.meili.ListIndexes(ctx, &meilisearch.IndexesQuery{Limit: 1})
+	var me *meilisearch.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &me) && (me.StatusCode == http.StatusUnauthorized || me.StatusCode == http.StatusForbidden):
+		what := "refused the API key"
+		if w.cfg.MeiliAPIKey == "" {
+			what = "needs an API key and none is set"
+		}
+		return &errs.Error{Code: errs.ConfigInvalid, Setting: "MEILISTREAM_MEILI_API_KEY",
+			Msg: "Meilisearch " + what + " (MEILISTREAM_MEILI_API_KEY or MEILISTREAM_MEILI_API_KEY_FILE): " + string(me.APIError.Code) +
+				"; give a key with the indexes.*, documents.*, settings.* and tasks.get actions"}
+	default:
+		log.Warn("Meilisearch did not answer at start; the search jobs retry until it does", "error", w.scrub.Scrub(redactedErr(err)))
+		return nil
+	}
+}

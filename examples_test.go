@@ -1,0 +1,92 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meilistream/meilistream/sidecar/httpapi"
+)
+
+// TestDashboardAndAlertsUseTheMetrics: every meilistream_* series the
+// Grafana dashboard and the alerts of docs/metrics.md query is one the
+// sidecar serves, and none selects on a job label (Prometheus's own; the
+// job is pipeline).
+func TestDashboardAndAlertsUseTheMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := httpapi.NewMetrics(reg)
+	m.Declare("books", "search")
+	m.Declare("copy", "mirror")
+	jm := m.Job("books", "search")
+	jm.Lag(time.Second)
+	jm.Position(time.Now())
+	jm.DeadLetters(1)
+	jm.Lease(true, 1)
+	jm.ReindexProgress(1, 2)
+	jm.State("following")
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[string]bool{}
+	for _, mf := range mfs {
+		served[mf.GetName()] = true
+		if mf.GetType().String() == "HISTOGRAM" {
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				served[mf.GetName()+suffix] = true
+			}
+		}
+	}
+
+	var exprs []string
+	b, err := os.ReadFile("examples/grafana/meilistream.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("the dashboard is not JSON: %v", err)
+	}
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q queries nothing", p.Title)
+		}
+		for _, tg := range p.Targets {
+			exprs = append(exprs, tg.Expr)
+		}
+	}
+	doc, err := os.ReadFile("docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`(?m)^\s+expr: (.+)$`).FindAllStringSubmatch(string(doc), -1) {
+		exprs = append(exprs, m[1])
+	}
+	if len(exprs) < 10 {
+		t.Fatalf("found %d queries, want the dashboard's and the alerts'", len(exprs))
+	}
+	name := regexp.MustCompile(`meilistream_[a-z_]+`)
+	jobLabel := regexp.MustCompile(`[{,(]\s*job\s*(=|!=|=~|!~)|by \(([^)]*\b)?job\b`)
+	for _, e := range exprs {
+		for _, n := range name.FindAllString(e, -1) {
+			if !served[n] {
+				t.Errorf("%s is not a series the sidecar serves (in %s)", n, e)
+			}
+		}
+		if jobLabel.MatchString(e) || strings.Contains(e, "exported_job") {
+			t.Errorf("a query selects on job, which Prometheus owns: %s", e)
+		}
+	}
+}

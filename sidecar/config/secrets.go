@@ -1,0 +1,246 @@
+package config
+
+import (
+	"encoding/json"
+	"io"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Mask replaces a password or a secret option value in a printed URI.
+const Mask = "xxxxx"
+
+// redactURL masks the password of a URI's user info and the values of
+// query options that look like secrets (secretOption). It works on the
+// text, not net/url, because MongoDB URIs list several hosts
+// ("h1:27017,h2:27017"), which net/url refuses; and it masks what any of
+// the parsers that may read the URI would take for the password
+// (userInfoEnd), so that a password holding an unescaped '?', '#' or '@'
+// never shows.
+func redactURL(s string) string {
+	scheme, rest, ok := cutScheme(s)
+	head := ""
+	if end := userInfoEnd(rest); ok && end >= 0 {
+		user := rest[:end]
+		if u, _, hasPass := strings.Cut(user, ":"); hasPass {
+			user = u + ":" + Mask
+		}
+		head, rest = user+"@", rest[end+1:]
+	}
+	// The query: from the first '?' after the user info, as both parsers
+	// read it (a '#' in a value stays in the masked value).
+	if q := strings.IndexByte(rest, '?'); q >= 0 {
+		parts := strings.Split(rest[q+1:], "&")
+		for i, p := range parts {
+			if name, _, hasValue := strings.Cut(p, "="); hasValue && secretOption(name) {
+				parts[i] = name + "=" + Mask
+			}
+		}
+		rest = rest[:q+1] + strings.Join(parts, "&")
+	}
+	return scheme + head + rest
+}
+
+// cutScheme splits a URI after its "scheme://", or after a leading "//"
+// (net/url reads a user info there too); ok is false when it has neither.
+func cutScheme(s string) (scheme, rest string, ok bool) {
+	if strings.HasPrefix(s, "//") {
+		return "//", s[2:], true
+	}
+	if i := strings.Index(s, "://"); i >= 0 {
+		return s[:i+3], s[i+3:], true
+	}
+	return "", s, false
+}
+
+// userInfoEnd returns the index in rest (a URI after "scheme://") of the
+// '@' that ends its user info, or -1 when it has none. Two parsers read
+// the URIs of the configuration, and they disagree:
+//
+//   - the MongoDB driver (x/mongo/driver/connstring, parser.parse) takes
+//     everything before the first '@' of the whole string as the user info,
+//     so "mongodb://u:p?a#ss@h/db" has the password "p?a#ss";
+//   - Go's net/url (the Meilisearch client) cuts the fragment at the first
+//     '#', the query at the first '?', the authority at the first '/', and
+//     takes the user info up to the last '@' of that authority.
+//
+// The later of the two is taken, so whichever parser reads the URI, its
+// password is inside what is masked; and what a person meant as the
+// password ("https://u:p#w@h", which net/url reads as a fragment) is
+// masked too.
+func userInfoEnd(rest string) int {
+	driver, netURL := userInfoEnds(rest)
+	return max(driver, netURL)
+}
+
+// userInfoEnds returns where each parser ends the user info of rest (-1:
+// none), see userInfoEnd.
+func userInfoEnds(rest string) (driver, netURL int) {
+	authority := rest
+	if i := strings.IndexAny(authority, "#?/"); i >= 0 {
+		authority = authority[:i]
+	}
+	return strings.Index(rest, "@"), strings.LastIndex(authority, "@")
+}
+
+// secretOption says whether a query option's value is a secret: its name
+// speaks of a password, token, key, secret, signature or credentials, or
+// it is MongoDB's authMechanismProperties (which carries
+// AWS_SESSION_TOKEN). authSource and authMechanism name no secret.
+func secretOption(name string) bool {
+	l := strings.ToLower(name)
+	if u, err := url.QueryUnescape(l); err == nil {
+		l = u
+	}
+	for _, w := range []string{"pass", "pwd", "token", "secret", "key", "signature", "credential"} {
+		if strings.Contains(l, w) {
+			return true
+		}
+	}
+	return l == "authmechanismproperties" || l == "sig" || l == "auth"
+}
+
+// uriSecrets returns the secrets a URI holds, as they may be printed: the
+// password of its user info (as either parser reads it, see userInfoEnd)
+// and the values of its secret options, each raw and unescaped.
+func uriSecrets(uri string) []string {
+	var out []string
+	add := func(s string) {
+		if s == "" {
+			return
+		}
+		out = append(out, s)
+		if u, err := url.PathUnescape(s); err == nil && u != s {
+			out = append(out, u)
+		}
+		if u, err := url.QueryUnescape(s); err == nil && u != s {
+			out = append(out, u)
+		}
+	}
+	_, rest, ok := cutScheme(uri)
+	driver, netURL := userInfoEnds(rest)
+	for _, end := range []int{driver, netURL} {
+		if !ok || end < 0 {
+			continue
+		}
+		if _, pass, ok := strings.Cut(rest[:end], ":"); ok {
+			add(pass)
+		}
+	}
+	start := 0
+	if end := userInfoEnd(rest); ok && end >= 0 {
+		start = end + 1
+	}
+	if q := strings.IndexByte(rest[start:], '?'); q >= 0 {
+		for _, kv := range strings.Split(rest[start+q+1:], "&") {
+			if name, value, ok := strings.Cut(kv, "="); ok && secretOption(name) {
+				add(value)
+				if v, _, cut := strings.Cut(value, "#"); cut {
+					add(v)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Secrets returns every secret the configuration holds, in every form it
+// may be printed in: the Meilisearch key, the passwords and secret options
+// of the URIs (raw and unescaped). Scrubber masks them in any text.
+func (c Config) Secrets() []string {
+	var out []string
+	if c.MeiliAPIKey != "" {
+		out = append(out, c.MeiliAPIKey)
+	}
+	for _, u := range []string{c.MongoDBURI, c.ReplicaURI, c.MeiliURL} {
+		out = append(out, uriSecrets(u)...)
+	}
+	return out
+}
+
+// Scrubber masks a configuration's secrets in any text: the last line of
+// defence for what the sidecar prints (logs, /status, /readyz, a command's
+// error), whatever error text of a driver or library carries a URI or a
+// key. Each secret is masked as written, URL-escaped, JSON-escaped (a log
+// line or /status is JSON) and Go-quoted (%q). A nil *Scrubber changes
+// nothing.
+type Scrubber struct {
+	r *strings.Replacer
+}
+
+// minSecret is the shortest secret masked in free text: a one- or
+// two-letter password would otherwise mask every such letter of every log
+// line, and is no secret worth the name.
+const minSecret = 3
+
+// NewScrubber returns a Scrubber of secrets (Config.Secrets).
+func NewScrubber(secrets []string) *Scrubber { return newScrubber(secrets, minSecret) }
+
+// newScrubber masks the secrets of at least minLen bytes.
+func newScrubber(secrets []string, minLen int) *Scrubber {
+	forms := map[string]bool{}
+	for _, s := range secrets {
+		if len(s) < max(minLen, 1) {
+			continue
+		}
+		forms[s] = true
+		forms[url.QueryEscape(s)] = true
+		forms[url.PathEscape(s)] = true
+		if b, err := json.Marshal(s); err == nil {
+			forms[string(b[1:len(b)-1])] = true
+		}
+		q := strconv.Quote(s)
+		forms[q[1:len(q)-1]] = true
+	}
+	if len(forms) == 0 {
+		return nil
+	}
+	list := make([]string, 0, len(forms))
+	for f := range forms {
+		list = append(list, f)
+	}
+	// The longest first: a secret that holds another is masked whole.
+	sort.Slice(list, func(a, b int) bool {
+		if len(list[a]) != len(list[b]) {
+			return len(list[a]) > len(list[b])
+		}
+		return list[a] < list[b]
+	})
+	pairs := make([]string, 0, 2*len(list))
+	for _, f := range list {
+		pairs = append(pairs, f, Mask)
+	}
+	return &Scrubber{r: strings.NewReplacer(pairs...)}
+}
+
+// Scrub returns s with every secret masked.
+func (sc *Scrubber) Scrub(s string) string {
+	if sc == nil {
+		return s
+	}
+	return sc.r.Replace(s)
+}
+
+// Writer returns w masking the secrets in each Write. A secret is found
+// when it lies within one Write: the loggers write a whole line per call,
+// and the commands a whole message.
+func (sc *Scrubber) Writer(w io.Writer) io.Writer {
+	if sc == nil {
+		return w
+	}
+	return scrubWriter{sc: sc, w: w}
+}
+
+type scrubWriter struct {
+	sc *Scrubber
+	w  io.Writer
+}
+
+func (s scrubWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(s.w, s.sc.Scrub(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}

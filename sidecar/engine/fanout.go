@@ -1,0 +1,196 @@
+package engine
+
+import (
+	"context"
+	"sort"
+
+	"github.com/hashicorp/go-hclog"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/meilistream/meilistream/sidecar/pipe"
+	"github.com/meilistream/meilistream/transform"
+)
+
+// A related change (a document of a collection the job looks up, or a
+// relate's namespace) sends again the job's documents that depend on it:
+// those whose dependency field (a lookup's localField, a relate's
+// matchField) holds a value of the changed document's key field (the
+// lookup's foreignField, the relate's srcField). The follow loop gathers
+// those values as it reads the stream, and at each flush hands them to the
+// fan-out reader as tasks, one query each ({field: {$in: values}}).
+//
+// The reader is a chain (marks.go): it reads each task's documents in
+// _id-ordered pages, each between two marks, and the follow loop sends a
+// page at its mark without the documents the stream changed meanwhile (the
+// stream's version went before, or comes after). So a page is never an
+// older version landing after a newer one, and a category used by a million
+// products is read a page at a time, never held in memory. Each document's
+// lookups are resolved when its batch is prepared, after the related change:
+// it goes out with the new related document (or without a deleted one).
+//
+// No position is recorded while a fan-out is outstanding: a crash before
+// its last page is durable replays the related change from an earlier
+// position, and with it the fan-out.
+
+// fanTask is one query of dependents.
+type fanTask struct {
+	filter bson.D
+}
+
+// maxFanKeys bounds the values of one task's $in (a larger set of values
+// is split into several tasks).
+const maxFanKeys = 10000
+
+// fanout is the reader of dependents.
+type fanout struct {
+	*chain
+	win   *window
+	tasks chan *fanTask
+
+	cancel  context.CancelCauseFunc
+	stopped chan struct{}
+}
+
+func (e *Engine) newFanout(jc jobConfig, l Lease, log hclog.Logger) *fanout {
+	return &fanout{
+		chain:   e.newChain(jc, l, log, "fan-out"),
+		win:     newWindow(jc.PageSize),
+		tasks:   make(chan *fanTask, 1<<16),
+		stopped: make(chan struct{}),
+	}
+}
+
+// begin starts the reader; it ends with ctx or fails the pipe.
+func (fo *fanout) begin(ctx context.Context, p *pipe.Pipe) {
+	ctx, fo.cancel = context.WithCancelCause(ctx)
+	go func() {
+		defer close(fo.stopped)
+		if err := fo.read(ctx, p); err != nil && ctx.Err() == nil {
+			p.Fail(err)
+		}
+	}()
+}
+
+// stop ends the reader and waits for it. Idempotent.
+func (fo *fanout) stop() {
+	if fo.cancel != nil {
+		fo.cancel(pipe.Closed)
+		<-fo.stopped
+	}
+}
+
+// read serves the tasks in order: the opening mark, then each task's pages,
+// each followed by its mark; a task's last page is final.
+func (fo *fanout) read(ctx context.Context, p *pipe.Pipe) error {
+	sctx, marks, end, err := fo.session(ctx)
+	if err != nil {
+		return err
+	}
+	defer end()
+	if err := fo.mark(sctx, marks, nil); err != nil {
+		return err
+	}
+	size := partSize(fo.jc.PageSize)
+	for {
+		var t *fanTask
+		select {
+		case t = <-fo.tasks:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		var last bson.RawValue
+		for {
+			if err := fo.win.acquire(ctx, p, size); err != nil {
+				return err
+			}
+			c, err := fo.readChunk(sctx, t.filter, last, size)
+			if err != nil {
+				return err
+			}
+			fo.win.release(size - c.n)
+			if c.n > 0 {
+				last = c.last
+			}
+			c.task = t
+			if err := fo.mark(sctx, marks, c); err != nil {
+				return err
+			}
+			if c.final {
+				break
+			}
+		}
+	}
+}
+
+// relatedKeys gathers, per dependency field of the job's documents, the
+// values a related change makes its dependents hold (by IDKey, so a value
+// is queried once).
+type relatedKeys map[string]map[string]bson.RawValue
+
+// add notes the values the changed document of coll gives the job's
+// dependencies on coll: doc is the changed document (its new version,
+// nil for a delete), before its previous version when the stream has it,
+// id its _id.
+func (rk relatedKeys) add(deps []transform.Dependency, coll string, doc, before bson.Raw, id bson.RawValue) int {
+	n := 0
+	for _, d := range deps {
+		if d.Collection != coll {
+			continue
+		}
+		var vals []bson.RawValue
+		switch {
+		case d.Key == "_id":
+			vals = []bson.RawValue{id}
+		default:
+			if doc != nil {
+				vals = append(vals, transform.Values(doc, d.Key)...)
+			}
+			if before != nil {
+				vals = append(vals, transform.Values(before, d.Key)...)
+			}
+		}
+		for _, v := range vals {
+			if v.Type == bson.TypeArray {
+				continue // its elements are among the values too
+			}
+			m := rk[d.Field]
+			if m == nil {
+				m = map[string]bson.RawValue{}
+				rk[d.Field] = m
+			}
+			k := transform.IDKey(v)
+			if _, seen := m[k]; !seen {
+				m[k] = bson.RawValue{Type: v.Type, Value: append([]byte(nil), v.Value...)}
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// tasks turns the gathered values into tasks, at most maxFanKeys values
+// each, in a stable order.
+func (rk relatedKeys) tasks() []*fanTask {
+	fields := make([]string, 0, len(rk))
+	for f := range rk {
+		fields = append(fields, f)
+	}
+	sort.Strings(fields)
+	var out []*fanTask
+	for _, f := range fields {
+		keys := make([]string, 0, len(rk[f]))
+		for k := range rk[f] {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for lo := 0; lo < len(keys); lo += maxFanKeys {
+			part := keys[lo:min(lo+maxFanKeys, len(keys))]
+			in := make(bson.A, len(part))
+			for i, k := range part {
+				in[i] = rk[f][k]
+			}
+			out = append(out, &fanTask{filter: bson.D{{Key: f, Value: bson.D{{Key: "$in", Value: in}}}}})
+		}
+	}
+	return out
+}

@@ -1,0 +1,53 @@
+package status_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/meilistream/meilistream/sidecar/status"
+)
+
+// TestLagIsTheAgeOfTheOldestChangeNotYetDurable pins the one definition
+// of lag that /status, the metric and the log share.
+func TestLagIsTheAgeOfTheOldestChangeNotYetDurable(t *testing.T) {
+	j := status.NewJobStats()
+	if s := j.Snapshot(); s.LagKnown || s.LagSeconds != 0 {
+		t.Errorf("before the stream opens: known %v, lag %v; want unknown", s.LagKnown, s.LagSeconds)
+	}
+	j.SetPhase(status.PhaseFollowing)
+	j.LagReset()
+	if s := j.Snapshot(); !s.LagKnown || s.LagSeconds != 0 {
+		t.Errorf("stream open, nothing read: known %v, lag %v; want known, 0", s.LagKnown, s.LagSeconds)
+	}
+	old := time.Now().Add(-30 * time.Second)
+	j.LagPending(old)
+	j.LagPending(time.Now()) // a later change of the same batch does not move it
+	if s := j.Snapshot(); s.LagSeconds < 30 || s.LagSeconds > 40 {
+		t.Errorf("a batch gathered since 30s: lag %v", s.LagSeconds)
+	}
+	j.LagFlushed()
+	j.LagPending(time.Now().Add(-5 * time.Second))
+	if s := j.Snapshot(); s.LagSeconds < 30 {
+		t.Errorf("the oldest in flight is 30s old: lag %v", s.LagSeconds)
+	}
+	j.LagDurable()
+	if s := j.Snapshot(); s.LagSeconds < 5 || s.LagSeconds > 15 {
+		t.Errorf("the 30s batch durable, a 5s one pending: lag %v", s.LagSeconds)
+	}
+	j.LagFlushed()
+	j.LagDurable()
+	// A value the engine writes is not kept: the lag is computed.
+	j.Update(func(s *status.JobSnapshot) { s.LagSeconds = 33 })
+	if s := j.Snapshot(); s.LagSeconds != 0 {
+		t.Errorf("everything durable: lag %v, want 0", s.LagSeconds)
+	}
+	j.SetPhase(status.PhaseReindexing)
+	if s := j.Snapshot(); !s.LagKnown {
+		t.Errorf("reindexing while the stream is followed: lag unknown")
+	}
+	j.SetPhase(status.PhaseIdle)
+	j.SetPhase(status.PhaseReindexing)
+	if s := j.Snapshot(); s.LagKnown {
+		t.Errorf("a new run reindexing before its stream opens: lag known")
+	}
+}
