@@ -257,3 +257,61 @@ func TestMirrorReadsWhatItCopiesAndWhatDecidesTypes(t *testing.T) {
 		t.Errorf("a mirror writing a key the source has: %+v", r)
 	}
 }
+
+func TestReadingALookupReadsItsLocalField(t *testing.T) {
+	lookups := `lookups: { author: { from: "users", localField: "author.id", foreignField: "_id" },
+		tags: { from: "tags", localField: "tagIds", foreignField: "_id", many: true, as: "labels" } },`
+	doc := bson.D{{Key: "_id", Value: 1}, {Key: "title", Value: "T"}, {Key: "author", Value: bson.D{{Key: "id", Value: 7}}}, {Key: "tagIds", Value: bson.A{1}}, {Key: "views", Value: 1}}
+	user := marshal(t, bson.D{{Key: "_id", Value: 7}, {Key: "name", Value: "Ada"}})
+	tag := marshal(t, bson.D{{Key: "_id", Value: 1}, {Key: "label", Value: "go"}})
+	res := transform.LookupResults{{user}, {tag}}
+	for name, c := range map[string]struct {
+		body               string
+		changed, unchanged []string
+	}{
+		"ctx.lookups":       {`return {t: doc.title, a: ctx.lookups.author.name};`, []string{"author", "author.id", "tagIds"}, []string{"views"}},
+		"the field as sets": {`return {t: doc.title, l: doc.labels.length};`, []string{"tagIds", "labels"}, []string{"views", "author"}},
+		"no lookup read":    {`return {t: doc.title};`, []string{"title"}, []string{"views", "author", "tagIds"}},
+		"ctx enumerated":    {`return {t: doc.title, k: Object.keys(ctx).length};`, []string{"views"}, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			j := loadJob(t, `module.exports = { `+lookups+` transform(doc, ctx) { `+c.body+` } };`)
+			for _, k := range c.changed {
+				ud := updated(t, []string{k})
+				r, _, err := j.ApplyWith(context.Background(), nil, marshal(t, doc), transform.OpUpdate, ud, res)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Reads.UnchangedBy(ud) {
+					t.Errorf("an update of %q counts as no change: %+v", k, r.Reads)
+				}
+			}
+			for _, k := range c.unchanged {
+				ud := updated(t, []string{k})
+				r, _, err := j.ApplyWith(context.Background(), nil, marshal(t, doc), transform.OpUpdate, ud, res)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !r.Reads.UnchangedBy(ud) {
+					t.Errorf("an update of %q counts as a change: %+v", k, r.Reads)
+				}
+			}
+		})
+	}
+}
+
+func TestAMonstacheReadOfAnotherCollectionMakesTheUpdateCount(t *testing.T) {
+	j := loadJob(t, `module.exports = function (doc) {
+		if (doc.lookup) { try { findId(1, {collection: "users"}); } catch (e) {} }
+		return {t: doc.title};
+	}`, transform.Options{Database: "app"})
+	views := updated(t, []string{"views"})
+	if r := readsOf(t, j, article, views); !r.UnchangedBy(views) {
+		t.Fatalf("without a read: %+v", r)
+	}
+	withRead := append(bson.D{}, article...)
+	withRead = append(withRead, bson.E{Key: "lookup", Value: true})
+	if r := readsOf(t, j, withRead, views); !r.Unknown || r.UnchangedBy(views) {
+		t.Errorf("a call reading another collection: %+v", r)
+	}
+}
