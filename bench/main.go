@@ -18,6 +18,12 @@
 //     memory was given back);
 //   - latency: write in MongoDB until the document is visible in
 //     Meilisearch (median, p99) over -latency sequential writes;
+//   - with -unchanged, instead of all of the above: a follow where four
+//     updates in five increment a counter the transform does not read,
+//     followed by three sidecars side by side (every update sent, the
+//     default skipUnchanged, skipUnchanged with the transform's fields
+//     declared), each reported as Meilisearch documents received per
+//     change and sidecar CPU per change (unchanged.go);
 //   - live reindex (with -live > 0): the transform file is edited, which
 //     starts a swap reindex; meanwhile an update every -live-every is
 //     timed from MongoDB until it is visible in the live index (median,
@@ -101,6 +107,7 @@ type config struct {
 	profile, against       string
 	live                   bool
 	liveEvery              time.Duration
+	unchanged              bool
 }
 
 func run() error {
@@ -118,6 +125,7 @@ func run() error {
 	flag.StringVar(&c.profile, "cpuprofile", "", "write CPU profiles of the sidecar process (reindex.pprof, follow.pprof) and its binary (meilistream) into this directory; builds the sidecar with a profiling hook (-sidecar is then not allowed)")
 	flag.BoolVar(&c.live, "live", true, "after the latency samples, edit the transform and time writes made during the reindex it starts until each is visible in the live index")
 	flag.DurationVar(&c.liveEvery, "live-every", 20*time.Millisecond, "with -live, one update this often while the reindex runs")
+	flag.BoolVar(&c.unchanged, "unchanged", false, "instead of the phases above, the workload of updates that cannot change a search document: -changes updates, 4 in 5 incrementing a counter the transform does not read, followed by three sidecars side by side (every update sent, skipUnchanged, skipUnchanged with fields); reports Meilisearch documents received and sidecar CPU per change")
 	flag.StringVar(&c.against, "against", "", "another meilistream binary to run side by side with the first on the same collection and servers (its own index and state collection), so both meet the same load: an A/B comparison on a noisy machine")
 	flag.Parse()
 	if runtime.GOOS != "linux" {
@@ -208,6 +216,10 @@ func run() error {
 		if articles.Published(i) {
 			published++
 		}
+	}
+
+	if c.unchanged {
+		return runUnchanged(ctx, c, tmp, transforms, coll, ms, published)
 	}
 
 	// The sidecar, and with -against the other one, run side by side: each

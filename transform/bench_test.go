@@ -275,3 +275,58 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkReadsTracked runs the articles example on an update with its
+// reads tracked (skipUnchanged, the default) and without (skipUnchanged
+// false), in alternating blocks, and reports both CPU times per document
+// and their ratio: what keeping a call's reads costs.
+func BenchmarkReadsTracked(b *testing.B) {
+	set, err := transform.Load("../examples/transforms", transform.Options{Pool: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer set.Close()
+	on := set.Job("articles")
+	off, err := transform.Load("../examples/transforms", transform.Options{Pool: 1,
+		Overrides: map[string]map[string]string{"articles": {"skip_unchanged": "false"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer off.Close()
+	untracked := off.Job("articles")
+	ud, err := bson.Marshal(bson.D{{Key: "updatedFields", Value: bson.D{{Key: "views", Value: 1}}}, {Key: "removedFields", Value: bson.A{}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	doc := articleDoc(b)
+	ctx := context.Background()
+	const block = 2000
+	var tracked, plain time.Duration
+	var buf []byte
+	b.ResetTimer()
+	for done := 0; done < b.N; done += block {
+		n := min(block, b.N-done)
+		// Which goes first alternates too.
+		first := done / block % 2
+		for _, k := range []int{first, 1 - first} {
+			j := []*transform.Job{on, untracked}[k]
+			t0 := cpuTime()
+			for i := 0; i < n; i++ {
+				buf = buf[:0]
+				res, out, err := j.ApplyTo(ctx, buf, doc, transform.OpUpdate, ud)
+				if err != nil || (k == 0) != (res.Reads != nil) {
+					b.Fatal(err, res.Reads)
+				}
+				buf = out
+			}
+			if k == 0 {
+				tracked += cpuTime() - t0
+			} else {
+				plain += cpuTime() - t0
+			}
+		}
+	}
+	b.ReportMetric(float64(tracked)/float64(b.N), "tracked-cpu-ns/op")
+	b.ReportMetric(float64(plain)/float64(b.N), "untracked-cpu-ns/op")
+	b.ReportMetric(float64(tracked)/float64(plain), "ratio")
+}

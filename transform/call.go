@@ -64,6 +64,7 @@ type callReq struct {
 	idv        bson.RawValue
 	op         Operation
 	updateDesc bson.Raw
+	track      bool // keep what the call reads (Result.Reads)
 	lookups    LookupResults
 	res        Result
 	err        error
@@ -302,10 +303,10 @@ func (j *Job) timeout() time.Duration {
 // apply runs one document through the transform (see Job.Apply). A call
 // that runs out of time is tried again on a fresh runtime, up to
 // maxTimeoutRetries times.
-func (jr *jobRuntime) apply(ctx context.Context, j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, lookups LookupResults, res Result) (Result, []byte, error) {
+func (jr *jobRuntime) apply(ctx context.Context, j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, lookups LookupResults, res Result, track bool) (Result, []byte, error) {
 	timeout := j.timeout()
 	for attempt := 0; ; attempt++ {
-		out, b, err, timedOut := jr.attempt(ctx, j, dst, doc, idv, op, updateDesc, lookups, res, timeout)
+		out, b, err, timedOut := jr.attempt(ctx, j, dst, doc, idv, op, updateDesc, lookups, res, track, timeout)
 		if !timedOut || attempt == maxTimeoutRetries {
 			return out, b, err
 		}
@@ -315,7 +316,7 @@ func (jr *jobRuntime) apply(ctx context.Context, j *Job, dst []byte, doc bson.Ra
 
 // attempt is one try of apply; timedOut says it ran out of time (err then
 // says so).
-func (jr *jobRuntime) attempt(ctx context.Context, j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, lookups LookupResults, res Result, timeout time.Duration) (_ Result, _ []byte, _ error, timedOut bool) {
+func (jr *jobRuntime) attempt(ctx context.Context, j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, lookups LookupResults, res Result, track bool, timeout time.Duration) (_ Result, _ []byte, _ error, timedOut bool) {
 	v, err := jr.pool.get(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -328,7 +329,7 @@ func (jr *jobRuntime) attempt(ctx context.Context, j *Job, dst []byte, doc bson.
 		r, b, err := j.identityGuarded(dst, doc, idv, res)
 		return r, b, err, false
 	}
-	v.req = callReq{job: j, doc: doc, idv: idv, op: op, updateDesc: updateDesc, lookups: lookups, res: res}
+	v.req = callReq{job: j, doc: doc, idv: idv, op: op, updateDesc: updateDesc, lookups: lookups, track: track, res: res}
 	if !v.call(ctx, timeout) {
 		jr.pool.abandon(v)
 		if ctx.Err() != nil {
@@ -341,6 +342,10 @@ func (jr *jobRuntime) attempt(ctx context.Context, j *Job, dst []byte, doc bson.
 	interrupted := !v.guard.end()
 	r := v.req
 	v.req = callReq{}
+	var reads *Reads
+	if v.reads.on {
+		reads = v.reads.result(j)
+	}
 	if crash := v.crash; crash != nil {
 		jr.pool.discard(v)
 		return Result{}, dst, internalErr(j, crash), false
@@ -367,6 +372,7 @@ func (jr *jobRuntime) attempt(ctx context.Context, j *Job, dst []byte, doc bson.
 	if r.err != nil {
 		return Result{}, dst, r.err, false
 	}
+	r.res.Reads = reads
 	if r.res.JSON != nil {
 		start := len(dst)
 		dst = append(dst, r.res.JSON...)

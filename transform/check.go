@@ -71,6 +71,15 @@ func CheckFiles(w io.Writer, paths []string, samplePath string, opts Options) er
 			if idv, err := doc.LookupErr("_id"); err == nil {
 				label += " (_id " + relaxedJSON(idv) + ")"
 			}
+			if j.StreamFields() != nil {
+				// What run would see: the sample trimmed to the fields.
+				var err error
+				if doc, err = j.checkFields(ctx, w, label, doc); err != nil {
+					fmt.Fprintf(w, "%s: error: %s\n", label, errs.Format(err))
+					problems = append(problems, err)
+					continue
+				}
+			}
 			res, err := j.apply(ctx, doc, OpInsert, nil, j.ResolveSamples(doc, j.Related))
 			switch {
 			case err != nil:
@@ -127,7 +136,30 @@ func (j *Job) describe() string {
 	for _, r := range j.Relates {
 		fmt.Fprintf(&b, ", relate %s.%s -> %s", r.Namespace, r.SrcField, r.MatchField)
 	}
+	if j.Fields != nil {
+		fmt.Fprintf(&b, ", fields %s", strings.Join(j.Fields, ", "))
+	}
+	if !j.SkipUnchanged {
+		b.WriteString(", skipUnchanged off")
+	}
 	return b.String()
+}
+
+// checkFields warns when the transform reads, on the whole sample, what
+// j.Fields leaves out (the server trims documents to them: the transform
+// would not see it), and returns the sample as run would see it.
+func (j *Job) checkFields(ctx context.Context, w io.Writer, label string, doc bson.Raw) (bson.Raw, error) {
+	// A call failing on the whole sample says nothing of what run does:
+	// the call on the trimmed one, next, is what counts.
+	if outside, err := j.outsideFields(ctx, doc); err == nil && outside != "" {
+		fmt.Fprintf(w, "%s: warning: the transform reads %s, which fields (%s) leaves out: documents are trimmed to fields at the server, so it would not see it; add it to fields\n",
+			label, outside, strings.Join(j.Fields, ", "))
+	}
+	trimmed, err := trimToFields(doc, j.StreamFields())
+	if err != nil {
+		return nil, errs.Wrap(errs.NotADocument, j.Name, err, "trim the sample to fields")
+	}
+	return trimmed, nil
 }
 
 // unjoin splits an errors.Join error into its parts.

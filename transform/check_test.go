@@ -57,3 +57,32 @@ func TestCheckReadsASampleFile(t *testing.T) {
 	err := transform.Check(&out, dir, samples, transform.Options{Pool: 1})
 	wantErr(t, err, errs.ConfigInvalid, "s.jsonl:2:")
 }
+
+func TestCheckWarnsOfReadsOutsideFieldsAndShowsTrimmedResults(t *testing.T) {
+	dir := writeFiles(t, map[string]string{
+		"narrow.js": `module.exports = { fields: ["title"], transform(d) { return {title: d.title, s: d.summary, v: "" + d.valueOf}; },
+			samples: [{ _id: 1, title: "T", summary: "S" }] };`,
+		"whole.js": `module.exports = { fields: ["title"], transform(d) { return {...d}; }, samples: [{ _id: 1, title: "T", views: 3 }] };`,
+		"fine.js":  `module.exports = { fields: ["title", "views"], skipUnchanged: false, transform(d) { return {title: d.title, v: d.views}; }, samples: [{ _id: 1, title: "T", views: 3, x: 1 }] };`,
+	})
+	var out bytes.Buffer
+	if err := transform.Check(&out, dir, "", transform.Options{Pool: 1}); err != nil {
+		t.Fatalf("warnings are no problems: %v\n%s", err, out.String())
+	}
+	for _, s := range []string{
+		`narrow.js: ok: search narrow -> index narrow (primary key id, dates iso, reindex swap), fields title`,
+		`  sample 1 (_id 1): warning: the transform reads "summary", which fields (title) leaves out`,
+		`  sample 1 (_id 1): {"id":1,"title":"T","v":"function valueOf() { [native code] }"}`,
+		`  sample 1 (_id 1): warning: the transform reads the whole document (it enumerates or returns it), which fields (title) leaves out`,
+		`  sample 1 (_id 1): {"_id":1,"id":1,"title":"T"}`,
+		`fine.js: ok: search fine -> index fine (primary key id, dates iso, reindex swap), fields title, views, skipUnchanged off`,
+		`  sample 1 (_id 1): {"id":1,"title":"T","v":3}`,
+	} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("the output does not say %q:\n%s", s, out.String())
+		}
+	}
+	if n := strings.Count(out.String(), "warning:"); n != 2 {
+		t.Errorf("%d warnings, want 2:\n%s", n, out.String())
+	}
+}

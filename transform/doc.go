@@ -22,7 +22,8 @@
 //     sweep, reindex ("swap" | "inplace"), dates ("iso" | "epoch"),
 //     onDocumentError ("skip" | "fail"), onHistoryLost ("reindex" | "fail"),
 //     batchSize, flushInterval ("2s"), transformTimeout ("2s", this job's
-//     limit per call), settings (Meilisearch index
+//     limit per call), skipUnchanged, fields (the top-level fields the
+//     transform reads), settings (Meilisearch index
 //     settings), samples (documents in MongoDB Extended JSON, for check) and
 //     an optional transform(doc, ctx). Unknown keys and wrong types are
 //     CONFIG_INVALID naming the file and the key.
@@ -128,6 +129,22 @@
 // document to the next: which runtime sees which document, and how many
 // runtimes exist, is not specified, and a runtime whose call timed out is
 // thrown away and replaced by a freshly loaded one.
+//
+// # What a call reads
+//
+// For an update of a job with skipUnchanged (the default), Apply keeps what
+// the call read (Result.Reads): the top-level fields of the document it
+// asked for, tested or wrote, whether the whole document counts (it was
+// enumerated or returned, less the fields deleted unread), and whether it
+// read ctx.operation or ctx.updateDescription (a monstache function that
+// can see its updateDesc argument always does). The engine sends no write
+// for an update whose paths touch none of it (Reads.UnchangedBy). Date and
+// Math.random are wrapped so that a call of Date.now(), Date(), new Date()
+// without arguments or Math.random(), in a call or in the module's own
+// code, marks the job: every later Reads says Unknown, for as long as the
+// job is loaded (reads.go says why). A job's fields (Job.Fields) are what
+// the server trims its documents to; check warns when a sample's call
+// reads outside them.
 //
 // Keys keep the document's order, with JavaScript's one exception: in an
 // object the transform builds, keys that are array indexes ("0", "12")

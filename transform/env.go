@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -30,7 +31,7 @@ func envJob(name string, ov map[string]string, opts Options) (*Job, error) {
 		Reindex: "swap", Sweep: true, Dates: "iso",
 		OnDocumentError: opts.Defaults.OnDocumentError, OnHistoryLost: opts.Defaults.OnHistoryLost,
 		BatchSize: opts.Defaults.BatchSize, FlushInterval: opts.Defaults.FlushInterval,
-		opts: opts, envOnly: true,
+		SkipUnchanged: true, opts: opts, envOnly: true,
 	}
 	j.log = opts.Logger.With("job", name)
 	if err := j.applyEnv(ov, opts.IndexPrefix); err != nil {
@@ -45,7 +46,8 @@ func envJob(name string, ov map[string]string, opts Options) (*Job, error) {
 // ctx objects see the final collection). The Hash then covers both, as
 // sha256(file hash, "\x00option=value" in option order,
 // "\x00index_prefix=prefix"): either can point the job elsewhere, which
-// must then be rebuilt. A value that is not accepted, or an option that is
+// must then be rebuilt; skip_unchanged, which changes no document, is left
+// out. A value that is not accepted, or an option that is
 // not one of the job's kind, is CONFIG_INVALID naming the variable and
 // what it accepts.
 func (j *Job) applyEnv(ov map[string]string, prefix string) error {
@@ -114,9 +116,13 @@ func (j *Job) applyEnv(ov map[string]string, prefix string) error {
 	if len(ov) > 0 {
 		j.env = ov
 	}
-	if len(options) > 0 || j.envOnly || prefix != "" {
-		j.Hash = j.envHash(j.Hash, options, ov, prefix)
-		j.LegacyHash = j.envHash(j.LegacyHash, options, ov, prefix)
+	// skip_unchanged decides what is sent, never what a document becomes:
+	// turning it off (to rule it out while debugging) must not rebuild the
+	// index.
+	hashed := slices.DeleteFunc(slices.Clone(options), func(o string) bool { return o == "skip_unchanged" })
+	if len(hashed) > 0 || j.envOnly || prefix != "" {
+		j.Hash = j.envHash(j.Hash, hashed, ov, prefix)
+		j.LegacyHash = j.envHash(j.LegacyHash, hashed, ov, prefix)
 	}
 	return joinErrs(problems)
 }

@@ -50,6 +50,10 @@ type lazyDoc struct {
 	raw     []byte // the document's elements (without length and terminator)
 	depth   int
 	entries []lazyEntry
+	// reads, on the document of a call whose reads are tracked, notes
+	// every key asked for, and that the result may depend on every key
+	// when the document is enumerated or written out (reads.go).
+	reads *callReads
 }
 
 type lazyEntry struct {
@@ -107,6 +111,9 @@ func (d *lazyDoc) Get(key string) goja.Value {
 	if e := d.entry(key); e != nil {
 		return e.val // nil when deleted: the prototype chain answers
 	}
+	if d.reads != nil {
+		d.reads.field(key)
+	}
 	val, ok := d.lookup(key)
 	if !ok {
 		return nil
@@ -123,6 +130,11 @@ func (d *lazyDoc) Get(key string) goja.Value {
 }
 
 func (d *lazyDoc) Set(key string, val goja.Value) bool {
+	if d.reads != nil {
+		// Whether the key was there decides where it stands in the
+		// result: a written key counts as read.
+		d.reads.field(key)
+	}
 	if e := d.entry(key); e != nil {
 		e.val, e.deleted = val, false
 		return true
@@ -133,6 +145,9 @@ func (d *lazyDoc) Set(key string, val goja.Value) bool {
 }
 
 func (d *lazyDoc) Has(key string) bool {
+	if d.reads != nil {
+		d.reads.field(key)
+	}
 	if e := d.entry(key); e != nil {
 		return !e.deleted
 	}
@@ -152,6 +167,9 @@ func (d *lazyDoc) Delete(key string) bool {
 }
 
 func (d *lazyDoc) Keys() []string {
+	if d.reads != nil {
+		d.reads.everything()
+	}
 	var keys []string
 	rem := d.raw
 	for len(rem) > 0 {
@@ -189,6 +207,9 @@ func (d *lazyDoc) entryBytes(key []byte) *lazyEntry {
 // each calls fn for every key in order with either the JavaScript value
 // (touched or added keys) or the raw BSON value (untouched ones).
 func (d *lazyDoc) each(fn func(key string, jv goja.Value, el bsoncore.Element, raw bsoncore.Value, touched bool) error) error {
+	if d.reads != nil {
+		d.reads.everything()
+	}
 	rem := d.raw
 	for len(rem) > 0 {
 		el, rest, ok := bsoncore.ReadElement(rem)

@@ -297,7 +297,7 @@ func loadFile(ctx context.Context, path string, src []byte, opts Options, ov map
 		Reindex: "swap", Sweep: true, Dates: "iso",
 		OnDocumentError: opts.Defaults.OnDocumentError, OnHistoryLost: opts.Defaults.OnHistoryLost,
 		BatchSize: opts.Defaults.BatchSize, FlushInterval: opts.Defaults.FlushInterval,
-		opts: opts,
+		SkipUnchanged: true, opts: opts, det: &determinism{},
 	}
 	j.log = opts.Logger.With("job", name)
 	fileName := filepath.Base(path)

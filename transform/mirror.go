@@ -116,6 +116,11 @@ func (c *mirrorConv) fields(dst []byte, o *goja.Object, hint bsoncore.Value, dep
 		if top && k == "_id" {
 			continue
 		}
+		if top && hdoc != nil {
+			// The source's field of the same name decides the type
+			// written (the hint): it is read.
+			c.v.reads.field(k)
+		}
 		c.path = append(c.path, k)
 		if strings.IndexByte(k, 0) >= 0 {
 			return nil, c.fail(errs.NotADocument, "a key holding a NUL character")

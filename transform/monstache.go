@@ -129,6 +129,10 @@ func (v *vm) read(fn string, c goja.FunctionCall) goja.Value {
 	if j == nil || v.guard == nil {
 		panic(v.rt.NewGoError(fmt.Errorf("%s may only be called while a document is transformed, not while the module loads", fn)))
 	}
+	// What the call reads elsewhere no update of its document shows (a
+	// relate sends its dependents again when it changes; an update of the
+	// document itself must then be sent too, as before skipUnchanged).
+	v.reads.unknown = true
 	rc := readCall{fn: fn, db: j.opts.Database, coll: j.Collection}
 	if thrown := v.parseRead(&rc, c); thrown != nil {
 		panic(thrown)

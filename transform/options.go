@@ -3,6 +3,7 @@ package transform
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -56,6 +57,7 @@ const (
 	boolValue                      // true or false
 	countValue                     // a whole number from 1 to maxCount
 	durationValue                  // a positive Go duration
+	listValue                      // names: an array of strings, or a variable's comma-separated list
 	fileOnlyValue                  // read by code of its own (settings, samples, transform)
 )
 
@@ -125,6 +127,14 @@ var JobOptions = []JobOption{
 			j.Timeout = v.(time.Duration)
 			return ""
 		}},
+	{Key: "skipUnchanged", Env: "skip_unchanged", Jobs: allJobs, value: boolValue,
+		Accepts: "true or false", Default: "`true`",
+		Doc: "an update that touches no field the transform read sends nothing (the destination holds its result already); a transform asking the clock or `Math.random()` is always sent",
+		set: func(j *Job, v any) string { j.SkipUnchanged = v.(bool); return "" }},
+	{Key: "fields", Env: "fields", Jobs: allJobs, value: listValue,
+		Accepts: fmt.Sprintf("up to %d top-level field names, without dots or a leading `$` (a variable: separated by commas)", maxFields), Default: "none: every field",
+		Doc: "the fields the transform reads: the server drops updates touching none of them, and trims every document the transform sees to them and `_id`",
+		set: func(j *Job, v any) string { return setFields(j, v.([]string)) }},
 	{Key: "settings", Jobs: Search, value: fileOnlyValue,
 		Accepts: "an object of Meilisearch index settings", Default: "none: a reindex copies the live index's",
 		Doc: "index settings applied when the job starts and to the index of each reindex"},
@@ -245,6 +255,17 @@ func (o JobOption) fromText(v string) (any, string) {
 			return nil, q + " is not a positive Go duration"
 		}
 		return d, ""
+	case listValue:
+		var names []string
+		for _, n := range strings.Split(v, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				names = append(names, n)
+			}
+		}
+		if problem := checkFields(names); problem != "" {
+			return nil, problem
+		}
+		return names, ""
 	}
 	if o.form != nil {
 		if problem := o.form(v); problem != "" {
@@ -275,6 +296,28 @@ func (o JobOption) fromJS(val goja.Value) (any, string) {
 			return nil, `must be a positive Go duration string such as "500ms" or "2s"`
 		}
 		return d, ""
+	case listValue:
+		o, isObj := val.(*goja.Object)
+		if !isObj || o.ClassName() != "Array" {
+			return nil, fmt.Sprintf("must be an array of field names, not %s", typeName(val))
+		}
+		n := o.Get("length").ToInteger()
+		if n > maxFields {
+			return nil, fmt.Sprintf("holds %d names, more than %d", n, maxFields)
+		}
+		names := make([]string, 0, n)
+		for i := int64(0); i < n; i++ {
+			e := o.Get(strconv.FormatInt(i, 10))
+			s, isStr := e.Export().(string)
+			if !isStr || isObject(e) {
+				return nil, fmt.Sprintf("element %d must be a field name, not %s", i, typeName(e))
+			}
+			names = append(names, s)
+		}
+		if problem := checkFields(names); problem != "" {
+			return nil, problem
+		}
+		return names, ""
 	}
 	s, isStr := val.Export().(string)
 	if !isStr || isObject(val) {
@@ -289,6 +332,50 @@ func (o JobOption) fromJS(val goja.Value) (any, string) {
 		return nil, fmt.Sprintf("must be \"%s\", got %q", strings.Join(o.choices, `" or "`), s)
 	}
 	return s, ""
+}
+
+// maxFields bounds a job's fields: each becomes a clause of the change
+// stream's filter and of its projection.
+const maxFields = 1000
+
+// checkFields says what is wrong with a list of top-level field names,
+// "" when nothing. A name with a dot would be a path to MongoDB (a
+// projection, an update's key), and one starting with '$' an operator,
+// so neither can name a top-level field there; _id is always kept.
+func checkFields(names []string) string {
+	if len(names) == 0 {
+		return "an empty list (leave it out to read every field)"
+	}
+	if len(names) > maxFields {
+		return fmt.Sprintf("%d names, more than %d", len(names), maxFields)
+	}
+	for _, n := range names {
+		switch {
+		case n == "":
+			return "an empty field name"
+		case strings.ContainsAny(n, ".\x00"):
+			return fmt.Sprintf("%q is not a top-level field name (no dots)", clip(n, maxKeyText))
+		case strings.HasPrefix(n, "$"):
+			return fmt.Sprintf("%q starts with '$'", clip(n, maxKeyText))
+		}
+	}
+	return ""
+}
+
+// setFields sets j's fields: each name once, in the order given, _id
+// left out (it is always there).
+func setFields(j *Job, names []string) string {
+	if problem := checkFields(names); problem != "" {
+		return problem
+	}
+	out := make([]string, 0, len(names)) // only _id: not nil, which is every field
+	for _, n := range names {
+		if n != "_id" && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	j.Fields = out
+	return ""
 }
 
 // setName sets *dst to s when valid finds nothing wrong with it.

@@ -41,6 +41,8 @@ func TestCheckOverride(t *testing.T) {
 		"batch_size":        {"100000", "100001", `"100001" is not a whole number from 1 to 100000`},
 		"flush_interval":    {"250ms", "5", `"5" is not a positive Go duration`},
 		"transform_timeout": {"2s", "-1s", `"-1s" is not a positive Go duration`},
+		"skip_unchanged":    {"false", "off", `"off" is not a boolean`},
+		"fields":            {"title, body,tags", "title,a.b", `"a.b" is not a top-level field name (no dots)`},
 	}
 	for _, o := range transform.EnvOptions() {
 		c, ok := cases[o]
@@ -64,5 +66,45 @@ func TestCheckOverride(t *testing.T) {
 	}
 	if _, _, known := transform.CheckOverride("dates", "iso"); known {
 		t.Error("dates, which only a file sets, has a variable")
+	}
+}
+
+// skipUnchanged decides what is sent, not what a document becomes: its
+// override leaves the hash (and so the index) alone; fields changes what
+// the transform sees, and the hash.
+func TestSkipUnchangedLeavesTheHashAndFieldsChangeIt(t *testing.T) {
+	src := `module.exports = { transform(d) { return {t: d.title}; } };`
+	load := func(ov map[string]string) *transform.Job {
+		t.Helper()
+		return loadJob(t, src, transform.Options{Overrides: map[string]map[string]string{"job": ov}})
+	}
+	plain := loadJob(t, src)
+	off := load(map[string]string{"skip_unchanged": "false"})
+	if off.SkipUnchanged || !plain.SkipUnchanged {
+		t.Fatalf("skipUnchanged: override %v, default %v", off.SkipUnchanged, plain.SkipUnchanged)
+	}
+	if off.Hash != plain.Hash {
+		t.Error("MEILISTREAM_JOB_JOB_SKIP_UNCHANGED changed the hash: turning it off would reindex")
+	}
+	fields := load(map[string]string{"fields": "title, body"})
+	if fields.Hash == plain.Hash || strings.Join(fields.Fields, ",") != "title,body" {
+		t.Errorf("fields %q: hash changed %v", fields.Fields, fields.Hash != plain.Hash)
+	}
+	if both := load(map[string]string{"fields": "title, body", "skip_unchanged": "false"}); both.Hash != fields.Hash {
+		t.Error("skip_unchanged beside fields changed the hash")
+	}
+	for _, bad := range []string{`fields: []`, `fields: "title"`, `fields: ["a.b"]`, `fields: ["$a"]`, `fields: [1]`, `skipUnchanged: "no"`} {
+		_, err := transform.Load(writeFiles(t, map[string]string{"job.js": `module.exports = { ` + bad + ` };`}), transform.Options{Pool: 1})
+		if err == nil {
+			t.Errorf("%s: loaded", bad)
+		}
+	}
+	only := loadJob(t, `module.exports = { fields: ["_id", "title", "title"] };`)
+	if strings.Join(only.Fields, ",") != "title" {
+		t.Errorf("fields %q, want title once", only.Fields)
+	}
+	id := loadJob(t, `module.exports = { fields: ["_id"] };`)
+	if id.Fields == nil || len(id.Fields) != 0 {
+		t.Errorf("fields of _id alone: %#v, want empty, not nil (every field)", id.Fields)
 	}
 }

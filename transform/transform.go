@@ -169,6 +169,16 @@ type Job struct {
 	Settings map[string]any
 	// Samples are the file's `samples` documents, for check.
 	Samples []bson.Raw
+	// SkipUnchanged: an update that cannot change the transform's result
+	// is not sent (Result.Reads says what a call read; the engine
+	// decides). Default true.
+	SkipUnchanged bool
+	// Fields are the top-level fields the transform reads, as the file
+	// (or MEILISTREAM_JOB_<NAME>_FIELDS) declares them; nil: every field.
+	// The change stream then drops, at the server, updates touching none
+	// of them, and every document the transform sees (followed, reindexed,
+	// retried) holds only them and _id.
+	Fields []string
 	// Lookups are the file's declared lookups (`lookups`), in the order
 	// the file lists them; Relates its `relate` dependencies; Related the
 	// related collections' sample documents (`related`), for check.
@@ -193,7 +203,10 @@ type Job struct {
 
 	rt   *jobRuntime // nil: identity
 	opts Options     // with defaults
-	log  hclog.Logger
+	// det remembers a call of the transform asking for the clock or
+	// chance (reads.go); shared by the job's runtimes.
+	det *determinism
+	log hclog.Logger
 	// keys are the option keys the file set; env are the overrides applied
 	// (option -> value); envOnly says the job is declared by environment
 	// alone.
@@ -225,6 +238,9 @@ type Result struct {
 	// (string or int64), for mirror the source _id as a bson.RawValue. Set
 	// also when Skip is true, for the delete.
 	ID any
+	// Reads is what the call read of its input, for an update of a job
+	// with SkipUnchanged (nil otherwise): see Reads.UnchangedBy.
+	Reads *Reads
 	// JSON is the search document as Meilisearch receives it: a JSON
 	// object, primary key set. Nil for mirror.
 	JSON []byte
@@ -279,6 +295,11 @@ func (j *Job) ApplyTo(ctx context.Context, dst []byte, doc bson.Raw, op Operatio
 // for none), on ctx.lookups and, for a lookup with As (or every lookup of
 // an identity job), on the document.
 func (j *Job) ApplyWith(ctx context.Context, dst []byte, doc bson.Raw, op Operation, updateDesc bson.Raw, lookups LookupResults) (Result, []byte, error) {
+	return j.applyWith(ctx, dst, doc, op, updateDesc, lookups, op == OpUpdate && j.SkipUnchanged)
+}
+
+// applyWith is ApplyWith, keeping what the call reads when track is set.
+func (j *Job) applyWith(ctx context.Context, dst []byte, doc bson.Raw, op Operation, updateDesc bson.Raw, lookups LookupResults, track bool) (Result, []byte, error) {
 	if len(j.Lookups) > 0 {
 		merged, err := j.withLookups(doc, lookups)
 		if err != nil {
@@ -303,7 +324,7 @@ func (j *Job) ApplyWith(ctx context.Context, dst []byte, doc bson.Raw, op Operat
 	if j.rt == nil {
 		return j.identityGuarded(dst, doc, idv, res)
 	}
-	return j.rt.apply(ctx, j, dst, doc, idv, op, updateDesc, lookups, res)
+	return j.rt.apply(ctx, j, dst, doc, idv, op, updateDesc, lookups, res, track)
 }
 
 // identity is the result of a job without a transform (and of a transform

@@ -96,8 +96,16 @@ type vm struct {
 	dateArg  [1]goja.Value // date's argument, reused (no slice per Date)
 	protos   struct{ oid, dec, bin, ts, re, opaque *goja.Object }
 	ctxs     map[Operation]*goja.Object
-	vTrue    goja.Value
-	vFalse   goja.Value
+	// bareSeesUpdate: the monstache-style function can see its updateDesc
+	// argument (seesArgument), so a tracked call counts as reading it.
+	bareSeesUpdate bool
+	// reads tracks what the running call reads (reads.go); det and log
+	// are the job's, for a call asking the clock or chance.
+	reads  callReads
+	det    *determinism
+	log    hclog.Logger
+	vTrue  goja.Value
+	vFalse goja.Value
 	// guard interrupts a call that runs past its limit or whose context
 	// ends; made at the first call.
 	guard *guard
@@ -224,6 +232,10 @@ func (v *vm) install(j *Job, prog *goja.Program, con *consoleLimiter) error {
 	if err := v.harden(); err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
+	v.det, v.log = j.det, j.log
+	if err := v.watchChance(); err != nil {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
 	if err := rt.Set("console", con.object(v)); err != nil {
 		return err
 	}
@@ -256,6 +268,7 @@ func (v *vm) install(j *Job, prog *goja.Program, con *consoleLimiter) error {
 	}
 	if f, ok := goja.AssertFunction(v.exports); ok {
 		v.fn, v.bare, v.this = f, true, goja.Undefined()
+		v.bareSeesUpdate = seesArgument(v.exports, 2) // (doc, ns, updateDesc)
 		if err := v.installReaders(); err != nil {
 			return fmt.Errorf("bootstrap: %w", err)
 		}
@@ -312,15 +325,39 @@ func (v *vm) ctx(j *Job, op Operation) (*goja.Object, error) {
 // ctx of other calls it refuses writes (a TypeError in strict code);
 // unlike them it cannot be passed to Object.freeze (a TypeError too). Its
 // other fields are read from the frozen ctx of the same operation.
+//
+// A call whose reads are tracked (an update of a job with skipUnchanged)
+// always gets one, with or without an updateDescription (then it has no
+// such key, as the frozen ctx), so that reading the operation or the
+// updateDescription, or enumerating ctx, is seen (reads).
 type updateCtx struct {
 	base    *goja.Object
-	ud      goja.Value
+	ud      goja.Value // nil: none
 	lookups goja.Value // nil for a job without lookups
+	reads   *callReads // nil: not tracked
 }
 
 var updateCtxKeys = []string{"job", "collection", "operation", "updateDescription"}
 
+// context notes that the call looked at what differs between calls on
+// the same document (the operation, the update description) or at its
+// lookups' matches.
+func (c *updateCtx) context(key string) {
+	if c.reads == nil {
+		return
+	}
+	switch key {
+	case "operation", "updateDescription":
+		c.reads.context = true
+	case "lookups":
+		c.reads.lookups = true
+	case "": // enumerated
+		c.reads.context, c.reads.lookups = true, true
+	}
+}
+
 func (c *updateCtx) Get(key string) goja.Value {
+	c.context(key)
 	switch key {
 	case "updateDescription":
 		return c.ud
@@ -333,16 +370,28 @@ func (c *updateCtx) Get(key string) goja.Value {
 }
 
 func (c *updateCtx) Has(key string) bool {
-	return slices.Contains(updateCtxKeys, key) || key == "lookups" && c.lookups != nil
+	c.context(key)
+	switch key {
+	case "updateDescription":
+		return c.ud != nil
+	case "lookups":
+		return c.lookups != nil
+	}
+	return slices.Contains(updateCtxKeys, key)
 }
 
 func (c *updateCtx) Set(string, goja.Value) bool { return false }
 func (c *updateCtx) Delete(string) bool          { return false }
 func (c *updateCtx) Keys() []string {
-	if c.lookups != nil {
-		return append(slices.Clone(updateCtxKeys), "lookups")
+	c.context("")
+	keys := slices.Clone(updateCtxKeys[:3])
+	if c.ud != nil {
+		keys = append(keys, "updateDescription")
 	}
-	return slices.Clone(updateCtxKeys)
+	if c.lookups != nil {
+		keys = append(keys, "lookups")
+	}
+	return keys
 }
 
 // lookupsObject is ctx.lookups: each lookup's matches by name, as the
@@ -427,6 +476,16 @@ func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operati
 	if err != nil {
 		return Result{}, dst, errs.WithJob(j.Name, err)
 	}
+	// An update's reads are tracked, for the engine to tell one that
+	// cannot change the result (Result.Reads).
+	var tracked *callReads
+	if v.req.track {
+		tracked = &v.reads
+		v.reads.begin(asLazy(jsDoc))
+		v.reads.context = v.bare && v.bareSeesUpdate
+	} else {
+		v.reads.begin(nil)
+	}
 	var ret goja.Value
 	if v.bare {
 		ud := goja.Undefined()
@@ -441,14 +500,12 @@ func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operati
 		if cerr != nil {
 			return Result{}, dst, runErr(j, "transform", cerr)
 		}
-		if updateDesc != nil || len(j.Lookups) > 0 {
-			cc := &updateCtx{base: c, ud: goja.Undefined()}
+		if updateDesc != nil || tracked != nil || len(j.Lookups) > 0 {
+			cc := &updateCtx{base: c, reads: tracked}
 			if updateDesc != nil {
-				ud, err := in.doc(updateDesc, 0)
-				if err != nil {
+				if cc.ud, err = in.doc(updateDesc, 0); err != nil {
 					return Result{}, dst, errs.WithJob(j.Name, err)
 				}
-				cc.ud = ud
 			}
 			if len(j.Lookups) > 0 {
 				lk, err := v.lookupsObject(j, lookups)

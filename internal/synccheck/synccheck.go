@@ -30,7 +30,8 @@ import (
 type Docs map[string]map[string]any
 
 // Expected runs job's transform (operation "reindex") over every document of
-// coll and returns what the index should hold. Documents whose _id is in
+// coll (trimmed to the job's fields, when it declares them, as the job
+// reads them) and returns what the index should hold. Documents whose _id is in
 // exclude (source _ids, e.g. from LeftOut) and documents the transform
 // refuses are not expected; neither are those it keeps out.
 func Expected(ctx context.Context, coll *mongo.Collection, job *transform.Job, exclude []bson.RawValue) (Docs, error) {
@@ -42,7 +43,17 @@ func Expected(ctx context.Context, coll *mongo.Collection, job *transform.Job, e
 	if pk == "" {
 		pk = transform.DefaultPrimaryKey
 	}
-	cur, err := coll.Find(ctx, bson.D{})
+	// A job declaring its fields sees its documents trimmed to them (and
+	// _id) wherever it reads them.
+	opts := options.Find()
+	if fields := job.StreamFields(); fields != nil {
+		p := bson.D{{Key: "_id", Value: 1}}
+		for _, f := range fields {
+			p = append(p, bson.E{Key: f, Value: 1})
+		}
+		opts.SetProjection(p)
+	}
+	cur, err := coll.Find(ctx, bson.D{}, opts)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", coll.Name(), err)
 	}

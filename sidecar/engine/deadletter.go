@@ -95,7 +95,7 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, dst sink.Sink, l
 		for i, id := range chunk {
 			in[i] = id
 		}
-		cur, err := coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}})
+		cur, err := coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}}, retryFind(job))
 		if err != nil {
 			return sum, leaseOr(ctx, l, errs.Wrap(errs.Failed, job.Name, err, "read documents to retry"))
 		}

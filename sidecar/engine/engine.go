@@ -219,6 +219,7 @@ func (e *Engine) Run(ctx context.Context, job *transform.Job, dst sink.Sink, l L
 	if stats == nil {
 		stats = status.NewJobStats() // the lag metric is computed from it
 	}
+	defer e.watchQueue(job.Name, dst, stats)()
 	_, err := e.run(ctx, job, dst, l, stats, false)
 	if err != nil {
 		err = errs.WithJob(job.Name, err)
@@ -507,6 +508,9 @@ type item struct {
 	key string        // keyOf(id), when the caller computed it
 	op  transform.Operation
 	upd bson.Raw // updateDescription, or nil
+	// coalesced and skip: see skip.go
+	coalesced []bson.Raw
+	skip      *unchanged
 }
 
 // docError is a per-document failure found while transforming.
@@ -569,6 +573,8 @@ func transformAll(ctx context.Context, job *transform.Job, items []item, lookups
 				}
 				r, buf, err = job.ApplyWith(ctx, buf, it.doc, it.op, it.upd, lk)
 				switch {
+				case err == nil && it.skip.unchanged(it, r):
+					kind[i], buf = 3, buf[:len(buf)-len(r.JSON)]
 				case err == nil && r.Skip:
 					kind[i] = 1
 					res[i] = sink.Write{SourceID: it.id, Delete: true}
@@ -607,6 +613,8 @@ func transformAll(ctx context.Context, job *transform.Job, items []item, lookups
 			skipped++
 		case 2:
 			bad = append(bad, docError{id: items[i].id, op: items[i].op, err: errsAt[i]})
+		case 3:
+			continue // unchanged: nothing to send
 		}
 		if kind[i] != 0 && !deleteSkipped {
 			continue

@@ -79,8 +79,9 @@ func (fo *fanout) stop() {
 	}
 }
 
-// read serves the tasks in order: the opening mark, then each task's pages,
-// each followed by its mark; a task's last page is final.
+// read serves the tasks in order: the opening mark, then for each task a
+// mark opening its window and its pages, each followed by its mark; a
+// task's last page is final.
 func (fo *fanout) read(ctx context.Context, p *pipe.Pipe) error {
 	sctx, marks, end, err := fo.session(ctx)
 	if err != nil {
@@ -97,6 +98,14 @@ func (fo *fanout) read(ctx context.Context, p *pipe.Pipe) error {
 		case t = <-fo.tasks:
 		case <-ctx.Done():
 			return context.Cause(ctx)
+		}
+		// A task's first window opens with a mark of its own, written
+		// after the flush that started it. The window from the chain's
+		// mark before would also hold the stream's changes sent before
+		// the related change, with the old related document: dropping
+		// those rows from the page would leave them old.
+		if err := fo.mark(sctx, marks, nil); err != nil {
+			return err
 		}
 		var last bson.RawValue
 		for {

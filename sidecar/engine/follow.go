@@ -419,7 +419,7 @@ func (f *follower) add(ev bson.Raw) error {
 	k := keyOf(idv)
 	it.key = k
 	if i, ok := f.pending[k]; ok {
-		f.items[i] = it
+		f.items[i] = coalesce(f.items[i], it)
 	} else {
 		f.pending[k] = len(f.items)
 		f.items = append(f.items, it)
@@ -694,6 +694,7 @@ func (f *follower) flush() error {
 	}
 	var clear []int // set on the prepare stage, read on the wait stage after it
 	fl := &pipe.Flight{To: to, Bytes: size}
+	sk := f.unchangedCheck(items)
 	fl.Prepare = func(ctx context.Context, fl *pipe.Flight) error {
 		lk, err := e.lookups(ctx, jc, items)
 		if err != nil {
@@ -703,6 +704,7 @@ func (f *follower) flush() error {
 		if err != nil {
 			return err
 		}
+		sk.report(e, jc.job.Name, stats)
 		if err := e.handleDocErrors(ctx, jc, stats, set, bad); err != nil {
 			return err
 		}

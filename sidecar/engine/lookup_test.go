@@ -243,3 +243,21 @@ func TestARelatedNamespaceSendsItsMatchesAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The stream's changes of dependents made before a related change, and
+// sent before it (with the old related document), are not dropped from
+// the fan-out's pages: its window opens after the change.
+func TestChangesOfDependentsBeforeARelatedChangeDoNotHideItsFanOut(t *testing.T) {
+	e := newEnv(t, 0)
+	e.seedJoined(50)
+	job := e.job(joinedJS)
+	r := e.run(job, e.acquire())
+	e.settled(job)
+	e.ok(e.coll.UpdateMany(e.ctx, bson.M{}, bson.M{"$set": bson.M{"title": "renamed"}}))
+	e.equal(job) // sent, with user 2 as he was
+	e.ok(e.db.Collection("users").UpdateOne(e.ctx, bson.M{"_id": 2}, bson.M{"$set": bson.M{"name": "Ada"}}))
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}

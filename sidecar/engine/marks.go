@@ -192,7 +192,7 @@ func and(a, b bson.D) bson.D {
 // find reads the first reply of a find of up to n documents in _id order;
 // final when the query has nothing more.
 func (c *chain) find(ctx context.Context, filter bson.D, n int) ([]item, bool, error) {
-	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(n)).SetBatchSize(int32(n))
+	opts := chunkFind(c.jc.job, n)
 	cur, err := c.coll.Find(ctx, filter, opts)
 	if err != nil {
 		return nil, false, err

@@ -54,6 +54,11 @@ type Metrics struct {
 	TransformStale   *prometheus.GaugeVec     // meilistream_transform_stale: 1 while the job's changed file fails to load
 	SourceReads      *prometheus.CounterVec   // meilistream_source_reads_total{call,outcome}: a transform's reads of the source MongoDB
 	SourceReadTime   *prometheus.HistogramVec // meilistream_source_read_duration_seconds{call}
+	// meilistream_documents_skipped_unchanged_total: updates not sent,
+	// unable to change the destination's document (skipUnchanged)
+	DocumentsUnchanged *prometheus.CounterVec
+	MeiliTasks         *prometheus.GaugeVec // meilistream_meili_enqueued_tasks: tasks enqueued in Meilisearch, not seen processed
+	MeiliBytes         *prometheus.GaugeVec // meilistream_meili_enqueued_bytes: their requests' bytes
 
 	// meilistream_job_state{state} and meilistream_follow_lag_seconds, see
 	// statusCollector.
@@ -129,13 +134,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time a transform waited for one read of the source MongoDB.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14), // 0.5ms .. ~4s
 		}, with("call")),
-		kinds: map[string]string{},
+		DocumentsUnchanged: counter("documents_skipped_unchanged_total",
+			"Updates not sent because they could not change the document the destination holds (skipUnchanged).", job),
+		MeiliTasks: gauge("meili_enqueued_tasks", "Tasks the job has enqueued in Meilisearch and not yet seen processed."),
+		MeiliBytes: gauge("meili_enqueued_bytes", "Request bytes of the tasks the job has enqueued in Meilisearch and not yet seen processed."),
+		kinds:      map[string]string{},
 	}
 	m.live = newStatusCollector(ns, m)
 	reg.MustRegister(m.DocumentsIndexed, m.DocumentsDeleted, m.DocumentsSkipped, m.Errors,
 		m.BatchDuration, m.BatchDocuments, m.PositionTime, m.DeadLetters,
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes, m.DDLEvents,
-		m.JobRestarts, m.TransformErrors, m.TransformStale, m.SourceReads, m.SourceReadTime, m.live)
+		m.JobRestarts, m.TransformErrors, m.TransformStale, m.SourceReads, m.SourceReadTime, m.live,
+		m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes)
 	return m
 }
 
@@ -234,7 +244,7 @@ func (m *Metrics) Declare(job, kind string) {
 	}
 	l := []string{job, kind}
 	for _, c := range []*prometheus.CounterVec{m.DocumentsIndexed, m.DocumentsDeleted, m.DocumentsSkipped,
-		m.Reindexes, m.JobRestarts, m.TransformErrors} {
+		m.Reindexes, m.JobRestarts, m.TransformErrors, m.DocumentsUnchanged} {
 		c.WithLabelValues(l...).Add(0)
 	}
 	for _, codes := range [][]errs.Code{DocErrorCodes, JobErrorCodes} {
@@ -412,7 +422,7 @@ func (m *Metrics) deleteSeries(job string) {
 		m.BatchDuration, m.BatchDocuments, m.PositionTime, m.DeadLetters,
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes,
 		m.DDLEvents, m.JobRestarts, m.TransformErrors, m.TransformStale,
-		m.SourceReads, m.SourceReadTime,
+		m.SourceReads, m.SourceReadTime, m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes,
 	} {
 		v.DeletePartialMatch(l)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -282,6 +283,7 @@ func Definition(job *transform.Job) map[string]string {
 	d := map[string]string{
 		"kind":       job.Kind.String(),
 		"collection": job.Collection,
+		"fields":     fieldsText(job.Fields),
 	}
 	if job.Kind == transform.Mirror {
 		d["mirror"] = job.Mirror
@@ -291,6 +293,15 @@ func Definition(job *transform.Job) map[string]string {
 		d["dates"] = job.Dates
 	}
 	return d
+}
+
+// fieldsText is what a job's transform sees: its fields, "_id" alone, or
+// "" for every field.
+func fieldsText(fields []string) string {
+	if fields != nil && len(fields) == 0 {
+		return "_id"
+	}
+	return strings.Join(fields, ",")
 }
 
 // definitionChanges lists what differs between a recorded definition and

@@ -38,6 +38,14 @@ const (
 	// (100,000,000 bytes), with room to spare. A smaller limit of a proxy in
 	// front of Meilisearch is learnt from its 413 answers.
 	DefaultMaxPayloadBytes = 64 << 20
+	// DefaultMaxEnqueuedTasks bounds the tasks a job has enqueued in one
+	// index and not yet seen processed: a few batches in flight, and
+	// enough for Meilisearch to take consecutive additions as one
+	// indexing batch (its autobatching).
+	DefaultMaxEnqueuedTasks = 8
+	// DefaultMaxEnqueuedBytes bounds the request bytes of those tasks:
+	// two of the largest requests, one indexed while the next waits.
+	DefaultMaxEnqueuedBytes = 2 * DefaultMaxPayloadBytes
 )
 
 // Bounds on what the client accepts from the other side.
@@ -70,6 +78,12 @@ type Options struct {
 	// are cut into requests under it, and a document larger on its own is
 	// refused (payload_too_large) without being sent.
 	MaxPayloadBytes int64
+	// MaxEnqueuedTasks and MaxEnqueuedBytes bound what a job has
+	// enqueued in one index and not yet seen processed (queue.go): a
+	// request that would go over them waits for the oldest task. A
+	// request always goes when nothing is enqueued.
+	MaxEnqueuedTasks int
+	MaxEnqueuedBytes int64
 }
 
 func (o Options) withDefaults() Options {
@@ -87,6 +101,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxPayloadBytes <= 0 {
 		o.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if o.MaxEnqueuedTasks <= 0 {
+		o.MaxEnqueuedTasks = DefaultMaxEnqueuedTasks
+	}
+	if o.MaxEnqueuedBytes <= 0 {
+		o.MaxEnqueuedBytes = DefaultMaxEnqueuedBytes
 	}
 	return o
 }

@@ -113,6 +113,16 @@
 // (serde_json::from_slice into a map, document_formats.rs read_json) does
 // not apply.
 //
+// # What is enqueued
+//
+// Meilisearch takes a request at once and indexes it later: what a job
+// has enqueued in an index and not yet seen processed is bounded, at
+// Options.MaxEnqueuedTasks tasks (8) and Options.MaxEnqueuedBytes bytes of
+// requests (128 MiB, two of the largest). A request that would go over
+// waits for the job's oldest task of that index to be processed; one goes
+// whenever nothing is enqueued. The sink counts its own tasks (queue.go)
+// and shows the count (Sink.Enqueued: /status and metrics).
+//
 // # What errors show
 //
 // An error of the client is an *Error: method, path, status, and

@@ -40,6 +40,7 @@ type Sink struct {
 	inPlace bool // staged in place (the live index)
 	staged  bool
 	limit   *learntLimit // shared with the sink's staged copies
+	queues  *queues      // what is enqueued, per index; shared with them too
 	log     hclog.Logger
 }
 
@@ -79,7 +80,7 @@ func NewSink(client meilisearch.ServiceManager, job *transform.Job, logger hclog
 		a = &goAPI{sm: client, opts: Options{}.withDefaults()}
 	}
 	return &Sink{api: a, opts: a.options(), job: job, uid: uid, live: uid, pk: pk,
-		limit: &learntLimit{}, log: logger.With("index", uid)}
+		limit: &learntLimit{}, queues: newQueues(), log: logger.With("index", uid)}
 }
 
 // classify turns a failed request into the engine's error: FAILED, which
@@ -124,6 +125,7 @@ func (s *Sink) waitTask(ctx context.Context, uid int64) (*taskView, error) {
 		case err == nil:
 			failingSince = time.Time{}
 			if t.Status != taskEnqueued && t.Status != taskProcessing {
+				s.queues.done(s.uid, uid)
 				return t, nil
 			}
 			if delay < 50*time.Millisecond {
@@ -140,6 +142,7 @@ func (s *Sink) waitTask(ctx context.Context, uid int64) (*taskView, error) {
 			if e.Status == http.StatusNotFound && e.Code == "task_not_found" {
 				// Deleted (a task deletion, or Meilisearch dropping the
 				// oldest finished tasks): what it did is unknown.
+				s.queues.done(s.uid, uid)
 				return nil, errs.Wrap(errs.Failed, s.job.Name, err, "%s: the task is gone from Meilisearch's queue; its writes are sent again", what)
 			}
 			if judge(e) != retry {
@@ -354,11 +357,16 @@ func (s *Sink) sendDocs(ctx context.Context, b sink.Batch, positions []int, r *m
 // bisects to find the one at fault.
 func (s *Sink) sendChunk(ctx context.Context, b sink.Batch, body []byte, positions []int, r *meiliReceipt) error {
 	size := len(body)
+	if err := s.admit(ctx, size); err != nil {
+		releaseBody(body)
+		return err
+	}
 	task, reusable, err := s.api.addDocuments(ctx, s.uid, s.pk, body)
 	if reusable {
 		releaseBody(body)
 	}
 	if err == nil {
+		s.queues.add(s.uid, task, int64(size))
 		r.tasks = append(r.tasks, meiliTask{uid: task, positions: positions})
 		return nil
 	}
@@ -422,9 +430,14 @@ func (s *Sink) sendDeletes(ctx context.Context, b sink.Batch, positions []int, r
 
 func (s *Sink) sendIDs(ctx context.Context, b sink.Batch, body []byte, positions []int, r *meiliReceipt) error {
 	size := len(body)
+	if err := s.admit(ctx, size); err != nil {
+		releaseBody(body)
+		return err
+	}
 	task, err := s.api.deleteDocuments(ctx, s.uid, body)
 	releaseBody(body)
 	if err == nil {
+		s.queues.add(s.uid, task, int64(size))
 		r.tasks = append(r.tasks, meiliTask{uid: task, positions: positions, delete: true})
 		return nil
 	}

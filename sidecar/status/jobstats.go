@@ -62,6 +62,15 @@ type JobSnapshot struct {
 	Resent     int64   `json:"resent"`    // documents sent again for a related change
 	Retries    int64   `json:"retries"`   // sends or waits retried
 	Reindexes  int64   `json:"reindexes"` // reindexes completed
+
+	// SkippedUnchanged are updates not sent: they could not change the
+	// destination's document (skipUnchanged).
+	SkippedUnchanged int64 `json:"skippedUnchanged"`
+	// Queue is what the job has enqueued at its destination and not yet
+	// seen processed (Meilisearch's tasks); nil for a sink that does not
+	// say.
+	Queue *Queue `json:"queue,omitempty"`
+
 	// LastError is the text of the last error (errs.Error's, without code
 	// and job), LastErrorCode its code (errs.CodeOf).
 	LastError     string    `json:"lastError,omitempty"`

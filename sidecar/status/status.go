@@ -78,6 +78,10 @@ type Job struct {
 	Reindex *Reindex `json:"reindex,omitempty"`
 	// Counters are totals since this process started.
 	Counters Counters `json:"counters"`
+	// Queue is what the job has enqueued in Meilisearch (its index and a
+	// reindex's staged index) and not yet seen processed, while it runs;
+	// the sink keeps it under a bound. Absent for a mirror job.
+	Queue *Queue `json:"queue,omitempty"`
 	// LastError is the job's last error, if any (kept after recovery).
 	LastError *ErrorInfo `json:"last_error,omitempty"`
 	// Restarts counts restarts after failures since this process started.
@@ -117,6 +121,17 @@ type Counters struct {
 	// (durable).
 	FanOuts int64 `json:"fanOuts"`
 	Resent  int64 `json:"resent"`
+
+	// SkippedUnchanged are updates not sent because they could not
+	// change the document the destination holds (skipUnchanged).
+	SkippedUnchanged int64 `json:"skipped_unchanged"`
+}
+
+// Queue is what a job has enqueued in Meilisearch and not yet seen
+// processed.
+type Queue struct {
+	Tasks int   `json:"tasks"` // tasks enqueued or processing
+	Bytes int64 `json:"bytes"` // bytes of their requests
 }
 
 // ErrorInfo is an error as /status shows it.

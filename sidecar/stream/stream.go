@@ -1,8 +1,10 @@
 // Package stream reads a job's change stream: the stream is opened on the
 // job's database, filtered to the job's collection and its watermark
-// documents, and a Reader goroutine hands its events over one getMore
-// batch at a time, bounded in bytes. It knows the MongoDB driver and a
-// job's definition; it must not import the engine or a sink.
+// documents (for a job declaring its fields: the updates touching them,
+// documents trimmed to them, fields.go), and a Reader goroutine hands its
+// events over one getMore batch at a time, bounded in bytes. It knows the
+// MongoDB driver and a job's definition; it must not import the engine or
+// a sink.
 package stream
 
 import (
@@ -73,7 +75,7 @@ type Item struct {
 // would.
 func Filter(job *transform.Job, state string) bson.D {
 	or := bson.A{
-		bson.D{{Key: "ns.coll", Value: job.Collection}},
+		collClause(job), // with fields: updates touching one of them (fields.go)
 		bson.D{{Key: "to.coll", Value: job.Collection}},
 		bson.D{{Key: "ns.coll", Value: state}, {Key: "documentKey._id.watermark", Value: job.Name}},
 		bson.D{{Key: "operationType", Value: bson.D{{Key: "$in", Value: bson.A{"dropDatabase", "invalidate"}}}}},
@@ -118,7 +120,7 @@ func Open(ctx context.Context, db *mongo.Database, job *transform.Job, state str
 	if len(token) > 0 {
 		opts.SetResumeAfter(token)
 	}
-	return db.Watch(ctx, mongo.Pipeline{Filter(job, state)}, opts)
+	return db.Watch(ctx, Pipeline(job, state), opts)
 }
 
 // Pace is the least time between two getMores of a busy stream:

@@ -137,6 +137,10 @@ type reportingSink struct {
 	report func(error)
 }
 
+// Unwrap is the wrapped sink, for the engine to find what else it does
+// (engine.Enqueuer).
+func (r *reportingSink) Unwrap() sink.Sink { return r.Sink }
+
 func (r *reportingSink) Prepare(ctx context.Context) error {
 	err := r.Sink.Prepare(ctx)
 	if ctx.Err() == nil {

@@ -42,7 +42,8 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 		Epoch:    sn.Epoch,
 		Restarts: sn.Restarts,
 		Attempts: sn.Attempts,
-		Counters: status.Counters{Indexed: es.Indexed, Deleted: es.Deleted, Skipped: es.Skipped, Errors: es.Errors, Changes: es.Changes, FanOuts: es.FanOuts, Resent: es.Resent},
+		Counters: status.Counters{Indexed: es.Indexed, Deleted: es.Deleted, Skipped: es.Skipped, Errors: es.Errors, Changes: es.Changes, FanOuts: es.FanOuts, Resent: es.Resent,
+			SkippedUnchanged: es.SkippedUnchanged},
 	}
 	switch {
 	case sn.Held:
@@ -65,6 +66,9 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 	if (st.State == status.Following || st.State == status.Reindexing) && es.LagKnown {
 		lag := es.LagSeconds
 		st.LagSeconds = &lag
+	}
+	if st.State == status.Following || st.State == status.Reindexing {
+		st.Queue = es.Queue
 	}
 	if st.State == status.Reindexing {
 		st.Reindex = reindexStatus(es.Reindex)
