@@ -511,6 +511,9 @@ type item struct {
 	// coalesced and skip: see skip.go
 	coalesced []bson.Raw
 	skip      *unchanged
+	// lookupErr: its lookups matched more than a document may hold
+	// (lookup.go); the document is not transformed.
+	lookupErr error
 }
 
 // docError is a per-document failure found while transforming.
@@ -571,7 +574,11 @@ func transformAll(ctx context.Context, job *transform.Job, items []item, lookups
 				if lookups != nil {
 					lk = lookups[i]
 				}
-				r, buf, err = job.ApplyWith(ctx, buf, it.doc, it.op, it.upd, lk)
+				if it.lookupErr != nil {
+					err = it.lookupErr
+				} else {
+					r, buf, err = job.ApplyWith(ctx, buf, it.doc, it.op, it.upd, lk)
+				}
 				switch {
 				case err == nil && it.skip.unchanged(it, r):
 					kind[i], buf = 3, buf[:len(buf)-len(r.JSON)]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/meilitest"
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
@@ -256,6 +258,64 @@ func TestChangesOfDependentsBeforeARelatedChangeDoNotHideItsFanOut(t *testing.T)
 	e.ok(e.coll.UpdateMany(e.ctx, bson.M{}, bson.M{"$set": bson.M{"title": "renamed"}}))
 	e.equal(job) // sent, with user 2 as he was
 	e.ok(e.db.Collection("users").UpdateOne(e.ctx, bson.M{"_id": 2}, bson.M{"$set": bson.M{"name": "Ada"}}))
+	e.equal(job)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A lookup that matches more than a document may hold fails that document
+// alone (recorded, the job goes on), and a batch whose matches together
+// pass the read bound is resolved in halves, each document still getting
+// all its matches.
+func TestALookupMatchingTooMuchFailsItsDocumentAlone(t *testing.T) {
+	defer engine.SetLookupBounds(6<<10, 3<<10)()
+	e := newEnv(t, 0)
+	comments := e.db.Collection("comments")
+	pad := strings.Repeat("x", 80)
+	var docs []any
+	for i := 0; i < 60; i++ { // item 0: 60 comments of ~120 bytes, over 3 KiB
+		docs = append(docs, bson.M{"_id": fmt.Sprintf("c0-%02d", i), "itemId": 0, "text": pad})
+	}
+	for item := 1; item < 80; item++ { // the others: 2 each, 79 × 2 × ~120 bytes, over 6 KiB together
+		for i := 0; i < 2; i++ {
+			docs = append(docs, bson.M{"_id": fmt.Sprintf("c%d-%d", item, i), "itemId": item, "text": pad})
+		}
+	}
+	if _, err := comments.InsertMany(e.ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+	e.insert(0, 80, nil)
+	job := e.job(`module.exports = {
+  collection: "items",
+  index: "items",
+  lookups: { comments: { from: "comments", localField: "_id", foreignField: "itemId", many: true } },
+  transform(doc, ctx) { return { title: doc.title, comments: ctx.lookups.comments.length }; },
+};`)
+	r := e.run(job, e.acquire())
+	e.settled(job)
+	var rec struct {
+		Code    string `bson:"code"`
+		Message string `bson:"message"`
+	}
+	if err := e.errs.FindOne(e.ctx, bson.M{"job": "items", "sourceId": 0}).Decode(&rec); err != nil {
+		t.Fatalf("no error record for the document whose lookup matched too much: %v", err)
+	}
+	if rec.Code != string(errs.NotADocument) || !strings.Contains(rec.Message, "lookup") {
+		t.Fatalf("record %+v", rec)
+	}
+	if n, err := e.errs.CountDocuments(e.ctx, bson.M{"job": "items"}); err != nil || n != 1 {
+		t.Fatalf("%d error records (%v), want 1", n, err)
+	}
+	var got struct {
+		Comments int `json:"comments"`
+	}
+	if err := e.mc.Index("items").GetDocument(e.ctx, "79", nil, &got); err != nil || got.Comments != 2 {
+		t.Fatalf("item 79: %+v, %v", got, err)
+	}
+	// A change of a related comment reaches its item through the same
+	// bounds.
+	e.ok(comments.InsertOne(e.ctx, bson.M{"_id": "c5-2", "itemId": 5, "text": pad}))
 	e.equal(job)
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
