@@ -564,7 +564,7 @@ func (f *follower) submitChunk(c *chunk, changed map[string]bool, tok bson.Raw, 
 	// stream's own changes record theirs).
 	var record func(ctx context.Context, fl *pipe.Flight) error
 	if time.Since(f.posReq) >= chunkPositionInterval {
-		record = f.recordAfter(tok, wall, false)
+		record = f.recordAfter(tok, wall)
 		f.posReq = time.Now()
 	}
 	fl.Durable = func(ctx context.Context, fl *pipe.Flight) error {
@@ -726,7 +726,7 @@ func (f *follower) flush() error {
 		items = nil
 		return nil
 	}
-	record := f.recordAfter(tok, wall, false)
+	record := f.recordAfter(tok, wall)
 	fl.Durable = func(ctx context.Context, fl *pipe.Flight) error {
 		if err := set.cleared(ctx, fl, clear); err != nil {
 			return err
@@ -745,7 +745,7 @@ func (f *follower) flush() error {
 // recordAfter returns a durable callback recording tok as the position,
 // unless a fan-out is outstanding (then the related change that started it
 // must stay ahead of the position, so a crash replays it).
-func (f *follower) recordAfter(tok bson.Raw, wall time.Time, idle bool) func(ctx context.Context, fl *pipe.Flight) error {
+func (f *follower) recordAfter(tok bson.Raw, wall time.Time) func(ctx context.Context, fl *pipe.Flight) error {
 	e, jc, l, stats := f.e, f.jc, f.l, f.stats
 	return func(ctx context.Context, fl *pipe.Flight) error {
 		if f.fanPending.Load() > 0 {
@@ -758,11 +758,7 @@ func (f *follower) recordAfter(tok bson.Raw, wall time.Time, idle bool) func(ctx
 		f.lastRecorded, f.lastWall = tok, wall
 		f.recMu.Unlock()
 		e.observePosition(jc.job.Name, wall)
-		lag := 0.0
-		if !idle {
-			lag = max(time.Since(wall).Seconds(), 0)
-		}
-		stats.Update(func(s *status.JobSnapshot) { s.LastPosition = wall; s.RecordedAt = time.Now(); s.LagSeconds = lag })
+		stats.Update(func(s *status.JobSnapshot) { s.LastPosition = wall; s.RecordedAt = time.Now() })
 		e.observeLag(jc.job.Name, stats.Snapshot().LagSeconds)
 		return nil
 	}
@@ -780,14 +776,10 @@ func (f *follower) idle(tok bson.Raw) error {
 		return nil
 	}
 	if time.Since(f.posReq) < f.jc.PositionInterval {
-		stats := f.stats
-		return f.p.Submit(&pipe.Flight{Durable: func(context.Context, *pipe.Flight) error {
-			stats.Update(func(s *status.JobSnapshot) { s.LagSeconds = 0 })
-			return nil
-		}})
+		return nil
 	}
 	f.posReq = time.Now()
-	return f.p.Submit(&pipe.Flight{Durable: f.recordAfter(tok, time.Now(), true)})
+	return f.p.Submit(&pipe.Flight{Durable: f.recordAfter(tok, time.Now())})
 }
 
 // stop ends follow: cause nil or a context error on a clean close (flush
@@ -993,7 +985,7 @@ func (f *follower) onFanMark(mark string, ev bson.Raw, tok bson.Raw) error {
 		items = nil
 		return nil
 	}
-	record := f.recordAfter(tok, eventWall(ev), false)
+	record := f.recordAfter(tok, eventWall(ev))
 	fan, final, n := f.fan, c.final, c.n
 	fl.Durable = func(ctx context.Context, fl *pipe.Flight) error {
 		if err := set.cleared(ctx, fl, clear); err != nil {
