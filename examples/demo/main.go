@@ -6,9 +6,10 @@
 // It starts the project's test servers in this process (internal/mongotest
 // as the source and as a replica, internal/meilitest as Meilisearch), seeds
 // the example collections (a thousand generated articles plus every
-// example's `samples`), builds and runs the real meilistream binary on
-// examples/transforms, waits until every job follows, makes a live write,
-// and prints a search result and /status. Then it stops the sidecar with
+// example's `samples` and `related` documents), builds and runs the real
+// meilistream binary on examples/transforms, waits until every job
+// follows, makes a live write and a change to a looked-up document, and
+// prints what searches find and /status. Then it stops the sidecar with
 // SIGINT (a clean shutdown) and exits. It says what it is doing before each
 // slow step: the first build compiles the sidecar's own dependencies, and a
 // silent minute looks like a hang.
@@ -187,6 +188,29 @@ func run() error {
 	}
 	fmt.Printf("\nsearch the articles index (%d documents) for %q: %d hits\n  %s\n", total, "live write", len(res.Hits), hits)
 
+	// A related change: the order joined with the product follows it.
+	step("renaming product 2 (\"Gift card\") in MongoDB; its order, which looks it up, follows")
+	t0 = time.Now()
+	if _, err := db.Collection("products").UpdateOne(ctx, bson.D{{Key: "_id", Value: 2}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "name", Value: "Gift voucher"}}}}); err != nil {
+		return err
+	}
+	for {
+		res, err = ms.Index("orders").Search(ctx, "voucher", &meilisearch.SearchRequest{Limit: 3})
+		if err == nil && len(res.Hits) > 0 {
+			break
+		}
+		if err := pause(ctx, exited, 20*time.Millisecond); err != nil {
+			return err
+		}
+		if time.Since(t0) > 30*time.Second {
+			return fmt.Errorf("the renamed product did not reach its order in 30s (last error: %v)", err)
+		}
+	}
+	step("the order's search document shows the new name after %s", time.Since(t0).Round(time.Millisecond))
+	hits, _ = json.MarshalIndent(res.Hits, "  ", "  ")
+	fmt.Printf("\nsearch the orders index for %q: %d hits\n  %s\n", "voucher", len(res.Hits), hits)
+
 	if status, err = get(addr, "/status"); err != nil {
 		return err
 	}
@@ -266,6 +290,19 @@ func seed(ctx context.Context, db *mongo.Database, dir string, n int) error {
 			return fmt.Errorf("seed %s: %w", j.Collection, err)
 		}
 		counts = append(counts, fmt.Sprintf("%s: %d samples", j.Collection, len(docs)))
+	}
+	// The documents the examples' lookups find, unless an example's
+	// samples put them there already.
+	for _, j := range set.Jobs() {
+		for coll, rel := range j.Related {
+			for _, d := range rel {
+				_, err := db.Collection(coll).UpdateOne(ctx, bson.D{{Key: "_id", Value: d.Lookup("_id")}},
+					bson.D{{Key: "$setOnInsert", Value: d}}, options.UpdateOne().SetUpsert(true))
+				if err != nil {
+					return fmt.Errorf("seed %s: %w", coll, err)
+				}
+			}
+		}
 	}
 	step("seeded %s", strings.Join(counts, ", "))
 	return nil
