@@ -86,6 +86,9 @@ type Config struct {
 	// for three of them (default 10s: a third of the default lease, the
 	// lease's renewal cadence).
 	PresenceInterval time.Duration
+	// RetryPoll is how often a job's holder looks for `meilistream retry`
+	// requests while it follows (default 1s).
+	RetryPoll time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -130,6 +133,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PresenceInterval <= 0 {
 		c.PresenceInterval = DefaultPresenceInterval
+	}
+	if c.RetryPoll <= 0 {
+		c.RetryPoll = DefaultRetryPoll
 	}
 	return c
 }

@@ -32,9 +32,13 @@ import (
 // its last page is durable replays the related change from an earlier
 // position, and with it the fan-out.
 
-// fanTask is one query of dependents.
+// fanTask is one query of dependents, or one page of a retry of recorded
+// documents (retrylive.go): ids, read by _id, with retry the request it
+// serves.
 type fanTask struct {
 	filter bson.D
+	ids    []bson.RawValue
+	retry  *liveRetry
 }
 
 // maxFanKeys bounds the values of one task's $in (a larger set of values
@@ -97,6 +101,12 @@ func (fo *fanout) read(ctx context.Context, p *pipe.Pipe) error {
 		case t = <-fo.tasks:
 		case <-ctx.Done():
 			return context.Cause(ctx)
+		}
+		if t.ids != nil {
+			if err := fo.readRetryPage(ctx, sctx, marks, p, t, size); err != nil {
+				return err
+			}
+			continue
 		}
 		var last bson.RawValue
 		for {
