@@ -60,13 +60,15 @@ func (p *Presence) Waiting(reason string) {
 	}
 }
 
-// Close stops the refreshes and deletes the record (within a few seconds
-// at most: a record left behind stops counting by itself). Idempotent.
+// Close stops the refreshes and deletes the record, trying for a second
+// at most: it runs on shutdown after the drain and the lease's release,
+// within MEILISTREAM_SHUTDOWN_TIMEOUT, and a record left behind stops
+// counting by itself. Idempotent.
 func (p *Presence) Close() {
 	p.once.Do(func() {
 		p.cancel()
 		<-p.done
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		if err := p.e.store.RemovePresence(ctx, p.job, p.e.cfg.Process); err != nil {
 			p.e.log.Warn("deleting this process's presence record failed; it stops counting by itself", "job", p.job, "error", err)
