@@ -120,11 +120,12 @@ func (f *follower) takeRetries(ctx context.Context) *liveRetry {
 		}
 		failing = false
 		r := &liveRetry{req: req, start: time.Now(), done: make(chan struct{})}
-		r.ids, err = e.store.DocErrorIDs(ctx, name)
+		ids, err := e.store.DocErrorIDs(ctx, name)
 		if err != nil {
 			f.answerRetry(r, err)
 			continue
 		}
+		r.ids = distinctIDs(ids)
 		f.log.Info("retrying the recorded documents, asked by meilistream retry", "documents", len(r.ids), "request", req.ID)
 		select {
 		case f.retries <- r:
@@ -361,6 +362,21 @@ func (f *follower) submitRetryPage(c *chunk, changed map[string]bool) error {
 		return nil
 	}
 	return f.p.Submit(fl)
+}
+
+// distinctIDs is ids without the ones MongoDB holds as the same _id as an
+// earlier one (records of 5 and 5.0 are one document): a batch writes
+// each document once.
+func distinctIDs(ids []bson.RawValue) []bson.RawValue {
+	seen := make(map[string]bool, len(ids))
+	out := ids[:0]
+	for _, id := range ids {
+		if k := keyOf(id); !seen[k] {
+			seen[k] = true
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // has says whether id has a record in s.
