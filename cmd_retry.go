@@ -2,53 +2,185 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/transform"
 )
 
-// runRetry is the body of "meilistream retry NAME": under the job's lease
-// (exit 3, RUNNING, when a sidecar holds it: stop it, or let it run and use
-// this when it is stopped), runs the documents recorded in the errors
-// collection through the current transform again, writes those that now
-// succeed and clears their records. Exits 1 when some still fail.
+// defaultRetryWait is how long "meilistream retry" waits for the job's
+// holder to answer unless --wait says otherwise.
+const defaultRetryWait = 5 * time.Minute
+
+// retryClaimWait bounds how long a request may wait for a holder to take
+// it: a holder that follows looks every second, so a request still
+// untaken after this is not going to be (the holder is a `meilistream
+// reindex`, an older release, or stuck starting).
+var retryClaimWait = 30 * time.Second
+
+// retryPoll is how often "meilistream retry" reads its request back.
+var retryPoll = 250 * time.Millisecond
+
+// retryArgs are the arguments of "meilistream retry".
+type retryArgs struct {
+	job  string
+	wait time.Duration
+}
+
+// parseRetryArgs reads NAME [--wait DURATION], "--wait D" or "--wait=D".
+func parseRetryArgs(args []string) (retryArgs, error) {
+	a := retryArgs{wait: defaultRetryWait}
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		name, value, hasValue := strings.Cut(arg, "=")
+		switch name {
+		case "--wait", "-wait":
+			if !hasValue {
+				if i+1 >= len(args) {
+					return a, fmt.Errorf("--wait needs a value")
+				}
+				i++
+				value = args[i]
+			}
+			d, err := time.ParseDuration(value)
+			if err != nil || d <= 0 {
+				return a, fmt.Errorf("--wait wants a positive Go duration, e.g. 10m, got %q", value)
+			}
+			a.wait = d
+		default:
+			if strings.HasPrefix(arg, "-") {
+				return a, fmt.Errorf("unknown flag %s", arg)
+			}
+			if a.job != "" {
+				return a, fmt.Errorf("want one job name, got %q and %q", a.job, arg)
+			}
+			a.job = arg
+		}
+	}
+	if a.job == "" {
+		return a, fmt.Errorf("want a job name")
+	}
+	return a, nil
+}
+
+// runRetry is the body of "meilistream retry NAME": the documents recorded
+// in the errors collection run through the job's transform again; those
+// that now succeed are written and their records cleared. When no process
+// holds the job's lease, it does that itself, under the lease. When one
+// does (a sidecar runs the job), it asks it to (a request in the state
+// collection), waits up to --wait for the answer and prints it the same
+// way: the holder retries inside the running job, in order with its change
+// stream, so a retried document never lands over a newer version. Exits 1
+// when some still fail.
 func runRetry(ctx context.Context, inv *invocation) int {
-	if len(inv.Args) != 1 {
-		return usageError(inv.Stderr, "retry", "want one job name, got %d arguments", len(inv.Args))
+	a, err := parseRetryArgs(inv.Args)
+	if err != nil {
+		return usageError(inv.Stderr, "retry", "%v", err)
 	}
 	w, err := connect(ctx, inv.Config, inv.Log)
 	if err != nil {
 		return fail(inv.Stderr, err)
 	}
 	defer w.close()
-	job, err := w.oneJob(inv, inv.Args[0])
+	job, err := w.oneJob(inv, a.job)
 	if err != nil {
 		return fail(inv.Stderr, err)
 	}
 	if err := w.reach(ctx); err != nil {
 		return fail(inv.Stderr, err)
 	}
-	var failed int64
+	var sum engine.RetrySummary
 	err = w.underLease(ctx, job.Name, func(ctx context.Context, l leaseForEngine) error {
 		sink, err := w.sinkFactory(inv.Log)(job)
 		if err != nil {
 			return err
 		}
-		sum, err := w.engine.Retry(ctx, job, sink, l)
-		if err != nil {
-			return err
-		}
-		failed = sum.Failed
-		fmt.Fprintf(inv.Stdout, "retried %s: %d recorded, %d written and cleared, %d gone from the collection, %d failing again, in %s\n",
-			job.Name, sum.Retried, sum.Written, sum.Gone, sum.Failed, sum.Duration.Round(time.Millisecond))
-		return nil
+		sum, err = w.engine.Retry(ctx, job, sink, l)
+		return err
 	})
+	if errors.Is(err, errs.ErrRunning) {
+		sum, err = w.retryByHolder(ctx, inv, job, a.wait)
+	}
 	if err != nil {
 		return fail(inv.Stderr, err)
 	}
-	if failed > 0 {
-		return fail(inv.Stderr, errs.New(errs.Failed, job.Name, "%d documents still fail; see the errors collection %s_errors", failed, inv.Config.StateCollection))
+	fmt.Fprintf(inv.Stdout, "retried %s: %d recorded, %d written and cleared, %d gone from the collection, %d failing again, in %s\n",
+		job.Name, sum.Retried, sum.Written, sum.Gone, sum.Failed, sum.Duration.Round(time.Millisecond))
+	if sum.Failed > 0 {
+		return fail(inv.Stderr, errs.New(errs.Failed, job.Name, "%d documents still fail; see the errors collection %s_errors", sum.Failed, inv.Config.StateCollection))
 	}
 	return exitOK
+}
+
+// retryByHolder asks the process holding job's lease to retry (a request
+// in the state collection) and waits up to wait for its answer. A request
+// no holder takes within retryClaimWait is withdrawn; one taken and not
+// answered in time is left to finish (its record says how it went, and
+// `meilistream errors` what is left).
+func (w *wiring) retryByHolder(ctx context.Context, inv *invocation, job *transform.Job, wait time.Duration) (engine.RetrySummary, error) {
+	var sum engine.RetrySummary
+	id, err := jobstate.RequestRetry(ctx, w.state, job.Name, w.leases.Holder(), wait+time.Minute)
+	if err != nil {
+		return sum, err
+	}
+	inv.Log.Info("another process holds the job's lease: asked it to retry the recorded documents", "job", job.Name, "wait", wait.String())
+	// Whatever happens to this process, an untaken request goes with it.
+	withdraw := func() bool {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		ok, _ := jobstate.WithdrawRequest(dctx, w.state, job.Name, id)
+		return ok
+	}
+	start := time.Now()
+	claimBy := start.Add(min(wait, retryClaimWait))
+	deadline := start.Add(wait)
+	t := time.NewTicker(retryPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if withdraw() {
+				return sum, errs.New(errs.Failed, job.Name, "interrupted before the job's holder took the retry request (withdrawn)")
+			}
+			return sum, errs.New(errs.Failed, job.Name, "interrupted while the job's holder retries; it goes on: see `meilistream errors %s` later", job.Name)
+		case <-t.C:
+		}
+		r, err := jobstate.ReadRequest(ctx, w.state, job.Name, id)
+		if err != nil {
+			continue // read again at the next tick, until the deadline
+		}
+		now := time.Now()
+		switch {
+		case r == nil:
+			return sum, errs.New(errs.Failed, job.Name, "the retry request was deleted before the job's holder answered it")
+		case r.State == jobstate.RequestDone:
+			w.dropRequest(ctx, job.Name, id)
+			return engine.RetrySummary{Retried: r.Retried, Written: r.Written, Gone: r.Gone, Failed: r.Failed, Duration: r.Duration}, nil
+		case r.State == jobstate.RequestFailed:
+			w.dropRequest(ctx, job.Name, id)
+			code := errs.Code(r.Code)
+			if code == "" {
+				code = errs.Failed
+			}
+			return sum, errs.New(code, job.Name, "the job's holder %s did not finish the retry: %s", r.Holder, r.Error)
+		case r.State == jobstate.RequestPending && now.After(claimBy) && withdraw():
+			return sum, errs.New(errs.Failed, job.Name, "another process holds job %s's lease but took no retry request within %s: it may still be starting, or be a `meilistream reindex` or an earlier meilistream release; "+
+				"try again, or run retry where no sidecar runs the job", job.Name, min(wait, retryClaimWait))
+		case now.After(deadline):
+			return sum, errs.New(errs.Failed, job.Name, "the job's holder %s did not answer the retry within %s (--wait); it goes on: see `meilistream errors %s` later", r.Holder, wait, job.Name)
+		}
+	}
+}
+
+// dropRequest deletes an answered request (a holder deletes it later if
+// this fails: it expires).
+func (w *wiring) dropRequest(ctx context.Context, job, id string) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = jobstate.DeleteRequest(dctx, w.state, job, id)
 }

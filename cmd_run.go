@@ -205,7 +205,9 @@ func connect(ctx context.Context, cfg config.Config, log hclog.Logger) (*wiring,
 		w.close()
 		return nil, err
 	}
-	w.engine = engine.New(w.source, w.state, w.errColl, engineConfig(cfg), w.metrics, log.Named("engine"))
+	ec := engineConfig(cfg)
+	ec.Process = w.leases.Holder()
+	w.engine = engine.New(w.source, w.state, w.errColl, ec, w.metrics, log.Named("engine"))
 	return w, nil
 }
 
@@ -331,7 +333,9 @@ func engineConfig(cfg config.Config) engine.Config {
 		OnHistoryLost:    cfg.OnHistoryLost,
 		OnDocumentError:  cfg.OnDocumentError,
 		DrainTimeout:     drain,
-		RolloutGrace:     cfg.RolloutGrace,
+		// A presence record is refreshed on the lease's cadence, so a
+		// pod counts as live exactly as long as it could hold a lease.
+		PresenceInterval: cfg.Lease / 3,
 	}
 }
 

@@ -94,15 +94,15 @@ func TestJobEnv(t *testing.T) {
 	})
 }
 
-// The engine gets the configured rollout grace, batch and page sizes, and
-// most of the shutdown timeout to drain.
+// The engine gets the configured batch and page sizes, most of the
+// shutdown timeout to drain, and refreshes presence on the lease's cadence.
 func TestEngineConfigCarriesTheVariables(t *testing.T) {
 	cfg := config.Default()
-	cfg.RolloutGrace = 15 * time.Minute
+	cfg.Lease = 15 * time.Second
 	cfg.BatchSize, cfg.PageSize = 50, 300
 	cfg.ShutdownTimeout = 8 * time.Second
 	ec := engineConfig(cfg)
-	if ec.RolloutGrace != 15*time.Minute || ec.BatchSize != 50 || ec.PageSize != 300 || ec.DrainTimeout != 6*time.Second {
+	if ec.PresenceInterval != 5*time.Second || ec.BatchSize != 50 || ec.PageSize != 300 || ec.DrainTimeout != 6*time.Second {
 		t.Fatalf("engine config %+v", ec)
 	}
 }

@@ -144,6 +144,17 @@ func runStatus(ctx context.Context, inv *invocation) int {
 	if err := tw.Flush(); err != nil {
 		return fail(inv.Stderr, errs.Wrap(errs.Failed, "", err, "write status"))
 	}
+	// Pods that leave a job to a pod with a newer transform (a rollout
+	// in progress): standing by, and why.
+	present, err := jobstate.ReadPresence(ctx, w.state)
+	if err != nil {
+		notes = append(notes, fmt.Sprintf("standbys unknown: %s", err))
+	}
+	for _, p := range present {
+		if p.Waiting != "" {
+			notes = append(notes, fmt.Sprintf("%s: %s stands by: %s", p.Job, p.Process, p.Waiting))
+		}
+	}
 	for _, note := range notes {
 		fmt.Fprintln(inv.Stdout, note)
 	}

@@ -107,12 +107,25 @@ the sidecar holding the lease then reindexes by itself.`,
 			serve: runReindex,
 		},
 		{
-			name: "retry", synopsis: "NAME", summary: "run recorded per-document errors of one job again",
+			name: "retry", synopsis: "NAME [--wait DURATION]", summary: "run recorded per-document errors of one job again",
 			help: `Runs the documents recorded in the errors collection for job NAME through
-its (fixed) transform again, writes those that succeed and clears their
-records. Exits 1 when some still fail. It needs the job's lease: while a
-sidecar runs the job it exits 3 (RUNNING); run it where no sidecar runs the
-job (scale the sidecars down, run it, scale them back up).`,
+its transform again, writes those that succeed and clears their records;
+a document no longer in the collection is deleted from the destination and
+its record cleared. Prints what it did; exits 1 when some still fail.
+
+While a sidecar runs the job (holds its lease), the request goes to that
+sidecar, which retries inside the running job, in order with its change
+stream (a document changed meanwhile ends with its newer version), and
+answers; this waits for the answer and prints it the same way. With no
+sidecar running the job, it takes the lease and retries itself.
+
+  --wait DURATION  how long to wait for the sidecar's answer (default 5m);
+                   a request no sidecar takes within 30s is withdrawn
+
+Edit a transform and the job reindexes, which clears the records of the
+documents it now writes: retry is for failures the transform file does not
+decide (data the transform reads, a refusal by the destination, a time
+limit).`,
 			serve: runRetry,
 		},
 		{

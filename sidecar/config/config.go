@@ -109,10 +109,6 @@ type Config struct {
 	ReadyFile string `koanf:"ready_file"`
 	// ShutdownTimeout bounds the clean shutdown after SIGTERM/SIGINT.
 	ShutdownTimeout time.Duration `koanf:"shutdown_timeout"`
-	// RolloutGrace is how long after a transform change a pod still on the
-	// previous file waits instead of reindexing back to it (README
-	// "Rollouts"; engine.Config.RolloutGrace).
-	RolloutGrace time.Duration `koanf:"rollout_grace"`
 	// LogLevel is trace, debug, info, warn, error or off.
 	LogLevel string `koanf:"log_level"`
 	// LogFormat is json or text.
@@ -143,7 +139,6 @@ func Default() Config {
 		TransformTimeout: transform.DefaultTimeout,
 		HTTPAddr:         DefaultHTTPAddr,
 		ShutdownTimeout:  DefaultShutdownTimeout,
-		RolloutGrace:     engine.DefaultRolloutGrace,
 		LogLevel:         DefaultLogLevel,
 		LogFormat:        DefaultLogFormat,
 	}
@@ -184,9 +179,17 @@ var Variables = []Variable{
 	{Key: "http_addr", Accepts: "a listen address host:port, e.g. :8080 or 127.0.0.1:0 (default :8080)"},
 	{Key: "ready_file", Accepts: "a file path (default empty: none)"},
 	{Key: "shutdown_timeout", Accepts: "a positive Go duration, e.g. 20s (default 20s)"},
-	{Key: "rollout_grace", Accepts: "a positive Go duration, e.g. 10m (default 2m)"},
 	{Key: "log_level", Accepts: "trace, debug, info, warn, error or off (default info)"},
 	{Key: "log_format", Accepts: "json or text (default json)"},
+}
+
+// Removed lists the variables earlier releases read and this one does not,
+// with what to do instead: setting one is a CONFIG_INVALID naming it, so a
+// deployment that relied on it learns that it no longer has any effect
+// rather than having it silently ignored.
+var Removed = map[string]string{
+	"rollout_grace": "removed: a pod whose transform is older than the recorded one now waits exactly while a live pod runs the newer one, " +
+		"and a revert no live pod disagrees with is honoured at once, so there is no grace to set (docs/search-jobs.md, \"Rollouts\"); unset it",
 }
 
 // Problem is one thing wrong with the configuration.
@@ -341,6 +344,10 @@ func parse(environ []string) (Config, *problems) {
 		}
 		if strings.HasPrefix(key, "job_") {
 			c.parseJob(ps, key, k.String(key))
+			continue
+		}
+		if what, ok := Removed[key]; ok {
+			ps.addRaw(EnvPrefix+strings.ToUpper(key), what, "")
 			continue
 		}
 		v, ok := known[key]
@@ -569,7 +576,6 @@ func (c *Config) validate(ps *problems, requireServers bool) {
 		"position_interval": c.PositionInterval,
 		"transform_timeout": c.TransformTimeout,
 		"shutdown_timeout":  c.ShutdownTimeout,
-		"rollout_grace":     c.RolloutGrace,
 	}
 	for _, key := range sortedKeys(positive) {
 		if positive[key] <= 0 {

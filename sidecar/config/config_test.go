@@ -67,7 +67,6 @@ func TestLoad(t *testing.T) {
 				"MEILISTREAM_HTTP_ADDR=127.0.0.1:0",
 				"MEILISTREAM_READY_FILE=/run/meilistream/ready",
 				"MEILISTREAM_SHUTDOWN_TIMEOUT=5s",
-				"MEILISTREAM_ROLLOUT_GRACE=15m",
 				"MEILISTREAM_LOG_LEVEL=DEBUG",
 				"MEILISTREAM_LOG_FORMAT=text",
 			),
@@ -92,7 +91,6 @@ func TestLoad(t *testing.T) {
 				c.HTTPAddr = "127.0.0.1:0"
 				c.ReadyFile = "/run/meilistream/ready"
 				c.ShutdownTimeout = 5 * time.Second
-				c.RolloutGrace = 15 * time.Minute
 				c.LogLevel = "debug"
 				c.LogFormat = "text"
 			}),
@@ -213,9 +211,10 @@ func TestLoad(t *testing.T) {
 			problems: []string{"MEILISTREAM_TRANSFORM_TIMEOUT: 1m30s is more than 1m0s"},
 		},
 		{
-			name:     "a negative rollout grace is refused",
-			environ:  withBase("MEILISTREAM_ROLLOUT_GRACE=-1m"),
-			problems: []string{"MEILISTREAM_ROLLOUT_GRACE: -1m0s is not positive"},
+			name:    "a removed variable is refused, saying why and what to do",
+			environ: withBase("MEILISTREAM_ROLLOUT_GRACE=10m"),
+			problems: []string{"MEILISTREAM_ROLLOUT_GRACE: removed: a pod whose transform is older than the recorded one now waits exactly while a live pod runs the newer one, " +
+				"and a revert no live pod disagrees with is honoured at once, so there is no grace to set (docs/search-jobs.md, \"Rollouts\"); unset it"},
 		},
 		{
 			name:     "a lease below a second is refused",
@@ -346,7 +345,7 @@ func TestLoad(t *testing.T) {
 
 // rawConfig is Config without its masking methods, to compare every field.
 type rawConfigT struct {
-	C    [24]string
+	C    [23]string
 	Jobs map[string]map[string]string
 }
 
@@ -355,7 +354,7 @@ func rawConfig(c config.Config) rawConfigT {
 	vals := []any{c.MongoDBURI, c.MongoDBDatabase, c.MeiliURL, c.MeiliAPIKey, c.ReplicaURI, c.ReplicaDatabase,
 		c.Transforms, c.StateCollection, c.IndexPrefix, c.Lease, c.BatchSize, c.FlushInterval, c.PositionInterval,
 		c.PageSize, c.OnHistoryLost, c.OnDocumentError, c.TransformTimeout, c.TransformPool, c.HTTPAddr,
-		c.ReadyFile, c.ShutdownTimeout, c.RolloutGrace, c.LogLevel, c.LogFormat}
+		c.ReadyFile, c.ShutdownTimeout, c.LogLevel, c.LogFormat}
 	for i, v := range vals {
 		r.C[i] = fmt.Sprint(v)
 	}

@@ -6,7 +6,9 @@
 // sidecar/meili, the replica sink of replicate), under the job's lease. It
 // keeps the job's position, reindex checkpoint and per-document error
 // records through sidecar/jobstate, and its live figures in a
-// status.JobStats.
+// status.JobStats. Beside a run it keeps this process's presence record of
+// each job (presence.go: the rollout rule), and a following holder serves
+// `meilistream retry` requests inside the running job (retrylive.go).
 //
 // It owns the defaults of its Config and declares the small interfaces it
 // needs of others: Lease (the job's lease) and Observer (its metrics). It

@@ -40,7 +40,7 @@ const (
 	DefaultRetryBase        = 200 * time.Millisecond
 	DefaultRetryCap         = 30 * time.Second
 	DefaultProgressInterval = 5 * time.Second
-	DefaultRolloutGrace     = 2 * time.Minute
+	DefaultPresenceInterval = 10 * time.Second
 )
 
 // ErrInvalidated is the cause (wrapped in a FAILED *errs.Error) of Run's
@@ -49,11 +49,13 @@ const (
 // then holds.
 var ErrInvalidated = errors.New("change stream invalidated: collection dropped or renamed")
 
-// ErrTransformOlder is the cause (wrapped in a FAILED *errs.Error, so the
-// supervisor restarts the job with backoff and releases the lease meanwhile)
-// of Run's return when this process's transform is the one another process
-// replaced less than RolloutGrace ago: during a rollout, a pod that still
-// has the old file must not reindex the job back to the old output.
+// ErrTransformOlder is the cause of Run's (and Older's) error when this
+// process's transform is the one the recorded transform replaced and
+// another live process runs the recorded one: during a rollout, a pod that
+// still has the old file must not reindex the job back to the old output.
+// It is no failure: the supervisor stands the job by (lease released, no
+// error counted) until the file updates or no live process runs the newer
+// transform (then going back is a revert, honoured at once).
 var ErrTransformOlder = errors.New("transform older than the one recorded")
 
 // Config tunes the engine. Zero fields take the defaults above. A job's
@@ -75,12 +77,18 @@ type Config struct {
 	RetryBase        time.Duration // first backoff of a retried send (default 200ms)
 	RetryCap         time.Duration // backoff cap (default 30s)
 	ProgressInterval time.Duration // reindex progress log period (default 5s)
-	// RolloutGrace: a job whose transform hash is the one the recorded hash
-	// replaced less than this long ago (server time) does not reindex; it
-	// fails with ErrTransformOlder and is retried, so a pod whose file has
-	// not been updated yet in a rollout does not roll the index back. After
-	// it, a deliberate revert is honoured (default 2m).
-	RolloutGrace time.Duration
+	// Process is this process's identity among the ones running the jobs
+	// (its lease holder identity): its own presence records are not
+	// another process's.
+	Process string
+	// PresenceInterval is how often a process refreshes its presence
+	// record of each job it runs (KeepPresence); a record counts as live
+	// for three of them (default 10s: a third of the default lease, the
+	// lease's renewal cadence).
+	PresenceInterval time.Duration
+	// RetryPoll is how often a job's holder looks for `meilistream retry`
+	// requests while it follows (default 1s).
+	RetryPoll time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -123,8 +131,11 @@ func (c Config) withDefaults() Config {
 	if c.ProgressInterval <= 0 {
 		c.ProgressInterval = DefaultProgressInterval
 	}
-	if c.RolloutGrace <= 0 {
-		c.RolloutGrace = DefaultRolloutGrace
+	if c.PresenceInterval <= 0 {
+		c.PresenceInterval = DefaultPresenceInterval
+	}
+	if c.RetryPoll <= 0 {
+		c.RetryPoll = DefaultRetryPoll
 	}
 	return c
 }
@@ -294,14 +305,31 @@ func (e *Engine) plan(ctx context.Context, job *transform.Job, l Lease, force, l
 	}
 	if pos != nil {
 		plan.tok, plan.since, plan.cp = pos.Token, pos.WallTime, cp
+		if pos.Hash != job.Hash && legacyOf(job, pos.Hash) {
+			// The same transform, hashed by an earlier release (the
+			// file's bytes): no reason to rebuild anything.
+			log.Info("the position was recorded by an earlier release with the hash of the file's bytes, which is this transform's: recording its token hash, no reindex",
+				"recorded_hash", short(pos.Hash), "hash", short(job.Hash))
+			if err := e.store.RecordHash(ctx, job, l); err != nil {
+				return plan, err
+			}
+			pos.Hash = job.Hash
+		}
+	}
+	if cp != nil && legacyOf(job, cp.Hash) {
+		cp.Hash = job.Hash // rewritten with the next checkpoint
 	}
 	switch {
 	case pos == nil:
 		log.Info("no recorded position: reindexing")
 		plan.reindex = true
 	case pos.Hash != job.Hash:
-		if err := e.olderTransform(ctx, job, pos, log); err != nil {
+		if err := e.olderTransform(ctx, job, pos); err != nil {
 			return plan, err
+		}
+		if pos.PreviousHash == job.Hash {
+			log.Info("transform reverted to the one recorded before, and no live process runs the newer one: reindexing",
+				"recorded_hash", short(pos.Hash), "hash", short(job.Hash), "recorded_at", pos.HashSince)
 		}
 		if cp == nil || cp.Hash != job.Hash {
 			e.logWhyReindex(job, pos, log)
@@ -316,6 +344,12 @@ func (e *Engine) plan(ctx context.Context, job *transform.Job, l Lease, force, l
 		plan.reindex = true
 	}
 	return plan, nil
+}
+
+// legacyOf says whether h is job's hash as an earlier release computed it
+// (transform.Job.LegacyHash: the file's bytes) while job's own differs.
+func legacyOf(job *transform.Job, h string) bool {
+	return h != "" && job.LegacyHash != "" && job.LegacyHash != job.Hash && h == job.LegacyHash
 }
 
 // logWhyReindex says why a changed hash reindexes: a changed job
@@ -344,48 +378,50 @@ func (e *Engine) logWhyReindex(job *transform.Job, pos *jobstate.Position, log h
 }
 
 // olderTransform applies the rollout rule: when job's hash is the one the
-// recorded hash replaced, less than RolloutGrace ago by the server's clock,
-// this process has the old transform file (a pod not yet updated in a
-// rollout) and must not reindex back to it: FAILED wrapping
-// ErrTransformOlder. After the grace the revert is deliberate: nil.
-func (e *Engine) olderTransform(ctx context.Context, job *transform.Job, pos *jobstate.Position, log hclog.Logger) error {
-	if pos.PreviousHash != job.Hash || pos.HashSince.IsZero() {
+// recorded hash replaced (this process has the file the recorded transform
+// replaced) and another live process runs the recorded transform (a pod
+// already updated, in a rollout), this process must not reindex back to
+// its own: FAILED wrapping ErrTransformOlder, naming that process. With no
+// such process (a single one whose file was reverted, or an operator's
+// revert that every live pod has), going back is what was asked: nil.
+func (e *Engine) olderTransform(ctx context.Context, job *transform.Job, pos *jobstate.Position) error {
+	if pos == nil || pos.Hash == job.Hash || pos.PreviousHash != job.Hash {
 		return nil
 	}
-	now, err := e.serverNow(ctx)
-	if err != nil {
-		return errs.Wrap(errs.Failed, job.Name, err, "read the server's time")
+	live, err := e.store.LiveWithHash(ctx, job.Name, pos.Hash, e.cfg.Process)
+	if err != nil || len(live) == 0 {
+		return err
 	}
-	grace := e.cfg.RolloutGrace
-	if now.Before(pos.HashSince.Add(grace)) {
-		file := job.File
-		if file == "" {
-			file = job.Name + " (no file)"
-		} else {
-			file = filepath.Base(file)
-		}
-		return errs.Wrap(errs.Failed, job.Name, ErrTransformOlder,
-			"this pod's transform %s (hash %s) is older than the one recorded by another pod (hash %s) at %s; waiting for the file to update (a revert is honoured after %s)",
-			file, short(job.Hash), short(pos.Hash), pos.HashSince.UTC().Format(time.RFC3339), grace)
+	file := job.File
+	if file == "" {
+		file = job.Name + " (no file)"
+	} else {
+		file = filepath.Base(file)
 	}
-	log.Info("transform reverted to the one recorded before: reindexing (the rollout grace has passed)",
-		"recorded_hash", short(pos.Hash), "hash", short(job.Hash), "recorded_at", pos.HashSince, "grace", grace)
-	return nil
+	who := live[0].Process
+	if len(live) > 1 {
+		who = fmt.Sprintf("%s and %d other processes", who, len(live)-1)
+	}
+	return errs.Wrap(errs.Failed, job.Name, ErrTransformOlder,
+		"this process's transform %s (hash %s) is the one replaced by the recorded transform (hash %s, recorded at %s), which %s runs: standing by until this file updates or no live process runs the newer one",
+		file, short(job.Hash), short(pos.Hash), pos.HashSince.UTC().Format(time.RFC3339), who)
 }
 
-// serverNow is the server's clock (hello's localTime), for decisions that
-// must not depend on this process's clock.
-func (e *Engine) serverNow(ctx context.Context) (time.Time, error) {
-	var r struct {
-		LocalTime time.Time `bson:"localTime"`
+// Older applies the rollout rule (see ErrTransformOlder) to job as this
+// process has it, without its lease: the error wrapping ErrTransformOlder
+// when it must stand by for another process, nil when it may take the
+// lease (a run applies the rule again under it), another error when the
+// state could not be read. A standby asks before it takes the lease, so
+// waiting for a newer pod neither takes nor bumps it.
+func (e *Engine) Older(ctx context.Context, job *transform.Job) error {
+	pos, err := e.store.ReadPosition(ctx, job.Name)
+	if err != nil {
+		return errs.Wrap(errs.Failed, job.Name, err, "read position")
 	}
-	if err := e.source.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&r); err != nil {
-		return time.Time{}, err
+	if pos == nil || legacyOf(job, pos.Hash) {
+		return nil
 	}
-	if r.LocalTime.IsZero() {
-		return time.Time{}, errors.New("hello reply without localTime")
-	}
-	return r.LocalTime, nil
+	return e.olderTransform(ctx, job, pos)
 }
 
 // leaseContext derives a context cancelled with the lease's LEASE_LOST

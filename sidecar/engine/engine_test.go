@@ -1305,68 +1305,6 @@ func TestOnDocumentErrorFailNamesTheDocumentAndRecordsIt(t *testing.T) {
 	}
 }
 
-func TestOldTransformDuringARolloutDoesNotReindexBackUntilTheGraceHasPassed(t *testing.T) {
-	e := newEnv(t, 0)
-	e.insert(0, 50, nil)
-	old := e.job(itemsJS)
-	updated := e.job(strings.Replace(itemsJS, "n: doc.n", "n: doc.n, version: 2", 1))
-	// A pod with the updated file reindexes to it.
-	l := e.acquire()
-	r := e.run(old, l)
-	e.settled(old)
-	if err := r.stop(t); err != nil {
-		t.Fatal(err)
-	}
-	r = e.run(updated, l)
-	e.settled(updated)
-	if err := r.stop(t); err != nil {
-		t.Fatal(err)
-	}
-	states, err := jobstate.ReadState(e.ctx, e.state, e.errs)
-	if err != nil || len(states) != 1 || states[0].Position == nil {
-		t.Fatalf("state %+v %v", states, err)
-	}
-	p := states[0].Position
-	if p.Hash != updated.Hash || p.Previous != old.Hash || p.HashSince.IsZero() {
-		t.Fatalf("position %+v: want hash %s, previous %s and hashSince", p, updated.Hash, old.Hash)
-	}
-	// A pod that still has the old file takes the job: it does not
-	// reindex, it fails (retryable) saying why.
-	swaps := e.meili.Requests("POST /swap-indexes")
-	r = e.run(old, l)
-	err = r.wait(t)
-	if !errors.Is(err, engine.ErrTransformOlder) || errs.CodeOf(err) != errs.Failed {
-		t.Fatalf("old transform: want FAILED wrapping ErrTransformOlder, got %v", err)
-	}
-	for _, want := range []string{"items.js", "(hash " + old.Hash[:12] + ") is older than the one recorded by another pod (hash " + updated.Hash[:12] + ")", "a revert is honoured after 2m0s"} {
-		if !strings.Contains(errs.Format(err), want) {
-			t.Errorf("error %q does not say %q", errs.Format(err), want)
-		}
-	}
-	if e.meili.Requests("POST /swap-indexes") != swaps || e.positionHash() != updated.Hash {
-		t.Fatal("the old transform reindexed")
-	}
-	e.equal(updated)
-	// Still within the grace by the server's clock.
-	e.mongo.AdvanceClock(time.Minute)
-	l = e.acquire() // the lease lapsed with the clock
-	r = e.run(old, l)
-	if err := r.wait(t); !errors.Is(err, engine.ErrTransformOlder) {
-		t.Fatalf("within the grace: want ErrTransformOlder, got %v", err)
-	}
-	// After the grace, going back is a deliberate revert: honoured.
-	e.mongo.AdvanceClock(time.Minute + time.Second)
-	l = e.acquire()
-	r = e.run(old, l)
-	e.settled(old)
-	if err := r.stop(t); err != nil {
-		t.Fatal(err)
-	}
-	if s := r.stats.Snapshot(); s.Reindexes != 1 {
-		t.Fatalf("revert: stats %+v, want one reindex", s)
-	}
-}
-
 func TestChangedJobDefinitionSaysSoAndLeavesTheOldIndex(t *testing.T) {
 	e := newEnv(t, 0)
 	var logs testutil.SyncBuffer

@@ -32,9 +32,13 @@ import (
 // its last page is durable replays the related change from an earlier
 // position, and with it the fan-out.
 
-// fanTask is one query of dependents.
+// fanTask is one query of dependents, or one page of a retry of recorded
+// documents (retrylive.go): ids, read by _id, with retry the request it
+// serves.
 type fanTask struct {
 	filter bson.D
+	ids    []bson.RawValue
+	retry  *liveRetry
 }
 
 // maxFanKeys bounds the values of one task's $in (a larger set of values
@@ -106,6 +110,12 @@ func (fo *fanout) read(ctx context.Context, p *pipe.Pipe) error {
 		// those rows from the page would leave them old.
 		if err := fo.mark(sctx, marks, nil); err != nil {
 			return err
+		}
+		if t.ids != nil {
+			if err := fo.readRetryPage(ctx, sctx, marks, p, t, size); err != nil {
+				return err
+			}
+			continue
 		}
 		var last bson.RawValue
 		for {

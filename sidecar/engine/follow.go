@@ -93,12 +93,18 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 			snap.ckp.abort()
 		}()
 	}
+	f.pctx = pctx
+	defer func() {
+		if f.fan != nil {
+			f.fan.stop()
+		}
+	}()
 	if len(f.deps) > 0 {
-		f.fan = e.newFanout(jc, l, log)
-		f.fan.waiting = &f.waiting
-		f.fan.begin(pctx, f.p.Pipe)
-		defer f.fan.stop()
+		f.startFan()
 	}
+	f.retries = make(chan *liveRetry)
+	stopRetries := f.serveRetries(ctx)
+	defer stopRetries()
 	log.Info("following", "collection", job.Collection, "since", plan.since)
 	err = f.loop(ctx, plan.untilReindexed)
 	if snap != nil {
@@ -166,6 +172,18 @@ type follower struct {
 	// relatedAllPending: a related collection went away; the next flush
 	// sends every document again.
 	relatedAllPending bool
+	// fanBusy counts the fan-out reader's tasks handed over and not yet
+	// at their last mark (the follow loop's): only while it is above zero
+	// does the reader's window need the keys the stream changes (a task's
+	// reads all happen after it was handed over, so they see every change
+	// before).
+	fanBusy int
+
+	// pctx is the pipe's context (a fan-out reader started later runs
+	// under it); retries takes `meilistream retry` requests
+	// (retrylive.go).
+	pctx    context.Context
+	retries chan *liveRetry
 
 	// The last position recorded (the pipe's wait stage writes it, a
 	// control flight reads it once everything is durable).
@@ -197,8 +215,26 @@ func (f *follower) chains() []*chain {
 // every chain's window.
 func (f *follower) changedKey(k string) {
 	for _, c := range f.chains() {
+		if c == f.fanChain() && f.fanBusy == 0 {
+			continue
+		}
 		c.changed[k] = true
 	}
+}
+
+// fanChain is the fan-out reader's chain, nil without one.
+func (f *follower) fanChain() *chain {
+	if f.fan == nil {
+		return nil
+	}
+	return f.fan.chain
+}
+
+// startFan starts the fan-out reader (related changes, retries).
+func (f *follower) startFan() {
+	f.fan = f.e.newFanout(f.jc, f.l, f.log)
+	f.fan.waiting = &f.waiting
+	f.fan.begin(f.pctx, f.p.Pipe)
 }
 
 // open opens the stream after f.tok (at the present when empty), retrying
@@ -293,6 +329,10 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 			// failed, a document with onDocumentError: fail, a reindex
 			// read that failed).
 			return f.stop(ctx, f.p.Err())
+		case r := <-f.retries:
+			if err := f.startRetry(r); err != nil {
+				return f.stop(ctx, err)
+			}
 		case <-committed:
 			return f.stop(ctx, nil)
 		case <-ctx.Done():
@@ -921,6 +961,7 @@ func (f *follower) startFanouts() {
 		tasks = []*fanTask{{filter: bson.D{}}}
 	}
 	f.related, f.relatedN, f.relatedAllPending = nil, 0, false
+	f.fanBusy += len(tasks)
 	for _, t := range tasks {
 		f.fanPending.Add(1)
 		f.fan.tasks <- t
@@ -939,8 +980,14 @@ func (f *follower) onFanMark(mark string, ev bson.Raw, tok bson.Raw) error {
 	if c == nil {
 		return nil // the opening mark
 	}
+	if c.final {
+		f.fanBusy--
+	}
 	if err := f.flush(); err != nil {
 		return err
+	}
+	if c.task != nil && c.task.retry != nil {
+		return f.submitRetryPage(c, changed)
 	}
 	items := c.items
 	if len(changed) > 0 {

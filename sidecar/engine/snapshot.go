@@ -118,6 +118,7 @@ func (e *Engine) newSnapshot(ctx context.Context, jc jobConfig, dst sink.Sink, l
 		start:   time.Now(),
 		stopped: make(chan struct{}), committed: make(chan struct{}), progStop: make(chan struct{}),
 	}
+	recorded := cp // the checkpoint found, whatever becomes of it
 	if cp != nil && cp.Swapping {
 		log.Info("the last reindex stopped while swapping its index in: starting over (its staged index may already be the old live one)")
 		cp = nil
@@ -134,15 +135,19 @@ func (e *Engine) newSnapshot(ctx context.Context, jc jobConfig, dst sink.Sink, l
 			return nil, errs.Wrap(errs.Failed, job.Name, err, "stage the reindex")
 		default:
 			s.staged, s.resumed, s.cp, s.prev = staged, true, cp, cp.Count
+			if cp.Destination == "" {
+				cp.Destination = jobstate.Destination(job) // rewritten with the next checkpoint
+			}
 		}
 	}
 	if s.staged == nil {
+		e.discardAbandoned(ctx, job, dst, recorded, inPlace, log)
 		staged, err := dst.Stage(ctx, false)
 		if err != nil {
 			return nil, errs.Wrap(errs.Failed, job.Name, err, "stage the reindex")
 		}
 		s.staged = staged
-		s.cp = &jobstate.Checkpoint{StartedAt: time.Now(), Hash: job.Hash, InPlace: inPlace}
+		s.cp = &jobstate.Checkpoint{StartedAt: time.Now(), Hash: job.Hash, InPlace: inPlace, Destination: jobstate.Destination(job)}
 		if err := e.store.WriteCheckpoint(ctx, job.Name, l, s.cp); err != nil {
 			return nil, err
 		}
@@ -173,6 +178,45 @@ func (e *Engine) newSnapshot(ctx context.Context, jc jobConfig, dst sink.Sink, l
 		st.Reindex = status.ReindexProgress{Done: s.cp.Count, Estimated: s.est, Started: s.start, Resumed: s.resumed}
 	})
 	return s, nil
+}
+
+// discardAbandoned deletes the staged target of the unfinished swap
+// reindex recorded in cp, which a reindex starting over abandons: one
+// staged for another destination (the job's index uid changed), or any
+// when the job now reindexes in place. A fresh swap reindex into the same
+// destination needs nothing: its Stage drops the leftover. A checkpoint of
+// an earlier release does not name its destination: it was the job's
+// (the uid is then taken as unchanged). A target another job's unfinished
+// reindex stages into is left alone; a failure is only logged (the next
+// reindex that starts over tries again, and the target can be deleted by
+// hand).
+func (e *Engine) discardAbandoned(ctx context.Context, job *transform.Job, dst sink.Sink, cp *jobstate.Checkpoint, inPlace bool, log hclog.Logger) {
+	d, ok := dst.(sink.StageDiscarder)
+	if cp == nil || cp.InPlace || !ok {
+		return
+	}
+	dest := jobstate.Destination(job)
+	was := cp.Destination
+	if was == "" {
+		was = dest
+	}
+	if was == dest && !inPlace {
+		return
+	}
+	others, err := e.store.StagingInto(ctx, job.Name, was)
+	if err != nil {
+		log.Warn("the staged index of the abandoned reindex is left in place: cannot tell whether another job uses it", "destination", was, "error", err)
+		return
+	}
+	if len(others) > 0 {
+		log.Info("the staged index of the abandoned reindex is left in place: another job's reindex stages into it", "destination", was, "jobs", others)
+		return
+	}
+	if err := d.DiscardStage(ctx, was); err != nil {
+		log.Warn("deleting the staged index of the abandoned reindex failed; delete it by hand", "destination", was, "error", err)
+		return
+	}
+	log.Info("deleted the staged index of the abandoned reindex", "destination", was, "in_place", inPlace)
 }
 
 func newNonce() string {

@@ -23,8 +23,8 @@ import (
 //	 hashSince: <server date hash was first recorded>,
 //	 destination: <index uid or replica collection>,
 //	 leaseEpoch: <int64>, updatedAt: <server date>}
-//	{_id: {reindex: <job>}, startedAt, hash, inPlace, lastId, count,
-//	 swapping, leaseEpoch, updatedAt}
+//	{_id: {reindex: <job>}, startedAt, hash, inPlace, destination, lastId,
+//	 count, swapping, leaseEpoch, updatedAt}
 //	{_id: {watermark: <job>}, mark: <a running reindex's latest mark>}
 //
 // The position's hash is the transform the destination was last rebuilt
@@ -79,8 +79,8 @@ type Position struct {
 	Hash     string    `bson:"hash"`
 	// PreviousHash is the hash recorded before Hash, and HashSince the
 	// server time Hash was first recorded: during a rollout, a pod still
-	// running the previous transform must not reindex back to it
-	// (the engine's Config.RolloutGrace).
+	// running the previous transform must not reindex back to it while a
+	// live pod runs Hash (the engine's ErrTransformOlder).
 	PreviousHash string    `bson:"previousHash"`
 	HashSince    time.Time `bson:"hashSince"`
 	// Destination is the index uid (search) or replica collection (mirror)
@@ -94,11 +94,17 @@ type Position struct {
 
 // Checkpoint is a reindex's progress after its last durable chunk.
 type Checkpoint struct {
-	StartedAt time.Time     `bson:"startedAt"`
-	Hash      string        `bson:"hash"`
-	InPlace   bool          `bson:"inPlace"`
-	LastID    bson.RawValue `bson:"lastId,omitempty"`
-	Count     int64         `bson:"count"`
+	StartedAt time.Time `bson:"startedAt"`
+	Hash      string    `bson:"hash"`
+	InPlace   bool      `bson:"inPlace"`
+	// Destination is the index uid (or replica collection) the reindex
+	// rebuilds: a swap reindex stages next to it (the Meilisearch sink's
+	// <uid>__reindex), so a reindex that starts over for another
+	// destination, or in place, knows which staged target it abandons.
+	// Empty in checkpoints of earlier releases.
+	Destination string        `bson:"destination,omitempty"`
+	LastID      bson.RawValue `bson:"lastId,omitempty"`
+	Count       int64         `bson:"count"`
 	// Swapping is set just before the staged index is swapped in: from
 	// then on the staged index may already be the old live one (the swap
 	// task can succeed after this process died or gave up waiting), so a
@@ -194,7 +200,7 @@ func (s *Store) fencedUpdate(ctx context.Context, job string, l Fence, id bson.D
 var (
 	positionFields = []string{"token", "wallTime"}
 	// startToken is cleared too: checkpoints of earlier versions had it.
-	checkpointFields = []string{"startToken", "startedAt", "hash", "inPlace", "lastId", "count", "swapping"}
+	checkpointFields = []string{"startToken", "startedAt", "hash", "inPlace", "destination", "lastId", "count", "swapping"}
 )
 
 // Stamp writes l's epoch into the job's state documents (creating them
@@ -262,6 +268,49 @@ func (s *Store) RecordNewPosition(ctx context.Context, job *transform.Job, l Fen
 		return errs.Wrap(errs.Failed, job.Name, err, "record position")
 	}
 	return err
+}
+
+// RecordHash records job's hash in place of the one the position was
+// recorded with, leaving the token, the hash history (previousHash,
+// hashSince) and everything else as they are: for a hash computed another
+// way of the very same transform (a position recorded by an earlier
+// release, transform.Job.LegacyHash), which must not reindex.
+func (s *Store) RecordHash(ctx context.Context, job *transform.Job, l Fence) error {
+	err := s.fencedSet(ctx, job.Name, l, posKey(job.Name), bson.D{
+		{Key: "hash", Value: job.Hash},
+		{Key: "destination", Value: Destination(job)},
+		{Key: "definition", Value: Definition(job)},
+	})
+	if err != nil && !errors.Is(err, errs.ErrLeaseLost) {
+		return errs.Wrap(errs.Failed, job.Name, err, "record the transform hash")
+	}
+	return err
+}
+
+// StagingInto returns the jobs other than job whose unfinished swap
+// reindex stages next to destination dest: a staged target another job
+// still builds is not abandoned.
+func (s *Store) StagingInto(ctx context.Context, job, dest string) ([]string, error) {
+	filter := bson.D{
+		{Key: "_id.reindex", Value: bson.D{{Key: "$exists", Value: true}, {Key: "$ne", Value: job}}},
+		{Key: "destination", Value: dest},
+		{Key: "inPlace", Value: bson.D{{Key: "$ne", Value: true}}},
+		{Key: "hash", Value: bson.D{{Key: "$exists", Value: true}}},
+	}
+	cur, err := s.state.Find(ctx, filter)
+	if err != nil {
+		return nil, errs.Wrap(errs.Failed, job, err, "read the other jobs' reindex checkpoints")
+	}
+	defer cur.Close(ctx)
+	var out []string
+	for cur.Next(ctx) {
+		name, _ := cur.Current.Lookup("_id", "reindex").StringValueOK()
+		out = append(out, name)
+	}
+	if err := cur.Err(); err != nil {
+		return nil, errs.Wrap(errs.Failed, job, err, "read the other jobs' reindex checkpoints")
+	}
+	return out, nil
 }
 
 // destination is where job writes: its index uid, or its replica
@@ -342,6 +391,7 @@ func (s *Store) WriteCheckpoint(ctx context.Context, job string, l Fence, c *Che
 		{Key: "startedAt", Value: c.StartedAt},
 		{Key: "hash", Value: c.Hash},
 		{Key: "inPlace", Value: c.InPlace},
+		{Key: "destination", Value: c.Destination},
 		{Key: "count", Value: c.Count},
 		{Key: "swapping", Value: c.Swapping},
 	}

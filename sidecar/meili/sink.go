@@ -685,6 +685,33 @@ func (s *Sink) Commit(ctx context.Context) error {
 	return nil
 }
 
+// DiscardStage deletes the temporary index a swap reindex of index uid
+// staged (uid + ReindexSuffix), if it is there.
+func (s *Sink) DiscardStage(ctx context.Context, uid string) error {
+	// The uid comes from the state collection: only a plain index uid,
+	// never one that is itself a staging index, names a target to drop.
+	if !plainUID(uid) {
+		return errs.New(errs.Failed, s.job.Name, "cannot delete the staged index of %q: not an index uid meilistream writes", uid)
+	}
+	return s.dropIndex(ctx, uid+ReindexSuffix)
+}
+
+var _ sink.StageDiscarder = (*Sink)(nil)
+
+// plainUID says whether uid is an index uid a job may write: 1 to 400
+// characters of A-Z a-z 0-9 _ -, not ending in ReindexSuffix.
+func plainUID(uid string) bool {
+	if uid == "" || len(uid) > 400 || strings.HasSuffix(uid, ReindexSuffix) {
+		return false
+	}
+	for _, r := range uid {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // Discard deletes the temporary index. In place: nothing to do.
 func (s *Sink) Discard(ctx context.Context) error {
 	if !s.staged || s.inPlace {

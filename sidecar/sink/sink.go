@@ -98,6 +98,17 @@ type Staged interface {
 	Discard(ctx context.Context) error
 }
 
+// StageDiscarder is implemented by a sink whose swap reindex stages into a
+// target of its own beside the destination (Meilisearch: <uid>__reindex),
+// which outlives the run that made it. A reindex that starts over for
+// another destination (the index uid changed) or in place would leave the
+// one an unfinished reindex staged behind: the engine deletes it through
+// DiscardStage, naming the destination it was staged for. Deleting a
+// target that is not there is no error.
+type StageDiscarder interface {
+	DiscardStage(ctx context.Context, destination string) error
+}
+
 // DDLObserver is implemented by a sink that wants to hear of a drop, rename
 // or dropDatabase of its source collection (the replica sink logs and counts
 // it, and never applies it to the replica); the engine calls it before it

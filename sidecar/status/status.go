@@ -55,11 +55,19 @@ type Job struct {
 	Kind string `json:"kind"`
 	// State is one of: "starting" (asking for its lease, or preparing its
 	// destination: see LastError and Attempts when that fails),
-	// "standby" (another process holds the lease), "reindexing",
+	// "standby" (another process holds the lease, or, see Waiting, this
+	// one leaves the job to a process with a newer transform),
+	// "reindexing",
 	// "following", "restarting" (waiting after a failure, see
 	// NextRestart), "failed" (cannot run until fixed), "stopping",
 	// "stopped".
 	State string `json:"state"`
+	// Waiting says why a standby job waits for another process rather
+	// than for the lease: its transform is the one the recorded transform
+	// replaced, and a live process runs the recorded one (a rollout in
+	// progress). It is no error: the job takes over by itself once its
+	// file updates or no live process runs the newer transform.
+	Waiting string `json:"waiting,omitempty"`
 	// Holder is the lease holder ("host:pid:random"): this process when
 	// reindexing or following, another one on standby; empty if unknown.
 	Holder string `json:"holder,omitempty"`

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"time"
 
@@ -32,13 +33,18 @@ type EngineDriver struct {
 var _ JobDriver = (*EngineDriver)(nil)
 
 // Standby waits until the job's lease is ours. Only a lease held by another
-// process is waited for here (polling from 500ms up to a third of the lease
-// period, jittered, so a freed lease is noticed within one renewal period);
-// any other failure to ask (MongoDB unreachable, credentials refused) is
-// returned, so the supervisor shows it in /status (last_error, restarting)
-// instead of a "standby" that claims another pod works. A refused
-// authentication is CONFIG_INVALID naming MEILISTREAM_MONGODB_URI.
-func (d *EngineDriver) Standby(ctx context.Context, name string, held func(why error)) (HeldLease, error) {
+// process, or a live process running a newer transform than this one's
+// (engine.Older, asked before each attempt so that waiting for it neither
+// takes nor bumps the lease), is waited for here (polling from 500ms up to
+// a third of the lease period, jittered, so a freed lease is noticed within
+// one renewal period); any other failure to ask (MongoDB unreachable,
+// credentials refused) is returned, so the supervisor shows it in /status
+// (last_error, restarting) instead of a "standby" that claims another pod
+// works. A refused authentication is CONFIG_INVALID naming
+// MEILISTREAM_MONGODB_URI.
+func (d *EngineDriver) Standby(ctx context.Context, def JobDef, held func(why error)) (HeldLease, error) {
+	name := def.Name
+	job, _ := def.Spec.(*transform.Job)
 	capd := d.Leases.TTL() / 3
 	base := min(lease.DefaultWaitBase, capd)
 	wait := base
@@ -48,7 +54,11 @@ func (d *EngineDriver) Standby(ctx context.Context, name string, held func(why e
 	each := min(max(capd, time.Second), 10*time.Second)
 	for {
 		actx, cancel := context.WithTimeout(ctx, each)
-		l, err := d.Leases.Acquire(actx, name)
+		var l *lease.Lease
+		err := d.older(actx, job)
+		if err == nil {
+			l, err = d.Leases.Acquire(actx, name)
+		}
 		cancel()
 		if err == nil {
 			return l, nil
@@ -56,7 +66,7 @@ func (d *EngineDriver) Standby(ctx context.Context, name string, held func(why e
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
-		if errs.CodeOf(err) != errs.Running {
+		if errs.CodeOf(err) != errs.Running && !errors.Is(err, engine.ErrTransformOlder) {
 			return nil, MongoAccessError(name, err)
 		}
 		held(err)
@@ -72,6 +82,31 @@ func (d *EngineDriver) Standby(ctx context.Context, name string, held func(why e
 		wait = min(2*wait, capd)
 	}
 }
+
+// older is engine.Older for job, but only its ErrTransformOlder: another
+// failure to read the state is left to the attempt to take the lease (and
+// the run applies the rule again under it).
+func (d *EngineDriver) older(ctx context.Context, job *transform.Job) error {
+	if job == nil {
+		return nil
+	}
+	if err := d.Engine.Older(ctx, job); errors.Is(err, engine.ErrTransformOlder) {
+		return err
+	}
+	return nil
+}
+
+// KeepPresence keeps this process's presence record of the job
+// (engine.KeepPresence); nil for a job without a loaded transform.
+func (d *EngineDriver) KeepPresence(def JobDef) Presence {
+	job, ok := def.Spec.(*transform.Job)
+	if !ok || job == nil || def.Err != nil {
+		return nil
+	}
+	return d.Engine.KeepPresence(job)
+}
+
+var _ PresenceKeeper = (*EngineDriver)(nil)
 
 // MongoAccessError classifies a failure to reach the source MongoDB: an
 // authentication failure (code 18 AuthenticationFailed, which the driver
@@ -140,6 +175,16 @@ type reportingSink struct {
 // Unwrap is the wrapped sink, for the engine to find what else it does
 // (engine.Enqueuer).
 func (r *reportingSink) Unwrap() sink.Sink { return r.Sink }
+
+// DiscardStage passes on to the wrapped sink's, when it has one
+// (sink.StageDiscarder): the engine deletes an abandoned staged target
+// through it.
+func (r *reportingSink) DiscardStage(ctx context.Context, destination string) error {
+	if d, ok := r.Sink.(sink.StageDiscarder); ok {
+		return d.DiscardStage(ctx, destination)
+	}
+	return nil
+}
 
 func (r *reportingSink) Prepare(ctx context.Context) error {
 	err := r.Sink.Prepare(ctx)

@@ -76,11 +76,13 @@ type HeldLease interface {
 // and the Engine; tests use fakes.
 type JobDriver interface {
 	// Standby blocks until the job's lease is ours, waiting, with backoff,
-	// while another process holds it: it calls held (with the RUNNING error
-	// naming the holder) each time it finds the lease held. It returns any
-	// other failure to ask (MongoDB unreachable, credentials refused), for
-	// the supervisor to show and retry, and ctx's error when cancelled.
-	Standby(ctx context.Context, name string, held func(why error)) (HeldLease, error)
+	// while another process holds it, or while this process must leave the
+	// job to another (an error wrapping engine.ErrTransformOlder: a live
+	// pod runs the newer transform): it calls held with why (the RUNNING
+	// error naming the holder, or that one) each time it waits. It returns
+	// any other failure to ask (MongoDB unreachable, credentials refused),
+	// for the supervisor to show and retry, and ctx's error when cancelled.
+	Standby(ctx context.Context, def JobDef, held func(why error)) (HeldLease, error)
 	// Run runs the job under h until ctx is cancelled (it then flushes and
 	// records before returning) or it fails. ctx is cancelled with cause
 	// LEASE_LOST when the lease is lost; Run then returns an error with code
@@ -88,6 +90,27 @@ type JobDriver interface {
 	// the job for good: it is not restarted and the supervisor reports it
 	// on Fatal. stats is the job's, kept across runs.
 	Run(ctx context.Context, def JobDef, h HeldLease, stats *SupervisedJob) error
+}
+
+// PresenceKeeper is implemented by a JobDriver that records, for each job
+// this process runs (holder or standby), that it does and with which
+// transform (engine.KeepPresence): the rollout rule tells pods that
+// disagree on a transform from a revert by those records. The supervisor
+// keeps one per job while the job may run here, and closes it when the job
+// stops, or fails until its definition changes.
+type PresenceKeeper interface {
+	// KeepPresence starts keeping def's record; nil when the driver keeps
+	// none for it.
+	KeepPresence(def JobDef) Presence
+}
+
+// Presence is one job's presence record, kept by a PresenceKeeper.
+type Presence interface {
+	// Waiting says why the job stands by for a process with a newer
+	// transform ("" when it does not).
+	Waiting(reason string)
+	// Close deletes the record. Idempotent.
+	Close()
 }
 
 // Metrics receives what the supervisor reports of each job (the Prometheus
@@ -238,6 +261,11 @@ type SupervisedJob struct {
 	attempts    int // failed attempts to prepare the destination, this run
 	loadErr     error
 	loadErrAt   time.Time
+	// waiting is why a standby job waits for a process with a newer
+	// transform rather than for the lease ("" otherwise); waitLogged the
+	// last reason logged, so a wait is logged once, not at every poll.
+	waiting    string
+	waitLogged string
 }
 
 // SupervisedSnapshot is a copy of a SupervisedJob at one instant.
@@ -253,6 +281,9 @@ type SupervisedSnapshot struct {
 	Held        bool   // this process holds the job's lease
 	Epoch       int64  // lease epoch while held
 	Attempts    int    // failed attempts to prepare the destination, this run
+	// Waiting is why a standby job waits for a process with a newer
+	// transform ("" when it waits for the lease, or is not standing by).
+	Waiting string
 	// TransformError is the job's file's failure to load while the
 	// previous version runs ("" when the file in effect is the latest).
 	TransformError     string
@@ -511,15 +542,26 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 		<-ctx.Done()
 		return
 	}
+	var pres Presence
+	if pk, ok := s.cfg.Driver.(PresenceKeeper); ok {
+		pres = pk.KeepPresence(j.def)
+	}
+	leave := func() {
+		if pres != nil {
+			pres.Close()
+		}
+	}
+	defer leave()
 	failures := 0
 	for ctx.Err() == nil {
-		// "standby" only once the lease is known held by another process:
-		// a job that cannot even ask shows its error instead.
-		st.setState(StateStarting)
-		h, err := s.cfg.Driver.Standby(ctx, j.def.Name, func(why error) {
-			if st.setState(StateStandby) {
-				log.Info("lease held by another process; standing by", "lease", why.Error())
-			}
+		// "standby" only once the lease is known held by another process
+		// (or the job waits for a newer pod): a job that cannot even ask
+		// shows its error instead.
+		if st.Snapshot().Waiting == "" {
+			st.setState(StateStarting)
+		}
+		h, err := s.cfg.Driver.Standby(ctx, j.def, func(why error) {
+			s.standingBy(log, st, pres, why)
 		})
 		if ctx.Err() != nil {
 			if h != nil {
@@ -543,8 +585,14 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 		started := time.Now()
 		st.setHeld(true, h.Epoch())
 		st.setState(StateRunning)
+		if pres != nil {
+			pres.Waiting("")
+		}
 		log.Info("lease taken, job running", "epoch", h.Epoch())
 		err = s.runHeld(ctx, j, h)
+		if !errors.Is(err, engine.ErrTransformOlder) {
+			st.waitOver()
+		}
 		st.setState(StateStopping)
 		s.release(log, h)
 		st.setHeld(false, 0)
@@ -556,12 +604,29 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 			return
 		}
 		switch code := errs.CodeOf(err); {
+		case errors.Is(err, engine.ErrTransformOlder):
+			// No failure: a live process runs the newer transform, and
+			// took the lease meanwhile or will. Stand by for it (the
+			// lease is released); Standby asks again before it takes
+			// the lease, so the wait neither bumps its epoch nor counts
+			// an error.
+			s.standingBy(log, st, pres, err)
+			failures = 0
+			t := time.NewTimer(s.cfg.RestartMin)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
 		case errors.Is(err, ErrFatal):
 			// The user asked to be told (onHistoryLost: fail): no restart
 			// in a loop; the lease is released, so a standby pod takes it
 			// and meets the same until an operator repairs the job.
 			log.Error("job failed for good, not restarting it; meilistream shuts down", "error", err)
 			st.failed(err)
+			leave()
 			select {
 			case s.fatal <- err:
 			default: // another job's is already there
@@ -589,6 +654,7 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 			err = restartHint(err)
 			log.Error("job configuration invalid, not restarting until its definition changes or meilistream restarts", "error", err)
 			st.failed(err)
+			leave()
 			<-ctx.Done()
 			return
 		}
@@ -606,6 +672,40 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 			return
 		}
 	}
+}
+
+// standingBy shows a job standing by: for the lease another process holds
+// (why is RUNNING), or for a process with a newer transform (why wraps
+// engine.ErrTransformOlder: not an error, nothing counted). Each is logged
+// once, not at every poll.
+func (s *Supervisor) standingBy(log hclog.Logger, st *SupervisedJob, pres Presence, why error) {
+	reason := ""
+	if errors.Is(why, engine.ErrTransformOlder) {
+		reason = olderReason(why)
+	}
+	if pres != nil {
+		pres.Waiting(reason)
+	}
+	if !st.standby(reason) {
+		return
+	}
+	if reason != "" {
+		log.Info("standing by for a process with a newer transform", "reason", reason)
+		return
+	}
+	log.Info("lease held by another process; standing by", "lease", why.Error())
+}
+
+// olderReason is what an error wrapping engine.ErrTransformOlder says, as
+// /status shows it: the message of the engine's *errs.Error around it,
+// without the sentinel's text.
+func olderReason(err error) string {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if ee, ok := e.(*errs.Error); ok && ee.Msg != "" {
+			return ee.Msg
+		}
+	}
+	return err.Error()
 }
 
 // settingFiles are the process-wide settings a job's CONFIG_INVALID may
@@ -699,8 +799,6 @@ func (s *Supervisor) backoff(ctx context.Context, log hclog.Logger, st *Supervis
 		// reindexes what the collection then holds), not an error to page
 		// anyone about.
 		log.Warn("source collection dropped or renamed: restarting the job, which reindexes what the collection now holds", "error", err, "in", in)
-	case errors.Is(err, engine.ErrTransformOlder):
-		log.Warn("waiting for this pod's transform file to update (another pod recorded a newer one)", "error", err, "restarts", failures, "in", in)
 	default:
 		log.Error("job failed, restarting", "error", err, "restarts", failures, "in", in)
 	}
@@ -768,7 +866,34 @@ func (j *SupervisedJob) setStateLocked(state string) bool {
 	if state != StateRunning {
 		j.attempts = 0
 	}
+	if state != StateStandby {
+		j.waiting = ""
+	}
 	return changed
+}
+
+// waitOver notes that the job ran: a later wait for a newer transform is
+// logged again, even for the same reason.
+func (j *SupervisedJob) waitOver() {
+	j.mu.Lock()
+	j.waitLogged = ""
+	j.mu.Unlock()
+}
+
+// standby sets the "standby" state, waiting for the reason given ("" for
+// the lease); true when it should be logged: a new state, or a new reason
+// to wait for a newer transform.
+func (j *SupervisedJob) standby(reason string) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	changed := j.setStateLocked(StateStandby)
+	j.waiting = reason
+	if reason == "" {
+		return changed
+	}
+	logIt := reason != j.waitLogged
+	j.waitLogged = reason
+	return logIt
 }
 
 // setTransformErr records that the job's file failed to load (err) or
@@ -856,6 +981,7 @@ func (j *SupervisedJob) Snapshot() SupervisedSnapshot {
 		Held:        j.held,
 		Epoch:       j.epoch,
 		Attempts:    j.attempts,
+		Waiting:     j.waiting,
 	}
 	if j.loadErr != nil {
 		s.TransformError, s.TransformErrorAt = j.loadErr.Error(), j.loadErrAt

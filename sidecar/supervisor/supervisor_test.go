@@ -65,7 +65,8 @@ func newFakeDriver(run func(ctx context.Context, def supervisor.JobDef, call int
 	return &fakeDriver{gate: map[string]chan struct{}{}, askErr: map[string]error{}, run: run, calls: map[string]int{}}
 }
 
-func (d *fakeDriver) Standby(ctx context.Context, name string, held func(error)) (supervisor.HeldLease, error) {
+func (d *fakeDriver) Standby(ctx context.Context, def supervisor.JobDef, held func(error)) (supervisor.HeldLease, error) {
+	name := def.Name
 	d.mu.Lock()
 	g, askErr := d.gate[name], d.askErr[name]
 	d.mu.Unlock()

@@ -1,0 +1,202 @@
+package jobstate
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/meilistream/meilistream/internal/errs"
+)
+
+// `meilistream retry NAME` while another process holds the job's lease
+// leaves a request in the state collection, which the holder takes and
+// answers in place:
+//
+//	{_id: {retry: <job>, request: <random hex>}, state, requestedBy,
+//	 requestedAt, expiresAt, holder, epoch, startedAt, doneAt,
+//	 retried, written, gone, failed, durationMs, code, error}
+//
+// state is pending (written by the client), running (taken by the holder
+// at its lease epoch), done (the counts say what the retry did) or failed
+// (code and error say why it did not finish). Every time is the server's.
+// A request is bounded: expiresAt is set when it is made (the client's
+// wait); the client deletes its request once it has the answer or gives
+// up, and a holder deletes the requests of its job that expired (a client
+// that died). A running request whose holder lost the lease (an earlier
+// epoch) is taken again by the next holder: a retry is idempotent.
+
+// Retry request states.
+const (
+	RequestPending = "pending"
+	RequestRunning = "running"
+	RequestDone    = "done"
+	RequestFailed  = "failed"
+)
+
+func requestKey(job, id string) bson.D {
+	return bson.D{{Key: "retry", Value: job}, {Key: "request", Value: id}}
+}
+
+// RetryRequest is one request of `meilistream retry` to the job's holder.
+type RetryRequest struct {
+	Job    string
+	ID     string
+	State  string
+	Holder string // the holder that took it
+	Epoch  int64  // the lease epoch it took it at
+	// The outcome, once done: as engine.RetrySummary counts them.
+	Retried, Written, Gone, Failed int64
+	Duration                       time.Duration
+	// Code and Error say why a failed request did not finish.
+	Code  string
+	Error string
+}
+
+// RequestRetry writes a pending retry request for job on behalf of
+// requestedBy, expiring ttl from now by the server's clock, and returns
+// its id.
+func RequestRetry(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration) (string, error) {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	set := bson.D{
+		{Key: "state", Value: RequestPending},
+		{Key: "requestedBy", Value: bson.D{{Key: "$literal", Value: requestedBy}}},
+		{Key: "requestedAt", Value: "$$NOW"},
+		{Key: "expiresAt", Value: bson.D{{Key: "$add", Value: bson.A{"$$NOW", ttl.Milliseconds()}}}},
+	}
+	_, err := state.UpdateOne(ctx, bson.D{{Key: "_id", Value: requestKey(job, id)}},
+		mongo.Pipeline{{{Key: "$set", Value: set}}}, options.UpdateOne().SetUpsert(true))
+	if err != nil {
+		return "", errs.Wrap(errs.Failed, job, err, "write the retry request")
+	}
+	return id, nil
+}
+
+// requestDoc is a request as stored.
+type requestDoc struct {
+	ID struct {
+		Job     string `bson:"retry"`
+		Request string `bson:"request"`
+	} `bson:"_id"`
+	State      string `bson:"state"`
+	Holder     string `bson:"holder"`
+	Epoch      int64  `bson:"epoch"`
+	Retried    int64  `bson:"retried"`
+	Written    int64  `bson:"written"`
+	Gone       int64  `bson:"gone"`
+	Failed     int64  `bson:"failed"`
+	DurationMs int64  `bson:"durationMs"`
+	Code       string `bson:"code"`
+	Error      string `bson:"error"`
+}
+
+func (d *requestDoc) request() *RetryRequest {
+	return &RetryRequest{
+		Job: d.ID.Job, ID: d.ID.Request, State: d.State, Holder: d.Holder, Epoch: d.Epoch,
+		Retried: d.Retried, Written: d.Written, Gone: d.Gone, Failed: d.Failed,
+		Duration: time.Duration(d.DurationMs) * time.Millisecond, Code: d.Code, Error: d.Error,
+	}
+}
+
+// ReadRequest returns the request id of job; nil when it is gone.
+func ReadRequest(ctx context.Context, state *mongo.Collection, job, id string) (*RetryRequest, error) {
+	var d requestDoc
+	err := state.FindOne(ctx, bson.D{{Key: "_id", Value: requestKey(job, id)}}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, errs.Wrap(errs.Failed, job, err, "read the retry request")
+	}
+	return d.request(), nil
+}
+
+// WithdrawRequest deletes request id of job unless a holder has taken it:
+// true when it was still pending (and is now gone).
+func WithdrawRequest(ctx context.Context, state *mongo.Collection, job, id string) (bool, error) {
+	res, err := state.DeleteOne(ctx, bson.D{{Key: "_id", Value: requestKey(job, id)}, {Key: "state", Value: RequestPending}})
+	if err != nil {
+		return false, errs.Wrap(errs.Failed, job, err, "withdraw the retry request")
+	}
+	return res.DeletedCount == 1, nil
+}
+
+// DeleteRequest deletes request id of job, whatever its state.
+func DeleteRequest(ctx context.Context, state *mongo.Collection, job, id string) error {
+	if _, err := state.DeleteOne(ctx, bson.D{{Key: "_id", Value: requestKey(job, id)}}); err != nil {
+		return errs.Wrap(errs.Failed, job, err, "delete the retry request")
+	}
+	return nil
+}
+
+// ClaimRetry takes the oldest unexpired retry request of job that is
+// pending, or running under an earlier lease epoch (its holder went away),
+// for holder at epoch; nil when there is none.
+func (s *Store) ClaimRetry(ctx context.Context, job, holder string, epoch int64) (*RetryRequest, error) {
+	filter := bson.D{
+		{Key: "_id.retry", Value: job},
+		{Key: "$or", Value: bson.A{
+			bson.D{{Key: "state", Value: RequestPending}},
+			bson.D{{Key: "state", Value: RequestRunning}, {Key: "epoch", Value: bson.D{{Key: "$lt", Value: epoch}}}},
+		}},
+		{Key: "$expr", Value: bson.D{{Key: "$gt", Value: bson.A{"$expiresAt", "$$NOW"}}}},
+	}
+	update := bson.D{
+		{Key: "$set", Value: bson.D{{Key: "state", Value: RequestRunning}, {Key: "holder", Value: holder}, {Key: "epoch", Value: epoch}}},
+		{Key: "$currentDate", Value: bson.D{{Key: "startedAt", Value: true}}},
+	}
+	opts := options.FindOneAndUpdate().SetSort(bson.D{{Key: "requestedAt", Value: 1}}).SetReturnDocument(options.After)
+	var d requestDoc
+	err := s.state.FindOneAndUpdate(ctx, filter, update, opts).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, errs.Wrap(errs.Failed, job, err, "take a retry request")
+	}
+	return d.request(), nil
+}
+
+// FinishRetry writes r's outcome (State done or failed, the counts, Code
+// and Error) into its request, if it is still the one taken at r.Epoch
+// (a later holder may have taken it again).
+func (s *Store) FinishRetry(ctx context.Context, r *RetryRequest) error {
+	filter := bson.D{{Key: "_id", Value: requestKey(r.Job, r.ID)}, {Key: "epoch", Value: r.Epoch}, {Key: "state", Value: RequestRunning}}
+	update := bson.D{
+		{Key: "$set", Value: bson.D{
+			{Key: "state", Value: r.State},
+			{Key: "retried", Value: r.Retried},
+			{Key: "written", Value: r.Written},
+			{Key: "gone", Value: r.Gone},
+			{Key: "failed", Value: r.Failed},
+			{Key: "durationMs", Value: r.Duration.Milliseconds()},
+			{Key: "code", Value: r.Code},
+			{Key: "error", Value: cutMessage(r.Error, maxMessage)},
+		}},
+		{Key: "$currentDate", Value: bson.D{{Key: "doneAt", Value: true}}},
+	}
+	if _, err := s.state.UpdateOne(ctx, filter, update); err != nil {
+		return errs.Wrap(errs.Failed, r.Job, err, "answer the retry request")
+	}
+	return nil
+}
+
+// DropExpiredRequests deletes the requests of job whose time is up: their
+// client no longer waits for them.
+func (s *Store) DropExpiredRequests(ctx context.Context, job string) error {
+	filter := bson.D{
+		{Key: "_id.retry", Value: job},
+		{Key: "$expr", Value: bson.D{{Key: "$lte", Value: bson.A{"$expiresAt", "$$NOW"}}}},
+	}
+	if _, err := s.state.DeleteMany(ctx, filter); err != nil {
+		return errs.Wrap(errs.Failed, job, err, "delete expired retry requests")
+	}
+	return nil
+}
