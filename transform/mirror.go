@@ -224,6 +224,13 @@ func (c *mirrorConv) value(dst []byte, key string, val goja.Value, hint bsoncore
 		}
 		idx, d := bsoncore.AppendArrayElementStart(dst, key)
 		n := o.Get("length").ToInteger()
+		// Every element takes at least three bytes (its type, a one-digit
+		// key and its terminator, a null's empty value): a sparse array
+		// longer than the limit allows is refused before its holes are
+		// walked one by one.
+		if n > int64(c.limit-len(d))/3 {
+			return nil, false, c.fail(errs.NotADocument, "the result is more than the limit of %d bytes of BSON a mirror writes (the replica's maxBsonObjectSize): an array of %d elements", c.limit, n)
+		}
 		for i := int64(0); i < n; i++ {
 			ik := strconv.FormatInt(i, 10)
 			c.path = append(c.path, ik)
