@@ -5,12 +5,12 @@ import (
 	"encoding/base64"
 	"errors"
 	"time"
-	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/meilistream/meilistream/internal/clip"
 	"github.com/meilistream/meilistream/internal/errs"
 )
 
@@ -122,16 +122,7 @@ const maxMessage = 2000
 
 // cutMessage cuts msg to at most max bytes and "...", never inside a UTF-8
 // character.
-func cutMessage(msg string, max int) string {
-	if len(msg) <= max {
-		return msg
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(msg[cut]) {
-		cut--
-	}
-	return msg[:cut] + "..."
-}
+func cutMessage(msg string, max int) string { return clip.Text(msg, max, "...") }
 
 // DocError is one per-document error record, as ListDocErrors reads it.
 type DocError struct {
