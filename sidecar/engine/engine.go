@@ -132,11 +132,17 @@ func (c Config) withDefaults() Config {
 // Lease is what the engine needs of a job's lease; *lease.Lease has
 // it. Lost is closed once the lease is no longer held, Err then says why
 // (LEASE_LOST); Confirm proves with one round trip that it is still held.
+//
+// Held says, with no round trip, whether the lease may still be acted on
+// by this process's own clock (nil) or not (LEASE_LOST, and the lease is
+// then lost): it guards every request to the destination, which the epoch
+// cannot fence (sink.WithGuard).
 type Lease interface {
 	Epoch() int64
 	Lost() <-chan struct{}
 	Err() error
 	Confirm(ctx context.Context) error
+	Held() error
 }
 
 // Engine runs search and mirror jobs: reindex and follow over a Sink. One
@@ -388,8 +394,12 @@ func (e *Engine) serverNow(ctx context.Context) (time.Time, error) {
 }
 
 // leaseContext derives a context cancelled with the lease's LEASE_LOST
-// error as its cause as soon as the lease is lost.
+// error as its cause as soon as the lease is lost, and carrying the lease's
+// own-clock check for the sinks to make right before each request
+// (sink.WithGuard): a loss is noticed when the renewal says so, but a
+// process continued after a freeze may reach a request first.
 func leaseContext(ctx context.Context, l Lease) (context.Context, func()) {
+	ctx = sink.WithGuard(ctx, l.Held)
 	ctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		select {

@@ -1644,3 +1644,46 @@ func TestInPlaceSweepKeepsIntegerIDsOfEveryNumericType(t *testing.T) {
 	}
 	e.equal(job)
 }
+
+// lapsingLease is a held lease whose own-clock deadline can be made to
+// pass while nothing has told its renewer yet: a process frozen past its
+// lease and just continued, whose follow loop runs before the renewer.
+type lapsingLease struct {
+	*lease.Lease
+	lapsed atomic.Bool
+}
+
+func (l *lapsingLease) Held() error {
+	if l.lapsed.Load() {
+		return errs.New(errs.LeaseLost, "items", "lease lost: no renewal succeeded for 8s (the process was paused or starved)")
+	}
+	return l.Lease.Held()
+}
+
+// A holder whose lease lapsed by its own clock sends nothing more to
+// Meilisearch, even before its renewer notices: the change read after the
+// lapse is not written, and the job stops with LEASE_LOST.
+func TestHolderPastItsLeaseDeadlineSendsNothingMore(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 10, nil)
+	job := e.job(itemsJS)
+	l := &lapsingLease{Lease: e.acquire()}
+	done := make(chan error, 1)
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	go func() { done <- e.engine().Run(ctx, job, meili.NewSink(e.mc, job, e.log), l, nil) }()
+	e.settled(job)
+	l.lapsed.Store(true)
+	e.insert(100, 101, nil)
+	select {
+	case err := <-done:
+		if !errors.Is(err, errs.ErrLeaseLost) {
+			t.Fatalf("Run: %v, want LEASE_LOST", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a holder past its lease deadline kept running")
+	}
+	if e.liveHas(100, "item 100") {
+		t.Fatal("a change read after the lease lapsed was written to Meilisearch")
+	}
+}
