@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -160,6 +161,11 @@ type Engine struct {
 
 	kindMu sync.Mutex
 	kind   map[string]string // job name -> metrics kind label
+
+	// errIndex: the errors collection's index was made (or found) by a
+	// job start of this process; errIndexSaid: that it could not be, for
+	// want of the privilege, was logged.
+	errIndex, errIndexSaid atomic.Bool
 }
 
 // New returns an engine reading jobs' collections from source and
@@ -182,6 +188,29 @@ func New(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Coll
 		e.stateName = state.Name()
 	}
 	return e
+}
+
+// ensureErrorIndex makes the errors collection's index at a job's start,
+// by the lease's holder, once per process. The index only makes the
+// reads of the records fast (a job's start, `meilistream errors`): without
+// it they are still correct, so a failure is a warning, not a stop; a
+// user without the privilege to create it is told once what to do.
+func (e *Engine) ensureErrorIndex(ctx context.Context, log hclog.Logger) {
+	if e.errIndex.Load() {
+		return
+	}
+	err := e.store.EnsureErrorIndex(ctx)
+	switch {
+	case err == nil:
+		e.errIndex.Store(true)
+	case ctx.Err() != nil:
+	case errors.Is(err, jobstate.ErrNoErrorIndex):
+		if e.errIndexSaid.CompareAndSwap(false, true) {
+			log.Warn("the errors collection has no index: reading its records scans it", "error", err)
+		}
+	default:
+		log.Warn("could not create the errors collection's index; trying again at the next job start", "error", err)
+	}
 }
 
 // jobConfig is the engine configuration with a job's overrides applied.
@@ -243,6 +272,7 @@ func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l L
 	if err := e.store.Stamp(ctx, job.Name, l); err != nil {
 		return nil, closeOr(ctx, l, err)
 	}
+	e.ensureErrorIndex(ctx, log)
 	if err := retryPrepare(ctx, dst, e.cfg, log); err != nil {
 		return nil, closeOr(ctx, l, err)
 	}

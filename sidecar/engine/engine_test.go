@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1685,5 +1686,56 @@ func TestHolderPastItsLeaseDeadlineSendsNothingMore(t *testing.T) {
 	}
 	if e.liveHas(100, "item 100") {
 		t.Fatal("a change read after the lease lapsed was written to Meilisearch")
+	}
+}
+
+// A job's start makes the errors collection's index; a user who may not
+// create it gets a warning saying what to do, once, and the job runs.
+func TestJobStartMakesTheErrorsIndexOrSaysWhyNot(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 10, nil)
+	job := e.job(itemsJS)
+	e.mongo.FailCommand(bson.D{{Key: "mode", Value: "alwaysOn"},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"createIndexes"}}, {Key: "errorCode", Value: 13}}}})
+	logs := &testutil.SyncBuffer{}
+	e.log = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: logs})
+	eng := e.engine()
+	for range 2 { // two starts: one warning
+		l := e.acquire()
+		ctx, cancel := context.WithCancel(e.ctx)
+		done := make(chan error, 1)
+		go func() { done <- eng.Run(ctx, job, meili.NewSink(e.mc, job, e.log), l, nil) }()
+		e.settled(job)
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(logs.String(), "the errors collection has no index"); n != 1 || !strings.Contains(logs.String(), "createIndex") {
+		t.Fatalf("%d warnings about the missing index (want 1 naming createIndex):\n%s", n, logs.String())
+	}
+	e.mongo.FailCommand(bson.D{{Key: "mode", Value: "off"}, {Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"createIndexes"}}}}})
+	l := e.acquire()
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(ctx, job, meili.NewSink(e.mc, job, e.log), l, nil) }()
+	e.settled(job)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	cur, err := e.errs.Indexes().List(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for cur.Next(e.ctx) {
+		names = append(names, cur.Current.Lookup("name").StringValue())
+	}
+	if !slices.Contains(names, "job_1_at_-1__id_-1") {
+		t.Fatalf("indexes of the errors collection after a job start: %v", names)
 	}
 }
