@@ -547,6 +547,9 @@ type item struct {
 	key string        // keyOf(id), when the caller computed it
 	op  transform.Operation
 	upd bson.Raw // updateDescription, or nil
+	// lookup: a lean stream left the document out; it is read by _id
+	// before the transform (fillDocs).
+	lookup bool
 }
 
 // docError is a per-document failure found while transforming.

@@ -74,9 +74,15 @@ type env struct {
 
 func newEnv(t *testing.T, history int) *env {
 	t.Helper()
+	return newEnvOn(t, mongotest.Options{HistorySize: history})
+}
+
+// newEnvOn is newEnv on a test MongoDB started with opts.
+func newEnvOn(t *testing.T, opts mongotest.Options) *env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
-	ms, client := testutil.StartMongo(t, mongotest.Options{HistorySize: history})
+	ms, client := testutil.StartMongo(t, opts)
 	mm, err := meilitest.Start(meilitest.Options{})
 	if err != nil {
 		t.Fatal(err)
