@@ -1,11 +1,9 @@
 package engine_test
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -13,7 +11,6 @@ import (
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/testutil"
-	"github.com/meilistream/meilistream/sidecar/meili"
 )
 
 // bigBlob is about 10 MB: an update setting it on a document holding
@@ -98,7 +95,3 @@ func TestAnEventNoStreamCanReadFailsTheJobClearly(t *testing.T) {
 		})
 	}
 }
-
-var _ = context.Background
-var _ = time.Second
-var _ = meili.NewSink
