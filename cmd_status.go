@@ -185,7 +185,9 @@ const lagProbeTimeout = 5 * time.Second
 func firstChangeAfter(ctx context.Context, db *mongo.Database, job *transform.Job, state string, token bson.Raw) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, lagProbeTimeout)
 	defer cancel()
-	cs, err := stream.Open(ctx, db, job, state, token)
+	// Lean: without the documents, an event over 16 MB after the
+	// position reads like any other, whatever the server's version.
+	cs, err := stream.Open(ctx, db, job, state, token, stream.Lean())
 	if err != nil {
 		return time.Time{}, streamProblem(err)
 	}

@@ -43,6 +43,7 @@ func init() {
 	for name, fn := range map[string]func(ts *testscript.TestScript, neg bool, args []string){
 		"mongo":                  cmdMongo,
 		"mongo-seed":             cmdMongoSeed,
+		"mongo-big":              cmdMongoBig,
 		"mongo-failcommand":      cmdMongoFailCommand,
 		"synced":                 cmdSynced,
 		"wait-status":            cmdWaitStatus,
@@ -115,10 +116,11 @@ type ownServers struct {
 
 var scriptOwnServers sync.Map // *testscript.TestScript -> *ownServers
 
-// cmdOwnServers: own-servers [-task-delay D] [-proxy-body-limit N] starts
-// a MongoDB and a Meilisearch test server for this script alone (with
-// -proxy-body-limit, behind a proxy that answers larger bodies with an
-// HTML 413, as nginx's client_max_body_size) and points the script's
+// cmdOwnServers: own-servers [-task-delay D] [-proxy-body-limit N]
+// [-mongo-version V] starts a MongoDB and a Meilisearch test server for
+// this script alone (with -proxy-body-limit, behind a proxy that answers
+// larger bodies with an HTML 413, as nginx's client_max_body_size; with
+// -mongo-version, MongoDB answering as that version) and points the script's
 // MEILISTREAM_MONGODB_URI and MEILISTREAM_MEILI_URL at them: fault
 // injection (dropped connections, a moved clock, failing requests) must not
 // disturb the scripts running beside it. It needs the in-process servers:
@@ -128,13 +130,14 @@ func cmdOwnServers(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("own-servers", flag.ContinueOnError)
 	delay := fs.Duration("task-delay", 0, "meilitest TaskDelay")
 	proxyLimit := fs.Int64("proxy-body-limit", 0, "meilitest ProxyBodyLimit")
+	version := fs.String("mongo-version", "", "mongotest Version")
 	if neg || fs.Parse(args) != nil || fs.NArg() != 0 {
-		ts.Fatalf("usage: own-servers [-task-delay D] [-proxy-body-limit N]")
+		ts.Fatalf("usage: own-servers [-task-delay D] [-proxy-body-limit N] [-mongo-version V]")
 	}
 	if _, ok := scriptOwnServers.Load(ts); ok {
 		ts.Fatalf("own-servers: already started")
 	}
-	ms, err := mongotest.Start(mongotest.Options{})
+	ms, err := mongotest.Start(mongotest.Options{Version: *version})
 	ts.Check(err)
 	key := ts.Getenv("MEILISTREAM_MEILI_API_KEY")
 	ml, err := meilitest.Start(meilitest.Options{MasterKey: key, TaskDelay: *delay, ProxyBodyLimit: *proxyLimit})
@@ -368,6 +371,38 @@ func mongoOp(ts *testscript.TestScript, args []string) error {
 		ts.Fatalf("usage: mongo insert|update|replace|delete|drop COLL [JSON...]")
 	}
 	return err
+}
+
+// cmdMongoBig: mongo-big COLL ID FIELD MB [SET] sets FIELD of the
+// document ID (an integer) to a string of MB megabytes (creating the
+// document if need be), with the fields of the JSON object SET in the same
+// update: an update whose change event, with its post-image, is twice as
+// large.
+func cmdMongoBig(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 4 || len(args) > 5 {
+		ts.Fatalf("usage: mongo-big COLL ID FIELD MB [SET]")
+	}
+	id, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	mb, err := strconv.Atoi(args[3])
+	ts.Check(err)
+	set := bson.D{}
+	if len(args) == 5 {
+		set = extJSON(ts, args[4])
+	}
+	ctx, cancel := cmdCtx()
+	defer cancel()
+	coll := scriptMongo(ts).Collection(args[0])
+	// Another letter than the field holds, so that the field changes.
+	c := byte('a')
+	if raw, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw(); err == nil {
+		if v, ok := raw.Lookup(args[2]).StringValueOK(); ok && len(v) > 0 && v[0] >= 'a' && v[0] < 'z' {
+			c = v[0] + 1
+		}
+	}
+	set = append(set, bson.E{Key: args[2], Value: strings.Repeat(string(c), mb<<20)})
+	_, err = coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: set}}, options.UpdateOne().SetUpsert(true))
+	ts.Check(err)
 }
 
 // cmdMongoSeed: mongo-seed COLL N [FIRST] inserts N generated articles of

@@ -65,8 +65,13 @@
 // epoch) before it starts work, so that from then on every write of every
 // earlier holder fails. Never delete a fenced document: the stamp goes with
 // it, and a deposed holder's next upsert would recreate D. Clear its fields
-// instead ($unset them, keep leaseEpoch). Writes to Meilisearch cannot be fenced; a stalled
-// holder learns of its loss at its next renewal (README).
+// instead ($unset them, keep leaseEpoch).
+//
+// Writes to Meilisearch cannot be fenced: their sender calls Held right
+// before each request, which applies the give-up rule at once, so a
+// process continued after a freeze learns of its loss before it sends, not
+// at its renewer's next turn. A request already in flight when the holder
+// stalled may still land (README).
 //
 // # Keep, Confirm, Release, Wait
 //

@@ -49,8 +49,8 @@ func (l *Lease) Keep(ctx context.Context) (context.Context, func()) {
 func (l *Lease) keepLoop(ctx context.Context) {
 	ttl := l.m.ttl
 	interval := ttl / 3
-	giveUp := ttl * 3 / 4 // well before TTL: the server counts from a later instant
-	retry := ttl / 30     // first retry after a failed renewal; doubles
+	giveUp := l.m.giveUp()
+	retry := ttl / 30 // first retry after a failed renewal; doubles
 	var (
 		failures int
 		lastErr  error
@@ -121,6 +121,35 @@ func (l *Lease) keepLoop(ctx context.Context) {
 // whose monotonic reading makes the difference immune to wall-clock steps),
 // and turns durations into timers; it never compares a process time with a
 // server time.
+
+// giveUp is how long a holder runs on its last proof of the lease (the
+// send time of its last successful renewal) by its own clock: well before
+// the TTL, since the server counts from a later instant.
+func (m *Manager) giveUp() time.Duration { return m.ttl * 3 / 4 }
+
+// Held says, without a round trip, whether this process may still act on
+// the lease: nil while the lease is not lost and the give-up deadline (3/4
+// of the TTL after the last successful renewal was sent, by this process's
+// monotonic clock) is ahead; otherwise the LEASE_LOST *errs.Error, and a
+// lease past its deadline is marked lost at once (Lost closes).
+//
+// Keep makes the same judgement, but only when its timer fires: a process
+// that was frozen (SIGSTOP, a stalled node) past the deadline runs its
+// other goroutines too when it is continued, and one of them may be about
+// to send a batch. Whoever writes where the lease cannot fence (Meilisearch,
+// the replica) calls Held right before each request, so such a process
+// sends nothing after it wakes.
+func (l *Lease) Held() error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	lastOK := l.lastProof()
+	if elapsed := l.m.now().Sub(lastOK); elapsed >= l.m.giveUp() {
+		l.lose(unproven(elapsed, nil))
+		return l.Err()
+	}
+	return nil
+}
 
 func (l *Lease) lastProof() time.Time {
 	l.mu.Lock()

@@ -804,3 +804,35 @@ func TestKeepEndsWithItsParentContextAndTheLeaseStaysHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Held judges by the process's own clock, without waiting for Keep's
+// timer: a process continued after a freeze past its give-up deadline is
+// told at its first request, and the lease is lost from then on.
+func TestHeldGivesUpAtTheDeadlineByTheProcessClock(t *testing.T) {
+	e := newEnv(t)
+	a := e.manager("a:1:x", lease.Options{TTL: 4 * time.Second})
+	var jump atomic.Int64
+	lease.SetClock(a, func() time.Time { return time.Now().Add(time.Duration(jump.Load())) })
+	la := e.acquire(a, "job")
+	if err := la.Held(); err != nil {
+		t.Fatalf("Held on a fresh lease: %v", err)
+	}
+	jump.Store(int64(2900 * time.Millisecond)) // less than 3/4 of the TTL
+	if err := la.Held(); err != nil {
+		t.Fatalf("Held before the give-up deadline: %v", err)
+	}
+	jump.Store(int64(3 * time.Second)) // 3/4 of the TTL: the deadline
+	err := la.Held()
+	if !errors.Is(err, errs.ErrLeaseLost) || !strings.Contains(err.Error(), "paused") {
+		t.Fatalf("Held past the deadline: %v, want LEASE_LOST saying the process was paused", err)
+	}
+	select {
+	case <-la.Lost():
+	default:
+		t.Fatal("a lease past its deadline is not marked lost")
+	}
+	jump.Store(0)
+	if err := la.Held(); !errors.Is(err, errs.ErrLeaseLost) {
+		t.Fatalf("Held after the loss: %v (a lost lease stays lost)", err)
+	}
+}

@@ -7,6 +7,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/meilistream/meilistream/internal/clip"
 )
 
 // What the replica says about a write goes into the log, /status and the
@@ -37,10 +39,7 @@ func redactText(msg string) string {
 		cut = i
 	}
 	if cut > maxText {
-		cut = maxText
-		for cut > 0 && msg[cut]&0xC0 == 0x80 { // not inside a UTF-8 character
-			cut--
-		}
+		cut = len(clip.Prefix(msg, maxText))
 	}
 	out := strings.TrimRight(msg[:cut], " :,-(")
 	if cut < len(msg) {
@@ -112,14 +111,7 @@ func validationDetails(info bson.Raw) string {
 		return ""
 	}
 	s := relaxedJSON(d)
-	if len(s) > maxDetail {
-		cut := maxDetail
-		for cut > 0 && s[cut]&0xC0 == 0x80 {
-			cut--
-		}
-		s = s[:cut] + "..."
-	}
-	return s
+	return clip.Text(s, maxDetail, "...")
 }
 
 // relaxedJSON renders v as relaxed Extended JSON ({"email":1}), what

@@ -435,6 +435,9 @@ func (s *Sink) bulk(ctx context.Context, ws []write) (outcome, error) {
 	for i, w := range ws {
 		models[i] = w.model
 	}
+	if err := sink.Guard(ctx); err != nil {
+		return outcome{}, err
+	}
 	wctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	_, err := s.replica.BulkWrite(wctx, models, options.BulkWrite().SetOrdered(false))

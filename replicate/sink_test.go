@@ -904,3 +904,19 @@ func TestStageIndexRefusals(t *testing.T) {
 		t.Fatalf("once the replica takes them: %v", err)
 	}
 }
+
+// Once the guard of the context (the lease's own-clock check) says the
+// lease lapsed, the replica gets no write: the guard's LEASE_LOST comes
+// back instead.
+func TestSendWritesNothingOnceTheGuardSaysTheLeaseLapsed(t *testing.T) {
+	p := newPair(t)
+	lost := errs.New(errs.LeaseLost, "articles", "lease lost: no renewal succeeded for 23s (the process was paused or starved)")
+	ctx := sink.WithGuard(ctxT(t), func() error { return lost })
+	_, err := p.sink.Send(ctx, sink.Batch{Writes: []sink.Write{upsert(t, 1, bson.E{Key: "t", Value: "a"}), del(t, 2)}})
+	if !errors.Is(err, errs.ErrLeaseLost) {
+		t.Fatalf("send: %v, want LEASE_LOST", err)
+	}
+	if got := all(t, p.replica); len(got) != 0 {
+		t.Fatalf("the replica holds %d documents after a send refused by the guard", len(got))
+	}
+}

@@ -142,7 +142,7 @@ func loadPanic(j *Job, r any) error {
 	case goja.Value:
 		return runErr(j, "load", &goja.Exception{})
 	}
-	return errs.New(errs.TransformFailed, j.Name, "load: %s: internal error (%s): please report it", j.file(), clip(fmt.Sprint(r), 200))
+	return errs.New(errs.TransformFailed, j.Name, "load: %s: internal error (%s): please report it", j.file(), clipText(fmt.Sprint(r), 200))
 }
 
 // start runs the vm's goroutine: it runs what work hands it, one at a

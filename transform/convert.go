@@ -54,7 +54,7 @@ func eachElement(raw []byte, fn func(key string, val bsoncore.Value) error) erro
 		}
 		val, err := el.ValueErr()
 		if err != nil {
-			return errs.New(errs.NotADocument, "", "malformed BSON value at %q", clip(key, maxKeyText))
+			return errs.New(errs.NotADocument, "", "malformed BSON value at %q", clipText(key, maxKeyText))
 		}
 		if err := fn(key, val); err != nil {
 			return err

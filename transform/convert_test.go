@@ -396,22 +396,25 @@ func TestAResultLargerThanTheLimitIsRefused(t *testing.T) {
 // maxBsonObjectSize (16 MiB), whatever the search result limit (1 MiB of
 // JSON) is, measured on the document as the replica stores it.
 func TestAMirrorTakesDocumentsUpToTheReplicaLimit(t *testing.T) {
+	// Megabytes through the runtime: time enough on a loaded machine,
+	// since what is tested is the size.
+	slow := transform.Options{Timeout: 30 * time.Second}
 	big := strings.Repeat("x", 3<<20)
 	doc := bson.D{{Key: "_id", Value: 1}, {Key: "s", Value: big}}
 	for _, src := range []string{
 		`module.exports = { mirror: "m" };`,
 		`module.exports = { mirror: "m", transform(d) { d.t = d.s; return d; } };`,
 	} {
-		res := mustApply(t, loadJob(t, src), doc)
+		res := mustApply(t, loadJob(t, src, slow), doc)
 		if len(res.Raw) < len(big) {
 			t.Errorf("%s: a %d-byte result", src, len(res.Raw))
 		}
 	}
-	_, err := apply(t, loadJob(t, `module.exports = { index: "i" };`), doc)
+	_, err := apply(t, loadJob(t, `module.exports = { index: "i" };`, slow), doc)
 	wantErr(t, err, errs.NotADocument, "limit of 1048576")
 
 	over := transform.DefaultMaxMirrorBytes - len(big) - 20
-	j := loadJob(t, `module.exports = { mirror: "m", transform(d) { d.t = "y".repeat(`+strconv.Itoa(over)+`); return d; } };`)
+	j := loadJob(t, `module.exports = { mirror: "m", transform(d) { d.t = "y".repeat(`+strconv.Itoa(over)+`); return d; } };`, slow)
 	_, err = apply(t, j, doc)
 	wantErr(t, err, errs.NotADocument, "limit of 16777216", "maxBsonObjectSize")
 }

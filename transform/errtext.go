@@ -44,12 +44,12 @@ func runErr(j *Job, what string, err error) error {
 	}
 	var ie *goja.InterruptedError
 	if errors.As(err, &ie) {
-		return errs.New(errs.TransformFailed, j.Name, "%s: %s: %s", what, file, clip(fmt.Sprint(ie.Value()), maxErrorText))
+		return errs.New(errs.TransformFailed, j.Name, "%s: %s: %s", what, file, clipText(fmt.Sprint(ie.Value()), maxErrorText))
 	}
 	if what == "load" {
 		return errs.New(errs.TransformFailed, j.Name, "%s: %s: %s", what, file, safeSyntaxText(err.Error()))
 	}
-	return errs.New(errs.TransformFailed, j.Name, "%s: %s: %s", what, file, clip(err.Error(), maxErrorText))
+	return errs.New(errs.TransformFailed, j.Name, "%s: %s: %s", what, file, clipText(err.Error(), maxErrorText))
 }
 
 // exceptionText is the thrown value and where it was thrown: "TypeError:
@@ -74,7 +74,7 @@ func exceptionText(ex *goja.Exception) (text string) {
 			}
 		}
 	}
-	msg = clip(msg, maxErrorText)
+	msg = clipText(msg, maxErrorText)
 	if p := exceptionLine(ex); p != "" {
 		return fmt.Sprintf("%s (line %s)", msg, p)
 	}
@@ -188,7 +188,7 @@ func safeSyntaxText(msg string) string {
 	if i := strings.IndexAny(msg, ":("); i >= 0 {
 		msg = msg[:i]
 	}
-	return clip(strings.TrimSpace(msg), 120)
+	return clipText(strings.TrimSpace(msg), 120)
 }
 
 // internalErr is a panic that no case expects, from our conversion code
@@ -199,8 +199,8 @@ func safeSyntaxText(msg string) string {
 // the log, to be reported.
 func internalErr(j *Job, r any) error {
 	j.opts.Logger.Error("internal error while converting a document; it is recorded as a per-document error: please report this log line",
-		"panic", clip(fmt.Sprint(r), maxErrorText), "stack", string(debug.Stack()))
-	return errs.New(errs.TransformFailed, j.Name, "internal error while converting the document (%s): the log has the stack, please report it", clip(fmt.Sprint(r), 200))
+		"panic", clipText(fmt.Sprint(r), maxErrorText), "stack", string(debug.Stack()))
+	return errs.New(errs.TransformFailed, j.Name, "internal error while converting the document (%s): the log has the stack, please report it", clipText(fmt.Sprint(r), 200))
 }
 
 // consoleString renders one console argument: strings as they are, other
@@ -222,5 +222,5 @@ func (v *vm) consoleString(a goja.Value) (s string) {
 			}
 		}
 	}
-	return clip(a.String(), maxConsoleLine+1)
+	return clipText(a.String(), maxConsoleLine+1)
 }

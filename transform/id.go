@@ -171,7 +171,7 @@ func ParseIndexID(id any) (bson.RawValue, error) {
 	case json.Number:
 		n, err := strconv.ParseInt(string(v), 10, 64)
 		if err != nil {
-			return bson.RawValue{}, errs.New(errs.NotADocument, "", "id %q is not an id meilistream writes", clip(string(v), maxKeyText))
+			return bson.RawValue{}, errs.New(errs.NotADocument, "", "id %q is not an id meilistream writes", clipText(string(v), maxKeyText))
 		}
 		return intRaw(n), nil
 	case int:
@@ -203,7 +203,7 @@ func intRaw(n int64) bson.RawValue {
 
 func parseStringID(s string) (bson.RawValue, error) {
 	bad := func() (bson.RawValue, error) {
-		return bson.RawValue{}, errs.New(errs.NotADocument, "", "id %q is not an id meilistream writes", clip(s, maxKeyText))
+		return bson.RawValue{}, errs.New(errs.NotADocument, "", "id %q is not an id meilistream writes", clipText(s, maxKeyText))
 	}
 	if s == "" || len(s) > MaxIndexIDLen || !inAlphabet(s) {
 		return bad()

@@ -221,7 +221,7 @@ func (v *vm) readError(j *Job, rc *readCall, err error, ended bool) goja.Value {
 		v.guard.expire()
 		return v.rt.NewGoError(fmt.Errorf("%s: the transform call's time limit ran out while reading MongoDB", where))
 	case errors.Is(err, ErrQuery):
-		return v.rt.NewGoError(fmt.Errorf("%s: %s", where, clip(err.Error(), maxErrorText)))
+		return v.rt.NewGoError(fmt.Errorf("%s: %s", where, clipText(err.Error(), maxErrorText)))
 	}
 	if v.readFail == nil {
 		v.readFail = errs.Wrap(errs.Failed, j.Name, err, "%s (for a monstache script): reading MongoDB failed; the batch is tried again", where)
@@ -353,7 +353,7 @@ func (v *vm) parseReadOptions(rc *readCall, arg goja.Value) goja.Value {
 	}
 	for _, k := range o.Keys() {
 		if !readKeys[k] {
-			return v.rt.NewTypeError("%s: unknown option %q; the options are database, collection, select, sort (find, findOne) and limit (find)", rc.fn, clip(k, maxKeyText))
+			return v.rt.NewTypeError("%s: unknown option %q; the options are database, collection, select, sort (find, findOne) and limit (find)", rc.fn, clipText(k, maxKeyText))
 		}
 		val := o.Get(k)
 		if goja.IsUndefined(val) {

@@ -354,9 +354,9 @@ func checkFields(names []string) string {
 		case n == "":
 			return "an empty field name"
 		case strings.ContainsAny(n, ".\x00"):
-			return fmt.Sprintf("%q is not a top-level field name (no dots)", clip(n, maxKeyText))
+			return fmt.Sprintf("%q is not a top-level field name (no dots)", clipText(n, maxKeyText))
 		case strings.HasPrefix(n, "$"):
-			return fmt.Sprintf("%q starts with '$'", clip(n, maxKeyText))
+			return fmt.Sprintf("%q starts with '$'", clipText(n, maxKeyText))
 		}
 	}
 	return ""

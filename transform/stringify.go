@@ -47,7 +47,7 @@ func (v *vm) stringifyUpTo(val goja.Value, limit int) (out string, ok bool) {
 			if r != errStringifyCut {
 				panic(r)
 			}
-			out, ok = clip(string(s.buf), limit-1), true
+			out, ok = clipText(string(s.buf), limit-1), true
 		}
 	}()
 	holder := v.rt.NewObject()

@@ -2,22 +2,13 @@ package transform
 
 import (
 	"strings"
-	"unicode/utf8"
+
+	"github.com/meilistream/meilistream/internal/clip"
 )
 
-// clip cuts s to at most n bytes, on a rune boundary, marking the cut
-// with "…" (a byte cut could split a UTF-8 character and make the text
-// invalid where it is logged or stored).
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	i := n
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
-}
+// clipText cuts s to at most n bytes, never inside a UTF-8 character,
+// marking the cut with "…".
+func clipText(s string, n int) string { return clip.Text(s, n, "…") }
 
 // maxKeyText caps one key (a document's field name, an option's name) in
 // an error: keys are the document's shape, which an error may name, but
@@ -29,7 +20,7 @@ const maxKeyText = 64
 func pathText(path []string) string {
 	parts := make([]string, len(path))
 	for i, k := range path {
-		parts[i] = clip(k, maxKeyText)
+		parts[i] = clipText(k, maxKeyText)
 	}
-	return clip(strings.Join(parts, "."), 512)
+	return clipText(strings.Join(parts, "."), 512)
 }

@@ -420,7 +420,7 @@ func (s *Set) Close() {
 func configErr(job, file, key, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
 	if key != "" {
-		msg = fmt.Sprintf("key %q: %s", clip(key, maxKeyText), msg)
+		msg = fmt.Sprintf("key %q: %s", clipText(key, maxKeyText), msg)
 	}
 	return &errs.Error{Code: errs.ConfigInvalid, Job: job, Msg: file + ": " + msg}
 }

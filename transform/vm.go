@@ -625,7 +625,7 @@ func (c *consoleLimiter) object(v *vm) *goja.Object {
 					break
 				}
 			}
-			msg := clip(b.String(), maxConsoleLine)
+			msg := clipText(b.String(), maxConsoleLine)
 			args := []any{"source", "console"}
 			if dropped > 0 {
 				args = append(args, "dropped", dropped)

@@ -3,6 +3,7 @@ package mongotest
 import (
 	"encoding/hex"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -194,6 +195,20 @@ type changeStream struct {
 	// skipFrags fragments of event skipSeq were already seen.
 	skipSeq   int64
 	skipFrags int
+	// queue holds what was rendered and not yet returned: the fragments
+	// of a split event beyond the batch that returned the first ones (the
+	// split stage's queue, document_source_change_stream_split_large_event.cpp),
+	// or an event that did not fit its batch (mongod stashes it for the
+	// next getMore). invalidating: the invalidate is in the queue; the
+	// cursor ends once it is returned.
+	queue        []queued
+	invalidating bool
+}
+
+// queued is a rendered document and its resume token.
+type queued struct {
+	raw []byte
+	tok bson.D
 }
 
 // highWater is the stream's high-water-mark token: everything up to pos
@@ -322,11 +337,17 @@ func (s *Server) openChangeStream(x *cmdCtx, specV any, user bson.A, batchSize i
 		switch sd[0].Key {
 		case "$match", "$project", "$addFields", "$set", "$unset", "$replaceRoot", "$replaceWith":
 		case "$changeStreamSplitLargeEvent":
-			// Last, as mongod 7.0 requires
-			// (document_source_change_stream_split_large_event.cpp): events
-			// over 16 MB are split into fragments (see splitEvent).
+			// New in 7.0 and 6.0.9; last, with an empty spec, as mongod
+			// requires (document_source_change_stream_split_large_event.cpp):
+			// events over 16 MB are split into fragments (see splitEvent).
+			if !s.splitsLargeEvents() {
+				return nil, cmdErrf(40324, "Location40324", "Unrecognized pipeline stage name: '%s'", sd[0].Key)
+			}
+			if spec, ok := sd[0].Value.(bson.D); !ok || len(spec) != 0 {
+				return nil, cmdErrf(7182800, "Location7182800", "$changeStreamSplitLargeEvent spec should be an empty object")
+			}
 			if i != len(user)-1 {
-				return nil, cmdErrf(7182802, "Location7182802", "$changeStreamSplitLargeEvent can only appear as the final stage in the pipeline")
+				return nil, cmdErrf(7182802, "Location7182802", "$changeStreamSplitLargeEvent must be the last stage in the pipeline")
 			}
 			user = user[:i]
 			cs.split = true
@@ -457,7 +478,62 @@ func (s *Server) openChangeStream(x *cmdCtx, specV any, user bson.A, batchSize i
 // collectEvents gathers up to max events after cs.pos (caller holds s.mu).
 // It returns the batch, the postBatchResumeToken, and whether the stream
 // was invalidated.
+//
+// A batch takes documents while it stays within maxBatchBytes, the first
+// one always (FindCommon::haveSpaceForNext); a document that does not fit
+// waits in the stream's queue for the next getMore, as do the fragments
+// of a split event beyond the first that fit. The postBatchResumeToken is
+// the token of the last document returned while anything waits, else the
+// high-water mark of everything scanned (a resume token of the last
+// event when it was the last one scanned).
 func (s *Server) collectEvents(cs *changeStream, max int) (bson.A, bson.D, bool, error) {
+	batch := bson.A{}
+	size := 0
+	var lastTok, pbrt bson.D
+	// drain moves what waits into the batch while it fits; true when the
+	// batch is full.
+	drain := func() bool {
+		for len(cs.queue) > 0 {
+			q := cs.queue[0]
+			if max > 0 && len(batch) >= max || len(batch) > 0 && size+len(q.raw) > maxBatchBytes {
+				return true
+			}
+			batch = append(batch, rawDoc(q.raw))
+			size += len(q.raw)
+			lastTok, pbrt = q.tok, q.tok
+			cs.queue[0] = queued{}
+			cs.queue = cs.queue[1:]
+		}
+		cs.queue = nil
+		return false
+	}
+	done := func(invalidated bool) (bson.A, bson.D, bool, error) {
+		switch {
+		case len(cs.queue) > 0:
+			pbrt = lastTok
+		case invalidated:
+		case pbrt == nil:
+			pbrt = cs.highWater()
+		}
+		return batch, pbrt, invalidated, nil
+	}
+	if drain() {
+		return done(false)
+	}
+	if cs.invalidating {
+		return done(true)
+	}
+	invalidate := func(ev *event) error {
+		tok := makeToken(ev.ts, ev.seq, tokInvalidate)
+		doc := bson.D{{Key: "_id", Value: tok}, {Key: "operationType", Value: "invalidate"}, {Key: "clusterTime", Value: ev.ts}, {Key: "wallTime", Value: ev.wall}}
+		out, err := s.render(cs, doc, tok, -1)
+		if err != nil {
+			return err
+		}
+		cs.queue = append(cs.queue, out...)
+		cs.invalidating = true
+		return nil
+	}
 	if cs.pos < s.lostSeq {
 		// An open stream whose next entry was trimmed: mongod's oplog
 		// CollectionScan cannot restore its position and the getMore fails
@@ -467,69 +543,20 @@ func (s *Server) collectEvents(cs *changeStream, max int) (bson.A, bson.D, bool,
 		return nil, nil, false, &cmdError{code: 136, name: "CappedPositionLost",
 			msg: fmt.Sprintf("Executor error during getMore :: caused by :: CollectionScan died due to position in capped collection being deleted. Last seen record id: RecordId(%d)", cs.pos)}
 	}
-	batch := bson.A{}
-	size := 0
-	var lastTok bson.D
-	// emit runs the stream's stages on an event and adds what comes out to
-	// the batch, split into fragments if it is too large and the stream
-	// asked for that; it returns the token of the last document added (nil
-	// if none).
-	emit := func(doc bson.D, tok bson.D, seq int64) (bson.D, error) {
-		out, err := runStages(cs.stages, []bson.D{doc})
-		if err != nil {
-			return nil, err
-		}
-		if len(out) == 0 {
-			return nil, nil
-		}
-		id, _ := docGet(out[0], "_id")
-		if compareValues(id, tok) != 0 {
-			return nil, &cmdError{code: 280, name: "ChangeStreamFatalError", msg: "Encountered an event whose _id field, which contains the resume token, was modified by the pipeline. Modifying the _id field of an event makes it impossible to resume the stream from that point. Only transformations that retain the unmodified _id field are allowed.", labels: []string{"NonResumableChangeStreamError"}}
-		}
-		raw := encodeDoc(out[0])
-		if len(raw) <= maxBSONSize {
-			size += len(raw)
-			batch = append(batch, rawDoc(raw))
-			return tok, nil
-		}
-		if !cs.split {
-			// mongod fails the getMore with BSONObjectTooLarge.
-			return nil, cmdErrf(10334, "BSONObjectTooLarge", "BSONObj size: %d (0x%X) is invalid. Size must be between 0 and 16793600(16MB) First element: _id: %s", len(raw), len(raw), formatValue(tok))
-		}
-		frags, toks, err := splitEvent(out[0], tok)
-		if err != nil {
-			return nil, err
-		}
-		first := 0
-		if seq == cs.skipSeq {
-			first, cs.skipSeq = cs.skipFrags, 0
-		}
-		var last bson.D
-		for i := first; i < len(frags); i++ {
-			size += len(frags[i])
-			batch = append(batch, rawDoc(frags[i]))
-			last = toks[i]
-		}
-		return last, nil
-	}
-	invalidate := func(ev *event) (bson.A, bson.D, bool, error) {
-		tok := makeToken(ev.ts, ev.seq, tokInvalidate)
-		doc := bson.D{{Key: "_id", Value: tok}, {Key: "operationType", Value: "invalidate"}, {Key: "clusterTime", Value: ev.ts}, {Key: "wallTime", Value: ev.wall}}
-		if _, err := emit(doc, tok, -1); err != nil {
+	if ev := cs.invalidateNext; ev != nil {
+		cs.invalidateNext = nil
+		if err := invalidate(ev); err != nil {
 			return nil, nil, false, err
 		}
-		return batch, tok, true, nil
-	}
-	if ev := cs.invalidateNext; ev != nil {
-		return invalidate(ev)
+		return done(!drain())
 	}
 	for i := cs.pos - s.lostSeq; i < int64(len(s.oplog)); i++ {
-		if (max > 0 && len(batch) >= max) || size >= maxBatchBytes {
+		if max > 0 && len(batch) >= max || size >= maxBatchBytes {
 			break
 		}
 		ev := s.oplog[i]
 		cs.pos, cs.posTs = ev.seq, ev.ts
-		lastTok = nil
+		pbrt = nil
 		if !cs.inScope(ev) || (ev.expanded && !cs.showExpanded) || ev.ts.Before(cs.minTs) {
 			continue
 		}
@@ -540,22 +567,82 @@ func (s *Server) collectEvents(cs *changeStream, max int) (bson.A, bson.D, bool,
 		if err != nil {
 			return nil, nil, false, err
 		}
-		tok := makeToken(ev.ts, ev.seq, tokEvent)
-		last, err := emit(doc, tok, ev.seq)
+		out, err := s.render(cs, doc, makeToken(ev.ts, ev.seq, tokEvent), ev.seq)
 		if err != nil {
 			return nil, nil, false, err
 		}
-		if last != nil {
-			lastTok = last
-		}
+		cs.queue = append(cs.queue, out...)
 		if cs.invalidates(ev) {
-			return invalidate(ev)
+			if err := invalidate(ev); err != nil {
+				return nil, nil, false, err
+			}
+			return done(!drain())
+		}
+		if drain() {
+			break
 		}
 	}
-	if lastTok == nil {
-		lastTok = cs.highWater()
+	return done(false)
+}
+
+// render runs the stream's stages on one event and returns what the
+// stream shows of it: nothing, the event, or the fragments of a split
+// event (those after the resume point when the stream resumed inside it).
+// Without $changeStreamSplitLargeEvent an event larger than mongod's
+// internal limit fails with 10334 BSONObjectTooLarge, as Document::toBson
+// does; with it, an event over kBSONObjMaxChangeEventSize (16 MB + 8 KB)
+// is split. Resuming from a fragment of an event that the stream no
+// longer splits, or splits into fewer fragments, is 280
+// (DocumentSourceChangeStreamSplitLargeEvent::_handleResumeAfterSplit and
+// doGetNext; jstests/change_streams/split_large_event.js).
+func (s *Server) render(cs *changeStream, doc bson.D, tok bson.D, seq int64) ([]queued, error) {
+	resuming := seq > 0 && seq == cs.skipSeq
+	if resuming {
+		cs.skipSeq = 0
 	}
-	return batch, lastTok, false, nil
+	fatal := func(msg string) error {
+		return &cmdError{code: 280, name: "ChangeStreamFatalError", msg: msg, labels: []string{"NonResumableChangeStreamError"}}
+	}
+	out, err := runStages(cs.stages, []bson.D{doc})
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		if resuming {
+			return nil, fatal("cannot resume stream; the resume token was not found. " + formatValue(tok))
+		}
+		return nil, nil
+	}
+	id, _ := docGet(out[0], "_id")
+	if compareValues(id, tok) != 0 {
+		return nil, fatal("Encountered an event whose _id field, which contains the resume token, was modified by the pipeline. Modifying the _id field of an event makes it impossible to resume the stream from that point. Only transformations that retain the unmodified _id field are allowed.")
+	}
+	raw := encodeDoc(out[0])
+	if cs.split && len(raw) > maxChangeEventSize {
+		frags, toks, err := splitEvent(out[0], tok, maxChangeEventSize-len(encodeDoc(tok)))
+		if err != nil {
+			return nil, err
+		}
+		first := 0
+		if resuming {
+			first = cs.skipFrags // the token's fragment and those before it
+			if first > len(frags) {
+				return nil, fatal("Attempted to resume from a split event, but the resumed stream produced a different split. Ensure that the pipeline used to resume is the same as the original")
+			}
+		}
+		q := make([]queued, 0, len(frags)-first)
+		for i := first; i < len(frags); i++ {
+			q = append(q, queued{raw: frags[i], tok: toks[i]})
+		}
+		return q, nil
+	}
+	if resuming {
+		return nil, fatal("Attempted to resume from a split event fragment, but the event in the resumed stream was not large enough to be split")
+	}
+	if len(raw) > maxInternalBSON {
+		return nil, cmdErrf(10334, "BSONObjectTooLarge", "BSONObj size: %d (0x%X) is invalid. Size must be between 0 and %d(16MB) First element: _id: %s", len(raw), len(raw), maxInternalBSON, formatValue(tok))
+	}
+	return []queued{{raw: raw, tok: tok}}, nil
 }
 
 // eventDoc renders an event for a stream, fields in mongod's order
@@ -786,47 +873,77 @@ func (s *Server) streamReply(cur *cursor, batch bson.A, pbrt bson.D, invalidated
 	}}}
 }
 
-// splitEvent cuts an event over 16 MB into fragments, as mongod's
+// maxChangeEventSize is kBSONObjMaxChangeEventSize
+// (document_source_change_stream_split_large_event.h): BSONObjMaxInternalSize
+// less 8 KB. $changeStreamSplitLargeEvent splits an event larger than it,
+// into fragments of at most it less the size of the event's resume token
+// (room for the postBatchResumeToken in the reply).
+const maxChangeEventSize = maxInternalBSON - 8*1024
+
+// splitEvent cuts an event into fragments as mongod's
 // $changeStreamSplitLargeEvent does (change_stream_split_event_helpers.cpp
-// splitChangeEvent): the top-level fields in order, as many to a fragment as
-// fit, each fragment led by its own resume token (the event's, with the
-// fragment's number) and splitEvent {fragment, of}. A single field too large
-// for a fragment cannot be split: 10334 BSONObjectTooLarge.
-func splitEvent(doc bson.D, tok bson.D) ([][]byte, []bson.D, error) {
+// splitChangeEvent): the top-level fields but _id ordered by their size,
+// then name (a deterministic greedy packing that puts as many fields as
+// fit in the first fragment), each fragment led by its own resume token
+// (the event's, with the fragment's number) and splitEvent {fragment, of}.
+// A fragment's size counts its _id, its splitEvent and its sort key
+// (toBsonWithMetaData: $sortKey, the token again). A field too large for
+// any fragment fails with 7182500; the split never recurses into it.
+func splitEvent(doc bson.D, tok bson.D, maxFrag int) ([][]byte, []bson.D, error) {
 	t, err := parseToken(tok)
 	if err != nil {
 		return nil, nil, err
 	}
-	fragTok := func(i int) bson.D { return makeToken(t.ts, t.seq, byte(tokFragment+i)) }
-	head := len(encodeDoc(bson.D{{Key: "_id", Value: fragTok(0)}, {Key: "splitEvent", Value: bson.D{{Key: "fragment", Value: int32(0)}, {Key: "of", Value: int32(0)}}}}))
-	var groups []bson.D
-	var cur bson.D
-	curSize := head
-	for _, f := range doc {
-		if f.Key == "_id" {
-			continue
-		}
-		fs := len(appendElem(nil, f.Key, f.Value))
-		if head+fs > maxBSONSize {
-			return nil, nil, cmdErrf(10334, "BSONObjectTooLarge", "the field '%s' of the change event %s is too large for an event fragment (%d bytes)", f.Key, formatValue(tok), fs)
-		}
-		if len(cur) > 0 && curSize+fs > maxBSONSize {
-			groups = append(groups, cur)
-			cur, curSize = nil, head
-		}
-		cur = append(cur, f)
-		curSize += fs
+	type field struct {
+		e    bson.E
+		size int
 	}
-	groups = append(groups, cur)
+	var fields []field
+	for _, f := range doc {
+		if f.Key != "_id" {
+			fields = append(fields, field{f, len(appendElem(nil, f.Key, f.Value))})
+		}
+	}
+	if len(fields) == 0 {
+		return nil, nil, cmdErrf(7182502, "Location7182502", "Cannot split an empty event or an event containing solely '_id' field")
+	}
+	sort.SliceStable(fields, func(i, j int) bool {
+		if fields[i].size != fields[j].size {
+			return fields[i].size < fields[j].size
+		}
+		return fields[i].e.Key < fields[j].e.Key
+	})
+	fragTok := func(i int) bson.D { return makeToken(t.ts, t.seq, byte(tokFragment+i)) }
+	head := func(i int) bson.D {
+		return bson.D{{Key: "_id", Value: fragTok(i)}, {Key: "splitEvent", Value: bson.D{{Key: "fragment", Value: int32(i + 1)}, {Key: "of", Value: int32(0)}}}}
+	}
+	var groups []bson.D
+	for k := 0; k < len(fields); {
+		i := len(groups)
+		size := len(encodeDoc(append(head(i), bson.E{Key: "$sortKey", Value: bson.A{fragTok(i)}})))
+		g := head(i)
+		for {
+			g = append(g, fields[k].e)
+			size += fields[k].size
+			k++
+			if k == len(fields) || size+fields[k].size > maxFrag {
+				break
+			}
+		}
+		if size > maxFrag {
+			return nil, nil, cmdErrf(7182500, "Location7182500", "Splitting change event failed: fragment size %d is greater than maximum allowed fragment size %d", size, maxFrag)
+		}
+		groups = append(groups, g)
+	}
 	if len(groups) > maxFragments {
 		return nil, nil, cmdErrf(10334, "BSONObjectTooLarge", "the change event %s needs %d fragments; mongotest makes at most %d", formatValue(tok), len(groups), maxFragments)
 	}
 	frags := make([][]byte, len(groups))
 	toks := make([]bson.D, len(groups))
 	for i, g := range groups {
+		g[1].Value = bson.D{{Key: "fragment", Value: int32(i + 1)}, {Key: "of", Value: int32(len(groups))}}
 		toks[i] = fragTok(i)
-		d := append(bson.D{{Key: "_id", Value: toks[i]}, {Key: "splitEvent", Value: bson.D{{Key: "fragment", Value: int32(i + 1)}, {Key: "of", Value: int32(len(groups))}}}}, g...)
-		frags[i] = encodeDoc(d)
+		frags[i] = encodeDoc(g)
 	}
 	return frags, toks, nil
 }

@@ -293,11 +293,12 @@ func cmdHello(x *cmdCtx) (bson.D, error) {
 	return r[:len(r)-1], nil // without ok; runCommand adds it
 }
 
-func cmdBuildInfo(*cmdCtx) (bson.D, error) {
+func cmdBuildInfo(x *cmdCtx) (bson.D, error) {
+	v := x.s.version
 	return bson.D{
-		{Key: "version", Value: "7.0.0-mongotest"},
+		{Key: "version", Value: x.s.versionString()},
 		{Key: "gitVersion", Value: "mongotest"},
-		{Key: "versionArray", Value: bson.A{int32(7), int32(0), int32(0), int32(0)}},
+		{Key: "versionArray", Value: bson.A{int32(v[0]), int32(v[1]), int32(v[2]), int32(0)}},
 		{Key: "bits", Value: int32(64)},
 		{Key: "debug", Value: false},
 		{Key: "maxBsonObjectSize", Value: int32(maxBSONSize)},
@@ -318,7 +319,7 @@ func cmdGetParameter(x *cmdCtx) (bson.D, error) {
 	out := bson.D{}
 	for _, e := range x.cmd[1:] {
 		if e.Key == "featureCompatibilityVersion" {
-			out = append(out, bson.E{Key: e.Key, Value: bson.D{{Key: "version", Value: "7.0"}}})
+			out = append(out, bson.E{Key: e.Key, Value: bson.D{{Key: "version", Value: fmt.Sprintf("%d.%d", x.s.version[0], x.s.version[1])}}})
 		}
 	}
 	return out, nil
@@ -327,7 +328,7 @@ func cmdGetParameter(x *cmdCtx) (bson.D, error) {
 func cmdServerStatus(x *cmdCtx) (bson.D, error) {
 	return bson.D{
 		{Key: "host", Value: x.s.addr},
-		{Key: "version", Value: "7.0.0-mongotest"},
+		{Key: "version", Value: x.s.versionString()},
 		{Key: "process", Value: "mongod"},
 		{Key: "localTime", Value: x.s.now()},
 		{Key: "repl", Value: bson.D{{Key: "setName", Value: ReplicaSetName}, {Key: "isWritablePrimary", Value: true}}},

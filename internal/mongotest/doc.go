@@ -108,9 +108,17 @@
 //   - Post- and pre-images (fullDocument and fullDocumentBeforeChange
 //     whenAvailable/required) exist for collections created or modified
 //     with changeStreamPreAndPostImages; they are kept as long as the change
-//     history, with no expireAfterSeconds. An event over 16 MB fails the
-//     stream with 10334 BSONObjectTooLarge, or with
-//     $changeStreamSplitLargeEvent comes in fragments (at most 16).
+//     history, with no expireAfterSeconds. Large events follow mongod's
+//     limits: an event over 16 MB + 16 KB (BSONObjMaxInternalSize) fails
+//     the stream with 10334 BSONObjectTooLarge; with
+//     $changeStreamSplitLargeEvent (7.0 and 6.0.9 on, see Options.Version)
+//     an event over 16 MB + 8 KB comes in fragments packed by field size,
+//     a field too large for one is 7182500, and a stream resumed from a
+//     fragment's token goes on after it, or fails with 280 where the event
+//     is no longer split alike; this server makes at most 16 fragments of
+//     an event. A batch stops before a document that would take it over
+//     16 MB; what did not fit (and the rest of a split event) comes in the
+//     next getMore.
 //   - A rename onto an existing collection (dropTarget) within a database
 //     is one rename event, seen by the target's streams, as on mongod; a
 //     cross-database rename is a drop of the target and a rename (mongod
@@ -130,7 +138,10 @@
 //     cursorTimeoutMillis) of server-clock time, checked when a getMore
 //     arrives (mongod's reaper runs every few seconds); find's
 //     noCursorTimeout exempts a cursor. Sessions never expire.
-//   - hello reports maxWireVersion 21 (MongoDB 7.0) and omits lastWrite,
+//   - It answers as MongoDB 7.0.0 unless Options.Version says another
+//     (6.0.x to 8.0.x), which changes the version it reports and whether
+//     $changeStreamSplitLargeEvent exists, nothing else.
+//   - hello reports the version's maxWireVersion (21 for 7.0) and omits lastWrite,
 //     topologyVersion and compression on purpose: without topologyVersion
 //     the driver polls instead of streaming awaitable hellos.
 //   - Fail points: failCommand and failGetMoreAfterCursorCheckout only.

@@ -641,6 +641,29 @@ func (ec *evalCtx) compileOp(op string, arg any, scope []string) (exprFn, error)
 			}
 			return int32(len(arr)), nil
 		}, nil
+	case "$bsonSize":
+		// The size of a document as BSON; null for null or missing
+		// (expression_bson_size.cpp, MongoDB 4.4+).
+		fns, err := ec.args(op, arg, scope, 1, 1)
+		if err != nil {
+			return nil, err
+		}
+		return func(e *env) (any, error) {
+			v, err := fns[0](e)
+			if err != nil {
+				return nil, err
+			}
+			switch d := v.(type) {
+			case bson.D:
+				return int32(len(encodeDoc(d))), nil
+			case rawDoc:
+				return int32(len(d)), nil
+			}
+			if isNullish(v) {
+				return nil, nil
+			}
+			return nil, exprErr(31393, "$bsonSize requires a document input, found: %s", typeName(v))
+		}, nil
 	case "$arrayElemAt":
 		fns, err := ec.args(op, arg, scope, 2, 2)
 		if err != nil {

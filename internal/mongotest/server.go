@@ -46,7 +46,20 @@ type Options struct {
 	// stream cursors time out too. 0 means DefaultCursorTimeout; negative
 	// means never. find's noCursorTimeout exempts a cursor.
 	CursorTimeout time.Duration
+	// Version is the MongoDB version the server answers as, "major.minor.patch"
+	// from 6.0.0 to 8.0.x; "" means DefaultVersion. It sets buildInfo's and
+	// serverStatus's version, hello's maxWireVersion (17 for 6.0, 21 for
+	// 7.0, 25 for 8.0) and the featureCompatibilityVersion, and whether
+	// $changeStreamSplitLargeEvent exists: from 7.0 and 6.0.9 on (MongoDB's
+	// manual, $changeStreamSplitLargeEvent: "New in MongoDB 7.0 (and
+	// 6.0.9)"); before, it is an unknown stage (40324). Nothing else
+	// changes with it: the server keeps the behaviour of DefaultVersion.
+	Version string
 }
+
+// DefaultVersion is the MongoDB version the server answers as unless
+// Options.Version says another.
+const DefaultVersion = "7.0.0"
 
 // DefaultCursorTimeout is mongod's cursorTimeoutMillis default.
 const DefaultCursorTimeout = 10 * time.Minute
@@ -62,9 +75,16 @@ const DefaultHistorySize = 100000
 const ReplicaSetName = "rs0"
 
 const (
-	maxBSONSize    = 16 * 1024 * 1024
-	maxMessageSize = 48000000
-	maxBatchBytes  = 16 * 1024 * 1024
+	maxBSONSize = 16 * 1024 * 1024
+	// maxInternalBSON is mongod's BSONObjMaxInternalSize (16 MB + 16 KB,
+	// bsonobj.h): the largest document it builds for itself, such as a
+	// change event; a larger one is 10334 BSONObjectTooLarge.
+	maxInternalBSON = maxBSONSize + 16*1024
+	maxMessageSize  = 48000000
+	// maxBatchBytes is FindCommon::kMaxBytesToReturnToClientAtOnce (16
+	// MB): a batch takes a document only while it stays within it, the
+	// first document of a batch always.
+	maxBatchBytes = 16 * 1024 * 1024
 	// maxKeptBuffer bounds the request/reply buffers a connection keeps
 	// for reuse.
 	maxKeptBuffer = 64 * 1024 * 1024
@@ -76,6 +96,8 @@ type Server struct {
 	opts Options
 	ln   net.Listener
 	addr string // advertised host:port
+	// version is Options.Version: major, minor, patch.
+	version [3]int
 
 	mu     sync.RWMutex
 	dbs    map[string]*database
@@ -129,6 +151,13 @@ func Start(opts Options) (*Server, error) {
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
+	if opts.Version == "" {
+		opts.Version = DefaultVersion
+	}
+	version, err := parseVersion(opts.Version)
+	if err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("mongotest: listen: %w", err)
@@ -144,6 +173,7 @@ func Start(opts Options) (*Server, error) {
 	}
 	s := &Server{
 		opts:        opts,
+		version:     version,
 		ln:          ln,
 		dbs:         map[string]*database{},
 		historySize: opts.HistorySize,
@@ -170,6 +200,44 @@ func Start(opts Options) (*Server, error) {
 		go s.noopLoop()
 	}
 	return s, nil
+}
+
+// parseVersion reads Options.Version.
+func parseVersion(v string) ([3]int, error) {
+	var out [3]int
+	parts := strings.Split(v, ".")
+	ok := len(parts) == 3
+	for i := 0; ok && i < 3; i++ {
+		n, err := strconv.Atoi(parts[i])
+		ok = err == nil && n >= 0
+		out[i] = n
+	}
+	if !ok || out[0] < 6 || out[0] > 8 || out[0] == 6 && out[1] != 0 || out[0] == 8 && out[1] != 0 || out[0] == 7 && out[1] != 0 {
+		return out, fmt.Errorf("mongotest: Version %q: want 6.0.x, 7.0.x or 8.0.x", v)
+	}
+	return out, nil
+}
+
+// versionString is the version as buildInfo gives it.
+func (s *Server) versionString() string {
+	return fmt.Sprintf("%d.%d.%d-mongotest", s.version[0], s.version[1], s.version[2])
+}
+
+// maxWireVersion is hello's for the version (wire_version.h: 17 is 6.0,
+// 21 is 7.0, 25 is 8.0).
+func (s *Server) maxWireVersion() int32 {
+	switch s.version[0] {
+	case 6:
+		return 17
+	case 8:
+		return 25
+	}
+	return 21
+}
+
+// splitsLargeEvents says whether the version has $changeStreamSplitLargeEvent.
+func (s *Server) splitsLargeEvents() bool {
+	return s.version[0] > 6 || s.version[2] >= 9
 }
 
 // noopLoop is mongod's periodic no-op writer: every NoopInterval, if
@@ -686,7 +754,7 @@ func (s *Server) helloReply(c *conn, cmd bson.D, legacy bool) bson.D {
 		{Key: "logicalSessionTimeoutMinutes", Value: int32(30)},
 		{Key: "connectionId", Value: c.id},
 		{Key: "minWireVersion", Value: int32(0)},
-		{Key: "maxWireVersion", Value: int32(21)},
+		{Key: "maxWireVersion", Value: s.maxWireVersion()},
 		{Key: "readOnly", Value: false},
 		{Key: "ok", Value: 1.0},
 	}

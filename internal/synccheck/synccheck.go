@@ -22,6 +22,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/meilistream/meilistream/internal/clip"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -199,7 +200,7 @@ func Diff(expected, actual Docs) string {
 		case !same(e, a):
 			eb, _ := json.Marshal(e)
 			ab, _ := json.Marshal(a)
-			line = fmt.Sprintf("differs %s: want %s, have %s", k, clip(eb), clip(ab))
+			line = fmt.Sprintf("differs %s: want %s, have %s", k, short(eb), short(ab))
 		default:
 			continue
 		}
@@ -311,9 +312,6 @@ func decode(b []byte, pk string) (map[string]any, string, error) {
 	return d, string(k), nil
 }
 
-func clip(b []byte) string {
-	if len(b) > 200 {
-		return string(b[:200]) + "..."
-	}
-	return string(b)
-}
+// short is a document's JSON for a difference's line: at most 200 bytes,
+// never cut inside a UTF-8 character.
+func short(b []byte) string { return clip.Text(string(b), 200, "...") }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func docs(t *testing.T, src ...string) Docs {
@@ -50,5 +51,20 @@ func TestDecodeKeepsNumbersExact(t *testing.T) {
 	d, k, err := decode([]byte(`{"id":12345678901234567,"f":0.1}`), "id")
 	if err != nil || k != "12345678901234567" || d["f"] != json.Number("0.1") {
 		t.Fatalf("%v %q %v", d, k, err)
+	}
+}
+
+// A difference between long documents is cut for its line, never inside
+// a UTF-8 character: the text goes to test logs and error messages.
+func TestDiffCutsLongDocumentsOnCharacters(t *testing.T) {
+	// 199 bytes of the line's JSON before the first two-byte character
+	// put a byte cut at 200 inside it.
+	const head = `{"id":"1","t":"`
+	long := func(c string) string {
+		return head + strings.Repeat("a", 199-len(head)) + strings.Repeat(c, 200) + `"}`
+	}
+	d := Diff(docs(t, long("é")), docs(t, long("è")))
+	if !utf8.ValidString(d) || !strings.Contains(d, "...") {
+		t.Fatalf("diff line is not valid UTF-8 or was not cut: %q", d)
 	}
 }

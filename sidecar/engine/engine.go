@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -143,11 +144,17 @@ func (c Config) withDefaults() Config {
 // Lease is what the engine needs of a job's lease; *lease.Lease has
 // it. Lost is closed once the lease is no longer held, Err then says why
 // (LEASE_LOST); Confirm proves with one round trip that it is still held.
+//
+// Held says, with no round trip, whether the lease may still be acted on
+// by this process's own clock (nil) or not (LEASE_LOST, and the lease is
+// then lost): it guards every request to the destination, which the epoch
+// cannot fence (sink.WithGuard).
 type Lease interface {
 	Epoch() int64
 	Lost() <-chan struct{}
 	Err() error
 	Confirm(ctx context.Context) error
+	Held() error
 }
 
 // Engine runs search and mirror jobs: reindex and follow over a Sink. One
@@ -165,6 +172,11 @@ type Engine struct {
 
 	kindMu sync.Mutex
 	kind   map[string]string // job name -> metrics kind label
+
+	// errIndex: the errors collection's index was made (or found) by a
+	// job start of this process; errIndexSaid: that it could not be, for
+	// want of the privilege, was logged.
+	errIndex, errIndexSaid atomic.Bool
 }
 
 // New returns an engine reading jobs' collections from source and
@@ -187,6 +199,29 @@ func New(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Coll
 		e.stateName = state.Name()
 	}
 	return e
+}
+
+// ensureErrorIndex makes the errors collection's index at a job's start,
+// by the lease's holder, once per process. The index only makes the
+// reads of the records fast (a job's start, `meilistream errors`): without
+// it they are still correct, so a failure is a warning, not a stop; a
+// user without the privilege to create it is told once what to do.
+func (e *Engine) ensureErrorIndex(ctx context.Context, log hclog.Logger) {
+	if e.errIndex.Load() {
+		return
+	}
+	err := e.store.EnsureErrorIndex(ctx)
+	switch {
+	case err == nil:
+		e.errIndex.Store(true)
+	case ctx.Err() != nil:
+	case errors.Is(err, jobstate.ErrNoErrorIndex):
+		if e.errIndexSaid.CompareAndSwap(false, true) {
+			log.Warn("the errors collection has no index: reading its records scans it", "error", err)
+		}
+	default:
+		log.Warn("could not create the errors collection's index; trying again at the next job start", "error", err)
+	}
 }
 
 // jobConfig is the engine configuration with a job's overrides applied.
@@ -249,6 +284,7 @@ func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l L
 	if err := e.store.Stamp(ctx, job.Name, l); err != nil {
 		return nil, closeOr(ctx, l, err)
 	}
+	e.ensureErrorIndex(ctx, log)
 	if err := retryPrepare(ctx, dst, e.cfg, log); err != nil {
 		return nil, closeOr(ctx, l, err)
 	}
@@ -425,8 +461,12 @@ func (e *Engine) Older(ctx context.Context, job *transform.Job) error {
 }
 
 // leaseContext derives a context cancelled with the lease's LEASE_LOST
-// error as its cause as soon as the lease is lost.
+// error as its cause as soon as the lease is lost, and carrying the lease's
+// own-clock check for the sinks to make right before each request
+// (sink.WithGuard): a loss is noticed when the renewal says so, but a
+// process continued after a freeze may reach a request first.
 func leaseContext(ctx context.Context, l Lease) (context.Context, func()) {
+	ctx = sink.WithGuard(ctx, l.Held)
 	ctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		select {
@@ -550,6 +590,9 @@ type item struct {
 	// lookupErr: its lookups matched more than a document may hold
 	// (lookup.go); the document is not transformed.
 	lookupErr error
+	// lookup: a lean stream left the document out; it is read by _id
+	// before the transform (fillDocs).
+	lookup bool
 }
 
 // docError is a per-document failure found while transforming.

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,6 +54,9 @@ const itemsJS = `module.exports = {
 };
 `
 
+// testTTL is the tests' lease period.
+const testTTL = time.Minute
+
 type env struct {
 	t      *testing.T
 	ctx    context.Context
@@ -73,9 +77,15 @@ type env struct {
 
 func newEnv(t *testing.T, history int) *env {
 	t.Helper()
+	return newEnvOn(t, mongotest.Options{HistorySize: history})
+}
+
+// newEnvOn is newEnv on a test MongoDB started with opts.
+func newEnvOn(t *testing.T, opts mongotest.Options) *env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
-	ms, client := testutil.StartMongo(t, mongotest.Options{HistorySize: history})
+	ms, client := testutil.StartMongo(t, opts)
 	mm, err := meilitest.Start(meilitest.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +104,9 @@ func newEnv(t *testing.T, history int) *env {
 		},
 		log: hclog.New(&hclog.LoggerOptions{Level: testLogLevel(), Output: testWriter{t}}),
 	}
-	e.leases, err = lease.New(e.state, "test:1:a", lease.Options{TTL: 10 * time.Second})
+	// No renewer runs in these tests: the lease must hold, by the process's
+	// clock too (Lease.Held), for a whole test on a slow machine.
+	e.leases, err = lease.New(e.state, "test:1:a", lease.Options{TTL: testTTL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,8 +368,8 @@ func TestLeaseTakenOverMidReindexStopsWithNothingSwappedOrRecorded(t *testing.T)
 		time.Sleep(100 * time.Microsecond)
 	}
 	e.meili.PauseTasks()                   // batches stay in flight: the reindex is mid-way
-	e.mongo.AdvanceClock(11 * time.Second) // past the TTL: the lease lapses
-	other, err := lease.New(e.state, "test:2:b", lease.Options{TTL: 10 * time.Second})
+	e.mongo.AdvanceClock(testTTL + time.Second) // past the TTL: the lease lapses
+	other, err := lease.New(e.state, "test:2:b", lease.Options{TTL: testTTL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -942,8 +954,8 @@ func TestDeposedFollowerStopsWithLeaseLostWhenItsPositionWriteIsFenced(t *testin
 	job := e.job(itemsJS)
 	old := e.run(job, e.acquire())
 	e.equal(job)
-	e.mongo.AdvanceClock(11 * time.Second) // the old holder stalls past its lease
-	other, err := lease.New(e.state, "test:2:b", lease.Options{TTL: 10 * time.Second})
+	e.mongo.AdvanceClock(testTTL + time.Second) // the old holder stalls past its lease
+	other, err := lease.New(e.state, "test:2:b", lease.Options{TTL: testTTL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1532,8 +1544,8 @@ func TestStandbyTakingOverMidReindexContinuesIt(t *testing.T) {
 	e.meili, e.mc = slow, meilisearch.New(slow.URL(), meilisearch.DisableRetries())
 	r := e.run(job, e.acquire())
 	until(t, "a third of the reindex", func() bool { return r.stats.Snapshot().Reindex.Done >= 1000 })
-	e.mongo.AdvanceClock(11 * time.Second) // past the TTL: the lease lapses
-	other, err := lease.New(e.state, "test:2:b", lease.Options{TTL: 10 * time.Second})
+	e.mongo.AdvanceClock(testTTL + time.Second) // past the TTL: the lease lapses
+	other, err := lease.New(e.state, "test:2:b", lease.Options{TTL: testTTL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1581,4 +1593,98 @@ func TestInPlaceSweepKeepsIntegerIDsOfEveryNumericType(t *testing.T) {
 		t.Fatalf("the sweep removed %d documents still in the collection", sum.Removed)
 	}
 	e.equal(job)
+}
+
+// lapsingLease is a held lease whose own-clock deadline can be made to
+// pass while nothing has told its renewer yet: a process frozen past its
+// lease and just continued, whose follow loop runs before the renewer.
+type lapsingLease struct {
+	*lease.Lease
+	lapsed atomic.Bool
+}
+
+func (l *lapsingLease) Held() error {
+	if l.lapsed.Load() {
+		return errs.New(errs.LeaseLost, "items", "lease lost: no renewal succeeded for 8s (the process was paused or starved)")
+	}
+	return l.Lease.Held()
+}
+
+// A holder whose lease lapsed by its own clock sends nothing more to
+// Meilisearch, even before its renewer notices: the change read after the
+// lapse is not written, and the job stops with LEASE_LOST.
+func TestHolderPastItsLeaseDeadlineSendsNothingMore(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 10, nil)
+	job := e.job(itemsJS)
+	l := &lapsingLease{Lease: e.acquire()}
+	done := make(chan error, 1)
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	go func() { done <- e.engine().Run(ctx, job, meili.NewSink(e.mc, job, e.log), l, nil) }()
+	e.settled(job)
+	l.lapsed.Store(true)
+	e.insert(100, 101, nil)
+	select {
+	case err := <-done:
+		if !errors.Is(err, errs.ErrLeaseLost) {
+			t.Fatalf("Run: %v, want LEASE_LOST", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a holder past its lease deadline kept running")
+	}
+	if e.liveHas(100, "item 100") {
+		t.Fatal("a change read after the lease lapsed was written to Meilisearch")
+	}
+}
+
+// A job's start makes the errors collection's index; a user who may not
+// create it gets a warning saying what to do, once, and the job runs.
+func TestJobStartMakesTheErrorsIndexOrSaysWhyNot(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 10, nil)
+	job := e.job(itemsJS)
+	e.mongo.FailCommand(bson.D{{Key: "mode", Value: "alwaysOn"},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"createIndexes"}}, {Key: "errorCode", Value: 13}}}})
+	logs := &testutil.SyncBuffer{}
+	e.log = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: logs})
+	eng := e.engine()
+	for range 2 { // two starts: one warning
+		l := e.acquire()
+		ctx, cancel := context.WithCancel(e.ctx)
+		done := make(chan error, 1)
+		go func() { done <- eng.Run(ctx, job, meili.NewSink(e.mc, job, e.log), l, nil) }()
+		e.settled(job)
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(logs.String(), "the errors collection has no index"); n != 1 || !strings.Contains(logs.String(), "createIndex") {
+		t.Fatalf("%d warnings about the missing index (want 1 naming createIndex):\n%s", n, logs.String())
+	}
+	e.mongo.FailCommand(bson.D{{Key: "mode", Value: "off"}, {Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"createIndexes"}}}}})
+	l := e.acquire()
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(ctx, job, meili.NewSink(e.mc, job, e.log), l, nil) }()
+	e.settled(job)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	cur, err := e.errs.Indexes().List(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for cur.Next(e.ctx) {
+		names = append(names, cur.Current.Lookup("name").StringValue())
+	}
+	if !slices.Contains(names, "job_1_at_-1__id_-1") {
+		t.Fatalf("indexes of the errors collection after a job start: %v", names)
+	}
 }

@@ -190,6 +190,15 @@ type follower struct {
 	recMu        sync.Mutex
 	lastRecorded bson.Raw
 	lastWall     time.Time
+
+	// Change events over 16 MB (large.go): noSplit, the server has no
+	// $changeStreamSplitLargeEvent; lean, the stream is read without
+	// documents until an event after leanUntil (or caught up), and
+	// leanDone, such an event was read: the full stream reopens;
+	// leanRead counts the events the lean stretch read.
+	noSplit, lean, leanDone bool
+	leanUntil               bson.Timestamp
+	leanRead                int
 }
 
 func (f *follower) reset() {
@@ -241,7 +250,21 @@ func (f *follower) startFan() {
 // transient errors; stream.ErrHistoryLost when the history no longer holds f.tok.
 func (f *follower) open(ctx context.Context) error {
 	for {
-		cs, err := stream.Open(ctx, f.e.source, f.jc.job, f.e.stateName, f.tok)
+		var with []stream.OpenOption
+		if !f.noSplit {
+			with = append(with, stream.SplitLargeEvents())
+		}
+		if f.lean {
+			with = append(with, stream.Lean())
+		}
+		cs, err := stream.Open(ctx, f.e.source, f.jc.job, f.e.stateName, f.tok, with...)
+		if err != nil && !f.noSplit && stream.UnknownStage(err) {
+			// A server before 7.0 and 6.0.9: events over 16 MB are read
+			// by a lean stream instead (large.go).
+			f.noSplit = true
+			f.log.Info("MongoDB has no $changeStreamSplitLargeEvent (before 6.0.9 and 7.0): a change event over 16 MB will be read without its documents, and they by _id")
+			continue
+		}
 		if err == nil {
 			if len(f.tok) == 0 {
 				f.tok = append(bson.Raw(nil), cs.ResumeToken()...)
@@ -251,6 +274,13 @@ func (f *follower) open(ctx context.Context) error {
 		}
 		if stream.IsHistoryLost(err) {
 			return stream.ErrHistoryLost
+		}
+		if stream.TooLarge(err) {
+			// The first batch met the event: the same as a getMore.
+			if err := f.tooLarge(ctx, err); err != nil {
+				return err
+			}
+			continue
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -292,6 +322,15 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 				if stream.IsHistoryLost(it.Err) {
 					return f.stop(ctx, stream.ErrHistoryLost)
 				}
+				if stream.TooLarge(it.Err) {
+					if err := f.tooLarge(ctx, it.Err); err != nil {
+						return f.stop(ctx, err)
+					}
+					if err := f.open(ctx); err != nil {
+						return f.stop(ctx, err)
+					}
+					continue
+				}
 				// The driver resumes a resumable error once by itself; any
 				// error reaching here reopens from the last change read
 				// (everything up to it is pending or in the pipe).
@@ -314,9 +353,15 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 					}
 					return f.stop(ctx, err)
 				}
+				if err := f.endLean(ctx, false); err != nil {
+					return f.stop(ctx, err)
+				}
 			default:
 				f.attempt = 0
 				if err := f.idle(it.Token); err != nil {
+					return f.stop(ctx, err)
+				}
+				if err := f.endLean(ctx, true); err != nil {
 					return f.stop(ctx, err)
 				}
 			}
@@ -344,6 +389,9 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 // events takes one batch of change events in.
 func (f *follower) events(evs []bson.Raw, flush *time.Timer) error {
 	defer f.counted()
+	if f.lean {
+		f.leanRead += len(evs)
+	}
 	for _, ev := range evs {
 		if err := f.add(ev); err != nil {
 			return err
@@ -430,10 +478,17 @@ func (f *follower) add(ev bson.Raw) error {
 		}
 	}
 	var it item
+	size := len(ev)
 	switch op {
 	case "insert", "replace", "update":
 		it.op = transform.Operation(op)
-		if fd, err := ev.LookupErr("fullDocument"); err == nil {
+		if f.lean {
+			// Read by _id when flushed; counted at its own size.
+			it.lookup = true
+			if n, ok := ev.Lookup(stream.LeanSizeField).AsInt64OK(); ok {
+				size += int(n)
+			}
+		} else if fd, err := ev.LookupErr("fullDocument"); err == nil {
 			if d, ok := fd.DocumentOK(); ok {
 				it.doc = d
 			}
@@ -464,7 +519,7 @@ func (f *follower) add(ev bson.Raw) error {
 		f.pending[k] = len(f.items)
 		f.items = append(f.items, it)
 	}
-	f.pendingBytes += len(ev)
+	f.pendingBytes += size
 	f.changes++
 	f.changedKey(k)
 	if f.snap != nil {
@@ -474,6 +529,9 @@ func (f *follower) add(ev bson.Raw) error {
 	f.wall = eventWall(ev)
 	if len(f.items) == 1 {
 		f.stats.LagPending(f.wall)
+	}
+	if f.leanPast(ev) {
+		f.leanDone = true
 	}
 	return nil
 }
@@ -736,6 +794,9 @@ func (f *follower) flush() error {
 	fl := &pipe.Flight{To: to, Bytes: size}
 	sk := f.unchangedCheck(items)
 	fl.Prepare = func(ctx context.Context, fl *pipe.Flight) error {
+		if err := e.fillDocs(ctx, jc, items); err != nil {
+			return err
+		}
 		lk, err := e.lookups(ctx, jc, items)
 		if err != nil {
 			return err

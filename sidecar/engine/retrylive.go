@@ -7,7 +7,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
@@ -244,7 +243,8 @@ func (c *chain) readIDs(ctx context.Context, ids []bson.RawValue) (*chunk, error
 // findAll reads every document matching filter in _id order. The documents
 // are slices of the replies (readFirstBatch says why that is safe).
 func (c *chain) findAll(ctx context.Context, filter bson.D) ([]item, error) {
-	cur, err := c.coll.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	// Trimmed to the job's fields, as the stream's documents are.
+	cur, err := c.coll.Find(ctx, filter, retryFind(c.jc.job).SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return nil, err
 	}

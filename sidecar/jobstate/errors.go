@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/meilistream/meilistream/internal/clip"
 	"github.com/meilistream/meilistream/internal/errs"
 )
 
@@ -35,6 +36,51 @@ import (
 // built by a reindex or kept by follow. The record stays until `meilistream
 // retry` writes the document, or a reindex or a later change writes it
 // without error (then the record is cleared).
+
+// ErrorIndexKeys are the keys of the errors collection's one secondary
+// index: a job's records newest first (ListDocErrors: equality on job, the
+// sort on at and _id, the page cursor as a range on both) and a job's
+// records at all (DocErrorIDs, when a job starts and after a swap) are
+// each one index range instead of a scan of every job's records. Its name
+// is MongoDB's default for these keys (job_1_at_-1__id_-1), so an operator
+// who creates it by hand creates the same one.
+var ErrorIndexKeys = bson.D{{Key: "job", Value: 1}, {Key: "at", Value: -1}, {Key: "_id", Value: -1}}
+
+// ErrNoErrorIndex is returned (wrapped) by EnsureErrorIndex when the user
+// may not create the index: every read of the errors collection still
+// works, by scanning it.
+var ErrNoErrorIndex = errors.New("the errors collection's index could not be created")
+
+// codeUnauthorized is MongoDB's Unauthorized: the user lacks a privilege
+// (here createIndex on the errors collection).
+const codeUnauthorized = 13
+
+// EnsureErrorIndex creates the errors collection's index (ErrorIndexKeys)
+// if it is not there; creating an index that exists is a no-op on MongoDB,
+// so every job start may call it. An index with these keys under another
+// name (IndexOptionsConflict, 85) serves as well. A user without the
+// createIndex privilege gets ErrNoErrorIndex wrapped in a FAILED error
+// saying what to do; any other failure is FAILED.
+func (s *Store) EnsureErrorIndex(ctx context.Context) error {
+	if s.errColl == nil {
+		return nil
+	}
+	_, err := s.errColl.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: ErrorIndexKeys})
+	var se mongo.ServerError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &se) && se.HasErrorCode(85):
+		return nil
+	case errors.As(err, &se) && se.HasErrorCode(codeUnauthorized):
+		ns := s.errColl.Database().Name() + "." + s.errColl.Name()
+		return errs.Wrap(errs.Failed, "", fmt.Errorf("%w: %w", ErrNoErrorIndex, err),
+			"create the index {job: 1, at: -1, _id: -1} on %s: the user may not create indexes there; grant it createIndex on that collection (the readWrite role has it), or create the index once by hand (db.getSiblingDB(%q).%s.createIndex({job: 1, at: -1, _id: -1})); until then the error records are read by scanning the collection",
+			ns, s.errColl.Database().Name(), s.errColl.Name())
+	default:
+		return errs.Wrap(errs.Failed, "", err, "create the index of the errors collection")
+	}
+}
 
 func errKey(job string, id bson.RawValue) bson.D {
 	return bson.D{{Key: "job", Value: job}, {Key: "id", Value: id}}
@@ -122,16 +168,7 @@ const maxMessage = 2000
 
 // cutMessage cuts msg to at most max bytes and "...", never inside a UTF-8
 // character.
-func cutMessage(msg string, max int) string {
-	if len(msg) <= max {
-		return msg
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(msg[cut]) {
-		cut--
-	}
-	return msg[:cut] + "..."
-}
+func cutMessage(msg string, max int) string { return clip.Text(msg, max, "...") }
 
 // DocError is one per-document error record, as ListDocErrors reads it.
 type DocError struct {
@@ -168,12 +205,18 @@ func ListDocErrors(ctx context.Context, errorsColl *mongo.Collection, job string
 		if err != nil {
 			return DocErrorPage{}, errs.Wrap(errs.ConfigInvalid, job, err, "bad page cursor %q (use the one the previous page printed)", after)
 		}
-		filter = append(filter, bson.E{Key: "$or", Value: bson.A{
-			bson.D{{Key: "at", Value: bson.D{{Key: "$lt", Value: c.At}}}},
-			bson.D{{Key: "at", Value: c.At}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: c.Key}}}},
-		}})
+		// After (at, _id) in the order of the sort: two ranges of the
+		// index, each led by the job's equality, so the server merges
+		// two index scans already in order (an indexed $or, MERGE_SORT)
+		// and reads about one page of keys, however many records there
+		// are; an $or beside the job's equality would lean on the
+		// planner moving the equality into it.
+		filter = bson.D{{Key: "$or", Value: bson.A{
+			bson.D{{Key: "job", Value: job}, {Key: "at", Value: bson.D{{Key: "$lt", Value: c.At}}}},
+			bson.D{{Key: "job", Value: job}, {Key: "at", Value: c.At}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: c.Key}}}},
+		}}}
 	}
-	opts := options.Find().SetSort(bson.D{{Key: "at", Value: -1}, {Key: "_id", Value: -1}}).SetLimit(int64(limit) + 1)
+	opts := options.Find().SetSort(ErrorPageSort).SetLimit(int64(limit) + 1)
 	cur, err := errorsColl.Find(ctx, filter, opts)
 	if err != nil {
 		return DocErrorPage{}, errs.Wrap(errs.Failed, job, err, "read per-document errors")
@@ -209,6 +252,10 @@ func ListDocErrors(ctx context.Context, errorsColl *mongo.Collection, job string
 	}
 	return page, nil
 }
+
+// ErrorPageSort is the order of ListDocErrors' pages: newest first, then
+// by _id; ErrorIndexKeys after its job.
+var ErrorPageSort = bson.D{{Key: "at", Value: -1}, {Key: "_id", Value: -1}}
 
 // errorCursor is where a page of error records ends: the last record's
 // time and _id. Its text is the BSON of both, base64url: opaque to users,

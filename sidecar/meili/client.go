@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/meilisearch/meilisearch-go"
+
+	"github.com/meilistream/meilistream/sidecar/sink"
 )
 
 // Defaults of Options.
@@ -236,6 +238,11 @@ type urlTransport struct {
 
 func (t *urlTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
+	// meilisearch-go's requests (index creation, settings, swaps) pass
+	// here without do: the lease is checked for them too.
+	if err := sink.Guard(ctx); err != nil {
+		return nil, err
+	}
 	var cancel context.CancelFunc
 	if ctx.Value(ownDeadline{}) == nil {
 		ctx, cancel = context.WithTimeout(ctx, t.timeout)
@@ -367,6 +374,11 @@ func (c *meiliClient) do(ctx context.Context, rq request) ([]byte, error) {
 		req.Header.Set("Authorization", "Bearer "+c.key)
 	}
 	req.Header.Set("User-Agent", meilisearch.GetQualifiedVersion())
+	// Last, after any wait above: a lease that lapsed meanwhile sends
+	// nothing.
+	if err := sink.Guard(ctx); err != nil {
+		return nil, err
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, c.noAnswer(ctx, rctx, rq, err)

@@ -5,7 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/meilistream/meilistream/internal/clip"
 )
 
 // maxMessage bounds the part of Meilisearch's message an Error keeps.
@@ -136,13 +137,11 @@ func judge(e *Error) verdict {
 	return retry
 }
 
-// cut returns s cut to at most n bytes, on a rune boundary.
+// cut returns s cut to at most n bytes, never inside a UTF-8 character;
+// the cut part is made valid UTF-8 (an answer may hold any bytes).
 func cut(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
+	return strings.ToValidUTF8(clip.Prefix(s, n), "") + "…"
 }

@@ -453,6 +453,12 @@ func (p *Pipe) waitLoop() {
 // sendRetry sends b to sink until it accepts it; called with sendMu held.
 func (p *Pipe) sendRetry(ctx context.Context, dst sink.Sink, b sink.Batch) (sink.Receipt, error) {
 	for attempt := 0; ; attempt++ {
+		// The lease may have lapsed since the batch was prepared (or
+		// during the backoff): a sink checks again before each request,
+		// a sink of tests too.
+		if err := sink.Guard(ctx); err != nil {
+			return nil, err
+		}
 		r, err := dst.Send(ctx, b)
 		if err == nil {
 			return r, nil

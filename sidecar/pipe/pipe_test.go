@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/sink"
@@ -296,5 +298,39 @@ func TestPipeRoutesFlightsAndRunsControlFlightsAfterEverythingBefore(t *testing.
 	// The flight to both counts once.
 	if h.upserts != 3 {
 		t.Fatalf("upserts %d, want 3", h.upserts)
+	}
+}
+
+// A lease whose own-clock deadline passed between a batch's prepare and
+// its send (a process frozen in between and continued) sends nothing: the
+// guard the pipe's context carries is checked right before the request,
+// whatever the sink, and its LEASE_LOST stops the pipe.
+func TestPipeSendsNothingOnceTheGuardSaysTheLeaseLapsed(t *testing.T) {
+	dst := newFakeSink()
+	var lapsed atomic.Bool
+	lost := errs.New(errs.LeaseLost, "job", "lease lost: no renewal succeeded for 23s (the process was paused or starved)")
+	ctx := sink.WithGuard(context.Background(), func() error {
+		if lapsed.Load() {
+			return lost
+		}
+		return nil
+	})
+	p := pipe.New(ctx, pipe.Config{MaxInFlight: 4, QueueBytes: 1 << 20, Backoff: func(int) time.Duration { return time.Millisecond }}, dst, &hooks{})
+	defer p.Abort(pipe.Closed)
+	first := &pipe.Flight{Batch: sink.Batch{Writes: []sink.Write{put("a", 1)}}}
+	frozen := &pipe.Flight{Prepare: func(context.Context, *pipe.Flight) error {
+		lapsed.Store(true) // the freeze: prepared before, sent after
+		return nil
+	}, Batch: sink.Batch{Writes: []sink.Write{put("b", 2)}}}
+	for _, f := range []*pipe.Flight{first, frozen} {
+		if err := p.Submit(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(); !errors.Is(err, errs.ErrLeaseLost) {
+		t.Fatalf("pipe ended with %v, want LEASE_LOST", err)
+	}
+	if dst.doc("b") != nil {
+		t.Fatal("the batch prepared before the lease lapsed was sent after it")
 	}
 }

@@ -116,3 +116,26 @@ type StageDiscarder interface {
 type DDLObserver interface {
 	OnDDL(ctx context.Context, event string)
 }
+
+type guardKey struct{}
+
+// WithGuard returns ctx carrying held, the check a Sink makes right before
+// each request it sends to its destination: when held returns an error,
+// the Sink sends nothing and returns that error. The engine gives it the
+// lease's own-clock check (lease.Lease.Held), since these writes cannot be
+// fenced by the epoch: a holder frozen past its lease (SIGSTOP, a stalled
+// node) then sends nothing once it is continued, instead of one more
+// batch before a renewal tells it the lease is gone.
+func WithGuard(ctx context.Context, held func() error) context.Context {
+	return context.WithValue(ctx, guardKey{}, held)
+}
+
+// Guard runs the check ctx carries (WithGuard); nil when it carries none.
+// A Sink calls it right before each request to its destination and, on an
+// error, returns that error as it is (a LEASE_LOST stops the job).
+func Guard(ctx context.Context) error {
+	if held, ok := ctx.Value(guardKey{}).(func() error); ok {
+		return held()
+	}
+	return nil
+}

@@ -106,10 +106,35 @@ func needsPreImages(job *transform.Job) bool {
 	return false
 }
 
+// OpenOption changes how Open opens a stream.
+type OpenOption func(*openOptions)
+
+type openOptions struct{ split, lean bool }
+
+// SplitLargeEvents ends the pipeline with $changeStreamSplitLargeEvent
+// (MongoDB 7.0 and 6.0.9 on; UnknownStage tells a server without it): an
+// event over 16 MB comes as fragments, which the Reader puts together.
+func SplitLargeEvents() OpenOption { return func(o *openOptions) { o.split = true } }
+
+// Lean opens a stream that carries no document: of an event's
+// fullDocument (and fullDocumentBeforeChange) it keeps only the fields the
+// job's lookups and relates key on and a watermark's mark, and it adds
+// LeanSizeField, the size of the document it left out. Its events are
+// never larger than the update that made them, so a server without
+// $changeStreamSplitLargeEvent can return those a full stream cannot; the
+// follow loop reads the documents of the job's collection itself, by _id,
+// which gives what fullDocument: updateLookup gives (the document as it is
+// when read, or none).
+func Lean() OpenOption { return func(o *openOptions) { o.lean = true } }
+
 // Open opens job's change stream on db after token, or at the present when
 // token is empty; state names the state collection (its watermark
 // documents).
-func Open(ctx context.Context, db *mongo.Database, job *transform.Job, state string, token bson.Raw) (*mongo.ChangeStream, error) {
+func Open(ctx context.Context, db *mongo.Database, job *transform.Job, state string, token bson.Raw, with ...OpenOption) (*mongo.ChangeStream, error) {
+	var o openOptions
+	for _, f := range with {
+		f(&o)
+	}
 	opts := options.ChangeStream().SetFullDocument(options.UpdateLookup).SetMaxAwaitTime(Await)
 	if needsPreImages(job) {
 		// Where the related collection keeps them
@@ -120,7 +145,14 @@ func Open(ctx context.Context, db *mongo.Database, job *transform.Job, state str
 	if len(token) > 0 {
 		opts.SetResumeAfter(token)
 	}
-	return db.Watch(ctx, Pipeline(job, state), opts)
+	pipeline := mongo.Pipeline(Pipeline(job, state))
+	if o.lean {
+		pipeline = append(pipeline, leanStage(job))
+	}
+	if o.split {
+		pipeline = append(pipeline, SplitStage) // last, as the server requires
+	}
+	return db.Watch(ctx, pipeline, opts)
 }
 
 // Pace is the least time between two getMores of a busy stream:
@@ -148,6 +180,13 @@ type Reader struct {
 	// hurry, when set, skips the pace after a Batch: a reindex waits for
 	// its watermark to come through the stream.
 	hurry func() bool
+	// split is the split event whose fragments are coming; before is the
+	// resume token before it (of the last whole event, or an idle
+	// batch's); fragmented: the last document read was a fragment, so the
+	// driver would resume from a fragment's token (see split.go).
+	split      *assembly
+	before     bson.Raw
+	fragmented bool
 }
 
 // Start starts reading cs: at most readAhead bytes of events handed over
@@ -161,6 +200,10 @@ func Start(ctx context.Context, cs *mongo.ChangeStream, pace time.Duration, read
 		done:   make(chan struct{}),
 		budget: budget.New(readAhead),
 		hurry:  hurry,
+		before: append(bson.Raw(nil), cs.ResumeToken()...),
+	}
+	if len(r.before) == 0 {
+		r.before = nil
 	}
 	go func() {
 		defer close(r.done)
@@ -211,17 +254,26 @@ func (r *Reader) read(ctx context.Context, cs *mongo.ChangeStream, pace time.Dur
 			size := 0
 			for {
 				ev := cs.Current[:len(cs.Current):len(cs.Current)]
-				evs = append(evs, ev)
-				size += len(ev)
+				ev, err := r.fragment(ev, cs.ID())
+				if err != nil {
+					send(Item{Err: err})
+					return
+				}
+				if ev != nil {
+					evs = append(evs, ev)
+					size += len(ev)
+				}
 				if len(evs) == maxItemEvents || cs.RemainingBatchLength() == 0 || !cs.TryNext(ctx) {
 					break
 				}
 			}
-			if r.budget.Acquire(ctx, size) != nil {
-				return
-			}
-			if !send(Item{Events: evs, bytes: size}) {
-				return
+			if len(evs) > 0 {
+				if r.budget.Acquire(ctx, size) != nil {
+					return
+				}
+				if !send(Item{Events: evs, bytes: size}) {
+					return
+				}
 			}
 			if d := time.Until(started.Add(pace)); d > 0 && cs.RemainingBatchLength() == 0 && (r.hurry == nil || !r.hurry()) {
 				if sleep(ctx, d) != nil {
@@ -232,6 +284,9 @@ func (r *Reader) read(ctx context.Context, cs *mongo.ChangeStream, pace time.Dur
 		}
 		if err := cs.Err(); err != nil {
 			if ctx.Err() == nil {
+				if r.fragmented && IsHistoryLost(err) {
+					err = &splitResumeError{err}
+				}
 				send(Item{Err: err})
 			}
 			return
@@ -240,7 +295,13 @@ func (r *Reader) read(ctx context.Context, cs *mongo.ChangeStream, pace time.Dur
 			send(Item{Err: ErrClosed})
 			return
 		}
-		if !send(Item{Token: append(bson.Raw(nil), cs.ResumeToken()...)}) {
+		if r.split != nil {
+			// An empty batch inside a split event: its token is a
+			// fragment's, not a position.
+			continue
+		}
+		r.before, r.fragmented = append(bson.Raw(nil), cs.ResumeToken()...), false
+		if !send(Item{Token: r.before}) {
 			return
 		}
 	}
