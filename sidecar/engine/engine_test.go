@@ -367,7 +367,7 @@ func TestLeaseTakenOverMidReindexStopsWithNothingSwappedOrRecorded(t *testing.T)
 	for e.meili.Requests("POST /indexes/{uid}/documents") == 0 {
 		time.Sleep(100 * time.Microsecond)
 	}
-	e.meili.PauseTasks()                   // batches stay in flight: the reindex is mid-way
+	e.meili.PauseTasks()                        // batches stay in flight: the reindex is mid-way
 	e.mongo.AdvanceClock(testTTL + time.Second) // past the TTL: the lease lapses
 	other, err := lease.New(e.state, "test:2:b", lease.Options{TTL: testTTL})
 	if err != nil {
