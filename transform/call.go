@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -196,14 +197,129 @@ func (v *vm) runCall() {
 	}
 }
 
-// call runs v.req under ctx for at most timeout and waits for it; finished
-// is false when the call was abandoned (see abandonGrace).
-func (v *vm) call(ctx context.Context, timeout time.Duration) (finished bool) {
+// A run is a series of calls handed to one vm at once: a hand-off between
+// goroutines, and the thread switch it often costs, once per series
+// rather than once per document. The vm's goroutine runs the calls in
+// order, each under the guard, and writes each outcome under mu unless
+// the caller has given up on it (gen moved on: the run goes on with
+// another vm); it stops at the first call whose runtime cannot be used
+// again (interrupted, spoiled, or a panic: v.crash) or whose failure is
+// the job's (failed).
+type run struct {
+	ctx     context.Context
+	job     *Job
+	timeout time.Duration
+	calls   []prepared
+	out     []Outcome
+
+	mu   sync.Mutex
+	dst  []byte // the results' JSON, one after the other
+	cur  int    // the call running or about to
+	stop stopReason
+	gen  int // the hand-off that owns the run; an abandoned one's vm writes nothing more
+}
+
+// stopReason is why a run's vm stopped before the end of its calls.
+type stopReason int
+
+const (
+	ranAll      stopReason = iota
+	interrupted            // the time limit (or the context) interrupted calls[cur]
+	spoiled                // calls[cur] is done, but its runtime is not to be used again
+	failed                 // calls[cur-1] failed with FAILED (the job's failure, not the document's): the rest need not run
+)
+
+// prepared is one call's input, checked and converted on the caller's side.
+type prepared struct {
+	doc        bson.Raw
+	idv        bson.RawValue
+	op         Operation
+	updateDesc bson.Raw
+	lookups    LookupResults
+	track      bool
+	res        Result
+	skip       bool // its outcome is already known (out holds it)
+}
+
+// each runs r's calls from r.cur on (on v's goroutine), as hand-off gen.
+func (v *vm) each(r *run, gen int) {
+	for {
+		r.mu.Lock()
+		if r.gen != gen {
+			r.mu.Unlock()
+			return
+		}
+		k := r.cur
+		for k < len(r.calls) && r.calls[k].skip {
+			k++
+		}
+		r.cur = k
+		r.mu.Unlock()
+		if k == len(r.calls) {
+			return
+		}
+		c := &r.calls[k]
+		v.req = callReq{job: r.job, doc: c.doc, idv: c.idv, op: c.op, updateDesc: c.updateDesc, lookups: c.lookups, track: c.track, res: c.res}
+		v.guard.begin(r.ctx, r.timeout)
+		v.runCall() // a panic past it ends each: do keeps it as v.crash
+		ok := v.guard.end()
+		var reads *Reads
+		if v.reads.on {
+			reads = v.reads.result(r.job)
+		}
+		res, err := v.req.res, v.req.err
+		v.req = callReq{}
+		r.mu.Lock()
+		if r.gen != gen {
+			r.mu.Unlock()
+			return
+		}
+		if !ok {
+			// The time limit passed, whether or not the call then
+			// returned: a built-in cut short by its own limit (a regular
+			// expression's) may have given a wrong answer, so its result
+			// is not used.
+			r.stop = interrupted
+			r.mu.Unlock()
+			return
+		}
+		if err == nil {
+			res.Reads = reads
+			if res.JSON != nil {
+				start := len(r.dst)
+				r.dst = append(r.dst, res.JSON...)
+				res.JSON = r.dst[start:len(r.dst):len(r.dst)]
+			}
+		} else {
+			res = Result{}
+		}
+		r.out[k] = Outcome{Result: res, Err: err}
+		r.cur = k + 1
+		if err != nil && errs.CodeOf(err) == errs.Failed && !v.spoiled {
+			r.stop = failed
+			r.mu.Unlock()
+			return
+		}
+		if v.spoiled {
+			r.cur = k
+			r.stop = spoiled
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+	}
+}
+
+// hand runs r on v and waits: false when the caller gave up on a call
+// stuck in a built-in (see abandonGrace), r.cur then being that call.
+func (v *vm) hand(r *run) (finished bool) {
 	if v.guard == nil {
 		v.guard = newGuard(v)
 	}
-	v.guard.begin(ctx, timeout)
-	v.work <- v.runReq
+	r.mu.Lock()
+	gen := r.gen
+	r.mu.Unlock()
+	v.work <- func() { v.each(r, gen) }
 	select {
 	case <-v.done:
 		return true
@@ -212,8 +328,11 @@ func (v *vm) call(ctx context.Context, timeout time.Duration) (finished bool) {
 		case <-v.done:
 			return true
 		default:
-			return false
 		}
+		r.mu.Lock()
+		r.gen++
+		r.mu.Unlock()
+		return false
 	}
 }
 
@@ -300,83 +419,173 @@ func (j *Job) timeout() time.Duration {
 	return DefaultTimeout
 }
 
-// apply runs one document through the transform (see Job.Apply). A call
-// that runs out of time is tried again on a fresh runtime, up to
-// maxTimeoutRetries times.
-func (jr *jobRuntime) apply(ctx context.Context, j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, lookups LookupResults, res Result, track bool) (Result, []byte, error) {
-	timeout := j.timeout()
-	for attempt := 0; ; attempt++ {
-		out, b, err, timedOut := jr.attempt(ctx, j, dst, doc, idv, op, updateDesc, lookups, res, track, timeout)
-		if !timedOut || attempt == maxTimeoutRetries {
-			return out, b, err
-		}
-		j.log.Debug("a transform call ran out of time; trying it again on a fresh runtime", "attempt", attempt+2, "timeout", timeout)
-	}
+// Outcome is one document's result from ApplyEach: Result (its JSON
+// within the buffer ApplyEach returns) or Err, as ApplyWith returns them.
+type Outcome struct {
+	Result Result
+	Err    error
 }
 
-// attempt is one try of apply; timedOut says it ran out of time (err then
-// says so).
-func (jr *jobRuntime) attempt(ctx context.Context, j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, lookups LookupResults, res Result, track bool, timeout time.Duration) (_ Result, _ []byte, _ error, timedOut bool) {
-	v, err := jr.pool.get(ctx)
+// Input is one document for ApplyEach, as ApplyWith takes it.
+type Input struct {
+	Doc        bson.Raw
+	Op         Operation
+	UpdateDesc bson.Raw
+	Lookups    LookupResults
+}
+
+// ApplyEach runs each of in through the transform, as ApplyWith would one
+// after the other (search documents written at the end of dst, returned
+// grown), into out (len(out) == len(in)). The documents are handed to a
+// runtime as one series, not one at a time: on a busy machine each
+// hand-off between goroutines costs a thread switch.
+func (j *Job) ApplyEach(ctx context.Context, dst []byte, in []Input, out []Outcome) []byte {
+	calls := make([]prepared, len(in))
+	for i, x := range in {
+		c := &calls[i]
+		c.op, c.updateDesc, c.lookups, c.track = x.Op, x.UpdateDesc, x.Lookups, x.Op == OpUpdate && j.SkipUnchanged
+		doc, idv, res, err := j.prepare(x.Doc, x.Lookups)
+		if err != nil {
+			out[i], c.skip = Outcome{Err: err}, true
+			continue
+		}
+		c.doc, c.idv, c.res = doc, idv, res
+		if j.rt == nil {
+			r, b, err := j.identityGuarded(dst, doc, idv, res)
+			dst = b
+			out[i], c.skip = Outcome{Result: r, Err: err}, true
+		}
+	}
+	if j.rt == nil {
+		return dst
+	}
+	return j.rt.applyEach(ctx, j, dst, calls, out)
+}
+
+// prepare is the part of a call done before the transform: the lookups
+// merged in, the _id and the destination's id.
+func (j *Job) prepare(doc bson.Raw, lookups LookupResults) (bson.Raw, bson.RawValue, Result, error) {
+	if len(j.Lookups) > 0 {
+		merged, err := j.withLookups(doc, lookups)
+		if err != nil {
+			return nil, bson.RawValue{}, Result{}, errs.New(errs.NotADocument, j.Name, "the source document is not valid BSON")
+		}
+		doc = merged
+	}
+	idv, err := doc.LookupErr("_id")
 	if err != nil {
-		if ctx.Err() != nil {
-			return Result{}, dst, err, false
-		}
-		return Result{}, dst, errs.WithJob(j.Name, err), false
+		return nil, bson.RawValue{}, Result{}, errs.New(errs.NotADocument, j.Name, "the source document has no _id")
 	}
-	if v.fn == nil { // an object without transform: identity
-		jr.pool.put(v)
-		r, b, err := j.identityGuarded(dst, doc, idv, res)
-		return r, b, err, false
-	}
-	v.req = callReq{job: j, doc: doc, idv: idv, op: op, updateDesc: updateDesc, lookups: lookups, track: track, res: res}
-	if !v.call(ctx, timeout) {
-		jr.pool.abandon(v)
-		if ctx.Err() != nil {
-			return Result{}, dst, context.Cause(ctx), false
-		}
-		// Not tried again: a call stuck in a built-in is stuck in it
-		// whatever the load of the machine.
-		return Result{}, dst, errs.New(errs.TransformFailed, j.Name, "the transform did not finish within %s (it was still in a built-in function %s later, and was abandoned)", timeout, abandonGrace), false
-	}
-	interrupted := !v.guard.end()
-	r := v.req
-	v.req = callReq{}
-	var reads *Reads
-	if v.reads.on {
-		reads = v.reads.result(j)
-	}
-	if crash := v.crash; crash != nil {
-		jr.pool.discard(v)
-		return Result{}, dst, internalErr(j, crash), false
-	}
-	// Reuse the runtime only if no interrupt was sent (it may still be
-	// pending in it) and no unexpected panic unwound through it; otherwise
-	// a fresh one replaces it, so no half-updated module state survives
-	// either.
-	if interrupted || v.spoiled {
-		jr.pool.discard(v)
+	var res Result
+	if j.Kind == Mirror {
+		res.ID = idv
 	} else {
-		// The document is in the vm's buffer: copy it out first.
-		defer jr.pool.put(v)
-	}
-	if interrupted {
-		if ctx.Err() != nil {
-			return Result{}, dst, context.Cause(ctx), false
+		id, err := IndexID(idv)
+		if err != nil {
+			return nil, bson.RawValue{}, Result{}, errs.WithJob(j.Name, err)
 		}
-		// The time limit passed, whether or not the call then returned:
-		// a built-in cut short by its own limit (a regular expression's)
-		// may have given a wrong answer, so its result is not used.
-		return Result{}, dst, errs.New(errs.TransformFailed, j.Name, "the transform did not finish within %s", timeout), true
+		res.ID = id
 	}
-	if r.err != nil {
-		return Result{}, dst, r.err, false
+	return doc, idv, res, nil
+}
+
+// applyEach runs calls (those not skipped) on the pool's runtimes, a
+// series at a time. A call that ran out of time is tried again on a fresh
+// runtime, up to maxTimeoutRetries times; the calls after it go on there.
+func (jr *jobRuntime) applyEach(ctx context.Context, j *Job, dst []byte, calls []prepared, out []Outcome) []byte {
+	timeout := j.timeout()
+	r := &run{ctx: ctx, job: j, timeout: timeout, calls: calls, out: out, dst: dst}
+	tries, triesAt := 0, -1 // times calls[triesAt] ran out of time
+	for {
+		for r.cur < len(calls) && calls[r.cur].skip {
+			r.cur++
+		}
+		if r.cur != triesAt {
+			tries, triesAt = 0, r.cur
+		}
+		if r.cur == len(calls) {
+			return r.dst
+		}
+		v, err := jr.pool.get(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				err = errs.WithJob(j.Name, err)
+			}
+			for k := r.cur; k < len(calls); k++ {
+				if !calls[k].skip {
+					out[k] = Outcome{Err: err}
+				}
+			}
+			return r.dst
+		}
+		if v.fn == nil { // an object without transform: identity
+			jr.pool.put(v)
+			for k := r.cur; k < len(calls); k++ {
+				if c := &calls[k]; !c.skip {
+					res, b, err := j.identityGuarded(r.dst, c.doc, c.idv, c.res)
+					r.dst, out[k] = b, Outcome{Result: res, Err: err}
+				}
+			}
+			return r.dst
+		}
+		r.stop = ranAll
+		if !v.hand(r) {
+			jr.pool.abandon(v)
+			err := ctx.Err()
+			if err != nil {
+				err = context.Cause(ctx)
+			} else {
+				// Not tried again: a call stuck in a built-in is stuck in
+				// it whatever the load of the machine.
+				err = errs.New(errs.TransformFailed, j.Name, "the transform did not finish within %s (it was still in a built-in function %s later, and was abandoned)", timeout, abandonGrace)
+			}
+			out[r.cur] = Outcome{Err: err}
+			r.cur++
+			continue
+		}
+		if crash := v.crash; crash != nil {
+			jr.pool.discard(v)
+			out[r.cur] = Outcome{Err: internalErr(j, crash)}
+			r.cur++
+			continue
+		}
+		switch r.stop {
+		case ranAll:
+			jr.pool.put(v)
+			return r.dst
+		case failed:
+			// The job fails with it (MongoDB down under a read global):
+			// the documents after it are not run, and say why.
+			jr.pool.put(v)
+			err := out[r.cur-1].Err
+			for k := r.cur; k < len(calls); k++ {
+				if !calls[k].skip {
+					out[k] = Outcome{Err: err}
+				}
+			}
+			return r.dst
+		case spoiled:
+			// The call finished (its outcome is written); its runtime is
+			// not to be used again: a fresh one replaces it, so no
+			// half-updated module state survives.
+			jr.pool.discard(v)
+			r.cur++
+		case interrupted:
+			// An interrupt may still be pending in the runtime: a fresh
+			// one replaces it.
+			jr.pool.discard(v)
+			if ctx.Err() != nil {
+				out[r.cur] = Outcome{Err: context.Cause(ctx)}
+				r.cur++
+				continue
+			}
+			if tries < maxTimeoutRetries {
+				tries++
+				j.log.Debug("a transform call ran out of time; trying it again on a fresh runtime", "attempt", tries+1, "timeout", timeout)
+				continue
+			}
+			out[r.cur] = Outcome{Err: errs.New(errs.TransformFailed, j.Name, "the transform did not finish within %s", timeout)}
+			r.cur++
+		}
 	}
-	r.res.Reads = reads
-	if r.res.JSON != nil {
-		start := len(dst)
-		dst = append(dst, r.res.JSON...)
-		r.res.JSON = dst[start:len(dst):len(dst)]
-	}
-	return r.res, dst, nil, false
 }

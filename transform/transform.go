@@ -300,31 +300,20 @@ func (j *Job) ApplyWith(ctx context.Context, dst []byte, doc bson.Raw, op Operat
 
 // applyWith is ApplyWith, keeping what the call reads when track is set.
 func (j *Job) applyWith(ctx context.Context, dst []byte, doc bson.Raw, op Operation, updateDesc bson.Raw, lookups LookupResults, track bool) (Result, []byte, error) {
-	if len(j.Lookups) > 0 {
-		merged, err := j.withLookups(doc, lookups)
-		if err != nil {
-			return Result{}, dst, errs.New(errs.NotADocument, j.Name, "the source document is not valid BSON")
-		}
-		doc = merged
-	}
-	idv, err := doc.LookupErr("_id")
+	d, idv, res, err := j.prepare(doc, lookups)
 	if err != nil {
-		return Result{}, dst, errs.New(errs.NotADocument, j.Name, "the source document has no _id")
-	}
-	var res Result
-	if j.Kind == Mirror {
-		res.ID = idv
-	} else {
-		id, err := IndexID(idv)
-		if err != nil {
-			return Result{}, dst, errs.WithJob(j.Name, err)
-		}
-		res.ID = id
+		return Result{}, dst, err
 	}
 	if j.rt == nil {
-		return j.identityGuarded(dst, doc, idv, res)
+		return j.identityGuarded(dst, d, idv, res)
 	}
-	return j.rt.apply(ctx, j, dst, doc, idv, op, updateDesc, lookups, res, track)
+	var out [1]Outcome
+	calls := []prepared{{doc: d, idv: idv, op: op, updateDesc: updateDesc, lookups: lookups, track: track, res: res}}
+	dst = j.rt.applyEach(ctx, j, dst, calls, out[:])
+	if out[0].Err != nil {
+		return Result{}, dst, out[0].Err
+	}
+	return out[0].Result, dst, nil
 }
 
 // identity is the result of a job without a transform (and of a transform

@@ -636,31 +636,39 @@ func transformAll(ctx context.Context, job *transform.Job, items []item, lookups
 			defer wg.Done()
 			// The worker's search documents are written one after the
 			// other into one buffer (grown as needed: what was written
-			// before stays where it is).
+			// before stays where it is), by one series of calls.
 			var buf []byte
 			if job.Kind == transform.Search {
 				buf = make([]byte, 0, (hi-lo)*docBytes)
 			}
+			in := make([]transform.Input, 0, hi-lo)
+			at := make([]int, 0, hi-lo)
 			for i := lo; i < hi; i++ {
 				it := &items[i]
-				if it.doc == nil {
+				switch {
+				case it.doc == nil:
 					res[i] = sink.Write{SourceID: it.id, Delete: true}
-					continue
+				case it.lookupErr != nil:
+					kind[i], errsAt[i] = 2, it.lookupErr
+					res[i] = sink.Write{SourceID: it.id, Delete: true}
+				default:
+					var lk transform.LookupResults
+					if lookups != nil {
+						lk = lookups[i]
+					}
+					in = append(in, transform.Input{Doc: it.doc, Op: it.op, UpdateDesc: it.upd, Lookups: lk})
+					at = append(at, i)
 				}
-				var r transform.Result
-				var err error
-				var lk transform.LookupResults
-				if lookups != nil {
-					lk = lookups[i]
-				}
-				if it.lookupErr != nil {
-					err = it.lookupErr
-				} else {
-					r, buf, err = job.ApplyWith(ctx, buf, it.doc, it.op, it.upd, lk)
-				}
+			}
+			out := make([]transform.Outcome, len(in))
+			job.ApplyEach(ctx, buf, in, out)
+			for k, o := range out {
+				i := at[k]
+				it := &items[i]
+				r, err := o.Result, o.Err
 				switch {
 				case err == nil && it.skip.unchanged(it, r):
-					kind[i], buf = 3, buf[:len(buf)-len(r.JSON)]
+					kind[i] = 3
 				case err == nil && r.Skip:
 					kind[i] = 1
 					res[i] = sink.Write{SourceID: it.id, Delete: true}
