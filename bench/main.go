@@ -80,7 +80,13 @@ func main() {
 }
 
 // serve is the child process: the test servers, their addresses as one JSON
-// line on stdout, until stdin closes.
+// line on stdout, then commands read from stdin, one a line, each answered
+// with one line on stdout ("ok", or what went wrong), until stdin closes:
+//
+//	pause   the test Meilisearch stops processing tasks: requests are
+//	        still answered and their tasks stay enqueued (an outage of
+//	        the indexing, as a Meilisearch busy for minutes shows it)
+//	resume  it processes them again
 func serve() {
 	ms, err := mongotest.Start(mongotest.Options{HistorySize: 2_000_000})
 	if err != nil {
@@ -93,7 +99,19 @@ func serve() {
 		os.Exit(1)
 	}
 	json.NewEncoder(os.Stdout).Encode(map[string]string{"mongo": ms.URI(), "meili": ml.URL()})
-	io.Copy(io.Discard, os.Stdin)
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		switch cmd := strings.TrimSpace(sc.Text()); cmd {
+		case "pause":
+			ml.PauseTasks()
+			fmt.Println("ok")
+		case "resume":
+			ml.ResumeTasks()
+			fmt.Println("ok")
+		default:
+			fmt.Printf("unknown command %q (pause, resume)\n", cmd)
+		}
+	}
 	ml.Close()
 	ms.Close()
 }
@@ -140,18 +158,21 @@ func run() error {
 	}
 	defer os.RemoveAll(tmp)
 
+	var srv *servers
 	if c.mongoURI == "" || c.meiliURL == "" {
-		child, stdin, addrs, err := startServers(ctx)
+		s, err := startServers(ctx)
 		if err != nil {
 			return err
 		}
-		defer child.Wait()
-		defer stdin.Close() // the child stops at EOF
+		defer s.close()
+		srv = s
 		if c.mongoURI == "" {
-			c.mongoURI = addrs["mongo"]
+			c.mongoURI = s.addrs["mongo"]
 		}
 		if c.meiliURL == "" {
-			c.meiliURL = addrs["meili"]
+			c.meiliURL = s.addrs["meili"]
+		} else {
+			srv.meili = false
 		}
 	}
 	var build []string
@@ -231,27 +252,12 @@ func run() error {
 		runs = append(runs, &sidecar{label: c.against, bin: c.against, prefix: "benchb_", state: "meilistream_b"})
 	}
 	for i, r := range runs {
-		r.uid = r.prefix + "articles"
-		if t, err := ms.DeleteIndex(ctx, r.uid); err == nil {
-			ms.WaitForTask(ctx, t.TaskUID, 10*time.Millisecond)
-		}
 		r.ready = filepath.Join(tmp, fmt.Sprintf("ready%d", i))
-		env := []string{
-			"MEILISTREAM_MONGODB_URI=" + c.mongoURI,
-			"MEILISTREAM_MONGODB_DATABASE=bench",
-			"MEILISTREAM_MEILI_URL=" + c.meiliURL,
-			"MEILISTREAM_TRANSFORMS=" + transforms,
-			"MEILISTREAM_INDEX_PREFIX=" + r.prefix,
-			"MEILISTREAM_STATE_COLLECTION=" + r.state,
-			"MEILISTREAM_HTTP_ADDR=127.0.0.1:0",
-			"MEILISTREAM_READY_FILE=" + r.ready,
-			"MEILISTREAM_FLUSH_INTERVAL=" + c.flush.String(),
-			"MEILISTREAM_LOG_LEVEL=info",
-		}
+		var extra []string
 		if c.profile != "" && i == 0 {
-			env = append(env, profileDirEnv+"="+c.profile)
+			extra = append(extra, profileDirEnv+"="+c.profile)
 		}
-		if err := r.start(ctx, env, c.verbose); err != nil {
+		if err := launch(ctx, c, ms, r, transforms, extra...); err != nil {
 			return err
 		}
 		defer r.stop()
@@ -700,6 +706,29 @@ func (r *sidecar) heap() heapCount {
 	return h
 }
 
+// launch starts r on the transforms folder with its own index prefix and
+// state collection and the extra variables, its index deleted first (each
+// run reindexes into an empty one). r.ready must be set.
+func launch(ctx context.Context, c config, ms meilisearch.ServiceManager, r *sidecar, transforms string, extra ...string) error {
+	r.uid = r.prefix + "articles"
+	if t, err := ms.DeleteIndex(ctx, r.uid); err == nil {
+		ms.WaitForTask(ctx, t.TaskUID, 10*time.Millisecond)
+	}
+	env := []string{
+		"MEILISTREAM_MONGODB_URI=" + c.mongoURI,
+		"MEILISTREAM_MONGODB_DATABASE=bench",
+		"MEILISTREAM_MEILI_URL=" + c.meiliURL,
+		"MEILISTREAM_TRANSFORMS=" + transforms,
+		"MEILISTREAM_INDEX_PREFIX=" + r.prefix,
+		"MEILISTREAM_STATE_COLLECTION=" + r.state,
+		"MEILISTREAM_HTTP_ADDR=127.0.0.1:0",
+		"MEILISTREAM_READY_FILE=" + r.ready,
+		"MEILISTREAM_FLUSH_INTERVAL=" + c.flush.String(),
+		"MEILISTREAM_LOG_LEVEL=info",
+	}
+	return r.start(ctx, append(env, extra...), c.verbose)
+}
+
 func (r *sidecar) start(ctx context.Context, env []string, verbose bool) error {
 	r.cmd = exec.CommandContext(ctx, r.bin, "run")
 	r.cmd.Env = append(os.Environ(), env...)
@@ -770,37 +799,67 @@ func (r *sidecar) sample() {
 	}
 }
 
-func startServers(ctx context.Context) (*exec.Cmd, io.WriteCloser, map[string]string, error) {
+// servers is the child process running the test servers (serve).
+type servers struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	out   *bufio.Reader
+	addrs map[string]string // "mongo": its URI, "meili": its URL
+	// meili is false when the bench was given another Meilisearch (-meili):
+	// then the test one is not the sidecar's, and control cannot pause it.
+	meili bool
+}
+
+func startServers(ctx context.Context) (*servers, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	child := exec.Command(self, "-serve")
 	child.Stderr = os.Stderr
 	in, err := child.StdinPipe()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	out, err := child.StdoutPipe()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	if err := child.Start(); err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	line, err := bufio.NewReader(out).ReadBytes('\n')
+	s := &servers{cmd: child, in: in, out: bufio.NewReader(out), meili: true}
+	line, err := s.out.ReadBytes('\n')
 	if err != nil {
-		in.Close()
-		child.Wait()
-		return nil, nil, nil, fmt.Errorf("test servers: %w", err)
+		s.close()
+		return nil, fmt.Errorf("test servers: %w", err)
 	}
-	var addrs map[string]string
-	if err := json.Unmarshal(line, &addrs); err != nil {
-		in.Close()
-		child.Wait()
-		return nil, nil, nil, err
+	if err := json.Unmarshal(line, &s.addrs); err != nil {
+		s.close()
+		return nil, fmt.Errorf("test servers' addresses %q: %w", line, err)
 	}
-	return child, in, addrs, nil
+	return s, nil
+}
+
+// control sends the child one command of serve's and waits for its "ok".
+func (s *servers) control(cmd string) error {
+	if _, err := fmt.Fprintln(s.in, cmd); err != nil {
+		return fmt.Errorf("test servers, %s: %w", cmd, err)
+	}
+	line, err := s.out.ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("test servers, %s: %w", cmd, err)
+	}
+	if line = strings.TrimSpace(line); line != "ok" {
+		return fmt.Errorf("test servers, %s: %s", cmd, line)
+	}
+	return nil
+}
+
+// close stops the child (it stops at EOF on its stdin) and waits for it.
+func (s *servers) close() {
+	s.in.Close()
+	s.cmd.Wait()
 }
 
 func seed(ctx context.Context, coll *mongo.Collection, first, n int) error {
