@@ -24,6 +24,16 @@
 //     default skipUnchanged, skipUnchanged with the transform's fields
 //     declared), each reported as Meilisearch documents received per
 //     change and sidecar CPU per change (unchanged.go);
+//   - with -lookups, instead: two sidecars side by side reindex the same
+//     articles, each with an authorId, with the articles example and with
+//     the same transform taking the author from a users collection by one
+//     declared lookup (reindex CPU per document, whole and over the
+//     middle half, and their ratio); then the user the first -fanout
+//     articles depend on is renamed, and the lookup's sidecar alone is
+//     measured until every dependent shows the new name: its batches
+//     (/metrics), the document tasks Meilisearch received for the index,
+//     the time and its CPU per dependent (lookups.go). -users sets how
+//     many other users write the other articles in turn;
 //   - live reindex (with -live > 0): the transform file is edited, which
 //     starts a swap reindex; meanwhile an update every -live-every is
 //     timed from MongoDB until it is visible in the live index (median,
@@ -126,6 +136,8 @@ type config struct {
 	live                   bool
 	liveEvery              time.Duration
 	unchanged              bool
+	lookups                bool
+	fanout, users          int
 }
 
 func run() error {
@@ -144,8 +156,20 @@ func run() error {
 	flag.BoolVar(&c.live, "live", true, "after the latency samples, edit the transform and time writes made during the reindex it starts until each is visible in the live index")
 	flag.DurationVar(&c.liveEvery, "live-every", 20*time.Millisecond, "with -live, one update this often while the reindex runs")
 	flag.BoolVar(&c.unchanged, "unchanged", false, "instead of the phases above, the workload of updates that cannot change a search document: -changes updates, 4 in 5 incrementing a counter the transform does not read, followed by three sidecars side by side (every update sent, skipUnchanged, skipUnchanged with fields); reports Meilisearch documents received and sidecar CPU per change")
+	flag.BoolVar(&c.lookups, "lookups", false, "instead of the phases above, the lookups workload: two sidecars side by side reindex articles with and without a lookup of their author in a users collection (reindex CPU per document and the ratio), then one user on whom -fanout articles depend is renamed (batches and Meilisearch tasks it took, time until all are searchable)")
+	flag.IntVar(&c.fanout, "fanout", 10000, "with -lookups, the articles written by the user who is renamed (at most -docs)")
+	flag.IntVar(&c.users, "users", 10000, "with -lookups, the other users, authors of the other articles in turn")
 	flag.StringVar(&c.against, "against", "", "another meilistream binary to run side by side with the first on the same collection and servers (its own index and state collection), so both meet the same load: an A/B comparison on a noisy machine")
 	flag.Parse()
+	modes := 0
+	for _, on := range []bool{c.unchanged, c.lookups} {
+		if on {
+			modes++
+		}
+	}
+	if modes > 1 {
+		return errors.New("-unchanged and -lookups are workloads of their own: give one")
+	}
 	if runtime.GOOS != "linux" {
 		return errors.New("reads the sidecar's CPU and RSS from /proc: Linux only")
 	}
@@ -226,9 +250,17 @@ func run() error {
 	_ = db.Drop(ctx)
 	ms := meilisearch.New(c.meiliURL, meilisearch.DisableRetries())
 
+	article := articles.Article
+	switch {
+	case c.lookups:
+		if c.fanout < 1 || c.fanout > c.docs || c.users < 1 {
+			return fmt.Errorf("-lookups needs 1 <= -fanout <= -docs (%d) and -users >= 1: -fanout %d, -users %d", c.docs, c.fanout, c.users)
+		}
+		article = func(i int) bson.D { return articleByUser(i, c.fanout, c.users) }
+	}
 	fmt.Fprintf(os.Stderr, "seeding %d articles ...\n", c.docs)
 	t0 := time.Now()
-	if err := seed(ctx, coll, 1, c.docs); err != nil {
+	if err := seed(ctx, coll, 1, c.docs, article); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "seeded in %s\n", time.Since(t0).Round(time.Millisecond))
@@ -239,8 +271,11 @@ func run() error {
 		}
 	}
 
-	if c.unchanged {
+	switch {
+	case c.unchanged:
 		return runUnchanged(ctx, c, tmp, transforms, coll, ms, published)
+	case c.lookups:
+		return runLookups(ctx, c, tmp, transforms, db, ms, published)
 	}
 
 	// The sidecar, and with -against the other one, run side by side: each
@@ -305,19 +340,8 @@ func run() error {
 				if n == int64(published) {
 					r.reindex = r.end()
 					r.peak = max(r.peak, hwm(r.pid))
-				} else if r.q3In == 0 {
-					// The index being rebuilt: its count trails what the
-					// sidecar has read by the batches in flight, by
-					// about as much at both points.
-					m, err := indexCount(ctx, ms, r.uid+"__reindex")
-					if err != nil {
-						return false, err
-					}
-					if r.q1In == 0 && m >= int64(published)/4 {
-						r.q1, r.q1In = r.sofar(), m
-					} else if r.q1In > 0 && m >= int64(published)*3/4 {
-						r.q3, r.q3In = r.sofar(), m
-					}
+				} else if err := r.midway(ctx, ms, published); err != nil {
+					return false, err
 				}
 			}
 			all = all && !r.running
@@ -436,14 +460,9 @@ func run() error {
 		fmt.Printf("reindex: %.1f µs sidecar CPU per document, %s wall (%.0f docs/s), peak RSS %.1f MB\n",
 			float64(r.reindex.cpu.Microseconds())/float64(c.docs), r.reindex.wall.Round(time.Millisecond),
 			float64(c.docs)/r.reindex.wall.Seconds(), float64(r.peak)/(1<<20))
-		if r.q3In > 0 {
-			// Documents read, drafts included, in the same proportion as
-			// the published ones counted in the index.
-			mid := float64(r.q3In-r.q1In) * float64(c.docs) / float64(published)
-			each := float64((r.q3.cpu - r.q1.cpu).Microseconds()) / mid
+		if each, faults, ok := r.middle(c.docs, published); ok {
 			fmt.Printf("of which the middle half of the documents %.1f µs each (%.2f page faults each), and %.2f s of CPU beyond that rate (fixed: the start, the heap's growth, the swap)\n",
-				each, float64(r.q3.faults-r.q1.faults)/mid,
-				(float64(r.reindex.cpu.Microseconds())-each*float64(c.docs))/1e6)
+				each, faults, (float64(r.reindex.cpu.Microseconds())-each*float64(c.docs))/1e6)
 		}
 		if n == 0 {
 			fmt.Printf("of which system time (kernel: sockets, page faults, thread switches): reindex %.1f µs, %.2f page faults and %.3f switches per document\n",
@@ -665,6 +684,40 @@ type sidecar struct {
 	rebuild time.Duration
 }
 
+// midway notes, while a reindex is counted, what it has cost when about a
+// quarter and three quarters of the published articles are in the index
+// being rebuilt (r.q1, r.q3).
+func (r *sidecar) midway(ctx context.Context, ms meilisearch.ServiceManager, published int) error {
+	if r.q3In != 0 {
+		return nil
+	}
+	// The index being rebuilt: its count trails what the sidecar has
+	// read by the batches in flight, by about as much at both points.
+	m, err := indexCount(ctx, ms, r.uid+"__reindex")
+	if err != nil {
+		return err
+	}
+	if r.q1In == 0 && m >= int64(published)/4 {
+		r.q1, r.q1In = r.sofar(), m
+	} else if r.q1In > 0 && m >= int64(published)*3/4 {
+		r.q3, r.q3In = r.sofar(), m
+	}
+	return nil
+}
+
+// middle is the reindex's CPU µs and page faults per document between the
+// points midway noted; ok is false when it saw neither (a reindex faster
+// than the polling).
+func (r *sidecar) middle(docs, published int) (each, faults float64, ok bool) {
+	if r.q3In == 0 {
+		return 0, 0, false
+	}
+	// Documents read, drafts included, in the same proportion as the
+	// published ones counted in the index.
+	mid := float64(r.q3In-r.q1In) * float64(docs) / float64(published)
+	return float64((r.q3.cpu - r.q1.cpu).Microseconds()) / mid, float64(r.q3.faults-r.q1.faults) / mid, true
+}
+
 // phase is what a sidecar cost in one phase.
 type phase struct {
 	cpu, sys, wall   time.Duration
@@ -704,6 +757,79 @@ func (r *sidecar) heap() heapCount {
 		}
 	}
 	return h
+}
+
+// metrics reads the families named from the sidecar's /metrics, each the
+// sum over its series (all their labels), e.g.
+// meilistream_batch_documents_count: a family absent, or /metrics
+// unreadable, is 0.
+func (r *sidecar) metrics(families ...string) map[string]float64 {
+	sums := make(map[string]float64, len(families))
+	addr, _ := os.ReadFile(r.ready)
+	resp, err := http.Get("http://" + strings.TrimSpace(string(addr)) + "/metrics")
+	if err != nil {
+		return sums
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		series, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		name, _, _ := strings.Cut(series, "{")
+		for _, f := range families {
+			if name == f {
+				v, _ := strconv.ParseFloat(val, 64)
+				sums[f] += v
+			}
+		}
+	}
+	return sums
+}
+
+// jobView is what the bench reads of the sidecar's one job in /status
+// (the sidecar's status.Job, its counters and its Meilisearch queue).
+type jobView struct {
+	State    string `json:"state"`
+	Counters struct {
+		Changes int64 `json:"changes"`
+		FanOuts int64 `json:"fanOuts"`
+		Resent  int64 `json:"resent"`
+	} `json:"counters"`
+	Queue *struct {
+		Tasks int   `json:"tasks"`
+		Bytes int64 `json:"bytes"`
+	} `json:"queue"`
+	// BatchSize is the configuration's batch_size (the job's own, when
+	// its transform sets one, is not shown there).
+	BatchSize int `json:"-"`
+}
+
+// job reads the sidecar's /status: its only job, and its batch size.
+func (r *sidecar) job() (jobView, error) {
+	addr, _ := os.ReadFile(r.ready)
+	resp, err := http.Get("http://" + strings.TrimSpace(string(addr)) + "/status")
+	if err != nil {
+		return jobView{}, fmt.Errorf("status of the sidecar %s: %w", r.label, err)
+	}
+	defer resp.Body.Close()
+	var rep struct {
+		Jobs   []jobView `json:"jobs"`
+		Config struct {
+			BatchSize int `json:"batch_size"`
+		} `json:"config"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
+		return jobView{}, fmt.Errorf("status of the sidecar %s: %w", r.label, err)
+	}
+	if len(rep.Jobs) != 1 {
+		return jobView{}, fmt.Errorf("status of the sidecar %s: %d jobs, the bench runs one", r.label, len(rep.Jobs))
+	}
+	j := rep.Jobs[0]
+	j.BatchSize = rep.Config.BatchSize
+	return j, nil
 }
 
 // launch starts r on the transforms folder with its own index prefix and
@@ -862,7 +988,9 @@ func (s *servers) close() {
 	s.cmd.Wait()
 }
 
-func seed(ctx context.Context, coll *mongo.Collection, first, n int) error {
+// seed inserts article(first) .. article(first+n-1), with a few writers in
+// parallel.
+func seed(ctx context.Context, coll *mongo.Collection, first, n int, article func(int) bson.D) error {
 	const chunk = 1000
 	var wg sync.WaitGroup
 	errc := make(chan error, 4)
@@ -874,7 +1002,7 @@ func seed(ctx context.Context, coll *mongo.Collection, first, n int) error {
 			for from := range next {
 				docs := make([]any, 0, chunk)
 				for i := from; i < min(from+chunk, first+n); i++ {
-					docs = append(docs, articles.Article(i))
+					docs = append(docs, article(i))
 				}
 				if _, err := coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil {
 					select {
