@@ -34,6 +34,15 @@
 //     (/metrics), the document tasks Meilisearch received for the index,
 //     the time and its CPU per dependent (lookups.go). -users sets how
 //     many other users write the other articles in turn;
+//   - with -catchup, instead: one sidecar reindexes and follows articles
+//     of -doc-kb KB (-docs defaults to -outage); the test Meilisearch then
+//     processes no task (it still answers and enqueues) while -outage
+//     updates are written, and resumes: the sidecar's RSS before the
+//     outage, its peak RSS during the outage and during the catch-up (the
+//     kernel's peak, reset at each phase's start), the Go heap's peaks
+//     beside them, what it took in while Meilisearch waited, and how long
+//     until every update was searchable (catchup.go). It needs the test
+//     Meilisearch (not -meili), whose child process takes the pause;
 //   - live reindex (with -live > 0): the transform file is edited, which
 //     starts a swap reindex; meanwhile an update every -live-every is
 //     timed from MongoDB until it is visible in the live index (median,
@@ -138,6 +147,8 @@ type config struct {
 	unchanged              bool
 	lookups                bool
 	fanout, users          int
+	catchup                bool
+	outage, docKB          int
 }
 
 func run() error {
@@ -159,16 +170,22 @@ func run() error {
 	flag.BoolVar(&c.lookups, "lookups", false, "instead of the phases above, the lookups workload: two sidecars side by side reindex articles with and without a lookup of their author in a users collection (reindex CPU per document and the ratio), then one user on whom -fanout articles depend is renamed (batches and Meilisearch tasks it took, time until all are searchable)")
 	flag.IntVar(&c.fanout, "fanout", 10000, "with -lookups, the articles written by the user who is renamed (at most -docs)")
 	flag.IntVar(&c.users, "users", 10000, "with -lookups, the other users, authors of the other articles in turn")
+	flag.BoolVar(&c.catchup, "catchup", false, "instead of the phases above, the catch-up workload: articles of -doc-kb KB are reindexed and followed, the test Meilisearch stops processing tasks while -outage updates are written, then resumes; reports the sidecar's RSS before, peak RSS during the outage and the catch-up, and the catch-up's time")
+	flag.IntVar(&c.outage, "outage", 50000, "with -catchup, the updates written while Meilisearch processes no task (to distinct articles while -docs allows; -docs defaults to this)")
+	flag.IntVar(&c.docKB, "doc-kb", 10, "with -catchup, the size of each article's body in KB")
 	flag.StringVar(&c.against, "against", "", "another meilistream binary to run side by side with the first on the same collection and servers (its own index and state collection), so both meet the same load: an A/B comparison on a noisy machine")
 	flag.Parse()
 	modes := 0
-	for _, on := range []bool{c.unchanged, c.lookups} {
+	for _, on := range []bool{c.unchanged, c.lookups, c.catchup} {
 		if on {
 			modes++
 		}
 	}
 	if modes > 1 {
-		return errors.New("-unchanged and -lookups are workloads of their own: give one")
+		return errors.New("-unchanged, -lookups and -catchup are workloads of their own: give one")
+	}
+	if c.catchup && !flagSet("docs") {
+		c.docs = c.outage
 	}
 	if runtime.GOOS != "linux" {
 		return errors.New("reads the sidecar's CPU and RSS from /proc: Linux only")
@@ -257,6 +274,14 @@ func run() error {
 			return fmt.Errorf("-lookups needs 1 <= -fanout <= -docs (%d) and -users >= 1: -fanout %d, -users %d", c.docs, c.fanout, c.users)
 		}
 		article = func(i int) bson.D { return articleByUser(i, c.fanout, c.users) }
+	case c.catchup:
+		if srv == nil || !srv.meili {
+			return errors.New("-catchup pauses the test Meilisearch's tasks: it cannot run with -meili")
+		}
+		if c.docKB < 1 || c.outage < 1 {
+			return fmt.Errorf("-catchup needs -doc-kb >= 1 and -outage >= 1: -doc-kb %d, -outage %d", c.docKB, c.outage)
+		}
+		article = func(i int) bson.D { return articles.WithBody(i, c.docKB<<10) }
 	}
 	fmt.Fprintf(os.Stderr, "seeding %d articles ...\n", c.docs)
 	t0 := time.Now()
@@ -276,6 +301,8 @@ func run() error {
 		return runUnchanged(ctx, c, tmp, transforms, coll, ms, published)
 	case c.lookups:
 		return runLookups(ctx, c, tmp, transforms, db, ms, published)
+	case c.catchup:
+		return runCatchup(ctx, c, tmp, transforms, coll, ms, srv, published)
 	}
 
 	// The sidecar, and with -against the other one, run side by side: each
@@ -1258,6 +1285,13 @@ func loadavg() string {
 		return "?"
 	}
 	return f[0]
+}
+
+// flagSet reports whether the command line set the flag.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 type writerFunc func([]byte) (int, error)
