@@ -234,7 +234,7 @@ func runLookups(ctx context.Context, c config, tmp, transforms string, db *mongo
 // fanOutResult is what renaming the user of -fanout articles cost.
 type fanOutResult struct {
 	dependents, published int
-	batchSize             int
+	batchSize, pageSize   int
 	searchable, durable   time.Duration // from the write until every published dependent shows the new name; until the sidecar counted them all durable
 	batches               float64       // the sidecar's batches made durable (meilistream_batch_documents_count)
 	fanOuts, resent       int64         // its /status counters
@@ -260,7 +260,7 @@ func fanOut(ctx context.Context, c config, db *mongo.Database, ms meilisearch.Se
 	if err != nil {
 		return res, err
 	}
-	res.batchSize = j0.BatchSize
+	res.batchSize, res.pageSize = j0.BatchSize, j0.PageSize
 	t0, err := tally(ctx, ms, r.uid)
 	if err != nil {
 		return res, err
@@ -318,8 +318,11 @@ func (f fanOutResult) print(c config) {
 	fmt.Printf("fan-out: the author of %d articles (%d published) renamed: all searchable with the new name after %s, all counted durable by the sidecar after %s; %.1f µs sidecar CPU per dependent\n",
 		f.dependents, f.published, f.searchable.Round(time.Millisecond), f.durable.Round(time.Millisecond),
 		float64(f.cost.cpu.Microseconds())/float64(f.dependents))
-	fmt.Printf("fan-out: %.0f batches made durable by the sidecar (dependents / batch size %d = %.1f); Meilisearch received %d document additions (%d documents) and %d deletions (%d ids); /status: %d fan-outs, %d documents sent again\n",
-		f.batches, f.batchSize, float64(f.dependents)/float64(max(f.batchSize, 1)),
+	// Dependents are read, as a reindex's documents, in parts of half a
+	// page: a fan-out's batches are parts.
+	part := max(f.pageSize/2, 1)
+	fmt.Printf("fan-out: %.0f batches made durable by the sidecar (dependents / batch size %d = %.1f, / part size %d = %.1f); Meilisearch received %d document additions (%d documents) and %d deletions (%d ids); /status: %d fan-outs, %d documents sent again\n",
+		f.batches, f.batchSize, float64(f.dependents)/float64(max(f.batchSize, 1)), part, float64(f.dependents)/float64(part),
 		f.tasks.additions, f.tasks.documents, f.tasks.deletions, f.tasks.ids, f.fanOuts, f.resent)
 }
 

@@ -829,9 +829,10 @@ type jobView struct {
 		Tasks int   `json:"tasks"`
 		Bytes int64 `json:"bytes"`
 	} `json:"queue"`
-	// BatchSize is the configuration's batch_size (the job's own, when
-	// its transform sets one, is not shown there).
-	BatchSize int `json:"-"`
+	// BatchSize and PageSize are the configuration's batch_size and
+	// page_size (a job's own batchSize, when its transform sets one, is
+	// not shown there).
+	BatchSize, PageSize int `json:"-"`
 }
 
 // job reads the sidecar's /status: its only job, and its batch size.
@@ -846,6 +847,7 @@ func (r *sidecar) job() (jobView, error) {
 		Jobs   []jobView `json:"jobs"`
 		Config struct {
 			BatchSize int `json:"batch_size"`
+			PageSize  int `json:"page_size"`
 		} `json:"config"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
@@ -855,7 +857,7 @@ func (r *sidecar) job() (jobView, error) {
 		return jobView{}, fmt.Errorf("status of the sidecar %s: %d jobs, the bench runs one", r.label, len(rep.Jobs))
 	}
 	j := rep.Jobs[0]
-	j.BatchSize = rep.Config.BatchSize
+	j.BatchSize, j.PageSize = rep.Config.BatchSize, rep.Config.PageSize
 	return j, nil
 }
 
