@@ -24,6 +24,25 @@
 //     default skipUnchanged, skipUnchanged with the transform's fields
 //     declared), each reported as Meilisearch documents received per
 //     change and sidecar CPU per change (unchanged.go);
+//   - with -lookups, instead: two sidecars side by side reindex the same
+//     articles, each with an authorId, with the articles example and with
+//     the same transform taking the author from a users collection by one
+//     declared lookup (reindex CPU per document, whole and over the
+//     middle half, and their ratio); then the user the first -fanout
+//     articles depend on is renamed, and the lookup's sidecar alone is
+//     measured until every dependent shows the new name: its batches
+//     (/metrics), the document tasks Meilisearch received for the index,
+//     the time and its CPU per dependent (lookups.go). -users sets how
+//     many other users write the other articles in turn;
+//   - with -catchup, instead: one sidecar reindexes and follows articles
+//     of -doc-kb KB (-docs defaults to -outage); the test Meilisearch then
+//     processes no task (it still answers and enqueues) while -outage
+//     updates are written, and resumes: the sidecar's RSS before the
+//     outage, its peak RSS during the outage and during the catch-up (the
+//     kernel's peak, reset at each phase's start), the Go heap's peaks
+//     beside them, what it took in while Meilisearch waited, and how long
+//     until every update was searchable (catchup.go). It needs the test
+//     Meilisearch (not -meili), whose child process takes the pause;
 //   - live reindex (with -live > 0): the transform file is edited, which
 //     starts a swap reindex; meanwhile an update every -live-every is
 //     timed from MongoDB until it is visible in the live index (median,
@@ -80,7 +99,13 @@ func main() {
 }
 
 // serve is the child process: the test servers, their addresses as one JSON
-// line on stdout, until stdin closes.
+// line on stdout, then commands read from stdin, one a line, each answered
+// with one line on stdout ("ok", or what went wrong), until stdin closes:
+//
+//	pause   the test Meilisearch stops processing tasks: requests are
+//	        still answered and their tasks stay enqueued (an outage of
+//	        the indexing, as a Meilisearch busy for minutes shows it)
+//	resume  it processes them again
 func serve() {
 	ms, err := mongotest.Start(mongotest.Options{HistorySize: 2_000_000})
 	if err != nil {
@@ -93,7 +118,19 @@ func serve() {
 		os.Exit(1)
 	}
 	json.NewEncoder(os.Stdout).Encode(map[string]string{"mongo": ms.URI(), "meili": ml.URL()})
-	io.Copy(io.Discard, os.Stdin)
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		switch cmd := strings.TrimSpace(sc.Text()); cmd {
+		case "pause":
+			ml.PauseTasks()
+			fmt.Println("ok")
+		case "resume":
+			ml.ResumeTasks()
+			fmt.Println("ok")
+		default:
+			fmt.Printf("unknown command %q (pause, resume)\n", cmd)
+		}
+	}
 	ml.Close()
 	ms.Close()
 }
@@ -108,6 +145,10 @@ type config struct {
 	live                   bool
 	liveEvery              time.Duration
 	unchanged              bool
+	lookups                bool
+	fanout, users          int
+	catchup                bool
+	outage, docKB          int
 }
 
 func run() error {
@@ -126,8 +167,26 @@ func run() error {
 	flag.BoolVar(&c.live, "live", true, "after the latency samples, edit the transform and time writes made during the reindex it starts until each is visible in the live index")
 	flag.DurationVar(&c.liveEvery, "live-every", 20*time.Millisecond, "with -live, one update this often while the reindex runs")
 	flag.BoolVar(&c.unchanged, "unchanged", false, "instead of the phases above, the workload of updates that cannot change a search document: -changes updates, 4 in 5 incrementing a counter the transform does not read, followed by three sidecars side by side (every update sent, skipUnchanged, skipUnchanged with fields); reports Meilisearch documents received and sidecar CPU per change")
+	flag.BoolVar(&c.lookups, "lookups", false, "instead of the phases above, the lookups workload: two sidecars side by side reindex articles with and without a lookup of their author in a users collection (reindex CPU per document and the ratio), then one user on whom -fanout articles depend is renamed (batches and Meilisearch tasks it took, time until all are searchable)")
+	flag.IntVar(&c.fanout, "fanout", 10000, "with -lookups, the articles written by the user who is renamed (at most -docs)")
+	flag.IntVar(&c.users, "users", 10000, "with -lookups, the other users, authors of the other articles in turn")
+	flag.BoolVar(&c.catchup, "catchup", false, "instead of the phases above, the catch-up workload: articles of -doc-kb KB are reindexed and followed, the test Meilisearch stops processing tasks while -outage updates are written, then resumes; reports the sidecar's RSS before, peak RSS during the outage and the catch-up, and the catch-up's time")
+	flag.IntVar(&c.outage, "outage", 50000, "with -catchup, the updates written while Meilisearch processes no task (to distinct articles while -docs allows; -docs defaults to this)")
+	flag.IntVar(&c.docKB, "doc-kb", 10, "with -catchup, the size of each article's body in KB")
 	flag.StringVar(&c.against, "against", "", "another meilistream binary to run side by side with the first on the same collection and servers (its own index and state collection), so both meet the same load: an A/B comparison on a noisy machine")
 	flag.Parse()
+	modes := 0
+	for _, on := range []bool{c.unchanged, c.lookups, c.catchup} {
+		if on {
+			modes++
+		}
+	}
+	if modes > 1 {
+		return errors.New("-unchanged, -lookups and -catchup are workloads of their own: give one")
+	}
+	if c.catchup && !flagSet("docs") {
+		c.docs = c.outage
+	}
 	if runtime.GOOS != "linux" {
 		return errors.New("reads the sidecar's CPU and RSS from /proc: Linux only")
 	}
@@ -140,18 +199,21 @@ func run() error {
 	}
 	defer os.RemoveAll(tmp)
 
+	var srv *servers
 	if c.mongoURI == "" || c.meiliURL == "" {
-		child, stdin, addrs, err := startServers(ctx)
+		s, err := startServers(ctx)
 		if err != nil {
 			return err
 		}
-		defer child.Wait()
-		defer stdin.Close() // the child stops at EOF
+		defer s.close()
+		srv = s
 		if c.mongoURI == "" {
-			c.mongoURI = addrs["mongo"]
+			c.mongoURI = s.addrs["mongo"]
 		}
 		if c.meiliURL == "" {
-			c.meiliURL = addrs["meili"]
+			c.meiliURL = s.addrs["meili"]
+		} else {
+			srv.meili = false
 		}
 	}
 	var build []string
@@ -205,9 +267,25 @@ func run() error {
 	_ = db.Drop(ctx)
 	ms := meilisearch.New(c.meiliURL, meilisearch.DisableRetries())
 
+	article := articles.Article
+	switch {
+	case c.lookups:
+		if c.fanout < 1 || c.fanout > c.docs || c.users < 1 {
+			return fmt.Errorf("-lookups needs 1 <= -fanout <= -docs (%d) and -users >= 1: -fanout %d, -users %d", c.docs, c.fanout, c.users)
+		}
+		article = func(i int) bson.D { return articleByUser(i, c.fanout, c.users) }
+	case c.catchup:
+		if srv == nil || !srv.meili {
+			return errors.New("-catchup pauses the test Meilisearch's tasks: it cannot run with -meili")
+		}
+		if c.docKB < 1 || c.outage < 1 {
+			return fmt.Errorf("-catchup needs -doc-kb >= 1 and -outage >= 1: -doc-kb %d, -outage %d", c.docKB, c.outage)
+		}
+		article = func(i int) bson.D { return articles.WithBody(i, c.docKB<<10) }
+	}
 	fmt.Fprintf(os.Stderr, "seeding %d articles ...\n", c.docs)
 	t0 := time.Now()
-	if err := seed(ctx, coll, 1, c.docs); err != nil {
+	if err := seed(ctx, coll, 1, c.docs, article); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "seeded in %s\n", time.Since(t0).Round(time.Millisecond))
@@ -218,8 +296,13 @@ func run() error {
 		}
 	}
 
-	if c.unchanged {
+	switch {
+	case c.unchanged:
 		return runUnchanged(ctx, c, tmp, transforms, coll, ms, published)
+	case c.lookups:
+		return runLookups(ctx, c, tmp, transforms, db, ms, published)
+	case c.catchup:
+		return runCatchup(ctx, c, tmp, transforms, coll, ms, srv, published)
 	}
 
 	// The sidecar, and with -against the other one, run side by side: each
@@ -231,27 +314,12 @@ func run() error {
 		runs = append(runs, &sidecar{label: c.against, bin: c.against, prefix: "benchb_", state: "meilistream_b"})
 	}
 	for i, r := range runs {
-		r.uid = r.prefix + "articles"
-		if t, err := ms.DeleteIndex(ctx, r.uid); err == nil {
-			ms.WaitForTask(ctx, t.TaskUID, 10*time.Millisecond)
-		}
 		r.ready = filepath.Join(tmp, fmt.Sprintf("ready%d", i))
-		env := []string{
-			"MEILISTREAM_MONGODB_URI=" + c.mongoURI,
-			"MEILISTREAM_MONGODB_DATABASE=bench",
-			"MEILISTREAM_MEILI_URL=" + c.meiliURL,
-			"MEILISTREAM_TRANSFORMS=" + transforms,
-			"MEILISTREAM_INDEX_PREFIX=" + r.prefix,
-			"MEILISTREAM_STATE_COLLECTION=" + r.state,
-			"MEILISTREAM_HTTP_ADDR=127.0.0.1:0",
-			"MEILISTREAM_READY_FILE=" + r.ready,
-			"MEILISTREAM_FLUSH_INTERVAL=" + c.flush.String(),
-			"MEILISTREAM_LOG_LEVEL=info",
-		}
+		var extra []string
 		if c.profile != "" && i == 0 {
-			env = append(env, profileDirEnv+"="+c.profile)
+			extra = append(extra, profileDirEnv+"="+c.profile)
 		}
-		if err := r.start(ctx, env, c.verbose); err != nil {
+		if err := launch(ctx, c, ms, r, transforms, extra...); err != nil {
 			return err
 		}
 		defer r.stop()
@@ -299,19 +367,8 @@ func run() error {
 				if n == int64(published) {
 					r.reindex = r.end()
 					r.peak = max(r.peak, hwm(r.pid))
-				} else if r.q3In == 0 {
-					// The index being rebuilt: its count trails what the
-					// sidecar has read by the batches in flight, by
-					// about as much at both points.
-					m, err := indexCount(ctx, ms, r.uid+"__reindex")
-					if err != nil {
-						return false, err
-					}
-					if r.q1In == 0 && m >= int64(published)/4 {
-						r.q1, r.q1In = r.sofar(), m
-					} else if r.q1In > 0 && m >= int64(published)*3/4 {
-						r.q3, r.q3In = r.sofar(), m
-					}
+				} else if err := r.midway(ctx, ms, published); err != nil {
+					return false, err
 				}
 			}
 			all = all && !r.running
@@ -430,14 +487,9 @@ func run() error {
 		fmt.Printf("reindex: %.1f µs sidecar CPU per document, %s wall (%.0f docs/s), peak RSS %.1f MB\n",
 			float64(r.reindex.cpu.Microseconds())/float64(c.docs), r.reindex.wall.Round(time.Millisecond),
 			float64(c.docs)/r.reindex.wall.Seconds(), float64(r.peak)/(1<<20))
-		if r.q3In > 0 {
-			// Documents read, drafts included, in the same proportion as
-			// the published ones counted in the index.
-			mid := float64(r.q3In-r.q1In) * float64(c.docs) / float64(published)
-			each := float64((r.q3.cpu - r.q1.cpu).Microseconds()) / mid
+		if each, faults, ok := r.middle(c.docs, published); ok {
 			fmt.Printf("of which the middle half of the documents %.1f µs each (%.2f page faults each), and %.2f s of CPU beyond that rate (fixed: the start, the heap's growth, the swap)\n",
-				each, float64(r.q3.faults-r.q1.faults)/mid,
-				(float64(r.reindex.cpu.Microseconds())-each*float64(c.docs))/1e6)
+				each, faults, (float64(r.reindex.cpu.Microseconds())-each*float64(c.docs))/1e6)
 		}
 		if n == 0 {
 			fmt.Printf("of which system time (kernel: sockets, page faults, thread switches): reindex %.1f µs, %.2f page faults and %.3f switches per document\n",
@@ -659,6 +711,40 @@ type sidecar struct {
 	rebuild time.Duration
 }
 
+// midway notes, while a reindex is counted, what it has cost when about a
+// quarter and three quarters of the published articles are in the index
+// being rebuilt (r.q1, r.q3).
+func (r *sidecar) midway(ctx context.Context, ms meilisearch.ServiceManager, published int) error {
+	if r.q3In != 0 {
+		return nil
+	}
+	// The index being rebuilt: its count trails what the sidecar has
+	// read by the batches in flight, by about as much at both points.
+	m, err := indexCount(ctx, ms, r.uid+"__reindex")
+	if err != nil {
+		return err
+	}
+	if r.q1In == 0 && m >= int64(published)/4 {
+		r.q1, r.q1In = r.sofar(), m
+	} else if r.q1In > 0 && m >= int64(published)*3/4 {
+		r.q3, r.q3In = r.sofar(), m
+	}
+	return nil
+}
+
+// middle is the reindex's CPU µs and page faults per document between the
+// points midway noted; ok is false when it saw neither (a reindex faster
+// than the polling).
+func (r *sidecar) middle(docs, published int) (each, faults float64, ok bool) {
+	if r.q3In == 0 {
+		return 0, 0, false
+	}
+	// Documents read, drafts included, in the same proportion as the
+	// published ones counted in the index.
+	mid := float64(r.q3In-r.q1In) * float64(docs) / float64(published)
+	return float64((r.q3.cpu - r.q1.cpu).Microseconds()) / mid, float64(r.q3.faults-r.q1.faults) / mid, true
+}
+
 // phase is what a sidecar cost in one phase.
 type phase struct {
 	cpu, sys, wall   time.Duration
@@ -698,6 +784,104 @@ func (r *sidecar) heap() heapCount {
 		}
 	}
 	return h
+}
+
+// metrics reads the families named from the sidecar's /metrics, each the
+// sum over its series (all their labels), e.g.
+// meilistream_batch_documents_count: a family absent, or /metrics
+// unreadable, is 0.
+func (r *sidecar) metrics(families ...string) map[string]float64 {
+	sums := make(map[string]float64, len(families))
+	addr, _ := os.ReadFile(r.ready)
+	resp, err := http.Get("http://" + strings.TrimSpace(string(addr)) + "/metrics")
+	if err != nil {
+		return sums
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		series, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		name, _, _ := strings.Cut(series, "{")
+		for _, f := range families {
+			if name == f {
+				v, _ := strconv.ParseFloat(val, 64)
+				sums[f] += v
+			}
+		}
+	}
+	return sums
+}
+
+// jobView is what the bench reads of the sidecar's one job in /status
+// (the sidecar's status.Job, its counters and its Meilisearch queue).
+type jobView struct {
+	State    string `json:"state"`
+	Counters struct {
+		Changes int64 `json:"changes"`
+		FanOuts int64 `json:"fanOuts"`
+		Resent  int64 `json:"resent"`
+	} `json:"counters"`
+	Queue *struct {
+		Tasks int   `json:"tasks"`
+		Bytes int64 `json:"bytes"`
+	} `json:"queue"`
+	// BatchSize and PageSize are the configuration's batch_size and
+	// page_size (a job's own batchSize, when its transform sets one, is
+	// not shown there).
+	BatchSize, PageSize int `json:"-"`
+}
+
+// job reads the sidecar's /status: its only job, and its batch size.
+func (r *sidecar) job() (jobView, error) {
+	addr, _ := os.ReadFile(r.ready)
+	resp, err := http.Get("http://" + strings.TrimSpace(string(addr)) + "/status")
+	if err != nil {
+		return jobView{}, fmt.Errorf("status of the sidecar %s: %w", r.label, err)
+	}
+	defer resp.Body.Close()
+	var rep struct {
+		Jobs   []jobView `json:"jobs"`
+		Config struct {
+			BatchSize int `json:"batch_size"`
+			PageSize  int `json:"page_size"`
+		} `json:"config"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
+		return jobView{}, fmt.Errorf("status of the sidecar %s: %w", r.label, err)
+	}
+	if len(rep.Jobs) != 1 {
+		return jobView{}, fmt.Errorf("status of the sidecar %s: %d jobs, the bench runs one", r.label, len(rep.Jobs))
+	}
+	j := rep.Jobs[0]
+	j.BatchSize, j.PageSize = rep.Config.BatchSize, rep.Config.PageSize
+	return j, nil
+}
+
+// launch starts r on the transforms folder with its own index prefix and
+// state collection and the extra variables, its index deleted first (each
+// run reindexes into an empty one). r.ready must be set.
+func launch(ctx context.Context, c config, ms meilisearch.ServiceManager, r *sidecar, transforms string, extra ...string) error {
+	r.uid = r.prefix + "articles"
+	if t, err := ms.DeleteIndex(ctx, r.uid); err == nil {
+		ms.WaitForTask(ctx, t.TaskUID, 10*time.Millisecond)
+	}
+	env := []string{
+		"MEILISTREAM_MONGODB_URI=" + c.mongoURI,
+		"MEILISTREAM_MONGODB_DATABASE=bench",
+		"MEILISTREAM_MEILI_URL=" + c.meiliURL,
+		"MEILISTREAM_TRANSFORMS=" + transforms,
+		"MEILISTREAM_INDEX_PREFIX=" + r.prefix,
+		"MEILISTREAM_STATE_COLLECTION=" + r.state,
+		"MEILISTREAM_HTTP_ADDR=127.0.0.1:0",
+		"MEILISTREAM_READY_FILE=" + r.ready,
+		"MEILISTREAM_FLUSH_INTERVAL=" + c.flush.String(),
+		"MEILISTREAM_LOG_LEVEL=info",
+	}
+	return r.start(ctx, append(env, extra...), c.verbose)
 }
 
 func (r *sidecar) start(ctx context.Context, env []string, verbose bool) error {
@@ -770,40 +954,72 @@ func (r *sidecar) sample() {
 	}
 }
 
-func startServers(ctx context.Context) (*exec.Cmd, io.WriteCloser, map[string]string, error) {
+// servers is the child process running the test servers (serve).
+type servers struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	out   *bufio.Reader
+	addrs map[string]string // "mongo": its URI, "meili": its URL
+	// meili is false when the bench was given another Meilisearch (-meili):
+	// then the test one is not the sidecar's, and control cannot pause it.
+	meili bool
+}
+
+func startServers(ctx context.Context) (*servers, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	child := exec.Command(self, "-serve")
 	child.Stderr = os.Stderr
 	in, err := child.StdinPipe()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	out, err := child.StdoutPipe()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	if err := child.Start(); err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	line, err := bufio.NewReader(out).ReadBytes('\n')
+	s := &servers{cmd: child, in: in, out: bufio.NewReader(out), meili: true}
+	line, err := s.out.ReadBytes('\n')
 	if err != nil {
-		in.Close()
-		child.Wait()
-		return nil, nil, nil, fmt.Errorf("test servers: %w", err)
+		s.close()
+		return nil, fmt.Errorf("test servers: %w", err)
 	}
-	var addrs map[string]string
-	if err := json.Unmarshal(line, &addrs); err != nil {
-		in.Close()
-		child.Wait()
-		return nil, nil, nil, err
+	if err := json.Unmarshal(line, &s.addrs); err != nil {
+		s.close()
+		return nil, fmt.Errorf("test servers' addresses %q: %w", line, err)
 	}
-	return child, in, addrs, nil
+	return s, nil
 }
 
-func seed(ctx context.Context, coll *mongo.Collection, first, n int) error {
+// control sends the child one command of serve's and waits for its "ok".
+func (s *servers) control(cmd string) error {
+	if _, err := fmt.Fprintln(s.in, cmd); err != nil {
+		return fmt.Errorf("test servers, %s: %w", cmd, err)
+	}
+	line, err := s.out.ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("test servers, %s: %w", cmd, err)
+	}
+	if line = strings.TrimSpace(line); line != "ok" {
+		return fmt.Errorf("test servers, %s: %s", cmd, line)
+	}
+	return nil
+}
+
+// close stops the child (it stops at EOF on its stdin) and waits for it.
+func (s *servers) close() {
+	s.in.Close()
+	s.cmd.Wait()
+}
+
+// seed inserts article(first) .. article(first+n-1), with a few writers in
+// parallel.
+func seed(ctx context.Context, coll *mongo.Collection, first, n int, article func(int) bson.D) error {
 	const chunk = 1000
 	var wg sync.WaitGroup
 	errc := make(chan error, 4)
@@ -815,7 +1031,7 @@ func seed(ctx context.Context, coll *mongo.Collection, first, n int) error {
 			for from := range next {
 				docs := make([]any, 0, chunk)
 				for i := from; i < min(from+chunk, first+n); i++ {
-					docs = append(docs, articles.Article(i))
+					docs = append(docs, article(i))
 				}
 				if _, err := coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil {
 					select {
@@ -1071,6 +1287,13 @@ func loadavg() string {
 		return "?"
 	}
 	return f[0]
+}
+
+// flagSet reports whether the command line set the flag.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 type writerFunc func([]byte) (int, error)

@@ -40,27 +40,12 @@ func runUnchanged(ctx context.Context, c config, tmp, transforms string, coll *m
 	var runs []*sidecar
 	for i, v := range unchangedVariants {
 		r := &sidecar{label: v.label, bin: c.sidecar, prefix: fmt.Sprintf("benchu%d_", i), state: fmt.Sprintf("meilistream_u%d", i)}
-		r.uid = r.prefix + "articles"
-		if t, err := ms.DeleteIndex(ctx, r.uid); err == nil {
-			ms.WaitForTask(ctx, t.TaskUID, 10*time.Millisecond)
-		}
 		r.ready = filepath.Join(tmp, fmt.Sprintf("readyu%d", i))
-		env := []string{
-			"MEILISTREAM_MONGODB_URI=" + c.mongoURI,
-			"MEILISTREAM_MONGODB_DATABASE=bench",
-			"MEILISTREAM_MEILI_URL=" + c.meiliURL,
-			"MEILISTREAM_TRANSFORMS=" + transforms,
-			"MEILISTREAM_INDEX_PREFIX=" + r.prefix,
-			"MEILISTREAM_STATE_COLLECTION=" + r.state,
-			"MEILISTREAM_HTTP_ADDR=127.0.0.1:0",
-			"MEILISTREAM_READY_FILE=" + r.ready,
-			"MEILISTREAM_FLUSH_INTERVAL=" + c.flush.String(),
-			"MEILISTREAM_LOG_LEVEL=info",
-		}
+		var extra []string
 		if v.env != "" {
-			env = append(env, v.env)
+			extra = append(extra, v.env)
 		}
-		if err := r.start(ctx, env, c.verbose); err != nil {
+		if err := launch(ctx, c, ms, r, transforms, extra...); err != nil {
 			return err
 		}
 		defer r.stop()

@@ -21,10 +21,16 @@ search index mongodb stream sidecar lease follow change batch`)
 // Article returns the i-th article: _id i (int64), a title, a body of about
 // 800 characters, a status ("draft" for one in ten, else "published"), an
 // author sub-document, tags, a view count and a publication date.
-func Article(i int) bson.D {
+func Article(i int) bson.D { return WithBody(i, 760) }
+
+// WithBody is Article(i) with a body of at least bodyLen characters (and
+// at most one word more): the benchmark's large documents. Article's body
+// is WithBody's at 760.
+func WithBody(i, bodyLen int) bson.D {
 	word := func(k int) string { return words[(i*7+k*13+k*k)%len(words)] }
 	var body strings.Builder
-	for k := 0; body.Len() < 760; k++ {
+	body.Grow(bodyLen + 16)
+	for k := 0; body.Len() < bodyLen; k++ {
 		body.WriteString(word(k))
 		body.WriteByte(' ')
 	}
