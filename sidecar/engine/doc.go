@@ -10,9 +10,13 @@
 // each job (presence.go: the rollout rule), and a following holder serves
 // `meilistream retry` requests inside the running job (retrylive.go).
 //
+// A batch's documents are joined with what the job looks up through
+// sidecar/lookup, which also says which documents a related change sends
+// again.
+//
 // It owns the defaults of its Config and declares the small interfaces it
 // needs of others: Lease (the job's lease) and Observer (its metrics). It
-// imports transform, jobstate, status, stream, pipe, sink, errs and the
-// MongoDB driver; never the configuration, the supervisor, the HTTP server,
-// a sink's implementation or Prometheus.
+// imports transform, jobstate, status, stream, lookup, pipe, sink, errs and
+// the MongoDB driver; never the configuration, the supervisor, the HTTP
+// server, a sink's implementation or Prometheus.
 package engine

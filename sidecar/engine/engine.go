@@ -20,6 +20,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/sidecar/lookup"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/sidecar/stream"
@@ -169,6 +170,8 @@ type Engine struct {
 	cfg       Config
 	obs       Observer
 	log       hclog.Logger
+	// resolver resolves the jobs' declared lookups on the prepare stage.
+	resolver *lookup.Resolver
 
 	kindMu sync.Mutex
 	kind   map[string]string // job name -> metrics kind label
@@ -191,15 +194,22 @@ func New(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Coll
 		obs = noObserver{}
 	}
 	cfg = cfg.withDefaults()
-	store := jobstate.New(state, errorsColl, func(ctx context.Context, attempt int) error {
+	wait := func(ctx context.Context, attempt int) error {
 		return sleep(ctx, backoff(cfg, attempt))
-	})
-	e := &Engine{source: source, store: store, cfg: cfg, obs: obs, log: logger}
+	}
+	store := jobstate.New(state, errorsColl, wait)
+	e := &Engine{source: source, store: store, cfg: cfg, obs: obs, log: logger,
+		resolver: &lookup.Resolver{Source: source, Bounds: lookupBounds, Log: logger, Wait: wait}}
 	if state != nil {
 		e.stateName = state.Name()
 	}
 	return e
 }
+
+// Reader returns what the jobs' monstache-style transforms read the source
+// MongoDB with (lookup.NewReader), through the engine's client: pass it as
+// transform.Options.Reader.
+func (e *Engine) Reader() transform.Reader { return lookup.NewReader(e.source.Client()) }
 
 // ensureErrorIndex makes the errors collection's index at a job's start,
 // by the lease's holder, once per process. The index only makes the
@@ -588,11 +598,35 @@ type item struct {
 	coalesced []bson.Raw
 	skip      *unchanged
 	// lookupErr: its lookups matched more than a document may hold
-	// (lookup.go); the document is not transformed.
+	// (lookup.Resolver); the document is not transformed.
 	lookupErr error
 	// lookup: a lean stream left the document out; it is read by _id
 	// before the transform (fillDocs).
 	lookup bool
+}
+
+// lookupBounds are what a lookup may read (a test narrows them).
+var lookupBounds lookup.Bounds
+
+// lookups resolves job's lookups for items (nil when the job declares
+// none), setting the lookupErr of an item whose lookups match more than a
+// document may hold.
+func (e *Engine) lookups(ctx context.Context, jc jobConfig, items []item) ([]transform.LookupResults, error) {
+	if len(jc.job.Lookups) == 0 {
+		return nil, nil
+	}
+	docs := make([]bson.Raw, len(items))
+	for i := range items {
+		docs[i] = items[i].doc
+	}
+	out, failed, err := e.resolver.Resolve(ctx, jc.job, docs)
+	if err != nil {
+		return nil, err
+	}
+	for i := range items {
+		items[i].lookupErr = failed[i]
+	}
+	return out, nil
 }
 
 // docError is a per-document failure found while transforming.

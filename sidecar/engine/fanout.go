@@ -2,22 +2,18 @@ package engine
 
 import (
 	"context"
-	"sort"
 
 	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/sidecar/pipe"
-	"github.com/meilistream/meilistream/transform"
 )
 
 // A related change (a document of a collection the job looks up, or a
-// relate's namespace) sends again the job's documents that depend on it:
-// those whose dependency field (a lookup's localField, a relate's
-// matchField) holds a value of the changed document's key field (the
-// lookup's foreignField, the relate's srcField). The follow loop gathers
-// those values as it reads the stream, and at each flush hands them to the
-// fan-out reader as tasks, one query each ({field: {$in: values}}).
+// relate's namespace) sends again the job's documents that depend on it
+// (lookup.Related says which). The follow loop gathers their values as it
+// reads the stream, and at each flush hands them to the fan-out reader as
+// tasks, one query each ({field: {$in: values}}).
 //
 // The reader is a chain (marks.go): it reads each task's documents in
 // _id-ordered pages, each between two marks, and the follow loop sends a
@@ -32,18 +28,14 @@ import (
 // its last page is durable replays the related change from an earlier
 // position, and with it the fan-out.
 
-// fanTask is one query of dependents, or one page of a retry of recorded
-// documents (retrylive.go): ids, read by _id, with retry the request it
-// serves.
+// fanTask is one query of dependents (lookup.Related's filters), or one
+// page of a retry of recorded documents (retrylive.go): ids, read by _id,
+// with retry the request it serves.
 type fanTask struct {
 	filter bson.D
 	ids    []bson.RawValue
 	retry  *liveRetry
 }
-
-// maxFanKeys bounds the values of one task's $in (a larger set of values
-// is split into several tasks).
-const maxFanKeys = 10000
 
 // fanout is the reader of dependents.
 type fanout struct {
@@ -139,77 +131,4 @@ func (fo *fanout) read(ctx context.Context, p *pipe.Pipe) error {
 			}
 		}
 	}
-}
-
-// relatedKeys gathers, per dependency field of the job's documents, the
-// values a related change makes its dependents hold (by IDKey, so a value
-// is queried once).
-type relatedKeys map[string]map[string]bson.RawValue
-
-// add notes the values the changed document of coll gives the job's
-// dependencies on coll: doc is the changed document (its new version,
-// nil for a delete), before its previous version when the stream has it,
-// id its _id.
-func (rk relatedKeys) add(deps []transform.Dependency, coll string, doc, before bson.Raw, id bson.RawValue) int {
-	n := 0
-	for _, d := range deps {
-		if d.Collection != coll {
-			continue
-		}
-		var vals []bson.RawValue
-		switch {
-		case d.Key == "_id":
-			vals = []bson.RawValue{id}
-		default:
-			if doc != nil {
-				vals = append(vals, transform.Values(doc, d.Key)...)
-			}
-			if before != nil {
-				vals = append(vals, transform.Values(before, d.Key)...)
-			}
-		}
-		for _, v := range vals {
-			if v.Type == bson.TypeArray {
-				continue // its elements are among the values too
-			}
-			m := rk[d.Field]
-			if m == nil {
-				m = map[string]bson.RawValue{}
-				rk[d.Field] = m
-			}
-			k := transform.IDKey(v)
-			if _, seen := m[k]; !seen {
-				m[k] = bson.RawValue{Type: v.Type, Value: append([]byte(nil), v.Value...)}
-				n++
-			}
-		}
-	}
-	return n
-}
-
-// tasks turns the gathered values into tasks, at most maxFanKeys values
-// each, in a stable order.
-func (rk relatedKeys) tasks() []*fanTask {
-	fields := make([]string, 0, len(rk))
-	for f := range rk {
-		fields = append(fields, f)
-	}
-	sort.Strings(fields)
-	var out []*fanTask
-	for _, f := range fields {
-		keys := make([]string, 0, len(rk[f]))
-		for k := range rk[f] {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for lo := 0; lo < len(keys); lo += maxFanKeys {
-			part := keys[lo:min(lo+maxFanKeys, len(keys))]
-			in := make(bson.A, len(part))
-			for i, k := range part {
-				in[i] = rk[f][k]
-			}
-			out = append(out, &fanTask{filter: bson.D{{Key: f, Value: bson.D{{Key: "$in", Value: in}}}}})
-		}
-	}
-	return out
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/sidecar/lookup"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
@@ -165,7 +166,7 @@ type follower struct {
 	// stage ends them); no position is recorded while it is above zero.
 	deps         []transform.Dependency
 	relatedColls map[string]bool
-	related      relatedKeys
+	related      lookup.Related
 	relatedN     int
 	fan          *fanout
 	fanPending   atomic.Int64
@@ -993,9 +994,9 @@ func (f *follower) addRelated(ev bson.Raw, op, coll string) error {
 		before, _ = bd.DocumentOK()
 	}
 	if f.related == nil {
-		f.related = relatedKeys{}
+		f.related = lookup.Related{}
 	}
-	f.relatedN += f.related.add(f.deps, coll, doc, before, id)
+	f.relatedN += f.related.Add(f.deps, coll, doc, before, id)
 	f.lastTok = ev.Lookup("_id").Document()
 	f.wall = eventWall(ev)
 	return nil
@@ -1011,13 +1012,15 @@ func (f *follower) relatedAll(coll, op string) {
 }
 
 // startFanouts hands the values gathered since the last flush to the
-// fan-out reader, one task per dependency field (and per maxFanKeys
-// values).
+// fan-out reader, one task per query of dependents (lookup.Related.Filters).
 func (f *follower) startFanouts() {
 	if f.relatedN == 0 || f.fan == nil {
 		return
 	}
-	tasks := f.related.tasks()
+	var tasks []*fanTask
+	for _, filter := range f.related.Filters() {
+		tasks = append(tasks, &fanTask{filter: filter})
+	}
 	if f.relatedAllPending {
 		tasks = []*fanTask{{filter: bson.D{}}}
 	}
