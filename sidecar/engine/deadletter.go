@@ -3,13 +3,13 @@ package engine
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
@@ -19,7 +19,7 @@ import (
 // handleDocErrors takes transform failures through the per-document error
 // path: recorded and counted, then the job goes on (skip) or stops with an
 // error naming the document (fail).
-func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *status.JobStats, set *errSet, bad []docError) error {
+func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *status.JobStats, set *deadletter.Set, bad []docError) error {
 	for _, b := range bad {
 		code := string(errs.CodeOf(b.err))
 		msg := b.err.Error() // the code and job are recorded apart
@@ -28,7 +28,7 @@ func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *statu
 		if err := e.store.RecordDocumentError(ctx, jc.job.Name, b.id, code, msg, jc.job.Hash); err != nil {
 			return err
 		}
-		set.add(b.id)
+		set.Add(b.id)
 		stats.Add(0, 0, 0, 1)
 		e.observeDocError(jc.job.Name, code)
 		if jc.OnDocumentError == "fail" {
@@ -41,6 +41,18 @@ func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *statu
 		e.log.Warn("document left out", "job", jc.job.Name, "id", idString(b.id), "op", string(b.op), "code", code, "error", msg)
 	}
 	return nil
+}
+
+// failedIDs are the ids of bad, for deadletter.Set.Candidates.
+func failedIDs(bad []docError) []bson.RawValue {
+	if len(bad) == 0 {
+		return nil
+	}
+	ids := make([]bson.RawValue, len(bad))
+	for i, b := range bad {
+		ids[i] = b.id
+	}
+	return ids
 }
 
 // docFailed is the cause of a job stopped by one document: its message
@@ -159,139 +171,4 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, dst sink.Sink, l
 	sum.Duration = time.Since(start)
 	log.Info("retry done", "retried", sum.Retried, "written", sum.Written, "gone", sum.Gone, "failed", sum.Failed)
 	return sum, nil
-}
-
-// errSet is the set of a job's documents with an error record, kept while
-// the job runs so that a later successful write of one clears its record
-// (the record must not outlive the error) and the dead-letter gauge stays
-// current. Safe for concurrent use; a nil *errSet does nothing.
-type errSet struct {
-	e   *Engine
-	job string
-	mu  sync.Mutex
-	m   map[string]bool
-	// keepOnly: the set only says which records to keep; writes do not
-	// clear records (a staged reindex, before its swap).
-	keepOnly bool
-}
-
-func (e *Engine) loadErrSet(ctx context.Context, job string) (*errSet, error) {
-	ids, err := e.store.DocErrorIDs(ctx, job)
-	if err != nil {
-		return nil, err
-	}
-	s := &errSet{e: e, job: job, m: make(map[string]bool, len(ids))}
-	for _, id := range ids {
-		s.m[keyOf(id)] = true
-	}
-	e.observeDeadLetters(job, int64(len(s.m)))
-	return s, nil
-}
-
-func (s *errSet) add(id bson.RawValue) {
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	s.m[keyOf(id)] = true
-	n := len(s.m)
-	s.mu.Unlock()
-	s.e.observeDeadLetters(s.job, int64(n))
-}
-
-// candidates returns the ids of writes that may clear a record: written
-// without a transform error (bad) and recorded.
-func (s *errSet) candidates(writes []sink.Write, bad []docError) []int {
-	if s == nil || s.keepOnly {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.m) == 0 {
-		return nil
-	}
-	var out []int
-	for i := range writes {
-		k := keyOf(writes[i].SourceID)
-		if !s.m[k] {
-			continue
-		}
-		isBad := false
-		for _, b := range bad {
-			if keyOf(b.id) == k {
-				isBad = true
-				break
-			}
-		}
-		if !isBad {
-			out = append(out, i)
-		}
-	}
-	return out
-}
-
-// cleared clears the records of f's writes at positions that are now
-// durable (and were not refused by the destination).
-func (s *errSet) cleared(ctx context.Context, f *pipe.Flight, positions []int) error {
-	if s == nil || len(positions) == 0 {
-		return nil
-	}
-	var ids []bson.RawValue
-	for _, i := range positions {
-		if !f.IsRefused(i) {
-			ids = append(ids, f.Batch.Writes[i].SourceID)
-		}
-	}
-	if _, err := s.e.store.ClearDocErrors(ctx, s.job, ids); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	for _, id := range ids {
-		delete(s.m, keyOf(id))
-	}
-	n := len(s.m)
-	s.mu.Unlock()
-	s.e.observeDeadLetters(s.job, int64(n))
-	return nil
-}
-
-// reset makes s hold what keep holds (after a swap: the records the
-// reindex made are the job's records).
-func (s *errSet) reset(keep *errSet) {
-	if s == nil || keep == nil {
-		return
-	}
-	keep.mu.Lock()
-	m := make(map[string]bool, len(keep.m))
-	for k := range keep.m {
-		m[k] = true
-	}
-	keep.mu.Unlock()
-	s.mu.Lock()
-	s.m = m
-	s.mu.Unlock()
-}
-
-// clearStaleErrors deletes job's error records that are not in keep (the
-// records a swap reindex made): the new index was built without error for
-// every other document.
-func (e *Engine) clearStaleErrors(ctx context.Context, job string, keep *errSet) error {
-	ids, err := e.store.DocErrorIDs(ctx, job)
-	if err != nil {
-		return err
-	}
-	var stale []bson.RawValue
-	keep.mu.Lock()
-	for _, id := range ids {
-		if !keep.m[keyOf(id)] {
-			stale = append(stale, id)
-		}
-	}
-	n := len(keep.m)
-	keep.mu.Unlock()
-	if _, err := e.store.ClearDocErrors(ctx, job, stale); err != nil {
-		return err
-	}
-	e.observeDeadLetters(job, int64(n))
-	return nil
 }

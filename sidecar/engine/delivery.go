@@ -9,6 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
@@ -29,8 +30,8 @@ type delivery struct {
 	// swap reindex runs, also takes the documents refused: their records
 	// outlive the swap. Both are read on the wait stage, and changed only
 	// before the first flight or by a control flight.
-	errs *errSet
-	made *errSet
+	errs *deadletter.Set
+	made *deadletter.Set
 }
 
 // newPipe starts the pipe of one job into dst. With track, a write sent
@@ -75,8 +76,8 @@ func (d *delivery) Refused(ctx context.Context, id bson.RawValue, code, msg stri
 	if d.jc.OnDocumentError == "fail" {
 		return errs.New(errs.Failed, name, "the destination refused document _id %s: %s: %s; fix the document (or the transform); onDocumentError is fail, so the job stops", idString(id), code, msg)
 	}
-	d.errs.add(id)
-	d.made.add(id)
+	d.errs.Add(id)
+	d.made.Add(id)
 	d.stats.Add(0, 0, 0, 1)
 	d.e.observeDocError(name, code)
 	return nil

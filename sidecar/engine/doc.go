@@ -5,10 +5,12 @@
 // ordered pipe (sidecar/pipe) into a sink.Sink (the Meilisearch sink of
 // sidecar/meili, the replica sink of replicate), under the job's lease. It
 // keeps the job's position, reindex checkpoint and per-document error
-// records through sidecar/jobstate, and its live figures in a
-// status.JobStats. Beside a run it keeps this process's presence record of
-// each job (presence.go: the rollout rule), and a following holder serves
-// `meilistream retry` requests inside the running job (retrylive.go).
+// records through sidecar/jobstate (the set of documents with a record
+// through sidecar/deadletter), and its live figures in a status.JobStats.
+// Beside a run it keeps this process's presence record of each job
+// (presence.go: the rollout rule), and a following holder serves
+// `meilistream retry` requests (deadletter.Requests) inside the running
+// job (retrylive.go).
 //
 // A batch's documents are joined with what the job looks up through
 // sidecar/lookup, which also says which documents a related change sends
@@ -16,7 +18,7 @@
 //
 // It owns the defaults of its Config and declares the small interfaces it
 // needs of others: Lease (the job's lease) and Observer (its metrics). It
-// imports transform, jobstate, status, stream, lookup, pipe, sink, errs and
-// the MongoDB driver; never the configuration, the supervisor, the HTTP
+// imports transform, jobstate, status, stream, lookup, deadletter, pipe,
+// sink, errs and the MongoDB driver; never the configuration, the supervisor, the HTTP
 // server, a sink's implementation or Prometheus.
 package engine

@@ -6,6 +6,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 )
 
@@ -34,7 +35,7 @@ import (
 type fanTask struct {
 	filter bson.D
 	ids    []bson.RawValue
-	retry  *liveRetry
+	retry  *deadletter.Request
 }
 
 // fanout is the reader of dependents.

@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/lookup"
 	"github.com/meilistream/meilistream/sidecar/pipe"
@@ -81,7 +82,7 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	defer pstop()
 	f.p = e.newPipe(pctx, jc, dst, stats, log, true)
 	defer f.p.Abort(pipe.Closed)
-	set, err := e.loadErrSet(ctx, job.Name)
+	set, err := deadletter.Load(ctx, e.store, job.Name, e.obs)
 	if err != nil {
 		f.p.Abort(err)
 		return nil, closeOr(ctx, l, err)
@@ -103,7 +104,7 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	if len(f.deps) > 0 {
 		f.startFan()
 	}
-	f.retries = make(chan *liveRetry)
+	f.retries = make(chan *deadletter.Request)
 	stopRetries := f.serveRetries(ctx)
 	defer stopRetries()
 	log.Info("following", "collection", job.Collection, "since", plan.since)
@@ -184,7 +185,7 @@ type follower struct {
 	// under it); retries takes `meilistream retry` requests
 	// (retrylive.go).
 	pctx    context.Context
-	retries chan *liveRetry
+	retries chan *deadletter.Request
 
 	// The last position recorded (the pipe's wait stage writes it, a
 	// control flight reads it once everything is durable).
@@ -645,10 +646,10 @@ func (f *follower) submitChunk(c *chunk, changed map[string]bool, tok bson.Raw, 
 			return err
 		}
 		for _, b := range bd {
-			snap.made.add(b.id)
+			snap.made.Add(b.id)
 		}
 		if clearing {
-			clear = set.candidates(writes, bd)
+			clear = set.Candidates(writes, failedIDs(bd))
 		}
 		snap.skipped.Add(int64(sk))
 		snap.bad.Add(int64(len(bd)))
@@ -667,7 +668,7 @@ func (f *follower) submitChunk(c *chunk, changed map[string]bool, tok bson.Raw, 
 		f.posReq = time.Now()
 	}
 	fl.Durable = func(ctx context.Context, fl *pipe.Flight) error {
-		if err := set.cleared(ctx, fl, clear); err != nil {
+		if err := set.Cleared(ctx, fl, clear); err != nil {
 			return err
 		}
 		var up int64
@@ -739,10 +740,10 @@ func (f *follower) finish(tok bson.Raw, wall time.Time) error {
 			if err := l.Confirm(ctx); err != nil {
 				return err
 			}
-			if err := e.clearStaleErrors(ctx, jc.job.Name, snap.made); err != nil {
+			if err := snap.made.ClearOthers(ctx); err != nil {
 				return err
 			}
-			p.errs.reset(snap.made)
+			p.errs.Reset(snap.made)
 		}
 		p.SetStaged(nil)
 		p.made = nil
@@ -786,7 +787,7 @@ func (f *follower) flush() error {
 	items, tok, wall, size := f.items, f.lastTok, f.wall, f.pendingBytes
 	f.reset()
 	jc, stats, e, set := f.jc, f.stats, f.e, f.p.errs
-	var made *errSet
+	var made *deadletter.Set
 	to := pipe.ToLive
 	if f.snap != nil {
 		to, made = f.snap.changeTarget(), f.snap.made
@@ -811,7 +812,7 @@ func (f *follower) flush() error {
 			return err
 		}
 		for _, b := range bad {
-			made.add(b.id)
+			made.Add(b.id)
 		}
 		stats.Add(0, 0, int64(skipped), 0)
 		e.observeSkipped(jc.job.Name, int64(skipped))
@@ -824,13 +825,13 @@ func (f *follower) flush() error {
 				fl.Keys[i] = items[i].key
 			}
 		}
-		clear = set.candidates(writes, bad)
+		clear = set.Candidates(writes, failedIDs(bad))
 		items = nil
 		return nil
 	}
 	record := f.recordAfter(tok, wall)
 	fl.Durable = func(ctx context.Context, fl *pipe.Flight) error {
-		if err := set.cleared(ctx, fl, clear); err != nil {
+		if err := set.Cleared(ctx, fl, clear); err != nil {
 			return err
 		}
 		if err := record(ctx, fl); err != nil {
@@ -1064,7 +1065,7 @@ func (f *follower) onFanMark(mark string, ev bson.Raw, tok bson.Raw) error {
 		items = kept
 	}
 	jc, stats, e, set := f.jc, f.stats, f.e, f.p.errs
-	var made *errSet
+	var made *deadletter.Set
 	to := pipe.ToLive
 	if f.snap != nil {
 		to, made = f.snap.changeTarget(), f.snap.made
@@ -1087,19 +1088,19 @@ func (f *follower) onFanMark(mark string, ev bson.Raw, tok bson.Raw) error {
 			return err
 		}
 		for _, b := range bad {
-			made.add(b.id)
+			made.Add(b.id)
 		}
 		stats.Add(0, 0, int64(skipped), 0)
 		e.observeSkipped(jc.job.Name, int64(skipped))
 		fl.Batch = sink.Batch{Writes: writes}
-		clear = set.candidates(writes, bad)
+		clear = set.Candidates(writes, failedIDs(bad))
 		items = nil
 		return nil
 	}
 	record := f.recordAfter(tok, eventWall(ev))
 	fan, final, n := f.fan, c.final, c.n
 	fl.Durable = func(ctx context.Context, fl *pipe.Flight) error {
-		if err := set.cleared(ctx, fl, clear); err != nil {
+		if err := set.Cleared(ctx, fl, clear); err != nil {
 			return err
 		}
 		fan.win.release(n)

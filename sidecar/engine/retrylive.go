@@ -2,14 +2,13 @@ package engine
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
@@ -37,134 +36,21 @@ import (
 // requests.
 const DefaultRetryPoll = time.Second
 
-// liveRetry is one retry request served inside the running job.
-type liveRetry struct {
-	req   *jobstate.RetryRequest
-	ids   []bson.RawValue
-	start time.Time
-	// pages not yet durable; done is closed when it reaches zero.
-	pages                 atomic.Int64
-	written, gone, failed atomic.Int64
-	done                  chan struct{}
-}
-
-func (r *liveRetry) summary() RetrySummary {
-	return RetrySummary{
-		Retried: int64(len(r.ids)), Written: r.written.Load(), Gone: r.gone.Load(), Failed: r.failed.Load(),
-		Duration: time.Since(r.start),
-	}
-}
-
-// serveRetries takes the job's retry requests until ctx ends, one at a
-// time, and hands each to the follow loop. The returned stop waits for it
-// to end and answers a request taken and not finished (the job stopped, or
-// lost its lease, before its last page was durable: `retry` says so). Call
-// stop after the follow loop returned: a retry whose pages became durable
-// while the job drained is then answered as done.
+// serveRetries takes the job's retry requests until ctx ends and hands
+// them to the follow loop (deadletter.Requests.Serve, whose stop the
+// caller defers after the loop).
 func (f *follower) serveRetries(ctx context.Context) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	var current *liveRetry // the goroutine's until done is closed
-	go func() {
-		defer close(done)
-		current = f.takeRetries(ctx)
-	}()
-	return func() {
-		cancel()
-		<-done
-		r := current
-		if r == nil {
-			return
-		}
-		select {
-		case <-r.done:
-			f.answerRetry(r, nil)
-		default:
-			var cause error = errs.New(errs.Failed, f.jc.job.Name, "the job stopped in this process before the retry was done; run `meilistream retry %s` again", f.jc.job.Name)
-			if err := f.l.Err(); err != nil {
-				cause = errs.Wrap(errs.LeaseLost, f.jc.job.Name, err, "the holder lost the job's lease before the retry was done; run `meilistream retry %s` again", f.jc.job.Name)
-			}
-			f.answerRetry(r, cause)
-		}
-	}
-}
-
-// takeRetries is serveRetries' loop; it returns the request it was serving
-// when ctx ended, if any.
-func (f *follower) takeRetries(ctx context.Context) *liveRetry {
-	e, name := f.e, f.jc.job.Name
-	t := time.NewTicker(e.cfg.RetryPoll)
-	defer t.Stop()
-	var swept time.Time
-	failing := false
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		if time.Since(swept) >= time.Minute {
-			swept = time.Now()
-			if err := e.store.DropExpiredRequests(ctx, name); err != nil && ctx.Err() == nil {
-				f.log.Warn("deleting expired retry requests failed", "error", err)
-			}
-		}
-		req, err := e.store.ClaimRetry(ctx, name, e.cfg.Process, f.l.Epoch())
-		if err != nil || req == nil {
-			if err != nil && ctx.Err() == nil && !failing {
-				f.log.Warn("looking for retry requests failed; trying again", "error", err)
-			}
-			failing = err != nil
-			continue
-		}
-		failing = false
-		r := &liveRetry{req: req, start: time.Now(), done: make(chan struct{})}
-		ids, err := e.store.DocErrorIDs(ctx, name)
-		if err != nil {
-			f.answerRetry(r, err)
-			continue
-		}
-		r.ids = distinctIDs(ids)
-		f.log.Info("retrying the recorded documents, asked by meilistream retry", "documents", len(r.ids), "request", req.ID)
-		select {
-		case f.retries <- r:
-		case <-ctx.Done():
-			return r
-		}
-		select {
-		case <-r.done:
-			f.answerRetry(r, nil)
-		case <-ctx.Done():
-			return r
-		}
-	}
-}
-
-// answerRetry writes r's outcome into its request: done with the counts,
-// or failed with cause.
-func (f *follower) answerRetry(r *liveRetry, cause error) {
-	out := *r.req
-	sum := r.summary()
-	out.Retried, out.Written, out.Gone, out.Failed, out.Duration = sum.Retried, sum.Written, sum.Gone, sum.Failed, sum.Duration
-	out.State = jobstate.RequestDone
-	if cause != nil {
-		out.State, out.Code, out.Error = jobstate.RequestFailed, string(errs.CodeOf(cause)), cause.Error()
-		f.log.Warn("retry of the recorded documents not done", "request", r.req.ID, "error", cause)
-	} else {
-		f.log.Info("retry done", "retried", sum.Retried, "written", sum.Written, "gone", sum.Gone, "failed", sum.Failed, "request", r.req.ID)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := f.e.store.FinishRetry(ctx, &out); err != nil {
-		f.log.Warn("answering the retry request failed; meilistream retry will give up waiting", "request", r.req.ID, "error", err)
-	}
+	return deadletter.Requests{
+		Store: f.e.store, Job: f.jc.job.Name, Process: f.e.cfg.Process, Lease: f.l,
+		Poll: f.e.cfg.RetryPoll, Log: f.log,
+	}.Serve(ctx, f.retries)
 }
 
 // startRetry hands r's ids to the fan-out reader (started now if the job
 // has none), half a page per task.
-func (f *follower) startRetry(r *liveRetry) error {
-	if len(r.ids) == 0 {
-		close(r.done)
+func (f *follower) startRetry(r *deadletter.Request) error {
+	if len(r.IDs) == 0 {
+		r.Pages(0)
 		return nil
 	}
 	if f.fan == nil {
@@ -172,10 +58,10 @@ func (f *follower) startRetry(r *liveRetry) error {
 	}
 	size := partSize(f.jc.PageSize)
 	var tasks []*fanTask
-	for lo := 0; lo < len(r.ids); lo += size {
-		tasks = append(tasks, &fanTask{ids: r.ids[lo:min(lo+size, len(r.ids))], retry: r})
+	for lo := 0; lo < len(r.IDs); lo += size {
+		tasks = append(tasks, &fanTask{ids: r.IDs[lo:min(lo+size, len(r.IDs))], retry: r})
 	}
-	r.pages.Store(int64(len(tasks)))
+	r.Pages(len(tasks))
 	f.fanBusy += len(tasks)
 	for _, t := range tasks {
 		select {
@@ -287,7 +173,7 @@ func (f *follower) submitRetryPage(c *chunk, changed map[string]bool) error {
 	jc := f.jc
 	jc.OnDocumentError = "skip"
 	stats, e, set := f.stats, f.e, f.p.errs
-	var made *errSet
+	var made *deadletter.Set
 	to := pipe.ToLive
 	if f.snap != nil {
 		to, made = f.snap.changeTarget(), f.snap.made
@@ -312,7 +198,7 @@ func (f *follower) submitRetryPage(c *chunk, changed map[string]bool) error {
 		}
 		badKeys := make(map[string]bool, len(bd))
 		for _, b := range bd {
-			made.add(b.id)
+			made.Add(b.id)
 			badKeys[keyOf(b.id)] = true
 		}
 		stats.Add(0, 0, int64(skipped), 0)
@@ -329,7 +215,7 @@ func (f *follower) submitRetryPage(c *chunk, changed map[string]bool) error {
 	}
 	fan, n := f.fan, c.n
 	fl.Durable = func(ctx context.Context, fl *pipe.Flight) error {
-		if err := set.cleared(ctx, fl, clear); err != nil {
+		if err := set.Cleared(ctx, fl, clear); err != nil {
 			return err
 		}
 		fan.win.release(n)
@@ -347,34 +233,14 @@ func (f *follower) submitRetryPage(c *chunk, changed map[string]bool) error {
 		for _, id := range superseded {
 			// The stream's write went before this page: its record
 			// is cleared if that write succeeded.
-			if set.has(id) {
+			if set.Has(id) {
 				failed++
 			} else {
 				written++
 			}
 		}
-		r.written.Add(written)
-		r.gone.Add(gone)
-		r.failed.Add(failed)
-		if r.pages.Add(-1) == 0 {
-			close(r.done)
-		}
+		r.PageDone(written, gone, failed)
 		return nil
 	}
 	return f.p.Submit(fl)
-}
-
-// distinctIDs is ids without the ones MongoDB holds as the same _id as an
-// earlier one (records of 5 and 5.0 are one document): a batch writes
-// each document once.
-func distinctIDs(ids []bson.RawValue) []bson.RawValue {
-	seen := make(map[string]bool, len(ids))
-	out := ids[:0]
-	for _, id := range ids {
-		if k := keyOf(id); !seen[k] {
-			seen[k] = true
-			out = append(out, id)
-		}
-	}
-	return out
 }

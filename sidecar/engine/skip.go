@@ -5,6 +5,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -55,7 +56,7 @@ import (
 
 // unchanged judges the items of one follow batch: nil judges none.
 type unchanged struct {
-	errs *errSet
+	errs *deadletter.Set
 	n    atomic.Int64 // updates judged unchanged, not yet reported
 }
 
@@ -83,7 +84,7 @@ func (u *unchanged) unchanged(it *item, r transform.Result) bool {
 			return false
 		}
 	}
-	if u.errs.has(it.id) {
+	if u.errs.Has(it.id) {
 		return false
 	}
 	u.n.Add(1)
@@ -132,15 +133,4 @@ func coalesce(prev, it item) item {
 		it.coalesced = append(prev.coalesced, prev.upd)
 	}
 	return it
-}
-
-// has says whether the document id has an error record.
-func (s *errSet) has(id bson.RawValue) bool {
-	if s == nil {
-		return false
-	}
-	k := keyOf(id)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.m[k]
 }

@@ -5,6 +5,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -78,12 +79,12 @@ func TestADocumentWithAnErrorRecordOrNoReadsIsNeverSpared(t *testing.T) {
 	doc := bson.Raw{5, 0, 0, 0, 0}
 	it := item{doc: doc, id: idOf(t, 7), op: transform.OpUpdate, upd: desc(t, "views")}
 	reads := transform.Result{Reads: &transform.Reads{Fields: []string{"title"}}}
-	set := &errSet{e: &Engine{obs: noObserver{}}, job: "items", m: map[string]bool{}}
+	set := deadletter.Keep(nil, "items", noObserver{}, nil)
 	u := &unchanged{errs: set}
 	if !u.unchanged(&it, reads) {
 		t.Fatal("a clean document is not spared")
 	}
-	set.add(it.id)
+	set.Add(it.id)
 	if u.unchanged(&it, reads) {
 		t.Error("a document with an error record is spared")
 	}

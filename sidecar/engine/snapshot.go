@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/sink"
@@ -86,8 +87,8 @@ type snapshot struct {
 	est     int64
 	win     *window
 	ckp     *checkpointer
-	made    *errSet // error records made since the reindex began (kept at the swap)
-	prev    int64   // documents read by earlier runs of a resumed reindex
+	made    *deadletter.Set // error records made since the reindex began (kept at the swap)
+	prev    int64           // documents read by earlier runs of a resumed reindex
 	took    time.Duration
 
 	// Figures for the summary and the progress log.
@@ -160,14 +161,14 @@ func (e *Engine) newSnapshot(ctx context.Context, jc jobConfig, dst sink.Sink, l
 	// stale when the swap is done (then every record not made again by
 	// this reindex is cleared). A resumed staged reindex keeps the records
 	// of its earlier runs (and, not knowing which those are, all older ones).
-	s.made = &errSet{e: e, job: job.Name, m: map[string]bool{}, keepOnly: true}
+	var kept *deadletter.Set
 	if s.resumed && !inPlace {
-		set, err := e.loadErrSet(ctx, job.Name)
-		if err != nil {
+		var err error
+		if kept, err = deadletter.Load(ctx, e.store, job.Name, e.obs); err != nil {
 			return nil, err
 		}
-		s.made.m = set.m
 	}
+	s.made = deadletter.Keep(e.store, job.Name, e.obs, kept)
 	if s.resumed {
 		log.Info("reindex resumed from checkpoint", "done", s.cp.Count, "last_id", idString(s.cp.LastID), "estimated_total", s.est, "in_place", inPlace)
 	} else {
