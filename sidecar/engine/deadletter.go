@@ -11,6 +11,7 @@ import (
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/pipe"
+	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/transform"
@@ -19,38 +20,38 @@ import (
 // handleDocErrors takes transform failures through the per-document error
 // path: recorded and counted, then the job goes on (skip) or stops with an
 // error naming the document (fail).
-func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *status.JobStats, set *deadletter.Set, bad []docError) error {
+func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *status.JobStats, set *deadletter.Set, bad []prepare.DocError) error {
 	for _, b := range bad {
-		code := string(errs.CodeOf(b.err))
-		msg := b.err.Error() // the code and job are recorded apart
+		code := string(errs.CodeOf(b.Err))
+		msg := b.Err.Error() // the code and job are recorded apart
 		// Recorded in both modes, so `meilistream retry` and `status` see
 		// the document that stopped a job with onDocumentError: fail.
-		if err := e.store.RecordDocumentError(ctx, jc.job.Name, b.id, code, msg, jc.job.Hash); err != nil {
+		if err := e.store.RecordDocumentError(ctx, jc.job.Name, b.ID, code, msg, jc.job.Hash); err != nil {
 			return err
 		}
-		set.Add(b.id)
+		set.Add(b.ID)
 		stats.Add(0, 0, 0, 1)
 		e.observeDocError(jc.job.Name, code)
 		if jc.OnDocumentError == "fail" {
-			e.log.Error("document failed; stopping the job (onDocumentError: fail)", "job", jc.job.Name, "id", idString(b.id), "op", string(b.op), "code", code, "error", msg)
-			return &errs.Error{Code: errs.CodeOf(b.err), Job: jc.job.Name, Err: &docFailed{
-				msg:   fmt.Sprintf("document _id %s (%s): %s; fix the transform or the document; onDocumentError is fail, so the job stops (the document is recorded in the errors collection: `meilistream retry %s` after a fix)", idString(b.id), b.op, msg, jc.job.Name),
-				cause: b.err,
+			e.log.Error("document failed; stopping the job (onDocumentError: fail)", "job", jc.job.Name, "id", idString(b.ID), "op", string(b.Op), "code", code, "error", msg)
+			return &errs.Error{Code: errs.CodeOf(b.Err), Job: jc.job.Name, Err: &docFailed{
+				msg:   fmt.Sprintf("document _id %s (%s): %s; fix the transform or the document; onDocumentError is fail, so the job stops (the document is recorded in the errors collection: `meilistream retry %s` after a fix)", idString(b.ID), b.Op, msg, jc.job.Name),
+				cause: b.Err,
 			}}
 		}
-		e.log.Warn("document left out", "job", jc.job.Name, "id", idString(b.id), "op", string(b.op), "code", code, "error", msg)
+		e.log.Warn("document left out", "job", jc.job.Name, "id", idString(b.ID), "op", string(b.Op), "code", code, "error", msg)
 	}
 	return nil
 }
 
 // failedIDs are the ids of bad, for deadletter.Set.Candidates.
-func failedIDs(bad []docError) []bson.RawValue {
+func failedIDs(bad []prepare.DocError) []bson.RawValue {
 	if len(bad) == 0 {
 		return nil
 	}
 	ids := make([]bson.RawValue, len(bad))
 	for i, b := range bad {
-		ids[i] = b.id
+		ids[i] = b.ID
 	}
 	return ids
 }
@@ -121,10 +122,10 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, dst sink.Sink, l
 		if err != nil {
 			return sum, leaseOr(ctx, l, errs.Wrap(errs.Failed, job.Name, err, "read documents to retry"))
 		}
-		items := make([]item, len(chunk))
+		items := make([]prepare.Item, len(chunk))
 		for i, id := range chunk {
-			items[i] = item{id: id, doc: found[keyOf(id)], op: transform.OpReindex}
-			if items[i].doc == nil {
+			items[i] = prepare.Item{ID: id, Doc: found[keyOf(id)], Op: transform.OpReindex}
+			if items[i].Doc == nil {
 				sum.Gone++
 			}
 		}
@@ -133,7 +134,7 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, dst sink.Sink, l
 		if err != nil {
 			return sum, leaseOr(ctx, l, err)
 		}
-		writes, _, bad, err := transformAll(ctx, job, items, lk, true)
+		writes, _, bad, err := prepare.Transform(ctx, job, items, lk, true)
 		if err != nil {
 			return sum, leaseOr(ctx, l, err)
 		}
@@ -143,7 +144,7 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, dst sink.Sink, l
 		sum.Failed += int64(len(bad))
 		badKeys := map[string]bool{}
 		for _, b := range bad {
-			badKeys[keyOf(b.id)] = true
+			badKeys[keyOf(b.ID)] = true
 		}
 		f := &pipe.Flight{Batch: sink.Batch{Writes: writes}}
 		f.Durable = func(ctx context.Context, f *pipe.Flight) error {

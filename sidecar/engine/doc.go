@@ -14,11 +14,12 @@
 //
 // A batch's documents are joined with what the job looks up through
 // sidecar/lookup, which also says which documents a related change sends
-// again.
+// again, and turned into writes by sidecar/prepare (the transform, and
+// the updates that cannot change the destination left unsent).
 //
 // It owns the defaults of its Config and declares the small interfaces it
 // needs of others: Lease (the job's lease) and Observer (its metrics). It
-// imports transform, jobstate, status, stream, lookup, deadletter, pipe,
-// sink, errs and the MongoDB driver; never the configuration, the supervisor, the HTTP
+// imports transform, jobstate, status, stream, lookup, prepare, deadletter,
+// pipe, sink, errs and the MongoDB driver; never the configuration, the supervisor, the HTTP
 // server, a sink's implementation or Prometheus.
 package engine

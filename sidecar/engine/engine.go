@@ -3,12 +3,10 @@ package engine
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +19,7 @@ import (
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/lookup"
+	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/sidecar/stream"
@@ -587,169 +586,28 @@ func short(h string) string {
 // by it, and ids read back from a destination compare by it.
 func keyOf(id bson.RawValue) string { return transform.IDKey(id) }
 
-// item is one source document to transform into a write.
-type item struct {
-	doc bson.Raw      // the full document; nil: delete
-	id  bson.RawValue // its _id
-	key string        // keyOf(id), when the caller computed it
-	op  transform.Operation
-	upd bson.Raw // updateDescription, or nil
-	// coalesced and skip: see skip.go
-	coalesced []bson.Raw
-	skip      *unchanged
-	// lookupErr: its lookups matched more than a document may hold
-	// (lookup.Resolver); the document is not transformed.
-	lookupErr error
-	// lookup: a lean stream left the document out; it is read by _id
-	// before the transform (fillDocs).
-	lookup bool
-}
-
 // lookupBounds are what a lookup may read (a test narrows them).
 var lookupBounds lookup.Bounds
 
 // lookups resolves job's lookups for items (nil when the job declares
-// none), setting the lookupErr of an item whose lookups match more than a
+// none), setting the LookupErr of an item whose lookups match more than a
 // document may hold.
-func (e *Engine) lookups(ctx context.Context, jc jobConfig, items []item) ([]transform.LookupResults, error) {
+func (e *Engine) lookups(ctx context.Context, jc jobConfig, items []prepare.Item) ([]transform.LookupResults, error) {
 	if len(jc.job.Lookups) == 0 {
 		return nil, nil
 	}
 	docs := make([]bson.Raw, len(items))
 	for i := range items {
-		docs[i] = items[i].doc
+		docs[i] = items[i].Doc
 	}
 	out, failed, err := e.resolver.Resolve(ctx, jc.job, docs)
 	if err != nil {
 		return nil, err
 	}
 	for i := range items {
-		items[i].lookupErr = failed[i]
+		items[i].LookupErr = failed[i]
 	}
 	return out, nil
-}
-
-// docError is a per-document failure found while transforming.
-type docError struct {
-	id  bson.RawValue
-	op  transform.Operation
-	err error
-}
-
-// docBytes is a guess at a search document's JSON size, to size the
-// buffers documents are written into.
-const docBytes = 768
-
-// transformAll turns items into writes, in parallel on the transform pool,
-// keeping their order. A document the transform keeps out becomes a delete
-// when deleteSkipped (follow, in place), else it is dropped from the writes.
-// Per-document errors are returned apart (their writes are deletes when
-// deleteSkipped: the document is left out of the destination).
-func transformAll(ctx context.Context, job *transform.Job, items []item, lookups []transform.LookupResults, deleteSkipped bool) (writes []sink.Write, skipped int, bad []docError, err error) {
-	n := len(items)
-	res := make([]sink.Write, n)
-	kind := make([]byte, n) // 0 write, 1 skipped, 2 error
-	errsAt := make([]error, n)
-	workers := runtime.GOMAXPROCS(0)
-	if workers > n {
-		workers = n
-	}
-	var (
-		wg       sync.WaitGroup
-		fatalMu  sync.Mutex
-		fatalErr error
-	)
-	chunk := (n + workers - 1) / max(workers, 1)
-	for w := 0; w < workers; w++ {
-		lo, hi := w*chunk, min((w+1)*chunk, n)
-		if lo >= hi {
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// The worker's search documents are written one after the
-			// other into one buffer (grown as needed: what was written
-			// before stays where it is), by one series of calls.
-			var buf []byte
-			if job.Kind == transform.Search {
-				buf = make([]byte, 0, (hi-lo)*docBytes)
-			}
-			in := make([]transform.Input, 0, hi-lo)
-			at := make([]int, 0, hi-lo)
-			for i := lo; i < hi; i++ {
-				it := &items[i]
-				switch {
-				case it.doc == nil:
-					res[i] = sink.Write{SourceID: it.id, Delete: true}
-				case it.lookupErr != nil:
-					kind[i], errsAt[i] = 2, it.lookupErr
-					res[i] = sink.Write{SourceID: it.id, Delete: true}
-				default:
-					var lk transform.LookupResults
-					if lookups != nil {
-						lk = lookups[i]
-					}
-					in = append(in, transform.Input{Doc: it.doc, Op: it.op, UpdateDesc: it.upd, Lookups: lk})
-					at = append(at, i)
-				}
-			}
-			out := make([]transform.Outcome, len(in))
-			job.ApplyEach(ctx, buf, in, out)
-			for k, o := range out {
-				i := at[k]
-				it := &items[i]
-				r, err := o.Result, o.Err
-				switch {
-				case err == nil && it.skip.unchanged(it, r):
-					kind[i] = 3
-				case err == nil && r.Skip:
-					kind[i] = 1
-					res[i] = sink.Write{SourceID: it.id, Delete: true}
-				case err == nil:
-					if job.Kind == transform.Mirror {
-						res[i] = sink.Write{SourceID: it.id, Doc: r.Raw}
-					} else {
-						res[i] = sink.Write{SourceID: it.id, Doc: json.RawMessage(r.JSON)}
-					}
-				case ctx.Err() != nil || errs.CodeOf(err) == errs.Failed:
-					fatalMu.Lock()
-					if fatalErr == nil {
-						fatalErr = err
-					}
-					fatalMu.Unlock()
-					return
-				default:
-					kind[i] = 2
-					errsAt[i] = err
-					res[i] = sink.Write{SourceID: it.id, Delete: true}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if fatalErr != nil {
-		if ctx.Err() != nil {
-			return nil, 0, nil, context.Cause(ctx)
-		}
-		return nil, 0, nil, fmt.Errorf("transform: %w", fatalErr)
-	}
-	writes = res[:0]
-	for i := range res {
-		switch kind[i] {
-		case 1:
-			skipped++
-		case 2:
-			bad = append(bad, docError{id: items[i].id, op: items[i].op, err: errsAt[i]})
-		case 3:
-			continue // unchanged: nothing to send
-		}
-		if kind[i] != 0 && !deleteSkipped {
-			continue
-		}
-		writes = append(writes, res[i])
-	}
-	return writes, skipped, bad, nil
 }
 
 // OnHistoryLost is job's onHistoryLost with the engine's default applied:

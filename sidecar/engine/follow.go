@@ -15,6 +15,7 @@ import (
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/lookup"
 	"github.com/meilistream/meilistream/sidecar/pipe"
+	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/sidecar/stream"
@@ -144,7 +145,7 @@ type follower struct {
 	reader *stream.Reader
 
 	pending      map[string]int // coalescing key -> index in items
-	items        []item
+	items        []prepare.Item
 	pendingBytes int
 	lastTok      bson.Raw  // token of the last change in items
 	wall         time.Time // its wall time
@@ -205,7 +206,7 @@ type follower struct {
 
 func (f *follower) reset() {
 	f.pending = make(map[string]int, f.jc.BatchSize)
-	f.items = make([]item, 0, f.jc.BatchSize)
+	f.items = make([]prepare.Item, 0, f.jc.BatchSize)
 	f.pendingBytes = 0
 }
 
@@ -479,25 +480,25 @@ func (f *follower) add(ev bson.Raw) error {
 			return err
 		}
 	}
-	var it item
+	var it prepare.Item
 	size := len(ev)
 	switch op {
 	case "insert", "replace", "update":
-		it.op = transform.Operation(op)
+		it.Op = transform.Operation(op)
 		if f.lean {
 			// Read by _id when flushed; counted at its own size.
-			it.lookup = true
+			it.Fill = true
 			if n, ok := ev.Lookup(stream.LeanSizeField).AsInt64OK(); ok {
 				size += int(n)
 			}
 		} else if fd, err := ev.LookupErr("fullDocument"); err == nil {
 			if d, ok := fd.DocumentOK(); ok {
-				it.doc = d
+				it.Doc = d
 			}
 		}
 		if op == "update" {
 			if ud, err := ev.LookupErr("updateDescription"); err == nil {
-				it.upd, _ = ud.DocumentOK()
+				it.Upd, _ = ud.DocumentOK()
 			}
 		}
 		// An update whose lookup found nothing (fullDocument null): the
@@ -512,11 +513,11 @@ func (f *follower) add(ev bson.Raw) error {
 	if err != nil {
 		return errs.New(errs.Failed, f.jc.job.Name, "%s event without documentKey._id", op)
 	}
-	it.id = idv
+	it.ID = idv
 	k := keyOf(idv)
-	it.key = k
+	it.Key = k
 	if i, ok := f.pending[k]; ok {
-		f.items[i] = coalesce(f.items[i], it)
+		f.items[i] = prepare.Coalesce(f.items[i], it)
 	} else {
 		f.pending[k] = len(f.items)
 		f.items = append(f.items, it)
@@ -620,7 +621,7 @@ func (f *follower) submitChunk(c *chunk, changed map[string]bool, tok bson.Raw, 
 	if len(changed) > 0 {
 		kept := items[:0:0]
 		for _, it := range items {
-			if !changed[keyOf(it.id)] {
+			if !changed[keyOf(it.ID)] {
 				kept = append(kept, it)
 			}
 		}
@@ -631,14 +632,14 @@ func (f *follower) submitChunk(c *chunk, changed map[string]bool, tok bson.Raw, 
 	var clear []int
 	fl := &pipe.Flight{To: pipe.ToStaged}
 	for _, it := range items {
-		fl.Bytes += len(it.doc)
+		fl.Bytes += len(it.Doc)
 	}
 	fl.Prepare = func(ctx context.Context, fl *pipe.Flight) error {
 		lk, err := e.lookups(ctx, jc, items)
 		if err != nil {
 			return err
 		}
-		writes, sk, bd, err := transformAll(ctx, jc.job, items, lk, snap.inPlace)
+		writes, sk, bd, err := prepare.Transform(ctx, jc.job, items, lk, snap.inPlace)
 		if err != nil {
 			return err
 		}
@@ -646,7 +647,7 @@ func (f *follower) submitChunk(c *chunk, changed map[string]bool, tok bson.Raw, 
 			return err
 		}
 		for _, b := range bd {
-			snap.made.Add(b.id)
+			snap.made.Add(b.ID)
 		}
 		if clearing {
 			clear = set.Candidates(writes, failedIDs(bd))
@@ -803,16 +804,16 @@ func (f *follower) flush() error {
 		if err != nil {
 			return err
 		}
-		writes, skipped, bad, err := transformAll(ctx, jc.job, items, lk, true)
+		writes, skipped, bad, err := prepare.Transform(ctx, jc.job, items, lk, true)
 		if err != nil {
 			return err
 		}
-		sk.report(e, jc.job.Name, stats)
+		e.reportUnchanged(sk, jc.job.Name, stats)
 		if err := e.handleDocErrors(ctx, jc, stats, set, bad); err != nil {
 			return err
 		}
 		for _, b := range bad {
-			made.Add(b.id)
+			made.Add(b.ID)
 		}
 		stats.Add(0, 0, int64(skipped), 0)
 		e.observeSkipped(jc.job.Name, int64(skipped))
@@ -822,7 +823,7 @@ func (f *follower) flush() error {
 		if len(writes) == len(items) {
 			fl.Keys = make([]string, len(items))
 			for i := range items {
-				fl.Keys[i] = items[i].key
+				fl.Keys[i] = items[i].Key
 			}
 		}
 		clear = set.Candidates(writes, failedIDs(bad))
@@ -1058,7 +1059,7 @@ func (f *follower) onFanMark(mark string, ev bson.Raw, tok bson.Raw) error {
 	if len(changed) > 0 {
 		kept := items[:0:0]
 		for _, it := range items {
-			if !changed[keyOf(it.id)] {
+			if !changed[keyOf(it.ID)] {
 				kept = append(kept, it)
 			}
 		}
@@ -1073,14 +1074,14 @@ func (f *follower) onFanMark(mark string, ev bson.Raw, tok bson.Raw) error {
 	var clear []int
 	fl := &pipe.Flight{To: to}
 	for _, it := range items {
-		fl.Bytes += len(it.doc)
+		fl.Bytes += len(it.Doc)
 	}
 	fl.Prepare = func(ctx context.Context, fl *pipe.Flight) error {
 		lk, err := e.lookups(ctx, jc, items)
 		if err != nil {
 			return err
 		}
-		writes, skipped, bad, err := transformAll(ctx, jc.job, items, lk, true)
+		writes, skipped, bad, err := prepare.Transform(ctx, jc.job, items, lk, true)
 		if err != nil {
 			return err
 		}
@@ -1088,7 +1089,7 @@ func (f *follower) onFanMark(mark string, ev bson.Raw, tok bson.Raw) error {
 			return err
 		}
 		for _, b := range bad {
-			made.Add(b.id)
+			made.Add(b.ID)
 		}
 		stats.Add(0, 0, int64(skipped), 0)
 		e.observeSkipped(jc.job.Name, int64(skipped))

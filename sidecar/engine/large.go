@@ -8,6 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/status"
 )
 
@@ -76,12 +77,12 @@ func (e *Engine) operationTime(ctx context.Context) bson.Timestamp {
 }
 
 // fillDocs reads, by _id, the documents of the items a lean stream left
-// without one (item.lookup); one left without is no longer in the
+// without one (prepare.Item.Fill); one left without is no longer in the
 // collection (its delete event follows).
-func (e *Engine) fillDocs(ctx context.Context, jc jobConfig, items []item) error {
+func (e *Engine) fillDocs(ctx context.Context, jc jobConfig, items []prepare.Item) error {
 	var want []int
 	for i := range items {
-		if items[i].lookup {
+		if items[i].Fill {
 			want = append(want, i)
 		}
 	}
@@ -91,13 +92,13 @@ func (e *Engine) fillDocs(ctx context.Context, jc jobConfig, items []item) error
 		in := make(bson.A, len(part))
 		at := make(map[string]int, len(part))
 		for k, i := range part {
-			in[k] = items[i].id
-			at[keyOf(items[i].id)] = i
+			in[k] = items[i].ID
+			at[keyOf(items[i].ID)] = i
 		}
 		for attempt := 0; ; attempt++ {
 			err := readByID(ctx, coll, in, retryFind(jc.job), func(doc bson.Raw) {
 				if i, ok := at[keyOf(doc.Lookup("_id"))]; ok {
-					items[i].doc = doc
+					items[i].Doc = doc
 				}
 			})
 			if err == nil {
@@ -115,7 +116,7 @@ func (e *Engine) fillDocs(ctx context.Context, jc jobConfig, items []item) error
 			}
 		}
 		for _, i := range part {
-			items[i].lookup = false
+			items[i].Fill = false
 		}
 	}
 	return nil

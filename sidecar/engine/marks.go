@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -157,7 +158,7 @@ func (c *chain) readAfter(ctx context.Context, filter bson.D, last bson.RawValue
 	if final && last.Type != 0 && len(items) < n {
 		bracket := last.Type
 		if len(items) > 0 {
-			bracket = items[len(items)-1].id.Type
+			bracket = items[len(items)-1].ID.Type
 		}
 		if later := laterTypes(bracket); len(later) > 0 {
 			more, fin, err := c.find(ctx, and(filter, bson.D{{Key: "_id", Value: bson.D{{Key: "$type", Value: later}}}}), n-len(items))
@@ -170,7 +171,7 @@ func (c *chain) readAfter(ctx context.Context, filter bson.D, last bson.RawValue
 	ch.final = final
 	ch.n = len(ch.items)
 	if ch.n > 0 {
-		ch.last = ch.items[ch.n-1].id
+		ch.last = ch.items[ch.n-1].ID
 	}
 	return ch, nil
 }
@@ -191,7 +192,7 @@ func and(a, b bson.D) bson.D {
 
 // find reads the first reply of a find of up to n documents in _id order;
 // final when the query has nothing more.
-func (c *chain) find(ctx context.Context, filter bson.D, n int) ([]item, bool, error) {
+func (c *chain) find(ctx context.Context, filter bson.D, n int) ([]prepare.Item, bool, error) {
 	opts := chunkFind(c.jc.job, n)
 	cur, err := c.coll.Find(ctx, filter, opts)
 	if err != nil {
@@ -213,13 +214,13 @@ func (c *chain) find(ctx context.Context, filter bson.D, n int) ([]item, bool, e
 // slice of it stays valid while it is held.
 // TestReadPartKeepsDocumentsValidAcrossBatches pins this for the driver in
 // go.mod.
-func readFirstBatch(ctx context.Context, cur *mongo.Cursor, n int) (items []item, final bool) {
+func readFirstBatch(ctx context.Context, cur *mongo.Cursor, n int) (items []prepare.Item, final bool) {
 	for len(items) < n && cur.Next(ctx) {
 		if items == nil {
-			items = make([]item, 0, n)
+			items = make([]prepare.Item, 0, n)
 		}
 		doc := cur.Current[:len(cur.Current):len(cur.Current)]
-		items = append(items, item{doc: doc, id: doc.Lookup("_id"), op: transform.OpReindex})
+		items = append(items, prepare.Item{Doc: doc, ID: doc.Lookup("_id"), Op: transform.OpReindex})
 		if cur.RemainingBatchLength() == 0 {
 			break
 		}

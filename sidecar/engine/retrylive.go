@@ -10,6 +10,7 @@ import (
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/pipe"
+	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -103,7 +104,7 @@ func (c *chain) readIDs(ctx context.Context, ids []bson.RawValue) (*chunk, error
 		if err == nil {
 			found := make(map[string]bool, len(items))
 			for _, it := range items {
-				found[keyOf(it.id)] = true
+				found[keyOf(it.ID)] = true
 			}
 			ch := &chunk{items: items, n: len(items), final: true}
 			for _, id := range ids {
@@ -128,17 +129,17 @@ func (c *chain) readIDs(ctx context.Context, ids []bson.RawValue) (*chunk, error
 
 // findAll reads every document matching filter in _id order. The documents
 // are slices of the replies (readFirstBatch says why that is safe).
-func (c *chain) findAll(ctx context.Context, filter bson.D) ([]item, error) {
+func (c *chain) findAll(ctx context.Context, filter bson.D) ([]prepare.Item, error) {
 	// Trimmed to the job's fields, as the stream's documents are.
 	cur, err := c.coll.Find(ctx, filter, retryFind(c.jc.job).SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return nil, err
 	}
 	defer cur.Close(context.WithoutCancel(ctx))
-	var items []item
+	var items []prepare.Item
 	for cur.Next(ctx) {
 		doc := cur.Current[:len(cur.Current):len(cur.Current)]
-		items = append(items, item{doc: doc, id: doc.Lookup("_id"), op: transform.OpReindex})
+		items = append(items, prepare.Item{Doc: doc, ID: doc.Lookup("_id"), Op: transform.OpReindex})
 	}
 	return items, cur.Err()
 }
@@ -149,12 +150,12 @@ func (c *chain) findAll(ctx context.Context, filter bson.D) ([]item, error) {
 // was written are cleared and the page counted into its request.
 func (f *follower) submitRetryPage(c *chunk, changed map[string]bool) error {
 	r := c.task.retry
-	var items []item
+	var items []prepare.Item
 	var superseded []bson.RawValue // the stream's to write: counted by what it did
 	goneIDs := map[string]bool{}
 	for _, it := range c.items {
-		if changed[keyOf(it.id)] {
-			superseded = append(superseded, it.id)
+		if changed[keyOf(it.ID)] {
+			superseded = append(superseded, it.ID)
 			continue
 		}
 		items = append(items, it)
@@ -166,7 +167,7 @@ func (f *follower) submitRetryPage(c *chunk, changed map[string]bool) error {
 			continue
 		}
 		goneIDs[k] = true
-		items = append(items, item{id: id, op: transform.OpReindex}) // no document: a delete
+		items = append(items, prepare.Item{ID: id, Op: transform.OpReindex}) // no document: a delete
 	}
 	// A document failing again is recorded, whatever onDocumentError says:
 	// a retry never stops the job on the document it retries.
@@ -180,7 +181,7 @@ func (f *follower) submitRetryPage(c *chunk, changed map[string]bool) error {
 	}
 	fl := &pipe.Flight{To: to}
 	for _, it := range items {
-		fl.Bytes += len(it.doc)
+		fl.Bytes += len(it.Doc)
 	}
 	var clear []int // writes without a transform error: their records go once durable
 	bad := 0
@@ -189,7 +190,7 @@ func (f *follower) submitRetryPage(c *chunk, changed map[string]bool) error {
 		if err != nil {
 			return err
 		}
-		writes, skipped, bd, err := transformAll(ctx, jc.job, items, lk, true)
+		writes, skipped, bd, err := prepare.Transform(ctx, jc.job, items, lk, true)
 		if err != nil {
 			return err
 		}
@@ -198,8 +199,8 @@ func (f *follower) submitRetryPage(c *chunk, changed map[string]bool) error {
 		}
 		badKeys := make(map[string]bool, len(bd))
 		for _, b := range bd {
-			made.Add(b.id)
-			badKeys[keyOf(b.id)] = true
+			made.Add(b.ID)
+			badKeys[keyOf(b.ID)] = true
 		}
 		stats.Add(0, 0, int64(skipped), 0)
 		e.observeSkipped(jc.job.Name, int64(skipped))

@@ -18,6 +18,7 @@ import (
 	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/pipe"
+	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/transform"
@@ -66,7 +67,7 @@ import (
 // chunk is one read between two marks, registered under the mark written
 // after it.
 type chunk struct {
-	items []item          // the documents read, in _id order
+	items []prepare.Item  // the documents read, in _id order
 	last  bson.RawValue   // the last _id read (the checkpoint after it)
 	n     int             // documents read: the window's share
 	gone  []bson.RawValue // sweep: destination ids absent from the collection
