@@ -33,13 +33,13 @@ func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *statu
 		stats.Add(0, 0, 0, 1)
 		e.observeDocError(jc.job.Name, code)
 		if jc.OnDocumentError == "fail" {
-			e.log.Error("document failed; stopping the job (onDocumentError: fail)", "job", jc.job.Name, "id", idString(b.ID), "op", string(b.Op), "code", code, "error", msg)
+			e.log.Error("document failed; stopping the job (onDocumentError: fail)", "job", jc.job.Name, "id", prepare.IDString(b.ID), "op", string(b.Op), "code", code, "error", msg)
 			return &errs.Error{Code: errs.CodeOf(b.Err), Job: jc.job.Name, Err: &docFailed{
-				msg:   fmt.Sprintf("document _id %s (%s): %s; fix the transform or the document; onDocumentError is fail, so the job stops (the document is recorded in the errors collection: `meilistream retry %s` after a fix)", idString(b.ID), b.Op, msg, jc.job.Name),
+				msg:   fmt.Sprintf("document _id %s (%s): %s; fix the transform or the document; onDocumentError is fail, so the job stops (the document is recorded in the errors collection: `meilistream retry %s` after a fix)", prepare.IDString(b.ID), b.Op, msg, jc.job.Name),
 				cause: b.Err,
 			}}
 		}
-		e.log.Warn("document left out", "job", jc.job.Name, "id", idString(b.ID), "op", string(b.Op), "code", code, "error", msg)
+		e.log.Warn("document left out", "job", jc.job.Name, "id", prepare.IDString(b.ID), "op", string(b.Op), "code", code, "error", msg)
 	}
 	return nil
 }

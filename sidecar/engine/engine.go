@@ -23,6 +23,7 @@ import (
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/sidecar/stream"
+	"github.com/meilistream/meilistream/sidecar/watermark"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -171,6 +172,8 @@ type Engine struct {
 	log       hclog.Logger
 	// resolver resolves the jobs' declared lookups on the prepare stage.
 	resolver *lookup.Resolver
+	// wait sleeps before attempt (from 0) of a read or write tried again.
+	wait func(ctx context.Context, attempt int) error
 
 	kindMu sync.Mutex
 	kind   map[string]string // job name -> metrics kind label
@@ -197,7 +200,7 @@ func New(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Coll
 		return sleep(ctx, backoff(cfg, attempt))
 	}
 	store := jobstate.New(state, errorsColl, wait)
-	e := &Engine{source: source, store: store, cfg: cfg, obs: obs, log: logger,
+	e := &Engine{source: source, store: store, cfg: cfg, obs: obs, log: logger, wait: wait,
 		resolver: &lookup.Resolver{Source: source, Bounds: lookupBounds, Log: logger, Wait: wait}}
 	if state != nil {
 		e.stateName = state.Name()
@@ -286,7 +289,7 @@ func (e *Engine) Run(ctx context.Context, job *transform.Job, dst sink.Sink, l L
 
 // run is Run, and with force (`meilistream reindex NAME`) a reindex
 // whatever the position says, after which it stops and reports it.
-func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, force bool) (*ReindexSummary, error) {
+func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, force bool) (*watermark.Summary, error) {
 	ctx, stop := leaseContext(ctx, l)
 	defer stop()
 	log := e.log.With("job", job.Name)

@@ -19,6 +19,7 @@ import (
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/sidecar/stream"
+	"github.com/meilistream/meilistream/sidecar/watermark"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -52,7 +53,7 @@ type followPlan struct {
 // flush), the lease is lost, the history is lost (stream.ErrHistoryLost), the
 // collection is invalidated, or a non-retryable error; with plan.reindex it
 // runs a reindex interleaved with it, and reports it.
-func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, plan followPlan, log hclog.Logger) (*ReindexSummary, error) {
+func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, plan followPlan, log hclog.Logger) (*watermark.Summary, error) {
 	jc := e.jobCfg(job)
 	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, tok: plan.tok, deps: job.Dependencies(), lastRecorded: plan.tok, lastWall: plan.since}
 	f.relatedColls = map[string]bool{}
@@ -66,10 +67,13 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	}
 	defer f.reader.Close()
 
-	var snap *snapshot
+	var snap *watermark.Reindex
 	if plan.reindex {
 		var err error
-		snap, err = e.newSnapshot(ctx, jc, dst, l, stats, log, plan.cp, true)
+		snap, err = watermark.Start(ctx, f.source(), watermark.Options{
+			Store: e.store, Lease: l, Dest: dst, Stats: stats, Observer: e.obs,
+			PageSize: jc.PageSize, ProgressInterval: jc.ProgressInterval,
+		}, plan.cp)
 		if err != nil {
 			return nil, closeOr(ctx, l, err)
 		}
@@ -92,14 +96,14 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	if snap != nil {
 		f.startSnapshot(pctx, snap)
 		defer func() {
-			snap.stop()
-			snap.ckp.abort()
+			snap.Stop()
+			snap.AbortCheckpoint()
 		}()
 	}
 	f.pctx = pctx
 	defer func() {
 		if f.fan != nil {
-			f.fan.stop()
+			f.fan.Stop()
 		}
 	}()
 	if len(f.deps) > 0 {
@@ -111,27 +115,32 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	log.Info("following", "collection", job.Collection, "since", plan.since)
 	err = f.loop(ctx, plan.untilReindexed)
 	if snap != nil {
-		snap.stop()
+		snap.Stop()
 		if f.committed {
-			return snap.summary(), err
+			return snap.Summary(), err
 		}
 	}
 	return nil, err
 }
 
 // startSnapshot makes snap the running reindex.
-func (f *follower) startSnapshot(ctx context.Context, snap *snapshot) {
+func (f *follower) startSnapshot(ctx context.Context, snap *watermark.Reindex) {
 	f.snap = snap
-	snap.waiting = &f.waiting
 	f.gone = map[string]bson.RawValue{}
-	f.p.SetStaged(snap.stagedSink())
-	f.p.made = snap.made
-	snap.ckp = f.e.newCheckpointer(ctx, f.jc.job.Name, f.l, snap.cp, snap.win, f.p.Fail, func(n int64) {
-		snap.done.Store(n)
-		f.stats.Update(func(s *status.JobSnapshot) { s.Reindex.Done = n })
-		f.e.observeProgress(f.jc.job.Name, n, snap.est)
-	})
-	snap.begin(ctx, f.p.Pipe)
+	f.p.SetStaged(snap.StagedSink())
+	f.p.made = snap.Made()
+	snap.Begin(ctx, f.p.Pipe)
+}
+
+// source is where the job's chains (the reindex's, the fan-out's) read
+// and mark.
+func (f *follower) source() watermark.Source {
+	return watermark.Source{
+		DB: f.e.source, State: f.e.stateName, Job: f.jc.job, Log: f.log,
+		Wait:    f.e.wait,
+		Blame:   func(ctx context.Context, err error) error { return leaseOr(ctx, f.l, err) },
+		Waiting: &f.waiting,
+	}
 }
 
 // follower is the follow loop's state.
@@ -156,7 +165,7 @@ type follower struct {
 	changes      int64 // document changes read, not yet counted in the stats
 
 	// The running reindex, and the sweep's ids to delete at its end.
-	snap      *snapshot
+	snap      *watermark.Reindex
 	waiting   atomic.Int32 // the chains' marks written and not yet read
 	gone      map[string]bson.RawValue
 	committed bool
@@ -170,7 +179,7 @@ type follower struct {
 	relatedColls map[string]bool
 	related      lookup.Related
 	relatedN     int
-	fan          *fanout
+	fan          *watermark.Fanout
 	fanPending   atomic.Int64
 	// relatedAllPending: a related collection went away; the next flush
 	// sends every document again.
@@ -212,13 +221,13 @@ func (f *follower) reset() {
 
 // chains are the chains whose windows are open: the reindex's, the
 // fan-out's.
-func (f *follower) chains() []*chain {
-	var out []*chain
+func (f *follower) chains() []*watermark.Chain {
+	var out []*watermark.Chain
 	if f.snap != nil {
-		out = append(out, f.snap.chain)
+		out = append(out, f.snap.Chain)
 	}
 	if f.fan != nil {
-		out = append(out, f.fan.chain)
+		out = append(out, f.fan.Chain)
 	}
 	return out
 }
@@ -230,23 +239,22 @@ func (f *follower) changedKey(k string) {
 		if c == f.fanChain() && f.fanBusy == 0 {
 			continue
 		}
-		c.changed[k] = true
+		c.Changed[k] = true
 	}
 }
 
 // fanChain is the fan-out reader's chain, nil without one.
-func (f *follower) fanChain() *chain {
+func (f *follower) fanChain() *watermark.Chain {
 	if f.fan == nil {
 		return nil
 	}
-	return f.fan.chain
+	return f.fan.Chain
 }
 
 // startFan starts the fan-out reader (related changes, retries).
 func (f *follower) startFan() {
-	f.fan = f.e.newFanout(f.jc, f.l, f.log)
-	f.fan.waiting = &f.waiting
-	f.fan.begin(f.pctx, f.p.Pipe)
+	f.fan = watermark.NewFanout(f.source(), f.jc.PageSize)
+	f.fan.Begin(f.pctx, f.p.Pipe)
 }
 
 // open opens the stream after f.tok (at the present when empty), retrying
@@ -312,7 +320,7 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 	defer lagTick.Stop()
 	var committed <-chan struct{}
 	if f.snap != nil && untilReindexed {
-		committed = f.snap.committed
+		committed = f.snap.Committed()
 	}
 	for {
 		select {
@@ -580,15 +588,15 @@ func markOf(ev bson.Raw, op string) string {
 // ignored.
 func (f *follower) onMark(ev bson.Raw, op string, tok bson.Raw) error {
 	mark := markOf(ev, op)
-	if f.fan != nil && f.fan.owns(mark) {
+	if f.fan != nil && f.fan.Owns(mark) {
 		return f.onFanMark(mark, ev, tok)
 	}
-	if f.snap == nil || !f.snap.owns(mark) {
+	if f.snap == nil || !f.snap.Owns(mark) {
 		return nil // a mark of an earlier run, or another holder's
 	}
-	c, _ := f.snap.take(mark)
-	changed := f.snap.changed
-	f.snap.changed = map[string]bool{}
+	c, _ := f.snap.Take(mark)
+	changed := f.snap.Changed
+	f.snap.Changed = map[string]bool{}
 	if c == nil {
 		return nil // the opening mark: a window begins
 	}
@@ -596,17 +604,17 @@ func (f *follower) onMark(ev bson.Raw, op string, tok bson.Raw) error {
 		return err
 	}
 	wall := eventWall(ev)
-	if len(c.items) > 0 || c.gone == nil {
+	if len(c.Items) > 0 || c.Gone == nil {
 		if err := f.submitChunk(c, changed, tok, wall); err != nil {
 			return err
 		}
 	}
-	for _, id := range c.gone {
+	for _, id := range c.Gone {
 		if k := keyOf(id); !changed[k] {
 			f.gone[k] = id
 		}
 	}
-	if c.final {
+	if c.Final {
 		return f.finish(tok, wall)
 	}
 	return nil
@@ -615,9 +623,9 @@ func (f *follower) onMark(ev bson.Raw, op string, tok bson.Raw) error {
 // submitChunk hands a chunk's rows, but those in changed, to the pipe for
 // the reindex's target; once durable its last _id is checkpointed and tok
 // recorded as the position.
-func (f *follower) submitChunk(c *chunk, changed map[string]bool, tok bson.Raw, wall time.Time) error {
+func (f *follower) submitChunk(c *watermark.Chunk, changed map[string]bool, tok bson.Raw, wall time.Time) error {
 	snap, jc, e, stats := f.snap, f.jc, f.e, f.stats
-	items := c.items
+	items := c.Items
 	if len(changed) > 0 {
 		kept := items[:0:0]
 		for _, it := range items {
@@ -628,7 +636,7 @@ func (f *follower) submitChunk(c *chunk, changed map[string]bool, tok bson.Raw, 
 		items = kept
 	}
 	set := f.p.errs
-	clearing := snap.inPlace
+	clearing := snap.InPlace()
 	var clear []int
 	fl := &pipe.Flight{To: pipe.ToStaged}
 	for _, it := range items {
@@ -639,7 +647,7 @@ func (f *follower) submitChunk(c *chunk, changed map[string]bool, tok bson.Raw, 
 		if err != nil {
 			return err
 		}
-		writes, sk, bd, err := prepare.Transform(ctx, jc.job, items, lk, snap.inPlace)
+		writes, sk, bd, err := prepare.Transform(ctx, jc.job, items, lk, snap.InPlace())
 		if err != nil {
 			return err
 		}
@@ -647,13 +655,12 @@ func (f *follower) submitChunk(c *chunk, changed map[string]bool, tok bson.Raw, 
 			return err
 		}
 		for _, b := range bd {
-			snap.made.Add(b.ID)
+			snap.Made().Add(b.ID)
 		}
 		if clearing {
 			clear = set.Candidates(writes, failedIDs(bd))
 		}
-		snap.skipped.Add(int64(sk))
-		snap.bad.Add(int64(len(bd)))
+		snap.Prepared(sk, len(bd))
 		stats.Add(0, 0, int64(sk), 0)
 		e.observeSkipped(jc.job.Name, int64(sk))
 		fl.Batch = sink.Batch{Writes: writes}
@@ -672,15 +679,7 @@ func (f *follower) submitChunk(c *chunk, changed map[string]bool, tok bson.Raw, 
 		if err := set.Cleared(ctx, fl, clear); err != nil {
 			return err
 		}
-		var up int64
-		for i := range fl.Batch.Writes {
-			if !fl.Batch.Writes[i].Delete && !fl.IsRefused(i) {
-				up++
-			}
-		}
-		snap.indexed.Add(up)
-		snap.bad.Add(int64(fl.RefusedCount()))
-		snap.ckp.durable(c.last, c.n)
+		snap.Durable(fl, c)
 		if record == nil {
 			return nil
 		}
@@ -695,7 +694,7 @@ func (f *follower) submitChunk(c *chunk, changed map[string]bool, tok bson.Raw, 
 func (f *follower) finish(tok bson.Raw, wall time.Time) error {
 	snap := f.snap
 	if len(f.gone) > 0 {
-		snap.log.Info("sweep: deleting documents no longer in the collection", "count", len(f.gone))
+		f.log.Info("sweep: deleting documents no longer in the collection", "count", len(f.gone))
 		ids := make([]bson.RawValue, 0, len(f.gone))
 		for _, id := range f.gone {
 			ids = append(ids, id)
@@ -708,7 +707,7 @@ func (f *follower) finish(tok bson.Raw, wall time.Time) error {
 			}
 			n := int64(len(part))
 			err := f.p.Submit(&pipe.Flight{To: pipe.ToStaged, Batch: sink.Batch{Writes: w}, Durable: func(context.Context, *pipe.Flight) error {
-				snap.removed.Add(n)
+				snap.Removed(n)
 				return nil
 			}})
 			if err != nil {
@@ -724,27 +723,23 @@ func (f *follower) finish(tok bson.Raw, wall time.Time) error {
 		// again): only the lease and DrainTimeout end them.
 		ctx, cancel := context.WithTimeout(ctx, jc.DrainTimeout)
 		defer cancel()
-		if err := snap.ckp.close(); err != nil {
+		if err := snap.CloseCheckpoint(); err != nil {
 			return err
 		}
 		if err := l.Confirm(ctx); err != nil {
 			return err
 		}
-		if !snap.inPlace {
-			snap.cp.Swapping = true
-			if err := e.store.WriteCheckpoint(ctx, jc.job.Name, l, snap.cp); err != nil {
+		if !snap.InPlace() {
+			if err := snap.Swap(ctx); err != nil {
 				return err
-			}
-			if err := snap.staged.Commit(ctx); err != nil {
-				return errs.Wrap(errs.Failed, jc.job.Name, err, "swap the rebuilt index in")
 			}
 			if err := l.Confirm(ctx); err != nil {
 				return err
 			}
-			if err := snap.made.ClearOthers(ctx); err != nil {
+			if err := snap.Made().ClearOthers(ctx); err != nil {
 				return err
 			}
-			p.errs.Reset(snap.made)
+			p.errs.Reset(snap.Made())
 		}
 		p.SetStaged(nil)
 		p.made = nil
@@ -762,15 +757,15 @@ func (f *follower) finish(tok bson.Raw, wall time.Time) error {
 		if err := e.store.DeleteCheckpoint(ctx, jc.job.Name, l); err != nil {
 			return err
 		}
-		snap.finished(time.Since(snap.start))
+		snap.Finished()
 		stats.SetPhase(status.PhaseFollowing)
 		stats.Update(func(s *status.JobSnapshot) {
 			s.Reindexes++
-			s.Reindex.Done = snap.done.Load()
+			s.Reindex.Done = snap.Count()
 			s.LastPosition = wall
 			s.RecordedAt = time.Now()
 		})
-		close(snap.committed)
+		snap.MarkCommitted()
 		return nil
 	}
 	f.committed = true
@@ -791,7 +786,7 @@ func (f *follower) flush() error {
 	var made *deadletter.Set
 	to := pipe.ToLive
 	if f.snap != nil {
-		to, made = f.snap.changeTarget(), f.snap.made
+		to, made = f.snap.Target(), f.snap.Made()
 	}
 	var clear []int // set on the prepare stage, read on the wait stage after it
 	fl := &pipe.Flight{To: to, Bytes: size}
@@ -910,7 +905,7 @@ func (f *follower) stop(ctx context.Context, cause error) error {
 	// Clean close. A running reindex stops reading first; what it handed
 	// over is made durable and checkpointed with the rest.
 	if f.snap != nil {
-		f.snap.stop()
+		f.snap.Stop()
 	}
 	timer := time.AfterFunc(f.jc.DrainTimeout, func() {
 		f.p.Fail(errs.New(errs.Failed, f.jc.job.Name, "flushing pending changes took longer than %s; they will be applied again after restart", f.jc.DrainTimeout))
@@ -921,7 +916,7 @@ func (f *follower) stop(ctx context.Context, cause error) error {
 		err = f.p.Close()
 	}
 	if err == nil && f.snap != nil {
-		err = f.snap.ckp.close()
+		err = f.snap.CloseCheckpoint()
 	}
 	if err != nil {
 		if errors.Is(err, errs.ErrLeaseLost) {
@@ -931,7 +926,7 @@ func (f *follower) stop(ctx context.Context, cause error) error {
 		return nil
 	}
 	if f.snap != nil {
-		f.log.Info("reindex stopped; it resumes from its checkpoint", "done", f.snap.done.Load())
+		f.log.Info("reindex stopped; it resumes from its checkpoint", "done", f.snap.Count())
 	}
 	f.log.Info("closed: pending changes flushed and recorded")
 	return nil
@@ -950,7 +945,7 @@ func (f *follower) invalidated(ctx context.Context, op string) error {
 		f.e.observeDDL(name, op)
 	}
 	if f.snap != nil {
-		f.snap.stop()
+		f.snap.Stop()
 	}
 	if err := f.flush(); err != nil {
 		return leaseOr(ctx, f.l, err)
@@ -961,7 +956,7 @@ func (f *follower) invalidated(ctx context.Context, op string) error {
 	dctx, cancel := drainContext(ctx, f.l, f.jc.DrainTimeout)
 	defer cancel()
 	if f.snap != nil {
-		f.snap.ckp.abort()
+		f.snap.AbortCheckpoint()
 		if err := f.e.store.DeleteCheckpoint(dctx, name, f.l); err != nil {
 			return leaseOr(ctx, f.l, err)
 		}
@@ -1019,18 +1014,18 @@ func (f *follower) startFanouts() {
 	if f.relatedN == 0 || f.fan == nil {
 		return
 	}
-	var tasks []*fanTask
+	var tasks []*watermark.Task
 	for _, filter := range f.related.Filters() {
-		tasks = append(tasks, &fanTask{filter: filter})
+		tasks = append(tasks, &watermark.Task{Filter: filter})
 	}
 	if f.relatedAllPending {
-		tasks = []*fanTask{{filter: bson.D{}}}
+		tasks = []*watermark.Task{{Filter: bson.D{}}}
 	}
 	f.related, f.relatedN, f.relatedAllPending = nil, 0, false
 	f.fanBusy += len(tasks)
 	for _, t := range tasks {
 		f.fanPending.Add(1)
-		f.fan.tasks <- t
+		f.fan.Tasks() <- t
 	}
 	f.stats.Update(func(s *status.JobSnapshot) { s.FanOuts += int64(len(tasks)) })
 }
@@ -1040,22 +1035,22 @@ func (f *follower) startFanouts() {
 // stream changed since the reader's last mark. The last page of a task
 // ends it; the last one outstanding records the mark as the position.
 func (f *follower) onFanMark(mark string, ev bson.Raw, tok bson.Raw) error {
-	c, _ := f.fan.take(mark)
-	changed := f.fan.changed
-	f.fan.changed = map[string]bool{}
+	c, _ := f.fan.Take(mark)
+	changed := f.fan.Changed
+	f.fan.Changed = map[string]bool{}
 	if c == nil {
 		return nil // the opening mark
 	}
-	if c.final {
+	if c.Final {
 		f.fanBusy--
 	}
 	if err := f.flush(); err != nil {
 		return err
 	}
-	if c.task != nil && c.task.retry != nil {
+	if c.Task != nil && c.Task.Retry != nil {
 		return f.submitRetryPage(c, changed)
 	}
-	items := c.items
+	items := c.Items
 	if len(changed) > 0 {
 		kept := items[:0:0]
 		for _, it := range items {
@@ -1069,7 +1064,7 @@ func (f *follower) onFanMark(mark string, ev bson.Raw, tok bson.Raw) error {
 	var made *deadletter.Set
 	to := pipe.ToLive
 	if f.snap != nil {
-		to, made = f.snap.changeTarget(), f.snap.made
+		to, made = f.snap.Target(), f.snap.Made()
 	}
 	var clear []int
 	fl := &pipe.Flight{To: to}
@@ -1099,12 +1094,12 @@ func (f *follower) onFanMark(mark string, ev bson.Raw, tok bson.Raw) error {
 		return nil
 	}
 	record := f.recordAfter(tok, eventWall(ev))
-	fan, final, n := f.fan, c.final, c.n
+	fan, final, n := f.fan, c.Final, c.N
 	fl.Durable = func(ctx context.Context, fl *pipe.Flight) error {
 		if err := set.Cleared(ctx, fl, clear); err != nil {
 			return err
 		}
-		fan.win.release(n)
+		fan.Release(n)
 		stats.Update(func(s *status.JobSnapshot) { s.Resent += int64(len(fl.Batch.Writes)) })
 		if !final {
 			return nil

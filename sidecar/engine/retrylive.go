@@ -5,13 +5,12 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
+	"github.com/meilistream/meilistream/sidecar/watermark"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -21,7 +20,7 @@ import (
 // and retries the recorded documents under its own lease, inside the
 // running job: never beside it, because a document the retry read could
 // otherwise land after a newer version the stream wrote. The recorded ids
-// go to the fan-out reader (fanout.go) as tasks of up to half a page each:
+// go to the fan-out reader (watermark.Fanout) as tasks of up to half a page each:
 // each task is read by _id between two marks of the reader's chain, and
 // at its mark the follow loop hands the page to the pipe, after the
 // changes before the mark, without the documents the stream changed in the
@@ -57,16 +56,16 @@ func (f *follower) startRetry(r *deadletter.Request) error {
 	if f.fan == nil {
 		f.startFan()
 	}
-	size := partSize(f.jc.PageSize)
-	var tasks []*fanTask
+	size := watermark.PartSize(f.jc.PageSize)
+	var tasks []*watermark.Task
 	for lo := 0; lo < len(r.IDs); lo += size {
-		tasks = append(tasks, &fanTask{ids: r.IDs[lo:min(lo+size, len(r.IDs))], retry: r})
+		tasks = append(tasks, &watermark.Task{IDs: r.IDs[lo:min(lo+size, len(r.IDs))], Retry: r})
 	}
 	r.Pages(len(tasks))
 	f.fanBusy += len(tasks)
 	for _, t := range tasks {
 		select {
-		case f.fan.tasks <- t:
+		case f.fan.Tasks() <- t:
 		case <-f.p.Failed():
 			return f.p.Err()
 		}
@@ -74,93 +73,23 @@ func (f *follower) startRetry(r *deadletter.Request) error {
 	return nil
 }
 
-// readRetryPage reads a retry task's documents by _id (one find: a task
-// holds at most size ids) and registers them under a mark, with the ids
-// the collection no longer holds as gone.
-func (fo *fanout) readRetryPage(ctx, sctx context.Context, marks *mongo.Collection, p *pipe.Pipe, t *fanTask, size int) error {
-	if err := fo.win.acquire(ctx, p, size); err != nil {
-		return err
-	}
-	c, err := fo.readIDs(sctx, t.ids)
-	if err != nil {
-		return err
-	}
-	fo.win.release(size - c.n)
-	c.task = t
-	return fo.mark(sctx, marks, c)
-}
-
-// readIDs reads the documents of ids (retried on a transient error: no
-// mark is written in between, so a read again is still inside the
-// window).
-func (c *chain) readIDs(ctx context.Context, ids []bson.RawValue) (*chunk, error) {
-	in := make(bson.A, len(ids))
-	for i, id := range ids {
-		in[i] = id
-	}
-	filter := bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}}
-	for attempt := 0; ; attempt++ {
-		items, err := c.findAll(ctx, filter)
-		if err == nil {
-			found := make(map[string]bool, len(items))
-			for _, it := range items {
-				found[keyOf(it.ID)] = true
-			}
-			ch := &chunk{items: items, n: len(items), final: true}
-			for _, id := range ids {
-				if !found[keyOf(id)] {
-					ch.gone = append(ch.gone, id)
-				}
-			}
-			return ch, nil
-		}
-		if ctx.Err() != nil {
-			return nil, context.Cause(ctx)
-		}
-		if attempt >= 10 {
-			return nil, leaseOr(ctx, c.l, errs.Wrap(errs.Failed, c.jc.job.Name, err, "read the documents to retry"))
-		}
-		c.log.Warn("reading the documents to retry failed; reading them again", "error", err, "attempt", attempt+1)
-		if err := sleep(ctx, backoff(c.jc.Config, attempt)); err != nil {
-			return nil, err
-		}
-	}
-}
-
-// findAll reads every document matching filter in _id order. The documents
-// are slices of the replies (readFirstBatch says why that is safe).
-func (c *chain) findAll(ctx context.Context, filter bson.D) ([]prepare.Item, error) {
-	// Trimmed to the job's fields, as the stream's documents are.
-	cur, err := c.coll.Find(ctx, filter, retryFind(c.jc.job).SetSort(bson.D{{Key: "_id", Value: 1}}))
-	if err != nil {
-		return nil, err
-	}
-	defer cur.Close(context.WithoutCancel(ctx))
-	var items []prepare.Item
-	for cur.Next(ctx) {
-		doc := cur.Current[:len(cur.Current):len(cur.Current)]
-		items = append(items, prepare.Item{Doc: doc, ID: doc.Lookup("_id"), Op: transform.OpReindex})
-	}
-	return items, cur.Err()
-}
-
 // submitRetryPage hands a retry page to the pipe: its documents but those
 // the stream changed in the window, transformed again, and deletes for the
 // ids the collection no longer holds. Once durable, the records of what
 // was written are cleared and the page counted into its request.
-func (f *follower) submitRetryPage(c *chunk, changed map[string]bool) error {
-	r := c.task.retry
+func (f *follower) submitRetryPage(c *watermark.Chunk, changed map[string]bool) error {
+	r := c.Task.Retry
 	var items []prepare.Item
 	var superseded []bson.RawValue // the stream's to write: counted by what it did
 	goneIDs := map[string]bool{}
-	for _, it := range c.items {
+	for _, it := range c.Items {
 		if changed[keyOf(it.ID)] {
 			superseded = append(superseded, it.ID)
 			continue
 		}
 		items = append(items, it)
 	}
-	for _, id := range c.gone {
+	for _, id := range c.Gone {
 		k := keyOf(id)
 		if changed[k] {
 			superseded = append(superseded, id)
@@ -177,7 +106,7 @@ func (f *follower) submitRetryPage(c *chunk, changed map[string]bool) error {
 	var made *deadletter.Set
 	to := pipe.ToLive
 	if f.snap != nil {
-		to, made = f.snap.changeTarget(), f.snap.made
+		to, made = f.snap.Target(), f.snap.Made()
 	}
 	fl := &pipe.Flight{To: to}
 	for _, it := range items {
@@ -214,12 +143,12 @@ func (f *follower) submitRetryPage(c *chunk, changed map[string]bool) error {
 		items = nil
 		return nil
 	}
-	fan, n := f.fan, c.n
+	fan, n := f.fan, c.N
 	fl.Durable = func(ctx context.Context, fl *pipe.Flight) error {
 		if err := set.Cleared(ctx, fl, clear); err != nil {
 			return err
 		}
-		fan.win.release(n)
+		fan.Release(n)
 		var written, gone int64
 		for _, i := range clear {
 			switch w := fl.Batch.Writes[i]; {

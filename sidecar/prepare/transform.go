@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -42,6 +43,21 @@ type DocError struct {
 // docBytes is a guess at a search document's JSON size, to size the
 // buffers documents are written into.
 const docBytes = 768
+
+// IDString renders a source _id for logs and messages as relaxed Extended
+// JSON (what mongosh shows and a query takes: "f1", 5,
+// {"$oid":"65f1..."}).
+func IDString(id bson.RawValue) string {
+	if id.Type == 0 {
+		return "<none>"
+	}
+	b, err := bson.MarshalExtJSON(bson.D{{Key: "v", Value: id}}, false, false)
+	if err != nil {
+		return id.String()
+	}
+	s := strings.TrimPrefix(string(b), `{"v":`)
+	return strings.TrimSuffix(s, "}")
+}
 
 // Transform turns items into writes, in parallel on the job's transform
 // runtimes, keeping their order. A document the transform keeps out becomes a delete

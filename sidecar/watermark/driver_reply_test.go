@@ -1,4 +1,4 @@
-package engine
+package watermark
 
 import (
 	"bytes"
@@ -26,8 +26,8 @@ import (
 // first parts' documents with later ones, which differ in length and
 // content.
 func TestReadPartKeepsDocumentsValidAcrossBatches(t *testing.T) {
-	ctx, e, _ := stateEngine(t)
-	coll := e.source.Collection("items")
+	ctx, db := testDB(t)
+	coll := db.Collection("items")
 	const n, size = 100, 7
 	var want []bson.Raw
 	var docs []any
@@ -81,14 +81,11 @@ func TestReadPartKeepsDocumentsValidAcrossBatches(t *testing.T) {
 	}
 }
 
-// stateEngine is an engine over a fresh test server.
-func stateEngine(t *testing.T) (context.Context, *Engine, *mongo.Collection) {
+// testDB is a database of a fresh test server.
+func testDB(t *testing.T) (context.Context, *mongo.Database) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	_, client := testutil.StartMongo(t, mongotest.Options{})
-	db := client.Database("app")
-	state := db.Collection("meilistream")
-	e := New(db, state, db.Collection("meilistream_errors"), Config{RetryBase: time.Millisecond, RetryCap: time.Millisecond}, nil, nil)
-	return ctx, e, state
+	return ctx, client.Database("app")
 }
