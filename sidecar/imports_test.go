@@ -24,6 +24,7 @@ var forbidden = map[string][]string{
 	"sidecar/deadletter": {"sidecar/engine", "sidecar/stream", "sidecar/lookup", "sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate", "lease", "github.com/prometheus/"},
 	"sidecar/prepare":    {"sidecar/engine", "sidecar/pipe", "sidecar/stream", "sidecar/jobstate", "sidecar/deadletter", "sidecar/lookup", "sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate", "lease", "github.com/prometheus/"},
 	"sidecar/watermark":  {"sidecar/engine", "sidecar/lookup", "sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate", "lease", "github.com/prometheus/"},
+	"sidecar/rollout":    {"sidecar/engine", "sidecar/supervisor", "sidecar/pipe", "sidecar/sink", "sidecar/stream", "sidecar/config", "sidecar/httpapi", "sidecar/meili", "replicate", "lease", "github.com/prometheus/"},
 	"sidecar/lookup":     {"sidecar/", "lease", "replicate", "github.com/prometheus/"}, // of this module, only transform and internal/errs
 	"sidecar/stream":     {"sidecar/engine", "sidecar/pipe", "sidecar/sink", "sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate"},
 	"sidecar/meili":      {"replicate", "sidecar/engine", "sidecar/pipe", "sidecar/supervisor", "sidecar/httpapi", "github.com/prometheus/"},

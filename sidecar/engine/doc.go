@@ -9,10 +9,10 @@
 // position with the new transform's hash), keeps its per-document error
 // records through sidecar/jobstate (the set of documents with a record
 // through sidecar/deadletter), and its live figures in a status.JobStats.
-// Beside a run it keeps this process's presence record of each job
-// (presence.go: the rollout rule), and a following holder serves
-// `meilistream retry` requests (deadletter.Requests) inside the running
-// job (retrylive.go).
+// Beside a run it keeps this process's presence record of each job and
+// applies the rule that reads them (sidecar/rollout), and a following
+// holder serves `meilistream retry` requests (deadletter.Requests) inside
+// the running job (retrylive.go).
 //
 // A batch's documents are joined with what the job looks up through
 // sidecar/lookup, which also says which documents a related change sends
@@ -23,7 +23,7 @@
 // It owns the defaults of its Config and declares the small interfaces it
 // needs of others: Lease (the job's lease) and Observer (its metrics). It
 // imports transform, jobstate, status, stream, lookup, prepare,
-// deadletter, watermark, pipe, sink, errs and the MongoDB driver; never
+// deadletter, watermark, rollout, pipe, sink, errs and the MongoDB driver; never
 // the configuration, the supervisor, the HTTP server, a sink's
 // implementation or Prometheus. None of those packages imports the
 // engine.

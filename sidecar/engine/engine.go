@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +19,7 @@ import (
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/lookup"
 	"github.com/meilistream/meilistream/sidecar/prepare"
+	"github.com/meilistream/meilistream/sidecar/rollout"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/sidecar/stream"
@@ -50,15 +50,6 @@ const (
 // the position is cleared, so the next run reindexes what the collection
 // then holds.
 var ErrInvalidated = errors.New("change stream invalidated: collection dropped or renamed")
-
-// ErrTransformOlder is the cause of Run's (and Older's) error when this
-// process's transform is the one the recorded transform replaced and
-// another live process runs the recorded one: during a rollout, a pod that
-// still has the old file must not reindex the job back to the old output.
-// It is no failure: the supervisor stands the job by (lease released, no
-// error counted) until the file updates or no live process runs the newer
-// transform (then going back is a revert, honoured at once).
-var ErrTransformOlder = errors.New("transform older than the one recorded")
 
 // Config tunes the engine. Zero fields take the defaults above. A job's
 // own options (BatchSize,
@@ -372,7 +363,7 @@ func (e *Engine) plan(ctx context.Context, job *transform.Job, l Lease, force, l
 		log.Info("no recorded position: reindexing")
 		plan.reindex = true
 	case pos.Hash != job.Hash:
-		if err := e.olderTransform(ctx, job, pos); err != nil {
+		if err := rollout.Older(ctx, e.store, job, pos, e.cfg.Process); err != nil {
 			return plan, err
 		}
 		if pos.PreviousHash == job.Hash {
@@ -425,38 +416,8 @@ func (e *Engine) logWhyReindex(job *transform.Job, pos *jobstate.Position, log h
 	log.Info(fmt.Sprintf("job definition changed (%s): reindexing", strings.Join(changes, "; ")), args...)
 }
 
-// olderTransform applies the rollout rule: when job's hash is the one the
-// recorded hash replaced (this process has the file the recorded transform
-// replaced) and another live process runs the recorded transform (a pod
-// already updated, in a rollout), this process must not reindex back to
-// its own: FAILED wrapping ErrTransformOlder, naming that process. With no
-// such process (a single one whose file was reverted, or an operator's
-// revert that every live pod has), going back is what was asked: nil.
-func (e *Engine) olderTransform(ctx context.Context, job *transform.Job, pos *jobstate.Position) error {
-	if pos == nil || pos.Hash == job.Hash || pos.PreviousHash != job.Hash {
-		return nil
-	}
-	live, err := e.store.LiveWithHash(ctx, job.Name, pos.Hash, e.cfg.Process)
-	if err != nil || len(live) == 0 {
-		return err
-	}
-	file := job.File
-	if file == "" {
-		file = job.Name + " (no file)"
-	} else {
-		file = filepath.Base(file)
-	}
-	who := live[0].Process
-	if len(live) > 1 {
-		who = fmt.Sprintf("%s and %d other processes", who, len(live)-1)
-	}
-	return errs.Wrap(errs.Failed, job.Name, ErrTransformOlder,
-		"this process's transform %s (hash %s) is the one replaced by the recorded transform (hash %s, recorded at %s), which %s runs: standing by until this file updates or no live process runs the newer one",
-		file, short(job.Hash), short(pos.Hash), pos.HashSince.UTC().Format(time.RFC3339), who)
-}
-
-// Older applies the rollout rule (see ErrTransformOlder) to job as this
-// process has it, without its lease: the error wrapping ErrTransformOlder
+// Older applies the rollout rule (rollout.Older) to job as this process
+// has it, without its lease: the error wrapping rollout.ErrTransformOlder
 // when it must stand by for another process, nil when it may take the
 // lease (a run applies the rule again under it), another error when the
 // state could not be read. A standby asks before it takes the lease, so
@@ -469,7 +430,14 @@ func (e *Engine) Older(ctx context.Context, job *transform.Job) error {
 	if pos == nil || legacyOf(job, pos.Hash) {
 		return nil
 	}
-	return e.olderTransform(ctx, job, pos)
+	return rollout.Older(ctx, e.store, job, pos, e.cfg.Process)
+}
+
+// KeepPresence starts keeping this process's presence record of job (with
+// job's hash), refreshed every PresenceInterval, until the returned
+// Presence is closed: the rollout rule reads it in the other processes.
+func (e *Engine) KeepPresence(job *transform.Job) *rollout.Presence {
+	return rollout.Keep(e.store, job, e.cfg.Process, e.cfg.PresenceInterval, e.log)
 }
 
 // leaseContext derives a context cancelled with the lease's LEASE_LOST
