@@ -203,14 +203,9 @@ type follower struct {
 	lastRecorded bson.Raw
 	lastWall     time.Time
 
-	// Change events over 16 MB (large.go): noSplit, the server has no
-	// $changeStreamSplitLargeEvent; lean, the stream is read without
-	// documents until an event after leanUntil (or caught up), and
-	// leanDone, such an event was read: the full stream reopens;
-	// leanRead counts the events the lean stretch read.
-	noSplit, lean, leanDone bool
-	leanUntil               bson.Timestamp
-	leanRead                int
+	// large: how the stream is read around change events over 16 MB
+	// (stream.Large).
+	large stream.Large
 }
 
 func (f *follower) reset() {
@@ -261,18 +256,10 @@ func (f *follower) startFan() {
 // transient errors; stream.ErrHistoryLost when the history no longer holds f.tok.
 func (f *follower) open(ctx context.Context) error {
 	for {
-		var with []stream.OpenOption
-		if !f.noSplit {
-			with = append(with, stream.SplitLargeEvents())
-		}
-		if f.lean {
-			with = append(with, stream.Lean())
-		}
-		cs, err := stream.Open(ctx, f.e.source, f.jc.job, f.e.stateName, f.tok, with...)
-		if err != nil && !f.noSplit && stream.UnknownStage(err) {
+		cs, err := stream.Open(ctx, f.e.source, f.jc.job, f.e.stateName, f.tok, f.large.Options()...)
+		if f.large.Unsplit(err) {
 			// A server before 7.0 and 6.0.9: events over 16 MB are read
-			// by a lean stream instead (large.go).
-			f.noSplit = true
+			// by a lean stream instead.
 			f.log.Info("MongoDB has no $changeStreamSplitLargeEvent (before 6.0.9 and 7.0): a change event over 16 MB will be read without its documents, and they by _id")
 			continue
 		}
@@ -400,9 +387,7 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 // events takes one batch of change events in.
 func (f *follower) events(evs []bson.Raw, flush *time.Timer) error {
 	defer f.counted()
-	if f.lean {
-		f.leanRead += len(evs)
-	}
+	f.large.Read(len(evs))
 	for _, ev := range evs {
 		if err := f.add(ev); err != nil {
 			return err
@@ -493,7 +478,7 @@ func (f *follower) add(ev bson.Raw) error {
 	switch op {
 	case "insert", "replace", "update":
 		it.Op = transform.Operation(op)
-		if f.lean {
+		if f.large.Lean() {
 			// Read by _id when flushed; counted at its own size.
 			it.Fill = true
 			if n, ok := ev.Lookup(stream.LeanSizeField).AsInt64OK(); ok {
@@ -541,9 +526,7 @@ func (f *follower) add(ev bson.Raw) error {
 	if len(f.items) == 1 {
 		f.stats.LagPending(f.wall)
 	}
-	if f.leanPast(ev) {
-		f.leanDone = true
-	}
+	f.large.Saw(ev)
 	return nil
 }
 
