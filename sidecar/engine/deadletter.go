@@ -17,6 +17,32 @@ import (
 	"github.com/meilistream/meilistream/transform"
 )
 
+// prepareItems is the prepare stage's work on items: their lookups and
+// transform (deleteSkipped: see prepare.Transform), the documents it
+// failed on taken through the per-document error path (recorded, kept in
+// set, and in made while a swap reindex runs), what it kept out counted;
+// sk, when set, counts the updates it left unsent.
+func (e *Engine) prepareItems(ctx context.Context, jc jobConfig, stats *status.JobStats, set, made *deadletter.Set, items []prepare.Item, deleteSkipped bool, sk *prepare.Unchanged) (writes []sink.Write, skipped int, bad []prepare.DocError, err error) {
+	lk, err := e.lookups(ctx, jc, items)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	writes, skipped, bad, err = prepare.Transform(ctx, jc.job, items, lk, deleteSkipped)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	e.reportUnchanged(sk, jc.job.Name, stats)
+	if err := e.handleDocErrors(ctx, jc, stats, set, bad); err != nil {
+		return nil, 0, nil, err
+	}
+	for _, b := range bad {
+		made.Add(b.ID)
+	}
+	stats.Add(0, 0, int64(skipped), 0)
+	e.observeSkipped(jc.job.Name, int64(skipped))
+	return writes, skipped, bad, nil
+}
+
 // handleDocErrors takes transform failures through the per-document error
 // path: recorded and counted, then the job goes on (skip) or stops with an
 // error naming the document (fail).

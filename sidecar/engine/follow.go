@@ -608,16 +608,7 @@ func (f *follower) onMark(ev bson.Raw, op string, tok bson.Raw) error {
 // recorded as the position.
 func (f *follower) submitChunk(c *watermark.Chunk, changed map[string]bool, tok bson.Raw, wall time.Time) error {
 	snap, jc, e, stats := f.snap, f.jc, f.e, f.stats
-	items := c.Items
-	if len(changed) > 0 {
-		kept := items[:0:0]
-		for _, it := range items {
-			if !changed[keyOf(it.ID)] {
-				kept = append(kept, it)
-			}
-		}
-		items = kept
-	}
+	items := notChanged(c.Items, changed)
 	set := f.p.errs
 	clearing := snap.InPlace()
 	var clear []int
@@ -626,26 +617,14 @@ func (f *follower) submitChunk(c *watermark.Chunk, changed map[string]bool, tok 
 		fl.Bytes += len(it.Doc)
 	}
 	fl.Prepare = func(ctx context.Context, fl *pipe.Flight) error {
-		lk, err := e.lookups(ctx, jc, items)
+		writes, sk, bd, err := e.prepareItems(ctx, jc, stats, set, snap.Made(), items, snap.InPlace(), nil)
 		if err != nil {
 			return err
-		}
-		writes, sk, bd, err := prepare.Transform(ctx, jc.job, items, lk, snap.InPlace())
-		if err != nil {
-			return err
-		}
-		if err := e.handleDocErrors(ctx, jc, stats, set, bd); err != nil {
-			return err
-		}
-		for _, b := range bd {
-			snap.Made().Add(b.ID)
 		}
 		if clearing {
 			clear = set.Candidates(writes, failedIDs(bd))
 		}
 		snap.Prepared(sk, len(bd))
-		stats.Add(0, 0, int64(sk), 0)
-		e.observeSkipped(jc.job.Name, int64(sk))
 		fl.Batch = sink.Batch{Writes: writes}
 		items = nil
 		return nil
@@ -766,11 +745,7 @@ func (f *follower) flush() error {
 	items, tok, wall, size := f.items, f.lastTok, f.wall, f.pendingBytes
 	f.reset()
 	jc, stats, e, set := f.jc, f.stats, f.e, f.p.errs
-	var made *deadletter.Set
-	to := pipe.ToLive
-	if f.snap != nil {
-		to, made = f.snap.Target(), f.snap.Made()
-	}
+	to, made := f.changeTarget()
 	var clear []int // set on the prepare stage, read on the wait stage after it
 	fl := &pipe.Flight{To: to, Bytes: size}
 	sk := f.unchangedCheck(items)
@@ -778,23 +753,10 @@ func (f *follower) flush() error {
 		if err := e.fillDocs(ctx, jc, items); err != nil {
 			return err
 		}
-		lk, err := e.lookups(ctx, jc, items)
+		writes, _, bad, err := e.prepareItems(ctx, jc, stats, set, made, items, true, sk)
 		if err != nil {
 			return err
 		}
-		writes, skipped, bad, err := prepare.Transform(ctx, jc.job, items, lk, true)
-		if err != nil {
-			return err
-		}
-		e.reportUnchanged(sk, jc.job.Name, stats)
-		if err := e.handleDocErrors(ctx, jc, stats, set, bad); err != nil {
-			return err
-		}
-		for _, b := range bad {
-			made.Add(b.ID)
-		}
-		stats.Add(0, 0, int64(skipped), 0)
-		e.observeSkipped(jc.job.Name, int64(skipped))
 		fl.Batch = sink.Batch{Writes: writes}
 		// With deleteSkipped every item has its write, in order: the
 		// keys computed while coalescing serve the pipe's tracking.
@@ -822,6 +784,31 @@ func (f *follower) flush() error {
 	stats.LagFlushed()
 	f.posReq = time.Now()
 	return f.p.Submit(fl)
+}
+
+// changeTarget is where the followed changes go, and the set that also
+// takes their error records: the live destination, or, while a reindex
+// runs, its target and the records it makes.
+func (f *follower) changeTarget() (pipe.Target, *deadletter.Set) {
+	if f.snap == nil {
+		return pipe.ToLive, nil
+	}
+	return f.snap.Target(), f.snap.Made()
+}
+
+// notChanged is items without the documents the stream changed (changed:
+// their keys) in the window they were read in.
+func notChanged(items []prepare.Item, changed map[string]bool) []prepare.Item {
+	if len(changed) == 0 {
+		return items
+	}
+	kept := items[:0:0]
+	for _, it := range items {
+		if !changed[keyOf(it.ID)] {
+			kept = append(kept, it)
+		}
+	}
+	return kept
 }
 
 // recordAfter returns a durable callback recording tok as the position,
@@ -1033,44 +1020,19 @@ func (f *follower) onFanMark(mark string, ev bson.Raw, tok bson.Raw) error {
 	if c.Task != nil && c.Task.Retry != nil {
 		return f.submitRetryPage(c, changed)
 	}
-	items := c.Items
-	if len(changed) > 0 {
-		kept := items[:0:0]
-		for _, it := range items {
-			if !changed[keyOf(it.ID)] {
-				kept = append(kept, it)
-			}
-		}
-		items = kept
-	}
+	items := notChanged(c.Items, changed)
 	jc, stats, e, set := f.jc, f.stats, f.e, f.p.errs
-	var made *deadletter.Set
-	to := pipe.ToLive
-	if f.snap != nil {
-		to, made = f.snap.Target(), f.snap.Made()
-	}
+	to, made := f.changeTarget()
 	var clear []int
 	fl := &pipe.Flight{To: to}
 	for _, it := range items {
 		fl.Bytes += len(it.Doc)
 	}
 	fl.Prepare = func(ctx context.Context, fl *pipe.Flight) error {
-		lk, err := e.lookups(ctx, jc, items)
+		writes, _, bad, err := e.prepareItems(ctx, jc, stats, set, made, items, true, nil)
 		if err != nil {
 			return err
 		}
-		writes, skipped, bad, err := prepare.Transform(ctx, jc.job, items, lk, true)
-		if err != nil {
-			return err
-		}
-		if err := e.handleDocErrors(ctx, jc, stats, set, bad); err != nil {
-			return err
-		}
-		for _, b := range bad {
-			made.Add(b.ID)
-		}
-		stats.Add(0, 0, int64(skipped), 0)
-		e.observeSkipped(jc.job.Name, int64(skipped))
 		fl.Batch = sink.Batch{Writes: writes}
 		clear = set.Candidates(writes, failedIDs(bad))
 		items = nil

@@ -103,11 +103,7 @@ func (f *follower) submitRetryPage(c *watermark.Chunk, changed map[string]bool) 
 	jc := f.jc
 	jc.OnDocumentError = "skip"
 	stats, e, set := f.stats, f.e, f.p.errs
-	var made *deadletter.Set
-	to := pipe.ToLive
-	if f.snap != nil {
-		to, made = f.snap.Target(), f.snap.Made()
-	}
+	to, made := f.changeTarget()
 	fl := &pipe.Flight{To: to}
 	for _, it := range items {
 		fl.Bytes += len(it.Doc)
@@ -115,24 +111,14 @@ func (f *follower) submitRetryPage(c *watermark.Chunk, changed map[string]bool) 
 	var clear []int // writes without a transform error: their records go once durable
 	bad := 0
 	fl.Prepare = func(ctx context.Context, fl *pipe.Flight) error {
-		lk, err := e.lookups(ctx, jc, items)
+		writes, _, bd, err := e.prepareItems(ctx, jc, stats, set, made, items, true, nil)
 		if err != nil {
-			return err
-		}
-		writes, skipped, bd, err := prepare.Transform(ctx, jc.job, items, lk, true)
-		if err != nil {
-			return err
-		}
-		if err := e.handleDocErrors(ctx, jc, stats, set, bd); err != nil {
 			return err
 		}
 		badKeys := make(map[string]bool, len(bd))
 		for _, b := range bd {
-			made.Add(b.ID)
 			badKeys[keyOf(b.ID)] = true
 		}
-		stats.Add(0, 0, int64(skipped), 0)
-		e.observeSkipped(jc.job.Name, int64(skipped))
 		fl.Batch = sink.Batch{Writes: writes}
 		for i := range writes {
 			if !badKeys[keyOf(writes[i].SourceID)] {
