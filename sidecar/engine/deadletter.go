@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -92,22 +91,13 @@ type docFailed struct {
 func (d *docFailed) Error() string { return d.msg }
 func (d *docFailed) Unwrap() error { return d.cause }
 
-// RetrySummary is what Retry did.
-type RetrySummary struct {
-	Retried  int64 // error records processed
-	Written  int64 // documents written (or deleted: kept out by the transform) and cleared
-	Gone     int64 // documents no longer in the collection: deleted from the destination and cleared
-	Failed   int64 // documents failing again (their records updated)
-	Duration time.Duration
-}
-
 // Retry runs the documents recorded in the errors collection for job through
 // the current transform again, under l: what succeeds is written to sink and
-// its record cleared; what fails again keeps (updates) its record. The
-// caller holds the job's lease, so no follower writes meanwhile.
-func (e *Engine) Retry(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease) (RetrySummary, error) {
+// its record cleared; what fails again keeps (updates) its record
+// (deadletter.Retry). The caller holds the job's lease, so no follower
+// writes meanwhile.
+func (e *Engine) Retry(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease) (deadletter.Summary, error) {
 	start := time.Now()
-	var sum RetrySummary
 	ctx, stop := leaseContext(ctx, l)
 	defer stop()
 	jc := e.jobCfg(job)
@@ -115,86 +105,40 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, dst sink.Sink, l
 	log := e.log.With("job", job.Name)
 	ids, err := e.store.DocErrorIDs(ctx, job.Name)
 	if err != nil {
-		return sum, leaseOr(ctx, l, err)
+		return deadletter.Summary{}, leaseOr(ctx, l, err)
 	}
 	if len(ids) == 0 {
-		sum.Duration = time.Since(start)
-		return sum, nil
+		return deadletter.Summary{Duration: time.Since(start)}, nil
 	}
 	if err := retryPrepare(ctx, dst, e.cfg, log); err != nil {
-		return sum, leaseOr(ctx, l, err)
+		return deadletter.Summary{}, leaseOr(ctx, l, err)
 	}
-	coll := e.source.Collection(job.Collection)
 	p := e.newPipe(ctx, jc, dst, nil, log, false)
 	defer p.Abort(pipe.Closed)
-	var cleared, refused atomic.Int64 // written by the pipe's wait stage
-	for lo := 0; lo < len(ids); lo += jc.BatchSize {
-		chunk := ids[lo:min(lo+jc.BatchSize, len(ids))]
-		in := make(bson.A, len(chunk))
-		for i, id := range chunk {
-			in[i] = id
-		}
-		cur, err := coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}}, retryFind(job))
-		if err != nil {
-			return sum, leaseOr(ctx, l, errs.Wrap(errs.Failed, job.Name, err, "read documents to retry"))
-		}
-		found := map[string]bson.Raw{}
-		for cur.Next(ctx) {
-			d := append(bson.Raw(nil), cur.Current...)
-			found[keyOf(d.Lookup("_id"))] = d
-		}
-		err = cur.Err()
-		cur.Close(ctx)
-		if err != nil {
-			return sum, leaseOr(ctx, l, errs.Wrap(errs.Failed, job.Name, err, "read documents to retry"))
-		}
-		items := make([]prepare.Item, len(chunk))
-		for i, id := range chunk {
-			items[i] = prepare.Item{ID: id, Doc: found[keyOf(id)], Op: transform.OpReindex}
-			if items[i].Doc == nil {
-				sum.Gone++
+	sum, err := deadletter.Retry{
+		Store: e.store, Job: job.Name, Source: e.source.Collection(job.Collection), Find: retryFind(job), BatchSize: jc.BatchSize,
+		Transform: func(ctx context.Context, ids []bson.RawValue, docs []bson.Raw) ([]sink.Write, []bson.RawValue, error) {
+			items := make([]prepare.Item, len(ids))
+			for i, id := range ids {
+				items[i] = prepare.Item{ID: id, Doc: docs[i], Op: transform.OpReindex}
 			}
-		}
-		sum.Retried += int64(len(chunk))
-		lk, err := e.lookups(ctx, jc, items)
-		if err != nil {
-			return sum, leaseOr(ctx, l, err)
-		}
-		writes, _, bad, err := prepare.Transform(ctx, job, items, lk, true)
-		if err != nil {
-			return sum, leaseOr(ctx, l, err)
-		}
-		if err := e.handleDocErrors(ctx, jc, nil, nil, bad); err != nil {
-			return sum, leaseOr(ctx, l, err)
-		}
-		sum.Failed += int64(len(bad))
-		badKeys := map[string]bool{}
-		for _, b := range bad {
-			badKeys[keyOf(b.ID)] = true
-		}
-		f := &pipe.Flight{Batch: sink.Batch{Writes: writes}}
-		f.Durable = func(ctx context.Context, f *pipe.Flight) error {
-			var ok []bson.RawValue
-			for i, w := range f.Batch.Writes {
-				if badKeys[keyOf(w.SourceID)] || f.IsRefused(i) {
-					continue
-				}
-				ok = append(ok, w.SourceID)
+			lk, err := e.lookups(ctx, jc, items)
+			if err != nil {
+				return nil, nil, err
 			}
-			n, err := e.store.ClearDocErrors(ctx, job.Name, ok)
-			cleared.Add(n)
-			refused.Add(int64(f.RefusedCount()))
-			return err
-		}
-		if err := p.Submit(f); err != nil {
-			return sum, leaseOr(ctx, l, err)
-		}
-	}
-	if err := p.Close(); err != nil {
+			writes, _, bad, err := prepare.Transform(ctx, job, items, lk, true)
+			if err != nil {
+				return nil, nil, err
+			}
+			if err := e.handleDocErrors(ctx, jc, nil, nil, bad); err != nil {
+				return nil, nil, err
+			}
+			return writes, failedIDs(bad), nil
+		},
+	}.Run(ctx, p.Pipe, ids)
+	if err != nil {
 		return sum, leaseOr(ctx, l, err)
 	}
-	sum.Written = cleared.Load() - sum.Gone
-	sum.Failed += refused.Load()
 	sum.Duration = time.Since(start)
 	log.Info("retry done", "retried", sum.Retried, "written", sum.Written, "gone", sum.Gone, "failed", sum.Failed)
 	return sum, nil
