@@ -7,7 +7,7 @@
 // (split.go), and read by a lean stretch of the stream where it cannot
 // (Large).
 //
-// It knows the MongoDB driver, a job's definition and errs; it must not
-// import the engine, the pipe, a sink, the configuration, the supervisor
-// or the HTTP server.
+// It knows the MongoDB driver, a job's definition and errs, and nothing
+// under sidecar/: not the engine or the packages it is made of, the pipe,
+// a sink, the configuration, the supervisor or the HTTP server.
 package stream
