@@ -2,8 +2,12 @@ package engine
 
 import (
 	"context"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/sidecar/watermark"
@@ -32,4 +36,190 @@ func (e *Engine) Reindex(ctx context.Context, job *transform.Job, dst sink.Sink,
 		return watermark.Summary{}, err
 	}
 	return *sum, nil
+}
+
+// A reindex runs beside the follow loop: watermark.Reindex reads the
+// collection in chunks between marks of its own, and the loop, reaching
+// each mark in the stream, hands the chunk read before it to the pipe
+// after the pending changes and without the documents the stream changed
+// meanwhile (onMark, submitChunk). At the last mark it commits (finish):
+// the sweep's deletes, then, once everything before is durable, the swap
+// and the position with the new transform's hash.
+
+// startSnapshot makes snap the running reindex.
+func (f *follower) startSnapshot(ctx context.Context, snap *watermark.Reindex) {
+	f.snap = snap
+	f.gone = map[string]bson.RawValue{}
+	f.p.SetStaged(snap.StagedSink())
+	f.p.made = snap.Made()
+	snap.Begin(ctx, f.p.Pipe)
+}
+
+// onMark acts on a watermark of the running reindex: the chunk read before
+// it goes to the pipe, after the pending changes and without the _ids the
+// stream changed since the mark before it. Marks of earlier runs are
+// ignored.
+func (f *follower) onMark(ev bson.Raw, op string, tok bson.Raw) error {
+	mark := markOf(ev, op)
+	if f.fan != nil && f.fan.Owns(mark) {
+		return f.onFanMark(mark, ev, tok)
+	}
+	if f.snap == nil || !f.snap.Owns(mark) {
+		return nil // a mark of an earlier run, or another holder's
+	}
+	c, _ := f.snap.Take(mark)
+	changed := f.snap.Changed
+	f.snap.Changed = map[string]bool{}
+	if c == nil {
+		return nil // the opening mark: a window begins
+	}
+	if err := f.flush(); err != nil {
+		return err
+	}
+	wall := eventWall(ev)
+	if len(c.Items) > 0 || c.Gone == nil {
+		if err := f.submitChunk(c, changed, tok, wall); err != nil {
+			return err
+		}
+	}
+	for _, id := range c.Gone {
+		if k := keyOf(id); !changed[k] {
+			f.gone[k] = id
+		}
+	}
+	if c.Final {
+		return f.finish(tok, wall)
+	}
+	return nil
+}
+
+// submitChunk hands a chunk's rows, but those in changed, to the pipe for
+// the reindex's target; once durable its last _id is checkpointed and tok
+// recorded as the position.
+func (f *follower) submitChunk(c *watermark.Chunk, changed map[string]bool, tok bson.Raw, wall time.Time) error {
+	snap, jc, e, stats := f.snap, f.jc, f.e, f.stats
+	items := notChanged(c.Items, changed)
+	set := f.p.errs
+	clearing := snap.InPlace()
+	var clear []int
+	fl := &pipe.Flight{To: pipe.ToStaged}
+	for _, it := range items {
+		fl.Bytes += len(it.Doc)
+	}
+	fl.Prepare = func(ctx context.Context, fl *pipe.Flight) error {
+		writes, sk, bd, err := e.prepareItems(ctx, jc, stats, set, snap.Made(), items, snap.InPlace(), nil)
+		if err != nil {
+			return err
+		}
+		if clearing {
+			clear = set.Candidates(writes, failedIDs(bd))
+		}
+		snap.Prepared(sk, len(bd))
+		fl.Batch = sink.Batch{Writes: writes}
+		items = nil
+		return nil
+	}
+	// The chunk's mark is a position too: recorded now and then, so a
+	// long reindex of a quiet collection moves the resume point on (the
+	// stream's own changes record theirs).
+	var record func(ctx context.Context, fl *pipe.Flight) error
+	if time.Since(f.posReq) >= chunkPositionInterval {
+		record = f.recordAfter(tok, wall)
+		f.posReq = time.Now()
+	}
+	fl.Durable = func(ctx context.Context, fl *pipe.Flight) error {
+		if err := set.Cleared(ctx, fl, clear); err != nil {
+			return err
+		}
+		snap.Durable(fl, c)
+		if record == nil {
+			return nil
+		}
+		return record(ctx, fl)
+	}
+	return f.p.Submit(fl)
+}
+
+// finish ends the reindex at its last mark: the sweep's deletes, then, once
+// everything before is durable, the swap (or nothing in place) and the
+// record of the new position with the transform's hash.
+func (f *follower) finish(tok bson.Raw, wall time.Time) error {
+	snap := f.snap
+	if len(f.gone) > 0 {
+		f.log.Info("sweep: deleting documents no longer in the collection", "count", len(f.gone))
+		ids := make([]bson.RawValue, 0, len(f.gone))
+		for _, id := range f.gone {
+			ids = append(ids, id)
+		}
+		for lo := 0; lo < len(ids); lo += f.jc.BatchSize {
+			part := ids[lo:min(lo+f.jc.BatchSize, len(ids))]
+			w := make([]sink.Write, len(part))
+			for i, id := range part {
+				w[i] = sink.Write{SourceID: id, Delete: true}
+			}
+			n := int64(len(part))
+			err := f.p.Submit(&pipe.Flight{To: pipe.ToStaged, Batch: sink.Batch{Writes: w}, Durable: func(context.Context, *pipe.Flight) error {
+				snap.Removed(n)
+				return nil
+			}})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	f.snap, f.gone = nil, nil
+	e, jc, l, p, stats := f.e, f.jc, f.l, f.p, f.stats
+	commit := func(ctx context.Context) error {
+		// The last steps are short and must not be cut between the swap
+		// and the record by a clean stop (the next start would reindex
+		// again): only the lease and DrainTimeout end them.
+		ctx, cancel := context.WithTimeout(ctx, jc.DrainTimeout)
+		defer cancel()
+		if err := snap.CloseCheckpoint(); err != nil {
+			return err
+		}
+		if err := l.Confirm(ctx); err != nil {
+			return err
+		}
+		if !snap.InPlace() {
+			if err := snap.Swap(ctx); err != nil {
+				return err
+			}
+			if err := l.Confirm(ctx); err != nil {
+				return err
+			}
+			if err := snap.Made().ClearOthers(ctx); err != nil {
+				return err
+			}
+			p.errs.Reset(snap.Made())
+		}
+		p.SetStaged(nil)
+		p.made = nil
+		// The reindex is done: its hash is the destination's now. The
+		// position moves to its last mark unless a fan-out is outstanding
+		// (then it stays where it was, ahead of the related change).
+		if f.fanPending.Load() > 0 {
+			f.recMu.Lock()
+			tok, wall = f.lastRecorded, f.lastWall
+			f.recMu.Unlock()
+		}
+		if err := e.store.RecordNewPosition(ctx, jc.job, l, tok, wall); err != nil {
+			return err
+		}
+		if err := e.store.DeleteCheckpoint(ctx, jc.job.Name, l); err != nil {
+			return err
+		}
+		snap.Finished()
+		stats.SetPhase(status.PhaseFollowing)
+		stats.Update(func(s *status.JobSnapshot) {
+			s.Reindexes++
+			s.Reindex.Done = snap.Count()
+			s.LastPosition = wall
+			s.RecordedAt = time.Now()
+		})
+		snap.MarkCommitted()
+		return nil
+	}
+	f.committed = true
+	return f.p.Submit(&pipe.Flight{Ctl: commit})
 }
