@@ -49,11 +49,12 @@ func Load(ctx context.Context, store *jobstate.Store, job string, gauge Gauge) (
 	return s, nil
 }
 
-// Keep returns the set of the records a swap reindex makes, starting with
-// from's documents (nil: none), which it takes over: until the swap the
-// staged index is not what search reads, so its writes clear no record
-// (Candidates finds none); once swapped in, ClearOthers and Reset make its
-// records the job's.
+// Keep returns a set that only says which records to keep: those a
+// reindex makes, starting with from's documents (nil: none), which it
+// takes over. A write never clears a record of it (Candidates finds
+// none): into a staged index, records are only known stale once the swap
+// is done; then ClearOthers deletes the job's other records and Reset
+// makes these the job's set.
 func Keep(store *jobstate.Store, job string, gauge Gauge, from *Set) *Set {
 	s := &Set{store: store, job: job, gauge: gauge, m: map[string]bool{}, keepOnly: true}
 	if from != nil {
