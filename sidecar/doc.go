@@ -13,7 +13,18 @@
 //   - meili: the Meilisearch sink, a sibling of the replica sink
 //     (../replicate); both implement sink.Sink.
 //   - engine: one job: the change stream followed from its first second,
-//     a reindex interleaved into it when needed, over a sink.Sink.
+//     a reindex and fan-outs interleaved into it at their watermarks, the
+//     positions recorded, over a sink.Sink.
+//   - watermark: the reads beside the stream, each between two watermarks
+//     it follows: a reindex's chunks and checkpoint, a fan-out's pages.
+//   - deadletter: the per-document error records of a running job, the
+//     retry requests its holder serves, the retry under the lease.
+//   - rollout: presence records, and the rule that stands a pod with an
+//     older transform by.
+//   - lookup: the documents a job's documents are joined with, and which
+//     of them a related change sends again.
+//   - prepare: a batch's documents turned into writes by the transform;
+//     the updates that cannot change the destination left unsent.
 //   - stream: the job's change stream and the goroutine that reads it.
 //   - pipe: batches carried to the sinks in order, retried, bisected.
 //   - sink: the contract between the engine and a destination; a leaf.

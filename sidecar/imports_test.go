@@ -12,8 +12,10 @@ const module = "github.com/meilistream/meilistream"
 
 // The import direction the package docs state: for each package, what it
 // must not depend on, directly or through another package. A sink never
-// reaches another sink or the supervisor; the engine reaches neither a
-// sink, the supervisor, the HTTP side, the configuration nor Prometheus;
+// reaches another sink, the engine or the supervisor; the engine reaches
+// neither a sink, the supervisor, the HTTP side, the configuration nor
+// Prometheus, and the packages it is made of (lookup, prepare, deadletter,
+// watermark, rollout, stream) reach neither the engine nor any of those;
 // nothing but the main package reaches the configuration.
 var forbidden = map[string][]string{
 	"sidecar/status":     {"sidecar/", "lease", "transform", "replicate"}, // a leaf: of this module, only internal/errs
@@ -21,9 +23,14 @@ var forbidden = map[string][]string{
 	"sidecar/engine":     {"sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate", "github.com/prometheus/"},
 	"sidecar/sink":       {"sidecar/", "transform", "lease", "replicate", "internal/"}, // a leaf
 	"sidecar/pipe":       {"sidecar/engine", "sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "sidecar/jobstate", "sidecar/stream", "replicate", "github.com/prometheus/"},
-	"sidecar/stream":     {"sidecar/engine", "sidecar/pipe", "sidecar/sink", "sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate"},
-	"sidecar/meili":      {"replicate", "sidecar/engine", "sidecar/pipe", "sidecar/supervisor", "sidecar/httpapi", "github.com/prometheus/"},
-	"replicate":          {"sidecar/meili", "sidecar/engine", "sidecar/pipe", "sidecar/supervisor", "sidecar/httpapi", "github.com/prometheus/"},
+	"sidecar/stream":     {"sidecar/", "lease", "replicate", "github.com/prometheus/"}, // of this module, only transform and internal/
+	"sidecar/lookup":     {"sidecar/", "lease", "replicate", "github.com/prometheus/"}, // of this module, only transform and internal/errs
+	"sidecar/prepare":    {"sidecar/engine", "sidecar/lookup", "sidecar/deadletter", "sidecar/watermark", "sidecar/rollout", "sidecar/jobstate", "sidecar/pipe", "sidecar/stream", "sidecar/status", "sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate", "lease", "github.com/prometheus/"},
+	"sidecar/deadletter": {"sidecar/engine", "sidecar/lookup", "sidecar/prepare", "sidecar/watermark", "sidecar/rollout", "sidecar/stream", "sidecar/status", "sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate", "lease", "github.com/prometheus/"},
+	"sidecar/watermark":  {"sidecar/engine", "sidecar/lookup", "sidecar/rollout", "sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate", "lease", "github.com/prometheus/"},
+	"sidecar/rollout":    {"sidecar/engine", "sidecar/lookup", "sidecar/prepare", "sidecar/deadletter", "sidecar/watermark", "sidecar/pipe", "sidecar/sink", "sidecar/stream", "sidecar/status", "sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate", "lease", "github.com/prometheus/"},
+	"sidecar/meili":      {"replicate", "sidecar/engine", "sidecar/lookup", "sidecar/prepare", "sidecar/deadletter", "sidecar/watermark", "sidecar/rollout", "sidecar/pipe", "sidecar/supervisor", "sidecar/httpapi", "github.com/prometheus/"},
+	"replicate":          {"sidecar/meili", "sidecar/engine", "sidecar/lookup", "sidecar/prepare", "sidecar/deadletter", "sidecar/watermark", "sidecar/rollout", "sidecar/pipe", "sidecar/supervisor", "sidecar/httpapi", "github.com/prometheus/"},
 	"sidecar/supervisor": {"sidecar/httpapi", "sidecar/meili", "replicate", "github.com/prometheus/"},
 	"sidecar/httpapi":    {"sidecar/supervisor", "sidecar/meili", "replicate"},
 	"sidecar/config":     {"sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate"},

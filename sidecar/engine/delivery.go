@@ -2,14 +2,15 @@ package engine
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/pipe"
+	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 )
@@ -29,8 +30,8 @@ type delivery struct {
 	// swap reindex runs, also takes the documents refused: their records
 	// outlive the swap. Both are read on the wait stage, and changed only
 	// before the first flight or by a control flight.
-	errs *errSet
-	made *errSet
+	errs *deadletter.Set
+	made *deadletter.Set
 }
 
 // newPipe starts the pipe of one job into dst. With track, a write sent
@@ -67,16 +68,16 @@ func (d *delivery) Retried(what string, err error, attempt int) {
 // job fails with onDocumentError: fail.
 func (d *delivery) Refused(ctx context.Context, id bson.RawValue, code, msg string) error {
 	name := d.jc.job.Name
-	d.log.Warn("destination refused a document", "id", idString(id), "code", code, "error", msg)
+	d.log.Warn("destination refused a document", "id", prepare.IDString(id), "code", code, "error", msg)
 	// Recorded in both modes, so `meilistream retry` and `status` see it.
 	if err := d.e.store.RecordDocumentError(ctx, name, id, code, msg, d.jc.job.Hash); err != nil {
 		return err
 	}
 	if d.jc.OnDocumentError == "fail" {
-		return errs.New(errs.Failed, name, "the destination refused document _id %s: %s: %s; fix the document (or the transform); onDocumentError is fail, so the job stops", idString(id), code, msg)
+		return errs.New(errs.Failed, name, "the destination refused document _id %s: %s: %s; fix the document (or the transform); onDocumentError is fail, so the job stops", prepare.IDString(id), code, msg)
 	}
-	d.errs.add(id)
-	d.made.add(id)
+	d.errs.Add(id)
+	d.made.Add(id)
 	d.stats.Add(0, 0, 0, 1)
 	d.e.observeDocError(name, code)
 	return nil
@@ -87,19 +88,4 @@ func (d *delivery) Settled(f *pipe.Flight, up, del int64) {
 	d.stats.Update(func(s *status.JobSnapshot) { s.Indexed += up; s.Deleted += del; s.Batches++ })
 	d.e.observeBatch(d.jc.job.Name, time.Since(f.SentAt()), len(f.Batch.Writes))
 	d.e.observeWrites(d.jc.job.Name, up, del)
-}
-
-// idString renders a source _id for logs and messages as relaxed Extended
-// JSON (what mongosh shows and a query takes: "f1", 5,
-// {"$oid":"65f1..."}).
-func idString(id bson.RawValue) string {
-	if id.Type == 0 {
-		return "<none>"
-	}
-	b, err := bson.MarshalExtJSON(bson.D{{Key: "v", Value: id}}, false, false)
-	if err != nil {
-		return id.String()
-	}
-	s := strings.TrimPrefix(string(b), `{"v":`)
-	return strings.TrimSuffix(s, "}")
 }

@@ -3,12 +3,9 @@ package engine
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,9 +17,13 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/sidecar/lookup"
+	"github.com/meilistream/meilistream/sidecar/prepare"
+	"github.com/meilistream/meilistream/sidecar/rollout"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/sidecar/stream"
+	"github.com/meilistream/meilistream/sidecar/watermark"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -49,15 +50,6 @@ const (
 // the position is cleared, so the next run reindexes what the collection
 // then holds.
 var ErrInvalidated = errors.New("change stream invalidated: collection dropped or renamed")
-
-// ErrTransformOlder is the cause of Run's (and Older's) error when this
-// process's transform is the one the recorded transform replaced and
-// another live process runs the recorded one: during a rollout, a pod that
-// still has the old file must not reindex the job back to the old output.
-// It is no failure: the supervisor stands the job by (lease released, no
-// error counted) until the file updates or no live process runs the newer
-// transform (then going back is a revert, honoured at once).
-var ErrTransformOlder = errors.New("transform older than the one recorded")
 
 // Config tunes the engine. Zero fields take the defaults above. A job's
 // own options (BatchSize,
@@ -169,6 +161,10 @@ type Engine struct {
 	cfg       Config
 	obs       Observer
 	log       hclog.Logger
+	// resolver resolves the jobs' declared lookups on the prepare stage.
+	resolver *lookup.Resolver
+	// wait sleeps before attempt (from 0) of a read or write tried again.
+	wait func(ctx context.Context, attempt int) error
 
 	kindMu sync.Mutex
 	kind   map[string]string // job name -> metrics kind label
@@ -191,15 +187,22 @@ func New(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Coll
 		obs = noObserver{}
 	}
 	cfg = cfg.withDefaults()
-	store := jobstate.New(state, errorsColl, func(ctx context.Context, attempt int) error {
+	wait := func(ctx context.Context, attempt int) error {
 		return sleep(ctx, backoff(cfg, attempt))
-	})
-	e := &Engine{source: source, store: store, cfg: cfg, obs: obs, log: logger}
+	}
+	store := jobstate.New(state, errorsColl, wait)
+	e := &Engine{source: source, store: store, cfg: cfg, obs: obs, log: logger, wait: wait,
+		resolver: &lookup.Resolver{Source: source, Bounds: lookupBounds, Log: logger, Wait: wait}}
 	if state != nil {
 		e.stateName = state.Name()
 	}
 	return e
 }
+
+// Reader returns what the jobs' monstache-style transforms read the source
+// MongoDB with (lookup.NewReader), through the engine's client: pass it as
+// transform.Options.Reader.
+func (e *Engine) Reader() transform.Reader { return lookup.NewReader(e.source.Client()) }
 
 // ensureErrorIndex makes the errors collection's index at a job's start,
 // by the lease's holder, once per process. The index only makes the
@@ -277,7 +280,7 @@ func (e *Engine) Run(ctx context.Context, job *transform.Job, dst sink.Sink, l L
 
 // run is Run, and with force (`meilistream reindex NAME`) a reindex
 // whatever the position says, after which it stops and reports it.
-func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, force bool) (*ReindexSummary, error) {
+func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, force bool) (*watermark.Summary, error) {
 	ctx, stop := leaseContext(ctx, l)
 	defer stop()
 	log := e.log.With("job", job.Name)
@@ -360,7 +363,7 @@ func (e *Engine) plan(ctx context.Context, job *transform.Job, l Lease, force, l
 		log.Info("no recorded position: reindexing")
 		plan.reindex = true
 	case pos.Hash != job.Hash:
-		if err := e.olderTransform(ctx, job, pos); err != nil {
+		if err := rollout.Older(ctx, e.store, job, pos, e.cfg.Process); err != nil {
 			return plan, err
 		}
 		if pos.PreviousHash == job.Hash {
@@ -413,38 +416,8 @@ func (e *Engine) logWhyReindex(job *transform.Job, pos *jobstate.Position, log h
 	log.Info(fmt.Sprintf("job definition changed (%s): reindexing", strings.Join(changes, "; ")), args...)
 }
 
-// olderTransform applies the rollout rule: when job's hash is the one the
-// recorded hash replaced (this process has the file the recorded transform
-// replaced) and another live process runs the recorded transform (a pod
-// already updated, in a rollout), this process must not reindex back to
-// its own: FAILED wrapping ErrTransformOlder, naming that process. With no
-// such process (a single one whose file was reverted, or an operator's
-// revert that every live pod has), going back is what was asked: nil.
-func (e *Engine) olderTransform(ctx context.Context, job *transform.Job, pos *jobstate.Position) error {
-	if pos == nil || pos.Hash == job.Hash || pos.PreviousHash != job.Hash {
-		return nil
-	}
-	live, err := e.store.LiveWithHash(ctx, job.Name, pos.Hash, e.cfg.Process)
-	if err != nil || len(live) == 0 {
-		return err
-	}
-	file := job.File
-	if file == "" {
-		file = job.Name + " (no file)"
-	} else {
-		file = filepath.Base(file)
-	}
-	who := live[0].Process
-	if len(live) > 1 {
-		who = fmt.Sprintf("%s and %d other processes", who, len(live)-1)
-	}
-	return errs.Wrap(errs.Failed, job.Name, ErrTransformOlder,
-		"this process's transform %s (hash %s) is the one replaced by the recorded transform (hash %s, recorded at %s), which %s runs: standing by until this file updates or no live process runs the newer one",
-		file, short(job.Hash), short(pos.Hash), pos.HashSince.UTC().Format(time.RFC3339), who)
-}
-
-// Older applies the rollout rule (see ErrTransformOlder) to job as this
-// process has it, without its lease: the error wrapping ErrTransformOlder
+// Older applies the rollout rule (rollout.Older) to job as this process
+// has it, without its lease: the error wrapping rollout.ErrTransformOlder
 // when it must stand by for another process, nil when it may take the
 // lease (a run applies the rule again under it), another error when the
 // state could not be read. A standby asks before it takes the lease, so
@@ -457,7 +430,14 @@ func (e *Engine) Older(ctx context.Context, job *transform.Job) error {
 	if pos == nil || legacyOf(job, pos.Hash) {
 		return nil
 	}
-	return e.olderTransform(ctx, job, pos)
+	return rollout.Older(ctx, e.store, job, pos, e.cfg.Process)
+}
+
+// KeepPresence starts keeping this process's presence record of job (with
+// job's hash), refreshed every PresenceInterval, until the returned
+// Presence is closed: the rollout rule reads it in the other processes.
+func (e *Engine) KeepPresence(job *transform.Job) *rollout.Presence {
+	return rollout.Keep(e.store, job, e.cfg.Process, e.cfg.PresenceInterval, e.log)
 }
 
 // leaseContext derives a context cancelled with the lease's LEASE_LOST
@@ -577,145 +557,28 @@ func short(h string) string {
 // by it, and ids read back from a destination compare by it.
 func keyOf(id bson.RawValue) string { return transform.IDKey(id) }
 
-// item is one source document to transform into a write.
-type item struct {
-	doc bson.Raw      // the full document; nil: delete
-	id  bson.RawValue // its _id
-	key string        // keyOf(id), when the caller computed it
-	op  transform.Operation
-	upd bson.Raw // updateDescription, or nil
-	// coalesced and skip: see skip.go
-	coalesced []bson.Raw
-	skip      *unchanged
-	// lookupErr: its lookups matched more than a document may hold
-	// (lookup.go); the document is not transformed.
-	lookupErr error
-	// lookup: a lean stream left the document out; it is read by _id
-	// before the transform (fillDocs).
-	lookup bool
-}
+// lookupBounds are what a lookup may read (a test narrows them).
+var lookupBounds lookup.Bounds
 
-// docError is a per-document failure found while transforming.
-type docError struct {
-	id  bson.RawValue
-	op  transform.Operation
-	err error
-}
-
-// docBytes is a guess at a search document's JSON size, to size the
-// buffers documents are written into.
-const docBytes = 768
-
-// transformAll turns items into writes, in parallel on the transform pool,
-// keeping their order. A document the transform keeps out becomes a delete
-// when deleteSkipped (follow, in place), else it is dropped from the writes.
-// Per-document errors are returned apart (their writes are deletes when
-// deleteSkipped: the document is left out of the destination).
-func transformAll(ctx context.Context, job *transform.Job, items []item, lookups []transform.LookupResults, deleteSkipped bool) (writes []sink.Write, skipped int, bad []docError, err error) {
-	n := len(items)
-	res := make([]sink.Write, n)
-	kind := make([]byte, n) // 0 write, 1 skipped, 2 error
-	errsAt := make([]error, n)
-	workers := runtime.GOMAXPROCS(0)
-	if workers > n {
-		workers = n
+// lookups resolves job's lookups for items (nil when the job declares
+// none), setting the LookupErr of an item whose lookups match more than a
+// document may hold.
+func (e *Engine) lookups(ctx context.Context, jc jobConfig, items []prepare.Item) ([]transform.LookupResults, error) {
+	if len(jc.job.Lookups) == 0 {
+		return nil, nil
 	}
-	var (
-		wg       sync.WaitGroup
-		fatalMu  sync.Mutex
-		fatalErr error
-	)
-	chunk := (n + workers - 1) / max(workers, 1)
-	for w := 0; w < workers; w++ {
-		lo, hi := w*chunk, min((w+1)*chunk, n)
-		if lo >= hi {
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// The worker's search documents are written one after the
-			// other into one buffer (grown as needed: what was written
-			// before stays where it is), by one series of calls.
-			var buf []byte
-			if job.Kind == transform.Search {
-				buf = make([]byte, 0, (hi-lo)*docBytes)
-			}
-			in := make([]transform.Input, 0, hi-lo)
-			at := make([]int, 0, hi-lo)
-			for i := lo; i < hi; i++ {
-				it := &items[i]
-				switch {
-				case it.doc == nil:
-					res[i] = sink.Write{SourceID: it.id, Delete: true}
-				case it.lookupErr != nil:
-					kind[i], errsAt[i] = 2, it.lookupErr
-					res[i] = sink.Write{SourceID: it.id, Delete: true}
-				default:
-					var lk transform.LookupResults
-					if lookups != nil {
-						lk = lookups[i]
-					}
-					in = append(in, transform.Input{Doc: it.doc, Op: it.op, UpdateDesc: it.upd, Lookups: lk})
-					at = append(at, i)
-				}
-			}
-			out := make([]transform.Outcome, len(in))
-			job.ApplyEach(ctx, buf, in, out)
-			for k, o := range out {
-				i := at[k]
-				it := &items[i]
-				r, err := o.Result, o.Err
-				switch {
-				case err == nil && it.skip.unchanged(it, r):
-					kind[i] = 3
-				case err == nil && r.Skip:
-					kind[i] = 1
-					res[i] = sink.Write{SourceID: it.id, Delete: true}
-				case err == nil:
-					if job.Kind == transform.Mirror {
-						res[i] = sink.Write{SourceID: it.id, Doc: r.Raw}
-					} else {
-						res[i] = sink.Write{SourceID: it.id, Doc: json.RawMessage(r.JSON)}
-					}
-				case ctx.Err() != nil || errs.CodeOf(err) == errs.Failed:
-					fatalMu.Lock()
-					if fatalErr == nil {
-						fatalErr = err
-					}
-					fatalMu.Unlock()
-					return
-				default:
-					kind[i] = 2
-					errsAt[i] = err
-					res[i] = sink.Write{SourceID: it.id, Delete: true}
-				}
-			}
-		}()
+	docs := make([]bson.Raw, len(items))
+	for i := range items {
+		docs[i] = items[i].Doc
 	}
-	wg.Wait()
-	if fatalErr != nil {
-		if ctx.Err() != nil {
-			return nil, 0, nil, context.Cause(ctx)
-		}
-		return nil, 0, nil, fmt.Errorf("transform: %w", fatalErr)
+	out, failed, err := e.resolver.Resolve(ctx, jc.job, docs)
+	if err != nil {
+		return nil, err
 	}
-	writes = res[:0]
-	for i := range res {
-		switch kind[i] {
-		case 1:
-			skipped++
-		case 2:
-			bad = append(bad, docError{id: items[i].id, op: items[i].op, err: errsAt[i]})
-		case 3:
-			continue // unchanged: nothing to send
-		}
-		if kind[i] != 0 && !deleteSkipped {
-			continue
-		}
-		writes = append(writes, res[i])
+	for i := range items {
+		items[i].LookupErr = failed[i]
 	}
-	return writes, skipped, bad, nil
+	return out, nil
 }
 
 // OnHistoryLost is job's onHistoryLost with the engine's default applied:

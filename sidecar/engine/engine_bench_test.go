@@ -10,6 +10,7 @@ import (
 	"github.com/meilistream/meilistream/bench/articles"
 	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/sidecar/pipe"
+	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -20,10 +21,10 @@ import (
 func BenchmarkEngineReindexTransformAndEncode(b *testing.B) {
 	job := testutil.ArticlesJob(b)
 	const n = 1000
-	items := make([]item, n)
+	items := make([]prepare.Item, n)
 	for i := range items {
 		raw, _ := bson.Marshal(articles.Article(i))
-		items[i] = item{doc: raw, id: bson.Raw(raw).Lookup("_id"), op: transform.OpReindex}
+		items[i] = prepare.Item{Doc: raw, ID: bson.Raw(raw).Lookup("_id"), Op: transform.OpReindex}
 	}
 	var body []byte
 	// A context that can end, as the pipe's is: the transform watches it.
@@ -33,7 +34,7 @@ func BenchmarkEngineReindexTransformAndEncode(b *testing.B) {
 	cpu0 := testutil.CPUTime()
 	for it := 0; it < b.N; it++ {
 		for lo := 0; lo < n; lo += 500 {
-			writes, _, _, err := transformAll(ctx, job, items[lo:lo+500], nil, false)
+			writes, _, _, err := prepare.Transform(ctx, job, items[lo:lo+500], nil, false)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -133,7 +134,7 @@ func (f *follower) flushNoRecord() {
 	f.reset()
 	job := f.jc.job
 	_ = f.p.Submit(&pipe.Flight{Prepare: func(ctx context.Context, fl *pipe.Flight) error {
-		w, _, _, err := transformAll(ctx, job, items, nil, true)
+		w, _, _, err := prepare.Transform(ctx, job, items, nil, true)
 		fl.Batch = sink.Batch{Writes: w}
 		return err
 	}})

@@ -1,9 +1,11 @@
 package engine
 
-// SetLookupBounds sets what a lookup may read (lookup.go) for a test, and
-// returns what puts them back.
+import "github.com/meilistream/meilistream/sidecar/lookup"
+
+// SetLookupBounds sets what a lookup may read (lookup.Bounds) for the
+// engines a test makes, and returns what puts them back.
 func SetLookupBounds(batch, doc int) (restore func()) {
-	b, d := maxLookupBatchBytes, maxLookupDocBytes
-	maxLookupBatchBytes, maxLookupDocBytes = batch, doc
-	return func() { maxLookupBatchBytes, maxLookupDocBytes = b, d }
+	was := lookupBounds
+	lookupBounds = lookup.Bounds{Batch: batch, Doc: doc}
+	return func() { lookupBounds = was }
 }

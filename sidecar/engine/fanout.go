@@ -2,214 +2,153 @@ package engine
 
 import (
 	"context"
-	"sort"
 
-	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/lookup"
 	"github.com/meilistream/meilistream/sidecar/pipe"
-	"github.com/meilistream/meilistream/transform"
+	"github.com/meilistream/meilistream/sidecar/sink"
+	"github.com/meilistream/meilistream/sidecar/status"
+	"github.com/meilistream/meilistream/sidecar/watermark"
 )
 
 // A related change (a document of a collection the job looks up, or a
-// relate's namespace) sends again the job's documents that depend on it:
-// those whose dependency field (a lookup's localField, a relate's
-// matchField) holds a value of the changed document's key field (the
-// lookup's foreignField, the relate's srcField). The follow loop gathers
-// those values as it reads the stream, and at each flush hands them to the
-// fan-out reader as tasks, one query each ({field: {$in: values}}).
-//
-// The reader is a chain (marks.go): it reads each task's documents in
-// _id-ordered pages, each between two marks, and the follow loop sends a
-// page at its mark without the documents the stream changed meanwhile (the
-// stream's version went before, or comes after). So a page is never an
-// older version landing after a newer one, and a category used by a million
-// products is read a page at a time, never held in memory. Each document's
-// lookups are resolved when its batch is prepared, after the related change:
-// it goes out with the new related document (or without a deleted one).
+// relate's namespace) sends again the job's documents that depend on it
+// (lookup.Related says which). The follow loop gathers their values as it
+// reads the stream, and at each flush hands them to the fan-out reader
+// (watermark.Fanout) as tasks, one query each ({field: {$in: values}}).
+// The reader reads each task's documents in pages between two marks of its
+// chain, and the follow loop sends a page at its mark without the
+// documents the stream changed meanwhile (onFanMark). Each document's
+// lookups are resolved when its batch is prepared, after the related
+// change: it goes out with the new related document (or without a deleted
+// one).
 //
 // No position is recorded while a fan-out is outstanding: a crash before
 // its last page is durable replays the related change from an earlier
 // position, and with it the fan-out.
 
-// fanTask is one query of dependents, or one page of a retry of recorded
-// documents (retrylive.go): ids, read by _id, with retry the request it
-// serves.
-type fanTask struct {
-	filter bson.D
-	ids    []bson.RawValue
-	retry  *liveRetry
+// startFan starts the fan-out reader (related changes, retries).
+func (f *follower) startFan() {
+	f.fan = watermark.NewFanout(f.source(), f.jc.PageSize)
+	f.fan.Begin(f.pctx, f.p.Pipe)
 }
 
-// maxFanKeys bounds the values of one task's $in (a larger set of values
-// is split into several tasks).
-const maxFanKeys = 10000
-
-// fanout is the reader of dependents.
-type fanout struct {
-	*chain
-	win   *window
-	tasks chan *fanTask
-
-	cancel  context.CancelCauseFunc
-	stopped chan struct{}
-}
-
-func (e *Engine) newFanout(jc jobConfig, l Lease, log hclog.Logger) *fanout {
-	return &fanout{
-		chain:   e.newChain(jc, l, log, "fan-out"),
-		win:     newWindow(jc.PageSize),
-		tasks:   make(chan *fanTask, 1<<16),
-		stopped: make(chan struct{}),
+// addRelated takes a change to a document of a related collection: the
+// values it gives the job's dependencies, to send their dependents again at
+// the next flush.
+func (f *follower) addRelated(ev bson.Raw, op, coll string) error {
+	switch op {
+	case "insert", "replace", "update", "delete":
+	case "drop":
+		f.relatedAll(coll, op)
+		return nil
+	default:
+		return nil
 	}
-}
-
-// begin starts the reader; it ends with ctx or fails the pipe.
-func (fo *fanout) begin(ctx context.Context, p *pipe.Pipe) {
-	ctx, fo.cancel = context.WithCancelCause(ctx)
-	go func() {
-		defer close(fo.stopped)
-		if err := fo.read(ctx, p); err != nil && ctx.Err() == nil {
-			p.Fail(err)
-		}
-	}()
-}
-
-// stop ends the reader and waits for it. Idempotent.
-func (fo *fanout) stop() {
-	if fo.cancel != nil {
-		fo.cancel(pipe.Closed)
-		<-fo.stopped
-	}
-}
-
-// read serves the tasks in order: the opening mark, then for each task a
-// mark opening its window and its pages, each followed by its mark; a
-// task's last page is final.
-func (fo *fanout) read(ctx context.Context, p *pipe.Pipe) error {
-	sctx, marks, end, err := fo.session(ctx)
+	id, err := ev.LookupErr("documentKey", "_id")
 	if err != nil {
+		return errs.New(errs.Failed, f.jc.job.Name, "%s event of %s without documentKey._id", op, coll)
+	}
+	var doc, before bson.Raw
+	if fd, err := ev.LookupErr("fullDocument"); err == nil {
+		doc, _ = fd.DocumentOK()
+	}
+	if bd, err := ev.LookupErr("fullDocumentBeforeChange"); err == nil {
+		before, _ = bd.DocumentOK()
+	}
+	if f.related == nil {
+		f.related = lookup.Related{}
+	}
+	f.relatedN += f.related.Add(f.deps, coll, doc, before, id)
+	f.lastTok = ev.Lookup("_id").Document()
+	f.wall = eventWall(ev)
+	return nil
+}
+
+// relatedAll sends every document of the job again: a related collection
+// was dropped or renamed, so none of the job's lookups on it finds anything
+// any more.
+func (f *follower) relatedAll(coll, op string) {
+	f.log.Warn("a related collection was dropped or renamed: sending every document of the job again", "collection", coll, "event", op)
+	f.relatedAllPending = true
+	f.relatedN++
+}
+
+// startFanouts hands the values gathered since the last flush to the
+// fan-out reader, one task per query of dependents (lookup.Related.Filters).
+func (f *follower) startFanouts() {
+	if f.relatedN == 0 || f.fan == nil {
+		return
+	}
+	var tasks []*watermark.Task
+	for _, filter := range f.related.Filters() {
+		tasks = append(tasks, &watermark.Task{Filter: filter})
+	}
+	if f.relatedAllPending {
+		tasks = []*watermark.Task{{Filter: bson.D{}}}
+	}
+	f.related, f.relatedN, f.relatedAllPending = nil, 0, false
+	f.fanBusy += len(tasks)
+	for _, t := range tasks {
+		f.fanPending.Add(1)
+		f.fan.Tasks() <- t
+	}
+	f.stats.Update(func(s *status.JobSnapshot) { s.FanOuts += int64(len(tasks)) })
+}
+
+// onFanMark acts on a mark of the fan-out reader: the page read before it
+// goes to the pipe after the pending changes, without the documents the
+// stream changed since the reader's last mark. The last page of a task
+// ends it; the last one outstanding records the mark as the position.
+func (f *follower) onFanMark(mark string, ev bson.Raw, tok bson.Raw) error {
+	c, _ := f.fan.Take(mark)
+	changed := f.fan.Changed
+	f.fan.Changed = map[string]bool{}
+	if c == nil {
+		return nil // the opening mark
+	}
+	if c.Final {
+		f.fanBusy--
+	}
+	if err := f.flush(); err != nil {
 		return err
 	}
-	defer end()
-	if err := fo.mark(sctx, marks, nil); err != nil {
-		return err
+	if c.Task != nil && c.Task.Retry != nil {
+		return f.submitRetryPage(c, changed)
 	}
-	size := partSize(fo.jc.PageSize)
-	for {
-		var t *fanTask
-		select {
-		case t = <-fo.tasks:
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-		// A task's first window opens with a mark of its own, written
-		// after the flush that started it. The window from the chain's
-		// mark before would also hold the stream's changes sent before
-		// the related change, with the old related document: dropping
-		// those rows from the page would leave them old.
-		if err := fo.mark(sctx, marks, nil); err != nil {
+	items := notChanged(c.Items, changed)
+	jc, stats, e, set := f.jc, f.stats, f.e, f.p.errs
+	to, made := f.changeTarget()
+	var clear []int
+	fl := &pipe.Flight{To: to}
+	for _, it := range items {
+		fl.Bytes += len(it.Doc)
+	}
+	fl.Prepare = func(ctx context.Context, fl *pipe.Flight) error {
+		writes, _, bad, err := e.prepareItems(ctx, jc, stats, set, made, items, true, nil)
+		if err != nil {
 			return err
 		}
-		if t.ids != nil {
-			if err := fo.readRetryPage(ctx, sctx, marks, p, t, size); err != nil {
-				return err
-			}
-			continue
-		}
-		var last bson.RawValue
-		for {
-			if err := fo.win.acquire(ctx, p, size); err != nil {
-				return err
-			}
-			c, err := fo.readChunk(sctx, t.filter, last, size)
-			if err != nil {
-				return err
-			}
-			fo.win.release(size - c.n)
-			if c.n > 0 {
-				last = c.last
-			}
-			c.task = t
-			if err := fo.mark(sctx, marks, c); err != nil {
-				return err
-			}
-			if c.final {
-				break
-			}
-		}
+		fl.Batch = sink.Batch{Writes: writes}
+		clear = set.Candidates(writes, failedIDs(bad))
+		items = nil
+		return nil
 	}
-}
-
-// relatedKeys gathers, per dependency field of the job's documents, the
-// values a related change makes its dependents hold (by IDKey, so a value
-// is queried once).
-type relatedKeys map[string]map[string]bson.RawValue
-
-// add notes the values the changed document of coll gives the job's
-// dependencies on coll: doc is the changed document (its new version,
-// nil for a delete), before its previous version when the stream has it,
-// id its _id.
-func (rk relatedKeys) add(deps []transform.Dependency, coll string, doc, before bson.Raw, id bson.RawValue) int {
-	n := 0
-	for _, d := range deps {
-		if d.Collection != coll {
-			continue
+	record := f.recordAfter(tok, eventWall(ev))
+	fan, final, n := f.fan, c.Final, c.N
+	fl.Durable = func(ctx context.Context, fl *pipe.Flight) error {
+		if err := set.Cleared(ctx, fl, clear); err != nil {
+			return err
 		}
-		var vals []bson.RawValue
-		switch {
-		case d.Key == "_id":
-			vals = []bson.RawValue{id}
-		default:
-			if doc != nil {
-				vals = append(vals, transform.Values(doc, d.Key)...)
-			}
-			if before != nil {
-				vals = append(vals, transform.Values(before, d.Key)...)
-			}
+		fan.Release(n)
+		stats.Update(func(s *status.JobSnapshot) { s.Resent += int64(len(fl.Batch.Writes)) })
+		if !final {
+			return nil
 		}
-		for _, v := range vals {
-			if v.Type == bson.TypeArray {
-				continue // its elements are among the values too
-			}
-			m := rk[d.Field]
-			if m == nil {
-				m = map[string]bson.RawValue{}
-				rk[d.Field] = m
-			}
-			k := transform.IDKey(v)
-			if _, seen := m[k]; !seen {
-				m[k] = bson.RawValue{Type: v.Type, Value: append([]byte(nil), v.Value...)}
-				n++
-			}
-		}
+		f.fanPending.Add(-1)
+		return record(ctx, fl)
 	}
-	return n
-}
-
-// tasks turns the gathered values into tasks, at most maxFanKeys values
-// each, in a stable order.
-func (rk relatedKeys) tasks() []*fanTask {
-	fields := make([]string, 0, len(rk))
-	for f := range rk {
-		fields = append(fields, f)
-	}
-	sort.Strings(fields)
-	var out []*fanTask
-	for _, f := range fields {
-		keys := make([]string, 0, len(rk[f]))
-		for k := range rk[f] {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for lo := 0; lo < len(keys); lo += maxFanKeys {
-			part := keys[lo:min(lo+maxFanKeys, len(keys))]
-			in := make(bson.A, len(part))
-			for i, k := range part {
-				in[i] = rk[f][k]
-			}
-			out = append(out, &fanTask{filter: bson.D{{Key: f, Value: bson.D{{Key: "$in", Value: in}}}}})
-		}
-	}
-	return out
+	return f.p.Submit(fl)
 }

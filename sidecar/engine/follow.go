@@ -11,11 +11,15 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/sidecar/lookup"
 	"github.com/meilistream/meilistream/sidecar/pipe"
+	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/sidecar/stream"
+	"github.com/meilistream/meilistream/sidecar/watermark"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -49,7 +53,7 @@ type followPlan struct {
 // flush), the lease is lost, the history is lost (stream.ErrHistoryLost), the
 // collection is invalidated, or a non-retryable error; with plan.reindex it
 // runs a reindex interleaved with it, and reports it.
-func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, plan followPlan, log hclog.Logger) (*ReindexSummary, error) {
+func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, plan followPlan, log hclog.Logger) (*watermark.Summary, error) {
 	jc := e.jobCfg(job)
 	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, tok: plan.tok, deps: job.Dependencies(), lastRecorded: plan.tok, lastWall: plan.since}
 	f.relatedColls = map[string]bool{}
@@ -63,10 +67,13 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	}
 	defer f.reader.Close()
 
-	var snap *snapshot
+	var snap *watermark.Reindex
 	if plan.reindex {
 		var err error
-		snap, err = e.newSnapshot(ctx, jc, dst, l, stats, log, plan.cp, true)
+		snap, err = watermark.Start(ctx, f.source(), watermark.Options{
+			Store: e.store, Lease: l, Dest: dst, Stats: stats, Observer: e.obs,
+			PageSize: jc.PageSize, ProgressInterval: jc.ProgressInterval,
+		}, plan.cp)
 		if err != nil {
 			return nil, closeOr(ctx, l, err)
 		}
@@ -80,7 +87,7 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	defer pstop()
 	f.p = e.newPipe(pctx, jc, dst, stats, log, true)
 	defer f.p.Abort(pipe.Closed)
-	set, err := e.loadErrSet(ctx, job.Name)
+	set, err := deadletter.Load(ctx, e.store, job.Name, e.obs)
 	if err != nil {
 		f.p.Abort(err)
 		return nil, closeOr(ctx, l, err)
@@ -89,46 +96,42 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	if snap != nil {
 		f.startSnapshot(pctx, snap)
 		defer func() {
-			snap.stop()
-			snap.ckp.abort()
+			snap.Stop()
+			snap.AbortCheckpoint()
 		}()
 	}
 	f.pctx = pctx
 	defer func() {
 		if f.fan != nil {
-			f.fan.stop()
+			f.fan.Stop()
 		}
 	}()
 	if len(f.deps) > 0 {
 		f.startFan()
 	}
-	f.retries = make(chan *liveRetry)
+	f.retries = make(chan *deadletter.Request)
 	stopRetries := f.serveRetries(ctx)
 	defer stopRetries()
 	log.Info("following", "collection", job.Collection, "since", plan.since)
 	err = f.loop(ctx, plan.untilReindexed)
 	if snap != nil {
-		snap.stop()
+		snap.Stop()
 		if f.committed {
-			return snap.summary(), err
+			return snap.Summary(), err
 		}
 	}
 	return nil, err
 }
 
-// startSnapshot makes snap the running reindex.
-func (f *follower) startSnapshot(ctx context.Context, snap *snapshot) {
-	f.snap = snap
-	snap.waiting = &f.waiting
-	f.gone = map[string]bson.RawValue{}
-	f.p.SetStaged(snap.stagedSink())
-	f.p.made = snap.made
-	snap.ckp = f.e.newCheckpointer(ctx, f.jc.job.Name, f.l, snap.cp, snap.win, f.p.Fail, func(n int64) {
-		snap.done.Store(n)
-		f.stats.Update(func(s *status.JobSnapshot) { s.Reindex.Done = n })
-		f.e.observeProgress(f.jc.job.Name, n, snap.est)
-	})
-	snap.begin(ctx, f.p.Pipe)
+// source is where the job's chains (the reindex's, the fan-out's) read
+// and mark.
+func (f *follower) source() watermark.Source {
+	return watermark.Source{
+		DB: f.e.source, State: f.e.stateName, Job: f.jc.job, Log: f.log,
+		Wait:    f.e.wait,
+		Blame:   func(ctx context.Context, err error) error { return leaseOr(ctx, f.l, err) },
+		Waiting: &f.waiting,
+	}
 }
 
 // follower is the follow loop's state.
@@ -142,7 +145,7 @@ type follower struct {
 	reader *stream.Reader
 
 	pending      map[string]int // coalescing key -> index in items
-	items        []item
+	items        []prepare.Item
 	pendingBytes int
 	lastTok      bson.Raw  // token of the last change in items
 	wall         time.Time // its wall time
@@ -153,7 +156,7 @@ type follower struct {
 	changes      int64 // document changes read, not yet counted in the stats
 
 	// The running reindex, and the sweep's ids to delete at its end.
-	snap      *snapshot
+	snap      *watermark.Reindex
 	waiting   atomic.Int32 // the chains' marks written and not yet read
 	gone      map[string]bson.RawValue
 	committed bool
@@ -165,9 +168,9 @@ type follower struct {
 	// stage ends them); no position is recorded while it is above zero.
 	deps         []transform.Dependency
 	relatedColls map[string]bool
-	related      relatedKeys
+	related      lookup.Related
 	relatedN     int
-	fan          *fanout
+	fan          *watermark.Fanout
 	fanPending   atomic.Int64
 	// relatedAllPending: a related collection went away; the next flush
 	// sends every document again.
@@ -183,7 +186,7 @@ type follower struct {
 	// under it); retries takes `meilistream retry` requests
 	// (retrylive.go).
 	pctx    context.Context
-	retries chan *liveRetry
+	retries chan *deadletter.Request
 
 	// The last position recorded (the pipe's wait stage writes it, a
 	// control flight reads it once everything is durable).
@@ -191,31 +194,26 @@ type follower struct {
 	lastRecorded bson.Raw
 	lastWall     time.Time
 
-	// Change events over 16 MB (large.go): noSplit, the server has no
-	// $changeStreamSplitLargeEvent; lean, the stream is read without
-	// documents until an event after leanUntil (or caught up), and
-	// leanDone, such an event was read: the full stream reopens;
-	// leanRead counts the events the lean stretch read.
-	noSplit, lean, leanDone bool
-	leanUntil               bson.Timestamp
-	leanRead                int
+	// large: how the stream is read around change events over 16 MB
+	// (stream.Large).
+	large stream.Large
 }
 
 func (f *follower) reset() {
 	f.pending = make(map[string]int, f.jc.BatchSize)
-	f.items = make([]item, 0, f.jc.BatchSize)
+	f.items = make([]prepare.Item, 0, f.jc.BatchSize)
 	f.pendingBytes = 0
 }
 
 // chains are the chains whose windows are open: the reindex's, the
 // fan-out's.
-func (f *follower) chains() []*chain {
-	var out []*chain
+func (f *follower) chains() []*watermark.Chain {
+	var out []*watermark.Chain
 	if f.snap != nil {
-		out = append(out, f.snap.chain)
+		out = append(out, f.snap.Chain)
 	}
 	if f.fan != nil {
-		out = append(out, f.fan.chain)
+		out = append(out, f.fan.Chain)
 	}
 	return out
 }
@@ -227,41 +225,26 @@ func (f *follower) changedKey(k string) {
 		if c == f.fanChain() && f.fanBusy == 0 {
 			continue
 		}
-		c.changed[k] = true
+		c.Changed[k] = true
 	}
 }
 
 // fanChain is the fan-out reader's chain, nil without one.
-func (f *follower) fanChain() *chain {
+func (f *follower) fanChain() *watermark.Chain {
 	if f.fan == nil {
 		return nil
 	}
-	return f.fan.chain
-}
-
-// startFan starts the fan-out reader (related changes, retries).
-func (f *follower) startFan() {
-	f.fan = f.e.newFanout(f.jc, f.l, f.log)
-	f.fan.waiting = &f.waiting
-	f.fan.begin(f.pctx, f.p.Pipe)
+	return f.fan.Chain
 }
 
 // open opens the stream after f.tok (at the present when empty), retrying
 // transient errors; stream.ErrHistoryLost when the history no longer holds f.tok.
 func (f *follower) open(ctx context.Context) error {
 	for {
-		var with []stream.OpenOption
-		if !f.noSplit {
-			with = append(with, stream.SplitLargeEvents())
-		}
-		if f.lean {
-			with = append(with, stream.Lean())
-		}
-		cs, err := stream.Open(ctx, f.e.source, f.jc.job, f.e.stateName, f.tok, with...)
-		if err != nil && !f.noSplit && stream.UnknownStage(err) {
+		cs, err := stream.Open(ctx, f.e.source, f.jc.job, f.e.stateName, f.tok, f.large.Options()...)
+		if f.large.Unsplit(err) {
 			// A server before 7.0 and 6.0.9: events over 16 MB are read
-			// by a lean stream instead (large.go).
-			f.noSplit = true
+			// by a lean stream instead.
 			f.log.Info("MongoDB has no $changeStreamSplitLargeEvent (before 6.0.9 and 7.0): a change event over 16 MB will be read without its documents, and they by _id")
 			continue
 		}
@@ -309,7 +292,7 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 	defer lagTick.Stop()
 	var committed <-chan struct{}
 	if f.snap != nil && untilReindexed {
-		committed = f.snap.committed
+		committed = f.snap.Committed()
 	}
 	for {
 		select {
@@ -389,9 +372,7 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 // events takes one batch of change events in.
 func (f *follower) events(evs []bson.Raw, flush *time.Timer) error {
 	defer f.counted()
-	if f.lean {
-		f.leanRead += len(evs)
-	}
+	f.large.Read(len(evs))
 	for _, ev := range evs {
 		if err := f.add(ev); err != nil {
 			return err
@@ -477,25 +458,25 @@ func (f *follower) add(ev bson.Raw) error {
 			return err
 		}
 	}
-	var it item
+	var it prepare.Item
 	size := len(ev)
 	switch op {
 	case "insert", "replace", "update":
-		it.op = transform.Operation(op)
-		if f.lean {
+		it.Op = transform.Operation(op)
+		if f.large.Lean() {
 			// Read by _id when flushed; counted at its own size.
-			it.lookup = true
+			it.Fill = true
 			if n, ok := ev.Lookup(stream.LeanSizeField).AsInt64OK(); ok {
 				size += int(n)
 			}
 		} else if fd, err := ev.LookupErr("fullDocument"); err == nil {
 			if d, ok := fd.DocumentOK(); ok {
-				it.doc = d
+				it.Doc = d
 			}
 		}
 		if op == "update" {
 			if ud, err := ev.LookupErr("updateDescription"); err == nil {
-				it.upd, _ = ud.DocumentOK()
+				it.Upd, _ = ud.DocumentOK()
 			}
 		}
 		// An update whose lookup found nothing (fullDocument null): the
@@ -510,11 +491,11 @@ func (f *follower) add(ev bson.Raw) error {
 	if err != nil {
 		return errs.New(errs.Failed, f.jc.job.Name, "%s event without documentKey._id", op)
 	}
-	it.id = idv
+	it.ID = idv
 	k := keyOf(idv)
-	it.key = k
+	it.Key = k
 	if i, ok := f.pending[k]; ok {
-		f.items[i] = coalesce(f.items[i], it)
+		f.items[i] = prepare.Coalesce(f.items[i], it)
 	} else {
 		f.pending[k] = len(f.items)
 		f.items = append(f.items, it)
@@ -530,9 +511,7 @@ func (f *follower) add(ev bson.Raw) error {
 	if len(f.items) == 1 {
 		f.stats.LagPending(f.wall)
 	}
-	if f.leanPast(ev) {
-		f.leanDone = true
-	}
+	f.large.Saw(ev)
 	return nil
 }
 
@@ -571,209 +550,6 @@ func markOf(ev bson.Raw, op string) string {
 	return s
 }
 
-// onMark acts on a watermark of the running reindex: the chunk read before
-// it goes to the pipe, after the pending changes and without the _ids the
-// stream changed since the mark before it. Marks of earlier runs are
-// ignored.
-func (f *follower) onMark(ev bson.Raw, op string, tok bson.Raw) error {
-	mark := markOf(ev, op)
-	if f.fan != nil && f.fan.owns(mark) {
-		return f.onFanMark(mark, ev, tok)
-	}
-	if f.snap == nil || !f.snap.owns(mark) {
-		return nil // a mark of an earlier run, or another holder's
-	}
-	c, _ := f.snap.take(mark)
-	changed := f.snap.changed
-	f.snap.changed = map[string]bool{}
-	if c == nil {
-		return nil // the opening mark: a window begins
-	}
-	if err := f.flush(); err != nil {
-		return err
-	}
-	wall := eventWall(ev)
-	if len(c.items) > 0 || c.gone == nil {
-		if err := f.submitChunk(c, changed, tok, wall); err != nil {
-			return err
-		}
-	}
-	for _, id := range c.gone {
-		if k := keyOf(id); !changed[k] {
-			f.gone[k] = id
-		}
-	}
-	if c.final {
-		return f.finish(tok, wall)
-	}
-	return nil
-}
-
-// submitChunk hands a chunk's rows, but those in changed, to the pipe for
-// the reindex's target; once durable its last _id is checkpointed and tok
-// recorded as the position.
-func (f *follower) submitChunk(c *chunk, changed map[string]bool, tok bson.Raw, wall time.Time) error {
-	snap, jc, e, stats := f.snap, f.jc, f.e, f.stats
-	items := c.items
-	if len(changed) > 0 {
-		kept := items[:0:0]
-		for _, it := range items {
-			if !changed[keyOf(it.id)] {
-				kept = append(kept, it)
-			}
-		}
-		items = kept
-	}
-	set := f.p.errs
-	clearing := snap.inPlace
-	var clear []int
-	fl := &pipe.Flight{To: pipe.ToStaged}
-	for _, it := range items {
-		fl.Bytes += len(it.doc)
-	}
-	fl.Prepare = func(ctx context.Context, fl *pipe.Flight) error {
-		lk, err := e.lookups(ctx, jc, items)
-		if err != nil {
-			return err
-		}
-		writes, sk, bd, err := transformAll(ctx, jc.job, items, lk, snap.inPlace)
-		if err != nil {
-			return err
-		}
-		if err := e.handleDocErrors(ctx, jc, stats, set, bd); err != nil {
-			return err
-		}
-		for _, b := range bd {
-			snap.made.add(b.id)
-		}
-		if clearing {
-			clear = set.candidates(writes, bd)
-		}
-		snap.skipped.Add(int64(sk))
-		snap.bad.Add(int64(len(bd)))
-		stats.Add(0, 0, int64(sk), 0)
-		e.observeSkipped(jc.job.Name, int64(sk))
-		fl.Batch = sink.Batch{Writes: writes}
-		items = nil
-		return nil
-	}
-	// The chunk's mark is a position too: recorded now and then, so a
-	// long reindex of a quiet collection moves the resume point on (the
-	// stream's own changes record theirs).
-	var record func(ctx context.Context, fl *pipe.Flight) error
-	if time.Since(f.posReq) >= chunkPositionInterval {
-		record = f.recordAfter(tok, wall)
-		f.posReq = time.Now()
-	}
-	fl.Durable = func(ctx context.Context, fl *pipe.Flight) error {
-		if err := set.cleared(ctx, fl, clear); err != nil {
-			return err
-		}
-		var up int64
-		for i := range fl.Batch.Writes {
-			if !fl.Batch.Writes[i].Delete && !fl.IsRefused(i) {
-				up++
-			}
-		}
-		snap.indexed.Add(up)
-		snap.bad.Add(int64(fl.RefusedCount()))
-		snap.ckp.durable(c.last, c.n)
-		if record == nil {
-			return nil
-		}
-		return record(ctx, fl)
-	}
-	return f.p.Submit(fl)
-}
-
-// finish ends the reindex at its last mark: the sweep's deletes, then, once
-// everything before is durable, the swap (or nothing in place) and the
-// record of the new position with the transform's hash.
-func (f *follower) finish(tok bson.Raw, wall time.Time) error {
-	snap := f.snap
-	if len(f.gone) > 0 {
-		snap.log.Info("sweep: deleting documents no longer in the collection", "count", len(f.gone))
-		ids := make([]bson.RawValue, 0, len(f.gone))
-		for _, id := range f.gone {
-			ids = append(ids, id)
-		}
-		for lo := 0; lo < len(ids); lo += f.jc.BatchSize {
-			part := ids[lo:min(lo+f.jc.BatchSize, len(ids))]
-			w := make([]sink.Write, len(part))
-			for i, id := range part {
-				w[i] = sink.Write{SourceID: id, Delete: true}
-			}
-			n := int64(len(part))
-			err := f.p.Submit(&pipe.Flight{To: pipe.ToStaged, Batch: sink.Batch{Writes: w}, Durable: func(context.Context, *pipe.Flight) error {
-				snap.removed.Add(n)
-				return nil
-			}})
-			if err != nil {
-				return err
-			}
-		}
-	}
-	f.snap, f.gone = nil, nil
-	e, jc, l, p, stats := f.e, f.jc, f.l, f.p, f.stats
-	commit := func(ctx context.Context) error {
-		// The last steps are short and must not be cut between the swap
-		// and the record by a clean stop (the next start would reindex
-		// again): only the lease and DrainTimeout end them.
-		ctx, cancel := context.WithTimeout(ctx, jc.DrainTimeout)
-		defer cancel()
-		if err := snap.ckp.close(); err != nil {
-			return err
-		}
-		if err := l.Confirm(ctx); err != nil {
-			return err
-		}
-		if !snap.inPlace {
-			snap.cp.Swapping = true
-			if err := e.store.WriteCheckpoint(ctx, jc.job.Name, l, snap.cp); err != nil {
-				return err
-			}
-			if err := snap.staged.Commit(ctx); err != nil {
-				return errs.Wrap(errs.Failed, jc.job.Name, err, "swap the rebuilt index in")
-			}
-			if err := l.Confirm(ctx); err != nil {
-				return err
-			}
-			if err := e.clearStaleErrors(ctx, jc.job.Name, snap.made); err != nil {
-				return err
-			}
-			p.errs.reset(snap.made)
-		}
-		p.SetStaged(nil)
-		p.made = nil
-		// The reindex is done: its hash is the destination's now. The
-		// position moves to its last mark unless a fan-out is outstanding
-		// (then it stays where it was, ahead of the related change).
-		if f.fanPending.Load() > 0 {
-			f.recMu.Lock()
-			tok, wall = f.lastRecorded, f.lastWall
-			f.recMu.Unlock()
-		}
-		if err := e.store.RecordNewPosition(ctx, jc.job, l, tok, wall); err != nil {
-			return err
-		}
-		if err := e.store.DeleteCheckpoint(ctx, jc.job.Name, l); err != nil {
-			return err
-		}
-		snap.finished(time.Since(snap.start))
-		stats.SetPhase(status.PhaseFollowing)
-		stats.Update(func(s *status.JobSnapshot) {
-			s.Reindexes++
-			s.Reindex.Done = snap.done.Load()
-			s.LastPosition = wall
-			s.RecordedAt = time.Now()
-		})
-		close(snap.committed)
-		return nil
-	}
-	f.committed = true
-	return f.p.Submit(&pipe.Flight{Ctl: commit})
-}
-
 // flush hands the pending changes to the pipe: transformed on its prepare
 // stage, sent in order, and the position of the last change recorded once
 // they are durable.
@@ -785,11 +561,7 @@ func (f *follower) flush() error {
 	items, tok, wall, size := f.items, f.lastTok, f.wall, f.pendingBytes
 	f.reset()
 	jc, stats, e, set := f.jc, f.stats, f.e, f.p.errs
-	var made *errSet
-	to := pipe.ToLive
-	if f.snap != nil {
-		to, made = f.snap.changeTarget(), f.snap.made
-	}
+	to, made := f.changeTarget()
 	var clear []int // set on the prepare stage, read on the wait stage after it
 	fl := &pipe.Flight{To: to, Bytes: size}
 	sk := f.unchangedCheck(items)
@@ -797,39 +569,26 @@ func (f *follower) flush() error {
 		if err := e.fillDocs(ctx, jc, items); err != nil {
 			return err
 		}
-		lk, err := e.lookups(ctx, jc, items)
+		writes, _, bad, err := e.prepareItems(ctx, jc, stats, set, made, items, true, sk)
 		if err != nil {
 			return err
 		}
-		writes, skipped, bad, err := transformAll(ctx, jc.job, items, lk, true)
-		if err != nil {
-			return err
-		}
-		sk.report(e, jc.job.Name, stats)
-		if err := e.handleDocErrors(ctx, jc, stats, set, bad); err != nil {
-			return err
-		}
-		for _, b := range bad {
-			made.add(b.id)
-		}
-		stats.Add(0, 0, int64(skipped), 0)
-		e.observeSkipped(jc.job.Name, int64(skipped))
 		fl.Batch = sink.Batch{Writes: writes}
 		// With deleteSkipped every item has its write, in order: the
 		// keys computed while coalescing serve the pipe's tracking.
 		if len(writes) == len(items) {
 			fl.Keys = make([]string, len(items))
 			for i := range items {
-				fl.Keys[i] = items[i].key
+				fl.Keys[i] = items[i].Key
 			}
 		}
-		clear = set.candidates(writes, bad)
+		clear = set.Candidates(writes, failedIDs(bad))
 		items = nil
 		return nil
 	}
 	record := f.recordAfter(tok, wall)
 	fl.Durable = func(ctx context.Context, fl *pipe.Flight) error {
-		if err := set.cleared(ctx, fl, clear); err != nil {
+		if err := set.Cleared(ctx, fl, clear); err != nil {
 			return err
 		}
 		if err := record(ctx, fl); err != nil {
@@ -841,6 +600,31 @@ func (f *follower) flush() error {
 	stats.LagFlushed()
 	f.posReq = time.Now()
 	return f.p.Submit(fl)
+}
+
+// changeTarget is where the followed changes go, and the set that also
+// takes their error records: the live destination, or, while a reindex
+// runs, its target and the records it makes.
+func (f *follower) changeTarget() (pipe.Target, *deadletter.Set) {
+	if f.snap == nil {
+		return pipe.ToLive, nil
+	}
+	return f.snap.Target(), f.snap.Made()
+}
+
+// notChanged is items without the documents the stream changed (changed:
+// their keys) in the window they were read in.
+func notChanged(items []prepare.Item, changed map[string]bool) []prepare.Item {
+	if len(changed) == 0 {
+		return items
+	}
+	kept := items[:0:0]
+	for _, it := range items {
+		if !changed[keyOf(it.ID)] {
+			kept = append(kept, it)
+		}
+	}
+	return kept
 }
 
 // recordAfter returns a durable callback recording tok as the position,
@@ -907,7 +691,7 @@ func (f *follower) stop(ctx context.Context, cause error) error {
 	// Clean close. A running reindex stops reading first; what it handed
 	// over is made durable and checkpointed with the rest.
 	if f.snap != nil {
-		f.snap.stop()
+		f.snap.Stop()
 	}
 	timer := time.AfterFunc(f.jc.DrainTimeout, func() {
 		f.p.Fail(errs.New(errs.Failed, f.jc.job.Name, "flushing pending changes took longer than %s; they will be applied again after restart", f.jc.DrainTimeout))
@@ -918,7 +702,7 @@ func (f *follower) stop(ctx context.Context, cause error) error {
 		err = f.p.Close()
 	}
 	if err == nil && f.snap != nil {
-		err = f.snap.ckp.close()
+		err = f.snap.CloseCheckpoint()
 	}
 	if err != nil {
 		if errors.Is(err, errs.ErrLeaseLost) {
@@ -928,7 +712,7 @@ func (f *follower) stop(ctx context.Context, cause error) error {
 		return nil
 	}
 	if f.snap != nil {
-		f.log.Info("reindex stopped; it resumes from its checkpoint", "done", f.snap.done.Load())
+		f.log.Info("reindex stopped; it resumes from its checkpoint", "done", f.snap.Count())
 	}
 	f.log.Info("closed: pending changes flushed and recorded")
 	return nil
@@ -947,7 +731,7 @@ func (f *follower) invalidated(ctx context.Context, op string) error {
 		f.e.observeDDL(name, op)
 	}
 	if f.snap != nil {
-		f.snap.stop()
+		f.snap.Stop()
 	}
 	if err := f.flush(); err != nil {
 		return leaseOr(ctx, f.l, err)
@@ -958,7 +742,7 @@ func (f *follower) invalidated(ctx context.Context, op string) error {
 	dctx, cancel := drainContext(ctx, f.l, f.jc.DrainTimeout)
 	defer cancel()
 	if f.snap != nil {
-		f.snap.ckp.abort()
+		f.snap.AbortCheckpoint()
 		if err := f.e.store.DeleteCheckpoint(dctx, name, f.l); err != nil {
 			return leaseOr(ctx, f.l, err)
 		}
@@ -967,145 +751,4 @@ func (f *follower) invalidated(ctx context.Context, op string) error {
 		return leaseOr(ctx, f.l, err)
 	}
 	return errs.Wrap(errs.Failed, name, ErrInvalidated, "%s event on %s", op, f.jc.job.Collection)
-}
-
-// addRelated takes a change to a document of a related collection: the
-// values it gives the job's dependencies, to send their dependents again at
-// the next flush.
-func (f *follower) addRelated(ev bson.Raw, op, coll string) error {
-	switch op {
-	case "insert", "replace", "update", "delete":
-	case "drop":
-		f.relatedAll(coll, op)
-		return nil
-	default:
-		return nil
-	}
-	id, err := ev.LookupErr("documentKey", "_id")
-	if err != nil {
-		return errs.New(errs.Failed, f.jc.job.Name, "%s event of %s without documentKey._id", op, coll)
-	}
-	var doc, before bson.Raw
-	if fd, err := ev.LookupErr("fullDocument"); err == nil {
-		doc, _ = fd.DocumentOK()
-	}
-	if bd, err := ev.LookupErr("fullDocumentBeforeChange"); err == nil {
-		before, _ = bd.DocumentOK()
-	}
-	if f.related == nil {
-		f.related = relatedKeys{}
-	}
-	f.relatedN += f.related.add(f.deps, coll, doc, before, id)
-	f.lastTok = ev.Lookup("_id").Document()
-	f.wall = eventWall(ev)
-	return nil
-}
-
-// relatedAll sends every document of the job again: a related collection
-// was dropped or renamed, so none of the job's lookups on it finds anything
-// any more.
-func (f *follower) relatedAll(coll, op string) {
-	f.log.Warn("a related collection was dropped or renamed: sending every document of the job again", "collection", coll, "event", op)
-	f.relatedAllPending = true
-	f.relatedN++
-}
-
-// startFanouts hands the values gathered since the last flush to the
-// fan-out reader, one task per dependency field (and per maxFanKeys
-// values).
-func (f *follower) startFanouts() {
-	if f.relatedN == 0 || f.fan == nil {
-		return
-	}
-	tasks := f.related.tasks()
-	if f.relatedAllPending {
-		tasks = []*fanTask{{filter: bson.D{}}}
-	}
-	f.related, f.relatedN, f.relatedAllPending = nil, 0, false
-	f.fanBusy += len(tasks)
-	for _, t := range tasks {
-		f.fanPending.Add(1)
-		f.fan.tasks <- t
-	}
-	f.stats.Update(func(s *status.JobSnapshot) { s.FanOuts += int64(len(tasks)) })
-}
-
-// onFanMark acts on a mark of the fan-out reader: the page read before it
-// goes to the pipe after the pending changes, without the documents the
-// stream changed since the reader's last mark. The last page of a task
-// ends it; the last one outstanding records the mark as the position.
-func (f *follower) onFanMark(mark string, ev bson.Raw, tok bson.Raw) error {
-	c, _ := f.fan.take(mark)
-	changed := f.fan.changed
-	f.fan.changed = map[string]bool{}
-	if c == nil {
-		return nil // the opening mark
-	}
-	if c.final {
-		f.fanBusy--
-	}
-	if err := f.flush(); err != nil {
-		return err
-	}
-	if c.task != nil && c.task.retry != nil {
-		return f.submitRetryPage(c, changed)
-	}
-	items := c.items
-	if len(changed) > 0 {
-		kept := items[:0:0]
-		for _, it := range items {
-			if !changed[keyOf(it.id)] {
-				kept = append(kept, it)
-			}
-		}
-		items = kept
-	}
-	jc, stats, e, set := f.jc, f.stats, f.e, f.p.errs
-	var made *errSet
-	to := pipe.ToLive
-	if f.snap != nil {
-		to, made = f.snap.changeTarget(), f.snap.made
-	}
-	var clear []int
-	fl := &pipe.Flight{To: to}
-	for _, it := range items {
-		fl.Bytes += len(it.doc)
-	}
-	fl.Prepare = func(ctx context.Context, fl *pipe.Flight) error {
-		lk, err := e.lookups(ctx, jc, items)
-		if err != nil {
-			return err
-		}
-		writes, skipped, bad, err := transformAll(ctx, jc.job, items, lk, true)
-		if err != nil {
-			return err
-		}
-		if err := e.handleDocErrors(ctx, jc, stats, set, bad); err != nil {
-			return err
-		}
-		for _, b := range bad {
-			made.add(b.id)
-		}
-		stats.Add(0, 0, int64(skipped), 0)
-		e.observeSkipped(jc.job.Name, int64(skipped))
-		fl.Batch = sink.Batch{Writes: writes}
-		clear = set.candidates(writes, bad)
-		items = nil
-		return nil
-	}
-	record := f.recordAfter(tok, eventWall(ev))
-	fan, final, n := f.fan, c.final, c.n
-	fl.Durable = func(ctx context.Context, fl *pipe.Flight) error {
-		if err := set.cleared(ctx, fl, clear); err != nil {
-			return err
-		}
-		fan.win.release(n)
-		stats.Update(func(s *status.JobSnapshot) { s.Resent += int64(len(fl.Batch.Writes)) })
-		if !final {
-			return nil
-		}
-		f.fanPending.Add(-1)
-		return record(ctx, fl)
-	}
-	return f.p.Submit(fl)
 }

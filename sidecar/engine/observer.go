@@ -85,10 +85,5 @@ func (e *Engine) observeWrites(job string, up, del int64) {
 func (e *Engine) observeLag(job string, lag float64) {
 	e.obs.ObserveLag(job, time.Duration(lag*float64(time.Second)))
 }
-func (e *Engine) observePosition(job string, t time.Time)    { e.obs.ObservePosition(job, t) }
-func (e *Engine) observeReindex(job string, d time.Duration) { e.obs.ObserveReindexDone(job) }
-func (e *Engine) observeProgress(job string, done, est int64) {
-	e.obs.ObserveReindexProgress(job, done, est)
-}
-func (e *Engine) observeDeadLetters(job string, n int64) { e.obs.ObserveDeadLetters(job, n) }
-func (e *Engine) observeDDL(job, event string)           { e.obs.ObserveDDL(job, event) }
+func (e *Engine) observePosition(job string, t time.Time) { e.obs.ObservePosition(job, t) }
+func (e *Engine) observeDDL(job, event string)            { e.obs.ObserveDDL(job, event) }

@@ -1,10 +1,3 @@
-// Package stream reads a job's change stream: the stream is opened on the
-// job's database, filtered to the job's collection and its watermark
-// documents (for a job declaring its fields: the updates touching them,
-// documents trimmed to them, fields.go), and a Reader goroutine hands its
-// events over one getMore batch at a time, bounded in bytes. It knows the
-// MongoDB driver and a job's definition; it must not import the engine or
-// a sink.
 package stream
 
 import (

@@ -10,6 +10,7 @@ import (
 	"github.com/meilistream/meilistream/internal/mongoerr"
 	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/rollout"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -66,7 +67,7 @@ func (d *EngineDriver) Standby(ctx context.Context, def JobDef, held func(why er
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
-		if errs.CodeOf(err) != errs.Running && !errors.Is(err, engine.ErrTransformOlder) {
+		if errs.CodeOf(err) != errs.Running && !errors.Is(err, rollout.ErrTransformOlder) {
 			return nil, MongoAccessError(name, err)
 		}
 		held(err)
@@ -90,7 +91,7 @@ func (d *EngineDriver) older(ctx context.Context, job *transform.Job) error {
 	if job == nil {
 		return nil
 	}
-	if err := d.Engine.Older(ctx, job); errors.Is(err, engine.ErrTransformOlder) {
+	if err := d.Engine.Older(ctx, job); errors.Is(err, rollout.ErrTransformOlder) {
 		return err
 	}
 	return nil

@@ -1,10 +1,11 @@
-package engine
+package prepare
 
 import (
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -36,30 +37,30 @@ func idOf(t *testing.T, n int32) bson.RawValue {
 func TestACoalescedUpdateIsJudgedWithEveryChangeItReplaced(t *testing.T) {
 	doc := bson.Raw{5, 0, 0, 0, 0}
 	reads := transform.Result{Reads: &transform.Reads{Fields: []string{"title"}}}
-	update := func(keys ...string) item {
-		return item{doc: doc, id: idOf(t, 1), op: transform.OpUpdate, upd: desc(t, keys...)}
+	update := func(keys ...string) Item {
+		return Item{Doc: doc, ID: idOf(t, 1), Op: transform.OpUpdate, Upd: desc(t, keys...)}
 	}
 	cases := []struct {
 		name    string
-		changes []item
+		changes []Item
 		spared  bool
 	}{
-		{"one update of an unread field", []item{update("views")}, true},
-		{"one update of a read field", []item{update("title")}, false},
-		{"an unread field after a read one", []item{update("title"), update("views")}, false},
-		{"unread fields three times", []item{update("views"), update("views"), update("likes")}, true},
-		{"an update after an insert", []item{{doc: doc, id: idOf(t, 1), op: transform.OpInsert}, update("views")}, false},
-		{"an update after a replace, then another", []item{{doc: doc, id: idOf(t, 1), op: transform.OpReplace}, update("views"), update("views")}, false},
-		{"an update whose lookup found nothing, then one", []item{{id: idOf(t, 1), op: transform.OpUpdate, upd: desc(t, "views")}, update("views")}, true},
-		{"an update without a description, then one", []item{{doc: doc, id: idOf(t, 1), op: transform.OpUpdate}, update("views")}, false},
+		{"one update of an unread field", []Item{update("views")}, true},
+		{"one update of a read field", []Item{update("title")}, false},
+		{"an unread field after a read one", []Item{update("title"), update("views")}, false},
+		{"unread fields three times", []Item{update("views"), update("views"), update("likes")}, true},
+		{"an update after an insert", []Item{{Doc: doc, ID: idOf(t, 1), Op: transform.OpInsert}, update("views")}, false},
+		{"an update after a replace, then another", []Item{{Doc: doc, ID: idOf(t, 1), Op: transform.OpReplace}, update("views"), update("views")}, false},
+		{"an update whose lookup found nothing, then one", []Item{{ID: idOf(t, 1), Op: transform.OpUpdate, Upd: desc(t, "views")}, update("views")}, true},
+		{"an update without a description, then one", []Item{{Doc: doc, ID: idOf(t, 1), Op: transform.OpUpdate}, update("views")}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			it := c.changes[0]
 			for _, next := range c.changes[1:] {
-				it = coalesce(it, next)
+				it = Coalesce(it, next)
 			}
-			u := &unchanged{}
+			u := &Unchanged{}
 			if got := u.unchanged(&it, reads); got != c.spared {
 				t.Errorf("spared %v, want %v (coalesced %d)", got, c.spared, len(it.coalesced))
 			}
@@ -69,33 +70,33 @@ func TestACoalescedUpdateIsJudgedWithEveryChangeItReplaced(t *testing.T) {
 		})
 	}
 	// A delete replacing an update is a delete, never judged.
-	if it := coalesce(update("views"), item{id: idOf(t, 1)}); it.doc != nil || it.coalesced != nil {
+	if it := Coalesce(update("views"), Item{ID: idOf(t, 1)}); it.Doc != nil || it.coalesced != nil {
 		t.Errorf("a delete after an update: %+v", it)
 	}
 }
 
 func TestADocumentWithAnErrorRecordOrNoReadsIsNeverSpared(t *testing.T) {
 	doc := bson.Raw{5, 0, 0, 0, 0}
-	it := item{doc: doc, id: idOf(t, 7), op: transform.OpUpdate, upd: desc(t, "views")}
+	it := Item{Doc: doc, ID: idOf(t, 7), Op: transform.OpUpdate, Upd: desc(t, "views")}
 	reads := transform.Result{Reads: &transform.Reads{Fields: []string{"title"}}}
-	set := &errSet{e: &Engine{obs: noObserver{}}, job: "items", m: map[string]bool{}}
-	u := &unchanged{errs: set}
+	set := deadletter.Keep(nil, "items", nil, nil)
+	u := &Unchanged{records: set}
 	if !u.unchanged(&it, reads) {
 		t.Fatal("a clean document is not spared")
 	}
-	set.add(it.id)
+	set.Add(it.ID)
 	if u.unchanged(&it, reads) {
 		t.Error("a document with an error record is spared")
 	}
-	var none *unchanged
+	var none *Unchanged
 	if none.unchanged(&it, reads) {
 		t.Error("spared without a judge (a reindex running, skipUnchanged off)")
 	}
-	if (&unchanged{}).unchanged(&it, transform.Result{}) {
+	if (&Unchanged{}).unchanged(&it, transform.Result{}) {
 		t.Error("spared without reads (the identity, a job without skipUnchanged)")
 	}
 	for _, r := range []*transform.Reads{{Fields: []string{"title"}, Context: true}, {Fields: []string{"title"}, Unknown: true}, {All: true}} {
-		if (&unchanged{}).unchanged(&it, transform.Result{Reads: r}) {
+		if (&Unchanged{}).unchanged(&it, transform.Result{Reads: r}) {
 			t.Errorf("spared with reads %+v", r)
 		}
 	}

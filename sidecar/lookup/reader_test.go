@@ -1,4 +1,4 @@
-package engine_test
+package lookup_test
 
 import (
 	"context"
@@ -14,12 +14,12 @@ import (
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/testutil"
-	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/lookup"
 	"github.com/meilistream/meilistream/transform"
 )
 
 // readerEnv is the test MongoDB with blog.users holding three users, and
-// the engine's Reader over it; cmds collects the commands sent.
+// a Reader over it; cmds collects the commands sent.
 func readerEnv(t *testing.T) (transform.Reader, *[]bson.Raw) {
 	t.Helper()
 	var cmds []bson.Raw
@@ -38,9 +38,8 @@ func readerEnv(t *testing.T) (transform.Reader, *[]bson.Raw) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	e := engine.New(db, db.Collection("state"), db.Collection("state_errors"), engine.Config{}, nil, nil)
 	cmds = nil
-	return e.Reader(), &cmds
+	return lookup.NewReader(client), &cmds
 }
 
 func names(t *testing.T, docs []bson.Raw) []string {
@@ -136,7 +135,7 @@ func TestReaderErrors(t *testing.T) {
 	}
 }
 
-// A monstache script using findId runs against MongoDB through the engine's
+// A monstache script using findId runs against MongoDB through the
 // Reader, as the sidecar wires it.
 func TestReaderServesMonstacheScripts(t *testing.T) {
 	r, _ := readerEnv(t)

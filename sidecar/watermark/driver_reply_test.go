@@ -1,4 +1,4 @@
-package engine
+package watermark
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/testutil"
+	"github.com/meilistream/meilistream/sidecar/prepare"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -25,8 +26,8 @@ import (
 // first parts' documents with later ones, which differ in length and
 // content.
 func TestReadPartKeepsDocumentsValidAcrossBatches(t *testing.T) {
-	ctx, e, _ := stateEngine(t)
-	coll := e.source.Collection("items")
+	ctx, db := testDB(t)
+	coll := db.Collection("items")
 	const n, size = 100, 7
 	var want []bson.Raw
 	var docs []any
@@ -43,7 +44,7 @@ func TestReadPartKeepsDocumentsValidAcrossBatches(t *testing.T) {
 	}
 	// One chunk after the other, as a reindex reads them: each a find of
 	// its own, whose first reply the chunk keeps.
-	var got []item
+	var got []prepare.Item
 	parts := 0
 	var last bson.RawValue
 	for {
@@ -61,7 +62,7 @@ func TestReadPartKeepsDocumentsValidAcrossBatches(t *testing.T) {
 		}
 		got, parts = append(got, part...), parts+1
 		if len(part) > 0 {
-			last = part[len(part)-1].id
+			last = part[len(part)-1].ID
 		}
 		if final {
 			break
@@ -71,23 +72,20 @@ func TestReadPartKeepsDocumentsValidAcrossBatches(t *testing.T) {
 		t.Fatalf("read %d documents in %d parts, want %d in at least %d", len(got), parts, n, n/size)
 	}
 	for i, it := range got {
-		if !bytes.Equal(it.doc, want[i]) {
-			t.Fatalf("document %d changed after later batches were read:\n got %v\nwant %v", i, it.doc, want[i])
+		if !bytes.Equal(it.Doc, want[i]) {
+			t.Fatalf("document %d changed after later batches were read:\n got %v\nwant %v", i, it.Doc, want[i])
 		}
-		if id, ok := it.id.Int64OK(); !ok || id != int64(i) {
-			t.Fatalf("document %d: _id %v", i, it.id)
+		if id, ok := it.ID.Int64OK(); !ok || id != int64(i) {
+			t.Fatalf("document %d: _id %v", i, it.ID)
 		}
 	}
 }
 
-// stateEngine is an engine over a fresh test server.
-func stateEngine(t *testing.T) (context.Context, *Engine, *mongo.Collection) {
+// testDB is a database of a fresh test server.
+func testDB(t *testing.T) (context.Context, *mongo.Database) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	_, client := testutil.StartMongo(t, mongotest.Options{})
-	db := client.Database("app")
-	state := db.Collection("meilistream")
-	e := New(db, state, db.Collection("meilistream_errors"), Config{RetryBase: time.Millisecond, RetryCap: time.Millisecond}, nil, nil)
-	return ctx, e, state
+	return ctx, client.Database("app")
 }

@@ -1,10 +1,13 @@
-package engine
+package rollout
 
 import (
 	"context"
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -14,15 +17,18 @@ import (
 const presenceLives = 3
 
 // Presence keeps this process's presence record of one job in the state
-// collection (jobstate, "presence"): refreshed every PresenceInterval by
-// the server's clock while the job runs here, holder or standby, and
-// deleted by Close. The rollout rule (ErrTransformOlder) reads the other
-// processes' records: a pod with an older transform stands by only while a
-// live pod runs the newer one.
+// collection (jobstate, "presence"): refreshed every interval by the
+// server's clock while the job runs here, holder or standby, and deleted
+// by Close. The rollout rule (Older) reads the other processes' records: a
+// pod with an older transform stands by only while a live pod runs the
+// newer one.
 type Presence struct {
-	e    *Engine
-	job  string
-	hash string
+	store   *jobstate.Store
+	job     string
+	hash    string
+	process string
+	every   time.Duration
+	log     hclog.Logger
 
 	mu      sync.Mutex
 	waiting string
@@ -33,13 +39,14 @@ type Presence struct {
 	once   sync.Once
 }
 
-// KeepPresence starts keeping this process's presence record of job (with
-// job's hash) until Close. A failed write is tried again at the next
-// refresh: presence is a hint for other pods, never a reason to stop the
-// job.
-func (e *Engine) KeepPresence(job *transform.Job) *Presence {
+// Keep starts keeping the presence record of process (its lease holder
+// identity) for job (with job's hash), refreshed every interval, until
+// Close. A failed write is tried again at the next refresh: presence is a
+// hint for other pods, never a reason to stop the job.
+func Keep(store *jobstate.Store, job *transform.Job, process string, every time.Duration, log hclog.Logger) *Presence {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Presence{e: e, job: job.Name, hash: job.Hash, wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
+	p := &Presence{store: store, job: job.Name, hash: job.Hash, process: process, every: every, log: log,
+		wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
 	go p.loop(ctx)
 	return p
 }
@@ -70,15 +77,15 @@ func (p *Presence) Close() {
 		<-p.done
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		if err := p.e.store.RemovePresence(ctx, p.job, p.e.cfg.Process); err != nil {
-			p.e.log.Warn("deleting this process's presence record failed; it stops counting by itself", "job", p.job, "error", err)
+		if err := p.store.RemovePresence(ctx, p.job, p.process); err != nil {
+			p.log.Warn("deleting this process's presence record failed; it stops counting by itself", "job", p.job, "error", err)
 		}
 	})
 }
 
 func (p *Presence) loop(ctx context.Context) {
 	defer close(p.done)
-	every := p.e.cfg.PresenceInterval
+	every := p.every
 	t := time.NewTimer(0)
 	defer t.Stop()
 	failed := false
@@ -99,14 +106,14 @@ func (p *Presence) loop(ctx context.Context) {
 		waiting := p.waiting
 		p.mu.Unlock()
 		wctx, cancel := context.WithTimeout(ctx, every)
-		err := p.e.store.MarkPresent(wctx, p.job, p.e.cfg.Process, p.hash, waiting, presenceLives*every)
+		err := p.store.MarkPresent(wctx, p.job, p.process, p.hash, waiting, presenceLives*every)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil && !failed:
-			p.e.log.Warn("recording that this process runs the job failed; trying again", "job", p.job, "error", err)
+			p.log.Warn("recording that this process runs the job failed; trying again", "job", p.job, "error", err)
 			failed = true
 		case err == nil && failed:
-			p.e.log.Info("recording that this process runs the job works again", "job", p.job)
+			p.log.Info("recording that this process runs the job works again", "job", p.job)
 			failed = false
 		}
 		t.Reset(every)

@@ -1,0 +1,13 @@
+// Package stream reads a job's change stream: the stream is opened on the
+// job's database, filtered to the job's collection and its watermark
+// documents (for a job declaring its fields: the updates touching them,
+// documents trimmed to them, fields.go), and a Reader goroutine hands its
+// events over one getMore batch at a time, bounded in bytes. An event over
+// 16 MB is put together from its fragments where the server splits it
+// (split.go), and read by a lean stretch of the stream where it cannot
+// (Large).
+//
+// It knows the MongoDB driver, a job's definition and errs, and nothing
+// under sidecar/: not the engine or the packages it is made of, the pipe,
+// a sink, the configuration, the supervisor or the HTTP server.
+package stream
