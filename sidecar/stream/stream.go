@@ -239,9 +239,10 @@ func (r *Reader) read(ctx context.Context, cs *mongo.ChangeStream, pace time.Dur
 		if cs.TryNext(ctx) {
 			// The rest of the batch the driver holds, without another
 			// getMore. Not copied: each event is a slice of the reply the
-			// driver read it into, which it never writes to again (see
-			// readPart; TestStreamEventsStayValidAcrossGetMores pins it
-			// for change streams).
+			// driver read it into, which it never writes to again (as a
+			// reindex's chunk reads rely on too;
+			// TestStreamEventsStayValidAcrossGetMores pins it for change
+			// streams).
 			n := min(cs.RemainingBatchLength()+1, maxItemEvents)
 			evs := make([]bson.Raw, 0, n)
 			size := 0

@@ -6,24 +6,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// resumeFilter selects the _ids after last in _id order. MongoDB's
-// comparison operators only match values of the same canonical type ("type
-// bracketing",
-// https://www.mongodb.com/docs/manual/reference/mql/query-predicates/type-bracketing/),
-// so {$gt: last} alone would skip every _id of a type that sorts after
-// last's: those are added by $type.
-func resumeFilter(last bson.RawValue) bson.D {
-	if last.Type == 0 {
-		return bson.D{}
-	}
-	gt := bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: last}}}}
-	later := laterTypes(last.Type)
-	if len(later) == 0 {
-		return gt
-	}
-	return bson.D{{Key: "$or", Value: bson.A{gt, bson.D{{Key: "_id", Value: bson.D{{Key: "$type", Value: later}}}}}}}
-}
-
 // typeRank is MongoDB's canonical sort order of BSON types
 // (https://www.mongodb.com/docs/manual/reference/bson-type-comparison-order/).
 var typeRank = map[bson.Type]int{
