@@ -916,13 +916,17 @@ func TestResumedReindexKeepsIdsOfEveryType(t *testing.T) {
 // partial index live; it starts over.
 func TestReindexStoppedWhileSwappingStartsOverInsteadOfResuming(t *testing.T) {
 	e := newEnv(t, 0)
-	slow, err := meilitest.Start(meilitest.Options{TaskDelay: 40 * time.Millisecond})
+	// Each task takes longer than the commit's time limit, so the swap's
+	// wait gives up; the MongoDB writes before it (the last checkpoint,
+	// the lease's confirmation, the checkpoint saying a swap began) fit
+	// in it many times over, so the swap is always asked for.
+	slow, err := meilitest.Start(meilitest.Options{TaskDelay: 400 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { slow.Close() })
 	e.meili, e.mc = slow, meilisearch.New(slow.URL(), meilisearch.DisableRetries())
-	e.cfg.DrainTimeout = 10 * time.Millisecond // shorter than one task: the swap wait gives up
+	e.cfg.DrainTimeout = 200 * time.Millisecond
 	e.insert(0, 50, nil)
 	job := e.job(itemsJS)
 	l := e.acquire()
