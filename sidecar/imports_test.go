@@ -18,7 +18,7 @@ const module = "github.com/meilistream/meilistream"
 // watermark, rollout, stream) reach neither the engine nor any of those;
 // nothing but the main package reaches the configuration.
 var forbidden = map[string][]string{
-	"sidecar/status":     {"sidecar/", "lease", "transform", "replicate"}, // a leaf: of this module, only internal/errs
+	"sidecar/status":     {"sidecar/", "lease", "transform", "replicate"}, // a leaf: of this module, only internal/errs and internal/clip
 	"sidecar/jobstate":   {"sidecar/engine", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate", "lease", "github.com/prometheus/"},
 	"sidecar/engine":     {"sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate", "github.com/prometheus/"},
 	"sidecar/sink":       {"sidecar/", "transform", "lease", "replicate", "internal/"}, // a leaf

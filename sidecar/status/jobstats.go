@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meilistream/meilistream/internal/clip"
 	"github.com/meilistream/meilistream/internal/errs"
 )
 
@@ -179,9 +180,17 @@ func (j *JobStats) SetError(err error) {
 	j.Update(func(s *JobSnapshot) { s.NoteError(err) })
 }
 
-// NoteError records err as the last error, its code apart (errs.CodeOf).
+// MaxErrorText bounds the text of a job's last error as /status and the
+// supervisor keep it: the causes are bounded where they are made (a
+// transform's message, a Meilisearch answer), but a job's status lives as
+// long as the process and is served on every request, so no cause may
+// make it large.
+const MaxErrorText = 8 << 10
+
+// NoteError records err as the last error, its code apart (errs.CodeOf),
+// its text cut to MaxErrorText bytes on a character boundary.
 func (s *JobSnapshot) NoteError(err error) {
-	s.LastError, s.LastErrorCode, s.LastErrAt = err.Error(), string(errs.CodeOf(err)), time.Now()
+	s.LastError, s.LastErrorCode, s.LastErrAt = clip.Text(err.Error(), MaxErrorText, "…"), string(errs.CodeOf(err)), time.Now()
 }
 
 // Add adds to the document counters.

@@ -1,8 +1,11 @@
 package status_test
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/meilistream/meilistream/sidecar/status"
 )
@@ -49,5 +52,22 @@ func TestLagIsTheAgeOfTheOldestChangeNotYetDurable(t *testing.T) {
 	j.SetPhase(status.PhaseReindexing)
 	if s := j.Snapshot(); s.LagKnown {
 		t.Errorf("a new run reindexing before its stream opens: lag known")
+	}
+}
+
+// A job's last error is kept for the process's life and served on every
+// /status request: however long its cause's text, what is kept is bounded
+// and still valid UTF-8 (cut on a character, marked as cut).
+func TestALongErrorIsKeptCut(t *testing.T) {
+	j := status.NewJobStats()
+	long := strings.Repeat("é", status.MaxErrorText) // two bytes each: the bound falls inside none
+	j.SetError(errors.New("x" + long))
+	got := j.Snapshot().LastError
+	if len(got) > status.MaxErrorText+len("…") || !utf8.ValidString(got) || !strings.HasSuffix(got, "…") || !strings.HasPrefix(got, "xé") {
+		t.Fatalf("kept %d bytes (valid UTF-8 %v), ending %q", len(got), utf8.ValidString(got), got[max(0, len(got)-8):])
+	}
+	j.SetError(errors.New("short"))
+	if got := j.Snapshot().LastError; got != "short" {
+		t.Fatalf("a short error kept as %q", got)
 	}
 }
