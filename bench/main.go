@@ -71,6 +71,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -528,9 +529,9 @@ func run() error {
 		}
 		st := r.stale
 		sort.Slice(st, func(a, b int) bool { return st[a] < st[b] })
-		fmt.Printf("live index during a reindex: %d writes, write to searchable median %s, p99 %s, longest %s (reindex of %d articles in %s)\n",
+		fmt.Printf("live index during a reindex: %d writes, write to searchable median %s, p99 %s, longest %s (written %s after the edit; reindex of %d articles in %s)\n",
 			len(st), st[len(st)/2].Round(time.Millisecond), st[min(len(st)-1, len(st)*99/100)].Round(time.Millisecond),
-			st[len(st)-1].Round(time.Millisecond), c.docs, r.rebuild.Round(time.Millisecond))
+			st[len(st)-1].Round(time.Millisecond), r.longestAt.Round(time.Millisecond), c.docs, r.rebuild.Round(time.Millisecond))
 	}
 	return nil
 }
@@ -600,7 +601,11 @@ func liveReindex(ctx context.Context, c config, coll *mongo.Collection, ms meili
 						mu.Lock()
 						w.seen[i] = true
 						w.nseen++
-						r.stale = append(r.stale, time.Since(w.at))
+						d := time.Since(w.at)
+						if len(r.stale) == 0 || d > slices.Max(r.stale) {
+							r.longestAt = w.at.Sub(start)
+						}
+						r.stale = append(r.stale, d)
 						mu.Unlock()
 					}
 				}
@@ -707,8 +712,10 @@ type sidecar struct {
 	// stale holds, for each write made while an edited transform's
 	// reindex ran, the time until it was visible in the live index;
 	// rebuild is how long that reindex took.
-	stale   []time.Duration
-	rebuild time.Duration
+	stale []time.Duration
+	// longestAt is when the slowest of them was written, from the edit.
+	longestAt time.Duration
+	rebuild   time.Duration
 }
 
 // midway notes, while a reindex is counted, what it has cost when about a
