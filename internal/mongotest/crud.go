@@ -249,6 +249,59 @@ type idBounds struct {
 	loIncl, hiInc bool
 	class         int
 	exact         bool // the bounds are the whole filter
+	// byType: the filter asks _id for a $type, and nothing else bounds
+	// it: the scan starts at the first key of class fromClass or after
+	// (the index orders keys by class first), as mongod's index bounds
+	// for $type do (index_bounds_builder.cpp, translate of TYPE_OPERATOR).
+	byType    bool
+	fromClass int
+}
+
+// typeClasses are the canonical classes (canonType) of the BSON types
+// $type accepts, by number.
+var typeClasses = map[int]int{
+	-1: -1, 6: 0, 10: 5, 1: 10, 16: 10, 18: 10, 19: 10, 2: 15, 14: 15, 3: 20, 4: 25,
+	5: 30, 7: 35, 8: 40, 9: 45, 17: 47, 11: 50, 12: 55, 13: 60, 15: 65, 127: 127,
+}
+
+// lowestTypeClass is the lowest canonical class among the types of a $type
+// operand (a number, an alias or an array of them); ok false for anything
+// it does not know, which then plans no bounds.
+func lowestTypeClass(q any) (int, bool) {
+	list, isList := q.(bson.A)
+	if !isList {
+		list = bson.A{q}
+	}
+	low, found := 0, false
+	for _, t := range list {
+		var n int
+		switch x := t.(type) {
+		case string:
+			if x == "number" {
+				n = 1
+				break
+			}
+			v, ok := typeAliases[x]
+			if !ok {
+				return 0, false
+			}
+			n = v
+		default:
+			v, ok := toInt64(x)
+			if !ok {
+				return 0, false
+			}
+			n = int(v)
+		}
+		cls, ok := typeClasses[n]
+		if !ok {
+			return 0, false
+		}
+		if !found || cls < low {
+			low, found = cls, true
+		}
+	}
+	return low, found
 }
 
 // planID extracts _id bounds from a filter so that _id lookups and ranges
@@ -328,6 +381,15 @@ func planID(filter bson.D) idBounds {
 			if isNumber(op.Value) && toFloat(op.Value) != toFloat(op.Value) {
 				return idBounds{}
 			}
+		case "$type":
+			low, ok := lowestTypeClass(op.Value)
+			if !ok {
+				return idBounds{}
+			}
+			if !b.byType || low > b.fromClass {
+				b.fromClass = low
+			}
+			b.byType, exact = true, false
 		default:
 			return idBounds{}
 		}
@@ -463,6 +525,30 @@ func (s *Server) scanQuery(c *collection, q queryOpts, ec *evalCtx) ([]*hit, boo
 				continue
 			}
 			if n := c.docs.get(e); n != nil {
+				if !visit(n) {
+					break
+				}
+			}
+		}
+	case b.ok && b.byType && !b.hasEq && b.class == -100:
+		// Only a $type bounds _id: from the class's first key on (every
+		// key visited is still matched against the whole filter).
+		if !desc {
+			n := c.docs.seekClass(b.fromClass)
+			if n != nil && past(n.key) {
+				n = c.docs.seekGT(q.after)
+			}
+			for ; n != nil; n = n.next[0] {
+				if !visit(n) {
+					break
+				}
+			}
+		} else {
+			n := c.docs.last()
+			if q.hasAfter {
+				n = c.docs.seekLT(q.after)
+			}
+			for ; n != nil && canonType(n.key) >= b.fromClass; n = n.prev {
 				if !visit(n) {
 					break
 				}

@@ -206,3 +206,66 @@ func TestFindCursorBatchesSeeLaterWrites(t *testing.T) {
 		}
 	})
 }
+
+// A $type on _id alone is planned on the _id index, which orders keys by
+// type class first (mongod builds index bounds for it): the scan starts at
+// the first key of the lowest class asked for, in either direction and
+// across getMores, and returns what a full scan of the same filter does.
+// A reindex asks it once at its end, for the _ids of types that sort after
+// the last one read.
+func TestTypeOnIDIsPlannedOnTheIndexAndMatchesAScan(t *testing.T) {
+	_, client := start(t)
+	coll := client.Database("app").Collection("mixed")
+	oid := bson.NewObjectID()
+	docs := []any{
+		bson.D{{Key: "_id", Value: int32(3)}},
+		bson.D{{Key: "_id", Value: int64(7)}},
+		bson.D{{Key: "_id", Value: 2.5}},
+		bson.D{{Key: "_id", Value: "b"}},
+		bson.D{{Key: "_id", Value: "a"}},
+		bson.D{{Key: "_id", Value: bson.D{{Key: "k", Value: 1}}}},
+		bson.D{{Key: "_id", Value: bson.Binary{Data: []byte{1}}}},
+		bson.D{{Key: "_id", Value: oid}},
+		bson.D{{Key: "_id", Value: true}},
+		bson.D{{Key: "_id", Value: bson.DateTime(5)}},
+		bson.D{{Key: "_id", Value: bson.Timestamp{T: 1, I: 1}}},
+		bson.D{{Key: "_id", Value: bson.MaxKey{}}},
+	}
+	if _, err := coll.InsertMany(ctx(t), docs); err != nil {
+		t.Fatal(err)
+	}
+	ids := func(filter bson.D, dir int, batch int32) []string {
+		t.Helper()
+		cur, err := coll.Find(ctx(t), filter, options.Find().SetSort(bson.D{{Key: "_id", Value: dir}}).SetBatchSize(batch))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for cur.Next(ctx(t)) {
+			out = append(out, cur.Current.Lookup("_id").String())
+		}
+		if err := cur.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for _, types := range []any{
+		bson.A{2, 3, 4, 5, 7, 8, 9, 17, 127}, // what sorts after the numbers
+		bson.A{"objectId", "bool"},
+		"number",
+		int32(9),
+		bson.A{"string", 5},
+		bson.A{-1, 127},
+	} {
+		planned := bson.D{{Key: "_id", Value: bson.D{{Key: "$type", Value: types}}}}
+		scanned := bson.D{{Key: "$and", Value: bson.A{planned}}} // no _id key at the top: a scan
+		for _, dir := range []int{1, -1} {
+			for _, batch := range []int32{1, 100} {
+				got, want := ids(planned, dir, batch), ids(scanned, dir, batch)
+				if len(want) == 0 || !reflect.DeepEqual(got, want) {
+					t.Errorf("$type %v, sort %d, batch %d:\n got %v\nwant %v", types, dir, batch, got, want)
+				}
+			}
+		}
+	}
+}

@@ -55,6 +55,18 @@ func (l *skiplist) seekGE(k any) *node {
 	return x.next[0]
 }
 
+// seekClass returns the first node whose key's canonical class
+// (canonType) is cls or after: keys are ordered by class first.
+func (l *skiplist) seekClass(cls int) *node {
+	x := &l.head
+	for i := l.level - 1; i >= 0; i-- {
+		for x.next[i] != nil && canonType(x.next[i].key) < cls {
+			x = x.next[i]
+		}
+	}
+	return x.next[0]
+}
+
 // seekGT returns the first node with key > k.
 func (l *skiplist) seekGT(k any) *node {
 	x := &l.head
