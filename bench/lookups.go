@@ -154,29 +154,7 @@ func runLookups(ctx context.Context, c config, tmp, transforms string, db *mongo
 	for _, r := range runs {
 		r.begin()
 	}
-	if err := waitFor(ctx, runs, 30*time.Minute, func() {
-		for _, r := range runs {
-			r.sample()
-		}
-	}, func() (bool, error) {
-		all := true
-		for _, r := range runs {
-			if r.running {
-				n, err := indexCount(ctx, ms, r.uid)
-				if err != nil {
-					return false, err
-				}
-				if n == int64(published) {
-					r.reindex = r.end()
-					r.peak = max(r.peak, hwm(r.pid))
-				} else if err := r.midway(ctx, ms, published); err != nil {
-					return false, err
-				}
-			}
-			all = all && !r.running
-		}
-		return all, nil
-	}); err != nil {
+	if err := waitReindexed(ctx, ms, runs, published); err != nil {
 		return fail(fmt.Errorf("reindex: %w", err))
 	}
 	if err := waitFor(ctx, runs, time.Minute, nil, func() (bool, error) {

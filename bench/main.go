@@ -353,29 +353,7 @@ func run() error {
 	for _, r := range runs {
 		r.begin()
 	}
-	if err := waitFor(ctx, runs, 30*time.Minute, func() {
-		for _, r := range runs {
-			r.sample()
-		}
-	}, func() (bool, error) {
-		all := true
-		for _, r := range runs {
-			if r.running {
-				n, err := indexCount(ctx, ms, r.uid)
-				if err != nil {
-					return false, err
-				}
-				if n == int64(published) {
-					r.reindex = r.end()
-					r.peak = max(r.peak, hwm(r.pid))
-				} else if err := r.midway(ctx, ms, published); err != nil {
-					return false, err
-				}
-			}
-			all = all && !r.running
-		}
-		return all, nil
-	}); err != nil {
+	if err := waitReindexed(ctx, ms, runs, published); err != nil {
 		return fail(fmt.Errorf("reindex: %w", err))
 	}
 	toggleProfile(c, runs[0].pid) // stop reindex.pprof
@@ -408,25 +386,7 @@ func run() error {
 		return fail(err)
 	}
 	last := lastPublished(n)
-	if err := waitFor(ctx, runs, 10*time.Minute, nil, func() (bool, error) {
-		if n == 0 {
-			return true, nil
-		}
-		all := true
-		for _, r := range runs {
-			if r.running {
-				ok, err := titleIs(ctx, ms, r.uid, last, "follow")
-				if err != nil {
-					return false, err
-				}
-				if ok {
-					r.follow = r.end()
-				}
-			}
-			all = all && !r.running
-		}
-		return all, nil
-	}); err != nil {
+	if err := waitFollowed(ctx, ms, runs, n > 0, last, "follow"); err != nil {
 		return fail(fmt.Errorf("follow: %w", err))
 	}
 	toggleProfile(c, runs[0].pid) // stop follow.pprof
@@ -1160,6 +1120,61 @@ func following(addr string) (bool, error) {
 
 // waitFor polls cond every 20ms (calling each, when set, at every poll)
 // until it holds, a sidecar exits or the timeout passes.
+// waitReindexed ends each sidecar's reindex phase once its index holds
+// the published articles, sampling their CPU and memory meanwhile and
+// counting the middle half of the reindex as it passes.
+func waitReindexed(ctx context.Context, ms meilisearch.ServiceManager, runs []*sidecar, published int) error {
+	return waitFor(ctx, runs, 30*time.Minute, func() {
+		for _, r := range runs {
+			r.sample()
+		}
+	}, func() (bool, error) {
+		all := true
+		for _, r := range runs {
+			if r.running {
+				n, err := indexCount(ctx, ms, r.uid)
+				if err != nil {
+					return false, err
+				}
+				if n == int64(published) {
+					r.reindex = r.end()
+					r.peak = max(r.peak, hwm(r.pid))
+				} else if err := r.midway(ctx, ms, published); err != nil {
+					return false, err
+				}
+			}
+			all = all && !r.running
+		}
+		return all, nil
+	})
+}
+
+// waitFollowed ends each sidecar's follow phase once article id shows
+// title in its index: the stream keeps order, so everything written
+// before it was taken in. With nothing written (wrote false) it ends at
+// once.
+func waitFollowed(ctx context.Context, ms meilisearch.ServiceManager, runs []*sidecar, wrote bool, id int, title string) error {
+	return waitFor(ctx, runs, 10*time.Minute, nil, func() (bool, error) {
+		if !wrote {
+			return true, nil
+		}
+		all := true
+		for _, r := range runs {
+			if r.running {
+				ok, err := titleIs(ctx, ms, r.uid, id, title)
+				if err != nil {
+					return false, err
+				}
+				if ok {
+					r.follow = r.end()
+				}
+			}
+			all = all && !r.running
+		}
+		return all, nil
+	})
+}
+
 func waitFor(ctx context.Context, runs []*sidecar, timeout time.Duration, each func(), cond func() (bool, error)) error {
 	deadline := time.Now().Add(timeout)
 	var lastErr error

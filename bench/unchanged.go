@@ -103,22 +103,7 @@ func runUnchanged(ctx context.Context, c config, tmp, transforms string, coll *m
 	if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: int64(end)}}, bson.D{{Key: "$set", Value: bson.D{{Key: "title", Value: "end"}}}}); err != nil {
 		return fail(err)
 	}
-	if err := waitFor(ctx, runs, 10*time.Minute, nil, func() (bool, error) {
-		all := true
-		for _, r := range runs {
-			if r.running {
-				ok, err := titleIs(ctx, ms, r.uid, end, "end")
-				if err != nil {
-					return false, err
-				}
-				if ok {
-					r.follow = r.end()
-				}
-			}
-			all = all && !r.running
-		}
-		return all, nil
-	}); err != nil {
+	if err := waitFollowed(ctx, ms, runs, true, end, "end"); err != nil {
 		return fail(fmt.Errorf("follow: %w", err))
 	}
 	received := make([]int64, len(runs))
