@@ -45,14 +45,32 @@ func redactURL(s string) string {
 
 // cutScheme splits a URI after its "scheme://", or after a leading "//"
 // (net/url reads a user info there too); ok is false when it has neither.
+// What comes before "://" is a scheme only when it is spelled as one
+// (RFC 3986: a letter, then letters, digits, '+', '-' or '.'): in
+// "?://key=x" net/url reads a query from the first '?', so that query
+// must be what is masked.
 func cutScheme(s string) (scheme, rest string, ok bool) {
 	if strings.HasPrefix(s, "//") {
 		return "//", s[2:], true
 	}
-	if i := strings.Index(s, "://"); i >= 0 {
+	if i := strings.Index(s, "://"); i >= 0 && isScheme(s[:i]) {
 		return s[:i+3], s[i+3:], true
 	}
 	return "", s, false
+}
+
+// isScheme says whether s is spelled as a URI scheme (RFC 3986, 3.1).
+func isScheme(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case i > 0 && ('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'):
+		default:
+			return false
+		}
+	}
+	return s != ""
 }
 
 // userInfoEnd returns the index in rest (a URI after "scheme://") of the
