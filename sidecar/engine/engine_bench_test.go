@@ -59,7 +59,10 @@ func (s *encodeSink) Send(_ context.Context, b sink.Batch) (sink.Receipt, error)
 }
 func (s *encodeSink) Wait(context.Context, sink.Receipt) ([]sink.DocFailure, error) { return nil, nil }
 func (s *encodeSink) Keys(context.Context, func([]bson.RawValue) error) error       { return nil }
-func (s *encodeSink) Stage(context.Context, bool) (sink.Staged, error)              { return nil, sink.ErrNoStage }
+func (s *encodeSink) Fetch(_ context.Context, ids []bson.RawValue) ([][]byte, error) {
+	return make([][]byte, len(ids)), nil
+}
+func (s *encodeSink) Stage(context.Context, bool) (sink.Staged, error) { return nil, sink.ErrNoStage }
 
 // encodeUpserts renders the upserts of writes into buf as one JSON array,
 // as the Meilisearch sink encodes a batch (transform.AppendJSON of each

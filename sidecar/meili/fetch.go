@@ -1,0 +1,110 @@
+package meili
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/meilisearch/meilisearch-go"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/meilistream/meilistream/transform"
+)
+
+// Fetch reads the documents of ids back from the index, whole, through
+// POST /indexes/{uid}/documents/fetch with "ids": the documents API
+// returns every field whatever displayedAttributes says (since v0.28,
+// meilisearch/meilisearch#2372), in the index's own order, so the answer
+// is matched back to ids by its primary key. A missing index holds
+// nothing.
+func (s *Sink) Fetch(ctx context.Context, ids []bson.RawValue) ([][]byte, error) {
+	out := make([][]byte, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	want := make([]any, 0, len(ids))
+	at := make(map[string][]int, len(ids))
+	for i, id := range ids {
+		v, err := transform.IndexID(id)
+		if err != nil {
+			continue // never written: nothing to read back
+		}
+		k := transform.IDKey(id)
+		if _, dup := at[k]; !dup {
+			want = append(want, v)
+		}
+		at[k] = append(at[k], i)
+	}
+	if len(want) == 0 {
+		return out, nil
+	}
+	docs, err := s.api.fetchDocs(ctx, s.uid, want)
+	if err != nil {
+		if isCode(err, "index_not_found") {
+			return out, nil
+		}
+		return nil, s.classify(err, "read documents back from index "+s.uid)
+	}
+	for _, d := range docs {
+		var head map[string]json.RawMessage
+		if json.Unmarshal(d, &head) != nil {
+			continue
+		}
+		var v any
+		dec := json.NewDecoder(bytes.NewReader(head[s.pk]))
+		dec.UseNumber()
+		if dec.Decode(&v) != nil {
+			continue
+		}
+		id, err := transform.ParseIndexID(v)
+		if err != nil {
+			continue
+		}
+		for _, i := range at[transform.IDKey(id)] {
+			out[i] = d
+		}
+	}
+	return out, nil
+}
+
+func (c *meiliClient) fetchDocs(ctx context.Context, uid string, ids []any) ([]json.RawMessage, error) {
+	p := indexPath(uid) + "/documents/fetch"
+	body, _ := json.Marshal(map[string]any{"ids": ids, "limit": len(ids)})
+	b, err := c.do(ctx, request{method: http.MethodPost, path: p, body: body, want: http.StatusOK, timeout: c.opts.RequestTimeout})
+	if err != nil {
+		return nil, err
+	}
+	var page struct {
+		Results []json.RawMessage `json:"results"`
+	}
+	if err := json.Unmarshal(b, &page); err != nil || page.Results == nil {
+		return nil, &Error{Method: http.MethodPost, Path: p, Status: http.StatusOK, Err: errors.New("the answer is not a page of documents")}
+	}
+	return page.Results, nil
+}
+
+func (g *goAPI) fetchDocs(ctx context.Context, uid string, ids []any) (docs []json.RawMessage, err error) {
+	strs := make([]string, len(ids))
+	for i, id := range ids {
+		b, _ := json.Marshal(id)
+		strs[i] = string(bytes.Trim(b, `"`))
+	}
+	err = g.call(ctx, g.opts.RequestTimeout, http.MethodPost, indexPath(uid)+"/documents/fetch", func(ctx context.Context) error {
+		var res meilisearch.DocumentsResult
+		if err := g.sm.Index(uid).GetDocuments(ctx, &meilisearch.DocumentsQuery{Ids: strs, Limit: int64(len(ids))}, &res); err != nil {
+			return err
+		}
+		docs = make([]json.RawMessage, 0, len(res.Results))
+		for _, hit := range res.Results {
+			b, err := json.Marshal(hit)
+			if err != nil {
+				return err
+			}
+			docs = append(docs, b)
+		}
+		return nil
+	})
+	return docs, err
+}
