@@ -126,13 +126,20 @@ func (q Requests) take(ctx context.Context, to chan<- *Request) *Request {
 		}
 		failing = false
 		r := &Request{req: req, start: time.Now(), done: make(chan struct{})}
-		ids, err := q.Store.DocErrorIDs(ctx, q.Job)
-		if err != nil {
-			q.answer(r, err)
-			continue
+		if req.Kind == jobstate.RepairKind {
+			// verify --repair: the documents it found differing, written
+			// again the way a retry writes its recorded ones.
+			r.IDs = distinctIDs(req.IDs)
+			q.Log.Info("repairing the documents verify found differing, asked by meilistream verify --repair", "documents", len(r.IDs), "request", req.ID)
+		} else {
+			ids, err := q.Store.DocErrorIDs(ctx, q.Job)
+			if err != nil {
+				q.answer(r, err)
+				continue
+			}
+			r.IDs = distinctIDs(ids)
+			q.Log.Info("retrying the recorded documents, asked by meilistream retry", "documents", len(r.IDs), "request", req.ID)
 		}
-		r.IDs = distinctIDs(ids)
-		q.Log.Info("retrying the recorded documents, asked by meilistream retry", "documents", len(r.IDs), "request", req.ID)
 		select {
 		case to <- r:
 		case <-ctx.Done():

@@ -45,9 +45,14 @@ func requestKey(job, id string) bson.D {
 
 // RetryRequest is one request of `meilistream retry` to the job's holder.
 type RetryRequest struct {
-	Job    string
-	ID     string
-	State  string
+	Job   string
+	ID    string
+	State string
+	// Kind is RepairKind for a request of verify --repair, whose IDs are
+	// the documents to write again; empty for a retry of the recorded
+	// documents.
+	Kind   string
+	IDs    []bson.RawValue
 	Holder string // the holder that took it
 	Epoch  int64  // the lease epoch it took it at
 	// The outcome, once done: as deadletter.Summary counts them.
@@ -62,6 +67,20 @@ type RetryRequest struct {
 // requestedBy, expiring ttl from now by the server's clock, and returns
 // its id.
 func RequestRetry(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration) (string, error) {
+	return request(ctx, state, job, requestedBy, ttl, "", nil)
+}
+
+// RepairKind is the kind of a request of verify --repair.
+const RepairKind = "repair"
+
+// RequestRepair writes a pending repair request for job: the holder writes
+// ids again (or deletes them) as a retry does. ids are bounded by the
+// caller (a request is one document of at most 16 MB).
+func RequestRepair(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration, ids []bson.RawValue) (string, error) {
+	return request(ctx, state, job, requestedBy, ttl, RepairKind, ids)
+}
+
+func request(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration, kind string, ids []bson.RawValue) (string, error) {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
@@ -70,6 +89,13 @@ func RequestRetry(ctx context.Context, state *mongo.Collection, job, requestedBy
 		{Key: "requestedBy", Value: bson.D{{Key: "$literal", Value: requestedBy}}},
 		{Key: "requestedAt", Value: "$$NOW"},
 		{Key: "expiresAt", Value: bson.D{{Key: "$add", Value: bson.A{"$$NOW", ttl.Milliseconds()}}}},
+	}
+	if kind != "" {
+		in := make(bson.A, len(ids))
+		for i, id := range ids {
+			in[i] = id
+		}
+		set = append(set, bson.E{Key: "kind", Value: kind}, bson.E{Key: "ids", Value: bson.D{{Key: "$literal", Value: in}}})
 	}
 	_, err := state.UpdateOne(ctx, bson.D{{Key: "_id", Value: requestKey(job, id)}},
 		mongo.Pipeline{{{Key: "$set", Value: set}}}, options.UpdateOne().SetUpsert(true))
@@ -85,21 +111,23 @@ type requestDoc struct {
 		Job     string `bson:"retry"`
 		Request string `bson:"request"`
 	} `bson:"_id"`
-	State      string `bson:"state"`
-	Holder     string `bson:"holder"`
-	Epoch      int64  `bson:"epoch"`
-	Retried    int64  `bson:"retried"`
-	Written    int64  `bson:"written"`
-	Gone       int64  `bson:"gone"`
-	Failed     int64  `bson:"failed"`
-	DurationMs int64  `bson:"durationMs"`
-	Code       string `bson:"code"`
-	Error      string `bson:"error"`
+	State      string          `bson:"state"`
+	Kind       string          `bson:"kind"`
+	IDs        []bson.RawValue `bson:"ids"`
+	Holder     string          `bson:"holder"`
+	Epoch      int64           `bson:"epoch"`
+	Retried    int64           `bson:"retried"`
+	Written    int64           `bson:"written"`
+	Gone       int64           `bson:"gone"`
+	Failed     int64           `bson:"failed"`
+	DurationMs int64           `bson:"durationMs"`
+	Code       string          `bson:"code"`
+	Error      string          `bson:"error"`
 }
 
 func (d *requestDoc) request() *RetryRequest {
 	return &RetryRequest{
-		Job: d.ID.Job, ID: d.ID.Request, State: d.State, Holder: d.Holder, Epoch: d.Epoch,
+		Job: d.ID.Job, ID: d.ID.Request, State: d.State, Kind: d.Kind, IDs: d.IDs, Holder: d.Holder, Epoch: d.Epoch,
 		Retried: d.Retried, Written: d.Written, Gone: d.Gone, Failed: d.Failed,
 		Duration: time.Duration(d.DurationMs) * time.Millisecond, Code: d.Code, Error: d.Error,
 	}
