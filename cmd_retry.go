@@ -123,12 +123,20 @@ func runRetry(ctx context.Context, inv *invocation) int {
 // answered in time is left to finish (its record says how it went, and
 // `meilistream errors` what is left).
 func (w *wiring) retryByHolder(ctx context.Context, inv *invocation, job *transform.Job, wait time.Duration) (deadletter.Summary, error) {
+	return w.askHolder(ctx, inv, job, wait, "retry", func() (string, error) {
+		return jobstate.RequestRetry(ctx, w.state, job.Name, w.leases.Holder(), wait+time.Minute)
+	})
+}
+
+// askHolder writes a request (retry or repair: what) by request and waits
+// for the holder's answer, as retryByHolder says.
+func (w *wiring) askHolder(ctx context.Context, inv *invocation, job *transform.Job, wait time.Duration, what string, request func() (string, error)) (deadletter.Summary, error) {
 	var sum deadletter.Summary
-	id, err := jobstate.RequestRetry(ctx, w.state, job.Name, w.leases.Holder(), wait+time.Minute)
+	id, err := request()
 	if err != nil {
 		return sum, err
 	}
-	inv.Log.Info("another process holds the job's lease: asked it to retry the recorded documents", "job", job.Name, "wait", wait.String())
+	inv.Log.Info("another process holds the job's lease: asked it to "+what, "job", job.Name, "wait", wait.String())
 	// Whatever happens to this process, an untaken request goes with it.
 	withdraw := func() bool {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -145,9 +153,9 @@ func (w *wiring) retryByHolder(ctx context.Context, inv *invocation, job *transf
 		select {
 		case <-ctx.Done():
 			if withdraw() {
-				return sum, errs.New(errs.Failed, job.Name, "interrupted before the job's holder took the retry request (withdrawn)")
+				return sum, errs.New(errs.Failed, job.Name, "interrupted before the job's holder took the %s request (withdrawn)", what)
 			}
-			return sum, errs.New(errs.Failed, job.Name, "interrupted while the job's holder retries; it goes on: see `meilistream errors %s` later", job.Name)
+			return sum, errs.New(errs.Failed, job.Name, "interrupted while the job's holder does the %s; it goes on: see `meilistream errors %s` later", what, job.Name)
 		case <-t.C:
 		}
 		r, err := jobstate.ReadRequest(ctx, w.state, job.Name, id)
@@ -157,7 +165,7 @@ func (w *wiring) retryByHolder(ctx context.Context, inv *invocation, job *transf
 		now := time.Now()
 		switch {
 		case r == nil:
-			return sum, errs.New(errs.Failed, job.Name, "the retry request was deleted before the job's holder answered it")
+			return sum, errs.New(errs.Failed, job.Name, "the %s request was deleted before the job's holder answered it", what)
 		case r.State == jobstate.RequestDone:
 			w.dropRequest(ctx, job.Name, id)
 			return deadletter.Summary{Retried: r.Retried, Written: r.Written, Gone: r.Gone, Failed: r.Failed, Duration: r.Duration}, nil
@@ -167,12 +175,12 @@ func (w *wiring) retryByHolder(ctx context.Context, inv *invocation, job *transf
 			if code == "" {
 				code = errs.Failed
 			}
-			return sum, errs.New(code, job.Name, "the job's holder %s did not finish the retry: %s", r.Holder, r.Error)
+			return sum, errs.New(code, job.Name, "the job's holder %s did not finish the %s: %s", r.Holder, what, r.Error)
 		case r.State == jobstate.RequestPending && now.After(claimBy) && withdraw():
-			return sum, errs.New(errs.Failed, job.Name, "another process holds job %s's lease but took no retry request within %s: it may still be starting, or be a `meilistream reindex` or an earlier meilistream release; "+
-				"try again, or run retry where no sidecar runs the job", job.Name, min(wait, retryClaimWait))
+			return sum, errs.New(errs.Failed, job.Name, "another process holds job %s's lease but took no %s request within %s: it may still be starting, or be a `meilistream reindex` or an earlier meilistream release; "+
+				"try again, or run %s where no sidecar runs the job", job.Name, what, min(wait, retryClaimWait), what)
 		case now.After(deadline):
-			return sum, errs.New(errs.Failed, job.Name, "the job's holder %s did not answer the retry within %s (--wait); it goes on: see `meilistream errors %s` later", r.Holder, wait, job.Name)
+			return sum, errs.New(errs.Failed, job.Name, "the job's holder %s did not answer the %s within %s (--wait); it goes on: see `meilistream errors %s` later", r.Holder, what, wait, job.Name)
 		}
 	}
 }

@@ -149,6 +149,32 @@ is fixed, "meilistream retry NAME" runs them again.`,
 			serve: runErrors,
 		},
 		{
+			name: "verify", synopsis: "NAME [--repair] [--json] [--rate N] [--show N]", summary: "compare one job's destination with its collection, and repair it",
+			help: `Reads job NAME's collection in _id order, runs each document through the
+job's transform (lookups included), reads the same ids back from the
+destination and compares: missing (the transform gives a document the
+destination lacks), stale (both have it, they differ: the first differing
+field is shown), extra (the destination holds one the transform does not
+give). Runs beside the job's holder, from any pod or a laptop with the same
+variables. A document that differs is checked again once the holder's
+durable position has passed the read, so a collection changing meanwhile
+reports no false drift.
+
+  --repair   write the differing documents again and delete the extra
+             ones: through the job's holder when a sidecar runs it (in
+             order with its change stream), else under the job's lease
+  --json     one JSON object: {"job", "checked", "missing", "stale",
+             "extra", "repaired", "skippedChanging", "errors",
+             "durationMs", "samples": {"missing", "stale", "extra"}}
+  --rate N   read at most N documents per second (default: no bound)
+  --show N   print up to N ids of each kind (default 20)
+
+Exits 0 with no drift (or all of it repaired), 1 with drift, 2 for bad
+usage or configuration, 3 when it could not finish (a server refused or
+did not answer, the holder did not move): never a partial result.`,
+			serve: runVerify,
+		},
+		{
 			name: "check", synopsis: "[--sample FILE] [PATH...]", summary: "load transforms and run them on sample documents",
 			help: `Loads every transform (the PATHs, each a .js file or a folder, else
 MEILISTREAM_TRANSFORMS), runs each on sample documents and prints what it

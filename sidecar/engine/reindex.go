@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -61,6 +62,9 @@ func (f *follower) startSnapshot(ctx context.Context, snap *watermark.Reindex) {
 // ignored.
 func (f *follower) onMark(ev bson.Raw, op string, tok bson.Raw) error {
 	mark := markOf(ev, op)
+	if strings.HasPrefix(mark, PromptMarkPrefix) {
+		return f.prompted(tok, eventWall(ev))
+	}
 	if f.fan != nil && f.fan.Owns(mark) {
 		return f.onFanMark(mark, ev, tok)
 	}

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/lease"
+	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/sidecar/sink"
+	"github.com/meilistream/meilistream/transform"
+)
+
+// Exit codes of verify (README.md, "Operations"): exitOK no drift (or all
+// of it repaired), exitFailed drift found and not repaired, exitUsage bad
+// usage or configuration, exitUnfinished the verify did not finish.
+const exitUnfinished = 3
+
+// defaultVerifyShow is how many ids of each kind verify prints unless
+// --show says otherwise.
+const defaultVerifyShow = 20
+
+// verifyRepairWait bounds how long verify --repair waits for the holder to
+// answer one repair request.
+var verifyRepairWait = 10 * time.Minute
+
+// verifyArgs are the arguments of "meilistream verify".
+type verifyArgs struct {
+	job    string
+	repair bool
+	json   bool
+	rate   float64
+	show   int
+}
+
+// parseVerifyArgs reads NAME [--repair] [--json] [--rate N] [--show N],
+// the flags before or after NAME.
+func parseVerifyArgs(args []string) (verifyArgs, error) {
+	a := verifyArgs{show: defaultVerifyShow}
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.BoolVar(&a.repair, "repair", false, "")
+	fs.BoolVar(&a.json, "json", false, "")
+	fs.Float64Var(&a.rate, "rate", 0, "")
+	fs.IntVar(&a.show, "show", defaultVerifyShow, "")
+	var names []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return a, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		names = append(names, args[0])
+		args = args[1:]
+	}
+	switch {
+	case len(names) == 0:
+		return a, fmt.Errorf("want a job name")
+	case len(names) > 1:
+		return a, fmt.Errorf("want one job name, got %q and %q", names[0], names[1])
+	case a.rate < 0:
+		return a, fmt.Errorf("--rate wants documents per second, above 0 (0: no bound), got %v", a.rate)
+	case a.show < 0:
+		return a, fmt.Errorf("--show wants a number of ids of each kind, 0 or more, got %d", a.show)
+	}
+	a.job = names[0]
+	return a, nil
+}
+
+// runVerify is the body of "meilistream verify NAME": it compares the
+// job's destination with what its transform makes of the collection and
+// prints what differs; with --repair, it writes the differing documents
+// again (through the job's holder when one runs, ordered with its stream;
+// else under the job's lease).
+func runVerify(ctx context.Context, inv *invocation) int {
+	a, err := parseVerifyArgs(inv.Args)
+	if err != nil {
+		return usageError(inv.Stderr, "verify", "%v", err)
+	}
+	w, err := connect(ctx, inv.Config, inv.Log)
+	if err != nil {
+		return verifyFail(inv.Stderr, "", err)
+	}
+	defer w.close()
+	job, err := w.oneJob(inv, a.job)
+	if err != nil {
+		return verifyFail(inv.Stderr, a.job, err)
+	}
+	if err := w.reach(ctx); err != nil {
+		return verifyFail(inv.Stderr, job.Name, err)
+	}
+	dst, err := w.sinkFactory(inv.Log)(job)
+	if err != nil {
+		return verifyFail(inv.Stderr, job.Name, err)
+	}
+	followed, err := w.followed(ctx, job.Name)
+	if err != nil {
+		return verifyFail(inv.Stderr, job.Name, err)
+	}
+	opts := engine.VerifyOptions{Rate: a.rate, Show: a.show, Followed: followed, Log: inv.Log.Named(job.Name)}
+	if a.repair {
+		opts.Repair = func(ctx context.Context, ids []bson.RawValue) (int64, error) {
+			return w.repair(ctx, inv, job, dst, ids)
+		}
+	}
+	rep, err := w.engine.Verify(ctx, job, dst, opts)
+	if err != nil {
+		return verifyFail(inv.Stderr, job.Name, err)
+	}
+	if a.json {
+		printVerifyJSON(inv.Stdout, job.Name, rep)
+	} else {
+		printVerify(inv.Stdout, job.Name, rep, a.repair)
+	}
+	if rep.Drift() > rep.Repaired {
+		return exitFailed
+	}
+	return exitOK
+}
+
+// verifyFail prints why verify did not finish: exit 2 for usage or
+// configuration, else 3 (never a partial result).
+func verifyFail(stderr io.Writer, job string, err error) int {
+	if errs.CodeOf(err) == errs.ConfigInvalid {
+		return fail(stderr, err)
+	}
+	what := "verify did not finish"
+	if job != "" {
+		what = "verify of " + job + " did not finish"
+	}
+	fmt.Fprintf(stderr, "meilistream: %s, no result: %s\n", what, errs.Format(err))
+	return exitUnfinished
+}
+
+// followed says whether a process holds the job's lease now (its holder
+// follows the job).
+func (w *wiring) followed(ctx context.Context, name string) (bool, error) {
+	infos, err := lease.List(ctx, w.state)
+	if err != nil {
+		return false, err
+	}
+	for _, i := range infos {
+		if i.Name == name && i.Holder != "" && !i.Expired {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// repair writes ids again: through the job's holder when one runs (a
+// repair request, as retry's), else under the job's lease for the time of
+// the repair. It returns how many it made durable.
+func (w *wiring) repair(ctx context.Context, inv *invocation, job *transform.Job, dst sink.Sink, ids []bson.RawValue) (int64, error) {
+	var sum struct{ written, gone int64 }
+	err := w.underLease(ctx, job.Name, func(ctx context.Context, l leaseForEngine) error {
+		s, err := w.engine.Repair(ctx, job, dst, l, ids)
+		sum.written, sum.gone = s.Written, s.Gone
+		return err
+	})
+	if errors.Is(err, errs.ErrRunning) {
+		s, herr := w.askHolder(ctx, inv, job, verifyRepairWait, "repair", func() (string, error) {
+			return jobstate.RequestRepair(ctx, w.state, job.Name, w.leases.Holder(), verifyRepairWait+time.Minute, ids)
+		})
+		return s.Written + s.Gone, herr
+	}
+	return sum.written + sum.gone, err
+}
+
+// printVerify prints the summary line, then up to --show ids of each kind.
+func printVerify(out io.Writer, job string, r *engine.VerifyReport, repair bool) {
+	verdict := "no drift"
+	switch {
+	case r.Drift() > 0 && r.Repaired >= r.Drift():
+		verdict = "drift repaired"
+	case r.Drift() > 0 && repair:
+		verdict = "drift found, not all repaired"
+	case r.Drift() > 0:
+		verdict = "drift found"
+	}
+	fmt.Fprintf(out, "verified %s: %s: checked %d, missing %d, stale %d, extra %d, repaired %d, skipped (changing) %d, errors %d, in %s\n",
+		job, verdict, r.Checked, r.Missing, r.Stale, r.Extra, r.Repaired, r.SkippedChanging, r.Errors, r.Duration.Round(time.Millisecond))
+	if !r.Followed {
+		fmt.Fprintf(out, "no process follows job %s: a difference may be a change it has not applied yet\n", job)
+	}
+	if r.Errors > 0 {
+		fmt.Fprintf(out, "the transform failed on %d documents (errors, not drift): see meilistream errors %s\n", r.Errors, job)
+	}
+	for _, k := range []engine.DriftKind{engine.DriftMissing, engine.DriftStale, engine.DriftExtra} {
+		for _, s := range r.Samples[k] {
+			if s.Field != "" {
+				fmt.Fprintf(out, "  %-7s %s  (field %s)\n", k, idText(s.ID), strconv.Quote(s.Field))
+			} else {
+				fmt.Fprintf(out, "  %-7s %s\n", k, idText(s.ID))
+			}
+		}
+	}
+}
+
+type verifySampleJSON struct {
+	ID    json.RawMessage `json:"id"`
+	Field string          `json:"field,omitempty"`
+}
+
+// printVerifyJSON prints one JSON object: {"job", "checked", "missing",
+// "stale", "extra", "repaired", "skippedChanging", "errors",
+// "durationMs", "samples": {"missing": [...], "stale": [...], "extra":
+// [...]}}; a sample is {"id"} (Extended JSON of the _id), with "field"
+// for a stale one.
+func printVerifyJSON(out io.Writer, job string, r *engine.VerifyReport) {
+	samples := map[string][]verifySampleJSON{}
+	for _, k := range []engine.DriftKind{engine.DriftMissing, engine.DriftStale, engine.DriftExtra} {
+		list := []verifySampleJSON{}
+		for _, s := range r.Samples[k] {
+			list = append(list, verifySampleJSON{ID: idJSON(s.ID), Field: s.Field})
+		}
+		samples[k.String()] = list
+	}
+	b, _ := json.Marshal(struct {
+		Job             string                        `json:"job"`
+		Checked         int64                         `json:"checked"`
+		Missing         int64                         `json:"missing"`
+		Stale           int64                         `json:"stale"`
+		Extra           int64                         `json:"extra"`
+		Repaired        int64                         `json:"repaired"`
+		SkippedChanging int64                         `json:"skippedChanging"`
+		Errors          int64                         `json:"errors"`
+		DurationMs      int64                         `json:"durationMs"`
+		Samples         map[string][]verifySampleJSON `json:"samples"`
+	}{job, r.Checked, r.Missing, r.Stale, r.Extra, r.Repaired, r.SkippedChanging, r.Errors, r.Duration.Milliseconds(), samples})
+	fmt.Fprintf(out, "%s\n", b)
+}

@@ -1,0 +1,239 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math/big"
+	"sort"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/meilistream/meilistream/sidecar/prepare"
+	"github.com/meilistream/meilistream/sidecar/sink"
+	"github.com/meilistream/meilistream/transform"
+)
+
+// verifyResult is how one document compares.
+type verifyResult struct {
+	kind  DriftKind
+	field string // the first differing field of a stale document
+	err   bool   // the transform failed on it: an error, never drift
+}
+
+// compare runs items through the job's transform and compares each with
+// what the destination holds.
+func (v *verifier) compare(ctx context.Context, items []prepare.Item) ([]verifyResult, error) {
+	ids := make([]bson.RawValue, len(items))
+	for i, it := range items {
+		ids[i] = it.ID
+	}
+	have, err := v.dst.Fetch(ctx, ids)
+	if err != nil {
+		return nil, v.destErr(err, "read documents back from the destination")
+	}
+	return v.judge(ctx, items, have)
+}
+
+// judge transforms items (the reindex's path: lookups, then the
+// transform; an item without a document wants none) and compares each
+// with have[i], the destination's.
+func (v *verifier) judge(ctx context.Context, items []prepare.Item, have [][]byte) ([]verifyResult, error) {
+	lk, err := v.e.lookups(ctx, v.jc, items)
+	if err != nil {
+		return nil, errsFor(v.job.Name, err, "resolve the lookups of documents to verify")
+	}
+	writes, _, bad, err := prepare.Transform(ctx, v.job, items, lk, true)
+	if err != nil {
+		return nil, errsFor(v.job.Name, err, "transform documents to verify")
+	}
+	failed := make(map[string]bool, len(bad))
+	for _, b := range bad {
+		failed[transform.IDKey(b.ID)] = true
+	}
+	out := make([]verifyResult, len(items))
+	for i := range items {
+		if failed[transform.IDKey(items[i].ID)] {
+			out[i].err = true
+			continue
+		}
+		out[i] = v.diff(writes[i], have[i])
+	}
+	return out, nil
+}
+
+// diff compares what the transform wants with what the destination has.
+func (v *verifier) diff(want sink.Write, have []byte) verifyResult {
+	switch {
+	case want.Delete && have == nil:
+		return verifyResult{}
+	case want.Delete:
+		return verifyResult{kind: DriftExtra}
+	case have == nil:
+		return verifyResult{kind: DriftMissing}
+	}
+	var field string
+	var same bool
+	if v.job.Kind == transform.Mirror {
+		field, same = diffBSON(want, have)
+	} else {
+		field, same = diffJSON(want.Doc, have)
+	}
+	if same {
+		return verifyResult{}
+	}
+	return verifyResult{kind: DriftStale, field: field}
+}
+
+// diffJSON compares a search document as Meilisearch returns it: key
+// order irrelevant, numbers by value (Meilisearch keeps a number's JSON
+// form, an integer or a float, and 1 and 1.0 are one value to a search),
+// the primary key included. _vectors is left out: the documents API
+// returns it only when asked (retrieveVectors), and then in its own form.
+func diffJSON(want any, have []byte) (string, bool) {
+	var wb []byte
+	switch d := want.(type) {
+	case json.RawMessage:
+		wb = d
+	case []byte:
+		wb = d
+	default:
+		b, err := transform.AppendJSON(nil, d)
+		if err != nil {
+			return "", false
+		}
+		wb = b
+	}
+	var w, h map[string]any
+	if decodeJSON(wb, &w) != nil || decodeJSON(have, &h) != nil {
+		return "", false
+	}
+	delete(w, "_vectors")
+	delete(h, "_vectors")
+	return diffObjects("", w, h)
+}
+
+func decodeJSON(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	return dec.Decode(v)
+}
+
+// diffObjects returns the first differing field (dotted path, keys in
+// order) of two JSON objects.
+func diffObjects(prefix string, w, h map[string]any) (string, bool) {
+	keys := make([]string, 0, len(w)+len(h))
+	for k := range w {
+		keys = append(keys, k)
+	}
+	for k := range h {
+		if _, ok := w[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		wv, wok := w[k]
+		hv, hok := h[k]
+		path := prefix + k
+		if wok != hok {
+			return path, false
+		}
+		if f, same := diffValues(path, wv, hv); !same {
+			return f, false
+		}
+	}
+	return "", true
+}
+
+func diffValues(path string, w, h any) (string, bool) {
+	switch wv := w.(type) {
+	case map[string]any:
+		hv, ok := h.(map[string]any)
+		if !ok {
+			return path, false
+		}
+		return diffObjects(path+".", wv, hv)
+	case []any:
+		hv, ok := h.([]any)
+		if !ok || len(hv) != len(wv) {
+			return path, false
+		}
+		for i := range wv {
+			if _, same := diffValues(path, wv[i], hv[i]); !same {
+				return path, false
+			}
+		}
+		return "", true
+	case json.Number:
+		hv, ok := h.(json.Number)
+		if !ok || !sameNumber(wv, hv) {
+			return path, false
+		}
+		return "", true
+	default:
+		if w != h {
+			return path, false
+		}
+		return "", true
+	}
+}
+
+// sameNumber compares two JSON numbers by value, exactly (big.Float:
+// integers beyond 2^53 included).
+func sameNumber(a, b json.Number) bool {
+	if a == b {
+		return true
+	}
+	x, _, err1 := big.ParseFloat(string(a), 10, 256, big.ToNearestEven)
+	y, _, err2 := big.ParseFloat(string(b), 10, 256, big.ToNearestEven)
+	return err1 == nil && err2 == nil && x.Cmp(y) == 0
+}
+
+// diffBSON compares a mirror's document exactly: every top-level field's
+// BSON type and bytes (an int64 is not a double, nor 1 the same as 1.0),
+// in any order at the top level (the replica puts _id first), nested
+// documents byte for byte. A document without _id has the source's.
+func diffBSON(want sink.Write, have []byte) (string, bool) {
+	wd, ok := want.Doc.(bson.Raw)
+	if !ok {
+		if b, isBytes := want.Doc.([]byte); isBytes {
+			wd = b
+		}
+	}
+	if bytes.Equal(wd, have) {
+		return "", true
+	}
+	we, err1 := wd.Elements()
+	he, err2 := bson.Raw(have).Elements()
+	if err1 != nil || err2 != nil {
+		return "", false
+	}
+	hv := make(map[string]bson.RawValue, len(he))
+	for _, e := range he {
+		hv[e.Key()] = e.Value()
+	}
+	seen := make(map[string]bool, len(we))
+	hasID := false
+	for _, e := range we {
+		k := e.Key()
+		seen[k] = true
+		hasID = hasID || k == "_id"
+		h, ok := hv[k]
+		if !ok || !h.Equal(e.Value()) {
+			return k, false
+		}
+	}
+	if !hasID {
+		seen["_id"] = true
+		if h, ok := hv["_id"]; !ok || !h.Equal(want.SourceID) {
+			return "_id", false
+		}
+	}
+	for _, e := range he {
+		if !seen[e.Key()] {
+			return e.Key(), false
+		}
+	}
+	return "", true
+}
