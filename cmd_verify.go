@@ -218,25 +218,30 @@ type verifySampleJSON struct {
 // [...]}}; a sample is {"id"} (Extended JSON of the _id), with "field"
 // for a stale one.
 func printVerifyJSON(out io.Writer, job string, r *engine.VerifyReport) {
-	samples := map[string][]verifySampleJSON{}
-	for _, k := range []engine.DriftKind{engine.DriftMissing, engine.DriftStale, engine.DriftExtra} {
+	samples := func(k engine.DriftKind) []verifySampleJSON {
 		list := []verifySampleJSON{}
 		for _, s := range r.Samples[k] {
 			list = append(list, verifySampleJSON{ID: idJSON(s.ID), Field: s.Field})
 		}
-		samples[k.String()] = list
+		return list
+	}
+	type samplesJSON struct {
+		Missing []verifySampleJSON `json:"missing"`
+		Stale   []verifySampleJSON `json:"stale"`
+		Extra   []verifySampleJSON `json:"extra"`
 	}
 	b, _ := json.Marshal(struct {
-		Job             string                        `json:"job"`
-		Checked         int64                         `json:"checked"`
-		Missing         int64                         `json:"missing"`
-		Stale           int64                         `json:"stale"`
-		Extra           int64                         `json:"extra"`
-		Repaired        int64                         `json:"repaired"`
-		SkippedChanging int64                         `json:"skippedChanging"`
-		Errors          int64                         `json:"errors"`
-		DurationMs      int64                         `json:"durationMs"`
-		Samples         map[string][]verifySampleJSON `json:"samples"`
-	}{job, r.Checked, r.Missing, r.Stale, r.Extra, r.Repaired, r.SkippedChanging, r.Errors, r.Duration.Milliseconds(), samples})
+		Job             string      `json:"job"`
+		Checked         int64       `json:"checked"`
+		Missing         int64       `json:"missing"`
+		Stale           int64       `json:"stale"`
+		Extra           int64       `json:"extra"`
+		Repaired        int64       `json:"repaired"`
+		SkippedChanging int64       `json:"skippedChanging"`
+		Errors          int64       `json:"errors"`
+		DurationMs      int64       `json:"durationMs"`
+		Samples         samplesJSON `json:"samples"`
+	}{job, r.Checked, r.Missing, r.Stale, r.Extra, r.Repaired, r.SkippedChanging, r.Errors, r.Duration.Milliseconds(),
+		samplesJSON{samples(engine.DriftMissing), samples(engine.DriftStale), samples(engine.DriftExtra)}})
 	fmt.Fprintf(out, "%s\n", b)
 }

@@ -494,6 +494,7 @@ func (v *verifier) recheck(ctx context.Context) error {
 	if !v.o.Followed {
 		need = 1
 	}
+	v.log.Debug("re-checking differing documents", "documents", len(cs))
 	for i, c := range cs {
 		r, sum := res[i], docSum(items[i].Doc)
 		c.rounds++

@@ -110,7 +110,30 @@ func diffJSON(want any, have []byte) (string, bool) {
 	}
 	delete(w, "_vectors")
 	delete(h, "_vectors")
-	return diffObjects("", w, h)
+	return diffObjects("", w, h, topKeys(wb))
+}
+
+// topKeys are the keys of a JSON object in their order (the transform's:
+// the first differing field is the first in its output).
+func topKeys(b []byte) []string {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	var keys []string
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return keys
+		}
+		k, _ := t.(string)
+		keys = append(keys, k)
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return keys
+		}
+	}
+	return keys
 }
 
 func decodeJSON(b []byte, v any) error {
@@ -119,19 +142,30 @@ func decodeJSON(b []byte, v any) error {
 	return dec.Decode(v)
 }
 
-// diffObjects returns the first differing field (dotted path, keys in
-// order) of two JSON objects.
-func diffObjects(prefix string, w, h map[string]any) (string, bool) {
+// diffObjects returns the first differing field (dotted path) of two JSON
+// objects: in order first (when known), then the others sorted.
+func diffObjects(prefix string, w, h map[string]any, order []string) (string, bool) {
 	keys := make([]string, 0, len(w)+len(h))
-	for k := range w {
-		keys = append(keys, k)
-	}
-	for k := range h {
-		if _, ok := w[k]; !ok {
+	listed := make(map[string]bool, len(order))
+	for _, k := range order {
+		if !listed[k] {
+			listed[k] = true
 			keys = append(keys, k)
 		}
 	}
-	sort.Strings(keys)
+	var rest []string
+	for k := range w {
+		if !listed[k] {
+			rest = append(rest, k)
+		}
+	}
+	for k := range h {
+		if _, ok := w[k]; !ok && !listed[k] {
+			rest = append(rest, k)
+		}
+	}
+	sort.Strings(rest)
+	keys = append(keys, rest...)
 	for _, k := range keys {
 		wv, wok := w[k]
 		hv, hok := h[k]
@@ -153,7 +187,7 @@ func diffValues(path string, w, h any) (string, bool) {
 		if !ok {
 			return path, false
 		}
-		return diffObjects(path+".", wv, hv)
+		return diffObjects(path+".", wv, hv, nil)
 	case []any:
 		hv, ok := h.([]any)
 		if !ok || len(hv) != len(wv) {
