@@ -21,6 +21,7 @@ func init() {
 	for name, fn := range map[string]func(ts *testscript.TestScript, neg bool, args []string){
 		"meili-write":     cmdMeiliWrite,
 		"replica-replace": cmdReplicaReplace,
+		"replica-update":  cmdReplicaUpdate,
 		"churn":           cmdChurn,
 	} {
 		scriptCmds[name] = fn
@@ -87,6 +88,24 @@ func cmdReplicaReplace(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
+// cmdReplicaUpdate: replica-update COLL FILTER UPDATE updates the matching
+// document of the replica collection COLL in place.
+func cmdReplicaUpdate(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: replica-update COLL FILTER UPDATE")
+	}
+	var filter, update bson.D
+	ts.Check(bson.UnmarshalExtJSON([]byte(args[1]), false, &filter))
+	ts.Check(bson.UnmarshalExtJSON([]byte(args[2]), false, &update))
+	ctx, cancel := cmdCtx()
+	defer cancel()
+	res, err := scriptReplica(ts).Collection(args[0]).UpdateOne(ctx, filter, update)
+	ts.Check(err)
+	if res.MatchedCount != 1 {
+		ts.Fatalf("replica-update: %d documents match %s", res.MatchedCount, args[1])
+	}
+}
+
 // churns are the scripts' running churns, by script and collection.
 var churns sync.Map // churnKey -> *churner
 
@@ -106,7 +125,7 @@ type churner struct {
 // script's database) in the background until stopped, as an application
 // would while a verify runs: it sets "churn" on random documents of the
 // integer _ids LO..HI, and inserts and deletes documents of its own (_ids
-// from 1000000, title "churn"), a few milliseconds apart. stop prints how
+// from 1000000, title "churn"), up to a few milliseconds apart. stop prints how
 // many changes it made and fails if one failed.
 func cmdChurn(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 2 {
@@ -176,7 +195,7 @@ func (c *churner) run(ctx context.Context, coll *mongo.Collection, lo, hi int) {
 		c.changes++
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Duration(2+rand.IntN(6)) * time.Millisecond):
+		case <-time.After(time.Duration(rand.IntN(3)) * time.Millisecond):
 		}
 	}
 }
