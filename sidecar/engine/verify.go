@@ -478,9 +478,9 @@ func (v *verifier) recheck(ctx context.Context) error {
 	for i, c := range cs {
 		ids[i] = c.id
 	}
-	have, err := v.dst.Fetch(ctx, ids)
+	have, err := v.fetch(ctx, ids, "read documents back from the destination to re-check them")
 	if err != nil {
-		return v.destErr(err, "read documents back from the destination to re-check them")
+		return err
 	}
 	items, at, err := v.readIDs(ctx, ids)
 	if err != nil {

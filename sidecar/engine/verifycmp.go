@@ -9,6 +9,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
@@ -28,9 +29,9 @@ func (v *verifier) compare(ctx context.Context, items []prepare.Item) ([]verifyR
 	for i, it := range items {
 		ids[i] = it.ID
 	}
-	have, err := v.dst.Fetch(ctx, ids)
+	have, err := v.fetch(ctx, ids, "read documents back from the destination")
 	if err != nil {
-		return nil, v.destErr(err, "read documents back from the destination")
+		return nil, err
 	}
 	return v.judge(ctx, items, have)
 }
@@ -270,4 +271,23 @@ func diffBSON(want sink.Write, have []byte) (string, bool) {
 		}
 	}
 	return "", true
+}
+
+// fetch reads ids back from the destination, trying a failed read again a
+// few times (with the engine's backoff) before it gives up saying what it
+// was doing.
+func (v *verifier) fetch(ctx context.Context, ids []bson.RawValue, what string) ([][]byte, error) {
+	for attempt := 0; ; attempt++ {
+		have, err := v.dst.Fetch(ctx, ids)
+		if err == nil {
+			return have, nil
+		}
+		if ctx.Err() != nil || attempt >= 3 || errs.CodeOf(err) != errs.Failed && errs.CodeOf(err) != "" {
+			return nil, v.destErr(err, what)
+		}
+		v.log.Warn("reading the destination failed; trying again", "error", err, "attempt", attempt+1)
+		if err := v.e.wait(ctx, attempt); err != nil {
+			return nil, err
+		}
+	}
 }
