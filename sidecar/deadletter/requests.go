@@ -130,7 +130,7 @@ func (q Requests) take(ctx context.Context, to chan<- *Request) *Request {
 			// verify --repair: the documents it found differing, written
 			// again the way a retry writes its recorded ones.
 			r.IDs = distinctIDs(req.IDs)
-			q.Log.Info("repairing the documents verify found differing, asked by meilistream verify --repair", "documents", len(r.IDs), "request", req.ID)
+			q.Log.Info("repairing the documents verify found differing, asked by verify", "documents", len(r.IDs), "request", req.ID)
 		} else {
 			ids, err := q.Store.DocErrorIDs(ctx, q.Job)
 			if err != nil {

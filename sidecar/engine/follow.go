@@ -112,6 +112,10 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	f.retries = make(chan *deadletter.Request)
 	stopRetries := f.serveRetries(ctx)
 	defer stopRetries()
+	if job.Verify && !plan.untilReindexed {
+		stopVerify := f.startVerify(ctx)
+		defer stopVerify()
+	}
 	log.Info("following", "collection", job.Collection, "since", plan.since)
 	err = f.loop(ctx, plan.untilReindexed)
 	if snap != nil {

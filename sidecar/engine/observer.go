@@ -35,21 +35,25 @@ type Observer interface {
 	// ObserveDDL: a drop, rename or dropDatabase of a mirror job's source,
 	// when its sink does not count it itself (sink.DDLObserver).
 	ObserveDDL(job, event string)
+	// ObserveVerify: a background verify pass ended at done, finding
+	// these differing documents.
+	ObserveVerify(job string, missing, stale, extra int64, done time.Time)
 }
 
 // noObserver observes nothing.
 type noObserver struct{}
 
-func (noObserver) ObserveBatch(string, string, time.Duration, int) {}
-func (noObserver) ObserveWrites(string, string, int, int)          {}
-func (noObserver) ObserveSkipped(string, string, int)              {}
-func (noObserver) ObserveError(string, string)                     {}
-func (noObserver) ObserveLag(string, time.Duration)                {}
-func (noObserver) ObservePosition(string, time.Time)               {}
-func (noObserver) ObserveReindexProgress(string, int64, int64)     {}
-func (noObserver) ObserveReindexDone(string)                       {}
-func (noObserver) ObserveDeadLetters(string, int64)                {}
-func (noObserver) ObserveDDL(string, string)                       {}
+func (noObserver) ObserveBatch(string, string, time.Duration, int)      {}
+func (noObserver) ObserveWrites(string, string, int, int)               {}
+func (noObserver) ObserveSkipped(string, string, int)                   {}
+func (noObserver) ObserveError(string, string)                          {}
+func (noObserver) ObserveLag(string, time.Duration)                     {}
+func (noObserver) ObservePosition(string, time.Time)                    {}
+func (noObserver) ObserveReindexProgress(string, int64, int64)          {}
+func (noObserver) ObserveReindexDone(string)                            {}
+func (noObserver) ObserveDeadLetters(string, int64)                     {}
+func (noObserver) ObserveDDL(string, string)                            {}
+func (noObserver) ObserveVerify(string, int64, int64, int64, time.Time) {}
 
 // kinds returns the kind label of job; the engine does not keep jobs, so
 // it is looked up in what Run registered (search by default).

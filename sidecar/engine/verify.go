@@ -17,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/watermark"
@@ -131,6 +132,17 @@ type VerifyOptions struct {
 	Repair func(ctx context.Context, ids []bson.RawValue) (int64, error)
 	// Log, when set, hears of the progress.
 	Log hclog.Logger
+	// Resume continues a pass from its checkpoint (a background verify
+	// after a restart or a takeover): its counts, its phase, its last _id.
+	Resume *jobstate.VerifyPass
+	// Checkpoint, when set, records the pass so far: every
+	// CheckpointEvery while the collection is walked (once no candidate
+	// waits, so the counts are whole) and when the destination's walk
+	// begins.
+	Checkpoint      func(ctx context.Context, p *jobstate.VerifyPass) error
+	CheckpointEvery time.Duration
+	// Progress, when set, hears of the documents checked so far.
+	Progress func(checked int64)
 }
 
 // Verify compares job's destination dst with what its transform makes of
@@ -214,8 +226,19 @@ func (v *verifier) run(ctx context.Context) error {
 	if err := v.ready(ctx); err != nil {
 		return err
 	}
-	if err := v.walkSource(ctx); err != nil {
-		return err
+	var last bson.RawValue
+	phase := "source"
+	if r := v.o.Resume; r != nil {
+		v.rep.counts(r.Counts)
+		last, phase = r.LastID, r.Phase
+	}
+	if phase != "destination" {
+		if err := v.walkSource(ctx, last); err != nil {
+			return err
+		}
+		if err := v.checkpoint(ctx, "destination", bson.RawValue{}); err != nil {
+			return err
+		}
 	}
 	if err := v.walkDestination(ctx); err != nil {
 		return err
@@ -345,9 +368,9 @@ func (v *verifier) opTime() bson.Timestamp {
 
 // walkSource compares the collection, chunk by chunk, with the
 // destination.
-func (v *verifier) walkSource(ctx context.Context) error {
-	var last bson.RawValue
+func (v *verifier) walkSource(ctx context.Context, last bson.RawValue) error {
 	n := v.chunkSize()
+	saved := time.Now()
 	for {
 		items, final, at, err := v.readAfter(ctx, last, n)
 		if err != nil {
@@ -374,9 +397,18 @@ func (v *verifier) walkSource(ctx context.Context) error {
 					return err
 				}
 			}
+			if v.o.Progress != nil {
+				v.o.Progress(v.rep.Checked)
+			}
 		}
 		if final {
 			return nil
+		}
+		if v.o.Checkpoint != nil && time.Since(saved) >= v.o.CheckpointEvery {
+			if err := v.checkpoint(ctx, "source", last); err != nil {
+				return err
+			}
+			saved = time.Now()
 		}
 		if err := v.pace(ctx, len(items)); err != nil {
 			return err
@@ -645,4 +677,32 @@ func errsFor(job string, err error, what string) error {
 		return err
 	}
 	return errs.Wrap(errs.Failed, job, err, "%s", what)
+}
+
+// checkpoint records the pass so far, once every candidate is settled
+// and every repair sent (so a resume counts each document once).
+func (v *verifier) checkpoint(ctx context.Context, phase string, last bson.RawValue) error {
+	if v.o.Checkpoint == nil {
+		return nil
+	}
+	for len(v.cands) > 0 {
+		if err := v.recheck(ctx); err != nil {
+			return err
+		}
+	}
+	if err := v.flushRepair(ctx); err != nil {
+		return err
+	}
+	return v.o.Checkpoint(ctx, &jobstate.VerifyPass{Phase: phase, LastID: last, Hash: v.job.Hash, Counts: v.rep.Counts()})
+}
+
+// Counts are the report's counts, as a checkpoint keeps them.
+func (r *VerifyReport) Counts() jobstate.VerifyCounts {
+	return jobstate.VerifyCounts{Checked: r.Checked, Missing: r.Missing, Stale: r.Stale, Extra: r.Extra,
+		Errors: r.Errors, SkippedChanging: r.SkippedChanging, Repaired: r.Repaired}
+}
+
+func (r *VerifyReport) counts(c jobstate.VerifyCounts) {
+	r.Checked, r.Missing, r.Stale, r.Extra = c.Checked, c.Missing, c.Stale, c.Extra
+	r.Errors, r.SkippedChanging, r.Repaired = c.Errors, c.SkippedChanging, c.Repaired
 }
