@@ -29,6 +29,7 @@ func TestDashboardAndAlertsUseTheMetrics(t *testing.T) {
 	jm.Lease(true, 1)
 	jm.ReindexProgress(1, 2)
 	jm.State("following")
+	jm.Verified(0, 0, 0, time.Now())
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
