@@ -63,6 +63,11 @@ const (
 	// document in the state collection).
 	verifyRepairIDs   = 5000
 	verifyRepairBytes = 1 << 20
+	// verifyFetchBytes bounds the source bytes of the documents read back
+	// from the destination at once, verifyFetchIDs the ids of a re-check's
+	// read back (documents of unknown size).
+	verifyFetchBytes = 8 << 20
+	verifyFetchIDs   = 100
 )
 
 // DriftKind is how a document differs.
@@ -510,7 +515,7 @@ func (v *verifier) recheck(ctx context.Context) error {
 	for i, c := range cs {
 		ids[i] = c.id
 	}
-	have, err := v.fetch(ctx, ids, "read documents back from the destination to re-check them")
+	have, err := v.fetchIDs(ctx, ids, "read documents back from the destination to re-check them")
 	if err != nil {
 		return err
 	}

@@ -29,9 +29,22 @@ func (v *verifier) compare(ctx context.Context, items []prepare.Item) ([]verifyR
 	for i, it := range items {
 		ids[i] = it.ID
 	}
-	have, err := v.fetch(ctx, ids, "read documents back from the destination")
-	if err != nil {
-		return nil, err
+	// A read back answers with whole documents: as many at once as make
+	// about verifyFetchBytes of source, so an answer of large documents
+	// stays well under what the sink reads into memory.
+	have := make([][]byte, 0, len(items))
+	for lo := 0; lo < len(items); {
+		hi, size := lo, 0
+		for hi < len(items) && (hi == lo || size+len(items[hi].Doc) <= verifyFetchBytes) {
+			size += len(items[hi].Doc)
+			hi++
+		}
+		part, err := v.fetch(ctx, ids[lo:hi], "read documents back from the destination")
+		if err != nil {
+			return nil, err
+		}
+		have = append(have, part...)
+		lo = hi
 	}
 	return v.judge(ctx, items, have)
 }
@@ -91,6 +104,8 @@ func (v *verifier) diff(want sink.Write, have []byte) verifyResult {
 // form, an integer or a float, and 1 and 1.0 are one value to a search),
 // the primary key included. _vectors is left out: the documents API
 // returns it only when asked (retrieveVectors), and then in its own form.
+// Members whose bytes are the same are the same; only the others are
+// decoded.
 func diffJSON(want any, have []byte) (string, bool) {
 	var wb []byte
 	switch d := want.(type) {
@@ -105,6 +120,49 @@ func diffJSON(want any, have []byte) (string, bool) {
 		}
 		wb = b
 	}
+	if bytes.Equal(wb, have) {
+		return "", true
+	}
+	wf, ok1 := transform.JSONFields(wb)
+	hf, ok2 := transform.JSONFields(have)
+	if !ok1 || !ok2 {
+		return diffDecoded(wb, have)
+	}
+	hv := make(map[string][]byte, len(hf))
+	for _, f := range hf {
+		hv[f.Key] = f.Raw
+	}
+	seen := make(map[string]bool, len(wf))
+	for _, f := range wf {
+		seen[f.Key] = true
+		if f.Key == "_vectors" {
+			continue
+		}
+		h, ok := hv[f.Key]
+		if !ok {
+			return f.Key, false
+		}
+		if bytes.Equal(f.Raw, h) {
+			continue
+		}
+		var w, hd any
+		if decodeJSON(f.Raw, &w) != nil || decodeJSON(h, &hd) != nil {
+			return f.Key, false
+		}
+		if field, same := diffValues(f.Key, w, hd); !same {
+			return field, false
+		}
+	}
+	for _, f := range hf {
+		if !seen[f.Key] && f.Key != "_vectors" {
+			return f.Key, false
+		}
+	}
+	return "", true
+}
+
+// diffDecoded is diffJSON by decoding both documents whole.
+func diffDecoded(wb, have []byte) (string, bool) {
 	var w, h map[string]any
 	if decodeJSON(wb, &w) != nil || decodeJSON(have, &h) != nil {
 		return "", false
@@ -112,29 +170,6 @@ func diffJSON(want any, have []byte) (string, bool) {
 	delete(w, "_vectors")
 	delete(h, "_vectors")
 	return diffObjects("", w, h, topKeys(wb))
-}
-
-// topKeys are the keys of a JSON object in their order (the transform's:
-// the first differing field is the first in its output).
-func topKeys(b []byte) []string {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil
-	}
-	var keys []string
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return keys
-		}
-		k, _ := t.(string)
-		keys = append(keys, k)
-		var skip json.RawMessage
-		if dec.Decode(&skip) != nil {
-			return keys
-		}
-	}
-	return keys
 }
 
 func decodeJSON(b []byte, v any) error {
@@ -290,4 +325,29 @@ func (v *verifier) fetch(ctx context.Context, ids []bson.RawValue, what string) 
 			return nil, err
 		}
 	}
+}
+
+// topKeys are the keys of a JSON object in their order (the transform's:
+// the first differing field is the first in its output).
+func topKeys(b []byte) []string {
+	fields, _ := transform.JSONFields(b)
+	keys := make([]string, len(fields))
+	for i, f := range fields {
+		keys[i] = f.Key
+	}
+	return keys
+}
+
+// fetchIDs is fetch for ids alone (a re-check's): documents of unknown
+// size, verifyFetchIDs at a time.
+func (v *verifier) fetchIDs(ctx context.Context, ids []bson.RawValue, what string) ([][]byte, error) {
+	out := make([][]byte, 0, len(ids))
+	for lo := 0; lo < len(ids); lo += verifyFetchIDs {
+		part, err := v.fetch(ctx, ids[lo:min(lo+verifyFetchIDs, len(ids))], what)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, part...)
+	}
+	return out, nil
 }

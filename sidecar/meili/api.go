@@ -181,15 +181,14 @@ func (c *meiliClient) fetchIDs(ctx context.Context, uid, pk string, offset, limi
 	if err != nil {
 		return nil, err
 	}
-	var page struct {
-		Results []map[string]json.RawMessage `json:"results"`
-	}
-	if err := json.Unmarshal(b, &page); err != nil || page.Results == nil {
+	results := resultsOf(b)
+	if results == nil {
 		return nil, &Error{Method: http.MethodPost, Path: p, Status: http.StatusOK, Err: errors.New("the answer is not a page of documents")}
 	}
-	ids := make([]json.RawMessage, 0, len(page.Results))
-	for _, d := range page.Results {
-		ids = append(ids, d[pk]) // nil when missing: the caller skips it
+	ids := make([]json.RawMessage, 0, len(results))
+	for _, d := range results {
+		raw, _ := memberOf(d, pk) // nil when missing: the caller skips it
+		ids = append(ids, raw)
 	}
 	return ids, nil
 }

@@ -48,14 +48,12 @@ func (s *Sink) Fetch(ctx context.Context, ids []bson.RawValue) ([][]byte, error)
 		return nil, s.classify(err, "read documents back from index "+s.uid)
 	}
 	for _, d := range docs {
-		var head map[string]json.RawMessage
-		if json.Unmarshal(d, &head) != nil {
+		pkRaw, ok := memberOf(d, s.pk)
+		if !ok {
 			continue
 		}
-		var v any
-		dec := json.NewDecoder(bytes.NewReader(head[s.pk]))
-		dec.UseNumber()
-		if dec.Decode(&v) != nil {
+		v, ok := decodeID(pkRaw)
+		if !ok {
 			continue
 		}
 		id, err := transform.ParseIndexID(v)
@@ -76,13 +74,11 @@ func (c *meiliClient) fetchDocs(ctx context.Context, uid string, ids []any) ([]j
 	if err != nil {
 		return nil, err
 	}
-	var page struct {
-		Results []json.RawMessage `json:"results"`
-	}
-	if err := json.Unmarshal(b, &page); err != nil || page.Results == nil {
+	results := resultsOf(b)
+	if results == nil {
 		return nil, &Error{Method: http.MethodPost, Path: p, Status: http.StatusOK, Err: errors.New("the answer is not a page of documents")}
 	}
-	return page.Results, nil
+	return results, nil
 }
 
 func (g *goAPI) fetchDocs(ctx context.Context, uid string, ids []any) (docs []json.RawMessage, err error) {
@@ -107,4 +103,55 @@ func (g *goAPI) fetchDocs(ctx context.Context, uid string, ids []any) (docs []js
 		return nil
 	})
 	return docs, err
+}
+
+// memberOf is the raw value of doc's member key.
+func memberOf(doc []byte, key string) ([]byte, bool) {
+	if raw, ok := transform.JSONMember(doc, key); ok {
+		return raw, true
+	}
+	var head map[string]json.RawMessage
+	if json.Unmarshal(doc, &head) != nil {
+		return nil, false
+	}
+	raw, ok := head[key]
+	return raw, ok
+}
+
+// resultsOf are the documents of a page of the documents API
+// ({"results": [...], ...}), split without decoding them (it is read for
+// every document verify compares); nil when b is no such page.
+func resultsOf(b []byte) []json.RawMessage {
+	if raw, ok := transform.JSONMember(b, "results"); ok {
+		if elems, ok := transform.JSONElements(raw); ok {
+			out := make([]json.RawMessage, len(elems))
+			for i, e := range elems {
+				out[i] = e
+			}
+			return out
+		}
+	}
+	var page struct {
+		Results []json.RawMessage `json:"results"`
+	}
+	if json.Unmarshal(b, &page) != nil {
+		return nil
+	}
+	return page.Results
+}
+
+// decodeID decodes an index id as it is in a document: a string, or an
+// integer (a json.Number), as ParseIndexID takes it. Plain strings and
+// numbers, the ids meilistream writes, are read without a decoder.
+func decodeID(raw []byte) (any, bool) {
+	if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' && bytes.IndexByte(raw[1:n-1], '\\') < 0 && bytes.IndexByte(raw[1:n-1], '"') < 0 {
+		return string(raw[1 : n-1]), true
+	}
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if dec.Decode(&v) != nil {
+		return nil, false
+	}
+	return v, true
 }
