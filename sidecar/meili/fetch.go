@@ -147,6 +147,9 @@ func decodeID(raw []byte) (any, bool) {
 	if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' && bytes.IndexByte(raw[1:n-1], '\\') < 0 && bytes.IndexByte(raw[1:n-1], '"') < 0 {
 		return string(raw[1 : n-1]), true
 	}
+	if isInteger(raw) {
+		return json.Number(raw), true
+	}
 	var v any
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
@@ -154,4 +157,22 @@ func decodeID(raw []byte) (any, bool) {
 		return nil, false
 	}
 	return v, true
+}
+
+// isInteger says whether raw is a JSON integer: an optional minus, then
+// digits without a leading zero (or 0 alone).
+func isInteger(raw []byte) bool {
+	d := raw
+	if len(d) > 0 && d[0] == '-' {
+		d = d[1:]
+	}
+	if len(d) == 0 || len(d) > 1 && d[0] == '0' {
+		return false
+	}
+	for _, c := range d {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
