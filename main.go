@@ -171,6 +171,20 @@ holder may have made a few more changes durable than it has recorded.`,
 			serve: runStatus,
 		},
 		{
+			name: "probe", synopsis: "[--ready] [--addr HOST:PORT] [--timeout D]", summary: "ask the running sidecar whether it is alive (or ready)",
+			help: `Asks the sidecar running on this host over its HTTP address (--addr, else
+MEILISTREAM_HTTP_ADDR, else :8080; an address on every interface is asked
+on the loopback) for /healthz, or /readyz with --ready, and exits 0 when it
+answers 200, 1 otherwise (the answer is printed). It needs no shell or
+curl: the distroless image runs it as a Docker or compose health check.
+
+  --ready          ask /readyz (MongoDB and the destinations reachable, no
+                   job failed or stalled) instead of /healthz (alive)
+  --addr HOST:PORT the sidecar's address
+  --timeout D      how long to wait for the answer (default 3s)`,
+			plain: runProbe,
+		},
+		{
 			name: "version", summary: "print the version",
 			help:  `Prints the version of this build, and the Go version it was built with.`,
 			plain: runVersion,
