@@ -60,6 +60,13 @@ func runRun(ctx context.Context, inv *invocation) int {
 	if err := w.checkMeiliKey(ctx, set.Jobs(), log); err != nil {
 		return fail(inv.Stderr, err)
 	}
+	if len(set.Jobs()) == 0 && loadErr == nil {
+		// Not an error: a folder mounted before its files, or jobs still
+		// to come, is fine, and the watcher picks them up. But a wrong
+		// path must not look like a sidecar at work.
+		log.Warn("no jobs to run: the transforms folder holds no *.js file and no MEILISTREAM_JOB_<NAME>_* variable declares a job; waiting for files to appear",
+			"transforms", cfg.Transforms)
+	}
 
 	sup := supervisor.New(supervisor.Config{
 		Driver:  &supervisor.EngineDriver{Leases: w.leases, Engine: w.engine, Sinks: w.sinkFactory(log)},
