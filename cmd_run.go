@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -48,6 +49,7 @@ func runRun(ctx context.Context, inv *invocation) int {
 	}
 	defer w.close()
 
+	go w.warnUnreachable(ctx, log)
 	set, loadErr := w.loadJobs(log)
 	if set == nil {
 		return fail(inv.Stderr, loadErr)
@@ -238,7 +240,18 @@ func (w *wiring) reach(ctx context.Context) error {
 	if mongoerr.AuthFailed(err) {
 		return errs.Wrap(errs.ConfigInvalid, "", cause, "MongoDB refused the credentials of MEILISTREAM_MONGODB_URI (or MEILISTREAM_MONGODB_URI_FILE)")
 	}
-	return errs.Wrap(errs.Failed, "", cause, "cannot reach MongoDB (MEILISTREAM_MONGODB_URI) within %s", reachTimeout)
+	msg := withReplicaSetHint(context.WithoutCancel(ctx), fmt.Sprintf("cannot reach MongoDB (MEILISTREAM_MONGODB_URI) within %s", reachTimeout), w.cfg.MongoDBURI, reachTimeout)
+	return errs.Wrap(errs.Failed, "", cause, "%s", msg)
+}
+
+// warnUnreachable logs once, at warn, when MongoDB does not answer within
+// reachTimeout of the start, with what the seeds say of the URI's replica
+// set name: the jobs' own retries only repeat the driver's
+// "ReplicaSetNoPrimary".
+func (w *wiring) warnUnreachable(ctx context.Context, log hclog.Logger) {
+	if err := w.reach(ctx); err != nil && ctx.Err() == nil {
+		log.Warn("MongoDB does not answer yet; the jobs keep trying", "error", errs.Format(err))
+	}
 }
 
 // holders reads who holds each job's lease (unexpired), for /status of
