@@ -245,6 +245,11 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return fail(stderr, err)
 	}
+	if c.name != "run" && !hasVar(environ, "MEILISTREAM_LOG_FORMAT") {
+		// A command run by hand logs for a person; the sidecar's own
+		// logs stay JSON for the log pipeline, as configured.
+		cfg.LogFormat = "text"
+	}
 	// Whatever a driver or library puts in an error's text (a URL with
 	// its query, a quoted password), the configuration's secrets never
 	// reach the output: every line goes through the scrubber.
@@ -260,6 +265,16 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		Stderr:  stderr,
 	}
 	return c.serve(ctx, inv)
+}
+
+// hasVar reports whether environ sets the variable name to a value.
+func hasVar(environ []string, name string) bool {
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name && v != "" {
+			return true
+		}
+	}
+	return false
 }
 
 func isHelp(a string) bool { return a == "-h" || a == "--help" || a == "-help" }
