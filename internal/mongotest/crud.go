@@ -784,6 +784,15 @@ func asDocument(v any) (bson.D, bool) {
 	return nil, false
 }
 
+// positionFor is the positional $ of filter q on doc, for an update that
+// uses one.
+func positionFor(cu *compiledUpdate, q bson.D, doc bson.D, ec *evalCtx) string {
+	if !cu.positional {
+		return ""
+	}
+	return matchPosition(q, doc, ec)
+}
+
 type updateResult struct {
 	matched, modified int
 	upserted          any
@@ -814,7 +823,11 @@ func (s *Server) updateStatement(x *cmdCtx, c **collection, collName string, q b
 		for _, h := range hits {
 			old := h.decoded()
 			oldCopy := deepCopy(old).(bson.D)
-			nd, err := cu.apply(old, false, x.ec)
+			dcu, err := cu.at(positionFor(cu, q, old, x.ec))
+			if err != nil {
+				return r, err
+			}
+			nd, err := dcu.apply(old, false, x.ec)
 			if err != nil {
 				return r, err
 			}
@@ -826,7 +839,7 @@ func (s *Server) updateStatement(x *cmdCtx, c **collection, collName string, q b
 			if bytes.Equal(nraw, h.raw) {
 				continue
 			}
-			if err := s.replaceStored(x, *c, h.id, oldCopy, nd, nraw, cu); err != nil {
+			if err := s.replaceStored(x, *c, h.id, oldCopy, nd, nraw, dcu); err != nil {
 				return r, err
 			}
 			r.modified++
@@ -838,7 +851,11 @@ func (s *Server) updateStatement(x *cmdCtx, c **collection, collName string, q b
 		if err != nil {
 			return r, err
 		}
-		nd, err := cu.apply(seed, true, x.ec)
+		icu, err := cu.at("")
+		if err != nil {
+			return r, err
+		}
+		nd, err := icu.apply(seed, true, x.ec)
 		if err != nil {
 			return r, err
 		}
@@ -1107,13 +1124,17 @@ func cmdFindAndModify(x *cmdCtx) (bson.D, error) {
 		h := hits[0]
 		old := h.decoded()
 		oldCopy := deepCopy(old).(bson.D)
-		nd, err := cu.apply(old, false, x.ec)
+		dcu, err := cu.at(positionFor(cu, q, old, x.ec))
+		if err != nil {
+			return nil, err
+		}
+		nd, err := dcu.apply(old, false, x.ec)
 		if err != nil {
 			return nil, err
 		}
 		nraw := encodeDoc(nd)
 		if !bytes.Equal(nraw, h.raw) {
-			if err := s.replaceStored(x, c, h.id, oldCopy, nd, nraw, cu); err != nil {
+			if err := s.replaceStored(x, c, h.id, oldCopy, nd, nraw, dcu); err != nil {
 				return nil, err
 			}
 		}

@@ -47,6 +47,9 @@
 //     current data, not as of atClusterTime, and replies carry no
 //     atClusterTime. No transactions: startTransaction is refused with
 //     IllegalOperation (20).
+//   - Numbers compare by their exact values across int32, int64, double and
+//     decimal128, as mongod's (compare_numbers.h), in matching, sorting,
+//     the _id order and unique keys; NaN is below every number.
 //   - Natural order is _id order (MongoDB's is roughly insertion order).
 //     Only the _id index is used for queries; secondary indexes are
 //     recorded and enforce unique / partial unique / sparse constraints but
@@ -64,7 +67,9 @@
 //     $not $regex $size $all $elemMatch $mod $and $or $nor $expr
 //     $jsonSchema. Update operators: $set $unset $inc $mul $min $max $rename
 //     $setOnInsert $push ($each $slice $position $sort) $addToSet $pull
-//     $pullAll $pop $currentDate. Overlapping paths in one update are
+//     $pullAll $pop $currentDate, and the positional $ (the array
+//     position the filter matched, by mongod's rules, see positional.go;
+//     not $[] or $[<id>]). Overlapping paths in one update are
 //     refused with 40 ConflictingUpdateOperators, as on mongod. A replacement of a stored
 //     document refuses any top-level $-prefixed field with 52, a DBRef-like
 //     $ref/$id pair included (mongod accepts that pair). Unknown
