@@ -1205,7 +1205,63 @@ func (s *Server) registerCursor(cur *cursor) int64 {
 	cur.id = s.nextCursor
 	cur.lastUsed = s.Now()
 	s.cursors[cur.id] = cur
+	s.cursorsOpened++
+	if cur.stream != nil {
+		s.streamsOpened++
+	}
 	return cur.id
+}
+
+// cursorMetrics is serverStatus's metrics section for cursors, as mongod
+// reports it: metrics.cursor.open.{total,noTimeout,pinned} (pinned: in use
+// by a command, such as a change stream's getMore waiting for events),
+// totalOpened and timedOut; and the change-stream cursors alone under
+// metrics.changeStreams.cursor (open.total, open.pinned, totalOpened), the
+// names newer mongod versions give them (SERVER-123062). Cursors idle past
+// Options.CursorTimeout are reaped first, as mongod's reaper would have
+// (clientCursorMonitorFrequencySecs), so they do not count as open.
+func (s *Server) cursorMetrics() bson.D {
+	s.cursorMu.Lock()
+	defer s.cursorMu.Unlock()
+	var total, noTimeout, pinned, streams, streamsPinned int64
+	for id, cur := range s.cursors {
+		// A cursor a command holds is pinned; TryLock never waits for
+		// a blocking getMore (which takes cursorMu only after cur.mu).
+		inUse := !cur.mu.TryLock()
+		if !inUse {
+			expired := s.expired(cur)
+			cur.mu.Unlock()
+			if expired {
+				delete(s.cursors, id)
+				s.cursorsTimedOut++
+				continue
+			}
+		}
+		total++
+		if cur.noTimeout {
+			noTimeout++
+		}
+		if inUse {
+			pinned++
+		}
+		if cur.stream != nil {
+			streams++
+			if inUse {
+				streamsPinned++
+			}
+		}
+	}
+	return bson.D{
+		{Key: "changeStreams", Value: bson.D{{Key: "cursor", Value: bson.D{
+			{Key: "open", Value: bson.D{{Key: "pinned", Value: streamsPinned}, {Key: "total", Value: streams}}},
+			{Key: "totalOpened", Value: s.streamsOpened},
+		}}}},
+		{Key: "cursor", Value: bson.D{
+			{Key: "timedOut", Value: s.cursorsTimedOut},
+			{Key: "totalOpened", Value: s.cursorsOpened},
+			{Key: "open", Value: bson.D{{Key: "noTimeout", Value: noTimeout}, {Key: "pinned", Value: pinned}, {Key: "total", Value: total}}},
+		}},
+	}
 }
 
 // expired reports whether cur was idle longer than Options.CursorTimeout:
@@ -1439,7 +1495,11 @@ func cmdGetMore(x *cmdCtx) (bson.D, error) {
 	cur.mu.Lock()
 	defer cur.mu.Unlock()
 	if s.expired(cur) {
-		s.dropCursor(id)
+		if s.dropCursor(id) {
+			s.cursorMu.Lock()
+			s.cursorsTimedOut++
+			s.cursorMu.Unlock()
+		}
 		return nil, cmdErrf(43, "CursorNotFound", "cursor id %d not found", id)
 	}
 	defer func() { cur.lastUsed = s.Now() }()
@@ -1600,6 +1660,10 @@ func cmdAggregate(x *cmdCtx) (bson.D, error) {
 	}
 	if len(pipeline) > 0 {
 		if st, ok := pipeline[0].(bson.D); ok && len(st) == 1 && st[0].Key == "$changeStream" {
+			if x.s.opts.Standalone {
+				// document_source_change_stream.cpp assertIsLegalSpecification.
+				return nil, cmdErrf(40573, "Location40573", "The $changeStream stage is only supported on replica sets")
+			}
 			return x.s.openChangeStream(x, st[0].Value, pipeline[1:], bs)
 		}
 	}

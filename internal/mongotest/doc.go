@@ -14,6 +14,14 @@
 // batch, the errors the driver resumes on, $expr refused in upsert filters
 // (224), duplicate-key (11000) shapes.
 //
+// With Options.Standalone it answers as a standalone mongod instead (no
+// replica set in hello, no cluster time, change streams refused with
+// 40573, transactions with 20, w above 1 with 2; see Options.Standalone),
+// for trying what a source without change streams does.
+//
+// serverStatus reports the open cursors as mongod's metrics.cursor does,
+// and the change-stream cursors alone under metrics.changeStreams.cursor.
+//
 // Storage is in memory: each collection keeps raw BSON documents in a skip
 // list ordered by _id, so _id lookups and _id range pages are O(log n + k).
 // One lock serialises writes (reads share it), which makes every write
@@ -38,6 +46,10 @@
 //     TLS or compression (compression is not advertised, so the driver never
 //     compresses). Authentication commands fail with AuthenticationFailed
 //     (18): there are no users, so connect without credentials.
+//   - serverStatus holds host, version, process, localTime, repl and the
+//     cursor metrics only; metrics.changeStreams.cursor (open.total,
+//     open.pinned, totalOpened) is reported whatever Options.Version says
+//     (mongod added it after 8.0).
 //   - One node only; no elections. Write concerns: w 0, 1 and "majority"
 //     are satisfied at once; w above 1 is a writeConcernError 100
 //     UnsatisfiableWriteConcern and an unknown tag 79, the write applied, as
