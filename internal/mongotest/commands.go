@@ -210,6 +210,7 @@ func (s *Server) runCommand(c *conn, cmd bson.D) (bson.D, bool) {
 			return s.withClusterTime(errorReply(err), x.opTime), false
 		}
 		reply = append(reply, bson.E{Key: "ok", Value: 1.0})
+		s.noteOrigin(reply, cmd)
 		// The stored reply has no write concern error: a retry waits for
 		// the write concern anew (it is not part of the statement's
 		// outcome).

@@ -1196,6 +1196,11 @@ type cursor struct {
 	// noCursorTimeout.
 	lastUsed  time.Time
 	noTimeout bool
+	// created and origin (the command that opened it, set once the
+	// command has replied) are what $currentOp shows of the cursor;
+	// guarded by Server.cursorMu.
+	created time.Time
+	origin  bson.D
 }
 
 func (s *Server) registerCursor(cur *cursor) int64 {
@@ -1204,6 +1209,7 @@ func (s *Server) registerCursor(cur *cursor) int64 {
 	s.nextCursor++
 	cur.id = s.nextCursor
 	cur.lastUsed = s.Now()
+	cur.created = cur.lastUsed
 	s.cursors[cur.id] = cur
 	s.cursorsOpened++
 	if cur.stream != nil {
@@ -1659,6 +1665,9 @@ func cmdAggregate(x *cmdCtx) (bson.D, error) {
 		return nil, err
 	}
 	if len(pipeline) > 0 {
+		if st, ok := pipeline[0].(bson.D); ok && len(st) == 1 && st[0].Key == "$currentOp" {
+			return x.s.currentOp(x, st[0].Value, pipeline[1:], bs)
+		}
 		if st, ok := pipeline[0].(bson.D); ok && len(st) == 1 && st[0].Key == "$changeStream" {
 			if x.s.opts.Standalone {
 				// document_source_change_stream.cpp assertIsLegalSpecification.

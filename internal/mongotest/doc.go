@@ -20,7 +20,9 @@
 // for trying what a source without change streams does.
 //
 // serverStatus reports the open cursors as mongod's metrics.cursor does,
-// and the change-stream cursors alone under metrics.changeStreams.cursor.
+// and the change-stream cursors alone under metrics.changeStreams.cursor;
+// $currentOp (idleCursors) lists each cursor with its originatingCommand,
+// so the open change streams are countable as on any mongod.
 //
 // Storage is in memory: each collection keeps raw BSON documents in a skip
 // list ordered by _id, so _id lookups and _id range pages are O(log n + k).
@@ -50,6 +52,10 @@
 //     cursor metrics only; metrics.changeStreams.cursor (open.total,
 //     open.pinned, totalOpened) is reported whatever Options.Version says
 //     (mongod added it after 8.0).
+//   - $currentOp lists only itself and the cursors (in use: "getmore"
+//     ops; with idleCursors, "idleCursor" entries), not other running
+//     commands, idle connections or sessions; its options other than
+//     idleCursors are ignored.
 //   - One node only; no elections. Write concerns: w 0, 1 and "majority"
 //     are satisfied at once; w above 1 is a writeConcernError 100
 //     UnsatisfiableWriteConcern and an unknown tag 79, the write applied, as

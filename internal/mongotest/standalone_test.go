@@ -233,3 +233,99 @@ func TestServerStatusCountsOpenChangeStreamCursors(t *testing.T) {
 	_ = cs1.Close(c)
 	_ = find.Close(c)
 }
+
+// $currentOp on admin lists the cursors as mongod's does: with idleCursors
+// an idle change stream is an "idleCursor" whose originatingCommand's
+// pipeline starts with $changeStream, one waiting in its getMore an active
+// "getmore" op with the same cursor; without idleCursors the idle ones are
+// left out (document_source_current_op.cpp). Off admin it is 73.
+func TestCurrentOpListsChangeStreamCursors(t *testing.T) {
+	_, client := start(t)
+	c := ctx(t)
+	coll := client.Database("db").Collection("c")
+	if _, err := coll.InsertMany(c, []any{bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "_id", Value: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	idle, err := coll.Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close(c)
+	waiting, err := client.Database("db").Watch(c, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	find, err := coll.Find(c, bson.D{}, options.Find().SetBatchSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer find.Close(c)
+	streams := func(idleCursors bool) (idleN, activeN int) {
+		t.Helper()
+		cur, err := client.Database("admin").Aggregate(c, mongo.Pipeline{
+			{{Key: "$currentOp", Value: bson.D{{Key: "idleCursors", Value: idleCursors}}}},
+			{{Key: "$match", Value: bson.D{{Key: "cursor.originatingCommand.pipeline.0.$changeStream", Value: bson.D{{Key: "$exists", Value: true}}}}}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ops []struct {
+			Type   string `bson:"type"`
+			Op     string `bson:"op"`
+			Cursor struct {
+				CursorID  int64 `bson:"cursorId"`
+				Tailable  bool  `bson:"tailable"`
+				AwaitData bool  `bson:"awaitData"`
+			} `bson:"cursor"`
+		}
+		if err := cur.All(c, &ops); err != nil {
+			t.Fatal(err)
+		}
+		for _, op := range ops {
+			if !op.Cursor.Tailable || !op.Cursor.AwaitData || op.Cursor.CursorID == 0 {
+				t.Errorf("a change stream's cursor: %+v", op)
+			}
+			switch {
+			case op.Type == "idleCursor":
+				idleN++
+			case op.Type == "op" && op.Op == "getmore":
+				activeN++
+			default:
+				t.Errorf("unexpected entry %+v", op)
+			}
+		}
+		return idleN, activeN
+	}
+	if i, a := streams(true); i != 2 || a != 0 {
+		t.Fatalf("two idle streams: %d idle, %d active", i, a)
+	}
+	if i, a := streams(false); i != 0 || a != 0 {
+		t.Fatalf("without idleCursors: %d idle, %d active", i, a)
+	}
+
+	wctx, cancel := context.WithCancel(c)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for waiting.Next(wctx) {
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		i, a := streams(true)
+		if i == 1 && a == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a stream in its getMore: %d idle, %d active", i, a)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+
+	err = client.Database("db").RunCommand(c, bson.D{{Key: "aggregate", Value: 1}, {Key: "pipeline", Value: bson.A{bson.D{{Key: "$currentOp", Value: bson.D{}}}}}, {Key: "cursor", Value: bson.D{}}}).Err()
+	if !hasCode(err, 73, "InvalidNamespace", "$currentOp must be run against the 'admin' database with {aggregate: 1}") {
+		t.Errorf("$currentOp off admin: %v", err)
+	}
+}
