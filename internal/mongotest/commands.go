@@ -161,6 +161,9 @@ func (s *Server) runCommand(c *conn, cmd bson.D) (bson.D, bool) {
 		// (service_entry_point_common.cpp).
 		return s.withClusterTime(errorReply(cmdErrf(20, "IllegalOperation", "Transaction numbers are only allowed on a replica set member or mongos")), bson.Timestamp{}), false
 	}
+	if err := standaloneReadConcern(s, x); err != nil {
+		return s.withClusterTime(errorReply(err), bson.Timestamp{}), false
+	}
 	if v, ok := docGet(cmd, "startTransaction"); ok && truthy(v) {
 		return s.withClusterTime(errorReply(cmdErrf(20, "IllegalOperation", "mongotest does not support multi-document transactions")), bson.Timestamp{}), false
 	}
@@ -296,6 +299,26 @@ func checkWriteConcern(x *cmdCtx) (bson.D, error) {
 		return bson.D{{Key: "code", Value: int32(100)}, {Key: "codeName", Value: "UnsatisfiableWriteConcern"},
 			{Key: "errmsg", Value: "Not enough data-bearing nodes"}, {Key: "errInfo", Value: info}}, nil
 	}
+}
+
+// standaloneReadConcern refuses on a standalone the read concerns only a
+// replica set serves: linearizable, afterClusterTime and atClusterTime are
+// 123 NotAReplicaSet (src/mongo/db/read_concern_mongod.cpp,
+// replication_coordinator_impl.cpp waitUntilOpTimeForRead); majority and
+// local are read as local.
+func standaloneReadConcern(s *Server, x *cmdCtx) error {
+	if !s.opts.Standalone {
+		return nil
+	}
+	rc, _ := x.get("readConcern")
+	d, _ := rc.(bson.D)
+	level, _ := docGet(d, "level")
+	_, after := docGet(d, "afterClusterTime")
+	_, at := docGet(d, "atClusterTime")
+	if level == "linearizable" || after || at {
+		return cmdErrf(123, "NotAReplicaSet", "node needs to be a replica set member to use read concern")
+	}
+	return nil
 }
 
 // standaloneWriteConcern is mongod's validateWriteConcern on a standalone

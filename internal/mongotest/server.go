@@ -63,7 +63,9 @@ type Options struct {
 	// replica sets"); a command with a txnNumber (a transaction; the
 	// driver sends no retryable writes to a standalone) is refused with 20
 	// IllegalOperation; write concern w 0, 1 and "majority" are accepted
-	// and w above 1 or a tag refused with 2 BadValue; replSetGetStatus is
+	// and w above 1 or a tag refused with 2 BadValue; read concern
+	// linearizable, afterClusterTime and atClusterTime are 123
+	// NotAReplicaSet, majority reads as local; replSetGetStatus is
 	// 76 NoReplicationEnabled; serverStatus has no repl section; no
 	// periodic no-op is written (there is no oplog). URI then names no
 	// replica set.

@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/meilistream/meilistream/internal/mongotest"
@@ -22,6 +23,7 @@ import (
 // a replica set member or mongos"; w "majority" accepted and w above 1
 // refused with 2 BadValue before the write (write_concern.cpp
 // validateWriteConcern; jstests/core/write_concern.js on a standalone);
+// read concern majority served, linearizable 123 NotAReplicaSet;
 // replSetGetStatus 76 "not running with --replSet"; no cluster time.
 func TestStandaloneAnswersAsAStandaloneMongod(t *testing.T) {
 	srv, client := start(t, mongotest.Options{Standalone: true})
@@ -89,6 +91,16 @@ func TestStandaloneAnswersAsAStandaloneMongod(t *testing.T) {
 	})
 	if !hasCode(err, 20, "IllegalOperation", "Transaction numbers are only allowed on a replica set member or mongos") {
 		t.Errorf("a transaction: want 20 IllegalOperation, got %v", err)
+	}
+
+	majorityRead := client.Database("db").Collection("c", options.Collection().SetReadConcern(readconcern.Majority()))
+	if n, err := majorityRead.CountDocuments(c, bson.D{}); err != nil || n != 2 {
+		t.Errorf("a majority read on a standalone: %d, %v", n, err)
+	}
+	linearizable := client.Database("db").Collection("c", options.Collection().SetReadConcern(readconcern.Linearizable()))
+	err = linearizable.FindOne(c, bson.D{}).Err()
+	if !hasCode(err, 123, "NotAReplicaSet", "node needs to be a replica set member to use read concern") {
+		t.Errorf("a linearizable read on a standalone: want 123, got %v", err)
 	}
 
 	err = admin.RunCommand(c, bson.D{{Key: "replSetGetStatus", Value: 1}}).Err()
