@@ -210,6 +210,25 @@ func TestPositionalOperatorUpdatesTheMatchedElement(t *testing.T) {
 		}
 	})
 
+	t.Run("the change event names the element updated", func(t *testing.T) {
+		seed()
+		cs, err := coll.Watch(c, mongo.Pipeline{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close(c)
+		if _, err := coll.UpdateOne(c, bson.D{{Key: "tags", Value: "c"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "tags.$", Value: "C"}}}}); err != nil {
+			t.Fatal(err)
+		}
+		if !cs.Next(c) {
+			t.Fatalf("no event: %v", cs.Err())
+		}
+		fields := cs.Current.Lookup("updateDescription", "updatedFields")
+		if js, _ := bson.MarshalExtJSON(bson.D{{Key: "f", Value: fields}}, false, false); string(js) != `{"f":{"tags.2":"C"}}` {
+			t.Errorf("updatedFields %s, want tags.2 (as mongod logs the resolved path)", js)
+		}
+	})
+
 	refused := []struct {
 		name   string
 		filter bson.D
