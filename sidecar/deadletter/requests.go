@@ -9,8 +9,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
-	"github.com/meilistream/meilistream/transform"
 )
 
 // Requests serves, in the process holding a job's lease, the requests of
@@ -174,7 +174,7 @@ func distinctIDs(ids []bson.RawValue) []bson.RawValue {
 	seen := make(map[string]bool, len(ids))
 	out := ids[:0]
 	for _, id := range ids {
-		if k := transform.IDKey(id); !seen[k] {
+		if k := jobdef.IDKey(id); !seen[k] {
 			seen[k] = true
 			out = append(out, id)
 		}

@@ -10,10 +10,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/sink"
-	"github.com/meilistream/meilistream/transform"
 )
 
 // Summary is what a retry of the recorded documents did.
@@ -55,7 +55,7 @@ func (r Retry) Run(ctx context.Context, p *pipe.Pipe, ids []bson.RawValue) (Summ
 		}
 		docs := make([]bson.Raw, len(chunk))
 		for i, id := range chunk {
-			docs[i] = found[transform.IDKey(id)]
+			docs[i] = found[jobdef.IDKey(id)]
 			if docs[i] == nil {
 				sum.Gone++
 			}
@@ -68,13 +68,13 @@ func (r Retry) Run(ctx context.Context, p *pipe.Pipe, ids []bson.RawValue) (Summ
 		sum.Failed += int64(len(failed))
 		badKeys := map[string]bool{}
 		for _, id := range failed {
-			badKeys[transform.IDKey(id)] = true
+			badKeys[jobdef.IDKey(id)] = true
 		}
 		f := &pipe.Flight{Batch: sink.Batch{Writes: writes}}
 		f.Durable = func(ctx context.Context, f *pipe.Flight) error {
 			var ok []bson.RawValue
 			for i, w := range f.Batch.Writes {
-				if badKeys[transform.IDKey(w.SourceID)] || f.IsRefused(i) {
+				if badKeys[jobdef.IDKey(w.SourceID)] || f.IsRefused(i) {
 					continue
 				}
 				ok = append(ok, w.SourceID)
@@ -96,7 +96,7 @@ func (r Retry) Run(ctx context.Context, p *pipe.Pipe, ids []bson.RawValue) (Summ
 	return sum, nil
 }
 
-// read reads the documents of ids, by transform.IDKey of their _id (each
+// read reads the documents of ids, by jobdef.IDKey of their _id (each
 // a copy).
 func (r Retry) read(ctx context.Context, ids []bson.RawValue) (map[string]bson.Raw, error) {
 	in := make(bson.A, len(ids))
@@ -110,7 +110,7 @@ func (r Retry) read(ctx context.Context, ids []bson.RawValue) (map[string]bson.R
 	found := map[string]bson.Raw{}
 	for cur.Next(ctx) {
 		d := append(bson.Raw(nil), cur.Current...)
-		found[transform.IDKey(d.Lookup("_id"))] = d
+		found[jobdef.IDKey(d.Lookup("_id"))] = d
 	}
 	err = cur.Err()
 	cur.Close(ctx)

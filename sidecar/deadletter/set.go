@@ -6,10 +6,10 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/sink"
-	"github.com/meilistream/meilistream/transform"
 )
 
 // Gauge is what a Set reports its size to, the job's dead-letter gauge
@@ -22,7 +22,7 @@ type Gauge interface {
 // the job runs so that a later successful write of one clears its record
 // (the record must not outlive the error) and the dead-letter gauge stays
 // current. Documents are one by MongoDB's identity of _ids
-// (transform.IDKey). Safe for concurrent use; a nil *Set does nothing.
+// (jobdef.IDKey). Safe for concurrent use; a nil *Set does nothing.
 type Set struct {
 	store *jobstate.Store
 	job   string
@@ -43,7 +43,7 @@ func Load(ctx context.Context, store *jobstate.Store, job string, gauge Gauge) (
 	}
 	s := &Set{store: store, job: job, gauge: gauge, m: make(map[string]bool, len(ids))}
 	for _, id := range ids {
-		s.m[transform.IDKey(id)] = true
+		s.m[jobdef.IDKey(id)] = true
 	}
 	s.show(int64(len(s.m)))
 	return s, nil
@@ -75,7 +75,7 @@ func (s *Set) Add(id bson.RawValue) {
 		return
 	}
 	s.mu.Lock()
-	s.m[transform.IDKey(id)] = true
+	s.m[jobdef.IDKey(id)] = true
 	n := len(s.m)
 	s.mu.Unlock()
 	s.show(int64(n))
@@ -86,7 +86,7 @@ func (s *Set) Has(id bson.RawValue) bool {
 	if s == nil {
 		return false
 	}
-	k := transform.IDKey(id)
+	k := jobdef.IDKey(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.m[k]
@@ -106,13 +106,13 @@ func (s *Set) Candidates(writes []sink.Write, failed []bson.RawValue) []int {
 	}
 	var out []int
 	for i := range writes {
-		k := transform.IDKey(writes[i].SourceID)
+		k := jobdef.IDKey(writes[i].SourceID)
 		if !s.m[k] {
 			continue
 		}
 		isBad := false
 		for _, id := range failed {
-			if transform.IDKey(id) == k {
+			if jobdef.IDKey(id) == k {
 				isBad = true
 				break
 			}
@@ -141,7 +141,7 @@ func (s *Set) Cleared(ctx context.Context, f *pipe.Flight, positions []int) erro
 	}
 	s.mu.Lock()
 	for _, id := range ids {
-		delete(s.m, transform.IDKey(id))
+		delete(s.m, jobdef.IDKey(id))
 	}
 	n := len(s.m)
 	s.mu.Unlock()
@@ -177,7 +177,7 @@ func (s *Set) ClearOthers(ctx context.Context) error {
 	var stale []bson.RawValue
 	s.mu.Lock()
 	for _, id := range ids {
-		if !s.m[transform.IDKey(id)] {
+		if !s.m[jobdef.IDKey(id)] {
 			stale = append(stale, id)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/lookup"
 	"github.com/meilistream/meilistream/sidecar/prepare"
@@ -31,10 +32,10 @@ import (
 // flushInterval, onHistoryLost, onDocumentError) default to the transform
 // package's, which its option table documents.
 const (
-	DefaultBatchSize        = transform.DefaultBatchSize
-	DefaultFlushInterval    = transform.DefaultFlushInterval
-	DefaultOnHistoryLost    = transform.DefaultOnHistoryLost
-	DefaultOnDocumentError  = transform.DefaultOnDocumentError
+	DefaultBatchSize        = jobdef.DefaultBatchSize
+	DefaultFlushInterval    = jobdef.DefaultFlushInterval
+	DefaultOnHistoryLost    = jobdef.DefaultOnHistoryLost
+	DefaultOnDocumentError  = jobdef.DefaultOnDocumentError
 	DefaultPageSize         = 2000
 	DefaultPositionInterval = 60 * time.Second
 	DefaultMaxInFlight      = 4
@@ -349,7 +350,7 @@ func (e *Engine) plan(ctx context.Context, job *transform.Job, l Lease, force, l
 			// file's bytes): no reason to rebuild anything.
 			log.Info("the position was recorded by an earlier release with the hash of the file's bytes, which is this transform's: recording its token hash, no reindex",
 				"recorded_hash", short(pos.Hash), "hash", short(job.Hash))
-			if err := e.store.RecordHash(ctx, job, l); err != nil {
+			if err := e.store.RecordHash(ctx, &job.Job, l); err != nil {
 				return plan, err
 			}
 			pos.Hash = job.Hash
@@ -395,22 +396,22 @@ func legacyOf(job *transform.Job, h string) bool {
 // definition (index uid, options) or a changed transform file, and that an
 // index (or replica collection) the job no longer writes is left in place.
 func (e *Engine) logWhyReindex(job *transform.Job, pos *jobstate.Position, log hclog.Logger) {
-	changes := jobstate.DefinitionChanges(pos.Definition, job)
-	if len(changes) == 0 && pos.Destination != "" && pos.Destination != jobstate.Destination(job) {
-		changes = []string{fmt.Sprintf("destination %q, was %q", jobstate.Destination(job), pos.Destination)}
+	changes := jobstate.DefinitionChanges(pos.Definition, &job.Job)
+	if len(changes) == 0 && pos.Destination != "" && pos.Destination != jobstate.Destination(&job.Job) {
+		changes = []string{fmt.Sprintf("destination %q, was %q", jobstate.Destination(&job.Job), pos.Destination)}
 	}
 	if len(changes) == 0 {
 		log.Info("transform changed since the position was recorded: reindexing", "recorded_hash", short(pos.Hash), "hash", short(job.Hash))
 		return
 	}
 	args := []any{"changes", strings.Join(changes, "; "), "recorded_hash", short(pos.Hash), "hash", short(job.Hash)}
-	if pos.Destination != "" && pos.Destination != jobstate.Destination(job) {
+	if pos.Destination != "" && pos.Destination != jobstate.Destination(&job.Job) {
 		what := "index"
-		if job.Kind == transform.Mirror {
+		if job.Kind == jobdef.Mirror {
 			what = "replica collection"
 		}
 		log.Info(fmt.Sprintf("job definition changed (%s): reindexing into %s %s; the old %s %s is left in place for you to delete when no longer needed",
-			strings.Join(changes, "; "), what, jobstate.Destination(job), what, pos.Destination), args...)
+			strings.Join(changes, "; "), what, jobstate.Destination(&job.Job), what, pos.Destination), args...)
 		return
 	}
 	log.Info(fmt.Sprintf("job definition changed (%s): reindexing", strings.Join(changes, "; ")), args...)
@@ -553,9 +554,9 @@ func short(h string) string {
 
 // keyOf is the identity of a source _id: equal for two _ids exactly when
 // MongoDB holds them as one (numbers by value across types:
-// transform.IDKey). Changes coalesce on it, a reindex's window drops rows
+// jobdef.IDKey). Changes coalesce on it, a reindex's window drops rows
 // by it, and ids read back from a destination compare by it.
-func keyOf(id bson.RawValue) string { return transform.IDKey(id) }
+func keyOf(id bson.RawValue) string { return jobdef.IDKey(id) }
 
 // lookupBounds are what a lookup may read (a test narrows them).
 var lookupBounds lookup.Bounds
@@ -563,7 +564,7 @@ var lookupBounds lookup.Bounds
 // lookups resolves job's lookups for items (nil when the job declares
 // none), setting the LookupErr of an item whose lookups match more than a
 // document may hold.
-func (e *Engine) lookups(ctx context.Context, jc jobConfig, items []prepare.Item) ([]transform.LookupResults, error) {
+func (e *Engine) lookups(ctx context.Context, jc jobConfig, items []prepare.Item) ([]jobdef.LookupResults, error) {
 	if len(jc.job.Lookups) == 0 {
 		return nil, nil
 	}

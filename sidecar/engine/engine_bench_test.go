@@ -9,6 +9,7 @@ import (
 
 	"github.com/meilistream/meilistream/bench/articles"
 	"github.com/meilistream/meilistream/internal/testutil"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
@@ -62,7 +63,7 @@ func (s *encodeSink) Keys(context.Context, func([]bson.RawValue) error) error   
 func (s *encodeSink) Stage(context.Context, bool) (sink.Staged, error)              { return nil, sink.ErrNoStage }
 
 // encodeUpserts renders the upserts of writes into buf as one JSON array,
-// as the Meilisearch sink encodes a batch (transform.AppendJSON of each
+// as the Meilisearch sink encodes a batch (jobdef.AppendJSON of each
 // document, into a buffer it reuses).
 func encodeUpserts(buf []byte, writes []sink.Write) []byte {
 	buf = append(buf[:0], '[')
@@ -73,7 +74,7 @@ func encodeUpserts(buf []byte, writes []sink.Write) []byte {
 		if len(buf) > 1 {
 			buf = append(buf, ',')
 		}
-		buf, _ = transform.AppendJSON(buf, writes[i].Doc)
+		buf, _ = jobdef.AppendJSON(buf, writes[i].Doc)
 	}
 	return append(buf, ']')
 }

@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/lookup"
@@ -166,7 +167,7 @@ type follower struct {
 	// reader sending the dependents again. fanPending counts the fan-out
 	// tasks not yet durable (the follow loop adds them, the pipe's wait
 	// stage ends them); no position is recorded while it is above zero.
-	deps         []transform.Dependency
+	deps         []jobdef.Dependency
 	relatedColls map[string]bool
 	related      lookup.Related
 	relatedN     int
@@ -241,7 +242,7 @@ func (f *follower) fanChain() *watermark.Chain {
 // transient errors; stream.ErrHistoryLost when the history no longer holds f.tok.
 func (f *follower) open(ctx context.Context) error {
 	for {
-		cs, err := stream.Open(ctx, f.e.source, f.jc.job, f.e.stateName, f.tok, f.large.Options()...)
+		cs, err := stream.Open(ctx, f.e.source, &f.jc.job.Job, f.e.stateName, f.tok, f.large.Options()...)
 		if f.large.Unsplit(err) {
 			// A server before 7.0 and 6.0.9: events over 16 MB are read
 			// by a lean stream instead.
@@ -727,7 +728,7 @@ func (f *follower) invalidated(ctx context.Context, op string) error {
 	f.log.Warn("collection invalidated: stopping; the next run reindexes", "event", op)
 	if o, ok := f.p.Live().(sink.DDLObserver); ok {
 		o.OnDDL(ctx, op) // never applied to a replica (mirror jobs)
-	} else if f.jc.job.Kind == transform.Mirror {
+	} else if f.jc.job.Kind == jobdef.Mirror {
 		f.e.observeDDL(name, op)
 	}
 	if f.snap != nil {

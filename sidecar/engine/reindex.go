@@ -203,7 +203,7 @@ func (f *follower) finish(tok bson.Raw, wall time.Time) error {
 			tok, wall = f.lastRecorded, f.lastWall
 			f.recMu.Unlock()
 		}
-		if err := e.store.RecordNewPosition(ctx, jc.job, l, tok, wall); err != nil {
+		if err := e.store.RecordNewPosition(ctx, &jc.job.Job, l, tok, wall); err != nil {
 			return err
 		}
 		if err := e.store.DeleteCheckpoint(ctx, jc.job.Name, l); err != nil {

@@ -5,7 +5,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/meilistream/meilistream/transform"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
 // A related change (a document of a collection the job looks up, or a
@@ -21,7 +21,7 @@ import (
 const maxFanKeys = 10000
 
 // Related gathers, per dependency field of the job's documents, the values
-// related changes make their dependents hold (by transform.IDKey, so a
+// related changes make their dependents hold (by jobdef.IDKey, so a
 // value is queried once).
 type Related map[string]map[string]bson.RawValue
 
@@ -29,7 +29,7 @@ type Related map[string]map[string]bson.RawValue
 // dependencies on coll, and returns how many are new: doc is the changed
 // document (its new version, nil for a delete), before its previous
 // version when the stream has it, id its _id.
-func (rk Related) Add(deps []transform.Dependency, coll string, doc, before bson.Raw, id bson.RawValue) int {
+func (rk Related) Add(deps []jobdef.Dependency, coll string, doc, before bson.Raw, id bson.RawValue) int {
 	n := 0
 	for _, d := range deps {
 		if d.Collection != coll {
@@ -41,10 +41,10 @@ func (rk Related) Add(deps []transform.Dependency, coll string, doc, before bson
 			vals = []bson.RawValue{id}
 		default:
 			if doc != nil {
-				vals = append(vals, transform.Values(doc, d.Key)...)
+				vals = append(vals, jobdef.Values(doc, d.Key)...)
 			}
 			if before != nil {
-				vals = append(vals, transform.Values(before, d.Key)...)
+				vals = append(vals, jobdef.Values(before, d.Key)...)
 			}
 		}
 		for _, v := range vals {
@@ -56,7 +56,7 @@ func (rk Related) Add(deps []transform.Dependency, coll string, doc, before bson
 				m = map[string]bson.RawValue{}
 				rk[d.Field] = m
 			}
-			k := transform.IDKey(v)
+			k := jobdef.IDKey(v)
 			if _, seen := m[k]; !seen {
 				m[k] = bson.RawValue{Type: v.Type, Value: append([]byte(nil), v.Value...)}
 				n++

@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -64,16 +65,16 @@ type Resolver struct {
 // document may hold (NOT_A_DOCUMENT: the document fails alone, its results
 // are nil). Both are nil when the job declares no lookups. err is a read
 // that kept failing (FAILED) or the end of ctx.
-func (r *Resolver) Resolve(ctx context.Context, job *transform.Job, docs []bson.Raw) (out []transform.LookupResults, failed []error, err error) {
+func (r *Resolver) Resolve(ctx context.Context, job *transform.Job, docs []bson.Raw) (out []jobdef.LookupResults, failed []error, err error) {
 	if len(job.Lookups) == 0 {
 		return nil, nil, nil
 	}
 	b := &batch{docs: docs, failed: make([]error, len(docs)), bounds: r.Bounds.withDefaults()}
-	out = make([]transform.LookupResults, len(docs))
+	out = make([]jobdef.LookupResults, len(docs))
 	var idx []int
 	for i := range docs {
 		if docs[i] != nil {
-			out[i] = make(transform.LookupResults, len(job.Lookups))
+			out[i] = make(jobdef.LookupResults, len(job.Lookups))
 			idx = append(idx, i)
 		}
 	}
@@ -114,7 +115,7 @@ type batch struct {
 // resolveLookup resolves lookup li (l) for the documents at idx into out,
 // halving idx while the matches of the whole would be more than
 // b.bounds.Batch.
-func (r *Resolver) resolveLookup(ctx context.Context, job *transform.Job, li int, l transform.Lookup, b *batch, idx []int, out []transform.LookupResults) error {
+func (r *Resolver) resolveLookup(ctx context.Context, job *transform.Job, li int, l jobdef.Lookup, b *batch, idx []int, out []jobdef.LookupResults) error {
 	if len(idx) == 0 {
 		return nil
 	}
@@ -170,7 +171,7 @@ var errLookupTooLarge = errors.New("lookup read too large")
 // lookupForeign reads the documents of l.From that match any key of the
 // documents at idx, in _id order; errLookupTooLarge when they pass the
 // batch's bound.
-func (r *Resolver) lookupForeign(ctx context.Context, l transform.Lookup, b *batch, idx []int) ([]bson.Raw, error) {
+func (r *Resolver) lookupForeign(ctx context.Context, l jobdef.Lookup, b *batch, idx []int) ([]bson.Raw, error) {
 	seen := map[string]bool{}
 	var keys []bson.RawValue
 	for _, i := range idx {
@@ -181,7 +182,7 @@ func (r *Resolver) lookupForeign(ctx context.Context, l transform.Lookup, b *bat
 			if k.Type == bson.TypeArray {
 				continue // its elements are keys too
 			}
-			if id := transform.IDKey(k); !seen[id] {
+			if id := jobdef.IDKey(k); !seen[id] {
 				seen[id] = true
 				keys = append(keys, k)
 			}
@@ -227,6 +228,6 @@ func (r *Resolver) lookupForeign(ctx context.Context, l transform.Lookup, b *bat
 // a lookup read in several queries come out in one order).
 func sortByID(docs []bson.Raw) {
 	sort.SliceStable(docs, func(a, b int) bool {
-		return transform.IDKey(docs[a].Lookup("_id")) < transform.IDKey(docs[b].Lookup("_id"))
+		return jobdef.IDKey(docs[a].Lookup("_id")) < jobdef.IDKey(docs[b].Lookup("_id"))
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -19,7 +20,7 @@ import (
 type Item struct {
 	Doc bson.Raw      // the full document; nil: delete
 	ID  bson.RawValue // its _id
-	Key string        // transform.IDKey(ID), when the caller computed it
+	Key string        // jobdef.IDKey(ID), when the caller computed it
 	Op  transform.Operation
 	Upd bson.Raw // updateDescription, or nil
 	// LookupErr: its lookups matched more than a document may hold
@@ -64,7 +65,7 @@ func IDString(id bson.RawValue) string {
 // when deleteSkipped (follow, in place), else it is dropped from the writes.
 // Per-document errors are returned apart (their writes are deletes when
 // deleteSkipped: the document is left out of the destination).
-func Transform(ctx context.Context, job *transform.Job, items []Item, lookups []transform.LookupResults, deleteSkipped bool) (writes []sink.Write, skipped int, bad []DocError, err error) {
+func Transform(ctx context.Context, job *transform.Job, items []Item, lookups []jobdef.LookupResults, deleteSkipped bool) (writes []sink.Write, skipped int, bad []DocError, err error) {
 	n := len(items)
 	res := make([]sink.Write, n)
 	kind := make([]byte, n) // 0 write, 1 skipped, 2 error
@@ -91,7 +92,7 @@ func Transform(ctx context.Context, job *transform.Job, items []Item, lookups []
 			// other into one buffer (grown as needed: what was written
 			// before stays where it is), by one series of calls.
 			var buf []byte
-			if job.Kind == transform.Search {
+			if job.Kind == jobdef.Search {
 				buf = make([]byte, 0, (hi-lo)*docBytes)
 			}
 			in := make([]transform.Input, 0, hi-lo)
@@ -105,7 +106,7 @@ func Transform(ctx context.Context, job *transform.Job, items []Item, lookups []
 					kind[i], errsAt[i] = 2, it.LookupErr
 					res[i] = sink.Write{SourceID: it.ID, Delete: true}
 				default:
-					var lk transform.LookupResults
+					var lk jobdef.LookupResults
 					if lookups != nil {
 						lk = lookups[i]
 					}
@@ -126,7 +127,7 @@ func Transform(ctx context.Context, job *transform.Job, items []Item, lookups []
 					kind[i] = 1
 					res[i] = sink.Write{SourceID: it.ID, Delete: true}
 				case err == nil:
-					if job.Kind == transform.Mirror {
+					if job.Kind == jobdef.Mirror {
 						res[i] = sink.Write{SourceID: it.ID, Doc: r.Raw}
 					} else {
 						res[i] = sink.Write{SourceID: it.ID, Doc: json.RawMessage(r.JSON)}

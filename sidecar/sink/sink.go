@@ -23,7 +23,7 @@ type Write struct {
 	// destination holds for SourceID.
 	Delete bool
 	// Doc is the document to write: the transform's Result.JSON (as a
-	// json.RawMessage; any value transform.AppendJSON takes will do) for
+	// json.RawMessage; any value jobdef.AppendJSON takes will do) for
 	// Meilisearch, its Result.Raw (bson.Raw, _id included) for a mirror.
 	// Nil when Delete.
 	Doc any

@@ -17,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/stream"
 	"github.com/meilistream/meilistream/transform"
@@ -59,7 +60,7 @@ type Chain struct {
 	seq    int
 	chunks map[string]*Chunk // registered under their mark, not yet taken
 
-	// Changed is the follow loop's: the keys (transform.IDKey) the stream
+	// Changed is the follow loop's: the keys (jobdef.IDKey) the stream
 	// changed since this chain's last mark.
 	Changed map[string]bool
 }
@@ -248,7 +249,7 @@ func (c *Chain) find(ctx context.Context, filter bson.D, n int) ([]prepare.Item,
 // sees the same document either way.
 func chunkFind(job *transform.Job, n int) *options.FindOptionsBuilder {
 	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(n)).SetBatchSize(int32(n))
-	if p := stream.Projection(job); p != nil {
+	if p := stream.Projection(&job.Job); p != nil {
 		opts.SetProjection(p)
 	}
 	return opts
@@ -292,11 +293,11 @@ func (c *Chain) readIDs(ctx context.Context, ids []bson.RawValue) (*Chunk, error
 		if err == nil {
 			found := make(map[string]bool, len(items))
 			for _, it := range items {
-				found[transform.IDKey(it.ID)] = true
+				found[jobdef.IDKey(it.ID)] = true
 			}
 			ch := &Chunk{Items: items, N: len(items), Final: true}
 			for _, id := range ids {
-				if !found[transform.IDKey(id)] {
+				if !found[jobdef.IDKey(id)] {
 					ch.Gone = append(ch.Gone, id)
 				}
 			}
@@ -320,7 +321,7 @@ func (c *Chain) readIDs(ctx context.Context, ids []bson.RawValue) (*Chunk, error
 func (c *Chain) findAll(ctx context.Context, filter bson.D) ([]prepare.Item, error) {
 	// Trimmed to the job's fields, as the stream's documents are.
 	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}})
-	if p := stream.Projection(c.src.Job); p != nil {
+	if p := stream.Projection(&c.src.Job.Job); p != nil {
 		opts.SetProjection(p)
 	}
 	cur, err := c.coll.Find(ctx, filter, opts)

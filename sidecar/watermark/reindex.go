@@ -12,13 +12,13 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
-	"github.com/meilistream/meilistream/transform"
 )
 
 // Observer is what a reindex reports to (engine.Observer has it).
@@ -83,7 +83,7 @@ type Reindex struct {
 // stages afresh and records a fresh checkpoint.
 func Start(ctx context.Context, src Source, o Options, cp *jobstate.Checkpoint) (*Reindex, error) {
 	job, log := src.Job, src.Log
-	inPlace := job.Reindex == "inplace" || job.Kind == transform.Mirror
+	inPlace := job.Reindex == "inplace" || job.Kind == jobdef.Mirror
 	s := &Reindex{
 		Chain:   newChain(src, "reindex"),
 		opts:    o,
@@ -110,7 +110,7 @@ func Start(ctx context.Context, src Source, o Options, cp *jobstate.Checkpoint) 
 		default:
 			s.staged, s.resumed, s.cp, s.prev = staged, true, cp, cp.Count
 			if cp.Destination == "" {
-				cp.Destination = jobstate.Destination(job) // rewritten with the next checkpoint
+				cp.Destination = jobstate.Destination(&job.Job) // rewritten with the next checkpoint
 			}
 		}
 	}
@@ -121,7 +121,7 @@ func Start(ctx context.Context, src Source, o Options, cp *jobstate.Checkpoint) 
 			return nil, errs.Wrap(errs.Failed, job.Name, err, "stage the reindex")
 		}
 		s.staged = staged
-		s.cp = &jobstate.Checkpoint{StartedAt: time.Now(), Hash: job.Hash, InPlace: inPlace, Destination: jobstate.Destination(job)}
+		s.cp = &jobstate.Checkpoint{StartedAt: time.Now(), Hash: job.Hash, InPlace: inPlace, Destination: jobstate.Destination(&job.Job)}
 		if err := o.Store.WriteCheckpoint(ctx, job.Name, o.Lease, s.cp); err != nil {
 			return nil, err
 		}
@@ -170,7 +170,7 @@ func (s *Reindex) discardAbandoned(ctx context.Context, cp *jobstate.Checkpoint)
 	if cp == nil || cp.InPlace || !ok {
 		return
 	}
-	dest := jobstate.Destination(job)
+	dest := jobstate.Destination(&job.Job)
 	was := cp.Destination
 	if was == "" {
 		was = dest
@@ -335,14 +335,14 @@ func (s *Reindex) absent(ctx context.Context, ids []bson.RawValue) ([]bson.RawVa
 	defer cur.Close(ctx)
 	have := make(map[string]bool, len(ids))
 	for cur.Next(ctx) {
-		have[transform.IDKey(cur.Current.Lookup("_id"))] = true
+		have[jobdef.IDKey(cur.Current.Lookup("_id"))] = true
 	}
 	if err := cur.Err(); err != nil {
 		return nil, err
 	}
 	var gone []bson.RawValue
 	for _, id := range ids {
-		if !have[transform.IDKey(id)] {
+		if !have[jobdef.IDKey(id)] {
 			gone = append(gone, bson.RawValue{Type: id.Type, Value: append([]byte(nil), id.Value...)})
 		}
 	}

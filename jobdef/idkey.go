@@ -1,4 +1,4 @@
-package transform
+package jobdef
 
 import (
 	"encoding/binary"
@@ -102,7 +102,7 @@ func appendIDKey(b []byte, t bsoncore.Type, data []byte, depth int) []byte {
 		if !ok {
 			return raw()
 		}
-		return appendNumberKey(b, decimalText(bson.NewDecimal128(h, l)))
+		return appendNumberKey(b, DecimalText(bson.NewDecimal128(h, l)))
 	case bsoncore.TypeString, bsoncore.TypeSymbol:
 		s, rest, ok := bsoncore.ReadString(data)
 		if !ok || len(rest) != 0 {
@@ -119,7 +119,7 @@ func appendIDKey(b []byte, t bsoncore.Type, data []byte, depth int) []byte {
 			kind, withKeys = keyArray, false
 		}
 		out := append(b, kind)
-		err := eachElement(data, func(key string, ev bsoncore.Value) error {
+		err := EachElement(data, func(key string, ev bsoncore.Value) error {
 			if withKeys {
 				out = appendLenBytes(out, []byte(key))
 			}
@@ -253,7 +253,9 @@ func doubleText(f float64) string {
 // is not canonical and, as IEEE 754-2008 says, is zero.
 var maxDecimalCoefficient = new(big.Int).Exp(big.NewInt(10), big.NewInt(34), nil)
 
-func decimalText(d bson.Decimal128) string {
+// DecimalText is the exact decimal text of d, one text for one number
+// (so two Decimal128 values are equal exactly when their texts are).
+func DecimalText(d bson.Decimal128) string {
 	if d.IsNaN() {
 		return "NaN"
 	}

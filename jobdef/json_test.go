@@ -1,4 +1,4 @@
-package transform
+package jobdef
 
 import (
 	"bytes"
@@ -53,7 +53,7 @@ func TestAppendJSONStringEscapesAtEveryPosition(t *testing.T) {
 				if err := enc.Encode(s); err != nil {
 					t.Fatal(err)
 				}
-				if got, w := appendJSONString(nil, s), bytes.TrimSuffix(want.Bytes(), []byte("\n")); !bytes.Equal(got, w) {
+				if got, w := AppendJSONString(nil, s), bytes.TrimSuffix(want.Bytes(), []byte("\n")); !bytes.Equal(got, w) {
 					t.Fatalf("%q:\n got %s\nwant %s", s, got, w)
 				}
 			}

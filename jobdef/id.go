@@ -1,4 +1,4 @@
-package transform
+package jobdef
 
 import (
 	"encoding/base64"
@@ -7,9 +7,10 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/meilistream/meilistream/internal/errs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+
+	"github.com/meilistream/meilistream/internal/errs"
 )
 
 // MaxIndexIDLen is the longest string id Meilisearch accepts, in bytes:
@@ -72,7 +73,7 @@ func IndexID(id bson.RawValue) (any, error) {
 		if !ok {
 			return nil, errs.New(errs.NotADocument, "", "_id: malformed double")
 		}
-		if f == math.Trunc(f) && math.Abs(f) <= maxSafe {
+		if f == math.Trunc(f) && math.Abs(f) <= MaxSafeInteger {
 			return int64(f), nil
 		}
 	case bson.TypeString:
@@ -96,12 +97,12 @@ func IndexID(id bson.RawValue) (any, error) {
 	return s, nil
 }
 
-// maxSafe is 2^53, the largest magnitude up to which every integer is a
-// double (and a JavaScript number) exactly.
-const maxSafe = 1 << 53
+// MaxSafeInteger is 2^53, the largest magnitude up to which every integer
+// is a double (and a JavaScript number) exactly.
+const MaxSafeInteger = 1 << 53
 
 func stringID(s string) (any, error) {
-	if len(s) >= 1 && len(s) <= MaxIndexIDLen && inAlphabet(s) {
+	if len(s) >= 1 && len(s) <= MaxIndexIDLen && InIDAlphabet(s) {
 		if s[0] != '_' && !isDecimal(s) && !isOIDHex(s) {
 			return s, nil
 		}
@@ -116,8 +117,8 @@ func stringID(s string) (any, error) {
 	return e, nil
 }
 
-// inAlphabet reports whether s only holds Meilisearch id characters.
-func inAlphabet(s string) bool {
+// InIDAlphabet reports whether s only holds Meilisearch id characters.
+func InIDAlphabet(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
@@ -186,7 +187,7 @@ func ParseIndexID(id any) (bson.RawValue, error) {
 		}
 		return intRaw(int64(v)), nil
 	case float64:
-		if v != math.Trunc(v) || math.Abs(v) > maxSafe {
+		if v != math.Trunc(v) || math.Abs(v) > MaxSafeInteger {
 			return bson.RawValue{}, errs.New(errs.NotADocument, "", "id %v is not an id meilistream writes", v)
 		}
 		return intRaw(int64(v)), nil
@@ -205,7 +206,7 @@ func parseStringID(s string) (bson.RawValue, error) {
 	bad := func() (bson.RawValue, error) {
 		return bson.RawValue{}, errs.New(errs.NotADocument, "", "id %q is not an id meilistream writes", clipText(s, maxKeyText))
 	}
-	if s == "" || len(s) > MaxIndexIDLen || !inAlphabet(s) {
+	if s == "" || len(s) > MaxIndexIDLen || !InIDAlphabet(s) {
 		return bad()
 	}
 	switch {

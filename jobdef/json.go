@@ -1,12 +1,10 @@
-package transform
+package jobdef
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"math"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 )
 
@@ -23,7 +21,7 @@ func AppendJSON(b []byte, v any) ([]byte, error) {
 	case json.RawMessage:
 		return append(b, x...), nil
 	case string:
-		return appendJSONString(b, x), nil
+		return AppendJSONString(b, x), nil
 	case map[string]any:
 		b = append(b, '{')
 		first := true
@@ -32,7 +30,7 @@ func AppendJSON(b []byte, v any) ([]byte, error) {
 				b = append(b, ',')
 			}
 			first = false
-			b = appendJSONString(b, k)
+			b = AppendJSONString(b, k)
 			b = append(b, ':')
 			var err error
 			if b, err = AppendJSON(b, e); err != nil {
@@ -59,7 +57,7 @@ func AppendJSON(b []byte, v any) ([]byte, error) {
 	case int32:
 		return strconv.AppendInt(b, int64(x), 10), nil
 	case float64:
-		return appendJSONFloat(b, x)
+		return AppendJSONFloat(b, x)
 	case bool:
 		return strconv.AppendBool(b, x), nil
 	case json.Number:
@@ -73,7 +71,7 @@ func AppendJSON(b []byte, v any) ([]byte, error) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, e)
+			b = AppendJSONString(b, e)
 		}
 		return append(b, ']'), nil
 	}
@@ -86,8 +84,8 @@ func AppendJSON(b []byte, v any) ([]byte, error) {
 
 var errNotFinite = errors.New("json: unsupported value: NaN or Inf")
 
-// appendJSONFloat formats like encoding/json (floatEncoder, 64 bits).
-func appendJSONFloat(b []byte, f float64) ([]byte, error) {
+// AppendJSONFloat formats like encoding/json (floatEncoder, 64 bits).
+func AppendJSONFloat(b []byte, f float64) ([]byte, error) {
 	if math.IsInf(f, 0) || math.IsNaN(f) {
 		return b, errNotFinite
 	}
@@ -129,10 +127,10 @@ func plainWord(x uint64) bool {
 	return (x|(x-swarLSB*0x20)|(q-swarLSB)&^q|(bs-swarLSB)&^bs)&swarMSB == 0
 }
 
-// appendJSONString quotes s as encoding/json does with HTML escaping off:
+// AppendJSONString quotes s as encoding/json does with HTML escaping off:
 // control characters escaped, invalid UTF-8 as U+FFFD, U+2028 and U+2029
 // escaped.
-func appendJSONString(b []byte, s string) []byte {
+func AppendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
@@ -192,43 +190,4 @@ func appendJSONString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
-}
-
-// decodeJSON reads JSON as AppendJSON's Go values: integers as int64 (or
-// uint64 beyond it), other numbers as float64, objects as map[string]any.
-// It is how Apply gives the written document as Go values.
-func decodeJSON(b []byte) (any, error) {
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
-		return nil, err
-	}
-	return numbers(v), nil
-}
-
-func numbers(v any) any {
-	switch x := v.(type) {
-	case json.Number:
-		s := string(x)
-		if !strings.ContainsAny(s, ".eE") {
-			if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-				return n
-			}
-			if n, err := strconv.ParseUint(s, 10, 64); err == nil {
-				return n
-			}
-		}
-		f, _ := strconv.ParseFloat(s, 64)
-		return f
-	case map[string]any:
-		for k, e := range x {
-			x[k] = numbers(e)
-		}
-	case []any:
-		for i, e := range x {
-			x[i] = numbers(e)
-		}
-	}
-	return v
 }

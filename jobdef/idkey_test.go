@@ -1,4 +1,4 @@
-package transform_test
+package jobdef_test
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
-	"github.com/meilistream/meilistream/transform"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
 func dec(t testing.TB, s string) bson.Decimal128 {
@@ -61,12 +61,12 @@ func TestIDKeyIsMongoDBsIdentityOfIDs(t *testing.T) {
 	owner := map[string]int{}
 	for g, group := range groups {
 		for _, v := range group {
-			k := transform.IDKey(rv(t, v))
+			k := jobdef.IDKey(rv(t, v))
 			if other, ok := owner[k]; ok && other != g {
 				t.Errorf("%#v (group %d) has the key of group %d", v, g, other)
 			}
 			owner[k] = g
-			if k0 := transform.IDKey(rv(t, group[0])); k != k0 {
+			if k0 := jobdef.IDKey(rv(t, group[0])); k != k0 {
 				t.Errorf("%#v and %#v are one _id to MongoDB, keys differ", v, group[0])
 			}
 		}
@@ -79,15 +79,15 @@ func TestIDKeyRoundTripsThroughTheIndexID(t *testing.T) {
 	for _, group := range idKeyGroups(t) {
 		for _, v := range group {
 			id := rv(t, v)
-			x, err := transform.IndexID(id)
+			x, err := jobdef.IndexID(id)
 			if err != nil {
 				continue // not an indexable _id
 			}
-			back, err := transform.ParseIndexID(x)
+			back, err := jobdef.ParseIndexID(x)
 			if err != nil {
 				t.Fatalf("%v -> %#v: %v", id, x, err)
 			}
-			if transform.IDKey(back) != transform.IDKey(id) {
+			if jobdef.IDKey(back) != jobdef.IDKey(id) {
 				t.Errorf("%v -> %#v -> %v: keys differ", id, x, back)
 			}
 		}
@@ -233,18 +233,18 @@ func FuzzIDKey(f *testing.F) {
 		if !okA || !okB {
 			return
 		}
-		ka := transform.IDKey(bson.RawValue{Type: bson.Type(ta), Value: da})
-		kb := transform.IDKey(bson.RawValue{Type: bson.Type(tb), Value: db})
+		ka := jobdef.IDKey(bson.RawValue{Type: bson.Type(ta), Value: da})
+		kb := jobdef.IDKey(bson.RawValue{Type: bson.Type(tb), Value: db})
 		if (ka == kb) != mongoEqual(a, b) {
 			t.Fatalf("%v and %v: same key %v, MongoDB equal %v", a, b, ka == kb, mongoEqual(a, b))
 		}
 		id := bson.RawValue{Type: bson.Type(ta), Value: da}
-		if x, err := transform.IndexID(id); err == nil {
-			back, err := transform.ParseIndexID(x)
+		if x, err := jobdef.IndexID(id); err == nil {
+			back, err := jobdef.ParseIndexID(x)
 			if err != nil {
 				t.Fatalf("%v -> %#v: %v", id, x, err)
 			}
-			if transform.IDKey(back) != ka {
+			if jobdef.IDKey(back) != ka {
 				t.Fatalf("%v -> %#v -> %v: key changed", id, x, back)
 			}
 		}

@@ -1,4 +1,4 @@
-package transform_test
+package jobdef_test
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/transform"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
 // rv makes a bson.RawValue of any Go value the driver marshals.
@@ -57,7 +57,7 @@ func TestIndexIDForms(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := transform.IndexID(rv(t, tc.id))
+			got, err := jobdef.IndexID(rv(t, tc.id))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -73,7 +73,7 @@ func TestOtherIDsAreEncodedBSON(t *testing.T) {
 	for _, id := range []any{1.5, math.NaN(), math.Inf(1), float64(1 << 60), dec, bson.Binary{Subtype: 4, Data: bytes.Repeat([]byte{1}, 16)},
 		bson.D{{Key: "a", Value: 1}, {Key: "b", Value: "x"}}, bson.A{1, 2}, true, nil, bson.DateTime(0), bson.MinKey{}, bson.MaxKey{},
 		bson.Timestamp{T: 1, I: 2}, bson.Regex{Pattern: "a", Options: "i"}, bson.Symbol("s"), bson.Undefined{}} {
-		got, err := transform.IndexID(rv(t, id))
+		got, err := jobdef.IndexID(rv(t, id))
 		if err != nil {
 			t.Fatalf("%v: %v", id, err)
 		}
@@ -86,7 +86,7 @@ func TestOtherIDsAreEncodedBSON(t *testing.T) {
 
 func TestAnIDTooLongForMeilisearchIsNotADocument(t *testing.T) {
 	for _, id := range []any{strings.Repeat("é", 300), strings.Repeat("_", 511), bson.D{{Key: "k", Value: strings.Repeat("x", 400)}}} {
-		_, err := transform.IndexID(rv(t, id))
+		_, err := jobdef.IndexID(rv(t, id))
 		wantErr(t, err, errs.NotADocument, "too long")
 	}
 }
@@ -114,7 +114,7 @@ func externalID(id any) string {
 }
 
 // mongoKey is what MongoDB's unique _id index compares.
-func mongoKey(v bson.RawValue) string { return transform.IDKey(v) }
+func mongoKey(v bson.RawValue) string { return jobdef.IDKey(v) }
 
 // idCorpus holds _ids that would collide under a careless mapping.
 func idCorpus(t testing.TB) []bson.RawValue {
@@ -137,7 +137,7 @@ func idCorpus(t testing.TB) []bson.RawValue {
 func TestNoTwoIDsShareAnIndexID(t *testing.T) {
 	seen := map[string]bson.RawValue{}
 	for _, id := range idCorpus(t) {
-		got, err := transform.IndexID(id)
+		got, err := jobdef.IndexID(id)
 		if err != nil {
 			t.Fatalf("%v: %v", id, err)
 		}
@@ -154,7 +154,7 @@ func TestNoTwoIDsShareAnIndexID(t *testing.T) {
 
 func TestParseIndexIDReversesIndexID(t *testing.T) {
 	for _, id := range idCorpus(t) {
-		got, err := transform.IndexID(id)
+		got, err := jobdef.IndexID(id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,7 +168,7 @@ func TestParseIndexIDReversesIndexID(t *testing.T) {
 			}
 		}
 		for _, f := range forms {
-			back, err := transform.ParseIndexID(f)
+			back, err := jobdef.ParseIndexID(f)
 			if err != nil {
 				t.Fatalf("%v -> %#v: %v", id, f, err)
 			}
@@ -181,7 +181,7 @@ func TestParseIndexIDReversesIndexID(t *testing.T) {
 
 func TestParseIndexIDRefusesWhatIndexIDNeverWrites(t *testing.T) {
 	for _, s := range []any{"", "_", "_sabc", "_s", "_x1", "_u!!", "_uYQ=", "_bAA", "007", "-0", "a b", strings.Repeat("a", 512), 1.5, true, nil, uint64(math.MaxUint64)} {
-		if got, err := transform.ParseIndexID(s); err == nil {
+		if got, err := jobdef.ParseIndexID(s); err == nil {
 			t.Errorf("%#v parsed as %v", s, got)
 		} else if errs.CodeOf(err) != errs.NotADocument {
 			t.Errorf("%#v: %v", s, err)
@@ -197,7 +197,7 @@ func FuzzIndexIDString(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		id := bson.RawValue{Type: bson.TypeString, Value: bsoncore.AppendString(nil, s)}
-		got, err := transform.IndexID(id)
+		got, err := jobdef.IndexID(id)
 		if err != nil {
 			if errs.CodeOf(err) != errs.NotADocument || !strings.Contains(err.Error(), "too long") {
 				t.Fatalf("%q: %v", s, err)
@@ -211,7 +211,7 @@ func FuzzIndexIDString(f *testing.F) {
 		if isDec(str) || isHex24(str) {
 			t.Fatalf("%q -> %q looks like a number or an ObjectId", s, str)
 		}
-		back, err := transform.ParseIndexID(str)
+		back, err := jobdef.ParseIndexID(str)
 		if err != nil || back.Type != bson.TypeString || back.StringValue() != s {
 			t.Fatalf("%q -> %q -> %v %v", s, str, back, err)
 		}
@@ -230,7 +230,7 @@ func FuzzIndexIDValue(f *testing.F) {
 			return
 		}
 		id := bson.RawValue{Type: bson.Type(typ), Value: data}
-		got, err := transform.IndexID(id)
+		got, err := jobdef.IndexID(id)
 		if err != nil {
 			if errs.CodeOf(err) != errs.NotADocument {
 				t.Fatal(err)
@@ -240,7 +240,7 @@ func FuzzIndexIDValue(f *testing.F) {
 		if s, ok := got.(string); ok && !meiliID(s) {
 			t.Fatalf("%v -> %q", id, s)
 		}
-		back, err := transform.ParseIndexID(got)
+		back, err := jobdef.ParseIndexID(got)
 		if err != nil {
 			t.Fatalf("%v -> %#v: %v", id, got, err)
 		}
