@@ -10,7 +10,7 @@
 // records through sidecar/jobstate (the set of documents with a record
 // through sidecar/deadletter), and its live figures in a status.JobStats.
 // Beside a run it keeps this process's presence record of each job and
-// applies the rule that reads them (sidecar/rollout), and a following
+// applies the rule that reads them (rollout.go), and a following
 // holder serves `meilistream retry` requests (deadletter.Requests) inside
 // the running job (retrylive.go).
 //

@@ -20,7 +20,6 @@ import (
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/lookup"
 	"github.com/meilistream/meilistream/sidecar/prepare"
-	"github.com/meilistream/meilistream/sidecar/rollout"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/sidecar/stream"
@@ -364,7 +363,7 @@ func (e *Engine) plan(ctx context.Context, job *transform.Job, l Lease, force, l
 		log.Info("no recorded position: reindexing")
 		plan.reindex = true
 	case pos.Hash != job.Hash:
-		if err := rollout.Older(ctx, e.store, job, pos, e.cfg.Process); err != nil {
+		if err := olderRule(ctx, e.store, job, pos, e.cfg.Process); err != nil {
 			return plan, err
 		}
 		if pos.PreviousHash == job.Hash {
@@ -417,8 +416,8 @@ func (e *Engine) logWhyReindex(job *transform.Job, pos *jobstate.Position, log h
 	log.Info(fmt.Sprintf("job definition changed (%s): reindexing", strings.Join(changes, "; ")), args...)
 }
 
-// Older applies the rollout rule (rollout.Older) to job as this process
-// has it, without its lease: the error wrapping rollout.ErrTransformOlder
+// Older applies the rollout rule (olderRule) to job as this process
+// has it, without its lease: the error wrapping ErrTransformOlder
 // when it must stand by for another process, nil when it may take the
 // lease (a run applies the rule again under it), another error when the
 // state could not be read. A standby asks before it takes the lease, so
@@ -431,14 +430,14 @@ func (e *Engine) Older(ctx context.Context, job *transform.Job) error {
 	if pos == nil || legacyOf(job, pos.Hash) {
 		return nil
 	}
-	return rollout.Older(ctx, e.store, job, pos, e.cfg.Process)
+	return olderRule(ctx, e.store, job, pos, e.cfg.Process)
 }
 
 // KeepPresence starts keeping this process's presence record of job (with
 // job's hash), refreshed every PresenceInterval, until the returned
 // Presence is closed: the rollout rule reads it in the other processes.
-func (e *Engine) KeepPresence(job *transform.Job) *rollout.Presence {
-	return rollout.Keep(e.store, job, e.cfg.Process, e.cfg.PresenceInterval, e.log)
+func (e *Engine) KeepPresence(job *transform.Job) *Presence {
+	return keepPresence(e.store, job, e.cfg.Process, e.cfg.PresenceInterval, e.log)
 }
 
 // leaseContext derives a context cancelled with the lease's LEASE_LOST

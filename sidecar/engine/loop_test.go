@@ -14,7 +14,6 @@ import (
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/meili"
-	"github.com/meilistream/meilistream/sidecar/rollout"
 )
 
 // engineAs is an engine of another process (its presence records are that
@@ -48,7 +47,7 @@ func TestAnOlderTransformStandsByOnlyWhileALiveProcessRunsTheNewerOne(t *testing
 	pb := e.engineAs("pod-b").KeepPresence(updated)
 	defer pb.Close()
 	until(t, "pod-a told to stand by", func() bool {
-		return errors.Is(e.engine().Older(e.ctx, old), rollout.ErrTransformOlder)
+		return errors.Is(e.engine().Older(e.ctx, old), engine.ErrTransformOlder)
 	})
 	err := e.engine().Older(e.ctx, old)
 	for _, want := range []string{"items.js (hash " + old.Hash[:12] + ") is the one replaced by the recorded transform (hash " + updated.Hash[:12], "which pod-b runs"} {
@@ -61,7 +60,7 @@ func TestAnOlderTransformStandsByOnlyWhileALiveProcessRunsTheNewerOne(t *testing
 	}
 	swaps := e.meili.Requests("POST /swap-indexes")
 	r = e.run(old, l) // as if it had taken the lease anyway
-	if err := r.wait(t); !errors.Is(err, rollout.ErrTransformOlder) {
+	if err := r.wait(t); !errors.Is(err, engine.ErrTransformOlder) {
 		t.Fatalf("a run with the older file: %v, want ErrTransformOlder", err)
 	}
 	if e.meili.Requests("POST /swap-indexes") != swaps || e.positionHash() != updated.Hash {

@@ -80,7 +80,7 @@ type Position struct {
 	// PreviousHash is the hash recorded before Hash, and HashSince the
 	// server time Hash was first recorded: during a rollout, a pod still
 	// running the previous transform must not reindex back to it while a
-	// live pod runs Hash (rollout.ErrTransformOlder).
+	// live pod runs Hash (engine.ErrTransformOlder).
 	PreviousHash string    `bson:"previousHash"`
 	HashSince    time.Time `bson:"hashSince"`
 	// Destination is the index uid (search) or replica collection (mirror)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/engine"
-	"github.com/meilistream/meilistream/sidecar/rollout"
 	"github.com/meilistream/meilistream/sidecar/status"
 )
 
@@ -78,7 +77,7 @@ type HeldLease interface {
 type JobDriver interface {
 	// Standby blocks until the job's lease is ours, waiting, with backoff,
 	// while another process holds it, or while this process must leave the
-	// job to another (an error wrapping rollout.ErrTransformOlder: a live
+	// job to another (an error wrapping engine.ErrTransformOlder: a live
 	// pod runs the newer transform): it calls held with why (the RUNNING
 	// error naming the holder, or that one) each time it waits. It returns
 	// any other failure to ask (MongoDB unreachable, credentials refused),
@@ -591,7 +590,7 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 		}
 		log.Info("lease taken, job running", "epoch", h.Epoch())
 		err = s.runHeld(ctx, j, h)
-		if !errors.Is(err, rollout.ErrTransformOlder) {
+		if !errors.Is(err, engine.ErrTransformOlder) {
 			st.waitOver()
 		}
 		st.setState(StateStopping)
@@ -605,7 +604,7 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 			return
 		}
 		switch code := errs.CodeOf(err); {
-		case errors.Is(err, rollout.ErrTransformOlder):
+		case errors.Is(err, engine.ErrTransformOlder):
 			// No failure: a live process runs the newer transform, and
 			// took the lease meanwhile or will. Stand by for it (the
 			// lease is released); Standby asks again before it takes
@@ -677,11 +676,11 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 
 // standingBy shows a job standing by: for the lease another process holds
 // (why is RUNNING), or for a process with a newer transform (why wraps
-// rollout.ErrTransformOlder: not an error, nothing counted). Each is logged
+// engine.ErrTransformOlder: not an error, nothing counted). Each is logged
 // once, not at every poll.
 func (s *Supervisor) standingBy(log hclog.Logger, st *SupervisedJob, pres Presence, why error) {
 	reason := ""
-	if errors.Is(why, rollout.ErrTransformOlder) {
+	if errors.Is(why, engine.ErrTransformOlder) {
 		reason = olderReason(why)
 	}
 	if pres != nil {
@@ -697,7 +696,7 @@ func (s *Supervisor) standingBy(log hclog.Logger, st *SupervisedJob, pres Presen
 	log.Info("lease held by another process; standing by", "lease", why.Error())
 }
 
-// olderReason is what an error wrapping rollout.ErrTransformOlder says, as
+// olderReason is what an error wrapping engine.ErrTransformOlder says, as
 // /status shows it: the message of the engine's *errs.Error around it,
 // without the sentinel's text.
 func olderReason(err error) string {

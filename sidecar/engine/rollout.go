@@ -1,4 +1,4 @@
-package rollout
+package engine
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 )
 
 // ErrTransformOlder is the cause of the error of a job's run (and of
-// engine.Older) when this process's transform is the one the recorded
+// Engine.Older) when this process's transform is the one the recorded
 // transform replaced and another live process runs the recorded one:
 // during a rollout, a pod that still has the old file must not reindex the
 // job back to the old output. It is no failure: the supervisor stands the
@@ -22,7 +22,7 @@ import (
 // honoured at once).
 var ErrTransformOlder = errors.New("transform older than the one recorded")
 
-// Older applies the rollout rule to job, whose position pos records: when
+// olderRule applies the rollout rule to job, whose position pos records: when
 // job's hash is the one the recorded hash replaced (this process has the
 // file the recorded transform replaced) and another live process (not
 // process, this one) runs the recorded transform (a pod already updated,
@@ -31,7 +31,7 @@ var ErrTransformOlder = errors.New("transform older than the one recorded")
 // single one whose file was reverted, or an operator's revert that every
 // live pod has), going back is what was asked: nil. Another error is a
 // failure to read the presence records.
-func Older(ctx context.Context, store *jobstate.Store, job *transform.Job, pos *jobstate.Position, process string) error {
+func olderRule(ctx context.Context, store *jobstate.Store, job *transform.Job, pos *jobstate.Position, process string) error {
 	if pos == nil || pos.Hash == job.Hash || pos.PreviousHash != job.Hash {
 		return nil
 	}
@@ -52,12 +52,4 @@ func Older(ctx context.Context, store *jobstate.Store, job *transform.Job, pos *
 	return errs.Wrap(errs.Failed, job.Name, ErrTransformOlder,
 		"this process's transform %s (hash %s) is the one replaced by the recorded transform (hash %s, recorded at %s), which %s runs: standing by until this file updates or no live process runs the newer one",
 		file, short(job.Hash), short(pos.Hash), pos.HashSince.UTC().Format(time.RFC3339), who)
-}
-
-// short is the start of a transform hash, as logs and messages show it.
-func short(h string) string {
-	if len(h) > 12 {
-		return h[:12]
-	}
-	return h
 }

@@ -1,4 +1,4 @@
-package rollout
+package engine
 
 import (
 	"context"
@@ -19,7 +19,7 @@ const presenceLives = 3
 // Presence keeps this process's presence record of one job in the state
 // collection (jobstate, "presence"): refreshed every interval by the
 // server's clock while the job runs here, holder or standby, and deleted
-// by Close. The rollout rule (Older) reads the other processes' records: a
+// by Close. The rollout rule (olderRule) reads the other processes' records: a
 // pod with an older transform stands by only while a live pod runs the
 // newer one.
 type Presence struct {
@@ -39,11 +39,11 @@ type Presence struct {
 	once   sync.Once
 }
 
-// Keep starts keeping the presence record of process (its lease holder
+// keepPresence starts keeping the presence record of process (its lease holder
 // identity) for job (with job's hash), refreshed every interval, until
 // Close. A failed write is tried again at the next refresh: presence is a
 // hint for other pods, never a reason to stop the job.
-func Keep(store *jobstate.Store, job *transform.Job, process string, every time.Duration, log hclog.Logger) *Presence {
+func keepPresence(store *jobstate.Store, job *transform.Job, process string, every time.Duration, log hclog.Logger) *Presence {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Presence{store: store, job: job.Name, hash: job.Hash, process: process, every: every, log: log,
 		wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
