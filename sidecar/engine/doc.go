@@ -14,9 +14,10 @@
 // holder serves `meilistream retry` requests (deadletter.Requests) inside
 // the running job (retrylive.go).
 //
-// A batch's documents are joined with what the job looks up through
-// sidecar/lookup, which also says which documents a related change sends
-// again (read in pages by watermark.Fanout), and turned into writes by
+// A batch's documents are joined with what the job looks up
+// (lookup_resolve.go), which also says which documents a related change
+// sends again (lookup_related.go; read in pages by watermark.Fanout);
+// monstache-style scripts read the source through lookup_reader.go; and turned into writes by
 // sidecar/prepare (the transform, and the updates that cannot change the
 // destination left unsent).
 //

@@ -18,7 +18,6 @@ import (
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
-	"github.com/meilistream/meilistream/sidecar/lookup"
 	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
@@ -162,7 +161,7 @@ type Engine struct {
 	obs       Observer
 	log       hclog.Logger
 	// resolver resolves the jobs' declared lookups on the prepare stage.
-	resolver *lookup.Resolver
+	resolver *lookupResolver
 	// wait sleeps before attempt (from 0) of a read or write tried again.
 	wait func(ctx context.Context, attempt int) error
 
@@ -192,7 +191,7 @@ func New(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Coll
 	}
 	store := jobstate.New(state, errorsColl, wait)
 	e := &Engine{source: source, store: store, cfg: cfg, obs: obs, log: logger, wait: wait,
-		resolver: &lookup.Resolver{Source: source, Bounds: lookupBounds, Log: logger, Wait: wait}}
+		resolver: &lookupResolver{Source: source, Bounds: lookupBounds, Log: logger, Wait: wait}}
 	if state != nil {
 		e.stateName = state.Name()
 	}
@@ -200,9 +199,9 @@ func New(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Coll
 }
 
 // Reader returns what the jobs' monstache-style transforms read the source
-// MongoDB with (lookup.NewReader), through the engine's client: pass it as
+// MongoDB with (newReader), through the engine's client: pass it as
 // transform.Options.Reader.
-func (e *Engine) Reader() transform.Reader { return lookup.NewReader(e.source.Client()) }
+func (e *Engine) Reader() transform.Reader { return newReader(e.source.Client()) }
 
 // ensureErrorIndex makes the errors collection's index at a job's start,
 // by the lease's holder, once per process. The index only makes the
@@ -558,7 +557,7 @@ func short(h string) string {
 func keyOf(id bson.RawValue) string { return jobdef.IDKey(id) }
 
 // lookupBounds are what a lookup may read (a test narrows them).
-var lookupBounds lookup.Bounds
+var lookupBounds Bounds
 
 // lookups resolves job's lookups for items (nil when the job declares
 // none), setting the LookupErr of an item whose lookups match more than a

@@ -6,7 +6,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar/lookup"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
@@ -15,7 +14,7 @@ import (
 
 // A related change (a document of a collection the job looks up, or a
 // relate's namespace) sends again the job's documents that depend on it
-// (lookup.Related says which). The follow loop gathers their values as it
+// (relatedKeys says which). The follow loop gathers their values as it
 // reads the stream, and at each flush hands them to the fan-out reader
 // (watermark.Fanout) as tasks, one query each ({field: {$in: values}}).
 // The reader reads each task's documents in pages between two marks of its
@@ -59,7 +58,7 @@ func (f *follower) addRelated(ev bson.Raw, op, coll string) error {
 		before, _ = bd.DocumentOK()
 	}
 	if f.related == nil {
-		f.related = lookup.Related{}
+		f.related = relatedKeys{}
 	}
 	f.relatedN += f.related.Add(f.deps, coll, doc, before, id)
 	f.lastTok = ev.Lookup("_id").Document()
@@ -77,7 +76,7 @@ func (f *follower) relatedAll(coll, op string) {
 }
 
 // startFanouts hands the values gathered since the last flush to the
-// fan-out reader, one task per query of dependents (lookup.Related.Filters).
+// fan-out reader, one task per query of dependents (relatedKeys.Filters).
 func (f *follower) startFanouts() {
 	if f.relatedN == 0 || f.fan == nil {
 		return

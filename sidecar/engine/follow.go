@@ -14,7 +14,6 @@ import (
 	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
-	"github.com/meilistream/meilistream/sidecar/lookup"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
@@ -169,7 +168,7 @@ type follower struct {
 	// stage ends them); no position is recorded while it is above zero.
 	deps         []jobdef.Dependency
 	relatedColls map[string]bool
-	related      lookup.Related
+	related      relatedKeys
 	relatedN     int
 	fan          *watermark.Fanout
 	fanPending   atomic.Int64

@@ -1,4 +1,4 @@
-package lookup
+package engine
 
 import (
 	"sort"
@@ -12,7 +12,7 @@ import (
 // relate's namespace) sends again the job's documents that depend on it:
 // those whose dependency field (a lookup's localField, a relate's
 // matchField) holds a value of the changed document's key field (the
-// lookup's foreignField, the relate's srcField). Related gathers those
+// lookup's foreignField, the relate's srcField). relatedKeys gathers those
 // values as the stream is read; Filters turns them into the queries of the
 // dependents, {field: {$in: values}}.
 
@@ -20,16 +20,16 @@ import (
 // is split into several queries).
 const maxFanKeys = 10000
 
-// Related gathers, per dependency field of the job's documents, the values
+// relatedKeys gathers, per dependency field of the job's documents, the values
 // related changes make their dependents hold (by jobdef.IDKey, so a
 // value is queried once).
-type Related map[string]map[string]bson.RawValue
+type relatedKeys map[string]map[string]bson.RawValue
 
 // Add notes the values the changed document of coll gives the job's
 // dependencies on coll, and returns how many are new: doc is the changed
 // document (its new version, nil for a delete), before its previous
 // version when the stream has it, id its _id.
-func (rk Related) Add(deps []jobdef.Dependency, coll string, doc, before bson.Raw, id bson.RawValue) int {
+func (rk relatedKeys) Add(deps []jobdef.Dependency, coll string, doc, before bson.Raw, id bson.RawValue) int {
 	n := 0
 	for _, d := range deps {
 		if d.Collection != coll {
@@ -68,7 +68,7 @@ func (rk Related) Add(deps []jobdef.Dependency, coll string, doc, before bson.Ra
 
 // Filters turns the gathered values into the queries of the dependents,
 // at most maxFanKeys values each, in a stable order.
-func (rk Related) Filters() []bson.D {
+func (rk relatedKeys) Filters() []bson.D {
 	fields := make([]string, 0, len(rk))
 	for f := range rk {
 		fields = append(fields, f)

@@ -1,4 +1,4 @@
-package lookup
+package engine
 
 import (
 	"context"
@@ -47,11 +47,11 @@ func (b Bounds) withDefaults() Bounds {
 	return b
 }
 
-// Resolver resolves a job's declared lookups for a batch of its documents
+// lookupResolver resolves a job's declared lookups for a batch of its documents
 // at once: for each lookup one query over the batch's keys
 // ({foreignField: {$in: keys}}, projected, in _id order), whose results
 // are matched to each document as $lookup matches them.
-type Resolver struct {
+type lookupResolver struct {
 	Source *mongo.Database // the job's database, where the lookups' collections are
 	Bounds Bounds
 	Log    hclog.Logger
@@ -65,7 +65,7 @@ type Resolver struct {
 // document may hold (NOT_A_DOCUMENT: the document fails alone, its results
 // are nil). Both are nil when the job declares no lookups. err is a read
 // that kept failing (FAILED) or the end of ctx.
-func (r *Resolver) Resolve(ctx context.Context, job *transform.Job, docs []bson.Raw) (out []jobdef.LookupResults, failed []error, err error) {
+func (r *lookupResolver) Resolve(ctx context.Context, job *transform.Job, docs []bson.Raw) (out []jobdef.LookupResults, failed []error, err error) {
 	if len(job.Lookups) == 0 {
 		return nil, nil, nil
 	}
@@ -115,7 +115,7 @@ type batch struct {
 // resolveLookup resolves lookup li (l) for the documents at idx into out,
 // halving idx while the matches of the whole would be more than
 // b.bounds.Batch.
-func (r *Resolver) resolveLookup(ctx context.Context, job *transform.Job, li int, l jobdef.Lookup, b *batch, idx []int, out []jobdef.LookupResults) error {
+func (r *lookupResolver) resolveLookup(ctx context.Context, job *transform.Job, li int, l jobdef.Lookup, b *batch, idx []int, out []jobdef.LookupResults) error {
 	if len(idx) == 0 {
 		return nil
 	}
@@ -171,7 +171,7 @@ var errLookupTooLarge = errors.New("lookup read too large")
 // lookupForeign reads the documents of l.From that match any key of the
 // documents at idx, in _id order; errLookupTooLarge when they pass the
 // batch's bound.
-func (r *Resolver) lookupForeign(ctx context.Context, l jobdef.Lookup, b *batch, idx []int) ([]bson.Raw, error) {
+func (r *lookupResolver) lookupForeign(ctx context.Context, l jobdef.Lookup, b *batch, idx []int) ([]bson.Raw, error) {
 	seen := map[string]bool{}
 	var keys []bson.RawValue
 	for _, i := range idx {

@@ -1,4 +1,4 @@
-package lookup
+package engine
 
 import (
 	"context"
@@ -14,14 +14,14 @@ import (
 	"github.com/meilistream/meilistream/transform"
 )
 
-// NewReader returns what the jobs' monstache-style transforms read the
+// newReader returns what the jobs' monstache-style transforms read the
 // source MongoDB with (their findId, findOne, find and pipe globals; pass
 // it as transform.Options.Reader). It reads through client, from the
 // primary, so that a script sees what the change it is called for already
 // sees: the change stream's events are majority-committed, and a secondary
 // may not have them yet. Every call is bounded by the context the
 // transform gives it (its call's remaining time limit).
-func NewReader(client *mongo.Client) transform.Reader {
+func newReader(client *mongo.Client) transform.Reader {
 	return &reader{client: client}
 }
 

@@ -1,4 +1,4 @@
-package lookup_test
+package engine_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/testutil"
-	"github.com/meilistream/meilistream/sidecar/lookup"
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -39,7 +39,7 @@ func readerEnv(t *testing.T) (transform.Reader, *[]bson.Raw) {
 		t.Fatal(err)
 	}
 	cmds = nil
-	return lookup.NewReader(client), &cmds
+	return engine.NewReader(client), &cmds
 }
 
 func names(t *testing.T, docs []bson.Raw) []string {
