@@ -26,7 +26,6 @@ var forbidden = map[string][]string{
 	"sidecar/stream":     {"sidecar/", "lease", "replicate", "github.com/prometheus/"}, // of this module, only transform and internal/
 	"sidecar/prepare":    {"sidecar/engine", "sidecar/lookup", "sidecar/deadletter", "sidecar/watermark", "sidecar/rollout", "sidecar/jobstate", "sidecar/pipe", "sidecar/stream", "sidecar/status", "sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate", "lease", "github.com/prometheus/"},
 	"sidecar/deadletter": {"sidecar/engine", "sidecar/lookup", "sidecar/prepare", "sidecar/watermark", "sidecar/rollout", "sidecar/stream", "sidecar/status", "sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate", "lease", "github.com/prometheus/"},
-	"sidecar/watermark":  {"sidecar/engine", "sidecar/lookup", "sidecar/rollout", "sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate", "lease", "github.com/prometheus/"},
 	"sidecar/meili":      {"replicate", "sidecar/engine", "sidecar/lookup", "sidecar/prepare", "sidecar/deadletter", "sidecar/watermark", "sidecar/rollout", "sidecar/pipe", "sidecar/supervisor", "sidecar/httpapi", "github.com/prometheus/"},
 	"replicate":          {"sidecar/meili", "sidecar/engine", "sidecar/lookup", "sidecar/prepare", "sidecar/deadletter", "sidecar/watermark", "sidecar/rollout", "sidecar/pipe", "sidecar/supervisor", "sidecar/httpapi", "github.com/prometheus/"},
 	"sidecar/supervisor": {"sidecar/httpapi", "sidecar/meili", "replicate", "github.com/prometheus/"},

@@ -22,7 +22,6 @@ import (
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/sidecar/stream"
-	"github.com/meilistream/meilistream/sidecar/watermark"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -279,7 +278,7 @@ func (e *Engine) Run(ctx context.Context, job *transform.Job, dst sink.Sink, l L
 
 // run is Run, and with force (`meilistream reindex NAME`) a reindex
 // whatever the position says, after which it stops and reports it.
-func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, force bool) (*watermark.Summary, error) {
+func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, force bool) (*Summary, error) {
 	ctx, stop := leaseContext(ctx, l)
 	defer stop()
 	log := e.log.With("job", job.Name)

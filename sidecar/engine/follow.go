@@ -19,7 +19,6 @@ import (
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/sidecar/stream"
-	"github.com/meilistream/meilistream/sidecar/watermark"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -53,7 +52,7 @@ type followPlan struct {
 // flush), the lease is lost, the history is lost (stream.ErrHistoryLost), the
 // collection is invalidated, or a non-retryable error; with plan.reindex it
 // runs a reindex interleaved with it, and reports it.
-func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, plan followPlan, log hclog.Logger) (*watermark.Summary, error) {
+func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, plan followPlan, log hclog.Logger) (*Summary, error) {
 	jc := e.jobCfg(job)
 	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, tok: plan.tok, deps: job.Dependencies(), lastRecorded: plan.tok, lastWall: plan.since}
 	f.relatedColls = map[string]bool{}
@@ -67,10 +66,10 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	}
 	defer f.reader.Close()
 
-	var snap *watermark.Reindex
+	var snap *Reindex
 	if plan.reindex {
 		var err error
-		snap, err = watermark.Start(ctx, f.source(), watermark.Options{
+		snap, err = startReindex(ctx, f.source(), reindexOptions{
 			Store: e.store, Lease: l, Dest: dst, Stats: stats, Observer: e.obs,
 			PageSize: jc.PageSize, ProgressInterval: jc.ProgressInterval,
 		}, plan.cp)
@@ -125,8 +124,8 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 
 // source is where the job's chains (the reindex's, the fan-out's) read
 // and mark.
-func (f *follower) source() watermark.Source {
-	return watermark.Source{
+func (f *follower) source() Source {
+	return Source{
 		DB: f.e.source, State: f.e.stateName, Job: f.jc.job, Log: f.log,
 		Wait:    f.e.wait,
 		Blame:   func(ctx context.Context, err error) error { return leaseOr(ctx, f.l, err) },
@@ -156,7 +155,7 @@ type follower struct {
 	changes      int64 // document changes read, not yet counted in the stats
 
 	// The running reindex, and the sweep's ids to delete at its end.
-	snap      *watermark.Reindex
+	snap      *Reindex
 	waiting   atomic.Int32 // the chains' marks written and not yet read
 	gone      map[string]bson.RawValue
 	committed bool
@@ -170,7 +169,7 @@ type follower struct {
 	relatedColls map[string]bool
 	related      relatedKeys
 	relatedN     int
-	fan          *watermark.Fanout
+	fan          *Fanout
 	fanPending   atomic.Int64
 	// relatedAllPending: a related collection went away; the next flush
 	// sends every document again.
@@ -207,8 +206,8 @@ func (f *follower) reset() {
 
 // chains are the chains whose windows are open: the reindex's, the
 // fan-out's.
-func (f *follower) chains() []*watermark.Chain {
-	var out []*watermark.Chain
+func (f *follower) chains() []*Chain {
+	var out []*Chain
 	if f.snap != nil {
 		out = append(out, f.snap.Chain)
 	}
@@ -230,7 +229,7 @@ func (f *follower) changedKey(k string) {
 }
 
 // fanChain is the fan-out reader's chain, nil without one.
-func (f *follower) fanChain() *watermark.Chain {
+func (f *follower) fanChain() *Chain {
 	if f.fan == nil {
 		return nil
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
-	"github.com/meilistream/meilistream/sidecar/watermark"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -20,7 +19,7 @@ import (
 // and retries the recorded documents under its own lease, inside the
 // running job: never beside it, because a document the retry read could
 // otherwise land after a newer version the stream wrote. The recorded ids
-// go to the fan-out reader (watermark.Fanout) as tasks of up to half a page each:
+// go to the fan-out reader (Fanout) as tasks of up to half a page each:
 // each task is read by _id between two marks of the reader's chain, and
 // at its mark the follow loop hands the page to the pipe, after the
 // changes before the mark, without the documents the stream changed in the
@@ -56,10 +55,10 @@ func (f *follower) startRetry(r *deadletter.Request) error {
 	if f.fan == nil {
 		f.startFan()
 	}
-	size := watermark.PartSize(f.jc.PageSize)
-	var tasks []*watermark.Task
+	size := PartSize(f.jc.PageSize)
+	var tasks []*Task
 	for lo := 0; lo < len(r.IDs); lo += size {
-		tasks = append(tasks, &watermark.Task{IDs: r.IDs[lo:min(lo+size, len(r.IDs))], Retry: r})
+		tasks = append(tasks, &Task{IDs: r.IDs[lo:min(lo+size, len(r.IDs))], Retry: r})
 	}
 	r.Pages(len(tasks))
 	f.fanBusy += len(tasks)
@@ -77,7 +76,7 @@ func (f *follower) startRetry(r *deadletter.Request) error {
 // the stream changed in the window, transformed again, and deletes for the
 // ids the collection no longer holds. Once durable, the records of what
 // was written are cleared and the page counted into its request.
-func (f *follower) submitRetryPage(c *watermark.Chunk, changed map[string]bool) error {
+func (f *follower) submitRetryPage(c *Chunk, changed map[string]bool) error {
 	r := c.Task.Retry
 	var items []prepare.Item
 	var superseded []bson.RawValue // the stream's to write: counted by what it did

@@ -1,4 +1,4 @@
-package watermark
+package engine
 
 import (
 	"context"
@@ -21,8 +21,8 @@ import (
 	"github.com/meilistream/meilistream/sidecar/status"
 )
 
-// Observer is what a reindex reports to (engine.Observer has it).
-type Observer interface {
+// reindexObserver is what a reindex reports to (Observer has it).
+type reindexObserver interface {
 	// ObserveReindexProgress: documents read and checkpointed so far, of
 	// the collection's estimated count.
 	ObserveReindexProgress(job string, done, estimated int64)
@@ -31,15 +31,15 @@ type Observer interface {
 	deadletter.Gauge
 }
 
-// Options are what a reindex needs beside its Source.
-type Options struct {
+// reindexOptions are what a reindex needs beside its Source.
+type reindexOptions struct {
 	Store *jobstate.Store
 	// Lease is the job's lease: the checkpoint's writes are fenced by its
 	// epoch.
 	Lease            jobstate.Fence
 	Dest             sink.Sink // staged (or resumed) for the reindex
 	Stats            *status.JobStats
-	Observer         Observer
+	Observer         reindexObserver
 	PageSize         int           // documents read ahead of the checkpoint at most
 	ProgressInterval time.Duration // how often the progress is logged and published
 }
@@ -50,7 +50,7 @@ type Options struct {
 // mark and hands to the pipe; what became durable is checkpointed.
 type Reindex struct {
 	*Chain
-	opts    Options
+	opts    reindexOptions
 	staged  sink.Staged
 	inPlace bool
 	sweep   bool
@@ -78,10 +78,10 @@ type Reindex struct {
 	progOnce  sync.Once
 }
 
-// Start prepares a reindex of the job into o.Dest: it resumes cp (a
+// startReindex prepares a reindex of the job into o.Dest: it resumes cp (a
 // checkpoint of the same transform whose staged index still exists), else
 // stages afresh and records a fresh checkpoint.
-func Start(ctx context.Context, src Source, o Options, cp *jobstate.Checkpoint) (*Reindex, error) {
+func startReindex(ctx context.Context, src Source, o reindexOptions, cp *jobstate.Checkpoint) (*Reindex, error) {
 	job, log := src.Job, src.Log
 	inPlace := job.Reindex == "inplace" || job.Kind == jobdef.Mirror
 	s := &Reindex{

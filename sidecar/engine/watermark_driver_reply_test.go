@@ -1,4 +1,4 @@
-package watermark
+package engine
 
 import (
 	"bytes"
@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meilistream/meilistream/internal/mongotest"
-	"github.com/meilistream/meilistream/internal/testutil"
-	"github.com/meilistream/meilistream/sidecar/prepare"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/meilistream/meilistream/internal/mongotest"
+	"github.com/meilistream/meilistream/internal/testutil"
+	"github.com/meilistream/meilistream/sidecar/prepare"
 )
 
 // The reindex and follow keep the documents the driver returns without
