@@ -16,10 +16,13 @@
 //
 // A batch's documents are joined with what the job looks up
 // (lookup_resolve.go), which also says which documents a related change
-// sends again (lookup_related.go; read in pages by watermark.Fanout);
-// monstache-style scripts read the source through lookup_reader.go; and turned into writes by
-// sidecar/prepare (the transform, and the updates that cannot change the
-// destination left unsent).
+// sends again (lookup_related.go; read in pages by Fanout), and turned
+// into writes on the job's transform runtimes in parallel and in order
+// (prepare.go: Item, Transform): what the transform keeps out becomes a
+// delete or no write, a document it fails on a DocError for the
+// per-document error path, and an update that cannot change what the
+// destination holds no write at all (unchanged.go). Monstache-style
+// scripts read the source through lookup_reader.go.
 //
 // It owns the defaults of its Config and declares the small interfaces it
 // needs of others: Lease (the job's lease) and Observer (its metrics). It

@@ -18,7 +18,6 @@ import (
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
-	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/sidecar/stream"
@@ -561,7 +560,7 @@ var lookupBounds Bounds
 // lookups resolves job's lookups for items (nil when the job declares
 // none), setting the LookupErr of an item whose lookups match more than a
 // document may hold.
-func (e *Engine) lookups(ctx context.Context, jc jobConfig, items []prepare.Item) ([]jobdef.LookupResults, error) {
+func (e *Engine) lookups(ctx context.Context, jc jobConfig, items []Item) ([]jobdef.LookupResults, error) {
 	if len(jc.job.Lookups) == 0 {
 		return nil, nil
 	}

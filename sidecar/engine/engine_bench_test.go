@@ -11,7 +11,6 @@ import (
 	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/pipe"
-	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -22,10 +21,10 @@ import (
 func BenchmarkEngineReindexTransformAndEncode(b *testing.B) {
 	job := testutil.ArticlesJob(b)
 	const n = 1000
-	items := make([]prepare.Item, n)
+	items := make([]Item, n)
 	for i := range items {
 		raw, _ := bson.Marshal(articles.Article(i))
-		items[i] = prepare.Item{Doc: raw, ID: bson.Raw(raw).Lookup("_id"), Op: transform.OpReindex}
+		items[i] = Item{Doc: raw, ID: bson.Raw(raw).Lookup("_id"), Op: transform.OpReindex}
 	}
 	var body []byte
 	// A context that can end, as the pipe's is: the transform watches it.
@@ -35,7 +34,7 @@ func BenchmarkEngineReindexTransformAndEncode(b *testing.B) {
 	cpu0 := testutil.CPUTime()
 	for it := 0; it < b.N; it++ {
 		for lo := 0; lo < n; lo += 500 {
-			writes, _, _, err := prepare.Transform(ctx, job, items[lo:lo+500], nil, false)
+			writes, _, _, err := Transform(ctx, job, items[lo:lo+500], nil, false)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -135,7 +134,7 @@ func (f *follower) flushNoRecord() {
 	f.reset()
 	job := f.jc.job
 	_ = f.p.Submit(&pipe.Flight{Prepare: func(ctx context.Context, fl *pipe.Flight) error {
-		w, _, _, err := prepare.Transform(ctx, job, items, nil, true)
+		w, _, _, err := Transform(ctx, job, items, nil, true)
 		fl.Batch = sink.Batch{Writes: w}
 		return err
 	}})

@@ -15,7 +15,6 @@ import (
 	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/pipe"
-	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/sidecar/stream"
@@ -144,7 +143,7 @@ type follower struct {
 	reader *stream.Reader
 
 	pending      map[string]int // coalescing key -> index in items
-	items        []prepare.Item
+	items        []Item
 	pendingBytes int
 	lastTok      bson.Raw  // token of the last change in items
 	wall         time.Time // its wall time
@@ -200,7 +199,7 @@ type follower struct {
 
 func (f *follower) reset() {
 	f.pending = make(map[string]int, f.jc.BatchSize)
-	f.items = make([]prepare.Item, 0, f.jc.BatchSize)
+	f.items = make([]Item, 0, f.jc.BatchSize)
 	f.pendingBytes = 0
 }
 
@@ -457,7 +456,7 @@ func (f *follower) add(ev bson.Raw) error {
 			return err
 		}
 	}
-	var it prepare.Item
+	var it Item
 	size := len(ev)
 	switch op {
 	case "insert", "replace", "update":
@@ -494,7 +493,7 @@ func (f *follower) add(ev bson.Raw) error {
 	k := keyOf(idv)
 	it.Key = k
 	if i, ok := f.pending[k]; ok {
-		f.items[i] = prepare.Coalesce(f.items[i], it)
+		f.items[i] = Coalesce(f.items[i], it)
 	} else {
 		f.pending[k] = len(f.items)
 		f.items = append(f.items, it)
@@ -613,7 +612,7 @@ func (f *follower) changeTarget() (pipe.Target, *deadletter.Set) {
 
 // notChanged is items without the documents the stream changed (changed:
 // their keys) in the window they were read in.
-func notChanged(items []prepare.Item, changed map[string]bool) []prepare.Item {
+func notChanged(items []Item, changed map[string]bool) []Item {
 	if len(changed) == 0 {
 		return items
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/pipe"
-	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -78,7 +77,7 @@ func (f *follower) startRetry(r *deadletter.Request) error {
 // was written are cleared and the page counted into its request.
 func (f *follower) submitRetryPage(c *Chunk, changed map[string]bool) error {
 	r := c.Task.Retry
-	var items []prepare.Item
+	var items []Item
 	var superseded []bson.RawValue // the stream's to write: counted by what it did
 	goneIDs := map[string]bool{}
 	for _, it := range c.Items {
@@ -95,7 +94,7 @@ func (f *follower) submitRetryPage(c *Chunk, changed map[string]bool) error {
 			continue
 		}
 		goneIDs[k] = true
-		items = append(items, prepare.Item{ID: id, Op: transform.OpReindex}) // no document: a delete
+		items = append(items, Item{ID: id, Op: transform.OpReindex}) // no document: a delete
 	}
 	// A document failing again is recorded, whatever onDocumentError says:
 	// a retry never stops the job on the document it retries.

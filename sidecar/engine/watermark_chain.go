@@ -18,7 +18,6 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/jobdef"
-	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/stream"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -68,7 +67,7 @@ type Chain struct {
 // Chunk is one read between two marks, registered under the mark written
 // after it.
 type Chunk struct {
-	Items []prepare.Item  // the documents read, in _id order
+	Items []Item          // the documents read, in _id order
 	Last  bson.RawValue   // the last _id read (the checkpoint after it)
 	N     int             // documents read: the window's share
 	Gone  []bson.RawValue // a reindex's sweep, a retry's page: ids absent from the collection
@@ -231,7 +230,7 @@ func and(a, b bson.D) bson.D {
 
 // find reads the first reply of a find of up to n documents in _id order;
 // final when the query has nothing more.
-func (c *Chain) find(ctx context.Context, filter bson.D, n int) ([]prepare.Item, bool, error) {
+func (c *Chain) find(ctx context.Context, filter bson.D, n int) ([]Item, bool, error) {
 	opts := chunkFind(c.src.Job, n)
 	cur, err := c.coll.Find(ctx, filter, opts)
 	if err != nil {
@@ -265,13 +264,13 @@ func chunkFind(job *transform.Job, n int) *options.FindOptionsBuilder {
 // slice of it stays valid while it is held.
 // TestReadPartKeepsDocumentsValidAcrossBatches pins this for the driver in
 // go.mod.
-func readFirstBatch(ctx context.Context, cur *mongo.Cursor, n int) (items []prepare.Item, final bool) {
+func readFirstBatch(ctx context.Context, cur *mongo.Cursor, n int) (items []Item, final bool) {
 	for len(items) < n && cur.Next(ctx) {
 		if items == nil {
-			items = make([]prepare.Item, 0, n)
+			items = make([]Item, 0, n)
 		}
 		doc := cur.Current[:len(cur.Current):len(cur.Current)]
-		items = append(items, prepare.Item{Doc: doc, ID: doc.Lookup("_id"), Op: transform.OpReindex})
+		items = append(items, Item{Doc: doc, ID: doc.Lookup("_id"), Op: transform.OpReindex})
 		if cur.RemainingBatchLength() == 0 {
 			break
 		}
@@ -318,7 +317,7 @@ func (c *Chain) readIDs(ctx context.Context, ids []bson.RawValue) (*Chunk, error
 
 // findAll reads every document matching filter in _id order. The documents
 // are slices of the replies (readFirstBatch says why that is safe).
-func (c *Chain) findAll(ctx context.Context, filter bson.D) ([]prepare.Item, error) {
+func (c *Chain) findAll(ctx context.Context, filter bson.D) ([]Item, error) {
 	// Trimmed to the job's fields, as the stream's documents are.
 	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}})
 	if p := stream.Projection(&c.src.Job.Job); p != nil {
@@ -329,10 +328,10 @@ func (c *Chain) findAll(ctx context.Context, filter bson.D) ([]prepare.Item, err
 		return nil, err
 	}
 	defer cur.Close(context.WithoutCancel(ctx))
-	var items []prepare.Item
+	var items []Item
 	for cur.Next(ctx) {
 		doc := cur.Current[:len(cur.Current):len(cur.Current)]
-		items = append(items, prepare.Item{Doc: doc, ID: doc.Lookup("_id"), Op: transform.OpReindex})
+		items = append(items, Item{Doc: doc, ID: doc.Lookup("_id"), Op: transform.OpReindex})
 	}
 	return items, cur.Err()
 }

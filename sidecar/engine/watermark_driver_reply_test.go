@@ -13,7 +13,6 @@ import (
 
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/testutil"
-	"github.com/meilistream/meilistream/sidecar/prepare"
 )
 
 // The reindex and follow keep the documents the driver returns without
@@ -45,7 +44,7 @@ func TestReadPartKeepsDocumentsValidAcrossBatches(t *testing.T) {
 	}
 	// One chunk after the other, as a reindex reads them: each a find of
 	// its own, whose first reply the chunk keeps.
-	var got []prepare.Item
+	var got []Item
 	parts := 0
 	var last bson.RawValue
 	for {

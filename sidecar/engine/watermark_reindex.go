@@ -16,7 +16,6 @@ import (
 	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/pipe"
-	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 )
@@ -143,7 +142,7 @@ func startReindex(ctx context.Context, src Source, o reindexOptions, cp *jobstat
 	}
 	s.made = deadletter.Keep(o.Store, job.Name, o.Observer, kept)
 	if s.resumed {
-		log.Info("reindex resumed from checkpoint", "done", s.cp.Count, "last_id", prepare.IDString(s.cp.LastID), "estimated_total", s.est, "in_place", inPlace)
+		log.Info("reindex resumed from checkpoint", "done", s.cp.Count, "last_id", IDString(s.cp.LastID), "estimated_total", s.est, "in_place", inPlace)
 	} else {
 		log.Info("reindex started", "estimated_total", s.est, "in_place", inPlace)
 	}
