@@ -24,7 +24,6 @@ var forbidden = map[string][]string{
 	"sidecar/sink":       {"sidecar/", "transform", "lease", "replicate", "internal/"}, // a leaf
 	"sidecar/pipe":       {"sidecar/engine", "sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "sidecar/jobstate", "sidecar/stream", "replicate", "github.com/prometheus/"},
 	"sidecar/stream":     {"sidecar/", "lease", "replicate", "github.com/prometheus/"}, // of this module, only transform and internal/
-	"sidecar/deadletter": {"sidecar/engine", "sidecar/lookup", "sidecar/prepare", "sidecar/watermark", "sidecar/rollout", "sidecar/stream", "sidecar/status", "sidecar/config", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate", "lease", "github.com/prometheus/"},
 	"sidecar/meili":      {"replicate", "sidecar/engine", "sidecar/lookup", "sidecar/prepare", "sidecar/deadletter", "sidecar/watermark", "sidecar/rollout", "sidecar/pipe", "sidecar/supervisor", "sidecar/httpapi", "github.com/prometheus/"},
 	"replicate":          {"sidecar/meili", "sidecar/engine", "sidecar/lookup", "sidecar/prepare", "sidecar/deadletter", "sidecar/watermark", "sidecar/rollout", "sidecar/pipe", "sidecar/supervisor", "sidecar/httpapi", "github.com/prometheus/"},
 	"sidecar/supervisor": {"sidecar/httpapi", "sidecar/meili", "replicate", "github.com/prometheus/"},

@@ -8,7 +8,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
@@ -20,7 +19,7 @@ import (
 // failed on taken through the per-document error path (recorded, kept in
 // set, and in made while a swap reindex runs), what it kept out counted;
 // sk, when set, counts the updates it left unsent.
-func (e *Engine) prepareItems(ctx context.Context, jc jobConfig, stats *status.JobStats, set, made *deadletter.Set, items []Item, deleteSkipped bool, sk *Unchanged) (writes []sink.Write, skipped int, bad []DocError, err error) {
+func (e *Engine) prepareItems(ctx context.Context, jc jobConfig, stats *status.JobStats, set, made *deadLetterSet, items []Item, deleteSkipped bool, sk *Unchanged) (writes []sink.Write, skipped int, bad []DocError, err error) {
 	lk, err := e.lookups(ctx, jc, items)
 	if err != nil {
 		return nil, 0, nil, err
@@ -44,7 +43,7 @@ func (e *Engine) prepareItems(ctx context.Context, jc jobConfig, stats *status.J
 // handleDocErrors takes transform failures through the per-document error
 // path: recorded and counted, then the job goes on (skip) or stops with an
 // error naming the document (fail).
-func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *status.JobStats, set *deadletter.Set, bad []DocError) error {
+func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *status.JobStats, set *deadLetterSet, bad []DocError) error {
 	for _, b := range bad {
 		code := string(errs.CodeOf(b.Err))
 		msg := b.Err.Error() // the code and job are recorded apart
@@ -68,7 +67,7 @@ func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *statu
 	return nil
 }
 
-// failedIDs are the ids of bad, for deadletter.Set.Candidates.
+// failedIDs are the ids of bad, for deadLetterSet.Candidates.
 func failedIDs(bad []DocError) []bson.RawValue {
 	if len(bad) == 0 {
 		return nil
@@ -93,9 +92,9 @@ func (d *docFailed) Unwrap() error { return d.cause }
 // Retry runs the documents recorded in the errors collection for job through
 // the current transform again, under l: what succeeds is written to sink and
 // its record cleared; what fails again keeps (updates) its record
-// (deadletter.Retry). The caller holds the job's lease, so no follower
+// (retryRun). The caller holds the job's lease, so no follower
 // writes meanwhile.
-func (e *Engine) Retry(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease) (deadletter.Summary, error) {
+func (e *Engine) Retry(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease) (RetrySummary, error) {
 	start := time.Now()
 	ctx, stop := leaseContext(ctx, l)
 	defer stop()
@@ -104,17 +103,17 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, dst sink.Sink, l
 	log := e.log.With("job", job.Name)
 	ids, err := e.store.DocErrorIDs(ctx, job.Name)
 	if err != nil {
-		return deadletter.Summary{}, leaseOr(ctx, l, err)
+		return RetrySummary{}, leaseOr(ctx, l, err)
 	}
 	if len(ids) == 0 {
-		return deadletter.Summary{Duration: time.Since(start)}, nil
+		return RetrySummary{Duration: time.Since(start)}, nil
 	}
 	if err := retryPrepare(ctx, dst, e.cfg, log); err != nil {
-		return deadletter.Summary{}, leaseOr(ctx, l, err)
+		return RetrySummary{}, leaseOr(ctx, l, err)
 	}
 	p := e.newPipe(ctx, jc, dst, nil, log, false)
 	defer p.Abort(pipe.Closed)
-	sum, err := deadletter.Retry{
+	sum, err := retryRun{
 		Store: e.store, Job: job.Name, Source: e.source.Collection(job.Collection), Find: retryFind(job), BatchSize: jc.BatchSize,
 		Transform: func(ctx context.Context, ids []bson.RawValue, docs []bson.Raw) ([]sink.Write, []bson.RawValue, error) {
 			items := make([]Item, len(ids))

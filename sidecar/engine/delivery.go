@@ -8,7 +8,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
@@ -29,8 +28,8 @@ type delivery struct {
 	// swap reindex runs, also takes the documents refused: their records
 	// outlive the swap. Both are read on the wait stage, and changed only
 	// before the first flight or by a control flight.
-	errs *deadletter.Set
-	made *deadletter.Set
+	errs *deadLetterSet
+	made *deadLetterSet
 }
 
 // newPipe starts the pipe of one job into dst. With track, a write sent

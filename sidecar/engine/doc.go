@@ -7,12 +7,16 @@
 // of sidecar/meili, the replica sink of replicate), under the job's lease.
 // It records the job's position and commits a reindex (the swap, then the
 // position with the new transform's hash), keeps its per-document error
-// records through sidecar/jobstate (the set of documents with a record
-// through sidecar/deadletter), and its live figures in a status.JobStats.
+// records (the dead letters) through sidecar/jobstate, and its live
+// figures in a status.JobStats. The deadletter_*.go files keep the
+// bookkeeping around those records: the set of the job's documents that
+// have one, kept in step as writes become durable so that a document
+// written without error clears its record and the dead-letter gauge stays
+// current; the `meilistream retry` requests a following holder takes and
+// answers inside the running job (retrylive.go); and the retry of the
+// recorded documents by a process that holds the job's lease itself.
 // Beside a run it keeps this process's presence record of each job and
-// applies the rule that reads them (rollout.go), and a following
-// holder serves `meilistream retry` requests (deadletter.Requests) inside
-// the running job (retrylive.go).
+// applies the rule that reads them (presence.go, rollout.go).
 //
 // A batch's documents are joined with what the job looks up
 // (lookup_resolve.go), which also says which documents a related change

@@ -12,7 +12,6 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/jobdef"
-	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/sink"
@@ -85,7 +84,7 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	defer pstop()
 	f.p = e.newPipe(pctx, jc, dst, stats, log, true)
 	defer f.p.Abort(pipe.Closed)
-	set, err := deadletter.Load(ctx, e.store, job.Name, e.obs)
+	set, err := loadSet(ctx, e.store, job.Name, e.obs)
 	if err != nil {
 		f.p.Abort(err)
 		return nil, closeOr(ctx, l, err)
@@ -107,7 +106,7 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	if len(f.deps) > 0 {
 		f.startFan()
 	}
-	f.retries = make(chan *deadletter.Request)
+	f.retries = make(chan *retryRequest)
 	stopRetries := f.serveRetries(ctx)
 	defer stopRetries()
 	log.Info("following", "collection", job.Collection, "since", plan.since)
@@ -184,7 +183,7 @@ type follower struct {
 	// under it); retries takes `meilistream retry` requests
 	// (retrylive.go).
 	pctx    context.Context
-	retries chan *deadletter.Request
+	retries chan *retryRequest
 
 	// The last position recorded (the pipe's wait stage writes it, a
 	// control flight reads it once everything is durable).
@@ -603,7 +602,7 @@ func (f *follower) flush() error {
 // changeTarget is where the followed changes go, and the set that also
 // takes their error records: the live destination, or, while a reindex
 // runs, its target and the records it makes.
-func (f *follower) changeTarget() (pipe.Target, *deadletter.Set) {
+func (f *follower) changeTarget() (pipe.Target, *deadLetterSet) {
 	if f.snap == nil {
 		return pipe.ToLive, nil
 	}

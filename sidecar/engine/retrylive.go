@@ -6,7 +6,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
@@ -35,10 +34,10 @@ import (
 const DefaultRetryPoll = time.Second
 
 // serveRetries takes the job's retry requests until ctx ends and hands
-// them to the follow loop (deadletter.Requests.Serve, whose stop the
+// them to the follow loop (retryRequests.Serve, whose stop the
 // caller defers after the loop).
 func (f *follower) serveRetries(ctx context.Context) (stop func()) {
-	return deadletter.Requests{
+	return retryRequests{
 		Store: f.e.store, Job: f.jc.job.Name, Process: f.e.cfg.Process, Lease: f.l,
 		Poll: f.e.cfg.RetryPoll, Log: f.log,
 	}.Serve(ctx, f.retries)
@@ -46,7 +45,7 @@ func (f *follower) serveRetries(ctx context.Context) (stop func()) {
 
 // startRetry hands r's ids to the fan-out reader (started now if the job
 // has none), half a page per task.
-func (f *follower) startRetry(r *deadletter.Request) error {
+func (f *follower) startRetry(r *retryRequest) error {
 	if len(r.IDs) == 0 {
 		r.Pages(0)
 		return nil

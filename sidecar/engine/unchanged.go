@@ -47,7 +47,7 @@ import (
 // destination then lacks, as it would have refused the same result again.
 
 // Records says which documents have an error record
-// (deadletter.Set has it).
+// (deadLetterSet has it).
 type Records interface {
 	Has(id bson.RawValue) bool
 }

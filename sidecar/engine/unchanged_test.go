@@ -5,7 +5,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -79,7 +78,7 @@ func TestADocumentWithAnErrorRecordOrNoReadsIsNeverSpared(t *testing.T) {
 	doc := bson.Raw{5, 0, 0, 0, 0}
 	it := Item{Doc: doc, ID: idOf(t, 7), Op: transform.OpUpdate, Upd: desc(t, "views")}
 	reads := transform.Result{Reads: &transform.Reads{Fields: []string{"title"}}}
-	set := deadletter.Keep(nil, "items", nil, nil)
+	set := keepSet(nil, "items", nil, nil)
 	u := &Unchanged{records: set}
 	if !u.unchanged(&it, reads) {
 		t.Fatal("a clean document is not spared")

@@ -6,7 +6,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 )
 
@@ -17,7 +16,7 @@ import (
 type Task struct {
 	Filter bson.D
 	IDs    []bson.RawValue
-	Retry  *deadletter.Request
+	Retry  *retryRequest
 }
 
 // Fanout is the reader of the documents the job sends again: a chain

@@ -13,7 +13,6 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/jobdef"
-	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/sink"
@@ -27,7 +26,7 @@ type reindexObserver interface {
 	ObserveReindexProgress(job string, done, estimated int64)
 	// ObserveReindexDone: the reindex completed.
 	ObserveReindexDone(job string)
-	deadletter.Gauge
+	deadLetterGauge
 }
 
 // reindexOptions are what a reindex needs beside its Source.
@@ -59,8 +58,8 @@ type Reindex struct {
 	est     int64
 	win     *window
 	ckp     *checkpointer
-	made    *deadletter.Set // error records made since the reindex began (kept at the swap)
-	prev    int64           // documents read by earlier runs of a resumed reindex
+	made    *deadLetterSet // error records made since the reindex began (kept at the swap)
+	prev    int64          // documents read by earlier runs of a resumed reindex
 	took    time.Duration
 
 	// Figures for the summary and the progress log.
@@ -133,14 +132,14 @@ func startReindex(ctx context.Context, src Source, o reindexOptions, cp *jobstat
 	// stale when the swap is done (then every record not made again by
 	// this reindex is cleared). A resumed staged reindex keeps the records
 	// of its earlier runs (and, not knowing which those are, all older ones).
-	var kept *deadletter.Set
+	var kept *deadLetterSet
 	if s.resumed && !inPlace {
 		var err error
-		if kept, err = deadletter.Load(ctx, o.Store, job.Name, o.Observer); err != nil {
+		if kept, err = loadSet(ctx, o.Store, job.Name, o.Observer); err != nil {
 			return nil, err
 		}
 	}
-	s.made = deadletter.Keep(o.Store, job.Name, o.Observer, kept)
+	s.made = keepSet(o.Store, job.Name, o.Observer, kept)
 	if s.resumed {
 		log.Info("reindex resumed from checkpoint", "done", s.cp.Count, "last_id", IDString(s.cp.LastID), "estimated_total", s.est, "in_place", inPlace)
 	} else {
@@ -200,7 +199,7 @@ func (s *Reindex) InPlace() bool { return s.inPlace }
 
 // Made is the set of the error records made since the reindex began: they
 // are the job's records once the staged index is swapped in.
-func (s *Reindex) Made() *deadletter.Set { return s.made }
+func (s *Reindex) Made() *deadLetterSet { return s.made }
 
 // Target is where the reindex's chunks go, and followed changes' while it
 // runs: the staged index and the live one, or the live destination in

@@ -1,4 +1,4 @@
-package deadletter
+package engine
 
 import (
 	"context"
@@ -13,13 +13,13 @@ import (
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 )
 
-// Requests serves, in the process holding a job's lease, the requests of
+// retryRequests serves, in the process holding a job's lease, the requests of
 // `meilistream retry` that another process left for it (jobstate, "retry
 // requests"): it looks for one every Poll, takes it under the holder's
 // lease epoch, hands it to the job's follow loop, which retries the
 // recorded documents inside the running job, and writes the outcome into
 // the request, which `retry` prints.
-type Requests struct {
+type retryRequests struct {
 	Store   *jobstate.Store
 	Job     string
 	Process string         // the holder's identity
@@ -28,9 +28,9 @@ type Requests struct {
 	Log     hclog.Logger
 }
 
-// Request is one retry request taken by the holder: IDs are the recorded
+// retryRequest is one retry request taken by the holder: IDs are the recorded
 // documents to retry, each once.
-type Request struct {
+type retryRequest struct {
 	IDs []bson.RawValue
 
 	req   *jobstate.RetryRequest
@@ -43,7 +43,7 @@ type Request struct {
 
 // Pages says that the request's documents are retried in n pages, each
 // ended by PageDone; with none it is done at once.
-func (r *Request) Pages(n int) {
+func (r *retryRequest) Pages(n int) {
 	if n == 0 {
 		close(r.done)
 		return
@@ -54,7 +54,7 @@ func (r *Request) Pages(n int) {
 // PageDone counts a page of the request durable: documents written (or
 // deleted: kept out by the transform) whose records are cleared, gone from
 // the collection (deleted from the destination), and failing again.
-func (r *Request) PageDone(written, gone, failed int64) {
+func (r *retryRequest) PageDone(written, gone, failed int64) {
 	r.written.Add(written)
 	r.gone.Add(gone)
 	r.failed.Add(failed)
@@ -69,10 +69,10 @@ func (r *Request) PageDone(written, gone, failed int64) {
 // lease, before its last page was durable: `retry` says so). Call stop
 // after the follow loop returned: a retry whose pages became durable while
 // the job drained is then answered as done.
-func (q Requests) Serve(ctx context.Context, to chan<- *Request) (stop func()) {
+func (q retryRequests) Serve(ctx context.Context, to chan<- *retryRequest) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	var current *Request // the goroutine's until done is closed
+	var current *retryRequest // the goroutine's until done is closed
 	go func() {
 		defer close(done)
 		current = q.take(ctx, to)
@@ -99,7 +99,7 @@ func (q Requests) Serve(ctx context.Context, to chan<- *Request) (stop func()) {
 
 // take is Serve's loop; it returns the request it was serving when ctx
 // ended, if any.
-func (q Requests) take(ctx context.Context, to chan<- *Request) *Request {
+func (q retryRequests) take(ctx context.Context, to chan<- *retryRequest) *retryRequest {
 	t := time.NewTicker(q.Poll)
 	defer t.Stop()
 	var swept time.Time
@@ -125,7 +125,7 @@ func (q Requests) take(ctx context.Context, to chan<- *Request) *Request {
 			continue
 		}
 		failing = false
-		r := &Request{req: req, start: time.Now(), done: make(chan struct{})}
+		r := &retryRequest{req: req, start: time.Now(), done: make(chan struct{})}
 		ids, err := q.Store.DocErrorIDs(ctx, q.Job)
 		if err != nil {
 			q.answer(r, err)
@@ -149,7 +149,7 @@ func (q Requests) take(ctx context.Context, to chan<- *Request) *Request {
 
 // answer writes r's outcome into its request: done with the counts, or
 // failed with cause.
-func (q Requests) answer(r *Request, cause error) {
+func (q retryRequests) answer(r *retryRequest, cause error) {
 	out := *r.req
 	out.Retried, out.Written, out.Gone, out.Failed = int64(len(r.IDs)), r.written.Load(), r.gone.Load(), r.failed.Load()
 	out.Duration = time.Since(r.start)

@@ -1,4 +1,4 @@
-package deadletter
+package engine
 
 import (
 	"context"
@@ -12,21 +12,21 @@ import (
 	"github.com/meilistream/meilistream/sidecar/sink"
 )
 
-// Gauge is what a Set reports its size to, the job's dead-letter gauge
+// deadLetterGauge is what a deadLetterSet reports its size to, the job's dead-letter gauge
 // (engine.Observer has it).
-type Gauge interface {
+type deadLetterGauge interface {
 	ObserveDeadLetters(job string, n int64)
 }
 
-// Set is the set of a job's documents with an error record, kept while
+// deadLetterSet is the set of a job's documents with an error record, kept while
 // the job runs so that a later successful write of one clears its record
 // (the record must not outlive the error) and the dead-letter gauge stays
 // current. Documents are one by MongoDB's identity of _ids
-// (jobdef.IDKey). Safe for concurrent use; a nil *Set does nothing.
-type Set struct {
+// (jobdef.IDKey). Safe for concurrent use; a nil *deadLetterSet does nothing.
+type deadLetterSet struct {
 	store *jobstate.Store
 	job   string
-	gauge Gauge
+	gauge deadLetterGauge
 	mu    sync.Mutex
 	m     map[string]bool
 	// keepOnly: the set only says which records to keep; writes do not
@@ -34,14 +34,14 @@ type Set struct {
 	keepOnly bool
 }
 
-// Load reads the documents of job's error records into a Set, and shows
+// loadSet reads the documents of job's error records into a deadLetterSet, and shows
 // their number on gauge (nil: none).
-func Load(ctx context.Context, store *jobstate.Store, job string, gauge Gauge) (*Set, error) {
+func loadSet(ctx context.Context, store *jobstate.Store, job string, gauge deadLetterGauge) (*deadLetterSet, error) {
 	ids, err := store.DocErrorIDs(ctx, job)
 	if err != nil {
 		return nil, err
 	}
-	s := &Set{store: store, job: job, gauge: gauge, m: make(map[string]bool, len(ids))}
+	s := &deadLetterSet{store: store, job: job, gauge: gauge, m: make(map[string]bool, len(ids))}
 	for _, id := range ids {
 		s.m[jobdef.IDKey(id)] = true
 	}
@@ -49,28 +49,28 @@ func Load(ctx context.Context, store *jobstate.Store, job string, gauge Gauge) (
 	return s, nil
 }
 
-// Keep returns a set that only says which records to keep: those a
+// keepSet returns a set that only says which records to keep: those a
 // reindex makes, starting with from's documents (nil: none), which it
 // takes over. A write never clears a record of it (Candidates finds
 // none): into a staged index, records are only known stale once the swap
 // is done; then ClearOthers deletes the job's other records and Reset
 // makes these the job's set.
-func Keep(store *jobstate.Store, job string, gauge Gauge, from *Set) *Set {
-	s := &Set{store: store, job: job, gauge: gauge, m: map[string]bool{}, keepOnly: true}
+func keepSet(store *jobstate.Store, job string, gauge deadLetterGauge, from *deadLetterSet) *deadLetterSet {
+	s := &deadLetterSet{store: store, job: job, gauge: gauge, m: map[string]bool{}, keepOnly: true}
 	if from != nil {
 		s.m = from.m
 	}
 	return s
 }
 
-func (s *Set) show(n int64) {
+func (s *deadLetterSet) show(n int64) {
 	if s.gauge != nil {
 		s.gauge.ObserveDeadLetters(s.job, n)
 	}
 }
 
 // Add notes that the document id has a record now.
-func (s *Set) Add(id bson.RawValue) {
+func (s *deadLetterSet) Add(id bson.RawValue) {
 	if s == nil {
 		return
 	}
@@ -82,7 +82,7 @@ func (s *Set) Add(id bson.RawValue) {
 }
 
 // Has says whether the document id has an error record.
-func (s *Set) Has(id bson.RawValue) bool {
+func (s *deadLetterSet) Has(id bson.RawValue) bool {
 	if s == nil {
 		return false
 	}
@@ -95,7 +95,7 @@ func (s *Set) Has(id bson.RawValue) bool {
 // Candidates returns the positions of the writes that may clear a record:
 // of a recorded document, and not among failed (the documents whose
 // transform failed in the same batch).
-func (s *Set) Candidates(writes []sink.Write, failed []bson.RawValue) []int {
+func (s *deadLetterSet) Candidates(writes []sink.Write, failed []bson.RawValue) []int {
 	if s == nil || s.keepOnly {
 		return nil
 	}
@@ -126,7 +126,7 @@ func (s *Set) Candidates(writes []sink.Write, failed []bson.RawValue) []int {
 
 // Cleared clears the records of f's writes at positions, now durable (but
 // those the destination refused).
-func (s *Set) Cleared(ctx context.Context, f *pipe.Flight, positions []int) error {
+func (s *deadLetterSet) Cleared(ctx context.Context, f *pipe.Flight, positions []int) error {
 	if s == nil || len(positions) == 0 {
 		return nil
 	}
@@ -151,7 +151,7 @@ func (s *Set) Cleared(ctx context.Context, f *pipe.Flight, positions []int) erro
 
 // Reset makes s hold what keep holds (after a swap: the records the
 // reindex made are the job's records).
-func (s *Set) Reset(keep *Set) {
+func (s *deadLetterSet) Reset(keep *deadLetterSet) {
 	if s == nil || keep == nil {
 		return
 	}
@@ -169,7 +169,7 @@ func (s *Set) Reset(keep *Set) {
 // ClearOthers deletes the job's error records that are not in s (the
 // records a swap reindex made): the new index was built without error for
 // every other document.
-func (s *Set) ClearOthers(ctx context.Context) error {
+func (s *deadLetterSet) ClearOthers(ctx context.Context) error {
 	ids, err := s.store.DocErrorIDs(ctx, s.job)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package deadletter
+package engine
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 	"github.com/meilistream/meilistream/sidecar/sink"
 )
 
-// Summary is what a retry of the recorded documents did.
-type Summary struct {
+// RetrySummary is what a retry of the recorded documents did.
+type RetrySummary struct {
 	Retried  int64 // error records processed
 	Written  int64 // documents written (or deleted: kept out by the transform) and cleared
 	Gone     int64 // documents no longer in the collection: deleted from the destination and cleared
@@ -25,12 +25,12 @@ type Summary struct {
 	Duration time.Duration
 }
 
-// Retry runs a job's recorded documents through its transform again while
+// retryRun runs a job's recorded documents through its transform again while
 // the job's holder writes nothing else (`meilistream retry` holding the
 // lease itself): in batches, each read by _id, transformed and sent; what
 // becomes durable has its record cleared, what fails again keeps
 // (updates) it.
-type Retry struct {
+type retryRun struct {
 	Store     *jobstate.Store
 	Job       string
 	Source    *mongo.Collection           // the job's collection
@@ -44,8 +44,8 @@ type Retry struct {
 
 // Run retries ids through p; Duration is left to the caller. On an error
 // the summary counts what was done before it.
-func (r Retry) Run(ctx context.Context, p *pipe.Pipe, ids []bson.RawValue) (Summary, error) {
-	var sum Summary
+func (r retryRun) Run(ctx context.Context, p *pipe.Pipe, ids []bson.RawValue) (RetrySummary, error) {
+	var sum RetrySummary
 	var cleared, refused atomic.Int64 // written by the pipe's wait stage
 	for lo := 0; lo < len(ids); lo += r.BatchSize {
 		chunk := ids[lo:min(lo+r.BatchSize, len(ids))]
@@ -98,7 +98,7 @@ func (r Retry) Run(ctx context.Context, p *pipe.Pipe, ids []bson.RawValue) (Summ
 
 // read reads the documents of ids, by jobdef.IDKey of their _id (each
 // a copy).
-func (r Retry) read(ctx context.Context, ids []bson.RawValue) (map[string]bson.Raw, error) {
+func (r retryRun) read(ctx context.Context, ids []bson.RawValue) (map[string]bson.Raw, error) {
 	in := make(bson.A, len(ids))
 	for i, id := range ids {
 		in[i] = id
