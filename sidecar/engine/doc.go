@@ -29,12 +29,7 @@
 // scripts read the source through lookup_reader.go.
 //
 // It owns the defaults of its Config and declares the small interfaces it
-// needs of others: Lease (the job's lease) and Observer (its metrics). It
-// imports transform, jobstate, status, stream, lookup, prepare,
-// deadletter, watermark, rollout, pipe, sink, errs and the MongoDB driver; never
-// the configuration, the supervisor, the HTTP server, a sink's
-// implementation or Prometheus. None of those packages imports the
-// engine.
+// needs of others: Lease (the job's lease) and Observer (its metrics).
 //
 // The watermark files read a job's collection beside its change stream,
 // each read between two watermarks the stream follows, so that what it

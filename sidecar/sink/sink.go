@@ -2,8 +2,10 @@
 // Sink takes batches of writes in order and says when they are durable,
 // and stages a target for a reindex. The Meilisearch sink (sidecar/meili)
 // and the replica sink (replicate) implement it side by side; the pipe
-// (sidecar/pipe) and the engine use it. It is a leaf: it imports nothing of
-// this module.
+// (sidecar/pipe), the engine and the supervisor use it. It is a package of
+// its own, not a file of the engine, because both sinks implement it and
+// use its types (Write, Batch, DocFailure) while neither may link the
+// engine; it is a leaf.
 package sink
 
 import (

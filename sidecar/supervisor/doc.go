@@ -6,9 +6,7 @@
 // for good. It builds the jobs' status for /status and /readyz
 // (status.Source), probing the servers the jobs need.
 //
-// It imports the engine (EngineDriver runs jobs with it), rollout (the
-// error a standby waits on), lease, status, transform, errs and mongoerr.
-// It declares the metrics it reports (Metrics) and the sinks it is given
-// (SinkFactory) as small interfaces: it never imports the HTTP server,
-// Prometheus, the configuration or a sink.
+// EngineDriver runs jobs with the engine. The supervisor declares the
+// metrics it reports (Metrics) and the sinks it is given (SinkFactory) as
+// small interfaces, which the main package fills.
 package supervisor
