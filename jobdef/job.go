@@ -65,7 +65,7 @@ type Job struct {
 	BatchSize       int
 	FlushInterval   time.Duration
 	// Timeout limits one transform call of this job (the file's
-	// transformTimeout); 0 means Options.Timeout.
+	// transformTimeout); 0 means transform.Options.Timeout.
 	Timeout time.Duration
 	// Settings are the Meilisearch index settings the file declares (JSON
 	// ready), nil if none.
@@ -73,8 +73,8 @@ type Job struct {
 	// Samples are the file's `samples` documents, for check.
 	Samples []bson.Raw
 	// SkipUnchanged: an update that cannot change the transform's result
-	// is not sent (Result.Reads says what a call read; the engine
-	// decides). Default true.
+	// is not sent (transform.Result.Reads says what a call read; the
+	// engine decides). Default true.
 	SkipUnchanged bool
 	// Fields are the top-level fields the transform reads, as the file
 	// (or MEILISTREAM_JOB_<NAME>_FIELDS) declares them; nil: every field.
@@ -88,12 +88,12 @@ type Job struct {
 	Lookups []Lookup
 	Relates []Relate
 	Related map[string][]bson.Raw
-	// Hash is the sha256 (hex) of the file's tokens (see transform's tokenHash:
-	// comments, indentation, spaces and blank lines are not in it; every
-	// token, and a line break between two tokens, is); with environment
-	// overrides or an index prefix, the sha256 of that hash followed by
-	// them (see transform.Options.Overrides). A changed hash means the job must
-	// reindex.
+	// Hash is the sha256 (hex) of the file's tokens (see transform's
+	// tokenHash: comments, indentation, spaces and blank lines are not in
+	// it; every token, and a line break between two tokens, is); with
+	// environment overrides or an index prefix, the sha256 of that hash
+	// followed by them (see transform.Options.Overrides). A changed hash
+	// means the job must reindex.
 	Hash string
 	// LegacyHash is what Hash was before it covered tokens: the sha256 of
 	// the file's bytes, with the same overrides after it. A position

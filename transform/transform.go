@@ -16,7 +16,7 @@ import (
 )
 
 // Defaults applied when Options leave a field zero (JobDefaults take
-// job's).
+// jobdef's).
 const (
 	DefaultTimeout        = time.Second
 	DefaultMaxResultBytes = 1 << 20
@@ -36,7 +36,7 @@ type Options struct {
 	MaxResultBytes int
 	// MaxMirrorBytes refuses a mirror result larger than this many bytes
 	// of BSON, measured on the document as the replica stores it (_id
-	// first); 0 means DefaultMaxMirrorBytes, the replica's own limit
+	// first); 0 means jobdef.DefaultMaxMirrorBytes, the replica's own limit
 	// (maxBsonObjectSize in its hello answer, 16 MiB on every MongoDB
 	// server): what a replica stores has nothing to do with what
 	// Meilisearch takes.
@@ -72,7 +72,7 @@ type Options struct {
 }
 
 // JobDefaults are the global per-job defaults (from the environment) that a
-// transform file may override key by key. Zero fields take the Default*
+// transform file may override key by key. Zero fields take jobdef's Default*
 // constants.
 type JobDefaults struct {
 	OnDocumentError string        // "skip" | "fail"

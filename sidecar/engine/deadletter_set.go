@@ -13,7 +13,7 @@ import (
 )
 
 // deadLetterGauge is what a deadLetterSet reports its size to, the job's dead-letter gauge
-// (engine.Observer has it).
+// (Observer has it).
 type deadLetterGauge interface {
 	ObserveDeadLetters(job string, n int64)
 }

@@ -24,7 +24,7 @@ type Item struct {
 	Op  transform.Operation
 	Upd bson.Raw // updateDescription, or nil
 	// LookupErr: its lookups matched more than a document may hold
-	// (lookup.Resolver); the document is not transformed.
+	// (lookupResolver); the document is not transformed.
 	LookupErr error
 	// Fill: a lean stream left the document out; the engine reads it by
 	// _id before the transform.

@@ -10,7 +10,7 @@ import (
 )
 
 // Task is what a Fanout reads: the documents matching Filter (a related
-// change's dependents, lookup.Related's queries) in pages, or the
+// change's dependents, relatedKeys' queries) in pages, or the
 // documents IDs in one page (a page of a retry of recorded documents,
 // Retry the request it serves).
 type Task struct {
