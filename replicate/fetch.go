@@ -8,7 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
 
-	"github.com/meilistream/meilistream/transform"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
 // Fetch reads the replica's documents of ids, whole, by _id (majority read
@@ -22,7 +22,7 @@ func (s *Sink) Fetch(ctx context.Context, ids []bson.RawValue) ([][]byte, error)
 	at := make(map[string][]int, len(ids))
 	for i, id := range ids {
 		in[i] = id
-		k := transform.IDKey(id)
+		k := jobdef.IDKey(id)
 		at[k] = append(at[k], i)
 	}
 	coll := s.replica.Database().Collection(s.replica.Name(), options.Collection().SetReadConcern(readconcern.Majority()))
@@ -33,7 +33,7 @@ func (s *Sink) Fetch(ctx context.Context, ids []bson.RawValue) ([][]byte, error)
 	defer cur.Close(context.WithoutCancel(ctx))
 	for cur.Next(ctx) {
 		doc := append([]byte(nil), cur.Current...)
-		for _, i := range at[transform.IDKey(cur.Current.Lookup("_id"))] {
+		for _, i := range at[jobdef.IDKey(cur.Current.Lookup("_id"))] {
 			out[i] = doc
 		}
 	}

@@ -17,10 +17,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
-	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
-	"github.com/meilistream/meilistream/sidecar/watermark"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -304,10 +303,10 @@ func (v *verifier) pace(ctx context.Context, n int) error {
 }
 
 // readAfter is the source's _id walk: one chunk after last.
-func (v *verifier) readAfter(ctx context.Context, last bson.RawValue, n int) ([]prepare.Item, bool, bson.Timestamp, error) {
+func (v *verifier) readAfter(ctx context.Context, last bson.RawValue, n int) ([]Item, bool, bson.Timestamp, error) {
 	sctx := mongo.NewSessionContext(ctx, v.sess)
 	for attempt := 0; ; attempt++ {
-		items, final, err := watermark.ReadAfter(sctx, v.coll, v.job, last, n)
+		items, final, err := readAfter(sctx, v.coll, v.job, last, n)
 		if err == nil {
 			return items, final, v.opTime(), nil
 		}
@@ -322,7 +321,7 @@ func (v *verifier) readAfter(ctx context.Context, last bson.RawValue, n int) ([]
 
 // readIDs reads the documents of ids, one item each (Doc nil when the
 // collection does not hold it), and the cluster time of the read.
-func (v *verifier) readIDs(ctx context.Context, ids []bson.RawValue) ([]prepare.Item, bson.Timestamp, error) {
+func (v *verifier) readIDs(ctx context.Context, ids []bson.RawValue) ([]Item, bson.Timestamp, error) {
 	sctx := mongo.NewSessionContext(ctx, v.sess)
 	in := make(bson.A, len(ids))
 	for i, id := range ids {
@@ -342,9 +341,9 @@ func (v *verifier) readIDs(ctx context.Context, ids []bson.RawValue) ([]prepare.
 			return nil, bson.Timestamp{}, err
 		}
 	}
-	items := make([]prepare.Item, len(ids))
+	items := make([]Item, len(ids))
 	for i, id := range ids {
-		items[i] = prepare.Item{ID: id, Doc: found[transform.IDKey(id)], Op: transform.OpReindex}
+		items[i] = Item{ID: id, Doc: found[jobdef.IDKey(id)], Op: transform.OpReindex}
 	}
 	return items, v.opTime(), nil
 }
@@ -358,7 +357,7 @@ func (v *verifier) find(ctx context.Context, filter bson.D, opts *options.FindOp
 	found := map[string]bson.Raw{}
 	for cur.Next(ctx) {
 		d := append(bson.Raw(nil), cur.Current...)
-		found[transform.IDKey(d.Lookup("_id"))] = d
+		found[jobdef.IDKey(d.Lookup("_id"))] = d
 	}
 	return found, cur.Err()
 }
@@ -450,8 +449,8 @@ func (v *verifier) walkDestination(ctx context.Context) error {
 		}
 		at := v.opTime()
 		for _, id := range ids {
-			if found[transform.IDKey(id)] == nil {
-				v.candidate(prepare.Item{ID: id}, at, verifyResult{kind: DriftExtra})
+			if found[jobdef.IDKey(id)] == nil {
+				v.candidate(Item{ID: id}, at, verifyResult{kind: DriftExtra})
 			}
 		}
 		if len(v.cands) >= verifyCandidates {
@@ -476,8 +475,8 @@ func (v *verifier) destErr(err error, what string) error {
 	return errs.Wrap(errs.Failed, v.job.Name, err, "%s (after %d documents checked)", what, v.rep.Checked)
 }
 
-func (v *verifier) candidate(it prepare.Item, at bson.Timestamp, r verifyResult) {
-	k := transform.IDKey(it.ID)
+func (v *verifier) candidate(it Item, at bson.Timestamp, r verifyResult) {
+	k := jobdef.IDKey(it.ID)
 	if v.pending[k] {
 		return
 	}
@@ -558,7 +557,7 @@ func (v *verifier) recheck(ctx context.Context) error {
 				return err
 			}
 		}
-		delete(v.pending, transform.IDKey(c.id))
+		delete(v.pending, jobdef.IDKey(c.id))
 	}
 	return nil
 }

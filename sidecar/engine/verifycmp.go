@@ -10,9 +10,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar/prepare"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/sink"
-	"github.com/meilistream/meilistream/transform"
 )
 
 // verifyResult is how one document compares.
@@ -24,7 +23,7 @@ type verifyResult struct {
 
 // compare runs items through the job's transform and compares each with
 // what the destination holds.
-func (v *verifier) compare(ctx context.Context, items []prepare.Item) ([]verifyResult, error) {
+func (v *verifier) compare(ctx context.Context, items []Item) ([]verifyResult, error) {
 	ids := make([]bson.RawValue, len(items))
 	for i, it := range items {
 		ids[i] = it.ID
@@ -52,22 +51,22 @@ func (v *verifier) compare(ctx context.Context, items []prepare.Item) ([]verifyR
 // judge transforms items (the reindex's path: lookups, then the
 // transform; an item without a document wants none) and compares each
 // with have[i], the destination's.
-func (v *verifier) judge(ctx context.Context, items []prepare.Item, have [][]byte) ([]verifyResult, error) {
+func (v *verifier) judge(ctx context.Context, items []Item, have [][]byte) ([]verifyResult, error) {
 	lk, err := v.e.lookups(ctx, v.jc, items)
 	if err != nil {
 		return nil, errsFor(v.job.Name, err, "resolve the lookups of documents to verify")
 	}
-	writes, _, bad, err := prepare.Transform(ctx, v.job, items, lk, true)
+	writes, _, bad, err := Transform(ctx, v.job, items, lk, true)
 	if err != nil {
 		return nil, errsFor(v.job.Name, err, "transform documents to verify")
 	}
 	failed := make(map[string]bool, len(bad))
 	for _, b := range bad {
-		failed[transform.IDKey(b.ID)] = true
+		failed[jobdef.IDKey(b.ID)] = true
 	}
 	out := make([]verifyResult, len(items))
 	for i := range items {
-		if failed[transform.IDKey(items[i].ID)] {
+		if failed[jobdef.IDKey(items[i].ID)] {
 			out[i].err = true
 			continue
 		}
@@ -88,7 +87,7 @@ func (v *verifier) diff(want sink.Write, have []byte) verifyResult {
 	}
 	var field string
 	var same bool
-	if v.job.Kind == transform.Mirror {
+	if v.job.Kind == jobdef.Mirror {
 		field, same = diffBSON(want, have)
 	} else {
 		field, same = diffJSON(want.Doc, have)
@@ -114,7 +113,7 @@ func diffJSON(want any, have []byte) (string, bool) {
 	case []byte:
 		wb = d
 	default:
-		b, err := transform.AppendJSON(nil, d)
+		b, err := jobdef.AppendJSON(nil, d)
 		if err != nil {
 			return "", false
 		}
@@ -123,8 +122,8 @@ func diffJSON(want any, have []byte) (string, bool) {
 	if bytes.Equal(wb, have) {
 		return "", true
 	}
-	wf, ok1 := transform.JSONFields(wb)
-	hf, ok2 := transform.JSONFields(have)
+	wf, ok1 := jobdef.JSONFields(wb)
+	hf, ok2 := jobdef.JSONFields(have)
 	if !ok1 || !ok2 {
 		return diffDecoded(wb, have)
 	}
@@ -330,7 +329,7 @@ func (v *verifier) fetch(ctx context.Context, ids []bson.RawValue, what string) 
 // topKeys are the keys of a JSON object in their order (the transform's:
 // the first differing field is the first in its output).
 func topKeys(b []byte) []string {
-	fields, _ := transform.JSONFields(b)
+	fields, _ := jobdef.JSONFields(b)
 	keys := make([]string, len(fields))
 	for i, f := range fields {
 		keys[i] = f.Key

@@ -10,7 +10,7 @@ import (
 	"github.com/meilisearch/meilisearch-go"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/meilistream/meilistream/transform"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
 // Fetch reads the documents of ids back from the index, whole, through
@@ -27,11 +27,11 @@ func (s *Sink) Fetch(ctx context.Context, ids []bson.RawValue) ([][]byte, error)
 	want := make([]any, 0, len(ids))
 	at := make(map[string][]int, len(ids))
 	for i, id := range ids {
-		v, err := transform.IndexID(id)
+		v, err := jobdef.IndexID(id)
 		if err != nil {
 			continue // never written: nothing to read back
 		}
-		k := transform.IDKey(id)
+		k := jobdef.IDKey(id)
 		if _, dup := at[k]; !dup {
 			want = append(want, v)
 		}
@@ -56,11 +56,11 @@ func (s *Sink) Fetch(ctx context.Context, ids []bson.RawValue) ([][]byte, error)
 		if !ok {
 			continue
 		}
-		id, err := transform.ParseIndexID(v)
+		id, err := jobdef.ParseIndexID(v)
 		if err != nil {
 			continue
 		}
-		for _, i := range at[transform.IDKey(id)] {
+		for _, i := range at[jobdef.IDKey(id)] {
 			out[i] = d
 		}
 	}
@@ -107,7 +107,7 @@ func (g *goAPI) fetchDocs(ctx context.Context, uid string, ids []any) (docs []js
 
 // memberOf is the raw value of doc's member key.
 func memberOf(doc []byte, key string) ([]byte, bool) {
-	if raw, ok := transform.JSONMember(doc, key); ok {
+	if raw, ok := jobdef.JSONMember(doc, key); ok {
 		return raw, true
 	}
 	var head map[string]json.RawMessage
@@ -122,8 +122,8 @@ func memberOf(doc []byte, key string) ([]byte, bool) {
 // ({"results": [...], ...}), split without decoding them (it is read for
 // every document verify compares); nil when b is no such page.
 func resultsOf(b []byte) []json.RawMessage {
-	if raw, ok := transform.JSONMember(b, "results"); ok {
-		if elems, ok := transform.JSONElements(raw); ok {
+	if raw, ok := jobdef.JSONMember(b, "results"); ok {
+		if elems, ok := jobdef.JSONElements(raw); ok {
 			out := make([]json.RawMessage, len(elems))
 			for i, e := range elems {
 				out[i] = e

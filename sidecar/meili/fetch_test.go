@@ -9,7 +9,7 @@ import (
 
 	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/sidecar/sink"
-	"github.com/meilistream/meilistream/transform"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
 // Fetch reads documents back by their source _ids, whatever the _id's
@@ -22,7 +22,7 @@ func TestFetchReadsDocumentsBackBySourceID(t *testing.T) {
 		"meilisearch-go": meilisearch.New(srv.URL(), meilisearch.WithAPIKey("key"), meilisearch.DisableRetries()),
 	} {
 		t.Run(name, func(t *testing.T) {
-			job := &transform.Job{Name: "f" + name[:3], Index: "fetch_" + name[:3], PrimaryKey: "id"}
+			job := &jobdef.Job{Name: "f" + name[:3], Index: "fetch_" + name[:3], PrimaryKey: "id"}
 			dst := meili.NewSink(mc, job, nil)
 			if err := dst.Prepare(ctx); err != nil {
 				t.Fatal(err)
@@ -38,7 +38,7 @@ func TestFetchReadsDocumentsBackBySourceID(t *testing.T) {
 			ids := []bson.RawValue{raw(int64(7)), raw("sku-1"), raw(oid), raw("needs encoding!")}
 			var writes []sink.Write
 			for i, id := range ids {
-				key, err := transform.IndexID(id)
+				key, err := jobdef.IndexID(id)
 				if err != nil {
 					t.Fatal(err)
 				}
