@@ -18,6 +18,14 @@
 // Beside a run it keeps this process's presence record of each job and
 // applies the rule that reads them (presence.go, rollout.go).
 //
+// Verify (verify.go, verifycmp.go) compares a job's destination with what
+// its transform makes of the collection, by the reindex's walk and the
+// sink's read-back (sink.Fetch, sink.Keys), re-checking what differs past
+// the holder's durable position, which a prompt mark makes the holder
+// record at once (verifylive.go); a repair goes through the holder as a
+// retry's request does. A following holder of a job with verify: true
+// runs it in the background, checkpointed (verifybg.go).
+//
 // A batch's documents are joined with what the job looks up
 // (lookup_resolve.go), which also says which documents a related change
 // sends again (lookup_related.go; read in pages by Fanout), and turned
