@@ -24,7 +24,7 @@ func (f *follower) unchangedCheck(items []prepare.Item) *prepare.Unchanged {
 	if f.snap != nil || f.fanPending.Load() > 0 || !f.jc.job.SkipUnchanged {
 		return nil
 	}
-	return prepare.JudgeUnchanged(items, f.p.errs)
+	return prepare.JudgeUnchanged(items, f.p.errs, f.stale.update())
 }
 
 // reportUnchanged counts the batch's unchanged updates in the job's
