@@ -10,16 +10,15 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
-	"github.com/meilistream/meilistream/sidecar/lookup"
 )
 
 // A related change whose dependents cannot all be found (a lookup keyed
 // on a field other than _id, and no pre-image of the related document:
-// lookup.Unreached) sends only the new value's dependents; the documents
+// unreached) sends only the new value's dependents; the documents
 // that matched the old value keep the old join. The docs promise they
 // keep it until their own next change or a reindex, so from then on
 // every update of the job is judged as if it also touched that
-// dependency's field (prepare.JudgeUnchanged's stale fields): a document
+// dependency's field (JudgeUnchanged's stale fields): a document
 // whose transform read the lookup (and so its localField) is sent on its
 // next change, whatever the change touched. The fields are recorded
 // beside the position before anything after the related change is, so a
@@ -135,14 +134,14 @@ func (s *staleJoins) build() {
 }
 
 // markUnreached marks the dependency fields a related change could not
-// find every dependent of (lookup.Unreached), and says so in the log once
+// find every dependent of (unreached), and says so in the log once
 // per new field.
 func (f *follower) markUnreached(ev bson.Raw, op, coll string, doc, before bson.Raw) error {
 	var upd bson.Raw
 	if op == "update" {
 		upd, _ = ev.Lookup("updateDescription").DocumentOK()
 	}
-	fields := lookup.Unreached(f.deps, coll, op, doc, before, upd)
+	fields := unreached(f.deps, coll, op, doc, before, upd)
 	if len(fields) == 0 {
 		return nil
 	}

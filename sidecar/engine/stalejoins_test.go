@@ -88,7 +88,7 @@ func TestADependentLeftWithAnOldJoinIsSentOnItsNextChange(t *testing.T) {
 
 	// A reindex rewrites every join: the index is transform(collection)
 	// again, and a change touching nothing read is spared again.
-	if _, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, job, e.log), l, nil); err != nil {
+	if _, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, nil); err != nil {
 		t.Fatal(err)
 	}
 	e.equal(job)

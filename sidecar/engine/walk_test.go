@@ -29,7 +29,7 @@ func TestReindexReadsTheNumbersAfterANaNID(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := e.job(itemsJS)
-	sum, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, job, e.log), e.acquire(), nil)
+	sum, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, &job.Job, e.log), e.acquire(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
