@@ -14,7 +14,8 @@ import (
 )
 
 // Fetch reads the documents of ids back from the index, whole, through
-// POST /indexes/{uid}/documents/fetch with "ids": the documents API
+// POST /indexes/{uid}/documents/fetch with "ids" (Meilisearch v1.14 on,
+// meilisearch/documentation#3190; meilistream needs v1.18): the documents API
 // returns every field whatever displayedAttributes says (since v0.28,
 // meilisearch/meilisearch#2372), in the index's own order, so the answer
 // is matched back to ids by its primary key. A missing index holds
