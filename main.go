@@ -9,6 +9,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -70,13 +72,17 @@ type invocation struct {
 }
 
 // command is one subcommand. Exactly one of serve and plain is set: serve
-// commands get the configuration loaded by the frame, plain ones parse what
-// they need themselves.
+// commands get the configuration loaded by the frame, plain ones read what
+// they need themselves. The frame parses the flags (declared by flags, into
+// variables the body reads) and checks the positional arguments (args)
+// before either runs, so -h and bad usage need no configuration.
 type command struct {
 	name     string
 	synopsis string // arguments, for the usage line: "NAME"
 	summary  string // one line for the command list
-	help     string // the full --help text after the usage line
+	help     string // the --help text after the usage line; the flags follow it
+	args     argKind
+	flags    func(fs *flag.FlagSet) // nil: no flags
 	serve    func(ctx context.Context, inv *invocation) int
 	plain    func(args []string, stdout, stderr io.Writer) int
 }
@@ -84,6 +90,11 @@ type command struct {
 // commands lists the subcommands in the order --help shows them. The bodies
 // (runRun, runReindex, ...) live in cmd_<name>.go.
 func commands() []command {
+	var (
+		retryOpts  retryFlags
+		errorsOpts errorsFlags
+		checkOpts  checkFlags
+	)
 	return []command{
 		{
 			name: "run", summary: "run every job (the default command)",
@@ -104,6 +115,7 @@ the new position and exits. A running sidecar holding the lease makes this
 exit 3 (RUNNING): run it where no sidecar runs the job (scale the sidecars
 down, run it, scale them back up), or change the job's transform instead:
 the sidecar holding the lease then reindexes by itself.`,
+			args:  argsJob,
 			serve: runReindex,
 		},
 		{
@@ -119,14 +131,13 @@ stream (a document changed meanwhile ends with its newer version), and
 answers; this waits for the answer and prints it the same way. With no
 sidecar running the job, it takes the lease and retries itself.
 
-  --wait DURATION  how long to wait for the sidecar's answer (default 5m);
-                   a request no sidecar takes within 30s is withdrawn
-
 Edit a transform and the job reindexes, which clears the records of the
 documents it now writes: retry is for failures the transform file does not
 decide (data the transform reads, a refusal by the destination, a time
 limit).`,
-			serve: runRetry,
+			args:  argsJob,
+			flags: retryOpts.define,
+			serve: func(ctx context.Context, inv *invocation) int { return runRetry(ctx, inv, retryOpts) },
 		},
 		{
 			name: "errors", synopsis: "NAME [--json] [--limit N] [--after CURSOR]", summary: "list the documents one job failed on",
@@ -135,18 +146,12 @@ first: when it last failed, its _id, the error code, the hash of the
 transform that failed on it (when recorded), how many times it failed,
 and the message. Reads MongoDB only: it works while a sidecar runs.
 
-  --limit N        records per page, 1 to 1000 (default 50)
-  --after CURSOR   the page after the one that printed CURSOR ("next page:
-                   ..." at its end; "next" in --json)
-  --json           one JSON document: {"job", "errors": [{"id", "code",
-                   "message", "at", "hash", "attempts"}], "next"}; "id" is
-                   the _id as Extended JSON, "hash" and "next" null when
-                   absent
-
 Pages are cut by keys, not numbers: a document failing while you page
 through shows on the first page and moves no other. Once the transform
 is fixed, "meilistream retry NAME" runs them again.`,
-			serve: runErrors,
+			args:  argsJob,
+			flags: errorsOpts.define,
+			serve: func(ctx context.Context, inv *invocation) int { return runErrors(ctx, inv, errorsOpts) },
 		},
 		{
 			name: "check", synopsis: "[--sample FILE] [PATH...]", summary: "load transforms and run them on sample documents",
@@ -155,7 +160,9 @@ MEILISTREAM_TRANSFORMS), runs each on sample documents and prints what it
 would write: the documents of FILE (MongoDB Extended JSON, one a line)
 through every job, else each job's own samples. Exits 1 on any error, so
 it fits in your own CI. Needs no server.`,
-			plain: runCheck,
+			args:  argsAny,
+			flags: checkOpts.define,
+			plain: func(args []string, stdout, stderr io.Writer) int { return runCheck(args, checkOpts, stdout, stderr) },
 		},
 		{
 			name: "status", summary: "print jobs, lease holders, positions and lag from MongoDB",
@@ -215,14 +222,16 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		printUsage(stderr, cmds)
 		return exitUsage
 	}
-	for _, a := range args {
-		if a == "--" {
-			break
-		}
-		if isHelp(a) {
-			printCommandHelp(stdout, c)
-			return exitOK
-		}
+	args, err := parseArgs(newFlagSet(c), args)
+	if errors.Is(err, flag.ErrHelp) {
+		printCommandHelp(stdout, c)
+		return exitOK
+	}
+	if err == nil {
+		err = checkArgs(c, args)
+	}
+	if err != nil {
+		return usageError(stderr, c.name, "%v", err)
 	}
 	if c.plain != nil {
 		return c.plain(args, stdout, stderr)
@@ -286,6 +295,7 @@ func printCommandHelp(w io.Writer, c command) {
 		usage += " " + c.synopsis
 	}
 	fmt.Fprintf(w, "Usage: %s\n\n%s\n", usage, c.help)
+	printFlags(w, newFlagSet(c))
 }
 
 // exitCode maps an error to the process exit code: nil 0, CONFIG_INVALID 2,
