@@ -1,4 +1,4 @@
-package main
+package scripttest
 
 // Custom testscript commands for what a job spares downstream
 // (sync_skip_*, sync_fields_*).
@@ -16,7 +16,7 @@ import (
 )
 
 func init() {
-	scriptCmds["position-past"] = cmdPositionPast
+	Cmds["position-past"] = cmdPositionPast
 }
 
 // cmdPositionPast: position-past [-timeout D] JOB reads the server's

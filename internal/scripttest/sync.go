@@ -1,4 +1,4 @@
-package main
+package scripttest
 
 // Custom testscript commands of the sync_, shutdown_ and lease_ scenarios
 // (the search jobs). They talk to the servers the harness gives every script
@@ -60,11 +60,11 @@ func init() {
 		"wait-metric":            cmdWaitMetric,
 		"sigterm":                cmdSigterm,
 	} {
-		scriptCmds[name] = fn
+		Cmds[name] = fn
 	}
 	// $REPO is the repository, for scripts that use its files (the
 	// example transforms).
-	scriptSetups = append(scriptSetups, func(env *testscript.Env) error {
+	setups = append(setups, func(env *testscript.Env) error {
 		wd, err := os.Getwd()
 		if err != nil {
 			return err

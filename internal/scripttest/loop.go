@@ -1,4 +1,4 @@
-package main
+package scripttest
 
 // Custom testscript commands of the operator's-loop scenarios (retry while
 // running, rollouts, abandoned reindexes, upgrades). They use the real
@@ -18,8 +18,8 @@ import (
 )
 
 func init() {
-	scriptCmds["index-exists"] = cmdIndexExists
-	scriptCmds["position-legacy-hash"] = cmdPositionLegacyHash
+	Cmds["index-exists"] = cmdIndexExists
+	Cmds["position-legacy-hash"] = cmdPositionLegacyHash
 }
 
 // cmdIndexExists: index-exists [-timeout D] INDEX polls until index
