@@ -25,7 +25,7 @@ import (
 	"github.com/meilistream/meilistream/sidecar/config"
 )
 
-// Exit codes, documented in README.md ("Operations").
+// Exit codes, documented in docs/operations.md ("Exit codes").
 const (
 	exitOK      = 0 // done, or a clean shutdown on SIGINT/SIGTERM
 	exitFailed  = 1 // a job or a check failed
@@ -103,8 +103,8 @@ holds its lease and reindexes or follows the change stream; the others
 stand by. Serves /healthz, /readyz, /status and /metrics on
 MEILISTREAM_HTTP_ADDR. SIGINT or SIGTERM flushes what is pending, records
 positions, releases leases and exits 0 within MEILISTREAM_SHUTDOWN_TIMEOUT.
-Configuration comes from MEILISTREAM_* environment variables (README.md,
-"Configuration").`,
+Configuration comes from MEILISTREAM_* environment variables
+(docs/configuration.md).`,
 			serve: runRun,
 		},
 		{
@@ -282,7 +282,7 @@ Commands:
 	}
 	fmt.Fprint(w, `
 Run "meilistream COMMAND --help" for a command's help. Configuration is read
-from MEILISTREAM_* environment variables (see README.md, "Configuration").
+from MEILISTREAM_* environment variables (see docs/configuration.md).
 
 Exit codes: 0 ok, 1 a job or check failed, 2 bad usage or configuration,
 3 the job's lease is held elsewhere (RUNNING).

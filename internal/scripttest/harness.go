@@ -4,7 +4,7 @@
 // MongoDB and Meilisearch: the in-process test servers by default, or real
 // ones when MEILISTREAM_TEST_MONGODB_URI (a replica set) and
 // MEILISTREAM_TEST_MEILI_URL are set (MEILISTREAM_TEST_MEILI_API_KEY for its
-// key). See README.md, "Testing".
+// key). See CONTRIBUTING.md, "End-to-end scripts".
 //
 // The main package's TestScripts runs them with Cmds, Condition and
 // Setup(t). Each area adds its own commands in its own file (sync.go,
