@@ -55,12 +55,12 @@ func Main() int {
 }
 
 // invocation is what the frame hands a subcommand that talks to servers
-// (run, reindex, retry, status): its arguments after the subcommand name,
+// (run, reindex, retry, errors, status): its positional arguments,
 // the loaded and validated configuration, a root logger built from it, and
 // where to write. Bodies return an exit code; use exitCode/fail to map an
 // error to one.
 type invocation struct {
-	Args    []string      // arguments after the subcommand name (--help is handled)
+	Args    []string      // the positional arguments, checked against the command's argKind; flags are parsed
 	Environ []string      // the process environment the config was loaded from
 	Config  config.Config // validated; print it only through Config.Redacted()
 	Log     hclog.Logger  // root logger; per job: Log.Named(job)
