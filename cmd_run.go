@@ -23,6 +23,7 @@ import (
 	"github.com/meilistream/meilistream/sidecar/config"
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
+	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/supervisor"
@@ -82,6 +83,12 @@ func runRun(ctx context.Context, inv *invocation) int {
 		// release an eighth: together they end within it.
 		ReleaseTimeout: max(cfg.ShutdownTimeout/8, 100*time.Millisecond),
 		Holders:        w.holders,
+		// Pods share the jobs (at most ceil(jobs / pods) each), and a
+		// holder that makes no progress while failing gives its job up.
+		Peers:           w.peers,
+		BalanceInterval: cfg.Lease / 3,
+		HoldOff:         cfg.Lease,
+		StallTimeout:    cfg.StallTimeout,
 	})
 	// job_state and the lag read what /status says, at each scrape.
 	w.metrics.SetStatus(sup)
@@ -268,6 +275,21 @@ func (w *wiring) holders(ctx context.Context) (map[string]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// peers counts the live processes that run the jobs, this one included:
+// the distinct processes of the live presence records (each pod keeps one
+// per job it runs, holder or standby, refreshed by the server's clock).
+func (w *wiring) peers(ctx context.Context) (int, error) {
+	present, err := jobstate.ReadPresence(ctx, w.state)
+	if err != nil {
+		return 0, err
+	}
+	seen := map[string]bool{w.leases.Holder(): true}
+	for _, p := range present {
+		seen[p.Process] = true
+	}
+	return len(seen), nil
 }
 
 // probeTimeout bounds each server's check of one probe, on its own: one

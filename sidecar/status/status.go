@@ -41,10 +41,11 @@ const (
 	Failed     = "failed"
 	Stopping   = "stopping"
 	Stopped    = "stopped"
+	Stalled    = "stalled"
 )
 
 // States lists every Job.State, in the order a job meets them.
-var States = []string{Starting, Standby, Reindexing, Following, Restarting, Failed, Stopping, Stopped}
+var States = []string{Starting, Standby, Reindexing, Following, Stalled, Restarting, Failed, Stopping, Stopped}
 
 // Job is one job in GET /status (a JSON array under "jobs"). Field
 // names are snake_case and stable: operators script against them.
@@ -59,8 +60,10 @@ type Job struct {
 	// one leaves the job to a process with a newer transform),
 	// "reindexing",
 	// "following", "restarting" (waiting after a failure, see
-	// NextRestart), "failed" (cannot run until fixed), "stopping",
-	// "stopped".
+	// NextRestart), "stalled" (this process gave the lease back after no
+	// progress while its servers kept failing, and holds off taking it
+	// again: see LastError), "failed" (cannot run until fixed),
+	// "stopping", "stopped".
 	State string `json:"state"`
 	// Waiting says why a standby job waits for another process rather
 	// than for the lease: its transform is the one the recorded transform

@@ -204,6 +204,12 @@ func (s *Supervisor) readiness(ctx context.Context, wait bool) error {
 				msg += ": " + j.LastError.Code + ": " + firstLine(j.LastError.Message)
 			}
 			problems = append(problems, msg)
+		case j.State == StateStalled:
+			msg := "job " + j.Name + " stalled"
+			if j.LastError != nil {
+				msg += ": " + firstLine(j.LastError.Message)
+			}
+			problems = append(problems, msg)
 		case j.LagSeconds != nil && *j.LagSeconds > s.cfg.StallAfter.Seconds():
 			problems = append(problems, fmt.Sprintf("job %s stalled: %s behind the change stream", j.Name,
 				(time.Duration(*j.LagSeconds)*time.Second).String()))
