@@ -42,10 +42,14 @@ const (
 	Stopping   = "stopping"
 	Stopped    = "stopped"
 	Stalled    = "stalled"
+	// Unavailable: the job holds its lease but cannot prepare its
+	// destination (the server does not answer, refuses): retried with
+	// backoff, the reason in LastError and Attempts.
+	Unavailable = "unavailable"
 )
 
 // States lists every Job.State, in the order a job meets them.
-var States = []string{Starting, Standby, Reindexing, Following, Stalled, Restarting, Failed, Stopping, Stopped}
+var States = []string{Starting, Unavailable, Standby, Reindexing, Following, Stalled, Restarting, Failed, Stopping, Stopped}
 
 // Job is one job in GET /status (a JSON array under "jobs"). Field
 // names are snake_case and stable: operators script against them.
@@ -55,7 +59,9 @@ type Job struct {
 	// Kind is "search" (into Meilisearch) or "mirror" (into the replica).
 	Kind string `json:"kind"`
 	// State is one of: "starting" (asking for its lease, or preparing its
-	// destination: see LastError and Attempts when that fails),
+	// destination), "unavailable" (holding the lease, its destination
+	// cannot be prepared: see LastError and Attempts, retried with
+	// backoff),
 	// "standby" (another process holds the lease, or, see Waiting, this
 	// one leaves the job to a process with a newer transform),
 	// "reindexing",
