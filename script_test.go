@@ -13,6 +13,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/meilistream/meilistream/internal/scripttest"
+	"github.com/meilistream/meilistream/sidecar/config"
 )
 
 func TestMain(m *testing.M) {
@@ -31,4 +32,12 @@ func TestScripts(t *testing.T) {
 		Condition:           scripttest.Condition,
 		Setup:               scripttest.Setup(t),
 	})
+}
+
+// The harness reads the sidecar's state collection without importing the
+// configuration: its default must be the configuration's.
+func TestTheHarnessKnowsTheDefaultStateCollection(t *testing.T) {
+	if scripttest.DefaultStateCollection != config.DefaultStateCollection {
+		t.Fatalf("scripttest.DefaultStateCollection = %q, config.DefaultStateCollection = %q", scripttest.DefaultStateCollection, config.DefaultStateCollection)
+	}
 }

@@ -135,6 +135,19 @@ func realServers() bool {
 	return os.Getenv(envTestMongoURI) != "" && os.Getenv(envTestMeiliURL) != ""
 }
 
+// DefaultStateCollection is the sidecar's default state collection
+// (config.DefaultStateCollection, which only the main package may import;
+// its tests check the two agree).
+const DefaultStateCollection = "meilistream"
+
+// stateCollection is the state collection the script's sidecar uses.
+func stateCollection(ts *testscript.TestScript) string {
+	if s := ts.Getenv("MEILISTREAM_STATE_COLLECTION"); s != "" {
+		return s
+	}
+	return DefaultStateCollection
+}
+
 // Condition answers the custom conditions (testscript.Params.Condition).
 func Condition(cond string) (bool, error) {
 	if fn, ok := conds[cond]; ok {

@@ -11,8 +11,6 @@ import (
 	"github.com/meilisearch/meilisearch-go"
 	"github.com/rogpeppe/go-internal/testscript"
 	"go.mongodb.org/mongo-driver/v2/bson"
-
-	"github.com/meilistream/meilistream/sidecar/config"
 )
 
 func init() {
@@ -76,10 +74,7 @@ func cmdReplicaPastCheckpoint(ts *testscript.TestScript, neg bool, args []string
 		ts.Fatalf("usage: replica-past-checkpoint [-max N] JOB")
 	}
 	job := loadScriptJob(ts, fs.Arg(0))
-	state := ts.Getenv("MEILISTREAM_STATE_COLLECTION")
-	if state == "" {
-		state = config.DefaultStateCollection
-	}
+	state := stateCollection(ts)
 	ctx, cancel := cmdCtx()
 	defer cancel()
 	var cp struct {

@@ -11,8 +11,6 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 	"go.mongodb.org/mongo-driver/v2/bson"
-
-	"github.com/meilistream/meilistream/sidecar/config"
 )
 
 func init() {
@@ -32,10 +30,7 @@ func cmdPositionPast(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: position-past [-timeout D] JOB")
 	}
 	job := fs.Arg(0)
-	state := ts.Getenv("MEILISTREAM_STATE_COLLECTION")
-	if state == "" {
-		state = config.DefaultStateCollection
-	}
+	state := stateCollection(ts)
 	db := scriptMongo(ts)
 	ctx, cancel := cmdCtx()
 	defer cancel()

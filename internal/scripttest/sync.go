@@ -34,7 +34,6 @@ import (
 	"github.com/meilistream/meilistream/internal/meilitest"
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/synccheck"
-	"github.com/meilistream/meilistream/sidecar/config"
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -625,10 +624,7 @@ func cmdSynced(ts *testscript.TestScript, neg bool, args []string) {
 	job := loadScriptJob(ts, fs.Arg(0))
 	db := scriptMongo(ts)
 	coll := db.Collection(job.Collection)
-	state := ts.Getenv("MEILISTREAM_STATE_COLLECTION")
-	if state == "" {
-		state = config.DefaultStateCollection
-	}
+	state := stateCollection(ts)
 	errorsColl := db.Collection(state + "_errors")
 	uid := ts.Getenv("MEILISTREAM_INDEX_PREFIX") + job.Index
 	ms := scriptMeili(ts)
