@@ -147,13 +147,17 @@ type follower struct {
 	pending      map[string]int // coalescing key -> index in items
 	items        []prepare.Item
 	pendingBytes int
-	lastTok      bson.Raw  // token of the last change in items
-	wall         time.Time // its wall time
-	tok          bson.Raw  // the last token read (event or idle): where to reopen
-	posReq       time.Time // when a position was last submitted for recording
-	retryAt      time.Time
-	attempt      int
-	changes      int64 // document changes read, not yet counted in the stats
+	// flushT sends what is pending flushInterval after the first of it;
+	// flushArmed says it is running (armFlush).
+	flushT     *time.Timer
+	flushArmed bool
+	lastTok    bson.Raw  // token of the last change in items
+	wall       time.Time // its wall time
+	tok        bson.Raw  // the last token read (event or idle): where to reopen
+	posReq     time.Time // when a position was last submitted for recording
+	retryAt    time.Time
+	attempt    int
+	changes    int64 // document changes read, not yet counted in the stats
 
 	// The running reindex, and the sweep's ids to delete at its end.
 	snap      *watermark.Reindex
@@ -285,6 +289,7 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 	flush := time.NewTimer(time.Hour)
 	flush.Stop()
 	defer flush.Stop()
+	f.flushT = flush
 	// The lag gauge reads the live lag (the age of the oldest change not yet
 	// durable) every second, as /status does, so it grows while the
 	// destination is down instead of keeping the last durable batch's value.
@@ -295,6 +300,10 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 		committed = f.snap.Committed()
 	}
 	for {
+		// The one place that arms the flush: after every event, whatever
+		// added the work (changes, related values, a rename of a related
+		// collection), pending work has a flush on its way.
+		f.armFlush()
 		select {
 		case <-lagTick.C:
 			f.e.observeLag(f.jc.job.Name, f.stats.Snapshot().LagSeconds)
@@ -327,7 +336,7 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 				}
 			case it.Events != nil:
 				f.attempt = 0
-				err := f.events(it.Events, flush)
+				err := f.events(it.Events)
 				f.reader.Taken(it)
 				if err != nil {
 					if errors.Is(err, errInvalidatedBy) {
@@ -349,6 +358,7 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 				}
 			}
 		case <-flush.C:
+			f.flushArmed = false
 			if err := f.flush(); err != nil {
 				return f.stop(ctx, err)
 			}
@@ -370,24 +380,37 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 }
 
 // events takes one batch of change events in.
-func (f *follower) events(evs []bson.Raw, flush *time.Timer) error {
+func (f *follower) events(evs []bson.Raw) error {
 	defer f.counted()
 	f.large.Read(len(evs))
 	for _, ev := range evs {
 		if err := f.add(ev); err != nil {
 			return err
 		}
-		if len(f.items)+f.relatedN == 1 {
-			flush.Reset(f.jc.FlushInterval)
-		}
-		if len(f.items)+f.relatedN >= f.jc.BatchSize || f.pendingBytes >= f.jc.PendingBytes {
-			flush.Stop()
+		if f.unflushed() >= f.jc.BatchSize || f.pendingBytes >= f.jc.PendingBytes {
 			if err := f.flush(); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// unflushed is the work a flush hands on: the changes gathered and the
+// related values (each a query of dependents) since the last one.
+func (f *follower) unflushed() int { return len(f.items) + f.relatedN }
+
+// armFlush arms the flush timer when work waits for a flush and none is
+// armed. Arming on the count's transitions instead (to exactly one) misses
+// an event that adds several at once (two lookups on one collection, an
+// array foreignField, a key change with its pre-image) and leaves the work
+// waiting for batchSize.
+func (f *follower) armFlush() {
+	if f.flushArmed || f.unflushed() == 0 || f.flushT == nil {
+		return
+	}
+	f.flushT.Reset(f.jc.FlushInterval)
+	f.flushArmed = true
 }
 
 // counted adds the document changes read since the last call to the stats
