@@ -82,6 +82,10 @@ type Config struct {
 	// RetryPoll is how often a job's holder looks for `meilistream retry`
 	// requests while it follows (default 1s).
 	RetryPoll time.Duration
+	// WatchdogAnswer is the least time a job's watchdog allows the
+	// destination to answer a batch (default DefaultWatchdogAnswer; see
+	// watchdog.go for the bound).
+	WatchdogAnswer time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -129,6 +133,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryPoll <= 0 {
 		c.RetryPoll = DefaultRetryPoll
+	}
+	if c.WatchdogAnswer <= 0 {
+		c.WatchdogAnswer = DefaultWatchdogAnswer
 	}
 	return c
 }

@@ -87,6 +87,15 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	defer pstop()
 	f.p = e.newPipe(pctx, jc, dst, stats, log, true)
 	defer f.p.Abort(pipe.Closed)
+	f.dog = newWatchdog(jc.FlushInterval, jc.WatchdogAnswer, func() (int64, int32) { return f.fanPending.Load(), f.waiting.Load() })
+	f.p.dog = f.dog
+	wctx, wstop := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		e.watch(wctx, f.dog, job.Name, stats, log)
+	}()
+	defer func() { wstop(); <-watched }()
 	set, err := deadletter.Load(ctx, e.store, job.Name, e.obs)
 	if err != nil {
 		f.p.Abort(err)
@@ -201,6 +210,10 @@ type follower struct {
 	// large: how the stream is read around change events over 16 MB
 	// (stream.Large).
 	large stream.Large
+
+	// dog is the job's watchdog (watchdog.go): the loop tells it what
+	// waits for a flush, the pipe what is in flight.
+	dog *watchdog
 }
 
 func (f *follower) reset() {
@@ -304,6 +317,7 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 		// added the work (changes, related values, a rename of a related
 		// collection), pending work has a flush on its way.
 		f.armFlush()
+		f.dog.queued(f.unflushed())
 		select {
 		case <-lagTick.C:
 			f.e.observeLag(f.jc.job.Name, f.stats.Snapshot().LagSeconds)

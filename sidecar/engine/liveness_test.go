@@ -2,9 +2,17 @@ package engine_test
 
 import (
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/httpapi"
 )
 
 // twoLookupsJS looks up two fields of each item in one collection: a
@@ -58,5 +66,73 @@ func TestARelatedChangeAddingTwoValuesAtOnceIsFlushed(t *testing.T) {
 	}
 	if s := r.stats.Snapshot(); s.FanOuts < 2 {
 		t.Fatalf("fan-outs %d: want the two related changes' dependents sent again", s.FanOuts)
+	}
+}
+
+// lines is a log sink a test reads back.
+type lines struct {
+	mu sync.Mutex
+	b  strings.Builder
+	t  *testing.T
+}
+
+func (l *lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	l.b.Write(p)
+	l.mu.Unlock()
+	l.t.Log(string(p))
+	return len(p), nil
+}
+
+func (l *lines) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), s)
+}
+
+// A job whose destination stops answering is stalled once its pending
+// work has not moved for the watchdog's bound: the stats say so with what
+// is pending, the metrics count it, the log says so once; the first
+// batch made durable clears it.
+func TestWatchdogSaysAJobWhoseWorkDoesNotMoveIsStalled(t *testing.T) {
+	defer engine.SetWatchInterval(10 * time.Millisecond)()
+	e := newEnv(t, 0)
+	e.cfg.WatchdogAnswer = 100 * time.Millisecond
+	reg := prometheus.NewRegistry()
+	e.metrics = httpapi.NewMetrics(reg)
+	logs := &lines{t: t}
+	e.log = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: logs})
+	e.insert(0, 10, nil)
+	job := e.job(itemsJS)
+	r := e.run(job, e.acquire())
+	e.settled(job)
+	if s := r.stats.Snapshot(); s.Stall != nil {
+		t.Fatalf("caught up and idle: stalled %+v", *s.Stall)
+	}
+
+	e.meili.PauseTasks()
+	e.insert(100, 110, nil)
+	until(t, "the job stalled", func() bool { return r.stats.Snapshot().Stall != nil })
+	st := *r.stats.Snapshot().Stall
+	if !strings.Contains(st.Pending, "not yet durable") || st.BoundSeconds < 0.3 || st.Since.IsZero() {
+		t.Errorf("stall %+v: want the batches in flight, a bound of 10 flushes and the answer time", st)
+	}
+	stalled := func() float64 { return metric(t, reg, "meilistream_job_stalled", "items") }
+	until(t, "job_stalled 1", func() bool { return stalled() == 1 })
+	if n := metric(t, reg, "meilistream_stalls_total", "items"); n != 1 {
+		t.Errorf("stalls_total %v, want 1", n)
+	}
+
+	e.meili.ResumeTasks()
+	e.equal(job)
+	until(t, "the stall cleared", func() bool { return r.stats.Snapshot().Stall == nil && stalled() == 0 })
+	if n := logs.count("job stalled:"); n != 1 {
+		t.Errorf("the stall was logged %d times, want once", n)
+	}
+	if n := logs.count("job no longer stalled"); n != 1 {
+		t.Errorf("the recovery was logged %d times, want once", n)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
 	}
 }

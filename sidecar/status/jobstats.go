@@ -77,6 +77,11 @@ type JobSnapshot struct {
 	LastError     string    `json:"lastError,omitempty"`
 	LastErrorCode string    `json:"lastErrorCode,omitempty"`
 	LastErrAt     time.Time `json:"lastErrorAt,omitempty"`
+
+	// Stall is set while the engine's watchdog finds the job's pending
+	// work not moving for longer than its bound (status.Stall); nil
+	// otherwise.
+	Stall *Stall `json:"stall,omitempty"`
 }
 
 // ReindexProgress is the state of a running (or the last) reindex. Rate

@@ -37,6 +37,7 @@ const (
 	Standby    = "standby"
 	Reindexing = "reindexing"
 	Following  = "following"
+	Stalled    = "stalled"
 	Restarting = "restarting"
 	Failed     = "failed"
 	Stopping   = "stopping"
@@ -44,7 +45,7 @@ const (
 )
 
 // States lists every Job.State, in the order a job meets them.
-var States = []string{Starting, Standby, Reindexing, Following, Restarting, Failed, Stopping, Stopped}
+var States = []string{Starting, Standby, Reindexing, Following, Stalled, Restarting, Failed, Stopping, Stopped}
 
 // Job is one job in GET /status (a JSON array under "jobs"). Field
 // names are snake_case and stable: operators script against them.
@@ -58,7 +59,9 @@ type Job struct {
 	// "standby" (another process holds the lease, or, see Waiting, this
 	// one leaves the job to a process with a newer transform),
 	// "reindexing",
-	// "following", "restarting" (waiting after a failure, see
+	// "following", "stalled" (reindexing or following, but its pending
+	// work has not moved for longer than its watchdog's bound: see
+	// Stall), "restarting" (waiting after a failure, see
 	// NextRestart), "failed" (cannot run until fixed), "stopping",
 	// "stopped".
 	State string `json:"state"`
@@ -82,6 +85,9 @@ type Job struct {
 	LagSeconds *float64 `json:"lag_seconds"`
 	// PositionTime is the cluster time of the last recorded position.
 	PositionTime *time.Time `json:"position_time,omitempty"`
+	// Stall says what is pending and since when, while State is
+	// "stalled" (nil otherwise).
+	Stall *Stall `json:"stall,omitempty"`
 	// Reindex is the progress of a running reindex (nil otherwise).
 	Reindex *Reindex `json:"reindex,omitempty"`
 	// Counters are totals since this process started.
@@ -140,6 +146,15 @@ type Counters struct {
 type Queue struct {
 	Tasks int   `json:"tasks"` // tasks enqueued or processing
 	Bytes int64 `json:"bytes"` // bytes of their requests
+}
+
+// Stall is a stalled job's pending work: what it is (changes waiting
+// for a flush, batches in the destination's hands, fan-outs, marks not
+// yet read back), since when none of it moved, and the bound it passed.
+type Stall struct {
+	Pending      string    `json:"pending"`
+	Since        time.Time `json:"since"`
+	BoundSeconds float64   `json:"bound_seconds"`
 }
 
 // ErrorInfo is an error as /status shows it.
