@@ -432,6 +432,9 @@ func (j *Job) timeoutIn(ctx context.Context) time.Duration {
 	return t
 }
 
+// CallTimeout is the time limit of one call of j: its transformTimeout.
+func (j *Job) CallTimeout() time.Duration { return j.timeout() }
+
 // timeout is the time limit of one call of j.
 func (j *Job) timeout() time.Duration {
 	if j.Timeout > 0 {

@@ -32,6 +32,10 @@ type Requests struct {
 // documents to retry, each once.
 type Request struct {
 	IDs []bson.RawValue
+	// Limit, when longer than the job's transformTimeout, is the time
+	// limit of the retried calls (transform.WithTimeout): the engine's
+	// own retries of documents that ran out of time give them more.
+	Limit time.Duration
 
 	req   *jobstate.RetryRequest
 	start time.Time
@@ -39,6 +43,13 @@ type Request struct {
 	pages                 atomic.Int64
 	written, gone, failed atomic.Int64
 	done                  chan struct{}
+}
+
+// NewRequest is a retry of ids the engine makes itself (documents that
+// ran out of time, tried again under limit): no `meilistream retry`
+// waits for its answer.
+func NewRequest(ids []bson.RawValue, limit time.Duration) *Request {
+	return &Request{IDs: ids, Limit: limit, start: time.Now(), done: make(chan struct{})}
 }
 
 // Pages says that the request's documents are retried in n pages, each

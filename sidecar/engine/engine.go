@@ -238,6 +238,9 @@ func (e *Engine) ensureErrorIndex(ctx context.Context, log hclog.Logger) {
 type jobConfig struct {
 	Config
 	job *transform.Job
+	// timeouts, while the job follows, takes the documents that ran out of
+	// time, to try them again (timeouts.go); nil otherwise.
+	timeouts *timeouts
 }
 
 func (e *Engine) jobCfg(job *transform.Job) jobConfig {

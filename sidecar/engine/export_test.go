@@ -21,3 +21,11 @@ func SetWatchInterval(d time.Duration) (restore func()) {
 	watchInterval = d
 	return func() { watchInterval = was }
 }
+
+// SetTimeoutRetryBase sets the wait before the first automatic retry of
+// a document that ran out of time, and returns what puts it back.
+func SetTimeoutRetryBase(d time.Duration) (restore func()) {
+	was := timeoutRetryBase
+	timeoutRetryBase = d
+	return func() { timeoutRetryBase = was }
+}

@@ -55,6 +55,7 @@ type followPlan struct {
 // runs a reindex interleaved with it, and reports it.
 func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, plan followPlan, log hclog.Logger) (*watermark.Summary, error) {
 	jc := e.jobCfg(job)
+	jc.timeouts = newTimeouts(job.CallTimeout(), log)
 	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, tok: plan.tok, deps: job.Dependencies(), lastRecorded: plan.tok, lastWall: plan.since}
 	f.relatedColls = map[string]bool{}
 	for _, c := range job.RelatedCollections() {
@@ -319,8 +320,13 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 		f.armFlush()
 		f.dog.queued(f.unflushed())
 		select {
-		case <-lagTick.C:
+		case now := <-lagTick.C:
 			f.e.observeLag(f.jc.job.Name, f.stats.Snapshot().LagSeconds)
+			if r := f.jc.timeouts.take(now); r != nil {
+				if err := f.startRetry(r); err != nil {
+					return f.stop(ctx, err)
+				}
+			}
 		case it := <-f.reader.Items():
 			switch {
 			case it.Err != nil:

@@ -136,3 +136,56 @@ func TestWatchdogSaysAJobWhoseWorkDoesNotMoveIsStalled(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// slowJS runs 150 ms of wall time on a slow document, whatever the
+// machine's speed, against a limit of 50 ms; a stuck one never ends.
+const slowJS = `module.exports = {
+  collection: "items",
+  index: "items",
+  transformTimeout: "50ms",
+  transform(doc) {
+    if (doc.slow) { const t0 = Date.now(); while (Date.now() - t0 < 150) {} }
+    if (doc.stuck) { for (;;) {} }
+    return { title: doc.title };
+  },
+};
+`
+
+// A document whose transform ran out of time is tried again by the job
+// itself, with a longer limit, and ends up indexed with no operator
+// action; one that always runs out of time is left in the errors
+// collection after the bounded attempts, and said so.
+func TestATimedOutDocumentIsTriedAgainAutomatically(t *testing.T) {
+	defer engine.SetTimeoutRetryBase(10 * time.Millisecond)()
+	e := newEnv(t, 0)
+	logs := &lines{t: t}
+	e.log = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: logs})
+	e.insert(0, 5, nil)
+	job := e.job(slowJS)
+	r := e.run(job, e.acquire())
+	until(t, "the first documents indexed", func() bool { return e.liveHas(4, "item 4") })
+
+	e.ok(e.coll.InsertOne(e.ctx, bson.M{"_id": 100, "title": "slow", "slow": true}))
+	e.ok(e.coll.InsertOne(e.ctx, bson.M{"_id": 101, "title": "stuck", "stuck": true}))
+	e.ok(e.coll.InsertOne(e.ctx, bson.M{"_id": 102, "title": "quick"}))
+	until(t, "the slow document indexed", func() bool { return e.liveHas(100, "slow") })
+	until(t, "the slow document's record cleared", func() bool {
+		n, _ := e.errs.CountDocuments(e.ctx, bson.M{"sourceId": 100})
+		return n == 0
+	})
+	until(t, "the stuck document given up", func() bool { return logs.count("ran out of time on every automatic attempt") == 1 })
+	var rec bson.M
+	if err := e.errs.FindOne(e.ctx, bson.M{"sourceId": 101}).Decode(&rec); err != nil {
+		t.Fatalf("the stuck document's record: %v", err)
+	}
+	// Recorded at the first failure and at each of the automatic attempts.
+	if rec["code"] != "TRANSFORM_FAILED" || fmt.Sprint(rec["attempts"]) != "4" {
+		t.Errorf("record %v: want TRANSFORM_FAILED after 4 attempts", rec)
+	}
+	if e.liveHas(101, "stuck") || !e.liveHas(102, "quick") {
+		t.Errorf("stuck indexed %v, quick indexed %v", e.liveHas(101, "stuck"), e.liveHas(102, "quick"))
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
