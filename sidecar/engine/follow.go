@@ -96,7 +96,13 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 		defer close(watched)
 		e.watch(wctx, f.dog, job.Name, stats, log)
 	}()
-	defer func() { wstop(); <-watched }()
+	f.lagc = newLagClock(f.tok)
+	clocked := make(chan struct{})
+	go func() {
+		defer close(clocked)
+		e.clock(wctx, f.lagc, f.dog, stats)
+	}()
+	defer func() { wstop(); <-watched; <-clocked }()
 	set, err := deadletter.Load(ctx, e.store, job.Name, e.obs)
 	if err != nil {
 		f.p.Abort(err)
@@ -215,6 +221,9 @@ type follower struct {
 	// dog is the job's watchdog (watchdog.go): the loop tells it what
 	// waits for a flush, the pipe what is in flight.
 	dog *watchdog
+	// lagc holds the cluster times of what the stream read and what is
+	// recorded, against the source's newest (lag.go).
+	lagc *lagClock
 }
 
 func (f *follower) reset() {
@@ -319,6 +328,7 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 		// collection), pending work has a flush on its way.
 		f.armFlush()
 		f.dog.queued(f.unflushed())
+		f.lagc.readTo(f.tok)
 		select {
 		case now := <-lagTick.C:
 			f.e.observeLag(f.jc.job.Name, f.stats.Snapshot().LagSeconds)
@@ -685,6 +695,7 @@ func (f *follower) recordAfter(tok bson.Raw, wall time.Time) func(ctx context.Co
 		f.recMu.Lock()
 		f.lastRecorded, f.lastWall = tok, wall
 		f.recMu.Unlock()
+		f.lagc.recorded(tok)
 		e.observePosition(jc.job.Name, wall)
 		stats.Update(func(s *status.JobSnapshot) { s.LastPosition = wall; s.RecordedAt = time.Now() })
 		e.observeLag(jc.job.Name, stats.Snapshot().LagSeconds)

@@ -189,3 +189,36 @@ func TestATimedOutDocumentIsTriedAgainAutomatically(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The lag counts the changes the stream has not read: while the stream
+// cannot read (its getMores and reopens fail), writes made later in
+// cluster time show in the lag at once, not only once delivered; it falls
+// back to 0 once they are durable.
+func TestLagCountsWhatTheStreamHasNotRead(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 5, nil)
+	job := e.job(itemsJS)
+	r := e.run(job, e.acquire())
+	e.settled(job)
+	lag := func() float64 { return r.stats.Snapshot().LagSeconds }
+	until(t, "lag 0 when caught up", func() bool { return lag() == 0 })
+
+	streams := bson.A{"getMore", "aggregate"}
+	e.mongo.FailCommand(bson.D{{Key: "mode", Value: "alwaysOn"},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: streams}, {Key: "errorCode", Value: 11600}}}})
+	// Twenty seconds of cluster time pass (the server's clock moves, not
+	// the test's), and changes are made that the stream cannot read.
+	e.mongo.AdvanceClock(20 * time.Second)
+	e.insert(100, 110, nil)
+	until(t, "lag over 15s while the stream cannot read", func() bool { return lag() >= 15 })
+	if e.liveHas(109, "item 109") {
+		t.Fatal("the changes reached the index while the stream could not read them")
+	}
+
+	e.mongo.FailCommand(bson.D{{Key: "mode", Value: "off"}, {Key: "data", Value: bson.D{{Key: "failCommands", Value: streams}}}})
+	until(t, "the changes indexed", func() bool { return e.liveHas(109, "item 109") })
+	until(t, "lag back to 0", func() bool { return lag() == 0 })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}

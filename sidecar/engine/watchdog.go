@@ -97,6 +97,15 @@ func (w *watchdog) began() {
 	w.idle = !busy
 }
 
+// idleNow says nothing is pending or in flight: everything the stream
+// read is durable.
+func (w *watchdog) idleNow() bool {
+	fan, _ := w.more()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.unflushed == 0 && w.inPipe == 0 && fan == 0
+}
+
 // bound is how long pending work may go without moving.
 func (w *watchdog) bound() time.Duration {
 	return 10*w.flush + max(w.answer, w.floor)

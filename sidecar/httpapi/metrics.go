@@ -538,7 +538,7 @@ func newStatusCollector(ns string, m *Metrics) *statusCollector {
 		stateDesc: prometheus.NewDesc(ns+"_job_state", "1 for the job's current state (as /status shows it), 0 for the others.",
 			[]string{LabelPipeline, "kind", "state"}, nil),
 		lagDesc: prometheus.NewDesc(ns+"_follow_lag_seconds",
-			"Age of the oldest change the job's stream delivered that is not yet durable in the destination; 0 when caught up. Present while the job follows its stream.",
+			"Age of the oldest change the job's stream delivered that is not yet durable in the destination, or how far what is durable is behind the source's newest cluster time when larger; 0 when caught up. Present while the job follows its stream.",
 			[]string{LabelPipeline, "kind"}, nil),
 		state: map[string]string{},
 		lag:   map[string]float64{},

@@ -80,7 +80,9 @@ type Job struct {
 	// meilistream_follow_lag_seconds, the log): the age of the oldest
 	// change its stream delivered that is not yet durable in the
 	// destination (its cluster wall time against this process's clock),
-	// 0 when everything delivered is durable. null when the job does not
+	// or, when larger, how far what is durable is behind the source's
+	// newest cluster time (changes not read yet); 0 when everything is
+	// durable. null when the job does not
 	// follow its stream in this process (standby, starting, failed...).
 	LagSeconds *float64 `json:"lag_seconds"`
 	// PositionTime is the cluster time of the last recorded position.
