@@ -206,6 +206,7 @@ func (f *follower) finish(tok bson.Raw, wall time.Time) error {
 		if err := e.store.RecordNewPosition(ctx, jc.job, l, tok, wall); err != nil {
 			return err
 		}
+		f.lagc.recorded(tok)
 		if err := e.store.DeleteCheckpoint(ctx, jc.job.Name, l); err != nil {
 			return err
 		}

@@ -84,6 +84,9 @@ func (w *watchdog) durable(answer time.Duration) {
 	w.inPipe--
 	w.moved = time.Now()
 	w.answer = max(w.answer-w.answer/10, answer)
+	if w.inPipe == 0 && w.unflushed == 0 {
+		w.idle = true // the next work's age counts from its own start
+	}
 	w.mu.Unlock()
 }
 
