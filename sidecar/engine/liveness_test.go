@@ -206,6 +206,10 @@ func TestLagCountsWhatTheStreamHasNotRead(t *testing.T) {
 	streams := bson.A{"getMore", "aggregate"}
 	e.mongo.FailCommand(bson.D{{Key: "mode", Value: "alwaysOn"},
 		{Key: "data", Value: bson.D{{Key: "failCommands", Value: streams}, {Key: "errorCode", Value: 11600}}}})
+	// A getMore already waiting when the fail point was set would still
+	// answer: wait until the stream has failed.
+	retries := r.stats.Snapshot().Retries
+	until(t, "the stream failing", func() bool { return r.stats.Snapshot().Retries > retries })
 	// Twenty seconds of cluster time pass (the server's clock moves, not
 	// the test's), and changes are made that the stream cannot read.
 	e.mongo.AdvanceClock(20 * time.Second)
