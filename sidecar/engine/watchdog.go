@@ -163,7 +163,7 @@ func (e *Engine) watch(ctx context.Context, w *watchdog, job string, stats *stat
 	defer func() {
 		if stats.Snapshot().Stall != nil {
 			stats.Update(func(s *status.JobSnapshot) { s.Stall = nil })
-			e.obs.ObserveStall(job, false)
+			e.obs.ObserveWatchdog(job, false)
 		}
 	}()
 	for {
@@ -176,7 +176,7 @@ func (e *Engine) watch(ctx context.Context, w *watchdog, job string, stats *stat
 			if !changed {
 				continue
 			}
-			e.obs.ObserveStall(job, st != nil)
+			e.obs.ObserveWatchdog(job, st != nil)
 			if st != nil {
 				log.Warn("job stalled: its pending work has not moved; check the destination and the source (/status shows what is pending)",
 					"pending", st.Pending, "since", st.Since.UTC().Format(time.RFC3339Nano), "bound", time.Duration(st.BoundSeconds*float64(time.Second)))

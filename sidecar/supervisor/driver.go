@@ -43,7 +43,7 @@ var _ JobDriver = (*EngineDriver)(nil)
 // (last_error, restarting) instead of a "standby" that claims another pod
 // works. A refused authentication is CONFIG_INVALID naming
 // MEILISTREAM_MONGODB_URI.
-func (d *EngineDriver) Standby(ctx context.Context, def JobDef, held func(why error)) (HeldLease, error) {
+func (d *EngineDriver) Standby(ctx context.Context, def JobDef, w Standing) (HeldLease, error) {
 	name := def.Name
 	job, _ := def.Spec.(*transform.Job)
 	capd := d.Leases.TTL() / 3
@@ -54,6 +54,17 @@ func (d *EngineDriver) Standby(ctx context.Context, def JobDef, held func(why er
 	// shows in /status that soon.
 	each := min(max(capd, time.Second), 10*time.Second)
 	for {
+		if off := w.HoldOff(); off > 0 {
+			// This process holds its share already, or just gave the
+			// job back: let another pod take a free lease first.
+			t := time.NewTimer(off)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, context.Cause(ctx)
+			case <-t.C:
+			}
+		}
 		actx, cancel := context.WithTimeout(ctx, each)
 		var l *lease.Lease
 		err := d.older(actx, job)
@@ -70,7 +81,7 @@ func (d *EngineDriver) Standby(ctx context.Context, def JobDef, held func(why er
 		if errs.CodeOf(err) != errs.Running && !errors.Is(err, rollout.ErrTransformOlder) {
 			return nil, MongoAccessError(name, err)
 		}
-		held(err)
+		w.Held(err)
 		p := time.Duration(float64(wait) * (0.75 + 0.5*rand.Float64()))
 		p = max(min(p, capd), time.Millisecond)
 		t := time.NewTimer(p)

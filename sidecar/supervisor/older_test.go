@@ -36,14 +36,14 @@ type olderDriver struct {
 	errCodes []string
 }
 
-func (d *olderDriver) Standby(ctx context.Context, def supervisor.JobDef, held func(error)) (supervisor.HeldLease, error) {
+func (d *olderDriver) Standby(ctx context.Context, def supervisor.JobDef, w supervisor.Standing) (supervisor.HeldLease, error) {
 	d.mu.Lock()
 	d.standbys++
 	n := d.standbys
 	d.mu.Unlock()
 	if n > 1 {
 		for range 5 { // every poll finds the newer pod live
-			held(d.why)
+			w.Held(d.why)
 		}
 		select {
 		case <-d.free:
@@ -94,6 +94,7 @@ func (p *olderPresence) Close() {
 func (d *olderDriver) ObserveJob(string, string)          {}
 func (d *olderDriver) ObserveState(string, string)        {}
 func (d *olderDriver) ObserveLease(string, bool, int64)   {}
+func (d *olderDriver) ObserveStall(string)                {}
 func (d *olderDriver) ObserveRestart(string)              {}
 func (d *olderDriver) ObserveTransformError(string, bool) {}
 func (d *olderDriver) Forget(string)                      {}
