@@ -180,6 +180,10 @@ type Engine struct {
 	// job start of this process; errIndexSaid: that it could not be, for
 	// want of the privilege, was logged.
 	errIndex, errIndexSaid atomic.Bool
+
+	// srcClock is the source's newest cluster time, for the jobs' lag
+	// (lag.go).
+	srcClock sourceClock
 }
 
 // New returns an engine reading jobs' collections from source and

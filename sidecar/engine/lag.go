@@ -17,7 +17,7 @@ import (
 // nothing of the changes still in the source's history: after a dropped
 // connection, or while the stream reads a backlog, it says the job is
 // current. So every lagInterval the follower asks the source for its
-// latest cluster time (the operationTime of a ping, which for a read at
+// latest cluster time (one ask a lagInterval for all the engine's jobs) (the operationTime of a ping, which for a read at
 // read concern "local" is the timestamp of the newest oplog entry:
 // https://www.mongodb.com/docs/v6.2/reference/method/db.runCommand/,
 // "Response") and compares it with the cluster time everything is
@@ -116,15 +116,34 @@ func tokenTime(tok bson.Raw) (bson.Timestamp, bool) {
 	return bson.Timestamp{T: binary.BigEndian.Uint32(b[1:5]), I: binary.BigEndian.Uint32(b[5:9])}, true
 }
 
-// sourceTime asks the source for its newest cluster time (false: it says
-// none, as a standalone server does not).
+// sourceClock is the source's newest cluster time as last asked, shared
+// by the engine's jobs: the oplog is one for every collection, so one
+// ping a lagInterval serves them all however many there are.
+type sourceClock struct {
+	mu sync.Mutex // held while asking, so jobs asking at once ask once
+	at time.Time  // when last asked; zero: never
+	ts bson.Timestamp
+	ok bool
+}
+
+// sourceTime returns the source's newest cluster time (false: it gives
+// none, as a standalone server does not, or does not answer), asking at
+// most once per half lagInterval.
 func (e *Engine) sourceTime(ctx context.Context) (bson.Timestamp, bool) {
+	c := &e.srcClock
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < lagInterval/2 {
+		return c.ts, c.ok
+	}
+	c.at, c.ok = time.Now(), false
 	raw, err := e.source.RunCommand(ctx, bson.D{{Key: "ping", Value: 1}}).Raw()
 	if err != nil {
 		return bson.Timestamp{}, false
 	}
 	t, i, ok := raw.Lookup("operationTime").TimestampOK()
-	return bson.Timestamp{T: t, I: i}, ok
+	c.ts, c.ok = bson.Timestamp{T: t, I: i}, ok
+	return c.ts, ok
 }
 
 // clock keeps the job's unread lag in stats until ctx ends: every
