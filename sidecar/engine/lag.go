@@ -17,10 +17,11 @@ import (
 // nothing of the changes still in the source's history: after a dropped
 // connection, or while the stream reads a backlog, it says the job is
 // current. So every lagInterval the follower asks the source for its
-// latest cluster time (one ask a lagInterval for all the engine's jobs) (the operationTime of a ping, which for a read at
-// read concern "local" is the timestamp of the newest oplog entry:
+// latest cluster time (one ask a lagInterval for all the engine's jobs:
+// the operationTime of a ping, which for a read at read concern "local"
+// is the timestamp of the newest oplog entry:
 // https://www.mongodb.com/docs/v6.2/reference/method/db.runCommand/,
-// "Response") and compares it with the cluster time everything is
+// "Response"), and compares it with the cluster time everything is
 // durable up to: the recorded position's, or, with nothing pending or in
 // flight, the last token the stream read (its post-batch resume token
 // when caught up). The difference, in whole seconds of cluster time, is
