@@ -9,8 +9,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/meilistream/meilistream/sidecar/deadletter"
-	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -69,7 +67,7 @@ func newTimeouts(limit time.Duration, log hclog.Logger) *timeouts {
 
 // note takes the outcome of a prepared batch: items that succeeded end
 // their attempts, those out of time are due again (or given up).
-func (t *timeouts) note(items []prepare.Item, bad []prepare.DocError) {
+func (t *timeouts) note(items []Item, bad []DocError) {
 	if t == nil {
 		return
 	}
@@ -103,7 +101,7 @@ func (t *timeouts) note(items []prepare.Item, bad []prepare.DocError) {
 		if d.attempts > maxTimeoutRetries {
 			delete(t.tries, k)
 			t.log.Warn("a document ran out of time on every automatic attempt; it stays in the errors collection: raise transformTimeout or lighten the transform, then `meilistream retry`",
-				"id", prepare.IDString(b.ID), "attempts", d.attempts, "limit", t.limitOf(d.attempts-1))
+				"id", IDString(b.ID), "attempts", d.attempts, "limit", t.limitOf(d.attempts-1))
 			continue
 		}
 		wait := timeoutRetryBase << (2 * (d.attempts - 1))
@@ -135,7 +133,7 @@ func (t *timeouts) limitOf(n int) time.Duration {
 
 // take returns a retry of the documents due by now (nil: none), under the
 // limit of the most tried of them.
-func (t *timeouts) take(now time.Time) *deadletter.Request {
+func (t *timeouts) take(now time.Time) *retryRequest {
 	if t == nil {
 		return nil
 	}
@@ -154,5 +152,5 @@ func (t *timeouts) take(now time.Time) *deadletter.Request {
 	if len(ids) == 0 {
 		return nil
 	}
-	return deadletter.NewRequest(ids, t.limitOf(most))
+	return newRetryRequest(ids, t.limitOf(most))
 }

@@ -12,7 +12,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -51,12 +50,12 @@ func TestTimedOutDocumentsAreDueAgainUntilGivenUp(t *testing.T) {
 	logs := &logBuf{}
 	to := newTimeouts(50*time.Millisecond, hclog.New(&hclog.LoggerOptions{Output: logs}))
 
-	var bad []prepare.DocError
+	var bad []DocError
 	for i := int32(0); i < timeoutBurst; i++ {
-		bad = append(bad, prepare.DocError{ID: intID(i), Err: timedOutErr()})
+		bad = append(bad, DocError{ID: intID(i), Err: timedOutErr()})
 	}
 	to.note(nil, bad)
-	to.note(nil, []prepare.DocError{{ID: intID(99), Err: errors.New("boom")}}) // not a timeout: not retried
+	to.note(nil, []DocError{{ID: intID(99), Err: errors.New("boom")}}) // not a timeout: not retried
 	if n := logs.count("ran out of time in a burst"); n != 1 {
 		t.Fatalf("a burst of %d timeouts logged %d times, want once", timeoutBurst, n)
 	}
@@ -71,7 +70,7 @@ func TestTimedOutDocumentsAreDueAgainUntilGivenUp(t *testing.T) {
 		t.Fatalf("handed twice: %d ids", len(again.IDs))
 	}
 	// Document 0 succeeds; 1 fails otherwise; 2.. time out again.
-	to.note([]prepare.Item{{ID: intID(0)}, {ID: intID(1)}, {ID: intID(2)}}, []prepare.DocError{{ID: intID(1), Err: errors.New("boom")}, {ID: intID(2), Err: timedOutErr()}})
+	to.note([]Item{{ID: intID(0)}, {ID: intID(1)}, {ID: intID(2)}}, []DocError{{ID: intID(1), Err: errors.New("boom")}, {ID: intID(2), Err: timedOutErr()}})
 	if logs.count("ran out of time in a burst") != 1 {
 		t.Fatalf("logged again within the window")
 	}
@@ -83,7 +82,7 @@ func TestTimedOutDocumentsAreDueAgainUntilGivenUp(t *testing.T) {
 		t.Fatalf("after the second backoff: %+v; want document 2 under 200ms", r)
 	}
 	for range maxTimeoutRetries - 1 {
-		to.note(nil, []prepare.DocError{{ID: intID(2), Err: timedOutErr()}})
+		to.note(nil, []DocError{{ID: intID(2), Err: timedOutErr()}})
 		to.take(time.Now().Add(time.Hour))
 	}
 	if n := logs.count("ran out of time on every automatic attempt"); n != 1 {
