@@ -33,49 +33,38 @@ const defaultVerifyShow = 20
 // answer one repair request.
 var verifyRepairWait = 10 * time.Minute
 
-// verifyArgs are the arguments of "meilistream verify".
-type verifyArgs struct {
-	job    string
+// verifyFlags are the flags of "meilistream verify".
+type verifyFlags struct {
 	repair bool
 	json   bool
 	rate   float64
 	show   int
 }
 
-// parseVerifyArgs reads NAME [--repair] [--json] [--rate N] [--show N],
-// the flags before or after NAME.
-func parseVerifyArgs(args []string) (verifyArgs, error) {
-	a := verifyArgs{show: defaultVerifyShow}
-	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.BoolVar(&a.repair, "repair", false, "")
-	fs.BoolVar(&a.json, "json", false, "")
-	fs.Float64Var(&a.rate, "rate", 0, "")
-	fs.IntVar(&a.show, "show", defaultVerifyShow, "")
-	var names []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return a, err
+func (f *verifyFlags) define(fs *flag.FlagSet) {
+	f.show = defaultVerifyShow
+	fs.BoolVar(&f.repair, "repair", false, `write the differing documents again and delete the extra
+ones: through the job's holder when a sidecar runs it (in
+order with its change stream), else under the job's lease`)
+	fs.BoolVar(&f.json, "json", false, `one JSON object: {"job", "checked", "missing", "stale",
+"extra", "repaired", "skippedChanging", "errors",
+"durationMs", "samples": {"missing", "stale", "extra"}}`)
+	fs.Func("rate", "read at most `N` documents per second (default: no bound)", func(v string) error {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || r < 0 {
+			return fmt.Errorf("wants documents per second, above 0 (0: no bound)")
 		}
-		args = fs.Args()
-		if len(args) == 0 {
-			break
+		f.rate = r
+		return nil
+	})
+	fs.Func("show", fmt.Sprintf("print up to `N` ids of each kind (default %d)", defaultVerifyShow), func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("wants a number of ids of each kind, 0 or more")
 		}
-		names = append(names, args[0])
-		args = args[1:]
-	}
-	switch {
-	case len(names) == 0:
-		return a, fmt.Errorf("want a job name")
-	case len(names) > 1:
-		return a, fmt.Errorf("want one job name, got %q and %q", names[0], names[1])
-	case a.rate < 0:
-		return a, fmt.Errorf("--rate wants documents per second, above 0 (0: no bound), got %v", a.rate)
-	case a.show < 0:
-		return a, fmt.Errorf("--show wants a number of ids of each kind, 0 or more, got %d", a.show)
-	}
-	a.job = names[0]
-	return a, nil
+		f.show = n
+		return nil
+	})
 }
 
 // runVerify is the body of "meilistream verify NAME": it compares the
@@ -83,19 +72,16 @@ func parseVerifyArgs(args []string) (verifyArgs, error) {
 // prints what differs; with --repair, it writes the differing documents
 // again (through the job's holder when one runs, ordered with its stream;
 // else under the job's lease).
-func runVerify(ctx context.Context, inv *invocation) int {
-	a, err := parseVerifyArgs(inv.Args)
-	if err != nil {
-		return usageError(inv.Stderr, "verify", "%v", err)
-	}
+func runVerify(ctx context.Context, inv *invocation, a verifyFlags) int {
+	name := inv.Args[0]
 	w, err := connect(ctx, inv.Config, inv.Log)
 	if err != nil {
 		return verifyFail(inv.Stderr, "", err)
 	}
 	defer w.close()
-	job, err := w.oneJob(inv, a.job)
+	job, err := w.oneJob(inv, name)
 	if err != nil {
-		return verifyFail(inv.Stderr, a.job, err)
+		return verifyFail(inv.Stderr, name, err)
 	}
 	if err := w.reach(ctx); err != nil {
 		return verifyFail(inv.Stderr, job.Name, err)

@@ -5,33 +5,39 @@ import (
 	"testing"
 )
 
-func TestVerifyArgsTakeFlagsBeforeAndAfterTheName(t *testing.T) {
-	for _, c := range []struct {
+func TestVerifyFlagsGoBeforeOrAfterTheName(t *testing.T) {
+	var c command
+	for _, cc := range commands() {
+		if cc.name == "verify" {
+			c = cc
+		}
+	}
+	for _, tc := range []struct {
 		args []string
-		want verifyArgs
+		want verifyFlags
 		err  string
 	}{
-		{args: []string{"books"}, want: verifyArgs{job: "books", show: defaultVerifyShow}},
-		{args: []string{"books", "--repair", "--json"}, want: verifyArgs{job: "books", repair: true, json: true, show: defaultVerifyShow}},
-		{args: []string{"--rate", "500", "books", "--show=3"}, want: verifyArgs{job: "books", rate: 500, show: 3}},
-		{args: []string{"-rate=0.5", "books"}, want: verifyArgs{job: "books", rate: 0.5, show: defaultVerifyShow}},
-		{args: nil, err: "want a job name"},
-		{args: []string{"a", "b"}, err: `want one job name, got "a" and "b"`},
-		{args: []string{"books", "--rate", "-1"}, err: "--rate wants documents per second"},
-		{args: []string{"books", "--rate", "fast"}, err: "invalid value"},
-		{args: []string{"books", "--show", "-2"}, err: "--show wants"},
+		{args: []string{"books"}, want: verifyFlags{show: defaultVerifyShow}},
+		{args: []string{"books", "--repair", "--json"}, want: verifyFlags{repair: true, json: true, show: defaultVerifyShow}},
+		{args: []string{"--rate", "500", "books", "--show=3"}, want: verifyFlags{rate: 500, show: 3}},
+		{args: []string{"-rate=0.5", "books"}, want: verifyFlags{rate: 0.5, show: defaultVerifyShow}},
+		{args: []string{"books", "--rate", "-1"}, err: "wants documents per second"},
+		{args: []string{"books", "--rate", "fast"}, err: "wants documents per second"},
+		{args: []string{"books", "--show", "-2"}, err: "wants a number of ids"},
 		{args: []string{"books", "--bogus"}, err: "not defined"},
 	} {
-		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
-			got, err := parseVerifyArgs(c.args)
-			if c.err != "" {
-				if err == nil || !strings.Contains(err.Error(), c.err) {
-					t.Fatalf("parseVerifyArgs(%q) = %v, want an error with %q", c.args, err, c.err)
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var f verifyFlags
+			c.flags = f.define
+			pos, err := parseArgs(newFlagSet(c), tc.args)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("parse %q = %v, want an error with %q", tc.args, err, tc.err)
 				}
 				return
 			}
-			if err != nil || got != c.want {
-				t.Fatalf("parseVerifyArgs(%q) = %+v, %v; want %+v", c.args, got, err, c.want)
+			if err != nil || f != tc.want || len(pos) != 1 || pos[0] != "books" {
+				t.Fatalf("parse %q = %+v %q, %v; want %+v", tc.args, f, pos, err, tc.want)
 			}
 		})
 	}

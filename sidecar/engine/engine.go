@@ -86,6 +86,10 @@ type Config struct {
 	// documents per second it reads (default 500).
 	VerifyInterval time.Duration
 	VerifyRate     int
+	// WatchdogAnswer is the least time a job's watchdog allows the
+	// destination to answer a batch (default DefaultWatchdogAnswer; see
+	// watchdog.go for the bound).
+	WatchdogAnswer time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -140,6 +144,9 @@ func (c Config) withDefaults() Config {
 	if c.VerifyRate <= 0 {
 		c.VerifyRate = DefaultVerifyRate
 	}
+	if c.WatchdogAnswer <= 0 {
+		c.WatchdogAnswer = DefaultWatchdogAnswer
+	}
 	return c
 }
 
@@ -183,6 +190,10 @@ type Engine struct {
 	// job start of this process; errIndexSaid: that it could not be, for
 	// want of the privilege, was logged.
 	errIndex, errIndexSaid atomic.Bool
+
+	// srcClock is the source's newest cluster time, for the jobs' lag
+	// (lag.go).
+	srcClock sourceClock
 }
 
 // New returns an engine reading jobs' collections from source and
@@ -241,6 +252,9 @@ func (e *Engine) ensureErrorIndex(ctx context.Context, log hclog.Logger) {
 type jobConfig struct {
 	Config
 	job *transform.Job
+	// timeouts, while the job follows, takes the documents that ran out of
+	// time, to try them again (timeouts.go); nil otherwise.
+	timeouts *timeouts
 }
 
 func (e *Engine) jobCfg(job *transform.Job) jobConfig {

@@ -38,6 +38,9 @@ type Observer interface {
 	// ObserveVerify: a background verify pass ended at done, finding
 	// these differing documents.
 	ObserveVerify(job string, missing, stale, extra int64, done time.Time)
+	// ObserveWatchdog: the job's pending work stopped moving for longer
+	// than its watchdog's bound (stalled), or moves again.
+	ObserveWatchdog(job string, stalled bool)
 }
 
 // noObserver observes nothing.
@@ -53,6 +56,7 @@ func (noObserver) ObserveReindexProgress(string, int64, int64)          {}
 func (noObserver) ObserveReindexDone(string)                            {}
 func (noObserver) ObserveDeadLetters(string, int64)                     {}
 func (noObserver) ObserveDDL(string, string)                            {}
+func (noObserver) ObserveWatchdog(string, bool)                         {}
 func (noObserver) ObserveVerify(string, int64, int64, int64, time.Time) {}
 
 // kinds returns the kind label of job; the engine does not keep jobs, so

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -648,29 +647,14 @@ func (v *verifier) prompt(ctx context.Context) error {
 	return err
 }
 
-// positionPassed says whether a position (its resume token, else its wall
-// time) is at or past cluster time at. A resume token's _data starts with
-// the KeyString of its cluster time: "82", then the timestamp's seconds
-// and increment as 8 hex digits each.
+// positionPassed says whether a position (its resume token's cluster
+// time, lag.go's tokenTime, else its wall time) is at or past cluster time
+// at.
 func positionPassed(tok bson.Raw, wall time.Time, at bson.Timestamp) bool {
 	if t, ok := tokenTime(tok); ok {
 		return !at.After(t)
 	}
 	return wall.Unix() > int64(at.T)
-}
-
-func tokenTime(tok bson.Raw) (bson.Timestamp, bool) {
-	data, ok := tok.Lookup("_data").StringValueOK()
-	if !ok || len(data) < 18 || !strings.HasPrefix(data, "82") {
-		return bson.Timestamp{}, false
-	}
-	b, err := hex.DecodeString(data[2:18])
-	if err != nil {
-		return bson.Timestamp{}, false
-	}
-	t := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-	i := uint32(b[4])<<24 | uint32(b[5])<<16 | uint32(b[6])<<8 | uint32(b[7])
-	return bson.Timestamp{T: t, I: i}, true
 }
 
 // errsFor wraps err, what verify was doing, as FAILED unless it already

@@ -1,4 +1,4 @@
-package main
+package scripttest
 
 import (
 	"context"
@@ -24,7 +24,7 @@ func init() {
 		"replica-update":  cmdReplicaUpdate,
 		"churn":           cmdChurn,
 	} {
-		scriptCmds[name] = fn
+		Cmds[name] = fn
 	}
 }
 
