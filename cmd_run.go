@@ -379,6 +379,12 @@ func transformOptions(cfg config.Config, log hclog.Logger) transform.Options {
 		},
 		Overrides:   cfg.Jobs,
 		IndexPrefix: cfg.IndexPrefix,
+		// What the sidecar writes, no transform may read (leases,
+		// positions, failed documents).
+		Private: map[string]string{
+			cfg.StateCollection:             "meilistream's state collection (MEILISTREAM_STATE_COLLECTION)",
+			cfg.StateCollection + "_errors": "meilistream's errors collection (MEILISTREAM_STATE_COLLECTION with _errors)",
+		},
 	}
 }
 

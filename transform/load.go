@@ -322,6 +322,9 @@ func loadFile(ctx context.Context, path string, src []byte, opts Options, ov map
 		if err := j.applyEnv(ov, opts.IndexPrefix); err != nil {
 			return err
 		}
+		if err := j.refusePrivate(); err != nil {
+			return err
+		}
 		return v.makeCtxs(j) // now that collection is known
 	})
 	if err != nil {

@@ -129,8 +129,10 @@ type vm struct {
 	isArrayFn    func(goja.FunctionCall) goja.Value
 	joining      []*goja.Object
 	nativeDepth  int
-	// readFail is a failure of MongoDB under a read global (monstache.go):
-	// it fails the call whatever the script did with what was thrown.
+	// readFail is a failure of MongoDB under a read global, or a read of
+	// one of the sidecar's own collections refused (monstache.go,
+	// private.go): it fails the call whatever the script did with what
+	// was thrown.
 	readFail error
 	// spoiled: a panic no case expects unwound through the runtime; it is
 	// discarded rather than reused.
