@@ -81,6 +81,7 @@ type jobRuntime struct {
 	program *goja.Program
 	pool    *pool
 	console *consoleLimiter
+	mem     *memWatch // nil: no memory bound
 }
 
 // vm is one goja runtime with the file's module evaluated in it. It is used
@@ -111,9 +112,10 @@ type vm struct {
 	guard *guard
 	// work hands the vm's goroutine what to run; done says it ran it;
 	// closing work ends the goroutine, which then gives slot back (its
-	// pool's).
+	// pool's) and closes exited.
 	work   chan func()
 	done   chan struct{}
+	exited chan struct{}
 	slot   chan struct{}
 	runReq func()
 	req    callReq
