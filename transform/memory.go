@@ -23,14 +23,15 @@ const DefaultMemoryLimit = 64 << 20
 // kills the whole sidecar, which then starts again on the same document.
 // So a job's calls are watched from outside (k6's answer to runaway
 // scripts, applied to memory): while any of them runs, memWatch reads the
-// Go heap every memTick, and once it holds more than the bound above its
-// steady size, it makes the collector run to tell garbage from what is
-// kept; if what is kept is still more than the bound above the steady
-// live heap, every call of the job running then is interrupted, as the
-// time limit does, and its runtime thrown away. The document fails with
-// TRANSFORM_FAILED saying so (after the retries on a fresh runtime that a
-// timed-out call gets: a call stopped beside the one that grew is not at
-// fault).
+// Go heap every memTick. Once it holds more than the bound above its
+// steady size, a collection is started (not waited for: the heap goes on
+// growing meanwhile) to tell garbage from what is kept; when a collection
+// has kept more than the bound above the steady live heap, or the heap
+// is memHard times the bound past the collector's steady goal, every call
+// of the job running then is interrupted, as the time limit does, and its
+// runtime thrown away and collected (cleanUp). The call is tried once
+// more on a fresh runtime (one stopped beside the call that grew is not at
+// fault), then its document fails with TRANSFORM_FAILED saying so.
 //
 // The steady size is the least of what the collections of a recent
 // window found (the live heap, and the collector's goal, which is where
@@ -42,10 +43,11 @@ const DefaultMemoryLimit = 64 << 20
 // The heap is the process's: a call is stopped because the heap grew
 // while it ran, whoever grew it.
 //
-// The heap overshoots the bound by what is allocated between two reads
-// and during the collection that confirms it, and by the instruction
-// running then: `s + s` of a 64 MiB string allocates 128 MiB before the
-// interrupt can stop anything.
+// The heap overshoots the bound by what is allocated between two reads,
+// and by the instruction running then: `s + s` of a 64 MiB string
+// allocates 128 MiB before the interrupt can stop anything. On a machine
+// whose CPUs are all busy the watcher itself may wait for one: a copy of
+// a large string or array holds its CPU until it ends.
 const (
 	memTick = time.Millisecond
 	// The window is memWindowCalls time limits of a call (at least
