@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -17,11 +18,13 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/mongoerr"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/replicate"
 	"github.com/meilistream/meilistream/sidecar/config"
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
+	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/supervisor"
@@ -48,6 +51,7 @@ func runRun(ctx context.Context, inv *invocation) int {
 	}
 	defer w.close()
 
+	go w.warnUnreachable(ctx, log)
 	set, loadErr := w.loadJobs(log)
 	if set == nil {
 		return fail(inv.Stderr, loadErr)
@@ -59,6 +63,13 @@ func runRun(ctx context.Context, inv *invocation) int {
 	}
 	if err := w.checkMeiliKey(ctx, set.Jobs(), log); err != nil {
 		return fail(inv.Stderr, err)
+	}
+	if len(set.Jobs()) == 0 && loadErr == nil {
+		// Not an error: a folder mounted before its files, or jobs still
+		// to come, is fine, and the watcher picks them up. But a wrong
+		// path must not look like a sidecar at work.
+		log.Warn("no jobs to run: the transforms folder holds no *.js file and no MEILISTREAM_JOB_<NAME>_* variable declares a job; waiting for files to appear",
+			"transforms", cfg.Transforms)
 	}
 
 	sup := supervisor.New(supervisor.Config{
@@ -73,6 +84,12 @@ func runRun(ctx context.Context, inv *invocation) int {
 		// release an eighth: together they end within it.
 		ReleaseTimeout: max(cfg.ShutdownTimeout/8, 100*time.Millisecond),
 		Holders:        w.holders,
+		// Pods share the jobs (at most ceil(jobs / pods) each), and a
+		// holder that makes no progress while failing gives its job up.
+		Peers:           w.peers,
+		BalanceInterval: cfg.Lease / 3,
+		HoldOff:         cfg.Lease,
+		StallTimeout:    cfg.StallTimeout,
 	})
 	// job_state and the lag read what /status says, at each scrape.
 	w.metrics.SetStatus(sup)
@@ -231,7 +248,18 @@ func (w *wiring) reach(ctx context.Context) error {
 	if mongoerr.AuthFailed(err) {
 		return errs.Wrap(errs.ConfigInvalid, "", cause, "MongoDB refused the credentials of MEILISTREAM_MONGODB_URI (or MEILISTREAM_MONGODB_URI_FILE)")
 	}
-	return errs.Wrap(errs.Failed, "", cause, "cannot reach MongoDB (MEILISTREAM_MONGODB_URI) within %s", reachTimeout)
+	msg := withReplicaSetHint(context.WithoutCancel(ctx), fmt.Sprintf("cannot reach MongoDB (MEILISTREAM_MONGODB_URI) within %s", reachTimeout), w.cfg.MongoDBURI, reachTimeout)
+	return errs.Wrap(errs.Failed, "", cause, "%s", msg)
+}
+
+// warnUnreachable logs once, at warn, when MongoDB does not answer within
+// reachTimeout of the start, with what the seeds say of the URI's replica
+// set name: the jobs' own retries only repeat the driver's
+// "ReplicaSetNoPrimary".
+func (w *wiring) warnUnreachable(ctx context.Context, log hclog.Logger) {
+	if err := w.reach(ctx); err != nil && ctx.Err() == nil {
+		log.Warn("MongoDB does not answer yet; the jobs keep trying", "error", errs.Format(err))
+	}
 }
 
 // holders reads who holds each job's lease (unexpired), for /status of
@@ -248,6 +276,21 @@ func (w *wiring) holders(ctx context.Context) (map[string]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// peers counts the live processes that run the jobs, this one included:
+// the distinct processes of the live presence records (each pod keeps one
+// per job it runs, holder or standby, refreshed by the server's clock).
+func (w *wiring) peers(ctx context.Context) (int, error) {
+	present, err := jobstate.ReadPresence(ctx, w.state)
+	if err != nil {
+		return 0, err
+	}
+	seen := map[string]bool{w.leases.Holder(): true}
+	for _, p := range present {
+		seen[p.Process] = true
+	}
+	return len(seen), nil
 }
 
 // probeTimeout bounds each server's check of one probe, on its own: one
@@ -345,17 +388,17 @@ func (w *wiring) sinkFactory(log hclog.Logger) supervisor.SinkFactory {
 	return func(job *transform.Job) (sink.Sink, error) {
 		jl := log.Named(job.Name)
 		switch job.Kind {
-		case transform.Mirror:
+		case jobdef.Mirror:
 			var rdb *mongo.Database
 			if w.replica != nil {
 				rdb = w.replica.Database(w.cfg.ReplicaDatabase)
 			}
-			return replicate.ForJob(rdb, w.source, job, jl, w.metrics.Job(job.Name, job.Kind.String()))
+			return replicate.ForJob(rdb, w.source, &job.Job, jl, w.metrics.Job(job.Name, job.Kind.String()))
 		default:
 			if w.meili == nil {
 				return nil, &errs.Error{Code: errs.ConfigInvalid, Job: job.Name, Msg: "a search job needs MEILISTREAM_MEILI_URL", Setting: "MEILISTREAM_MEILI_URL"}
 			}
-			return meili.NewSink(w.meili, job, jl), nil
+			return meili.NewSink(w.meili, &job.Job, jl), nil
 		}
 	}
 }

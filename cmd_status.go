@@ -13,6 +13,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/mongoerr"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/stream"
@@ -79,10 +80,20 @@ func runStatus(ctx context.Context, inv *invocation) int {
 	for i := range states {
 		get(states[i].Name).state = &states[i]
 	}
-	if set, _ := loadJobs(inv.Config, inv.Log); set != nil {
+	set, loadErr := loadJobs(inv.Config, inv.Log)
+	if set != nil {
 		for _, j := range set.Jobs() {
 			get(j.Name).known = true
 			get(j.Name).job = j
+		}
+	}
+	// A file that does not load is still the job's: a running sidecar
+	// keeps its previous version, so it is not "(no transform)".
+	broken := map[string]bool{}
+	for _, e := range joinedErrs(loadErr) {
+		if n := errs.JobOf(e); n != "" {
+			broken[n] = true
+			get(n).known = true
 		}
 	}
 	names := make([]string, 0, len(rows))
@@ -117,7 +128,7 @@ func runStatus(ctx context.Context, inv *invocation) int {
 					if coll == "" {
 						coll = n
 					}
-					job = &transform.Job{Name: n, Collection: coll}
+					job = &transform.Job{Job: jobdef.Job{Name: n, Collection: coll}}
 				}
 				since, err := firstChangeAfter(ctx, w.source, job, inv.Config.StateCollection, p.Token)
 				switch {
@@ -129,6 +140,11 @@ func runStatus(ctx context.Context, inv *invocation) int {
 				default:
 					lag = lagText(now.Sub(since))
 				}
+				if r.lease == nil || r.lease.Holder == "" || r.lease.Expired {
+					// Nobody follows: the lag is as of now, and grows
+					// with every change until a pod takes the job.
+					lag += " (no holder)"
+				}
 			}
 			if c := s.Reindex; c != nil {
 				reindex = fmt.Sprintf("checkpoint at %d documents", c.Count)
@@ -136,7 +152,11 @@ func runStatus(ctx context.Context, inv *invocation) int {
 			errCount = fmt.Sprint(s.Errors)
 		}
 		name := n
-		if !r.known {
+		switch {
+		case broken[n]:
+			name += " (transform fails to load)"
+			notes = append(notes, fmt.Sprintf("%s: its transform file does not load (\"meilistream check\" says why); a running sidecar keeps the version it loaded last", n))
+		case !r.known:
 			name += " (no transform)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, holder, epoch, until, pos, lag, reindex, errCount)
@@ -187,7 +207,7 @@ func firstChangeAfter(ctx context.Context, db *mongo.Database, job *transform.Jo
 	defer cancel()
 	// Lean: without the documents, an event over 16 MB after the
 	// position reads like any other, whatever the server's version.
-	cs, err := stream.Open(ctx, db, job, state, token, stream.Lean())
+	cs, err := stream.Open(ctx, db, &job.Job, state, token, stream.Lean())
 	if err != nil {
 		return time.Time{}, streamProblem(err)
 	}
@@ -239,4 +259,20 @@ func serverTime(ctx context.Context, w *wiring) (time.Time, error) {
 		return time.Now(), nil
 	}
 	return hello.LocalTime, nil
+}
+
+// joinedErrs lists the errors an errors.Join holds (err itself when it
+// joins nothing, none for nil).
+func joinedErrs(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, joinedErrs(e)...)
+		}
+		return out
+	}
+	return []error{err}
 }

@@ -16,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
 // Load loads every *.js file in dir, one job per file named after it. It
@@ -176,6 +177,10 @@ func load(ctx context.Context, paths []string, opts Options, prev *Set) (*Set, e
 			loaded = append(loaded, old)
 			continue
 		}
+		if err := envJobTypo(key, opts.Overrides[key], byKey); err != nil {
+			problems = append(problems, err)
+			continue
+		}
 		j, err := envJob(key, opts.Overrides[key], opts)
 		if err != nil {
 			problems = append(problems, err)
@@ -251,7 +256,7 @@ func resolveConflicts(jobs []*Job, prev *Set, refuse map[string]error, problems 
 			}
 		}
 		target := j.Index
-		if j.Kind == Mirror {
+		if j.Kind == jobdef.Mirror {
 			target = j.Mirror
 		}
 		problems = append(problems, errs.New(errs.ConfigInvalid, j.Name, "%s: %s: %q is also written by job %s; each index or collection has one job, so none of them runs until one is changed",
@@ -263,7 +268,7 @@ func resolveConflicts(jobs []*Job, prev *Set, refuse map[string]error, problems 
 // target names what j writes, for the one-job-per-destination rule (a
 // mirror may share its name with an index: they are different things).
 func (j *Job) target() string {
-	if j.Kind == Mirror {
+	if j.Kind == jobdef.Mirror {
 		return "mirror\x00" + j.Mirror
 	}
 	return "index\x00" + j.Index
@@ -291,14 +296,14 @@ func LoadFile(path string, src []byte, opts Options) (*Job, error) {
 func loadFile(ctx context.Context, path string, src []byte, opts Options, ov map[string]string) (*Job, error) {
 	name := strings.TrimSuffix(filepath.Base(path), ".js")
 	sum := sha256.Sum256(src)
-	j := &Job{
+	j := &Job{Job: jobdef.Job{
 		Name: name, File: path, LegacyHash: hex.EncodeToString(sum[:]),
-		Collection: name, Index: name, PrimaryKey: DefaultPrimaryKey, Kind: Search,
+		Collection: name, Index: name, PrimaryKey: jobdef.DefaultPrimaryKey, Kind: jobdef.Search,
 		Reindex: "swap", Sweep: true, Dates: "iso",
 		OnDocumentError: opts.Defaults.OnDocumentError, OnHistoryLost: opts.Defaults.OnHistoryLost,
 		BatchSize: opts.Defaults.BatchSize, FlushInterval: opts.Defaults.FlushInterval,
-		SkipUnchanged: true, opts: opts, det: &determinism{},
-	}
+		SkipUnchanged: true,
+	}, opts: opts, det: &determinism{}}
 	j.log = opts.Logger.With("job", name)
 	fileName := filepath.Base(path)
 	if len(src) > maxFileSource {
@@ -453,7 +458,7 @@ func (j *Job) readOptions(v *vm) error {
 		j.keys[k] = true
 	}
 	if _, isMirror := set["mirror"]; isMirror {
-		j.Kind, j.Index, j.Mirror, j.Reindex, j.Sweep, j.PrimaryKey, j.Dates = Mirror, "", j.Name, "inplace", false, "", ""
+		j.Kind, j.Index, j.Mirror, j.Reindex, j.Sweep, j.PrimaryKey, j.Dates = jobdef.Mirror, "", j.Name, "inplace", false, "", ""
 		for _, k := range searchOnlyKeys() {
 			if _, ok := set[k]; ok {
 				bad(k, "not an option of a mirror job (it has \"mirror\")")
@@ -525,7 +530,7 @@ func (j *Job) readOptions(v *vm) error {
 		}
 		j.Related = related
 	}
-	if j.Kind == Search {
+	if j.Kind == jobdef.Search {
 		if msg := validIndexUID(j.Index); msg != "" {
 			key := "index"
 			if _, ok := set["index"]; !ok {
@@ -553,7 +558,7 @@ func errMsg(err error) string {
 // validIndexUID checks a Meilisearch index uid: [A-Za-z0-9_-], at most 400
 // bytes; "__reindex" at the end is kept for the staging index of a swap.
 func validIndexUID(s string) string {
-	if s == "" || len(s) > 400 || !inAlphabet(s) {
+	if s == "" || len(s) > 400 || !jobdef.InIDAlphabet(s) {
 		return fmt.Sprintf("%q is not a Meilisearch index uid (1 to 400 characters of A-Z a-z 0-9 _ -)", s)
 	}
 	if strings.HasSuffix(s, "__reindex") {
@@ -623,4 +628,70 @@ func parseSample(js []byte, n int) (bson.Raw, error) {
 		d = append(bson.D{{Key: "_id", Value: int32(n)}}, d...)
 	}
 	return bson.Marshal(d)
+}
+
+// envJobTypo refuses a job declared by environment alone whose name is a
+// near miss of a job file's (MEILISTREAM_JOB_BOKS_INDEX beside books.js)
+// and that names no collection of its own: such a variable is almost
+// always a typo, and would otherwise quietly start a job on a collection
+// that does not exist. Naming the collection (_COLLECTION, or _MIRROR for
+// a mirror's destination with it) says the job is meant.
+func envJobTypo(key string, ov map[string]string, byKey map[string][]string) error {
+	if _, ok := ov["collection"]; ok {
+		return nil
+	}
+	best, bestDist := "", 0
+	for k, names := range byKey {
+		if len(names) == 0 {
+			continue
+		}
+		if d := nameDistance(key, k); d <= typoBound(k) && (best == "" || d < bestDist || d == bestDist && k < best) {
+			best, bestDist = names[0], d
+		}
+	}
+	if best == "" {
+		return nil
+	}
+	var set []string
+	for o := range ov {
+		set = append(set, envVar(key, o))
+	}
+	sort.Strings(set)
+	return errs.New(errs.ConfigInvalid, key, "%s: no transform file is named %q; did you mean job %q (MEILISTREAM_JOB_%s_*)? To declare job %q by environment alone, also set %s",
+		strings.Join(set, ", "), key, best, strings.ToUpper(EnvKey(best)), key, envVar(key, "collection"))
+}
+
+// typoBound is how far (in edits) a name may be from a job's name and
+// still be taken for a misspelling of it: none under four letters (every
+// short name is a letter or two from another), one edit up to five, two
+// from six letters on.
+func typoBound(name string) int {
+	switch {
+	case len(name) < 4:
+		return -1
+	case len(name) < 6:
+		return 1
+	}
+	return 2
+}
+
+// nameDistance is the Levenshtein distance between two job override keys.
+func nameDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
