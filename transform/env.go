@@ -38,9 +38,6 @@ func envJob(name string, ov map[string]string, opts Options) (*Job, error) {
 	if err := j.applyEnv(ov, opts.IndexPrefix); err != nil {
 		return nil, err
 	}
-	if err := j.refusePrivate(); err != nil {
-		return nil, err
-	}
 	return j, nil
 }
 

@@ -15,9 +15,10 @@ import (
 // requests, and the errors collection's failed documents of every job. A
 // transform returns what it reads, so no transform may read them:
 //
-//   - a job whose collection, lookups' from or relates' namespace names
-//     one is CONFIG_INVALID at load (so at check and at run): the job's
-//     database is the sidecar's;
+//   - a job whose lookups' from or relates' namespace names one is
+//     CONFIG_INVALID at load (so at check and at run): the job's database
+//     is the sidecar's (a job whose collection is one stops meilistream
+//     run at start, with the other settings a job cannot run without);
 //   - findId, findOne, find and pipe naming one (collection, with the
 //     job's database or options.database the sidecar's), and a pipeline
 //     reaching one by $lookup, $graphLookup or $unionWith at any depth
@@ -50,7 +51,6 @@ func (j *Job) refusePrivate() error {
 			problems = append(problems, fmt.Sprintf("%s %q is %s, which no job may read; name another collection", what, coll, p))
 		}
 	}
-	refuse("collection", j.Collection)
 	for _, l := range j.Lookups {
 		refuse(fmt.Sprintf("lookup %q: from", l.Name), l.From)
 	}

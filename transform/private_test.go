@@ -64,7 +64,6 @@ func TestAJobDeclaringAReadOfTheSidecarsOwnCollectionsIsRefused(t *testing.T) {
 	for name, c := range map[string]struct{ src, names string }{
 		"a lookup from the state collection": {`module.exports = { lookups: { lease: { from: "meilistream", localField: "a", foreignField: "_id" } } };`, `lookup "lease": from "meilistream"`},
 		"a relate on the errors collection":  {`module.exports = { relate: [{namespace: "app.meilistream_errors", srcField: "doc", matchField: "_id"}] };`, `namespace "meilistream_errors"`},
-		"the job's collection":               {`module.exports = { collection: "meilistream" };`, `collection "meilistream"`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := transform.Load(writeFiles(t, map[string]string{"job.js": c.src}), transform.Options{Pool: 1, Database: "app", Private: private})
@@ -73,11 +72,5 @@ func TestAJobDeclaringAReadOfTheSidecarsOwnCollectionsIsRefused(t *testing.T) {
 				t.Fatalf("load: %v; want CONFIG_INVALID naming %s", err, c.names)
 			}
 		})
-	}
-	// A job declared by environment alone too.
-	_, err := transform.Load(writeFiles(t, map[string]string{}), transform.Options{Pool: 1, Database: "app", Private: private,
-		Overrides: map[string]map[string]string{"ENVJOB": {"collection": "meilistream_errors"}}})
-	if errs.CodeOf(err) != errs.ConfigInvalid || !strings.Contains(err.Error(), `collection "meilistream_errors"`) {
-		t.Fatalf("an environment job: %v", err)
 	}
 }

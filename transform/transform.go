@@ -77,8 +77,8 @@ type Options struct {
 	// Private are the collections of Database the sidecar itself writes,
 	// each with what it is for the messages ("the state collection
 	// (MEILISTREAM_STATE_COLLECTION)"): no transform may read them
-	// (private.go). Load refuses a job whose lookups, relates or
-	// collection name one (CONFIG_INVALID); findId, findOne, find and pipe
+	// (private.go). Load refuses a job whose lookups or relates name
+	// one (CONFIG_INVALID); findId, findOne, find and pipe
 	// fail the document that names one (TRANSFORM_FAILED).
 	Private map[string]string
 }
