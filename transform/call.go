@@ -597,7 +597,11 @@ func (jr *jobRuntime) applyEach(ctx context.Context, j *Job, dst []byte, calls [
 			// may have been stopped for another call's growth.
 			if tries < maxTimeoutRetries && (!overMemory || tries < 1) {
 				tries++
-				j.log.Debug("a transform call ran out of time; trying it again on a fresh runtime", "attempt", tries+1, "timeout", timeout)
+				if overMemory {
+					j.log.Debug("a transform call was stopped by the memory bound; trying it again on a fresh runtime", "attempt", tries+1, "memory_limit_mib", j.memoryLimit()>>20)
+				} else {
+					j.log.Debug("a transform call ran out of time; trying it again on a fresh runtime", "attempt", tries+1, "timeout", timeout)
+				}
 				continue
 			}
 			var err error = errs.New(errs.TransformFailed, j.Name, "the transform did not finish within %s", timeout)
