@@ -82,6 +82,11 @@ type Config struct {
 	// RetryPoll is how often a job's holder looks for `meilistream retry`
 	// requests while it follows (default 1s).
 	RetryPoll time.Duration
+	// Durable, when set, is told each time a job's holder has recorded
+	// that every change up to cluster time ts is durable in the
+	// destination (read your writes: the HTTP server's /wait answers from
+	// it). It must not block.
+	Durable func(job string, ts bson.Timestamp)
 }
 
 func (c Config) withDefaults() Config {
