@@ -100,9 +100,13 @@ type entry struct {
 	// after; markAt the cluster time of the latest one written; marking
 	// says a write is in flight; markErr is the last write's error.
 	need, markAt bson.Timestamp
-	waiters      int
-	marking      bool
-	markErr      error
+	// needAt is when need last grew: a wait document written after it
+	// and still not past need says need is ahead of the cluster's present
+	// (a time no write has reached yet), which only time can pass.
+	needAt  time.Time
+	waiters int
+	marking bool
+	markErr error
 }
 
 // New returns a Waiter over o.
@@ -254,7 +258,7 @@ func (w *Waiter) needMark(job string, e *entry, after bson.Timestamp) {
 		return // the latest wait document is after it already
 	}
 	if after.After(e.need) {
-		e.need = after
+		e.need, e.needAt = after, time.Now()
 	}
 	if e.marking {
 		return
@@ -268,7 +272,9 @@ func (w *Waiter) needMark(job string, e *entry, after bson.Timestamp) {
 // needs, or no one waits any more.
 func (w *Waiter) mark(job string, e *entry) {
 	defer w.wg.Done()
+	ahead := 0 // wait documents in a row found before a need ahead of the present
 	for attempt := 0; ; attempt++ {
+		started := time.Now()
 		ts, err := w.o.Source.Mark(w.ctx, job)
 		e.mu.Lock()
 		e.markErr = err
@@ -280,15 +286,27 @@ func (w *Waiter) mark(job string, e *entry) {
 			e.mu.Unlock()
 			return
 		}
+		future := started.After(e.needAt)
 		e.mu.Unlock()
-		if err == nil {
+		var pause time.Duration
+		switch {
+		case err != nil:
+			if attempt == 0 {
+				w.o.Log.Warn("read your writes: cannot write the job's wait document; retrying", "job", job, "error", err)
+			}
+			pause = min(50*time.Millisecond<<min(attempt, 5), time.Second)
+		case future:
+			// Written after the need and still before it: another one
+			// now would be too; look again now and then, as time passes.
 			attempt = -1
+			pause = min(100*time.Millisecond<<min(ahead, 4), time.Second)
+			ahead++
+		default:
+			// Written before the latest need came: write one after it.
+			attempt, ahead = -1, 0
 			continue
 		}
-		if attempt == 0 {
-			w.o.Log.Warn("read your writes: cannot write the job's wait document; retrying", "job", job, "error", err)
-		}
-		if !sleep(w.ctx, min(50*time.Millisecond<<min(attempt, 5), time.Second)) {
+		if !sleep(w.ctx, pause) {
 			e.mu.Lock()
 			e.marking = false
 			e.mu.Unlock()
