@@ -84,15 +84,14 @@ func runWait(ctx context.Context, inv *invocation) int {
 	}
 	w, err := connect(ctx, inv.Config, inv.Log)
 	if err != nil {
-		return fail(inv.Stderr, err)
+		return waitFailed(inv.Stderr, err)
 	}
 	defer w.close()
 	if _, err := w.oneJob(inv, a.job); err != nil {
-		return fail(inv.Stderr, err)
+		return waitFailed(inv.Stderr, err)
 	}
 	if err := w.reach(ctx); err != nil {
-		fail(inv.Stderr, err)
-		return exitWaitNoAnswer
+		return waitFailed(inv.Stderr, err)
 	}
 	w.jobs.only = a.job
 	wctx, cancel := context.WithTimeout(ctx, a.timeout)
@@ -117,4 +116,14 @@ func runWait(ctx context.Context, inv *invocation) int {
 		fmt.Fprintf(inv.Stderr, "meilistream wait: %s: could not finish: %v\n", a.job, err)
 		return exitWaitNoAnswer
 	}
+}
+
+// waitFailed prints err and returns its exit code as "meilistream wait"
+// has them: 2 for usage and configuration (an unknown job too), else 3,
+// never 1, which says "timed out".
+func waitFailed(stderr io.Writer, err error) int {
+	if fail(stderr, err) == exitUsage {
+		return exitUsage
+	}
+	return exitWaitNoAnswer
 }

@@ -33,6 +33,7 @@ var forbidden = map[string][]string{
 	"replicate":          {"sidecar/meili", "sidecar/engine", "sidecar/lookup", "sidecar/prepare", "sidecar/deadletter", "sidecar/watermark", "sidecar/rollout", "sidecar/pipe", "sidecar/supervisor", "sidecar/httpapi", "github.com/prometheus/"},
 	"sidecar/supervisor": {"sidecar/httpapi", "sidecar/meili", "replicate", "github.com/prometheus/"},
 	"sidecar/httpapi":    {"sidecar/supervisor", "sidecar/meili", "replicate"},
+	"sidecar/durable":    {"sidecar/engine", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "sidecar/config", "replicate", "github.com/prometheus/"},
 	"sidecar/config":     {"sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate"},
 }
 

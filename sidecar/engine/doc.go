@@ -12,7 +12,9 @@
 // Beside a run it keeps this process's presence record of each job and
 // applies the rule that reads them (sidecar/rollout), and a following
 // holder serves `meilistream retry` requests (deadletter.Requests) inside
-// the running job (retrylive.go).
+// the running job (retrylive.go). Each position it records carries the
+// job's durable cluster time, told to Config.Durable too (read your
+// writes: a waiter's wait document in the stream makes it prompt).
 //
 // A batch's documents are joined with what the job looks up through
 // sidecar/lookup, which also says which documents a related change sends
