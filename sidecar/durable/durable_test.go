@@ -305,3 +305,26 @@ func TestAFloodOfWaitsIsCoalesced(t *testing.T) {
 		t.Errorf("a wait for a time ahead of the present wrote %d wait documents in 300ms; want a few", m)
 	}
 }
+
+// A wait document the holder never sees (written before its stream
+// opened) is followed by another while the wait goes on.
+func TestAWaitDocumentNotSeenIsWrittenAgain(t *testing.T) {
+	jobs := &fakeJobs{known: map[string]bool{"books": true}, held: map[string]bool{"books": true}}
+	src := &fakeSource{now: bson.Timestamp{T: 100}, holder: true}
+	w := newWaiter(t, jobs, src, 0)
+	var seen atomic.Int64
+	src.marked = func(ts bson.Timestamp) {
+		if seen.Add(1) > 1 {
+			go w.Advance("books", justBefore(ts))
+		}
+	}
+	write := src.tick()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if d, err := w.Wait(ctx, "books", write); err != nil || d.Before(write) {
+		t.Fatalf("Wait = %v, %v", d, err)
+	}
+	if n := src.marks.Load(); n < 2 {
+		t.Fatalf("%d wait documents written; want the lost one written again", n)
+	}
+}

@@ -38,6 +38,11 @@ const DefaultPoll = 20 * time.Millisecond
 // the job (a lease taken or lost mid-wait changes which clock moves).
 const recheck = 250 * time.Millisecond
 
+// remark is how old the latest wait document may be before a waiter still
+// not answered has another written: one written before the holder's
+// stream opened (a holder starting at the present) is never seen.
+const remark = time.Second
+
 // Jobs says which jobs this process runs and which of them it holds.
 type Jobs interface {
 	// Job reports whether name is a job of this process and whether this
@@ -103,10 +108,12 @@ type entry struct {
 	// needAt is when need last grew: a wait document written after it
 	// and still not past need says need is ahead of the cluster's present
 	// (a time no write has reached yet), which only time can pass.
-	needAt  time.Time
-	waiters int
-	marking bool
-	markErr error
+	needAt time.Time
+	// markedAt is when markAt was written.
+	markedAt time.Time
+	waiters  int
+	marking  bool
+	markErr  error
 }
 
 // New returns a Waiter over o.
@@ -235,6 +242,9 @@ func (w *Waiter) Wait(ctx context.Context, job string, after bson.Timestamp) (bs
 		case <-ch:
 		case <-timer.C:
 			_, held = w.o.Jobs.Job(job)
+			e.mu.Lock()
+			w.needMark(job, e, after)
+			e.mu.Unlock()
 			timer.Reset(recheck)
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -254,7 +264,7 @@ func (w *Waiter) Wait(ctx context.Context, job string, after bson.Timestamp) (bs
 // after (e.mu held): one write in flight per job; a write that returns
 // before what a waiter needs is followed by another.
 func (w *Waiter) needMark(job string, e *entry, after bson.Timestamp) {
-	if e.markAt.After(after) {
+	if e.markAt.After(after) && time.Since(e.markedAt) < remark {
 		return // the latest wait document is after it already
 	}
 	if after.After(e.need) {
@@ -279,7 +289,7 @@ func (w *Waiter) mark(job string, e *entry) {
 		e.mu.Lock()
 		e.markErr = err
 		if err == nil && ts.After(e.markAt) {
-			e.markAt = ts
+			e.markAt, e.markedAt = ts, time.Now()
 		}
 		if e.waiters == 0 || e.markAt.After(e.need) || w.ctx.Err() != nil {
 			e.marking = false
