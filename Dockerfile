@@ -6,10 +6,10 @@
 #   docker run --rm -e MEILISTREAM_MONGODB_URI=... -e MEILISTREAM_MEILI_URL=... \
 #     -v "$PWD/transforms:/etc/meilistream/transforms:ro" -p 8080:8080 meilistream
 #
-# No HEALTHCHECK: the distroless image has no shell, curl or wget to run
-# one, and meilistream has no self-probe command. Probe the HTTP endpoints
-# from outside instead: Kubernetes livenessProbe on /healthz and
-# readinessProbe on /readyz (examples/kubernetes/), or any monitor.
+# HEALTHCHECK runs "meilistream probe", which needs no shell or curl (the
+# distroless image has neither): it asks the sidecar's own /healthz.
+# Kubernetes ignores it and probes the HTTP endpoints itself
+# (examples/kubernetes/).
 
 ARG GO_VERSION=1.26
 
@@ -34,5 +34,7 @@ COPY --from=build --chown=65532:65532 /out/transforms /etc/meilistream/transform
 # distroless "nonroot" is uid/gid 65532.
 USER 65532:65532
 EXPOSE 8080
+HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \
+  CMD ["/usr/local/bin/meilistream", "probe"]
 ENTRYPOINT ["/usr/local/bin/meilistream"]
 CMD ["run"]

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/sidecar/config"
 )
 
@@ -32,5 +33,35 @@ func TestInteractiveUnreachableMongoDB(t *testing.T) {
 			!strings.Contains(out, "cannot reach MongoDB (MEILISTREAM_MONGODB_URI)") || strings.Contains(out, "SECRETPW") {
 			t.Errorf("%s: exit %d after %s, stderr %q", name, code, took, out)
 		}
+	}
+}
+
+// A URI whose replicaSet is not the set's name: the driver says only
+// ReplicaSetNoPrimary; the error says which name the server has.
+func TestAWrongReplicaSetNameIsNamed(t *testing.T) {
+	old := reachTimeout
+	reachTimeout = 2 * time.Second
+	defer func() { reachTimeout = old }()
+	s, err := mongotest.Start(mongotest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cfg := config.Default()
+	cfg.MongoDBURI = "mongodb://" + s.Addr() + "/app?replicaSet=rs1"
+	cfg.MongoDBDatabase = "app"
+	w, err := connect(context.Background(), cfg, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	err = w.reach(context.Background())
+	want := s.Addr() + ` belongs to replica set "rs0", but MEILISTREAM_MONGODB_URI asks for replicaSet=rs1`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("got %v, want it to say %s", err, want)
+	}
+	// The right name: no hint, it answers.
+	if h := replicaSetHint(context.Background(), "mongodb://"+s.Addr()+"/app?replicaSet=rs0", time.Second); h != "" {
+		t.Errorf("hint %q for the right name", h)
 	}
 }

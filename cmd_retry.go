@@ -112,7 +112,7 @@ func runRetry(ctx context.Context, inv *invocation) int {
 	fmt.Fprintf(inv.Stdout, "retried %s: %d recorded, %d written and cleared, %d gone from the collection, %d failing again, in %s\n",
 		job.Name, sum.Retried, sum.Written, sum.Gone, sum.Failed, sum.Duration.Round(time.Millisecond))
 	if sum.Failed > 0 {
-		return fail(inv.Stderr, errs.New(errs.Failed, job.Name, "%d documents still fail; see the errors collection %s_errors", sum.Failed, inv.Config.StateCollection))
+		return fail(inv.Stderr, errs.New(errs.Failed, job.Name, "%d documents still fail; \"meilistream errors %s\" lists them with their errors", sum.Failed, job.Name))
 	}
 	return exitOK
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -50,6 +51,7 @@ func runRun(ctx context.Context, inv *invocation) int {
 	}
 	defer w.close()
 
+	go w.warnUnreachable(ctx, log)
 	set, loadErr := w.loadJobs(log)
 	if set == nil {
 		return fail(inv.Stderr, loadErr)
@@ -61,6 +63,13 @@ func runRun(ctx context.Context, inv *invocation) int {
 	}
 	if err := w.checkMeiliKey(ctx, set.Jobs(), log); err != nil {
 		return fail(inv.Stderr, err)
+	}
+	if len(set.Jobs()) == 0 && loadErr == nil {
+		// Not an error: a folder mounted before its files, or jobs still
+		// to come, is fine, and the watcher picks them up. But a wrong
+		// path must not look like a sidecar at work.
+		log.Warn("no jobs to run: the transforms folder holds no *.js file and no MEILISTREAM_JOB_<NAME>_* variable declares a job; waiting for files to appear",
+			"transforms", cfg.Transforms)
 	}
 
 	sup := supervisor.New(supervisor.Config{
@@ -265,7 +274,18 @@ func (w *wiring) reach(ctx context.Context) error {
 	if mongoerr.AuthFailed(err) {
 		return errs.Wrap(errs.ConfigInvalid, "", cause, "MongoDB refused the credentials of MEILISTREAM_MONGODB_URI (or MEILISTREAM_MONGODB_URI_FILE)")
 	}
-	return errs.Wrap(errs.Failed, "", cause, "cannot reach MongoDB (MEILISTREAM_MONGODB_URI) within %s", reachTimeout)
+	msg := withReplicaSetHint(context.WithoutCancel(ctx), fmt.Sprintf("cannot reach MongoDB (MEILISTREAM_MONGODB_URI) within %s", reachTimeout), w.cfg.MongoDBURI, reachTimeout)
+	return errs.Wrap(errs.Failed, "", cause, "%s", msg)
+}
+
+// warnUnreachable logs once, at warn, when MongoDB does not answer within
+// reachTimeout of the start, with what the seeds say of the URI's replica
+// set name: the jobs' own retries only repeat the driver's
+// "ReplicaSetNoPrimary".
+func (w *wiring) warnUnreachable(ctx context.Context, log hclog.Logger) {
+	if err := w.reach(ctx); err != nil && ctx.Err() == nil {
+		log.Warn("MongoDB does not answer yet; the jobs keep trying", "error", errs.Format(err))
+	}
 }
 
 // holders reads who holds each job's lease (unexpired), for /status of

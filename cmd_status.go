@@ -79,10 +79,20 @@ func runStatus(ctx context.Context, inv *invocation) int {
 	for i := range states {
 		get(states[i].Name).state = &states[i]
 	}
-	if set, _ := loadJobs(inv.Config, inv.Log); set != nil {
+	set, loadErr := loadJobs(inv.Config, inv.Log)
+	if set != nil {
 		for _, j := range set.Jobs() {
 			get(j.Name).known = true
 			get(j.Name).job = j
+		}
+	}
+	// A file that does not load is still the job's: a running sidecar
+	// keeps its previous version, so it is not "(no transform)".
+	broken := map[string]bool{}
+	for _, e := range joinedErrs(loadErr) {
+		if n := errs.JobOf(e); n != "" {
+			broken[n] = true
+			get(n).known = true
 		}
 	}
 	names := make([]string, 0, len(rows))
@@ -129,6 +139,11 @@ func runStatus(ctx context.Context, inv *invocation) int {
 				default:
 					lag = lagText(now.Sub(since))
 				}
+				if r.lease == nil || r.lease.Holder == "" || r.lease.Expired {
+					// Nobody follows: the lag is as of now, and grows
+					// with every change until a pod takes the job.
+					lag += " (no holder)"
+				}
 			}
 			if c := s.Reindex; c != nil {
 				reindex = fmt.Sprintf("checkpoint at %d documents", c.Count)
@@ -136,7 +151,11 @@ func runStatus(ctx context.Context, inv *invocation) int {
 			errCount = fmt.Sprint(s.Errors)
 		}
 		name := n
-		if !r.known {
+		switch {
+		case broken[n]:
+			name += " (transform fails to load)"
+			notes = append(notes, fmt.Sprintf("%s: its transform file does not load (\"meilistream check\" says why); a running sidecar keeps the version it loaded last", n))
+		case !r.known:
 			name += " (no transform)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, holder, epoch, until, pos, lag, reindex, errCount)
@@ -239,4 +258,20 @@ func serverTime(ctx context.Context, w *wiring) (time.Time, error) {
 		return time.Now(), nil
 	}
 	return hello.LocalTime, nil
+}
+
+// joinedErrs lists the errors an errors.Join holds (err itself when it
+// joins nothing, none for nil).
+func joinedErrs(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, joinedErrs(e)...)
+		}
+		return out
+	}
+	return []error{err}
 }

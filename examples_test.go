@@ -44,7 +44,7 @@ func TestDashboardAndAlertsUseTheMetrics(t *testing.T) {
 	}
 
 	var exprs []string
-	b, err := os.ReadFile("examples/grafana/meilistream.json")
+	b, err := os.ReadFile("examples/monitoring/dashboard.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +87,39 @@ func TestDashboardAndAlertsUseTheMetrics(t *testing.T) {
 		}
 		if jobLabel.MatchString(e) || strings.Contains(e, "exported_job") {
 			t.Errorf("a query selects on job, which Prometheus owns: %s", e)
+		}
+	}
+}
+
+// TestKustomizationsApplyEveryManifest: "kubectl apply -k" on each example
+// folder applies every manifest beside its kustomization.yaml (a file left
+// out is a promise the folder does not keep), and every file it names
+// exists. kubectl is not needed: the lists are read as text.
+func TestKustomizationsApplyEveryManifest(t *testing.T) {
+	for _, dir := range []string{"examples/kubernetes", "examples/monitoring"} {
+		b, err := os.ReadFile(dir + "/kustomization.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		named := map[string]bool{}
+		for _, m := range regexp.MustCompile(`(?m)^\s+- (?:[\w.-]+=)?([\w./-]+\.(?:yaml|json))\s*$`).FindAllStringSubmatch(string(b), -1) {
+			named[m[1]] = true
+			if _, err := os.Stat(dir + "/" + m[1]); err != nil {
+				t.Errorf("%s/kustomization.yaml names %s: %v", dir, m[1], err)
+			}
+		}
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			n := e.Name()
+			if n == "kustomization.yaml" || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".json")) {
+				continue
+			}
+			if !named[n] {
+				t.Errorf("%s/%s is not in its kustomization.yaml: kubectl apply -k would leave it out", dir, n)
+			}
 		}
 	}
 }

@@ -190,6 +190,20 @@ holder may have made a few more changes durable than it has recorded.`,
 			serve: runStatus,
 		},
 		{
+			name: "probe", synopsis: "[--ready] [--addr HOST:PORT] [--timeout D]", summary: "ask the running sidecar whether it is alive (or ready)",
+			help: `Asks the sidecar running on this host over its HTTP address (--addr, else
+MEILISTREAM_HTTP_ADDR, else :8080; an address on every interface is asked
+on the loopback) for /healthz, or /readyz with --ready, and exits 0 when it
+answers 200, 1 otherwise (the answer is printed). It needs no shell or
+curl: the distroless image runs it as a Docker or compose health check.
+
+  --ready          ask /readyz (MongoDB and the destinations reachable, no
+                   job failed or stalled) instead of /healthz (alive)
+  --addr HOST:PORT the sidecar's address
+  --timeout D      how long to wait for the answer (default 3s)`,
+			plain: runProbe,
+		},
+		{
 			name: "version", summary: "print the version",
 			help:  `Prints the version of this build, and the Go version it was built with.`,
 			plain: runVersion,
@@ -250,6 +264,11 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return fail(stderr, err)
 	}
+	if c.name != "run" && !hasVar(environ, "MEILISTREAM_LOG_FORMAT") {
+		// A command run by hand logs for a person; the sidecar's own
+		// logs stay JSON for the log pipeline, as configured.
+		cfg.LogFormat = "text"
+	}
 	// Whatever a driver or library puts in an error's text (a URL with
 	// its query, a quoted password), the configuration's secrets never
 	// reach the output: every line goes through the scrubber.
@@ -265,6 +284,16 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		Stderr:  stderr,
 	}
 	return c.serve(ctx, inv)
+}
+
+// hasVar reports whether environ sets the variable name to a value.
+func hasVar(environ []string, name string) bool {
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name && v != "" {
+			return true
+		}
+	}
+	return false
 }
 
 func isHelp(a string) bool { return a == "-h" || a == "--help" || a == "-help" }

@@ -802,7 +802,7 @@ type jobView struct {
 	State    string `json:"state"`
 	Counters struct {
 		Changes int64 `json:"changes"`
-		FanOuts int64 `json:"fanOuts"`
+		FanOuts int64 `json:"fan_outs"`
 		Resent  int64 `json:"resent"`
 	} `json:"counters"`
 	Queue *struct {

@@ -276,3 +276,27 @@ func TestAConflictResolvedElsewhereStartsTheRefusedJob(t *testing.T) {
 		t.Fatalf("jobs %q, err %v", jobNames(next), err)
 	}
 }
+
+func TestAMisspeltJobNameInAVariableIsRefusedWithTheJobItMeant(t *testing.T) {
+	dir := writeFiles(t, map[string]string{"books.js": `module.exports = {};`, "articles.js": `module.exports = {};`})
+	set, err := transform.Load(dir, transform.Options{Pool: 1, Overrides: map[string]map[string]string{
+		"boks":    {"index": "books2"},
+		"artcles": {"batch_size": "10"},
+	}})
+	wantErr(t, err, errs.ConfigInvalid,
+		`MEILISTREAM_JOB_BOKS_INDEX: no transform file is named "boks"; did you mean job "books" (MEILISTREAM_JOB_BOOKS_*)?`,
+		`also set MEILISTREAM_JOB_BOKS_COLLECTION`,
+		`MEILISTREAM_JOB_ARTCLES_BATCH_SIZE: no transform file is named "artcles"; did you mean job "articles"`)
+	if jobNames(set) != "articles,books" {
+		t.Fatalf("jobs %q, want the files' only", jobNames(set))
+	}
+	// Naming the collection says the job is meant; a name far from every
+	// file's is a job of its own as before.
+	set, err = transform.Load(dir, transform.Options{Pool: 1, Overrides: map[string]map[string]string{
+		"boks":  {"index": "books2", "collection": "boks"},
+		"users": {},
+	}})
+	if err != nil || jobNames(set) != "articles,boks,books,users" {
+		t.Fatalf("jobs %q, err %v", jobNames(set), err)
+	}
+}

@@ -176,6 +176,10 @@ func load(ctx context.Context, paths []string, opts Options, prev *Set) (*Set, e
 			loaded = append(loaded, old)
 			continue
 		}
+		if err := envJobTypo(key, opts.Overrides[key], byKey); err != nil {
+			problems = append(problems, err)
+			continue
+		}
 		j, err := envJob(key, opts.Overrides[key], opts)
 		if err != nil {
 			problems = append(problems, err)
@@ -617,4 +621,70 @@ func parseSample(js []byte, n int) (bson.Raw, error) {
 		d = append(bson.D{{Key: "_id", Value: int32(n)}}, d...)
 	}
 	return bson.Marshal(d)
+}
+
+// envJobTypo refuses a job declared by environment alone whose name is a
+// near miss of a job file's (MEILISTREAM_JOB_BOKS_INDEX beside books.js)
+// and that names no collection of its own: such a variable is almost
+// always a typo, and would otherwise quietly start a job on a collection
+// that does not exist. Naming the collection (_COLLECTION, or _MIRROR for
+// a mirror's destination with it) says the job is meant.
+func envJobTypo(key string, ov map[string]string, byKey map[string][]string) error {
+	if _, ok := ov["collection"]; ok {
+		return nil
+	}
+	best, bestDist := "", 0
+	for k, names := range byKey {
+		if len(names) == 0 {
+			continue
+		}
+		if d := nameDistance(key, k); d <= typoBound(k) && (best == "" || d < bestDist || d == bestDist && k < best) {
+			best, bestDist = names[0], d
+		}
+	}
+	if best == "" {
+		return nil
+	}
+	var set []string
+	for o := range ov {
+		set = append(set, envVar(key, o))
+	}
+	sort.Strings(set)
+	return errs.New(errs.ConfigInvalid, key, "%s: no transform file is named %q; did you mean job %q (MEILISTREAM_JOB_%s_*)? To declare job %q by environment alone, also set %s",
+		strings.Join(set, ", "), key, best, strings.ToUpper(EnvKey(best)), key, envVar(key, "collection"))
+}
+
+// typoBound is how far (in edits) a name may be from a job's name and
+// still be taken for a misspelling of it: none under four letters (every
+// short name is a letter or two from another), one edit up to five, two
+// from six letters on.
+func typoBound(name string) int {
+	switch {
+	case len(name) < 4:
+		return -1
+	case len(name) < 6:
+		return 1
+	}
+	return 2
+}
+
+// nameDistance is the Levenshtein distance between two job override keys.
+func nameDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

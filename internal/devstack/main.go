@@ -25,6 +25,9 @@
 // ("articles.json" -> -db's articles) or database and collection
 // ("shop.items.json" -> shop.items). Everything lives in memory and is gone
 // when devstack stops.
+//
+// While it runs, "go run ./internal/devstack insert|update|delete ..."
+// changes its MongoDB from another terminal (write.go).
 package main
 
 import (
@@ -69,6 +72,9 @@ var ready func(mongo *mongotest.Server, meili *meilitest.Server)
 
 // run starts both servers, prints how to reach them and waits for ctx.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && writeCommands[args[0]] {
+		return runWrite(ctx, args[0], args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("devstack", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	mongoAddr := fs.String("mongo-addr", "127.0.0.1:27017", "address of the MongoDB test server")

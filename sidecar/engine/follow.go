@@ -112,7 +112,13 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	f.retries = make(chan *deadletter.Request)
 	stopRetries := f.serveRetries(ctx)
 	defer stopRetries()
-	log.Info("following", "collection", job.Collection, "since", plan.since)
+	if plan.since.IsZero() {
+		// A position with no time of its own (a fresh stream opened at
+		// the present): say so rather than print year one.
+		log.Info("following", "collection", job.Collection, "since", "now")
+	} else {
+		log.Info("following", "collection", job.Collection, "since", plan.since.UTC().Format(time.RFC3339))
+	}
 	err = f.loop(ctx, plan.untilReindexed)
 	if snap != nil {
 		snap.Stop()

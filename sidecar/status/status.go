@@ -127,7 +127,7 @@ type Counters struct {
 	// Related changes: fan-outs started (one per batch of related
 	// changes and dependency field) and the dependents they sent again
 	// (durable).
-	FanOuts int64 `json:"fanOuts"`
+	FanOuts int64 `json:"fan_outs"`
 	Resent  int64 `json:"resent"`
 
 	// SkippedUnchanged are updates not sent because they could not

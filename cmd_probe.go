@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/meilistream/meilistream/sidecar/config"
+)
+
+// runProbe is the body of "meilistream probe": a health check that needs
+// no shell or curl, so the distroless image can run it as a Docker
+// HEALTHCHECK or a compose healthcheck. It asks the sidecar already running
+// in the same container (or pod) over its own HTTP address.
+func runProbe(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	ready := fs.Bool("ready", false, "")
+	addr := fs.String("addr", "", "")
+	timeout := fs.Duration("timeout", 3*time.Second, "")
+	if err := fs.Parse(args); err != nil {
+		return usageError(stderr, "probe", "%v", err)
+	}
+	if fs.NArg() > 0 {
+		return usageError(stderr, "probe", "takes no arguments, got %q", fs.Arg(0))
+	}
+	if *timeout <= 0 {
+		return usageError(stderr, "probe", "--timeout must be positive, got %s", *timeout)
+	}
+	if *addr == "" {
+		*addr = probeAddr(os.Getenv("MEILISTREAM_HTTP_ADDR"), os.Getenv("MEILISTREAM_READY_FILE"))
+	}
+	url, err := probeURL(*addr, *ready)
+	if err != nil {
+		return usageError(stderr, "probe", "%v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return usageError(stderr, "probe", "%v", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "meilistream probe: GET %s: %v (is the sidecar running, on this address?)\n", url, err)
+		return exitFailed
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "meilistream probe: GET %s: %s: %s\n", url, resp.Status, body)
+		return exitFailed
+	}
+	fmt.Fprintf(stdout, "ok: GET %s: %s\n", url, resp.Status)
+	return exitOK
+}
+
+// probeAddr is the address the running sidecar listens on, as far as its
+// environment tells: MEILISTREAM_HTTP_ADDR, or, when that asks for a free
+// port (":0"), the bound address the sidecar wrote to its ready file.
+func probeAddr(httpAddr, readyFile string) string {
+	if httpAddr == "" {
+		httpAddr = config.DefaultHTTPAddr
+	}
+	if _, port, err := net.SplitHostPort(httpAddr); err == nil && port == "0" && readyFile != "" {
+		if b, err := os.ReadFile(readyFile); err == nil {
+			if bound := strings.TrimSpace(string(b)); bound != "" {
+				return bound
+			}
+		}
+	}
+	return httpAddr
+}
+
+// probeURL turns a listen address into the URL that reaches it from the
+// same host: an address that listens on every interface (":8080",
+// "0.0.0.0:8080", "[::]:8080") is reached on the loopback.
+func probeURL(addr string, ready bool) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("address %q is not host:port (MEILISTREAM_HTTP_ADDR or --addr)", addr)
+	}
+	switch host {
+	case "", "0.0.0.0", "::":
+		host = "127.0.0.1"
+	}
+	path := "/healthz"
+	if ready {
+		path = "/readyz"
+	}
+	return "http://" + net.JoinHostPort(host, port) + path, nil
+}
