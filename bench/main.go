@@ -156,6 +156,7 @@ type config struct {
 	fanout, users          int
 	catchup                bool
 	wait                   bool
+	flood                  int
 	outage, docKB          int
 }
 
@@ -182,6 +183,7 @@ func run() error {
 	flag.IntVar(&c.outage, "outage", 50000, "with -catchup, the updates written while Meilisearch processes no task (to distinct articles while -docs allows; -docs defaults to this)")
 	flag.IntVar(&c.docKB, "doc-kb", 10, "with -catchup, the size of each article's body in KB")
 	flag.BoolVar(&c.wait, "wait", false, "instead of the phases above, the read-your-writes workload: a holder and a standby sidecar on one job (-docs defaults to 2000); -latency writes one at a time, each timed until GET /wait for its operationTime returns on the holder and on the standby, and until searchable (polled), side by side (wait.go)")
+	flag.IntVar(&c.flood, "flood", 200, "with -wait, then as many writes again while this many more waiters (half on each sidecar) ask GET /wait for the latest write again and again: whether a flood of waits slows the pipeline")
 	flag.StringVar(&c.against, "against", "", "another meilistream binary to run side by side with the first on the same collection and servers (its own index and state collection), so both meet the same load: an A/B comparison on a noisy machine")
 	flag.Parse()
 	modes := 0

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meilisearch/meilisearch-go"
@@ -72,9 +73,94 @@ func runWait(ctx context.Context, c config, tmp, transforms string, coll *mongo.
 	wcoll := mc.Database(coll.Database().Name()).Collection(coll.Name())
 	addrs := []string{readAddr(holder), readAddr(standby)}
 	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-	var onHolder, onStandby, searchable []time.Duration
 	load0 := loadavg()
-	for k := 0; k < c.latency; k++ {
+	state := mc.Database(coll.Database().Name()).Collection(holder.state)
+	marks0 := waitDocuments(ctx, state)
+	quiet, err := timeWrites(ctx, c, wcoll, ms, holder.uid, client, addrs, 0, nil)
+	if err != nil {
+		return fail(err)
+	}
+	quiet.marks = waitDocuments(ctx, state) - marks0
+	var flooded waitTimes
+	if c.flood > 0 {
+		marks0 = waitDocuments(ctx, state)
+		// The flood: c.flood waiters, half on each sidecar, each asking
+		// again at once for the latest write as soon as answered.
+		var latest atomic.Pointer[bson.Timestamp]
+		latest.Store(&bson.Timestamp{})
+		fctx, stopFlood := context.WithCancel(ctx)
+		fclient := &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: c.flood, MaxConnsPerHost: c.flood}}
+		var fwg sync.WaitGroup
+		var asked atomic.Int64
+		for i := 0; i < c.flood; i++ {
+			fwg.Add(1)
+			go func() {
+				defer fwg.Done()
+				for fctx.Err() == nil {
+					_ = waitOn(fctx, fclient, addrs[i%2], *latest.Load())
+					asked.Add(1)
+				}
+			}()
+		}
+		t0 := time.Now()
+		flooded, err = timeWrites(ctx, c, wcoll, ms, holder.uid, client, addrs, c.latency, &latest)
+		stopFlood()
+		fwg.Wait()
+		if err != nil {
+			return fail(err)
+		}
+		flooded.asked = float64(asked.Load()) / time.Since(t0).Seconds()
+		flooded.marks = waitDocuments(ctx, state) - marks0
+	}
+	for _, r := range runs {
+		if err := r.stop(); err != nil {
+			return fail(fmt.Errorf("sidecar exit: %w", err))
+		}
+	}
+	fmt.Printf("meilistream bench -wait: %d articles, %d writes one at a time, flushInterval %s, %d CPUs, load average %s at the start, %s at the end\n",
+		c.docs, c.latency, c.flush, runtime.NumCPU(), load0, loadavg())
+	quiet.print("")
+	if c.flood > 0 {
+		flooded.print(fmt.Sprintf(" (%d more waiters asking again and again: %.0f waits/s)", c.flood, flooded.asked))
+	}
+	return nil
+}
+
+// waitTimes are, per write, the time until GET /wait returned on the
+// holder and on the standby, and until the document was searchable.
+type waitTimes struct {
+	onHolder, onStandby, searchable []time.Duration
+	asked                           float64 // the flood's waits answered per second
+	marks                           int64   // wait documents written meanwhile
+}
+
+// waitDocuments is how many times the job's wait document was written.
+func waitDocuments(ctx context.Context, state *mongo.Collection) int64 {
+	var d struct {
+		N int64 `bson:"n"`
+	}
+	_ = state.FindOne(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "wait", Value: "articles"}}}}).Decode(&d)
+	return d.N
+}
+
+func (w waitTimes) print(what string) {
+	p50s, p99s := quantiles(w.searchable)
+	fmt.Printf("write to searchable (polled)%s: p50 %s, p99 %s; %d wait documents for %d writes\n", what, p50s, p99s, w.marks, len(w.searchable))
+	for _, x := range []struct {
+		what string
+		ds   []time.Duration
+	}{{"holder ", w.onHolder}, {"standby", w.onStandby}} {
+		p50, p99 := quantiles(x.ds)
+		fmt.Printf("write to /wait on the %s%s: p50 %s, p99 %s (p99 %+dms against searchable)\n", x.what, what, p50, p99, (p99 - p99s).Milliseconds())
+	}
+}
+
+// timeWrites makes c.latency writes (numbered from first), each timed
+// until GET /wait returns on each sidecar of addrs and until searchable;
+// latest, when set, is told each write's cluster time.
+func timeWrites(ctx context.Context, c config, wcoll *mongo.Collection, ms meilisearch.ServiceManager, uid string, client *http.Client, addrs []string, first int, latest *atomic.Pointer[bson.Timestamp]) (waitTimes, error) {
+	var out waitTimes
+	for k := first; k < first+c.latency; k++ {
 		id := 1 + (k*7919)%c.docs
 		if !articles.Published(id) {
 			id++
@@ -83,7 +169,10 @@ func runWait(ctx context.Context, c config, tmp, transforms string, coll *mongo.
 		start := time.Now()
 		op, err := writeTitle(ctx, wcoll, id, mark)
 		if err != nil {
-			return fail(err)
+			return out, err
+		}
+		if latest != nil {
+			latest.Store(&op)
 		}
 		var wg sync.WaitGroup
 		var took [3]time.Duration
@@ -100,7 +189,7 @@ func runWait(ctx context.Context, c config, tmp, transforms string, coll *mongo.
 		go func() {
 			defer wg.Done()
 			for {
-				ok, err := titleIs(ctx, ms, holder.uid, id, mark)
+				ok, err := titleIs(ctx, ms, uid, id, mark)
 				if ok || err != nil {
 					errs[2], took[2] = err, time.Since(start)
 					return
@@ -111,28 +200,12 @@ func runWait(ctx context.Context, c config, tmp, transforms string, coll *mongo.
 		wg.Wait()
 		for i, err := range errs {
 			if err != nil {
-				return fail(fmt.Errorf("write %d, %s: %w", k, []string{"wait on the holder", "wait on the standby", "searchable"}[i], err))
+				return out, fmt.Errorf("write %d, %s: %w", k, []string{"wait on the holder", "wait on the standby", "searchable"}[i], err)
 			}
 		}
-		onHolder, onStandby, searchable = append(onHolder, took[0]), append(onStandby, took[1]), append(searchable, took[2])
+		out.onHolder, out.onStandby, out.searchable = append(out.onHolder, took[0]), append(out.onStandby, took[1]), append(out.searchable, took[2])
 	}
-	for _, r := range runs {
-		if err := r.stop(); err != nil {
-			return fail(fmt.Errorf("sidecar exit: %w", err))
-		}
-	}
-	fmt.Printf("meilistream bench -wait: %d articles, %d writes one at a time, flushInterval %s, %d CPUs, load average %s at the start, %s at the end\n",
-		c.docs, c.latency, c.flush, runtime.NumCPU(), load0, loadavg())
-	p50s, p99s := quantiles(searchable)
-	fmt.Printf("write to searchable (polled):   p50 %s, p99 %s\n", p50s, p99s)
-	for _, w := range []struct {
-		what string
-		ds   []time.Duration
-	}{{"holder ", onHolder}, {"standby", onStandby}} {
-		p50, p99 := quantiles(w.ds)
-		fmt.Printf("write to /wait on the %s: p50 %s, p99 %s (p99 %+dms against searchable)\n", w.what, p50, p99, (p99 - p99s).Milliseconds())
-	}
-	return nil
+	return out, nil
 }
 
 func quantiles(ds []time.Duration) (p50, p99 time.Duration) {
