@@ -163,7 +163,7 @@ func timeWrites(ctx context.Context, c config, wcoll *mongo.Collection, ms meili
 	for k := first; k < first+c.latency; k++ {
 		id := 1 + (k*7919)%c.docs
 		if !articles.Published(id) {
-			id++
+			id = id%c.docs + 1
 		}
 		mark := fmt.Sprintf("rw%d", k)
 		start := time.Now()
