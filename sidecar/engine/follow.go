@@ -384,10 +384,15 @@ func (f *follower) events(evs []bson.Raw, flush *time.Timer) error {
 	defer f.counted()
 	f.large.Read(len(evs))
 	for _, ev := range evs {
+		idle := len(f.items)+f.relatedN == 0
 		if err := f.add(ev); err != nil {
 			return err
 		}
-		if len(f.items)+f.relatedN == 1 {
+		// Armed when the first change comes, not again: an event that
+		// adds nothing (a mark, a waiter's wait document) or coalesces
+		// into a pending change must not put the flush off, or a stream
+		// that keeps bringing them would never flush.
+		if idle && len(f.items)+f.relatedN > 0 {
 			flush.Reset(f.jc.FlushInterval)
 		}
 		if len(f.items)+f.relatedN >= f.jc.BatchSize || f.pendingBytes >= f.jc.PendingBytes {

@@ -167,3 +167,45 @@ func TestDuringASwapReindexTheDurableTimeIsTheLiveIndexs(t *testing.T) {
 		t.Fatalf("the reindex ended before the write was covered; make it longer (phase %q)", s.Phase)
 	}
 }
+
+// A pending change is sent within the flush interval however many events
+// that add no change follow it (wait documents here), and a document that
+// keeps changing is sent too: neither may put the flush off for good.
+func TestEventsAfterAPendingChangeDoNotPutItsFlushOff(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		more func(e *env, i int)
+	}{
+		{"wait documents keep coming", func(e *env, i int) {
+			if _, err := jobstate.MarkWait(e.ctx, e.state, "items"); err != nil {
+				e.t.Fatal(err)
+			}
+		}},
+		{"the document keeps changing", func(e *env, i int) {
+			e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 3}, bson.M{"$set": bson.M{"n": 1000 + i}}))
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, 0)
+			e.cfg.FlushInterval = 300 * time.Millisecond
+			e.cfg.PositionInterval = time.Hour
+			e.insert(0, 10, nil)
+			job := e.job(itemsJS)
+			r := e.run(job, e.acquire())
+			defer r.stop(t)
+			e.settled(job)
+			e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 3}, bson.M{"$set": bson.M{"title": "sent at last"}}))
+			// More events, each well within the flush interval of the
+			// last, until the change is in the index (or a deadline
+			// far past the interval).
+			deadline := time.Now().Add(20 * time.Second)
+			for i := 0; !e.liveHas(3, "sent at last"); i++ {
+				if time.Now().After(deadline) {
+					t.Fatalf("the change was not sent while events kept coming (%d of them)", i)
+				}
+				c.more(e, i)
+				time.Sleep(50 * time.Millisecond) // the pace of the events, not a wait for a result
+			}
+		})
+	}
+}
