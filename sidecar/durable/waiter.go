@@ -41,7 +41,7 @@ const recheck = 250 * time.Millisecond
 // remark is how old the latest wait document may be before a waiter still
 // not answered has another written: one written before the holder's
 // stream opened (a holder starting at the present) is never seen.
-const remark = time.Second
+const remark = 2 * time.Second
 
 // Jobs says which jobs this process runs and which of them it holds.
 type Jobs interface {
