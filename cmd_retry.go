@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar/deadletter"
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -94,7 +94,7 @@ func runRetry(ctx context.Context, inv *invocation) int {
 	if err := w.reach(ctx); err != nil {
 		return fail(inv.Stderr, err)
 	}
-	var sum deadletter.Summary
+	var sum engine.RetrySummary
 	err = w.underLease(ctx, job.Name, func(ctx context.Context, l leaseForEngine) error {
 		sink, err := w.sinkFactory(inv.Log)(job)
 		if err != nil {
@@ -122,8 +122,8 @@ func runRetry(ctx context.Context, inv *invocation) int {
 // no holder takes within retryClaimWait is withdrawn; one taken and not
 // answered in time is left to finish (its record says how it went, and
 // `meilistream errors` what is left).
-func (w *wiring) retryByHolder(ctx context.Context, inv *invocation, job *transform.Job, wait time.Duration) (deadletter.Summary, error) {
-	var sum deadletter.Summary
+func (w *wiring) retryByHolder(ctx context.Context, inv *invocation, job *transform.Job, wait time.Duration) (engine.RetrySummary, error) {
+	var sum engine.RetrySummary
 	id, err := jobstate.RequestRetry(ctx, w.state, job.Name, w.leases.Holder(), wait+time.Minute)
 	if err != nil {
 		return sum, err
@@ -160,7 +160,7 @@ func (w *wiring) retryByHolder(ctx context.Context, inv *invocation, job *transf
 			return sum, errs.New(errs.Failed, job.Name, "the retry request was deleted before the job's holder answered it")
 		case r.State == jobstate.RequestDone:
 			w.dropRequest(ctx, job.Name, id)
-			return deadletter.Summary{Retried: r.Retried, Written: r.Written, Gone: r.Gone, Failed: r.Failed, Duration: r.Duration}, nil
+			return engine.RetrySummary{Retried: r.Retried, Written: r.Written, Gone: r.Gone, Failed: r.Failed, Duration: r.Duration}, nil
 		case r.State == jobstate.RequestFailed:
 			w.dropRequest(ctx, job.Name, id)
 			code := errs.Code(r.Code)

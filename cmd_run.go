@@ -19,12 +19,14 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/mongoerr"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/replicate"
 	"github.com/meilistream/meilistream/sidecar/config"
 	"github.com/meilistream/meilistream/sidecar/durable"
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
+	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/supervisor"
@@ -84,6 +86,12 @@ func runRun(ctx context.Context, inv *invocation) int {
 		// release an eighth: together they end within it.
 		ReleaseTimeout: max(cfg.ShutdownTimeout/8, 100*time.Millisecond),
 		Holders:        w.holders,
+		// Pods share the jobs (at most ceil(jobs / pods) each), and a
+		// holder that makes no progress while failing gives its job up.
+		Peers:           w.peers,
+		BalanceInterval: cfg.Lease / 3,
+		HoldOff:         cfg.Lease,
+		StallTimeout:    cfg.StallTimeout,
 	})
 	// job_state and the lag read what /status says, at each scrape.
 	w.metrics.SetStatus(sup)
@@ -304,6 +312,21 @@ func (w *wiring) holders(ctx context.Context) (map[string]string, error) {
 	return out, nil
 }
 
+// peers counts the live processes that run the jobs, this one included:
+// the distinct processes of the live presence records (each pod keeps one
+// per job it runs, holder or standby, refreshed by the server's clock).
+func (w *wiring) peers(ctx context.Context) (int, error) {
+	present, err := jobstate.ReadPresence(ctx, w.state)
+	if err != nil {
+		return 0, err
+	}
+	seen := map[string]bool{w.leases.Holder(): true}
+	for _, p := range present {
+		seen[p.Process] = true
+	}
+	return len(seen), nil
+}
+
 // probeTimeout bounds each server's check of one probe, on its own: one
 // server that does not answer must not use up another's time and have it
 // reported unreachable too. Under the supervisor's bound of a probe.
@@ -399,17 +422,17 @@ func (w *wiring) sinkFactory(log hclog.Logger) supervisor.SinkFactory {
 	return func(job *transform.Job) (sink.Sink, error) {
 		jl := log.Named(job.Name)
 		switch job.Kind {
-		case transform.Mirror:
+		case jobdef.Mirror:
 			var rdb *mongo.Database
 			if w.replica != nil {
 				rdb = w.replica.Database(w.cfg.ReplicaDatabase)
 			}
-			return replicate.ForJob(rdb, w.source, job, jl, w.metrics.Job(job.Name, job.Kind.String()))
+			return replicate.ForJob(rdb, w.source, &job.Job, jl, w.metrics.Job(job.Name, job.Kind.String()))
 		default:
 			if w.meili == nil {
 				return nil, &errs.Error{Code: errs.ConfigInvalid, Job: job.Name, Msg: "a search job needs MEILISTREAM_MEILI_URL", Setting: "MEILISTREAM_MEILI_URL"}
 			}
-			return meili.NewSink(w.meili, job, jl), nil
+			return meili.NewSink(w.meili, &job.Job, jl), nil
 		}
 	}
 }

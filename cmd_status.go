@@ -13,6 +13,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/mongoerr"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/stream"
@@ -127,7 +128,7 @@ func runStatus(ctx context.Context, inv *invocation) int {
 					if coll == "" {
 						coll = n
 					}
-					job = &transform.Job{Name: n, Collection: coll}
+					job = &transform.Job{Job: jobdef.Job{Name: n, Collection: coll}}
 				}
 				since, err := firstChangeAfter(ctx, w.source, job, inv.Config.StateCollection, p.Token)
 				switch {
@@ -206,7 +207,7 @@ func firstChangeAfter(ctx context.Context, db *mongo.Database, job *transform.Jo
 	defer cancel()
 	// Lean: without the documents, an event over 16 MB after the
 	// position reads like any other, whatever the server's version.
-	cs, err := stream.Open(ctx, db, job, state, token, stream.Lean())
+	cs, err := stream.Open(ctx, db, &job.Job, state, token, stream.Lean())
 	if err != nil {
 		return time.Time{}, streamProblem(err)
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/synccheck"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -90,7 +91,7 @@ func cmdMirrored(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: mirrored [-timeout D] [-keep] JOB")
 	}
 	job := loadScriptJob(ts, fs.Arg(0))
-	if job.Kind != transform.Mirror {
+	if job.Kind != jobdef.Mirror {
 		ts.Fatalf("mirrored: job %s is not a mirror job", job.Name)
 	}
 	source := scriptMongo(ts).Collection(job.Collection)

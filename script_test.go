@@ -33,7 +33,9 @@ package main
 //	              so "exec meilistream &s&" just works; override with "env".
 //
 // Conditions: [real] when real servers are used; [servers] when servers are
-// available (always); [failpoints] when MongoDB takes configureFailPoint.
+// available (always); [failpoints] when MongoDB takes configureFailPoint;
+// [standalone] when a standalone MongoDB is available for standalone-mongo
+// (see script_standalone_test.go).
 // Faults that real servers can be given too go through the harness: a TCP
 // proxy in front of a server (proxy), signals to a sidecar (signal), the
 // failCommand fail point scoped to the script's namespace (mongo-failcommand

@@ -14,6 +14,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/testutil"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -352,12 +353,12 @@ func TestApplyIsSafeFromManyGoroutines(t *testing.T) {
 
 func TestAJobWithoutATransformIsTheIdentity(t *testing.T) {
 	// A job declared by environment alone is a Job built by hand.
-	j := &transform.Job{Name: "env", Collection: "c", Index: "c", PrimaryKey: "id"}
+	j := &transform.Job{Job: jobdef.Job{Name: "env", Collection: "c", Index: "c", PrimaryKey: "id"}}
 	res, err := j.Apply(context.Background(), marshal(t, bson.D{{Key: "_id", Value: "a"}, {Key: "x", Value: 1}}), transform.OpInsert, nil)
 	if err != nil || res.Doc["id"] != "a" || res.Doc["x"] != int64(1) {
 		t.Fatalf("%v %v", res, err)
 	}
-	m := &transform.Job{Name: "envm", Kind: transform.Mirror, Mirror: "c"}
+	m := &transform.Job{Job: jobdef.Job{Name: "envm", Kind: jobdef.Mirror, Mirror: "c"}}
 	doc := marshal(t, bson.D{{Key: "_id", Value: "a"}, {Key: "x", Value: 1}})
 	res, err = m.Apply(context.Background(), doc, transform.OpInsert, nil)
 	if err != nil || string(res.Raw) != string(doc) {

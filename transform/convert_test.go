@@ -16,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -256,7 +257,7 @@ func TestAMirrorKeepsEveryBSONType(t *testing.T) {
 	} {
 		t.Run(src, func(t *testing.T) {
 			j := loadJob(t, src)
-			if j.Kind != transform.Mirror || j.Mirror != "copy" || j.Index != "" {
+			if j.Kind != jobdef.Mirror || j.Mirror != "copy" || j.Index != "" {
 				t.Fatalf("not a mirror job: %+v", j)
 			}
 			res, err := j.Apply(t.Context(), doc, transform.OpUpdate, nil)
@@ -413,7 +414,7 @@ func TestAMirrorTakesDocumentsUpToTheReplicaLimit(t *testing.T) {
 	_, err := apply(t, loadJob(t, `module.exports = { index: "i" };`, slow), doc)
 	wantErr(t, err, errs.NotADocument, "limit of 1048576")
 
-	over := transform.DefaultMaxMirrorBytes - len(big) - 20
+	over := jobdef.DefaultMaxMirrorBytes - len(big) - 20
 	j := loadJob(t, `module.exports = { mirror: "m", transform(d) { d.t = "y".repeat(`+strconv.Itoa(over)+`); return d; } };`, slow)
 	_, err = apply(t, j, doc)
 	wantErr(t, err, errs.NotADocument, "limit of 16777216", "maxBsonObjectSize")

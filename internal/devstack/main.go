@@ -8,6 +8,12 @@
 //	go run ./internal/devstack [-mongo-addr 127.0.0.1:27017] [-meili-addr 127.0.0.1:7700]
 //	                           [-master-key KEY] [-db app] [-seed DIR]
 //	                           [-history N] [-max-payload BYTES] [-proxy-body-limit BYTES]
+//	                           [-standalone]
+//
+// -standalone runs MongoDB as a standalone mongod (one started without
+// --replSet) instead: hello names no replica set and change streams are
+// refused (40573), as on a development machine's plain mongod; the printed
+// URIs then name no replica set.
 //
 // -history N keeps only the newest N changes for change streams (mongotest's
 // Options.HistorySize, the oplog's size in changes; default 100000): a
@@ -85,6 +91,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	history := fs.Int("history", mongotest.DefaultHistorySize, "changes kept for change streams (the oplog window, in changes)")
 	maxPayload := fs.Int64("max-payload", meilitest.DefaultMaxPayloadBytes, "largest Meilisearch request body in bytes (--http-payload-size-limit)")
 	proxyLimit := fs.Int64("proxy-body-limit", 0, "largest request body a proxy in front of Meilisearch lets through, in bytes (0: no proxy)")
+	standalone := fs.Bool("standalone", false, "run MongoDB as a standalone mongod (no replica set, no change streams)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -101,7 +108,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-proxy-body-limit %d: must be 0 (no proxy) or a number of bytes", *proxyLimit)
 	}
 
-	mg, err := mongotest.Start(mongotest.Options{Addr: *mongoAddr, HistorySize: *history})
+	mg, err := mongotest.Start(mongotest.Options{Addr: *mongoAddr, HistorySize: *history, Standalone: *standalone})
 	if err != nil {
 		return fmt.Errorf("start mongotest: %w", err)
 	}
@@ -118,7 +125,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	uri := withDatabase(mg.URI(), *db)
-	fmt.Fprintf(stdout, "mongotest:  %s (replica set %s)\n", mg.URI(), mongotest.ReplicaSetName)
+	if *standalone {
+		fmt.Fprintf(stdout, "mongotest:  %s (standalone: no change streams)\n", mg.URI())
+	} else {
+		fmt.Fprintf(stdout, "mongotest:  %s (replica set %s)\n", mg.URI(), mongotest.ReplicaSetName)
+	}
 	fmt.Fprintf(stdout, "meilitest:  %s\n", ml.URL())
 	fmt.Fprintf(stdout, "# for meilistream:\n")
 	fmt.Fprintf(stdout, "export MEILISTREAM_MONGODB_URI=%s\n", shellQuote(uri))

@@ -183,3 +183,59 @@ func TestDevstackHistoryAndPayloadFlags(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 }
+
+// -standalone runs MongoDB as a standalone mongod: the printed URIs name no
+// replica set, hello has no setName and change streams are refused with
+// 40573.
+func TestDevstackStandalone(t *testing.T) {
+	up := make(chan *mongotest.Server, 1)
+	ready = func(mg *mongotest.Server, _ *meilitest.Server) { up <- mg }
+	t.Cleanup(func() { ready = nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out testutil.SyncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-mongo-addr", "127.0.0.1:0", "-meili-addr", "127.0.0.1:0", "-standalone"}, &out, &out)
+	}()
+	var mg *mongotest.Server
+	select {
+	case mg = <-up:
+	case err := <-done:
+		t.Fatalf("run returned early: %v\n%s", err, out.String())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("servers not up\n%s", out.String())
+	}
+	text := out.String()
+	for _, want := range []string{"(standalone: no change streams)", "export MEILISTREAM_MONGODB_URI='mongodb://" + mg.Addr() + "/app'"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "replicaSet=") {
+		t.Errorf("a standalone's URIs name a replica set:\n%s", text)
+	}
+	tctx, tcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer tcancel()
+	mc, err := mongo.Connect(options.Client().ApplyURI(mg.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Disconnect(context.Background())
+	var hello bson.M
+	if err := mc.Database("admin").RunCommand(tctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := hello["setName"]; ok {
+		t.Errorf("hello names a replica set: %v", hello)
+	}
+	_, err = mc.Database("app").Collection("c").Watch(tctx, mongo.Pipeline{})
+	var se mongo.ServerError
+	if !errors.As(err, &se) || !se.HasErrorCode(40573) {
+		t.Errorf("watch on a standalone: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/big"
 	"sort"
 	"strconv"
 	"strings"
@@ -412,6 +413,12 @@ func toFloat(v any) float64 {
 	return 0
 }
 
+// 2^63 as a double: the first double above every int64.
+const twoTo63 = 0x1p63
+
+// floatInInt64 says whether the integral double f is an int64.
+func floatInInt64(f float64) bool { return f >= -twoTo63 && f < twoTo63 }
+
 func toInt64(v any) (int64, bool) {
 	switch x := v.(type) {
 	case int32:
@@ -421,48 +428,152 @@ func toInt64(v any) (int64, bool) {
 	case int:
 		return int64(x), true
 	case float64:
-		if x == math.Trunc(x) && !math.IsInf(x, 0) && math.Abs(x) < 9.2e18 {
+		if x == math.Trunc(x) && floatInInt64(x) {
 			return int64(x), true
 		}
 	case bson.Decimal128:
-		f := toFloat(x)
-		if f == math.Trunc(f) && !math.IsInf(f, 0) && math.Abs(f) < 9.2e18 {
-			return int64(f), true
+		if r := decimalRat(x); r != nil && r.IsInt() && r.Num().IsInt64() {
+			return r.Num().Int64(), true
 		}
 	}
 	return 0, false
 }
 
+// decimalRat is the exact value of a finite decimal, nil for NaN and the
+// infinities.
+func decimalRat(d bson.Decimal128) *big.Rat {
+	bi, exp, err := d.BigInt()
+	if err != nil {
+		return nil
+	}
+	p := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(abs(exp))), nil)
+	if exp >= 0 {
+		return new(big.Rat).SetInt(bi.Mul(bi, p))
+	}
+	return new(big.Rat).SetFrac(bi, p)
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
+
+// compareNumbers orders two numbers of any BSON numeric types by their exact
+// values, as mongod does (src/mongo/base/compare_numbers.h): an int64
+// beyond 2^53 is not rounded to a double, so NumberLong(9007199254740993)
+// is above 9007199254740992.0; a decimal is compared with a double
+// exactly (decimal 0.1 is below double 0.1); NaN of either type equals NaN
+// and is below every other number, -Infinity next; -0 equals 0.
 func compareNumbers(a, b any) int {
-	ai, aInt := a.(int64)
-	if x, ok := a.(int32); ok {
-		ai, aInt = int64(x), true
-	}
-	bi, bInt := b.(int64)
-	if x, ok := b.(int32); ok {
-		bi, bInt = int64(x), true
-	}
-	if aInt && bInt {
-		return cmp3(ai, bi)
-	}
-	fa, fb := toFloat(a), toFloat(b)
-	// NaN sorts below every other number and equals itself (MongoDB order).
-	an, bn := math.IsNaN(fa), math.IsNaN(fb)
+	ai, aInt := intOf(a)
+	bi, bInt := intOf(b)
+	af, aFloat := a.(float64)
+	bf, bFloat := b.(float64)
 	switch {
-	case an && bn:
+	case aInt && bInt:
+		return cmp3(ai, bi)
+	case aFloat && bFloat:
+		return compareDoubles(af, bf)
+	case aInt && bFloat:
+		return compareLongToDouble(ai, bf)
+	case aFloat && bInt:
+		return -compareLongToDouble(bi, af)
+	}
+	return compareExact(a, b)
+}
+
+func intOf(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int32:
+		return int64(x), true
+	case int64:
+		return x, true
+	case int:
+		return int64(x), true
+	}
+	return 0, false
+}
+
+// compareDoubles is mongod's: NaN equals NaN and is below every number.
+func compareDoubles(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	case a == b:
 		return 0
-	case an:
-		return -1
-	case bn:
-		return 1
-	}
-	if fa < fb {
+	case math.IsNaN(a):
+		if math.IsNaN(b) {
+			return 0
+		}
 		return -1
 	}
-	if fa > fb {
+	return 1
+}
+
+// compareLongToDouble is mongod's: an int64 of magnitude up to 2^53 is
+// exact as a double; above, a double is an integer, compared as an int64
+// unless it lies outside the int64 range.
+func compareLongToDouble(l int64, d float64) int {
+	if math.IsNaN(d) {
 		return 1
 	}
-	return 0
+	if l <= 1<<53 && l >= -(1<<53) {
+		return compareDoubles(float64(l), d)
+	}
+	if d >= twoTo63 {
+		return -1
+	}
+	if d < -twoTo63 {
+		return 1
+	}
+	return cmp3(l, int64(d))
+}
+
+// exactNum is a number's exact value: a class (NaN below -Infinity below
+// the finite values below +Infinity) and, for a finite value, a rational.
+type exactNum struct {
+	class int // 0 NaN, 1 -Inf, 2 finite, 3 +Inf
+	r     *big.Rat
+}
+
+func exactOf(v any) exactNum {
+	switch x := v.(type) {
+	case bson.Decimal128:
+		if x.IsNaN() {
+			return exactNum{class: 0}
+		}
+		if s := x.IsInf(); s != 0 {
+			return exactNum{class: 2 + s}
+		}
+		return exactNum{class: 2, r: decimalRat(x)}
+	case float64:
+		switch {
+		case math.IsNaN(x):
+			return exactNum{class: 0}
+		case math.IsInf(x, -1):
+			return exactNum{class: 1}
+		case math.IsInf(x, 1):
+			return exactNum{class: 3}
+		}
+		return exactNum{class: 2, r: new(big.Rat).SetFloat64(x)}
+	}
+	i, _ := intOf(v)
+	return exactNum{class: 2, r: new(big.Rat).SetInt64(i)}
+}
+
+// compareExact compares any two numbers by their exact values; mongod's
+// decimal comparisons (compareDecimals, compareDecimalToDouble) give the
+// same order.
+func compareExact(a, b any) int {
+	x, y := exactOf(a), exactOf(b)
+	if x.class != y.class || x.class != 2 {
+		return cmp3(x.class, y.class)
+	}
+	return x.r.Cmp(y.r)
 }
 
 func cmp3[T int64 | uint32 | int | float64 | string](a, b T) int {
@@ -714,16 +825,7 @@ func appendKey(dst []byte, v any) []byte {
 	case missingT, nil, bson.Null, bson.Undefined, bson.MinKey, bson.MaxKey:
 		return dst
 	case int32, int64, float64, bson.Decimal128, int:
-		if i, ok := toInt64(x); ok {
-			dst = append(dst, 'i')
-			return strconv.AppendInt(dst, i, 10)
-		}
-		f := toFloat(x)
-		if math.IsNaN(f) {
-			return append(dst, 'n')
-		}
-		dst = append(dst, 'f')
-		return strconv.AppendFloat(dst, f, 'g', -1, 64)
+		return appendNumberKey(dst, x)
 	case string:
 		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(x)))
 		return append(dst, x...)
@@ -761,6 +863,42 @@ func appendKey(dst []byte, v any) []byte {
 	}
 	// Remaining rare types: their encoding is canonical enough.
 	return appendElem(dst, "", v)
+}
+
+// appendNumberKey appends a key equal for two numbers exactly when
+// compareNumbers finds them equal: an integral value within the int64 range
+// by its integer, any other value a double can hold by that double, NaN and
+// the infinities by themselves, and a decimal no double holds by its exact
+// fraction.
+func appendNumberKey(dst []byte, v any) []byte {
+	if i, ok := toInt64(v); ok {
+		dst = append(dst, 'i')
+		return strconv.AppendInt(dst, i, 10)
+	}
+	var f float64
+	switch x := v.(type) {
+	case float64:
+		f = x
+	case bson.Decimal128:
+		e := exactOf(x)
+		switch e.class {
+		case 0:
+			f = math.NaN()
+		case 1, 3:
+			f = math.Inf(e.class - 2)
+		default:
+			var exact bool
+			if f, exact = e.r.Float64(); !exact {
+				dst = append(dst, 'r')
+				return append(dst, e.r.String()...)
+			}
+		}
+	}
+	if math.IsNaN(f) {
+		return append(dst, 'n')
+	}
+	dst = append(dst, 'f')
+	return strconv.AppendFloat(dst, f, 'g', -1, 64)
 }
 
 // deepCopy copies documents and arrays so that a value taken from a command

@@ -36,7 +36,7 @@ func serverCode(err error) int {
 // larger than the limit less the token.
 func TestChangeStreamLargeEventLimits(t *testing.T) {
 	_, client := start(t)
-	c := ctx(t)
+	c := largeCtx(t)
 	coll := client.Database("db").Collection("big")
 	// A document of 16 MB less 100 bytes, then a $set of a 12 KB field
 	// it already holds: its update event (post-image and updatedFields)
@@ -93,7 +93,7 @@ func TestChangeStreamLargeEventLimits(t *testing.T) {
 // always): three 6 MB events come in two getMores.
 func TestChangeStreamBatchesStayWithin16MB(t *testing.T) {
 	_, client := start(t)
-	c := ctx(t)
+	c := largeCtx(t)
 	coll := client.Database("db").Collection("c")
 	cs, err := coll.Watch(c, mongo.Pipeline{})
 	if err != nil {
@@ -120,7 +120,7 @@ func TestChangeStreamBatchesStayWithin16MB(t *testing.T) {
 // and 10334 without (jstests/change_streams/split_large_event.js).
 func TestChangeStreamSplitResumeAndRefusals(t *testing.T) {
 	_, client := start(t)
-	c := ctx(t)
+	c := largeCtx(t)
 	coll := client.Database("db").Collection("big")
 	big := strings.Repeat("q", 10<<20)
 	if _, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: 1}, {Key: "a", Value: big}}); err != nil {

@@ -155,6 +155,15 @@ func (s *Server) runCommand(c *conn, cmd bson.D) (bson.D, bool) {
 	if h == nil {
 		return s.withClusterTime(errorReply(cmdErrf(59, "CommandNotFound", "no such command: '%s'", name)), bson.Timestamp{}), false
 	}
+	if _, ok := docGet(cmd, "txnNumber"); ok && s.opts.Standalone {
+		// mongod refuses transaction numbers before running the command
+		// when it is not a replica set member
+		// (service_entry_point_common.cpp).
+		return s.withClusterTime(errorReply(cmdErrf(20, "IllegalOperation", "Transaction numbers are only allowed on a replica set member or mongos")), bson.Timestamp{}), false
+	}
+	if err := standaloneReadConcern(s, x); err != nil {
+		return s.withClusterTime(errorReply(err), bson.Timestamp{}), false
+	}
 	if v, ok := docGet(cmd, "startTransaction"); ok && truthy(v) {
 		return s.withClusterTime(errorReply(cmdErrf(20, "IllegalOperation", "mongotest does not support multi-document transactions")), bson.Timestamp{}), false
 	}
@@ -204,6 +213,7 @@ func (s *Server) runCommand(c *conn, cmd bson.D) (bson.D, bool) {
 			return s.withClusterTime(errorReply(err), x.opTime), false
 		}
 		reply = append(reply, bson.E{Key: "ok", Value: 1.0})
+		s.noteOrigin(reply, cmd)
 		// The stored reply has no write concern error: a retry waits for
 		// the write concern anew (it is not part of the statement's
 		// outcome).
@@ -263,6 +273,9 @@ func checkWriteConcern(x *cmdCtx) (bson.D, error) {
 	if !ok {
 		return nil, nil
 	}
+	if x.s.opts.Standalone {
+		return nil, standaloneWriteConcern(w)
+	}
 	info := bson.D{{Key: "writeConcern", Value: append(append(bson.D{}, wc...), bson.E{Key: "provenance", Value: "clientSupplied"})}}
 	switch wv := w.(type) {
 	case string:
@@ -286,6 +299,52 @@ func checkWriteConcern(x *cmdCtx) (bson.D, error) {
 		return bson.D{{Key: "code", Value: int32(100)}, {Key: "codeName", Value: "UnsatisfiableWriteConcern"},
 			{Key: "errmsg", Value: "Not enough data-bearing nodes"}, {Key: "errInfo", Value: info}}, nil
 	}
+}
+
+// standaloneReadConcern refuses on a standalone the read concerns only a
+// replica set serves: linearizable, afterClusterTime and atClusterTime are
+// 123 NotAReplicaSet (src/mongo/db/read_concern_mongod.cpp,
+// replication_coordinator_impl.cpp waitUntilOpTimeForRead); majority and
+// local are read as local.
+func standaloneReadConcern(s *Server, x *cmdCtx) error {
+	if !s.opts.Standalone {
+		return nil
+	}
+	rc, _ := x.get("readConcern")
+	d, _ := rc.(bson.D)
+	level, _ := docGet(d, "level")
+	_, after := docGet(d, "afterClusterTime")
+	_, at := docGet(d, "atClusterTime")
+	if level == "linearizable" || after || at {
+		return cmdErrf(123, "NotAReplicaSet", "node needs to be a replica set member to use read concern")
+	}
+	return nil
+}
+
+// standaloneWriteConcern is mongod's validateWriteConcern on a standalone
+// (src/mongo/db/write_concern_options.cpp / write_concern.cpp): w 0, 1
+// and "majority" are the one node and accepted; w above 1 and a tag fail
+// the command with 2 BadValue before it runs, nothing applied.
+func standaloneWriteConcern(w any) error {
+	switch wv := w.(type) {
+	case string:
+		if wv == "majority" {
+			return nil
+		}
+		return badValue("cannot use non-majority 'w' mode \"%s\" when a host is not a member of a replica set", wv)
+	default:
+		n, ok := toInt64(w)
+		if !ok {
+			return cmdErrf(9, "FailedToParse", "w has to be a number or string; found: %s", typeName(w))
+		}
+		if n < 0 || n > 50 {
+			return cmdErrf(9, "FailedToParse", "w has to be a non-negative number and not greater than 50; found: %d", n)
+		}
+		if n > 1 {
+			return badValue("cannot use 'w' > 1 when a host is not replicated")
+		}
+	}
+	return nil
 }
 
 func cmdHello(x *cmdCtx) (bson.D, error) {
@@ -326,16 +385,22 @@ func cmdGetParameter(x *cmdCtx) (bson.D, error) {
 }
 
 func cmdServerStatus(x *cmdCtx) (bson.D, error) {
-	return bson.D{
+	out := bson.D{
 		{Key: "host", Value: x.s.addr},
 		{Key: "version", Value: x.s.versionString()},
 		{Key: "process", Value: "mongod"},
 		{Key: "localTime", Value: x.s.now()},
-		{Key: "repl", Value: bson.D{{Key: "setName", Value: ReplicaSetName}, {Key: "isWritablePrimary", Value: true}}},
-	}, nil
+	}
+	if !x.s.opts.Standalone {
+		out = append(out, bson.E{Key: "repl", Value: bson.D{{Key: "setName", Value: ReplicaSetName}, {Key: "isWritablePrimary", Value: true}}})
+	}
+	return append(out, bson.E{Key: "metrics", Value: x.s.cursorMetrics()}), nil
 }
 
 func cmdReplSetGetStatus(x *cmdCtx) (bson.D, error) {
+	if x.s.opts.Standalone {
+		return nil, cmdErrf(76, "NoReplicationEnabled", "not running with --replSet")
+	}
 	ts := x.s.clusterTime()
 	return bson.D{
 		{Key: "set", Value: ReplicaSetName},

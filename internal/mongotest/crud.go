@@ -784,6 +784,15 @@ func asDocument(v any) (bson.D, bool) {
 	return nil, false
 }
 
+// positionFor is the positional $ of filter q on doc, for an update that
+// uses one.
+func positionFor(cu *compiledUpdate, q bson.D, doc bson.D, ec *evalCtx) string {
+	if !cu.positional {
+		return ""
+	}
+	return matchPosition(q, doc, ec)
+}
+
 type updateResult struct {
 	matched, modified int
 	upserted          any
@@ -814,7 +823,11 @@ func (s *Server) updateStatement(x *cmdCtx, c **collection, collName string, q b
 		for _, h := range hits {
 			old := h.decoded()
 			oldCopy := deepCopy(old).(bson.D)
-			nd, err := cu.apply(old, false, x.ec)
+			dcu, err := cu.at(positionFor(cu, q, old, x.ec))
+			if err != nil {
+				return r, err
+			}
+			nd, err := dcu.apply(old, false, x.ec)
 			if err != nil {
 				return r, err
 			}
@@ -826,7 +839,7 @@ func (s *Server) updateStatement(x *cmdCtx, c **collection, collName string, q b
 			if bytes.Equal(nraw, h.raw) {
 				continue
 			}
-			if err := s.replaceStored(x, *c, h.id, oldCopy, nd, nraw, cu); err != nil {
+			if err := s.replaceStored(x, *c, h.id, oldCopy, nd, nraw, dcu); err != nil {
 				return r, err
 			}
 			r.modified++
@@ -838,7 +851,11 @@ func (s *Server) updateStatement(x *cmdCtx, c **collection, collName string, q b
 		if err != nil {
 			return r, err
 		}
-		nd, err := cu.apply(seed, true, x.ec)
+		icu, err := cu.at("")
+		if err != nil {
+			return r, err
+		}
+		nd, err := icu.apply(seed, true, x.ec)
 		if err != nil {
 			return r, err
 		}
@@ -1107,13 +1124,17 @@ func cmdFindAndModify(x *cmdCtx) (bson.D, error) {
 		h := hits[0]
 		old := h.decoded()
 		oldCopy := deepCopy(old).(bson.D)
-		nd, err := cu.apply(old, false, x.ec)
+		dcu, err := cu.at(positionFor(cu, q, old, x.ec))
+		if err != nil {
+			return nil, err
+		}
+		nd, err := dcu.apply(old, false, x.ec)
 		if err != nil {
 			return nil, err
 		}
 		nraw := encodeDoc(nd)
 		if !bytes.Equal(nraw, h.raw) {
-			if err := s.replaceStored(x, c, h.id, oldCopy, nd, nraw, cu); err != nil {
+			if err := s.replaceStored(x, c, h.id, oldCopy, nd, nraw, dcu); err != nil {
 				return nil, err
 			}
 		}
@@ -1175,6 +1196,11 @@ type cursor struct {
 	// noCursorTimeout.
 	lastUsed  time.Time
 	noTimeout bool
+	// created and origin (the command that opened it, set once the
+	// command has replied) are what $currentOp shows of the cursor;
+	// guarded by Server.cursorMu.
+	created time.Time
+	origin  bson.D
 }
 
 func (s *Server) registerCursor(cur *cursor) int64 {
@@ -1183,8 +1209,65 @@ func (s *Server) registerCursor(cur *cursor) int64 {
 	s.nextCursor++
 	cur.id = s.nextCursor
 	cur.lastUsed = s.Now()
+	cur.created = cur.lastUsed
 	s.cursors[cur.id] = cur
+	s.cursorsOpened++
+	if cur.stream != nil {
+		s.streamsOpened++
+	}
 	return cur.id
+}
+
+// cursorMetrics is serverStatus's metrics section for cursors, as mongod
+// reports it: metrics.cursor.open.{total,noTimeout,pinned} (pinned: in use
+// by a command, such as a change stream's getMore waiting for events),
+// totalOpened and timedOut; and the change-stream cursors alone under
+// metrics.changeStreams.cursor (open.total, open.pinned, totalOpened), the
+// names newer mongod versions give them (SERVER-123062). Cursors idle past
+// Options.CursorTimeout are reaped first, as mongod's reaper would have
+// (clientCursorMonitorFrequencySecs), so they do not count as open.
+func (s *Server) cursorMetrics() bson.D {
+	s.cursorMu.Lock()
+	defer s.cursorMu.Unlock()
+	var total, noTimeout, pinned, streams, streamsPinned int64
+	for id, cur := range s.cursors {
+		// A cursor a command holds is pinned; TryLock never waits for
+		// a blocking getMore (which takes cursorMu only after cur.mu).
+		inUse := !cur.mu.TryLock()
+		if !inUse {
+			expired := s.expired(cur)
+			cur.mu.Unlock()
+			if expired {
+				delete(s.cursors, id)
+				s.cursorsTimedOut++
+				continue
+			}
+		}
+		total++
+		if cur.noTimeout {
+			noTimeout++
+		}
+		if inUse {
+			pinned++
+		}
+		if cur.stream != nil {
+			streams++
+			if inUse {
+				streamsPinned++
+			}
+		}
+	}
+	return bson.D{
+		{Key: "changeStreams", Value: bson.D{{Key: "cursor", Value: bson.D{
+			{Key: "open", Value: bson.D{{Key: "pinned", Value: streamsPinned}, {Key: "total", Value: streams}}},
+			{Key: "totalOpened", Value: s.streamsOpened},
+		}}}},
+		{Key: "cursor", Value: bson.D{
+			{Key: "timedOut", Value: s.cursorsTimedOut},
+			{Key: "totalOpened", Value: s.cursorsOpened},
+			{Key: "open", Value: bson.D{{Key: "noTimeout", Value: noTimeout}, {Key: "pinned", Value: pinned}, {Key: "total", Value: total}}},
+		}},
+	}
 }
 
 // expired reports whether cur was idle longer than Options.CursorTimeout:
@@ -1418,7 +1501,11 @@ func cmdGetMore(x *cmdCtx) (bson.D, error) {
 	cur.mu.Lock()
 	defer cur.mu.Unlock()
 	if s.expired(cur) {
-		s.dropCursor(id)
+		if s.dropCursor(id) {
+			s.cursorMu.Lock()
+			s.cursorsTimedOut++
+			s.cursorMu.Unlock()
+		}
 		return nil, cmdErrf(43, "CursorNotFound", "cursor id %d not found", id)
 	}
 	defer func() { cur.lastUsed = s.Now() }()
@@ -1578,7 +1665,14 @@ func cmdAggregate(x *cmdCtx) (bson.D, error) {
 		return nil, err
 	}
 	if len(pipeline) > 0 {
+		if st, ok := pipeline[0].(bson.D); ok && len(st) == 1 && st[0].Key == "$currentOp" {
+			return x.s.currentOp(x, st[0].Value, pipeline[1:], bs)
+		}
 		if st, ok := pipeline[0].(bson.D); ok && len(st) == 1 && st[0].Key == "$changeStream" {
+			if x.s.opts.Standalone {
+				// document_source_change_stream.cpp assertIsLegalSpecification.
+				return nil, cmdErrf(40573, "Location40573", "The $changeStream stage is only supported on replica sets")
+			}
 			return x.s.openChangeStream(x, st[0].Value, pipeline[1:], bs)
 		}
 	}

@@ -14,6 +14,16 @@
 // batch, the errors the driver resumes on, $expr refused in upsert filters
 // (224), duplicate-key (11000) shapes.
 //
+// With Options.Standalone it answers as a standalone mongod instead (no
+// replica set in hello, no cluster time, change streams refused with
+// 40573, transactions with 20, w above 1 with 2; see Options.Standalone),
+// for trying what a source without change streams does.
+//
+// serverStatus reports the open cursors as mongod's metrics.cursor does,
+// and the change-stream cursors alone under metrics.changeStreams.cursor;
+// $currentOp (idleCursors) lists each cursor with its originatingCommand,
+// so the open change streams are countable as on any mongod.
+//
 // Storage is in memory: each collection keeps raw BSON documents in a skip
 // list ordered by _id, so _id lookups and _id range pages are O(log n + k).
 // One lock serialises writes (reads share it), which makes every write
@@ -38,6 +48,14 @@
 //     TLS or compression (compression is not advertised, so the driver never
 //     compresses). Authentication commands fail with AuthenticationFailed
 //     (18): there are no users, so connect without credentials.
+//   - serverStatus holds host, version, process, localTime, repl and the
+//     cursor metrics only; metrics.changeStreams.cursor (open.total,
+//     open.pinned, totalOpened) is reported whatever Options.Version says
+//     (mongod added it after 8.0).
+//   - $currentOp lists only itself and the cursors (in use: "getmore"
+//     ops; with idleCursors, "idleCursor" entries), not other running
+//     commands, idle connections or sessions; its options other than
+//     idleCursors are ignored.
 //   - One node only; no elections. Write concerns: w 0, 1 and "majority"
 //     are satisfied at once; w above 1 is a writeConcernError 100
 //     UnsatisfiableWriteConcern and an unknown tag 79, the write applied, as
@@ -47,6 +65,9 @@
 //     current data, not as of atClusterTime, and replies carry no
 //     atClusterTime. No transactions: startTransaction is refused with
 //     IllegalOperation (20).
+//   - Numbers compare by their exact values across int32, int64, double and
+//     decimal128, as mongod's (compare_numbers.h), in matching, sorting,
+//     the _id order and unique keys; NaN is below every number.
 //   - Natural order is _id order (MongoDB's is roughly insertion order).
 //     Only the _id index is used for queries; secondary indexes are
 //     recorded and enforce unique / partial unique / sparse constraints but
@@ -64,7 +85,9 @@
 //     $not $regex $size $all $elemMatch $mod $and $or $nor $expr
 //     $jsonSchema. Update operators: $set $unset $inc $mul $min $max $rename
 //     $setOnInsert $push ($each $slice $position $sort) $addToSet $pull
-//     $pullAll $pop $currentDate. Overlapping paths in one update are
+//     $pullAll $pop $currentDate, and the positional $ (the array
+//     position the filter matched, by mongod's rules, see positional.go;
+//     not $[] or $[<id>]). Overlapping paths in one update are
 //     refused with 40 ConflictingUpdateOperators, as on mongod. A replacement of a stored
 //     document refuses any top-level $-prefixed field with 52, a DBRef-like
 //     $ref/$id pair included (mongod accepts that pair). Unknown

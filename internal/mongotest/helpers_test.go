@@ -54,6 +54,14 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
+// largeCtx is ctx for the tests that move 16 MB events: under the race
+// detector on a loaded machine they take far longer than ctx allows.
+func largeCtx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
 func startB(b *testing.B) (*mongotest.Server, *mongo.Client) {
 	b.Helper()
 	srv, err := mongotest.Start(mongotest.Options{HistorySize: 1000})

@@ -503,22 +503,9 @@ func compileOp(op string, q any, regexOpts string, ec *evalCtx) (*cond, error) {
 		if !ok {
 			return nil, badValue("$elemMatch needs an Object")
 		}
-		var test valTest
-		if _, isOps := isOperatorDoc(d); isOps && d[0].Key != "$and" && d[0].Key != "$or" && d[0].Key != "$nor" && d[0].Key != "$expr" {
-			c, err := compileCond(d, ec)
-			if err != nil {
-				return nil, err
-			}
-			test = func(v any) bool { return c.onValues([]any{v}) }
-		} else {
-			p, err := compileAnd(d, ec)
-			if err != nil {
-				return nil, err
-			}
-			test = func(v any) bool {
-				sd, ok := v.(bson.D)
-				return ok && p(sd)
-			}
+		test, err := elemMatchTest(d, ec)
+		if err != nil {
+			return nil, err
 		}
 		return &cond{whole: func(vals []any) bool {
 			for _, v := range vals {
@@ -551,6 +538,26 @@ func compileOp(op string, q any, regexOpts string, ec *evalCtx) (*cond, error) {
 		}}, nil
 	}
 	return nil, badValue("unknown operator: %s", op)
+}
+
+// elemMatchTest is the test $elemMatch applies to each element: operators
+// on the element itself, or a filter on a sub-document.
+func elemMatchTest(d bson.D, ec *evalCtx) (valTest, error) {
+	if _, isOps := isOperatorDoc(d); isOps && d[0].Key != "$and" && d[0].Key != "$or" && d[0].Key != "$nor" && d[0].Key != "$expr" {
+		c, err := compileCond(d, ec)
+		if err != nil {
+			return nil, err
+		}
+		return func(v any) bool { return c.onValues([]any{v}) }, nil
+	}
+	p, err := compileAnd(d, ec)
+	if err != nil {
+		return nil, err
+	}
+	return func(v any) bool {
+		sd, ok := v.(bson.D)
+		return ok && p(sd)
+	}, nil
 }
 
 func splitPath(p string) []string {

@@ -55,6 +55,21 @@ type Options struct {
 	// 6.0.9)"); before, it is an unknown stage (40324). Nothing else
 	// changes with it: the server keeps the behaviour of DefaultVersion.
 	Version string
+	// Standalone makes the server answer as a standalone mongod (one
+	// started without --replSet) instead of a replica set primary: hello
+	// has no setName, hosts, primary, me, setVersion or electionId;
+	// replies carry no $clusterTime or operationTime; $changeStream is
+	// refused with 40573 ("The $changeStream stage is only supported on
+	// replica sets"); a command with a txnNumber (a transaction; the
+	// driver sends no retryable writes to a standalone) is refused with 20
+	// IllegalOperation; write concern w 0, 1 and "majority" are accepted
+	// and w above 1 or a tag refused with 2 BadValue; read concern
+	// linearizable, afterClusterTime and atClusterTime are 123
+	// NotAReplicaSet, majority reads as local; replSetGetStatus is
+	// 76 NoReplicationEnabled; serverStatus has no repl section; no
+	// periodic no-op is written (there is no oplog). URI then names no
+	// replica set.
+	Standalone bool
 }
 
 // DefaultVersion is the MongoDB version the server answers as unless
@@ -118,6 +133,9 @@ type Server struct {
 	cursorMu   sync.Mutex
 	cursors    map[int64]*cursor
 	nextCursor int64
+	// Counters of serverStatus's metrics.cursor: cursors registered (change
+	// streams among them) and cursors killed for idling.
+	cursorsOpened, streamsOpened, cursorsTimedOut int64
 
 	randMu sync.Mutex
 	rng    io.Reader
@@ -195,7 +213,7 @@ func Start(opts Options) (*Server, error) {
 	s.mu.Unlock()
 	s.wg.Add(1)
 	go s.acceptLoop()
-	if opts.NoopInterval > 0 {
+	if opts.NoopInterval > 0 && !opts.Standalone {
 		s.wg.Add(1)
 		go s.noopLoop()
 	}
@@ -286,6 +304,9 @@ func advertised(a *net.TCPAddr, requested string) string {
 // hello advertises exactly this host:port in hosts/primary/me, so the
 // driver's replica-set discovery keeps the seed (reference note §0.4).
 func (s *Server) URI() string {
+	if s.opts.Standalone {
+		return "mongodb://" + s.addr + "/"
+	}
 	return "mongodb://" + s.addr + "/?replicaSet=" + ReplicaSetName
 }
 
@@ -703,6 +724,13 @@ func errorReply(err error) bson.D {
 }
 
 func (s *Server) withClusterTime(reply bson.D, opTime bson.Timestamp) bson.D {
+	// A standalone mongod gossips no cluster time and reports no
+	// operationTime: only replica set members and mongos keep a logical
+	// clock (the driver's causal consistency spec: "a standalone server
+	// does not report operationTime").
+	if s.opts.Standalone {
+		return reply
+	}
 	ct := s.clusterTime()
 	if opTime.T == 0 {
 		opTime = ct
@@ -737,15 +765,25 @@ func (s *Server) helloReply(c *conn, cmd bson.D, legacy bool) bson.D {
 	// topologyVersion and compression are deliberately omitted (reference
 	// note §0.2, §0.7): without topologyVersion the driver polls instead of
 	// streaming awaitable hellos.
-	return bson.D{
-		{Key: "hosts", Value: bson.A{s.addr}},
-		{Key: "setName", Value: ReplicaSetName},
-		{Key: "setVersion", Value: int32(1)},
-		{Key: primaryKey, Value: true},
-		{Key: "secondary", Value: false},
-		{Key: "primary", Value: s.addr},
-		{Key: "me", Value: s.addr},
-		{Key: "electionId", Value: bson.ObjectID{0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 1}},
+	var member bson.D
+	if s.opts.Standalone {
+		// A standalone's hello says nothing of a replica set: it is
+		// writable, and the driver takes a hello without setName (and
+		// without msg "isdbgrid") for a standalone.
+		member = bson.D{{Key: primaryKey, Value: true}}
+	} else {
+		member = bson.D{
+			{Key: "hosts", Value: bson.A{s.addr}},
+			{Key: "setName", Value: ReplicaSetName},
+			{Key: "setVersion", Value: int32(1)},
+			{Key: primaryKey, Value: true},
+			{Key: "secondary", Value: false},
+			{Key: "primary", Value: s.addr},
+			{Key: "me", Value: s.addr},
+			{Key: "electionId", Value: bson.ObjectID{0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 1}},
+		}
+	}
+	return append(member, bson.D{
 		{Key: "helloOk", Value: true},
 		{Key: "maxBsonObjectSize", Value: int32(maxBSONSize)},
 		{Key: "maxMessageSizeBytes", Value: int32(maxMessageSize)},
@@ -757,5 +795,5 @@ func (s *Server) helloReply(c *conn, cmd bson.D, legacy bool) bson.D {
 		{Key: "maxWireVersion", Value: s.maxWireVersion()},
 		{Key: "readOnly", Value: false},
 		{Key: "ok", Value: 1.0},
-	}
+	}...)
 }

@@ -21,6 +21,9 @@ type compiledUpdate struct {
 	ops         bson.D // operator document
 	replacement bson.D
 	pipeline    []stage
+	// positional: a path of ops holds the positional $, resolved per
+	// document by at.
+	positional bool
 }
 
 func compileUpdate(u any, ec *evalCtx) (*compiledUpdate, error) {
@@ -60,13 +63,88 @@ func compileUpdate(u any, ec *evalCtx) (*compiledUpdate, error) {
 			if err := checkConflicts(x); err != nil {
 				return nil, err
 			}
-			return &compiledUpdate{kind: updOperators, ops: x}, nil
+			positional, err := checkPositional(x)
+			if err != nil {
+				return nil, err
+			}
+			return &compiledUpdate{kind: updOperators, ops: x, positional: positional}, nil
 		}
 		return &compiledUpdate{kind: updReplacement, replacement: x}, nil
 	case nil:
 		return &compiledUpdate{kind: updReplacement}, nil
 	}
 	return nil, cmdErrf(14, "TypeMismatch", "Update argument must be either an object or an array")
+}
+
+// checkPositional says whether an operator update uses the positional $,
+// refusing the paths mongod refuses when it parses the update
+// (src/mongo/db/update/update_object_node.cpp parseAndMerge: at most one
+// $, not first; src/mongo/db/update/rename_node.cpp: no $ in a $rename).
+func checkPositional(ops bson.D) (bool, error) {
+	positional := false
+	for _, op := range ops {
+		for _, f := range op.Value.(bson.D) {
+			paths := []string{f.Key}
+			if to, ok := f.Value.(string); ok && op.Key == "$rename" {
+				paths = append(paths, to)
+			}
+			for i, path := range paths {
+				n, first := 0, false
+				for j, p := range splitPath(path) {
+					if p == "$" {
+						n++
+						first = first || j == 0
+					}
+				}
+				switch {
+				case n == 0:
+					continue
+				case op.Key == "$rename" && i == 0:
+					return false, badValue("The source field for $rename may not be dynamic: %s", path)
+				case op.Key == "$rename":
+					return false, badValue("The destination field for $rename may not be dynamic: %s", path)
+				case n > 1:
+					return false, badValue("Too many positional (i.e. '$') elements found in path '%s'", path)
+				case first:
+					return false, badValue("Cannot have positional (i.e. '$') element in the first position in path '%s'", path)
+				}
+				positional = true
+			}
+		}
+	}
+	return positional, nil
+}
+
+// at is the update for one document whose filter matched at array
+// position pos (matchPosition; "" when it matched no array element): each
+// positional $ replaced by pos. Without a position mongod fails the update
+// (update_object_node.cpp UpdateObjectNode::apply), an upsert's insert
+// included (jstests/core/write/update/updatel.js).
+func (cu *compiledUpdate) at(pos string) (*compiledUpdate, error) {
+	if !cu.positional {
+		return cu, nil
+	}
+	if pos == "" {
+		return nil, badValue("The positional operator did not find the match needed from the query.")
+	}
+	ops := make(bson.D, len(cu.ops))
+	for i, op := range cu.ops {
+		fields := op.Value.(bson.D)
+		nf := make(bson.D, len(fields))
+		for j, f := range fields {
+			parts := splitPath(f.Key)
+			for k, p := range parts {
+				if p == "$" {
+					parts[k] = pos
+				}
+			}
+			nf[j] = bson.E{Key: strings.Join(parts, "."), Value: f.Value}
+		}
+		ops[i] = bson.E{Key: op.Key, Value: nf}
+	}
+	c := *cu
+	c.ops, c.positional = ops, false
+	return &c, nil
 }
 
 // apply returns the updated document. old is the current document (already

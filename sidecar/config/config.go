@@ -45,6 +45,7 @@ const (
 	DefaultStateCollection = "meilistream"
 	DefaultHTTPAddr        = ":8080"
 	DefaultShutdownTimeout = 20 * time.Second
+	DefaultStallTimeout    = 2 * time.Minute
 	DefaultLogLevel        = "info"
 	DefaultLogFormat       = "json"
 )
@@ -109,6 +110,10 @@ type Config struct {
 	ReadyFile string `koanf:"ready_file"`
 	// ShutdownTimeout bounds the clean shutdown after SIGTERM/SIGINT.
 	ShutdownTimeout time.Duration `koanf:"shutdown_timeout"`
+	// StallTimeout is how long a held job may make no progress while its
+	// source or destination keeps failing before this process gives its
+	// lease to another pod; 0 never does.
+	StallTimeout time.Duration `koanf:"stall_timeout"`
 	// LogLevel is trace, debug, info, warn, error or off.
 	LogLevel string `koanf:"log_level"`
 	// LogFormat is json or text.
@@ -139,6 +144,7 @@ func Default() Config {
 		TransformTimeout: transform.DefaultTimeout,
 		HTTPAddr:         DefaultHTTPAddr,
 		ShutdownTimeout:  DefaultShutdownTimeout,
+		StallTimeout:     DefaultStallTimeout,
 		LogLevel:         DefaultLogLevel,
 		LogFormat:        DefaultLogFormat,
 	}
@@ -179,6 +185,7 @@ var Variables = []Variable{
 	{Key: "http_addr", Accepts: "a listen address host:port, e.g. :8080 or 127.0.0.1:0 (default :8080)"},
 	{Key: "ready_file", Accepts: "a file path (default empty: none)"},
 	{Key: "shutdown_timeout", Accepts: "a positive Go duration, e.g. 20s (default 20s)"},
+	{Key: "stall_timeout", Accepts: "a Go duration, at least 3 lease periods, or 0 to never hand a stalled job over (default 2m)"},
 	{Key: "log_level", Accepts: "trace, debug, info, warn, error or off (default info)"},
 	{Key: "log_format", Accepts: "json or text (default json)"},
 }
@@ -581,6 +588,11 @@ func (c *Config) validate(ps *problems, requireServers bool) {
 		if positive[key] <= 0 {
 			bad(key, "%s is not positive", positive[key])
 		}
+	}
+	if c.StallTimeout < 0 || c.StallTimeout > 0 && c.StallTimeout < 3*c.Lease {
+		// Shorter, a pod would give a job up for failures that one
+		// lease period of retries rides out.
+		bad("stall_timeout", "%s is neither 0 nor at least 3 times MEILISTREAM_LEASE (%s)", c.StallTimeout, c.Lease)
 	}
 	if c.TransformTimeout > transform.MaxTimeout {
 		// A call holds a runtime, and a document its batch, this long: past

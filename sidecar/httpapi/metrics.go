@@ -50,6 +50,7 @@ type Metrics struct {
 	Reindexes        *prometheus.CounterVec   // meilistream_reindexes_total: reindexes completed
 	DDLEvents        *prometheus.CounterVec   // meilistream_ddl_events_total{event}: drop/rename/dropDatabase seen by a mirror
 	JobRestarts      *prometheus.CounterVec   // meilistream_job_restarts_total
+	StallHandOvers   *prometheus.CounterVec   // meilistream_stall_handovers_total: leases given back after no progress while failing
 	TransformErrors  *prometheus.CounterVec   // meilistream_transform_reload_errors_total: changed files that failed to load while the previous version runs
 	TransformStale   *prometheus.GaugeVec     // meilistream_transform_stale: 1 while the job's changed file fails to load
 	SourceReads      *prometheus.CounterVec   // meilistream_source_reads_total{call,outcome}: a transform's reads of the source MongoDB
@@ -123,6 +124,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Reindexes:    counter("reindexes_total", "Reindexes completed.", job),
 		DDLEvents:    counter("ddl_events_total", "Collection or database drops and renames seen by a mirror job (never applied).", with("event")),
 		JobRestarts:  counter("job_restarts_total", "Restarts of the job after a failure.", job),
+		StallHandOvers: counter("stall_handovers_total",
+			"Times this process gave the job's lease to another pod after no progress for MEILISTREAM_STALL_TIMEOUT while its source or destination kept failing.", job),
 		TransformErrors: counter("transform_reload_errors_total",
 			"Changes of the job's transform file that failed to load (the previous version kept running).", job),
 		TransformStale: gauge("transform_stale", "1 while the job's changed transform file fails to load and the previous version runs."),
@@ -144,7 +147,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.DocumentsIndexed, m.DocumentsDeleted, m.DocumentsSkipped, m.Errors,
 		m.BatchDuration, m.BatchDocuments, m.PositionTime, m.DeadLetters,
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes, m.DDLEvents,
-		m.JobRestarts, m.TransformErrors, m.TransformStale, m.SourceReads, m.SourceReadTime, m.live,
+		m.JobRestarts, m.StallHandOvers, m.TransformErrors, m.TransformStale, m.SourceReads, m.SourceReadTime, m.live,
 		m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes)
 	return m
 }
@@ -244,7 +247,7 @@ func (m *Metrics) Declare(job, kind string) {
 	}
 	l := []string{job, kind}
 	for _, c := range []*prometheus.CounterVec{m.DocumentsIndexed, m.DocumentsDeleted, m.DocumentsSkipped,
-		m.Reindexes, m.JobRestarts, m.TransformErrors, m.DocumentsUnchanged} {
+		m.Reindexes, m.JobRestarts, m.StallHandOvers, m.TransformErrors, m.DocumentsUnchanged} {
 		c.WithLabelValues(l...).Add(0)
 	}
 	for _, codes := range [][]errs.Code{DocErrorCodes, JobErrorCodes} {
@@ -401,6 +404,13 @@ func (j *JobMetrics) Restart() {
 	}
 }
 
+// StallHandOver counts a lease given back after no progress.
+func (j *JobMetrics) StallHandOver() {
+	if j != nil {
+		j.m.StallHandOvers.WithLabelValues(j.job, j.kind).Inc()
+	}
+}
+
 // Forget removes the job's series (a job whose transform file was
 // removed), so /metrics stops showing a job that no longer exists.
 func (j *JobMetrics) Forget() {
@@ -421,7 +431,7 @@ func (m *Metrics) deleteSeries(job string) {
 		m.DocumentsIndexed, m.DocumentsDeleted, m.DocumentsSkipped, m.Errors,
 		m.BatchDuration, m.BatchDocuments, m.PositionTime, m.DeadLetters,
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes,
-		m.DDLEvents, m.JobRestarts, m.TransformErrors, m.TransformStale,
+		m.DDLEvents, m.JobRestarts, m.StallHandOvers, m.TransformErrors, m.TransformStale,
 		m.SourceReads, m.SourceReadTime, m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes,
 	} {
 		v.DeletePartialMatch(l)
@@ -479,6 +489,9 @@ func (m *Metrics) ObserveLease(job string, held bool, epoch int64) { m.Job(job, 
 
 // ObserveRestart counts a restart after a failure.
 func (m *Metrics) ObserveRestart(job string) { m.Job(job, "").Restart() }
+
+// ObserveStall counts a lease given back after no progress.
+func (m *Metrics) ObserveStall(job string) { m.Job(job, "").StallHandOver() }
 
 // ObserveTransformError records a changed file failing to load, or loading.
 func (m *Metrics) ObserveTransformError(job string, failed bool) {

@@ -13,7 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/transform"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
 // Job state lives in the state collection beside the leases:
@@ -80,7 +80,7 @@ type Position struct {
 	// PreviousHash is the hash recorded before Hash, and HashSince the
 	// server time Hash was first recorded: during a rollout, a pod still
 	// running the previous transform must not reindex back to it while a
-	// live pod runs Hash (rollout.ErrTransformOlder).
+	// live pod runs Hash (engine.ErrTransformOlder).
 	PreviousHash string    `bson:"previousHash"`
 	HashSince    time.Time `bson:"hashSince"`
 	// Destination is the index uid (search) or replica collection (mirror)
@@ -245,7 +245,7 @@ func (s *Store) RecordPosition(ctx context.Context, job string, l Fence, token b
 // becomes previousHash and hashSince the server time of this write (the
 // rollout rule of Run). The caller holds the lease and stamped the state, so
 // nothing else writes between the read and the write.
-func (s *Store) RecordNewPosition(ctx context.Context, job *transform.Job, l Fence, token bson.Raw, wall time.Time) error {
+func (s *Store) RecordNewPosition(ctx context.Context, job *jobdef.Job, l Fence, token bson.Raw, wall time.Time) error {
 	var cur struct {
 		Hash string `bson:"hash"`
 	}
@@ -280,8 +280,8 @@ func (s *Store) RecordNewPosition(ctx context.Context, job *transform.Job, l Fen
 // recorded with, leaving the token, the hash history (previousHash,
 // hashSince) and everything else as they are: for a hash computed another
 // way of the very same transform (a position recorded by an earlier
-// release, transform.Job.LegacyHash), which must not reindex.
-func (s *Store) RecordHash(ctx context.Context, job *transform.Job, l Fence) error {
+// release, jobdef.Job.LegacyHash), which must not reindex.
+func (s *Store) RecordHash(ctx context.Context, job *jobdef.Job, l Fence) error {
 	err := s.fencedSet(ctx, job.Name, l, posKey(job.Name), bson.D{
 		{Key: "hash", Value: job.Hash},
 		{Key: "destination", Value: Destination(job)},
@@ -321,8 +321,8 @@ func (s *Store) StagingInto(ctx context.Context, job, dest string) ([]string, er
 
 // destination is where job writes: its index uid, or its replica
 // collection.
-func Destination(job *transform.Job) string {
-	if job.Kind == transform.Mirror {
+func Destination(job *jobdef.Job) string {
+	if job.Kind == jobdef.Mirror {
 		return job.Mirror
 	}
 	return job.Index
@@ -332,7 +332,7 @@ func Destination(job *transform.Job) string {
 // output: recorded with the position, compared on a hash change to tell a
 // changed definition (index uid, primary key... from the file, environment
 // overrides or the index prefix) from a changed transform.
-func Definition(job *transform.Job) map[string]string {
+func Definition(job *jobdef.Job) map[string]string {
 	// Only what changes the output: a changed batchSize (which the
 	// hash does not cover) must not be named as the cause of a reindex.
 	d := map[string]string{
@@ -340,7 +340,7 @@ func Definition(job *transform.Job) map[string]string {
 		"collection": job.Collection,
 		"fields":     fieldsText(job.Fields),
 	}
-	if job.Kind == transform.Mirror {
+	if job.Kind == jobdef.Mirror {
 		d["mirror"] = job.Mirror
 	} else {
 		d["index"] = job.Index
@@ -362,7 +362,7 @@ func fieldsText(fields []string) string {
 // definitionChanges lists what differs between a recorded definition and
 // job's ("index qa_products, was products"); nil when none or when none was
 // recorded.
-func DefinitionChanges(was map[string]string, job *transform.Job) []string {
+func DefinitionChanges(was map[string]string, job *jobdef.Job) []string {
 	if len(was) == 0 {
 		return nil
 	}

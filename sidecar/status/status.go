@@ -41,10 +41,15 @@ const (
 	Failed     = "failed"
 	Stopping   = "stopping"
 	Stopped    = "stopped"
+	Stalled    = "stalled"
+	// Unavailable: the job holds its lease but cannot prepare its
+	// destination (the server does not answer, refuses): retried with
+	// backoff, the reason in LastError and Attempts.
+	Unavailable = "unavailable"
 )
 
 // States lists every Job.State, in the order a job meets them.
-var States = []string{Starting, Standby, Reindexing, Following, Restarting, Failed, Stopping, Stopped}
+var States = []string{Starting, Unavailable, Standby, Reindexing, Following, Stalled, Restarting, Failed, Stopping, Stopped}
 
 // Job is one job in GET /status (a JSON array under "jobs"). Field
 // names are snake_case and stable: operators script against them.
@@ -54,13 +59,17 @@ type Job struct {
 	// Kind is "search" (into Meilisearch) or "mirror" (into the replica).
 	Kind string `json:"kind"`
 	// State is one of: "starting" (asking for its lease, or preparing its
-	// destination: see LastError and Attempts when that fails),
+	// destination), "unavailable" (holding the lease, its destination
+	// cannot be prepared: see LastError and Attempts, retried with
+	// backoff),
 	// "standby" (another process holds the lease, or, see Waiting, this
 	// one leaves the job to a process with a newer transform),
 	// "reindexing",
 	// "following", "restarting" (waiting after a failure, see
-	// NextRestart), "failed" (cannot run until fixed), "stopping",
-	// "stopped".
+	// NextRestart), "stalled" (this process gave the lease back after no
+	// progress while its servers kept failing, and holds off taking it
+	// again: see LastError), "failed" (cannot run until fixed),
+	// "stopping", "stopped".
 	State string `json:"state"`
 	// Waiting says why a standby job waits for another process rather
 	// than for the lease: its transform is the one the recorded transform

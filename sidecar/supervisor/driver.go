@@ -10,7 +10,6 @@ import (
 	"github.com/meilistream/meilistream/internal/mongoerr"
 	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/sidecar/engine"
-	"github.com/meilistream/meilistream/sidecar/rollout"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -43,7 +42,7 @@ var _ JobDriver = (*EngineDriver)(nil)
 // (last_error, restarting) instead of a "standby" that claims another pod
 // works. A refused authentication is CONFIG_INVALID naming
 // MEILISTREAM_MONGODB_URI.
-func (d *EngineDriver) Standby(ctx context.Context, def JobDef, held func(why error)) (HeldLease, error) {
+func (d *EngineDriver) Standby(ctx context.Context, def JobDef, w Standing) (HeldLease, error) {
 	name := def.Name
 	job, _ := def.Spec.(*transform.Job)
 	capd := d.Leases.TTL() / 3
@@ -54,6 +53,17 @@ func (d *EngineDriver) Standby(ctx context.Context, def JobDef, held func(why er
 	// shows in /status that soon.
 	each := min(max(capd, time.Second), 10*time.Second)
 	for {
+		if off := w.HoldOff(); off > 0 {
+			// This process holds its share already, or just gave the
+			// job back: let another pod take a free lease first.
+			t := time.NewTimer(off)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, context.Cause(ctx)
+			case <-t.C:
+			}
+		}
 		actx, cancel := context.WithTimeout(ctx, each)
 		var l *lease.Lease
 		err := d.older(actx, job)
@@ -67,10 +77,10 @@ func (d *EngineDriver) Standby(ctx context.Context, def JobDef, held func(why er
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
-		if errs.CodeOf(err) != errs.Running && !errors.Is(err, rollout.ErrTransformOlder) {
+		if errs.CodeOf(err) != errs.Running && !errors.Is(err, engine.ErrTransformOlder) {
 			return nil, MongoAccessError(name, err)
 		}
-		held(err)
+		w.Held(err)
 		p := time.Duration(float64(wait) * (0.75 + 0.5*rand.Float64()))
 		p = max(min(p, capd), time.Millisecond)
 		t := time.NewTimer(p)
@@ -91,7 +101,7 @@ func (d *EngineDriver) older(ctx context.Context, job *transform.Job) error {
 	if job == nil {
 		return nil
 	}
-	if err := d.Engine.Older(ctx, job); errors.Is(err, rollout.ErrTransformOlder) {
+	if err := d.Engine.Older(ctx, job); errors.Is(err, engine.ErrTransformOlder) {
 		return err
 	}
 	return nil

@@ -47,15 +47,15 @@ func TestReportingSinkPrepare(t *testing.T) {
 	sup := New(Config{})
 	defer sup.Close(ctx)
 	js := sup.jobStatus(st)
-	if js.State != StateStarting || js.Attempts != 2 || js.LastError == nil || js.LastError.Code != "FAILED" ||
+	if js.State != status.Unavailable || js.Attempts != 2 || js.LastError == nil || js.LastError.Code != "FAILED" ||
 		js.LastError.Message != "read index people: connection refused" {
-		t.Errorf("while failing: %+v %+v, want starting, 2 attempts, the error", js, js.LastError)
+		t.Errorf("while failing: %+v %+v, want unavailable, 2 attempts, the error", js, js.LastError)
 	}
 	if err := s.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if js := sup.jobStatus(st); js.Attempts != 0 || js.LastError == nil {
-		t.Errorf("after success: %+v, want no attempts, the last error kept", js)
+	if js := sup.jobStatus(st); js.Attempts != 0 || js.LastError == nil || js.State != StateStarting {
+		t.Errorf("after success: %+v, want starting again, no attempts, the last error kept", js)
 	}
 	o, ok := s.(sink.DDLObserver)
 	if !ok {

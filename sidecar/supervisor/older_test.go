@@ -13,7 +13,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/testutil"
-	"github.com/meilistream/meilistream/sidecar/rollout"
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/supervisor"
 )
 
@@ -36,14 +36,14 @@ type olderDriver struct {
 	errCodes []string
 }
 
-func (d *olderDriver) Standby(ctx context.Context, def supervisor.JobDef, held func(error)) (supervisor.HeldLease, error) {
+func (d *olderDriver) Standby(ctx context.Context, def supervisor.JobDef, w supervisor.Standing) (supervisor.HeldLease, error) {
 	d.mu.Lock()
 	d.standbys++
 	n := d.standbys
 	d.mu.Unlock()
 	if n > 1 {
 		for range 5 { // every poll finds the newer pod live
-			held(d.why)
+			w.Held(d.why)
 		}
 		select {
 		case <-d.free:
@@ -94,6 +94,7 @@ func (p *olderPresence) Close() {
 func (d *olderDriver) ObserveJob(string, string)          {}
 func (d *olderDriver) ObserveState(string, string)        {}
 func (d *olderDriver) ObserveLease(string, bool, int64)   {}
+func (d *olderDriver) ObserveStall(string)                {}
 func (d *olderDriver) ObserveRestart(string)              {}
 func (d *olderDriver) ObserveTransformError(string, bool) {}
 func (d *olderDriver) Forget(string)                      {}
@@ -104,7 +105,7 @@ func (d *olderDriver) ObserveError(job, code string) {
 }
 
 func TestWaitingForANewerTransformIsAStandbyNotAFailure(t *testing.T) {
-	why := errs.Wrap(errs.Failed, "books", rollout.ErrTransformOlder, "this process's transform books.js (hash aaa) is the one replaced by the recorded transform (hash bbb), which pod-b runs: standing by")
+	why := errs.Wrap(errs.Failed, "books", engine.ErrTransformOlder, "this process's transform books.js (hash aaa) is the one replaced by the recorded transform (hash bbb), which pod-b runs: standing by")
 	d := &olderDriver{free: make(chan struct{}), why: why}
 	var logs testutil.SyncBuffer
 	s := supervisor.New(supervisor.Config{

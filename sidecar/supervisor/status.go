@@ -60,6 +60,11 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 			st.State = status.Following
 		default:
 			st.State = StateStarting
+			if sn.Attempts > 0 {
+				// Holding the lease, and its destination keeps
+				// failing to prepare: say so, not "starting".
+				st.State = status.Unavailable
+			}
 		}
 	}
 	// The lag while the engine follows the stream: when following, and
@@ -196,12 +201,18 @@ func (s *Supervisor) readiness(ctx context.Context, wait bool) error {
 	}
 	for _, j := range s.Status() {
 		switch {
-		case j.State == StateFailed || j.State == StateRestarting:
+		case j.State == StateFailed || j.State == StateRestarting || j.State == status.Unavailable:
 			// "job people failed: CONFIG_INVALID: <message>", the code and
 			// the job once each.
 			msg := "job " + j.Name + " " + j.State
 			if j.LastError != nil {
 				msg += ": " + j.LastError.Code + ": " + firstLine(j.LastError.Message)
+			}
+			problems = append(problems, msg)
+		case j.State == StateStalled:
+			msg := "job " + j.Name + " stalled"
+			if j.LastError != nil {
+				msg += ": " + firstLine(j.LastError.Message)
 			}
 			problems = append(problems, msg)
 		case j.LagSeconds != nil && *j.LagSeconds > s.cfg.StallAfter.Seconds():

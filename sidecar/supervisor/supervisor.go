@@ -15,7 +15,6 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/engine"
-	"github.com/meilistream/meilistream/sidecar/rollout"
 	"github.com/meilistream/meilistream/sidecar/status"
 )
 
@@ -29,6 +28,7 @@ const (
 	StateFailed     = status.Failed     // cannot run until its configuration is fixed, or failed for good (ErrFatal)
 	StateStopping   = status.Stopping   // flushing, recording and releasing
 	StateStopped    = status.Stopped    // done (shutdown or removed)
+	StateStalled    = status.Stalled    // gave its lease back after no progress; not taking it again for a while
 )
 
 // Default restart backoff of a failing job (1 s doubling to 1 min).
@@ -78,12 +78,12 @@ type HeldLease interface {
 type JobDriver interface {
 	// Standby blocks until the job's lease is ours, waiting, with backoff,
 	// while another process holds it, or while this process must leave the
-	// job to another (an error wrapping rollout.ErrTransformOlder: a live
+	// job to another (an error wrapping engine.ErrTransformOlder: a live
 	// pod runs the newer transform): it calls held with why (the RUNNING
 	// error naming the holder, or that one) each time it waits. It returns
 	// any other failure to ask (MongoDB unreachable, credentials refused),
 	// for the supervisor to show and retry, and ctx's error when cancelled.
-	Standby(ctx context.Context, def JobDef, held func(why error)) (HeldLease, error)
+	Standby(ctx context.Context, def JobDef, w Standing) (HeldLease, error)
 	// Run runs the job under h until ctx is cancelled (it then flushes and
 	// records before returning) or it fails. ctx is cancelled with cause
 	// LEASE_LOST when the lease is lost; Run then returns an error with code
@@ -91,6 +91,19 @@ type JobDriver interface {
 	// the job for good: it is not restarted and the supervisor reports it
 	// on Fatal. stats is the job's, kept across runs.
 	Run(ctx context.Context, def JobDef, h HeldLease, stats *SupervisedJob) error
+}
+
+// Standing is what a JobDriver's Standby tells the supervisor, and asks
+// of it, while it waits for a job's lease.
+type Standing interface {
+	// Held is called each time it waits: why is the RUNNING error naming
+	// the holder, or an error wrapping engine.ErrTransformOlder.
+	Held(why error)
+	// HoldOff is how long to wait before the next attempt to take the
+	// lease: 0 normally; more while this process holds its fair share of
+	// the jobs (a pod under its share should take a free lease first), or
+	// right after it gave this job back.
+	HoldOff() time.Duration
 }
 
 // PresenceKeeper is implemented by a JobDriver that records, for each job
@@ -135,6 +148,9 @@ type Metrics interface {
 	ObserveTransformError(job string, failed bool)
 	// ObserveError: a job-level error of code.
 	ObserveError(job, code string)
+	// ObserveStall: the job made no progress for StallTimeout while
+	// failing, and this process gave its lease back.
+	ObserveStall(job string)
 	// Forget: the job is gone (its file was removed); its series go.
 	Forget(job string)
 }
@@ -148,6 +164,7 @@ func (noMetrics) ObserveLease(string, bool, int64)   {}
 func (noMetrics) ObserveRestart(string)              {}
 func (noMetrics) ObserveTransformError(string, bool) {}
 func (noMetrics) ObserveError(string, string)        {}
+func (noMetrics) ObserveStall(string)                {}
 func (noMetrics) Forget(string)                      {}
 
 // Config configures a Supervisor.
@@ -186,6 +203,19 @@ type Config struct {
 	// by, so /status can name the pod a standby waits for without I/O.
 	Holders         func(ctx context.Context) (map[string]string, error)
 	HoldersInterval time.Duration
+	// Peers, when set, counts the live processes (this one included) that
+	// run the jobs, read every BalanceInterval (default 10s): this process
+	// then holds at most its fair share (FairShare, see balance.go).
+	Peers           func(ctx context.Context) (int, error)
+	BalanceInterval time.Duration
+	// HoldOff is how long a standby at or above its share, or a job just
+	// given back, waits before taking a free lease (default 30s: a lease
+	// period).
+	HoldOff time.Duration
+	// StallTimeout is how long a held job may make no progress while its
+	// source or destination keeps failing before this process gives its
+	// lease to another pod (0: never).
+	StallTimeout time.Duration
 }
 
 // Supervisor runs every job in its own goroutine: standby (waiting for the
@@ -208,6 +238,7 @@ type Supervisor struct {
 	wg      sync.WaitGroup
 
 	probes probeCache // cfg.Probe's latest result, for Ready and ReadyNow
+	bal    balancer   // the other pods, guarded by mu
 
 	fatal chan error // the first job error marked fatal; see Fatal
 }
@@ -267,6 +298,18 @@ type SupervisedJob struct {
 	// last reason logged, so a wait is logged once, not at every poll.
 	waiting    string
 	waitLogged string
+	// Hand-over: runCancel ends the run under the lease (set while it
+	// runs); pauseUntil holds off the next take after a hand-over; heldAt
+	// is when the lease was taken. The stall watch: the last progress seen
+	// (lastProgress at progressAt, the engine's retries then) and how many
+	// stall hand-overs in a row.
+	runCancel    context.CancelCauseFunc
+	pauseUntil   time.Time
+	heldAt       time.Time
+	lastProgress progress
+	progressAt   time.Time
+	retriesAt    int64
+	stalls       int
 }
 
 // SupervisedSnapshot is a copy of a SupervisedJob at one instant.
@@ -321,6 +364,12 @@ func New(cfg Config) *Supervisor {
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
 	}
+	if cfg.BalanceInterval <= 0 {
+		cfg.BalanceInterval = DefaultBalanceInterval
+	}
+	if cfg.HoldOff <= 0 {
+		cfg.HoldOff = DefaultHoldOff
+	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Supervisor{
 		cfg:    cfg,
@@ -335,6 +384,13 @@ func New(cfg Config) *Supervisor {
 		go func() {
 			defer s.wg.Done()
 			s.watchHolders()
+		}()
+	}
+	if cfg.Peers != nil || cfg.StallTimeout > 0 {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.watchBalance()
 		}()
 	}
 	return s
@@ -558,12 +614,10 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 		// "standby" only once the lease is known held by another process
 		// (or the job waits for a newer pod): a job that cannot even ask
 		// shows its error instead.
-		if st.Snapshot().Waiting == "" {
+		if sn := st.Snapshot(); sn.Waiting == "" && sn.State != StateStalled && st.pausedFor() <= 0 {
 			st.setState(StateStarting)
 		}
-		h, err := s.cfg.Driver.Standby(ctx, j.def, func(why error) {
-			s.standingBy(log, st, pres, why)
-		})
+		h, err := s.cfg.Driver.Standby(ctx, j.def, &standing{s: s, j: j, log: log, pres: pres})
 		if ctx.Err() != nil {
 			if h != nil {
 				s.release(log, h)
@@ -590,13 +644,33 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 			pres.Waiting("")
 		}
 		log.Info("lease taken, job running", "epoch", h.Epoch())
-		err = s.runHeld(ctx, j, h)
-		if !errors.Is(err, rollout.ErrTransformOlder) {
+		rctx, rcancel := context.WithCancelCause(ctx)
+		st.setRunCancel(rcancel)
+		err = s.runHeld(rctx, j, h)
+		st.setRunCancel(nil)
+		given := context.Cause(rctx)
+		rcancel(nil)
+		if !errors.Is(err, engine.ErrTransformOlder) {
 			st.waitOver()
 		}
 		st.setState(StateStopping)
 		s.release(log, h)
 		st.setHeld(false, 0)
+		if ctx.Err() == nil && (errors.Is(given, errHandOver) || errors.Is(given, errStalled)) {
+			// Given back (balance, or a stall): the run flushed and
+			// recorded like at any stop. Hold off, so another pod takes
+			// the lease first.
+			if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, given) {
+				log.Warn("job stopped with an error while being given back", "error", err)
+			}
+			failures = 0
+			if errors.Is(given, errStalled) {
+				st.setState(StateStalled)
+			} else {
+				st.setState(StateStandby)
+			}
+			continue
+		}
 		if ctx.Err() != nil {
 			if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, errStopped) {
 				log.Warn("job stopped with an error", "error", err)
@@ -605,7 +679,7 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 			return
 		}
 		switch code := errs.CodeOf(err); {
-		case errors.Is(err, rollout.ErrTransformOlder):
+		case errors.Is(err, engine.ErrTransformOlder):
 			// No failure: a live process runs the newer transform, and
 			// took the lease meanwhile or will. Stand by for it (the
 			// lease is released); Standby asks again before it takes
@@ -677,11 +751,11 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 
 // standingBy shows a job standing by: for the lease another process holds
 // (why is RUNNING), or for a process with a newer transform (why wraps
-// rollout.ErrTransformOlder: not an error, nothing counted). Each is logged
+// engine.ErrTransformOlder: not an error, nothing counted). Each is logged
 // once, not at every poll.
 func (s *Supervisor) standingBy(log hclog.Logger, st *SupervisedJob, pres Presence, why error) {
 	reason := ""
-	if errors.Is(why, rollout.ErrTransformOlder) {
+	if errors.Is(why, engine.ErrTransformOlder) {
 		reason = olderReason(why)
 	}
 	if pres != nil {
@@ -697,7 +771,19 @@ func (s *Supervisor) standingBy(log hclog.Logger, st *SupervisedJob, pres Presen
 	log.Info("lease held by another process; standing by", "lease", why.Error())
 }
 
-// olderReason is what an error wrapping rollout.ErrTransformOlder says, as
+// standing is the supervisor's side of one job's Standby.
+type standing struct {
+	s    *Supervisor
+	j    *supervised
+	log  hclog.Logger
+	pres Presence
+}
+
+func (w *standing) Held(why error) { w.s.standingBy(w.log, w.j.stats, w.pres, why) }
+
+func (w *standing) HoldOff() time.Duration { return w.s.holdOff(w.j) }
+
+// olderReason is what an error wrapping engine.ErrTransformOlder says, as
 // /status shows it: the message of the engine's *errs.Error around it,
 // without the sentinel's text.
 func olderReason(err error) string {
@@ -935,11 +1021,18 @@ func (j *SupervisedJob) setHeld(held bool, epoch int64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if held {
-		j.held, j.epoch = true, epoch
+		j.held, j.epoch, j.heldAt = true, epoch, time.Now()
 	} else {
 		j.held = false // the epoch stays: the last one held
 	}
 	j.m.ObserveLease(j.Name, held, j.epoch)
+}
+
+// setRunCancel sets (or, nil, clears) what ends the run under the lease.
+func (j *SupervisedJob) setRunCancel(c context.CancelCauseFunc) {
+	j.mu.Lock()
+	j.runCancel = c
+	j.mu.Unlock()
 }
 
 // fail records a job-level error (a run that ended, a lost lease, a bad

@@ -65,7 +65,7 @@ func newFakeDriver(run func(ctx context.Context, def supervisor.JobDef, call int
 	return &fakeDriver{gate: map[string]chan struct{}{}, askErr: map[string]error{}, run: run, calls: map[string]int{}}
 }
 
-func (d *fakeDriver) Standby(ctx context.Context, def supervisor.JobDef, held func(error)) (supervisor.HeldLease, error) {
+func (d *fakeDriver) Standby(ctx context.Context, def supervisor.JobDef, w supervisor.Standing) (supervisor.HeldLease, error) {
 	name := def.Name
 	d.mu.Lock()
 	g, askErr := d.gate[name], d.askErr[name]
@@ -74,7 +74,7 @@ func (d *fakeDriver) Standby(ctx context.Context, def supervisor.JobDef, held fu
 		return nil, askErr
 	}
 	if g != nil {
-		held(errs.New(errs.Running, name, "lease held by other:2:def until 2026-01-01T00:00:00Z (server time)"))
+		w.Held(errs.New(errs.Running, name, "lease held by other:2:def until 2026-01-01T00:00:00Z (server time)"))
 		select {
 		case <-g:
 		case <-ctx.Done():
