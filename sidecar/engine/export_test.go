@@ -10,3 +10,6 @@ func SetLookupBounds(batch, doc int) (restore func()) {
 
 // NewReader is newReader, for the reader's own tests.
 var NewReader = newReader
+
+// JustBefore is justBefore, for its own test.
+var JustBefore = justBefore

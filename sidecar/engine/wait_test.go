@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/meilistream/meilistream/internal/meilitest"
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/status"
 )
@@ -207,5 +208,18 @@ func TestEventsAfterAPendingChangeDoNotPutItsFlushOff(t *testing.T) {
 				time.Sleep(50 * time.Millisecond) // the pace of the events, not a wait for a result
 			}
 		})
+	}
+}
+
+func TestJustBefore(t *testing.T) {
+	for _, c := range []struct{ in, want bson.Timestamp }{
+		{bson.Timestamp{T: 100, I: 5}, bson.Timestamp{T: 100, I: 4}},
+		{bson.Timestamp{T: 100, I: 1}, bson.Timestamp{T: 100, I: 0}},
+		{bson.Timestamp{T: 100, I: 0}, bson.Timestamp{T: 99, I: 4294967295}},
+		{bson.Timestamp{T: 0, I: 0}, bson.Timestamp{}},
+	} {
+		if got := engine.JustBefore(c.in); got != c.want {
+			t.Errorf("JustBefore(%v) = %v; want %v", c.in, got, c.want)
+		}
 	}
 }
