@@ -107,6 +107,7 @@ func runRun(ctx context.Context, inv *invocation) int {
 		Version:   buildVersion(),
 		Log:       log.Named("http"),
 		Wait:      w.waiter,
+		Waited:    w.metrics.ObserveWait,
 	})
 	if err != nil {
 		return fail(inv.Stderr, errs.Wrap(errs.ConfigInvalid, "", err, "MEILISTREAM_HTTP_ADDR"))

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
@@ -60,6 +61,9 @@ type Metrics struct {
 	DocumentsUnchanged *prometheus.CounterVec
 	MeiliTasks         *prometheus.GaugeVec // meilistream_meili_enqueued_tasks: tasks enqueued in Meilisearch, not seen processed
 	MeiliBytes         *prometheus.GaugeVec // meilistream_meili_enqueued_bytes: their requests' bytes
+	// meilistream_waits_total{status}: GET /wait answers for the job, by
+	// HTTP status (read your writes)
+	Waits *prometheus.CounterVec
 
 	// meilistream_job_state{state} and meilistream_follow_lag_seconds, see
 	// statusCollector.
@@ -141,6 +145,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Updates not sent because they could not change the document the destination holds (skipUnchanged).", job),
 		MeiliTasks: gauge("meili_enqueued_tasks", "Tasks the job has enqueued in Meilisearch and not yet seen processed."),
 		MeiliBytes: gauge("meili_enqueued_bytes", "Request bytes of the tasks the job has enqueued in Meilisearch and not yet seen processed."),
+		Waits:      counter("waits_total", "GET /wait answers for the job by HTTP status: 200 durable, 504 timed out, 503 no holder, 429 too many.", with("status")),
 		kinds:      map[string]string{},
 	}
 	m.live = newStatusCollector(ns, m)
@@ -148,7 +153,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.BatchDuration, m.BatchDocuments, m.PositionTime, m.DeadLetters,
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes, m.DDLEvents,
 		m.JobRestarts, m.StallHandOvers, m.TransformErrors, m.TransformStale, m.SourceReads, m.SourceReadTime, m.live,
-		m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes)
+		m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes, m.Waits)
 	return m
 }
 
@@ -432,13 +437,22 @@ func (m *Metrics) deleteSeries(job string) {
 		m.BatchDuration, m.BatchDocuments, m.PositionTime, m.DeadLetters,
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes,
 		m.DDLEvents, m.JobRestarts, m.StallHandOvers, m.TransformErrors, m.TransformStale,
-		m.SourceReads, m.SourceReadTime, m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes,
+		m.SourceReads, m.SourceReadTime, m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes, m.Waits,
 	} {
 		v.DeletePartialMatch(l)
 	}
 }
 
 var _ engine.Observer = (*Metrics)(nil)
+
+// ObserveWait counts a GET /wait answer of status for job, one of this
+// process's jobs (Options.Waited): a name no job has is never a label.
+func (m *Metrics) ObserveWait(job string, status int) {
+	if m == nil {
+		return
+	}
+	m.Waits.WithLabelValues(job, m.kindOf(job), strconv.Itoa(status)).Inc()
+}
 
 // ObserveBatch counts a batch of writes made durable after d (engine.Observer).
 func (m *Metrics) ObserveBatch(job, kind string, d time.Duration, writes int) {

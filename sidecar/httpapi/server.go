@@ -51,6 +51,10 @@ type Options struct {
 	MaxConns int
 	// Wait answers GET /wait (read your writes). Nil: /wait answers 404.
 	Wait Waits
+	// Waited, when set, is told each GET /wait answer for a job the
+	// waiter knows (Metrics.ObserveWait): not a 400, a 404, nor a 429 of
+	// the server's own bound, given before the job is looked at.
+	Waited func(job string, status int)
 }
 
 // Server serves /healthz, /readyz, /status and /metrics.

@@ -121,6 +121,9 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
 	default:
 		code, a.Error = http.StatusServiceUnavailable, "cannot tell: "+err.Error()
 	}
+	if s.opts.Waited != nil && code != http.StatusNotFound {
+		s.opts.Waited(job, code)
+	}
 	s.waitReply(w, code, a)
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/sidecar/durable"
@@ -154,5 +155,51 @@ func TestWaitsAreBoundedAndLeaveConnectionsForProbes(t *testing.T) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("Close took %s with waits in progress", d)
+	}
+}
+
+func TestWaitAnswersAreCountedForKnownJobsOnly(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := httpapi.NewMetrics(reg)
+	w := &fakeWaits{durable: bson.Timestamp{T: 5}}
+	srv, err := httpapi.Start(httpapi.Options{Addr: "127.0.0.1:0", Wait: w, Waited: m.ObserveWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	url := "http://" + srv.Addr() + "/wait?after=1.2&job="
+	for _, c := range []struct {
+		job string
+		err error
+	}{{"books", nil}, {"books", nil}, {"books", durable.ErrTimeout}, {"nosuch", durable.ErrUnknownJob}} {
+		w.err = c.err
+		get(t, url+c.job)
+	}
+	get(t, url+"books&after=bad")
+	counts := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "meilistream_waits_total" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			key := ""
+			for _, l := range mt.GetLabel() {
+				key += l.GetName() + "=" + l.GetValue() + " "
+			}
+			counts[strings.TrimSpace(key)] = mt.GetCounter().GetValue()
+		}
+	}
+	want := map[string]float64{"kind=search pipeline=books status=200": 2, "kind=search pipeline=books status=504": 1}
+	if len(counts) != len(want) {
+		t.Fatalf("waits_total = %v; want %v", counts, want)
+	}
+	for k, v := range want {
+		if counts[k] != v {
+			t.Errorf("waits_total{%s} = %v; want %v (all: %v)", k, counts[k], v, counts)
+		}
 	}
 }
