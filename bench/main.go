@@ -47,6 +47,12 @@
 //     beside them, what it took in while Meilisearch waited, and how long
 //     until every update was searchable (catchup.go). It needs the test
 //     Meilisearch (not -meili), whose child process takes the pause;
+//   - with -wait, instead: read your writes. A holder and a standby
+//     sidecar on one job; -latency writes, one at a time, each with its
+//     operationTime, timed until GET /wait for it returns on the holder
+//     and on the standby, and until the document is searchable (polled as
+//     the latency figure is), all three at once: the same writes, side by
+//     side (wait.go);
 //   - live reindex (with -live > 0): the transform file is edited, which
 //     starts a swap reindex; meanwhile an update every -live-every is
 //     timed from MongoDB until it is visible in the live index (median,
@@ -153,6 +159,8 @@ type config struct {
 	lookups                bool
 	fanout, users          int
 	catchup                bool
+	wait                   bool
+	flood                  int
 	outage, docKB          int
 	verify                 bool
 }
@@ -180,16 +188,21 @@ func run() error {
 	flag.IntVar(&c.outage, "outage", 50000, "with -catchup, the updates written while Meilisearch processes no task (to distinct articles while -docs allows; -docs defaults to this)")
 	flag.IntVar(&c.docKB, "doc-kb", 10, "with -catchup, the size of each article's body in KB")
 	flag.BoolVar(&c.verify, "verify", false, "instead of the phases above, the verify workload: a sidecar reindexes the articles, then `meilistream verify` compares its index with the collection while it follows; reports documents verified per second and CPU per document beside the reindex's")
+	flag.BoolVar(&c.wait, "wait", false, "instead of the phases above, the read-your-writes workload: a holder and a standby sidecar on one job (-docs defaults to 2000); -latency writes one at a time, each timed until GET /wait for its operationTime returns on the holder and on the standby, and until searchable (polled), side by side (wait.go)")
+	flag.IntVar(&c.flood, "flood", 200, "with -wait, then as many writes again while this many more waiters (half on each sidecar) ask GET /wait for the latest write again and again: whether a flood of waits slows the pipeline")
 	flag.StringVar(&c.against, "against", "", "another meilistream binary to run side by side with the first on the same collection and servers (its own index and state collection), so both meet the same load: an A/B comparison on a noisy machine")
 	flag.Parse()
 	modes := 0
-	for _, on := range []bool{c.unchanged, c.lookups, c.catchup, c.verify} {
+	for _, on := range []bool{c.unchanged, c.lookups, c.catchup, c.wait, c.verify} {
 		if on {
 			modes++
 		}
 	}
 	if modes > 1 {
-		return errors.New("-unchanged, -lookups, -catchup and -verify are workloads of their own: give one")
+		return errors.New("-unchanged, -lookups, -catchup, -wait and -verify are workloads of their own: give one")
+	}
+	if c.wait && !flagSet("docs") {
+		c.docs = 2000
 	}
 	if c.catchup && !flagSet("docs") {
 		c.docs = c.outage
@@ -310,6 +323,8 @@ func run() error {
 		return runLookups(ctx, c, tmp, transforms, db, ms, published)
 	case c.catchup:
 		return runCatchup(ctx, c, tmp, transforms, coll, ms, srv, published)
+	case c.wait:
+		return runWait(ctx, c, tmp, transforms, coll, ms, published)
 	case c.verify:
 		return runVerifyBench(ctx, c, tmp, transforms, ms, published)
 	}
@@ -844,7 +859,12 @@ func launch(ctx context.Context, c config, ms meilisearch.ServiceManager, r *sid
 	if t, err := ms.DeleteIndex(ctx, r.uid); err == nil {
 		ms.WaitForTask(ctx, t.TaskUID, 10*time.Millisecond)
 	}
-	env := []string{
+	return r.start(ctx, append(sidecarEnv(c, r, transforms), extra...), c.verbose)
+}
+
+// sidecarEnv is the environment of sidecar r on the job in transforms.
+func sidecarEnv(c config, r *sidecar, transforms string) []string {
+	return []string{
 		"MEILISTREAM_MONGODB_URI=" + c.mongoURI,
 		"MEILISTREAM_MONGODB_DATABASE=bench",
 		"MEILISTREAM_MEILI_URL=" + c.meiliURL,
@@ -856,7 +876,6 @@ func launch(ctx context.Context, c config, ms meilisearch.ServiceManager, r *sid
 		"MEILISTREAM_FLUSH_INTERVAL=" + c.flush.String(),
 		"MEILISTREAM_LOG_LEVEL=info",
 	}
-	return r.start(ctx, append(env, extra...), c.verbose)
 }
 
 func (r *sidecar) start(ctx context.Context, env []string, verbose bool) error {

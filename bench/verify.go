@@ -28,7 +28,7 @@ type verifyResult struct {
 // verified per second and its CPU per document (user and system time of
 // that process, from its rusage), beside the reindex's of the same
 // collection in the same run, and what the verify cost the sidecar (its
-// CPU meanwhile: the prompt marks it answers). The index is whole, so the
+// CPU meanwhile: the wait documents it answers). The index is whole, so the
 // verify must find no drift.
 func runVerifyBench(ctx context.Context, c config, tmp, transforms string, ms meilisearch.ServiceManager, published int) error {
 	r := &sidecar{label: "", bin: c.sidecar, prefix: "benchv_", state: "meilistream_v", ready: filepath.Join(tmp, "readyv")}

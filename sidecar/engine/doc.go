@@ -16,13 +16,16 @@
 // answers inside the running job (retrylive.go); and the retry of the
 // recorded documents by a process that holds the job's lease itself.
 // Beside a run it keeps this process's presence record of each job and
-// applies the rule that reads them (presence.go, rollout.go).
+// applies the rule that reads them (presence.go, rollout.go). Each
+// position it records carries the job's durable cluster time, told to
+// Config.Durable too (read your writes: a waiter's wait document in the
+// stream makes it prompt).
 //
 // Verify (verify.go, verifycmp.go) compares a job's destination with what
 // its transform makes of the collection, by the reindex's walk and the
 // sink's read-back (sink.Fetch, sink.Keys), re-checking what differs past
-// the holder's durable position, which a prompt mark makes the holder
-// record at once (verifylive.go); a repair goes through the holder as a
+// the holder's durable time, which the job's wait document makes the
+// holder record at once (as GET /wait); a repair goes through the holder as a
 // retry's request does. A following holder of a job with verify: true
 // runs it in the background, checkpointed (verifybg.go).
 //

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -67,9 +66,6 @@ func (f *follower) startSnapshot(ctx context.Context, snap *Reindex) {
 // ignored.
 func (f *follower) onMark(ev bson.Raw, op string, tok bson.Raw) error {
 	mark := markOf(ev, op)
-	if strings.HasPrefix(mark, PromptMarkPrefix) {
-		return f.prompted(tok, eventWall(ev))
-	}
 	if f.fan != nil && f.fan.Owns(mark) {
 		return f.onFanMark(mark, ev, tok)
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -13,7 +12,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
-	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/jobdef"
@@ -36,9 +34,9 @@ import (
 // had not yet applied its latest change differs for a moment. So a
 // differing id is only a candidate, re-checked once the job's durable
 // position has passed the cluster time of the read (the holder is asked
-// to record it at once through a prompt mark in its watermark document,
-// which its stream follows): the source and the destination are read
-// again, the destination first. A candidate whose source document did not
+// to record it at once through the job's wait document, as GET /wait
+// does, which its stream follows): the source and the destination are
+// read again, the destination first. A candidate whose source document did not
 // change between two reads and still differs in two such rounds is drift;
 // one that matches is not; one whose source keeps changing is counted
 // skippedChanging after verifyMaxRounds. Without a holder (no process
@@ -600,16 +598,14 @@ func (v *verifier) flushRepair(ctx context.Context) error {
 	return nil
 }
 
-// waitPosition waits until the job's recorded position is past at (the
-// holder made every change up to it durable), prompting the holder to
-// record one now and then.
+// waitPosition waits until the holder made every change up to at
+// durable, prompting it to record its position now and then.
 func (v *verifier) waitPosition(ctx context.Context, at bson.Timestamp, n int) error {
 	deadline := time.Now().Add(v.o.PositionWait)
 	var prompted time.Time
 	pause := 50 * time.Millisecond
 	for {
-		pos, err := v.e.store.ReadPosition(ctx, v.job.Name)
-		if err == nil && pos != nil && positionPassed(pos.Token, pos.WallTime, at) {
+		if v.passed(ctx, at) {
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -632,19 +628,24 @@ func (v *verifier) waitPosition(ctx context.Context, at bson.Timestamp, n int) e
 	}
 }
 
-// PromptMarkPrefix starts the marks verify writes into the job's watermark
-// document: a following holder records its position at such a mark as
-// soon as everything before it is durable, instead of at its next
-// position interval.
-const PromptMarkPrefix = "prompt:"
-
+// prompt writes the job's wait document (read your writes): one more
+// event in the holder's stream, at which it records its position as soon
+// as everything before it is durable, instead of at its next position
+// interval.
 func (v *verifier) prompt(ctx context.Context) error {
-	v.marks++
-	marks := v.e.source.Collection(v.e.stateName, options.Collection().SetWriteConcern(writeconcern.Majority()))
-	mark := fmt.Sprintf("%s%s:%d", PromptMarkPrefix, v.nonce, v.marks)
-	_, err := marks.UpdateOne(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "watermark", Value: v.job.Name}}}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "mark", Value: mark}}}}, options.UpdateOne().SetUpsert(true))
+	_, err := jobstate.MarkWait(ctx, v.e.source.Collection(v.e.stateName), v.job.Name)
 	return err
+}
+
+// passed says whether the holder has made every change up to cluster
+// time at durable: its recorded durable time, or, from a holder that
+// records none, its position.
+func (v *verifier) passed(ctx context.Context, at bson.Timestamp) bool {
+	if d, err := jobstate.ReadDurable(ctx, v.e.source.Collection(v.e.stateName), v.job.Name); err == nil && !d.IsZero() {
+		return !at.After(d)
+	}
+	pos, err := v.e.store.ReadPosition(ctx, v.job.Name)
+	return err == nil && pos != nil && positionPassed(pos.Token, pos.WallTime, at)
 }
 
 // positionPassed says whether a position (its resume token's cluster
