@@ -35,14 +35,19 @@ type headroomState struct {
 func (s *Supervisor) watchHeadroom() {
 	t := time.NewTicker(s.cfg.HeadroomInterval)
 	defer t.Stop()
+	failing := false
 	for {
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.HeadroomInterval)
 		h, err := s.cfg.Headroom(ctx)
 		cancel()
-		if err == nil {
+		switch {
+		case err == nil:
 			s.noteHeadroom(h)
-		} else if s.ctx.Err() == nil {
-			s.log.Warn("cannot read the jobs' positions for the oplog headroom", "error", err)
+			failing = false
+		case s.ctx.Err() == nil && !failing:
+			// Once per failing streak: MongoDB down is the jobs' to report.
+			s.log.Warn("cannot read the jobs' positions for the oplog headroom; trying again", "error", err)
+			failing = true
 		}
 		select {
 		case <-s.ctx.Done():
