@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
@@ -60,6 +61,14 @@ type Metrics struct {
 	DocumentsUnchanged *prometheus.CounterVec
 	MeiliTasks         *prometheus.GaugeVec // meilistream_meili_enqueued_tasks: tasks enqueued in Meilisearch, not seen processed
 	MeiliBytes         *prometheus.GaugeVec // meilistream_meili_enqueued_bytes: their requests' bytes
+	// meilistream_job_stalled: 1 while the job's pending work has not
+	// moved for longer than its watchdog's bound (status "stalled");
+	// meilistream_stalls_total counts the times it became so.
+	JobStalled *prometheus.GaugeVec
+	Stalls     *prometheus.CounterVec
+	// meilistream_waits_total{status}: GET /wait answers for the job, by
+	// HTTP status (read your writes)
+	Waits *prometheus.CounterVec
 
 	// meilistream_job_state{state} and meilistream_follow_lag_seconds, see
 	// statusCollector.
@@ -141,6 +150,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Updates not sent because they could not change the document the destination holds (skipUnchanged).", job),
 		MeiliTasks: gauge("meili_enqueued_tasks", "Tasks the job has enqueued in Meilisearch and not yet seen processed."),
 		MeiliBytes: gauge("meili_enqueued_bytes", "Request bytes of the tasks the job has enqueued in Meilisearch and not yet seen processed."),
+		JobStalled: gauge("job_stalled", "1 while the job's pending work has not moved for longer than its watchdog's bound (state stalled), else 0."),
+		Stalls:     counter("stalls_total", "Times the job's pending work stopped moving for longer than its watchdog's bound.", job),
+		Waits:      counter("waits_total", "GET /wait answers for the job by HTTP status: 200 durable, 504 timed out, 503 no holder, 429 too many.", with("status")),
 		kinds:      map[string]string{},
 	}
 	m.live = newStatusCollector(ns, m)
@@ -148,7 +160,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.BatchDuration, m.BatchDocuments, m.PositionTime, m.DeadLetters,
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes, m.DDLEvents,
 		m.JobRestarts, m.StallHandOvers, m.TransformErrors, m.TransformStale, m.SourceReads, m.SourceReadTime, m.live,
-		m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes)
+		m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes, m.JobStalled, m.Stalls, m.Waits)
 	return m
 }
 
@@ -247,7 +259,7 @@ func (m *Metrics) Declare(job, kind string) {
 	}
 	l := []string{job, kind}
 	for _, c := range []*prometheus.CounterVec{m.DocumentsIndexed, m.DocumentsDeleted, m.DocumentsSkipped,
-		m.Reindexes, m.JobRestarts, m.StallHandOvers, m.TransformErrors, m.DocumentsUnchanged} {
+		m.Reindexes, m.JobRestarts, m.StallHandOvers, m.TransformErrors, m.DocumentsUnchanged, m.Stalls} {
 		c.WithLabelValues(l...).Add(0)
 	}
 	for _, codes := range [][]errs.Code{DocErrorCodes, JobErrorCodes} {
@@ -264,6 +276,7 @@ func (m *Metrics) Declare(job, kind string) {
 	m.BatchDocuments.WithLabelValues(l...)
 	m.LeaseHeld.WithLabelValues(l...).Add(0)
 	m.TransformStale.WithLabelValues(l...).Add(0)
+	m.JobStalled.WithLabelValues(l...).Add(0)
 }
 
 // Indexed counts n documents upserted and durable.
@@ -397,6 +410,20 @@ func (j *JobMetrics) SourceRead(call string, d time.Duration, failed bool) {
 	j.m.SourceReadTime.WithLabelValues(j.job, j.kind, call).Observe(d.Seconds())
 }
 
+// Stalled sets whether the job's pending work has stopped moving (its
+// watchdog), counting each time it becomes so.
+func (j *JobMetrics) Stalled(stalled bool) {
+	if j == nil {
+		return
+	}
+	v := 0.0
+	if stalled {
+		v = 1
+		j.m.Stalls.WithLabelValues(j.job, j.kind).Inc()
+	}
+	j.m.JobStalled.WithLabelValues(j.job, j.kind).Set(v)
+}
+
 // Restart counts one restart after a failure.
 func (j *JobMetrics) Restart() {
 	if j != nil {
@@ -433,12 +460,22 @@ func (m *Metrics) deleteSeries(job string) {
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes,
 		m.DDLEvents, m.JobRestarts, m.StallHandOvers, m.TransformErrors, m.TransformStale,
 		m.SourceReads, m.SourceReadTime, m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes,
+		m.JobStalled, m.Stalls, m.Waits,
 	} {
 		v.DeletePartialMatch(l)
 	}
 }
 
 var _ engine.Observer = (*Metrics)(nil)
+
+// ObserveWait counts a GET /wait answer of status for job, one of this
+// process's jobs (Options.Waited): a name no job has is never a label.
+func (m *Metrics) ObserveWait(job string, status int) {
+	if m == nil {
+		return
+	}
+	m.Waits.WithLabelValues(job, m.kindOf(job), strconv.Itoa(status)).Inc()
+}
 
 // ObserveBatch counts a batch of writes made durable after d (engine.Observer).
 func (m *Metrics) ObserveBatch(job, kind string, d time.Duration, writes int) {
@@ -474,6 +511,10 @@ func (m *Metrics) ObserveReindexDone(job string) { m.Job(job, "").ReindexDone() 
 
 // ObserveDeadLetters sets the job's documents in the errors collection.
 func (m *Metrics) ObserveDeadLetters(job string, n int64) { m.Job(job, "").DeadLetters(n) }
+
+// ObserveWatchdog sets whether the job's pending work stopped moving
+// (engine.Observer).
+func (m *Metrics) ObserveWatchdog(job string, stalled bool) { m.Job(job, "").Stalled(stalled) }
 
 // ObserveDDL counts a drop, rename or dropDatabase seen by a mirror.
 func (m *Metrics) ObserveDDL(job, event string) { m.Job(job, "").DDL(event) }
@@ -527,7 +568,7 @@ func newStatusCollector(ns string, m *Metrics) *statusCollector {
 		stateDesc: prometheus.NewDesc(ns+"_job_state", "1 for the job's current state (as /status shows it), 0 for the others.",
 			[]string{LabelPipeline, "kind", "state"}, nil),
 		lagDesc: prometheus.NewDesc(ns+"_follow_lag_seconds",
-			"Age of the oldest change the job's stream delivered that is not yet durable in the destination; 0 when caught up. Present while the job follows its stream.",
+			"Age of the oldest change the job's stream delivered that is not yet durable in the destination, or how far what is durable is behind the source's newest cluster time when larger; 0 when caught up. Present while the job follows its stream.",
 			[]string{LabelPipeline, "kind"}, nil),
 		ageDesc: prometheus.NewDesc(ns+"_position_age_seconds",
 			"Age of the job's recorded position in cluster time (the oplog's newest entry minus the position), whoever holds the job. Present while the oplog window is known.",

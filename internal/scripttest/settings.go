@@ -1,4 +1,4 @@
-package main
+package scripttest
 
 // A custom testscript command that lists an index's tasks
 // (sync_settings_in_place).
@@ -15,7 +15,7 @@ import (
 )
 
 func init() {
-	scriptCmds["meili-tasks"] = cmdMeiliTasks
+	Cmds["meili-tasks"] = cmdMeiliTasks
 }
 
 // cmdMeiliTasks: meili-tasks [-timeout D] [-wait N] INDEX [LINE] prints
