@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -154,7 +155,7 @@ func load(ctx context.Context, paths []string, opts Options, prev *Set) (*Set, e
 			}
 			continue
 		}
-		if old := prev.Job(name); old != nil && old.Hash == j.Hash && old.File == j.File {
+		if old := prev.Job(name); old != nil && old.Hash == j.Hash && old.SettingsHash == j.SettingsHash && old.File == j.File {
 			// Only comments or spacing changed: the same meaning, so the
 			// job that runs (a supervisor restarts on a new Hash only)
 			// stays the Set's, and the new one is not kept.
@@ -369,7 +370,7 @@ func compileModule(name, src string) (*module, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &module{program: prog, hash: tokenHash(src, regexpOffsets(ast, len(modulePrefix)))}, nil
+	return &module{program: prog, hash: tokenHash(src, regexpOffsets(ast, len(modulePrefix)), settingsRanges(ast, len(modulePrefix))...)}, nil
 }
 
 // syntaxErr reports a compile error as CONFIG_INVALID (the file is the
@@ -550,6 +551,11 @@ func (j *Job) readOptions(v *vm) error {
 				bad("settings", "%v", errMsg(err))
 			} else {
 				j.Settings = m.(map[string]any)
+				// encoding/json writes map keys sorted: the same
+				// settings, the same hash, however the file orders them.
+				b, _ := json.Marshal(j.Settings)
+				sum := sha256.Sum256(b)
+				j.SettingsHash = hex.EncodeToString(sum[:])
 			}
 		}
 	}
