@@ -97,13 +97,22 @@ Configuration comes from MEILISTREAM_* environment variables (README.md,
 			serve: runRun,
 		},
 		{
-			name: "reindex", synopsis: "NAME", summary: "rebuild one job's destination from its collection now",
-			help: `Takes the lease of job NAME and rebuilds its destination from the source
-collection (a fresh index swapped in atomically, or in place), then records
-the new position and exits. A running sidecar holding the lease makes this
-exit 3 (RUNNING): run it where no sidecar runs the job (scale the sidecars
-down, run it, scale them back up), or change the job's transform instead:
-the sidecar holding the lease then reindexes by itself.`,
+			name: "reindex", synopsis: "NAME [--inplace|--swap] [--wait [--timeout D]]", summary: "rebuild one job's destination from its collection now",
+			help: `Rebuilds job NAME's destination from the source collection: a fresh index
+swapped in atomically, or in place, as the job says (reindex: "swap" or
+"inplace"), then records the new position.
+
+While a sidecar runs the job (holds its lease), the request goes to that
+sidecar, which starts the reindex interleaved with its change stream
+(search stays fresh meanwhile); this prints that it started and exits,
+or with --wait waits until the reindex is recorded. With no sidecar
+running the job, it takes the lease, reindexes itself and prints what it
+did. A paused job is not reindexed: resume it first.
+
+  --inplace, --swap  reindex this way rather than as the job says (a
+                     running sidecar reindexes only as the job says)
+  --wait             wait until a running sidecar's reindex is recorded
+  --timeout D        how long --wait waits (default 24h)`,
 			serve: runReindex,
 		},
 		{
@@ -127,6 +136,31 @@ documents it now writes: retry is for failures the transform file does not
 decide (data the transform reads, a refusal by the destination, a time
 limit).`,
 			serve: runRetry,
+		},
+		{
+			name: "pause", synopsis: "NAME [--wait D]", summary: "stop one job sending, keeping its lease and position",
+			help: `Pauses job NAME: its holder flushes what it has in flight, closes its change
+stream and sends nothing more, keeping its lease and its recorded position
+(/status and "meilistream status" show it paused). The pause is recorded
+in MongoDB, so it outlives restarts and takeovers until "meilistream
+resume NAME". While a job is paused its position ages: resume it before
+the oplog window passes it (meilistream_position_age_seconds).
+
+With a sidecar running the job, the request goes to it and this prints its
+answer, once what was in flight is durable; with none, it records the
+pause itself and the job's next holder starts paused.
+
+  --wait D  how long to wait for the sidecar's answer (default 2m)`,
+			serve: runPause,
+		},
+		{
+			name: "resume", synopsis: "NAME [--wait D]", summary: "resume a paused job from its recorded position",
+			help: `Resumes job NAME, paused by "meilistream pause": its holder reopens the
+change stream at the recorded position and catches up. Through the running
+sidecar, or recorded for the next holder when none runs the job.
+
+  --wait D  how long to wait for the sidecar's answer (default 2m)`,
+			serve: runResume,
 		},
 		{
 			name: "errors", synopsis: "NAME [--json] [--limit N] [--after CURSOR]", summary: "list the documents one job failed on",

@@ -295,12 +295,22 @@ func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l L
 		lost      bool     // the history was lost: reindex afresh from the present
 		lostSince bson.Raw // the position recorded when it was
 	)
+	asked := false // a running job's holder was asked to reindex (pause.go)
 	for {
 		plan, err := e.plan(ctx, job, l, force, lost, log)
 		if err != nil {
 			return nil, closeOr(ctx, l, err)
 		}
+		if asked && !plan.reindex {
+			log.Info("reindexing, asked by meilistream reindex", "mode", reindexMode(job))
+			plan.reindex = true
+		}
+		asked = false
 		sum, err := e.follow(ctx, job, dst, l, stats, plan, log)
+		if errors.Is(err, errReindexAsked) {
+			asked = true
+			continue
+		}
 		if !errors.Is(err, stream.ErrHistoryLost) {
 			return sum, err
 		}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,7 +66,7 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	if err := f.open(ctx); err != nil {
 		return nil, closeOr(ctx, l, err)
 	}
-	defer f.reader.Close()
+	defer func() { f.reader.Close() }() // the one open last: a resume or an error reopens it
 
 	var snap *watermark.Reindex
 	if plan.reindex {
@@ -112,6 +113,25 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	f.retries = make(chan *deadletter.Request)
 	stopRetries := f.serveRetries(ctx)
 	defer stopRetries()
+	if !plan.since.IsZero() {
+		// The recorded position's age shows from the start (a paused job
+		// records no other).
+		stats.Update(func(s *status.JobSnapshot) { s.LastPosition = plan.since })
+		e.observePosition(job.Name, plan.since)
+	}
+	if !plan.untilReindexed {
+		pause, err := e.store.ReadPause(ctx, job.Name)
+		if err != nil {
+			f.p.Abort(err)
+			return nil, closeOr(ctx, l, err)
+		}
+		if pause != nil {
+			if err := f.enterPause(pause.PausedAt); err != nil {
+				return nil, closeOr(ctx, l, err)
+			}
+			log.Info("paused since "+pause.PausedAt.UTC().Format(time.RFC3339)+" (recorded in MongoDB): sending nothing until `meilistream resume "+job.Name+"`", "paused_by", pause.PausedBy)
+		}
+	}
 	if plan.since.IsZero() {
 		// A position with no time of its own (a fresh stream opened at
 		// the present): say so rather than print year one.
@@ -189,10 +209,14 @@ type follower struct {
 	fanBusy int
 
 	// pctx is the pipe's context (a fan-out reader started later runs
-	// under it); retries takes `meilistream retry` requests
-	// (retrylive.go).
+	// under it); retries takes the requests of `meilistream retry`,
+	// `pause`, `resume` and `reindex` (retrylive.go, pause.go).
 	pctx    context.Context
 	retries chan *deadletter.Request
+	// paused: the stream is closed until a resume (pause.go), since
+	// pausedAt; pauseWarned is when the log last said so.
+	paused                bool
+	pausedAt, pauseWarned time.Time
 
 	// The last position recorded (the pipe's wait stage writes it, a
 	// control flight reads it once everything is durable).
@@ -301,10 +325,15 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 		committed = f.snap.Committed()
 	}
 	for {
+		items := f.reader.Items()
+		if f.paused {
+			items = nil // the stream is closed: nothing to read until resumed
+		}
 		select {
 		case <-lagTick.C:
 			f.e.observeLag(f.jc.job.Name, f.stats.Snapshot().LagSeconds)
-		case it := <-f.reader.Items():
+			f.pausedTick()
+		case it := <-items:
 			switch {
 			case it.Err != nil:
 				f.reader.Close()
@@ -364,7 +393,20 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 			// read that failed).
 			return f.stop(ctx, f.p.Err())
 		case r := <-f.retries:
-			if err := f.startRetry(r); err != nil {
+			err := f.request(ctx, r)
+			if errors.Is(err, errReindexAsked) {
+				// A clean end, flushed and recorded, then the next follow
+				// reindexes; only then is the request answered.
+				if err := f.stop(ctx, nil); err != nil {
+					return err
+				}
+				if ctx.Err() != nil {
+					return nil // closing anyway: the request is answered as not done
+				}
+				r.Finish(fmt.Sprintf("reindex (%s) started, interleaved with the stream", reindexMode(f.jc.job)), nil)
+				return errReindexAsked
+			}
+			if err != nil {
 				return f.stop(ctx, err)
 			}
 		case <-committed:

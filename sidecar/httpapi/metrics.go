@@ -511,6 +511,7 @@ func (m *Metrics) Forget(job string) { m.Job(job, "").Forget() }
 type statusCollector struct {
 	m                  *Metrics
 	stateDesc, lagDesc *prometheus.Desc
+	ageDesc            *prometheus.Desc
 
 	mu    sync.Mutex
 	src   status.Source
@@ -525,6 +526,9 @@ func newStatusCollector(ns string, m *Metrics) *statusCollector {
 			[]string{LabelPipeline, "kind", "state"}, nil),
 		lagDesc: prometheus.NewDesc(ns+"_follow_lag_seconds",
 			"Age of the oldest change the job's stream delivered that is not yet durable in the destination; 0 when caught up. Present while the job follows its stream.",
+			[]string{LabelPipeline, "kind"}, nil),
+		ageDesc: prometheus.NewDesc(ns+"_position_age_seconds",
+			"Age of the job's recorded position: how far back a restart (or a resume) reopens the change stream, which the oplog must still hold. Present while this process holds the job; it grows while the job is paused.",
 			[]string{LabelPipeline, "kind"}, nil),
 		state: map[string]string{},
 		lag:   map[string]float64{},
@@ -560,6 +564,7 @@ func (c *statusCollector) forget(job string) {
 func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.stateDesc
 	ch <- c.lagDesc
+	ch <- c.ageDesc
 }
 
 // Collect implements prometheus.Collector. The source is asked without
@@ -569,6 +574,7 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	type row struct {
 		job, kind, state string
 		lag              *float64
+		age              *float64
 	}
 	var rows []row
 	c.mu.Lock()
@@ -584,7 +590,12 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Unlock()
 	if src != nil {
 		for _, j := range src.Status() {
-			rows = append(rows, row{job: j.Name, kind: j.Kind, state: j.State, lag: j.LagSeconds})
+			r := row{job: j.Name, kind: j.Kind, state: j.State, lag: j.LagSeconds}
+			if j.PositionTime != nil && holding(j.State) {
+				a := max(0, time.Since(*j.PositionTime).Seconds())
+				r.age = &a
+			}
+			rows = append(rows, r)
 		}
 	}
 	for _, r := range rows {
@@ -608,5 +619,18 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 		if r.lag != nil {
 			ch <- prometheus.MustNewConstMetric(c.lagDesc, prometheus.GaugeValue, *r.lag, r.job, kind)
 		}
+		if r.age != nil {
+			ch <- prometheus.MustNewConstMetric(c.ageDesc, prometheus.GaugeValue, *r.age, r.job, kind)
+		}
 	}
+}
+
+// holding says whether a job in state runs in this process: only the
+// holder's position age is its own to report (a standby's copy is old).
+func holding(state string) bool {
+	switch state {
+	case status.Following, status.Reindexing, status.Paused, status.Unavailable:
+		return true
+	}
+	return false
 }

@@ -58,6 +58,8 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 			st.State = status.Reindexing
 		case status.PhaseFollowing:
 			st.State = status.Following
+		case status.PhasePaused:
+			st.State = status.Paused
 		default:
 			st.State = StateStarting
 			if sn.Attempts > 0 {
