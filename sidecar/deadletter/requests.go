@@ -185,7 +185,7 @@ func (q Requests) answer(r *Request, cause error) {
 		out.State, out.Code, out.Error = jobstate.RequestFailed, string(errs.CodeOf(cause)), cause.Error()
 		q.Log.Warn("request not done", "kind", what(r.req.Kind), "request", r.req.ID, "error", cause)
 	} else if r.req.Kind != "" {
-		q.Log.Info(r.req.Kind+" done", "note", r.note, "request", r.req.ID)
+		q.Log.Info("request answered", "kind", r.req.Kind, "note", r.note, "request", r.req.ID)
 	} else {
 		q.Log.Info("retry done", "retried", out.Retried, "written", out.Written, "gone", out.Gone, "failed", out.Failed, "request", r.req.ID)
 	}

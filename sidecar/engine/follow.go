@@ -217,6 +217,8 @@ type follower struct {
 	// pausedAt; pauseWarned is when the log last said so.
 	paused                bool
 	pausedAt, pauseWarned time.Time
+	// reindexNext: the follow ends for a reindex asked of the holder.
+	reindexNext bool
 
 	// The last position recorded (the pipe's wait stage writes it, a
 	// control flight reads it once everything is durable).
@@ -397,6 +399,7 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 			if errors.Is(err, errReindexAsked) {
 				// A clean end, flushed and recorded, then the next follow
 				// reindexes; only then is the request answered.
+				f.reindexNext = true
 				if err := f.stop(ctx, nil); err != nil {
 					return err
 				}
@@ -761,6 +764,10 @@ func (f *follower) stop(ctx context.Context, cause error) error {
 	}
 	if f.snap != nil {
 		f.log.Info("reindex stopped; it resumes from its checkpoint", "done", f.snap.Count())
+	}
+	if f.reindexNext {
+		f.log.Info("pending changes flushed and recorded; reindexing next")
+		return nil
 	}
 	f.log.Info("closed: pending changes flushed and recorded")
 	return nil
