@@ -109,8 +109,8 @@ or with --wait waits until the reindex is recorded. With no sidecar
 running the job, it takes the lease, reindexes itself and prints what it
 did. A paused job is not reindexed: resume it first.
 
-  --inplace, --swap  reindex this way rather than as the job says (a
-                     running sidecar reindexes only as the job says)
+  --inplace, --swap  reindex this way this once, rather than as the job
+                     says
   --wait             wait until a running sidecar's reindex is recorded
   --timeout D        how long --wait waits (default 24h)`,
 			serve: runReindex,

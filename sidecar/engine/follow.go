@@ -48,6 +48,9 @@ type followPlan struct {
 	// untilReindexed stops cleanly once the reindex is recorded
 	// (`meilistream reindex NAME`).
 	untilReindexed bool
+	// ownMode is the reindex mode of the job as defined when the job run
+	// is a copy in another mode (Engine.RunReindexing); empty otherwise.
+	ownMode string
 }
 
 // follow applies the job's change stream until ctx ends (nil, after a
@@ -56,7 +59,7 @@ type followPlan struct {
 // runs a reindex interleaved with it, and reports it.
 func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, plan followPlan, log hclog.Logger) (*watermark.Summary, error) {
 	jc := e.jobCfg(job)
-	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, tok: plan.tok, deps: job.Dependencies(), lastRecorded: plan.tok, lastWall: plan.since}
+	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, tok: plan.tok, deps: job.Dependencies(), lastRecorded: plan.tok, lastWall: plan.since, ownMode: plan.ownMode}
 	f.relatedColls = map[string]bool{}
 	for _, c := range job.RelatedCollections() {
 		f.relatedColls[c] = true
@@ -217,8 +220,11 @@ type follower struct {
 	// pausedAt; pauseWarned is when the log last said so.
 	paused                bool
 	pausedAt, pauseWarned time.Time
-	// reindexNext: the follow ends for a reindex asked of the holder.
+	// reindexNext: the follow ends for a reindex asked of the holder;
+	// modeAsked, in that mode rather than the job's.
 	reindexNext bool
+	modeAsked   string
+	ownMode     string // followPlan.ownMode
 
 	// The last position recorded (the pipe's wait stage writes it, a
 	// control flight reads it once everything is durable).
@@ -405,6 +411,10 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 				}
 				if ctx.Err() != nil {
 					return nil // closing anyway: the request is answered as not done
+				}
+				if m := f.modeAsked; m != "" {
+					r.Finish(fmt.Sprintf("reindex (%s) started, interleaved with the stream", m), nil)
+					return &ModeAsked{Job: f.jc.job.Name, Mode: m}
 				}
 				r.Finish(fmt.Sprintf("reindex (%s) started, interleaved with the stream", reindexMode(f.jc.job)), nil)
 				return errReindexAsked

@@ -43,6 +43,20 @@ var PauseWarnEvery = time.Hour
 // reindex.
 var errReindexAsked = errors.New("reindex asked by meilistream reindex")
 
+// ModeAsked is what Run returns when the job's holder was asked to
+// reindex in another mode than the job's (`meilistream reindex --inplace`
+// of a swap job): the destination's sink stages as its job says, so the
+// caller builds the job again with Reindex set to Mode, and its sink, and
+// runs it with RunReindexing. Not a failure.
+type ModeAsked struct {
+	Job  string
+	Mode string // "inplace" or "swap"
+}
+
+func (m *ModeAsked) Error() string {
+	return fmt.Sprintf("job %s: reindex %s asked by meilistream reindex", m.Job, m.Mode)
+}
+
 // request acts on a request taken from the state collection: a retry
 // (retrylive.go), a pause, a resume or a reindex. errReindexAsked says
 // the follow must end for a reindex (the request is finished once it
@@ -148,15 +162,22 @@ func (f *follower) reindexAsked(r *deadletter.Request) error {
 		r.Finish("", f.pausedErr("reindex"))
 		return nil
 	}
-	if m := r.Mode(); m != "" && m != reindexMode(f.jc.job) {
-		r.Finish("", errs.New(errs.Failed, f.jc.job.Name,
-			"the running holder reindexes job %s %s, as its definition says, not %s: give the reindex no --%s, or run it with --%s where no sidecar runs the job, or set reindex: %q in the job's definition",
-			f.jc.job.Name, reindexMode(f.jc.job), m, m, m, m))
+	if m := r.Mode(); m == "swap" && f.jc.job.Kind == transform.Mirror {
+		r.Finish("", errs.New(errs.Failed, f.jc.job.Name, "job %s is a mirror job, which always rebuilds its replica collection in place: --swap does not apply", f.jc.job.Name))
 		return nil
 	}
 	if f.snap != nil {
-		r.Finish(fmt.Sprintf("a reindex (%s) was already running, %d documents done: it goes on", reindexMode(f.jc.job), f.snap.Count()), nil)
+		r.Finish(fmt.Sprintf("a reindex (%s) was already running, %d documents done: it goes on in its mode", reindexMode(f.jc.job), f.snap.Count()), nil)
 		return nil
+	}
+	want := r.Mode()
+	if want == "" {
+		// As the job says: the job as defined, when this run is a copy
+		// in the mode an earlier request asked.
+		want = f.ownMode
+	}
+	if want != "" && want != reindexMode(f.jc.job) {
+		f.modeAsked = want
 	}
 	return errReindexAsked
 }
