@@ -59,7 +59,7 @@ type followPlan struct {
 // runs a reindex interleaved with it, and reports it.
 func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, plan followPlan, log hclog.Logger) (*watermark.Summary, error) {
 	jc := e.jobCfg(job)
-	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, tok: plan.tok, deps: job.Dependencies(), lastRecorded: plan.tok, lastWall: plan.since, ownMode: plan.ownMode}
+	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, tok: plan.tok, deps: job.Dependencies(), lastRecorded: plan.tok, lastWall: plan.since, ownMode: plan.ownMode, byHand: plan.untilReindexed}
 	f.relatedColls = map[string]bool{}
 	for _, c := range job.RelatedCollections() {
 		f.relatedColls[c] = true
@@ -225,6 +225,7 @@ type follower struct {
 	reindexNext bool
 	modeAsked   string
 	ownMode     string // followPlan.ownMode
+	byHand      bool   // followPlan.untilReindexed: a `meilistream reindex` holds the job
 
 	// The last position recorded (the pipe's wait stage writes it, a
 	// control flight reads it once everything is durable).

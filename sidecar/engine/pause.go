@@ -70,10 +70,18 @@ func (f *follower) request(ctx context.Context, r *deadletter.Request) error {
 		}
 		return f.startRetry(r)
 	case jobstate.PauseKind:
+		if f.byHand {
+			r.Finish("", errs.New(errs.Failed, f.jc.job.Name, "the job's holder is a `meilistream reindex %s` run by hand, which stops once it is done: pause the job after it", f.jc.job.Name))
+			return nil
+		}
 		return f.pauseAsked(ctx, r)
 	case jobstate.ResumeKind:
 		return f.resumeAsked(ctx, r)
 	case jobstate.ReindexKind:
+		if f.byHand && f.snap != nil {
+			r.Finish(fmt.Sprintf("a `meilistream reindex %s` run by hand is reindexing the job, %d documents done: it goes on", f.jc.job.Name, f.snap.Count()), nil)
+			return nil
+		}
 		return f.reindexAsked(r)
 	}
 	r.Finish("", errs.New(errs.Failed, f.jc.job.Name, "a request of kind %q, which this release does not know: run the command with the release the sidecars run", r.Kind()))
