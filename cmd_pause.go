@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/meilistream/meilistream/internal/errs"
@@ -16,14 +15,23 @@ import (
 // the job's holder to answer: a pause waits for the batches in flight.
 const defaultPauseWait = 2 * time.Minute
 
+// pauseFlags are the flags of "meilistream pause" and "resume".
+type pauseFlags struct {
+	wait time.Duration
+}
+
+func (f *pauseFlags) define(fs *flag.FlagSet) {
+	fs.DurationVar(&f.wait, "wait", defaultPauseWait, "how long to wait for the sidecar's answer, a Go `DURATION`")
+}
+
 // runPause is the body of "meilistream pause NAME".
-func runPause(ctx context.Context, inv *invocation) int {
-	return pauseOrResume(ctx, inv, jobstate.PauseKind)
+func runPause(ctx context.Context, inv *invocation, f pauseFlags) int {
+	return pauseOrResume(ctx, inv, jobstate.PauseKind, f)
 }
 
 // runResume is the body of "meilistream resume NAME".
-func runResume(ctx context.Context, inv *invocation) int {
-	return pauseOrResume(ctx, inv, jobstate.ResumeKind)
+func runResume(ctx context.Context, inv *invocation, f pauseFlags) int {
+	return pauseOrResume(ctx, inv, jobstate.ResumeKind, f)
 }
 
 // pauseOrResume pauses (kind PauseKind) or resumes job NAME. When a
@@ -33,26 +41,16 @@ func runResume(ctx context.Context, inv *invocation) int {
 // the lease and records (or clears) the pause itself: the job's next
 // holder starts paused, or not. The pause is recorded in MongoDB either
 // way, so it outlives restarts and takeovers.
-func pauseOrResume(ctx context.Context, inv *invocation, kind string) int {
-	fs := flag.NewFlagSet(kind, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	wait := fs.Duration("wait", defaultPauseWait, "")
-	names, err := parseInterspersed(fs, inv.Args)
-	if err != nil {
-		return usageError(inv.Stderr, kind, "%v", err)
-	}
-	if len(names) != 1 {
-		return usageError(inv.Stderr, kind, "want one job name, got %d arguments", len(names))
-	}
-	if *wait <= 0 {
-		return usageError(inv.Stderr, kind, "--wait wants a positive Go duration, e.g. 1m, got %s", *wait)
+func pauseOrResume(ctx context.Context, inv *invocation, kind string, f pauseFlags) int {
+	if f.wait <= 0 {
+		return usageError(inv.Stderr, kind, "--wait wants a positive Go duration, e.g. 1m, got %s", f.wait)
 	}
 	w, err := connect(ctx, inv.Config, inv.Log)
 	if err != nil {
 		return fail(inv.Stderr, err)
 	}
 	defer w.close()
-	job, err := w.oneJob(inv, names[0])
+	job, err := w.oneJob(inv, inv.Args[0])
 	if err != nil {
 		return fail(inv.Stderr, err)
 	}
@@ -79,7 +77,7 @@ func pauseOrResume(ctx context.Context, inv *invocation, kind string) int {
 	})
 	if errors.Is(err, errs.ErrRunning) {
 		var r *jobstate.RetryRequest
-		r, err = w.askHolder(ctx, inv, job, kind, "", *wait)
+		r, err = w.askHolder(ctx, inv, job, kind, "", f.wait)
 		if err == nil {
 			out = fmt.Sprintf("%s %s: holder %s: %s\n", pastTense(kind), job.Name, r.Holder, r.Note)
 		}
@@ -99,25 +97,4 @@ func pastTense(kind string) string {
 		return "resumed"
 	}
 	return kind
-}
-
-// parseInterspersed parses args with fs, flags before or after the
-// positional arguments (`pause books --wait 5m` as `pause --wait 5m
-// books`), and returns the positional ones; "--" ends the flags.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if len(args) > 0 && len(rest) < len(args) && args[len(args)-len(rest)-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
 }

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -27,28 +27,22 @@ type reindexFlags struct {
 	timeout             time.Duration
 }
 
-// parseReindexFlags reads NAME [--inplace|--swap] [--wait [--timeout D]].
-func parseReindexFlags(args []string) (reindexFlags, string, error) {
-	var f reindexFlags
-	fs := flag.NewFlagSet("reindex", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.BoolVar(&f.inplace, "inplace", false, "")
-	fs.BoolVar(&f.swap, "swap", false, "")
-	fs.BoolVar(&f.wait, "wait", false, "")
-	fs.DurationVar(&f.timeout, "timeout", defaultReindexTimeout, "")
-	names, err := parseInterspersed(fs, args)
-	if err != nil {
-		return f, "", err
-	}
+func (f *reindexFlags) define(fs *flag.FlagSet) {
+	fs.BoolVar(&f.inplace, "inplace", false, "reindex in place this once, whatever the job says")
+	fs.BoolVar(&f.swap, "swap", false, "reindex into a fresh index swapped in this once, whatever the job says")
+	fs.BoolVar(&f.wait, "wait", false, "wait until a running sidecar's reindex is recorded")
+	fs.DurationVar(&f.timeout, "timeout", defaultReindexTimeout, "how long --wait waits, a Go `DURATION`")
+}
+
+// check says what is wrong with the flags, if anything.
+func (f reindexFlags) check() error {
 	switch {
-	case len(names) != 1:
-		return f, "", fmt.Errorf("want one job name, got %d arguments", len(names))
 	case f.inplace && f.swap:
-		return f, "", fmt.Errorf("--inplace and --swap exclude each other")
+		return errors.New("--inplace and --swap exclude each other")
 	case f.timeout <= 0:
-		return f, "", fmt.Errorf("--timeout wants a positive Go duration, e.g. 2h, got %s", f.timeout)
+		return fmt.Errorf("--timeout wants a positive Go duration, e.g. 2h, got %s", f.timeout)
 	}
-	return f, names[0], nil
+	return nil
 }
 
 // mode is the reindex mode the flags choose; "" as the job says.
@@ -71,11 +65,11 @@ func (f reindexFlags) mode() string {
 // starts the reindex interleaved with its stream; it prints that it
 // started and, with --wait, waits until it is recorded. A paused job is
 // not reindexed: resume it first.
-func runReindex(ctx context.Context, inv *invocation) int {
-	f, name, err := parseReindexFlags(inv.Args)
-	if err != nil {
+func runReindex(ctx context.Context, inv *invocation, f reindexFlags) int {
+	if err := f.check(); err != nil {
 		return usageError(inv.Stderr, "reindex", "%v", err)
 	}
+	name := inv.Args[0]
 	w, err := connect(ctx, inv.Config, inv.Log)
 	if err != nil {
 		return fail(inv.Stderr, err)
@@ -85,7 +79,7 @@ func runReindex(ctx context.Context, inv *invocation) int {
 	if err != nil {
 		return fail(inv.Stderr, err)
 	}
-	if m := f.mode(); m != "" && job.Kind == transform.Mirror && m != "inplace" {
+	if m := f.mode(); m != "" && job.Kind == jobdef.Mirror && m != "inplace" {
 		return usageError(inv.Stderr, "reindex", "job %s is a mirror job, which always rebuilds its replica collection in place: --swap does not apply", job.Name)
 	}
 	if err := w.reach(ctx); err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/mongoerr"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/replicate"
 	"github.com/meilistream/meilistream/sidecar/config"
@@ -387,17 +388,17 @@ func (w *wiring) sinkFactory(log hclog.Logger) supervisor.SinkFactory {
 	return func(job *transform.Job) (sink.Sink, error) {
 		jl := log.Named(job.Name)
 		switch job.Kind {
-		case transform.Mirror:
+		case jobdef.Mirror:
 			var rdb *mongo.Database
 			if w.replica != nil {
 				rdb = w.replica.Database(w.cfg.ReplicaDatabase)
 			}
-			return replicate.ForJob(rdb, w.source, job, jl, w.metrics.Job(job.Name, job.Kind.String()))
+			return replicate.ForJob(rdb, w.source, &job.Job, jl, w.metrics.Job(job.Name, job.Kind.String()))
 		default:
 			if w.meili == nil {
 				return nil, &errs.Error{Code: errs.ConfigInvalid, Job: job.Name, Msg: "a search job needs MEILISTREAM_MEILI_URL", Setting: "MEILISTREAM_MEILI_URL"}
 			}
-			return meili.NewSink(w.meili, job, jl), nil
+			return meili.NewSink(w.meili, &job.Job, jl), nil
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/connstring"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/config"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -25,10 +26,10 @@ import (
 func jobProblem(cfg config.Config, job *transform.Job) error {
 	state, errColl := cfg.StateCollection, cfg.StateCollection+"_errors"
 	switch {
-	case job.Kind == transform.Search && cfg.MeiliURL == "":
+	case job.Kind == jobdef.Search && cfg.MeiliURL == "":
 		return &errs.Error{Code: errs.ConfigInvalid, Job: job.Name, Setting: "MEILISTREAM_MEILI_URL",
 			Msg: "a search job needs MEILISTREAM_MEILI_URL (the Meilisearch its index " + job.Index + " lives in)"}
-	case job.Kind == transform.Mirror && cfg.ReplicaURI == "":
+	case job.Kind == jobdef.Mirror && cfg.ReplicaURI == "":
 		return &errs.Error{Code: errs.ConfigInvalid, Job: job.Name, Setting: "MEILISTREAM_REPLICA_URI",
 			Msg: "a mirror job needs MEILISTREAM_REPLICA_URI (the MongoDB its collection " + job.Mirror + " is copied to)"}
 	case job.Collection == state || job.Collection == errColl:
@@ -37,7 +38,7 @@ func jobProblem(cfg config.Config, job *transform.Job) error {
 		return &errs.Error{Code: errs.ConfigInvalid, Job: job.Name, Setting: "MEILISTREAM_STATE_COLLECTION",
 			Msg: "the job's collection " + job.Collection + " is meilistream's own state (MEILISTREAM_STATE_COLLECTION is " + state +
 				", per-document errors go to " + errColl + "); point the job at another collection, or give meilistream another state collection"}
-	case job.Kind == transform.Mirror && sameCluster(cfg.MongoDBURI, cfg.ReplicaURI) && cfg.ReplicaDatabase == cfg.MongoDBDatabase &&
+	case job.Kind == jobdef.Mirror && sameCluster(cfg.MongoDBURI, cfg.ReplicaURI) && cfg.ReplicaDatabase == cfg.MongoDBDatabase &&
 		(job.Mirror == job.Collection || job.Mirror == state || job.Mirror == errColl):
 		return &errs.Error{Code: errs.ConfigInvalid, Job: job.Name, Setting: "MEILISTREAM_REPLICA_DATABASE",
 			Msg: "the job would mirror into " + cfg.ReplicaDatabase + "." + job.Mirror + ", which is its own source or meilistream's state on the same MongoDB; " +
@@ -101,7 +102,7 @@ var keyCheckTimeout = 5 * time.Second
 func (w *wiring) checkMeiliKey(ctx context.Context, jobs []*transform.Job, log interface {
 	Warn(msg string, args ...any)
 }) error {
-	if w.meili == nil || !slices.ContainsFunc(jobs, func(j *transform.Job) bool { return j.Kind == transform.Search }) {
+	if w.meili == nil || !slices.ContainsFunc(jobs, func(j *transform.Job) bool { return j.Kind == jobdef.Search }) {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, keyCheckTimeout)

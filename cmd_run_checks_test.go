@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/config"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -17,10 +18,10 @@ func TestJobProblem(t *testing.T) {
 	base.ReplicaURI = "mongodb://H2:27017,h1:27017/shop"
 	base.ReplicaDatabase = "shop"
 	search := func(coll string) *transform.Job {
-		return &transform.Job{Name: "j", Kind: transform.Search, Collection: coll, Index: "j"}
+		return &transform.Job{Job: jobdef.Job{Name: "j", Kind: jobdef.Search, Collection: coll, Index: "j"}}
 	}
 	mirror := func(coll, to string) *transform.Job {
-		return &transform.Job{Name: "j", Kind: transform.Mirror, Collection: coll, Mirror: to}
+		return &transform.Job{Job: jobdef.Job{Name: "j", Kind: jobdef.Mirror, Collection: coll, Mirror: to}}
 	}
 	tests := []struct {
 		name    string

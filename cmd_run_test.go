@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/config"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -61,11 +62,11 @@ func TestJobEnv(t *testing.T) {
 	})
 	t.Run("jobs declared by environment alone", func(t *testing.T) {
 		u := by["users"]
-		if u == nil || u.Kind != transform.Mirror || u.Mirror != "users_public" || u.Collection != "accounts" || u.Index != "" {
+		if u == nil || u.Kind != jobdef.Mirror || u.Mirror != "users_public" || u.Collection != "accounts" || u.Index != "" {
 			t.Errorf("users = %+v, want a mirror of accounts into users_public", u)
 		}
 		g := by["tags"]
-		if g == nil || g.Kind != transform.Search || g.Collection != "tags" || g.Index != "staging_tags" || g.PrimaryKey != "id" || g.Hash == "" {
+		if g == nil || g.Kind != jobdef.Search || g.Collection != "tags" || g.Index != "staging_tags" || g.PrimaryKey != "id" || g.Hash == "" {
 			t.Errorf("tags = %+v, want a search job with defaults", g)
 		}
 	})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/mongoerr"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/stream"
@@ -33,9 +34,6 @@ import (
 // none. It is not the age of the position itself: a caught-up job on a
 // quiet collection records it only every MEILISTREAM_POSITION_INTERVAL.
 func runStatus(ctx context.Context, inv *invocation) int {
-	if len(inv.Args) != 0 {
-		return usageError(inv.Stderr, "status", "takes no arguments, got %q", inv.Args[0])
-	}
 	w, err := connect(ctx, inv.Config, inv.Log)
 	if err != nil {
 		return fail(inv.Stderr, err)
@@ -127,7 +125,7 @@ func runStatus(ctx context.Context, inv *invocation) int {
 					if coll == "" {
 						coll = n
 					}
-					job = &transform.Job{Name: n, Collection: coll}
+					job = &transform.Job{Job: jobdef.Job{Name: n, Collection: coll}}
 				}
 				since, err := firstChangeAfter(ctx, w.source, job, inv.Config.StateCollection, p.Token)
 				switch {
@@ -212,7 +210,7 @@ func firstChangeAfter(ctx context.Context, db *mongo.Database, job *transform.Jo
 	defer cancel()
 	// Lean: without the documents, an event over 16 MB after the
 	// position reads like any other, whatever the server's version.
-	cs, err := stream.Open(ctx, db, job, state, token, stream.Lean())
+	cs, err := stream.Open(ctx, db, &job.Job, state, token, stream.Lean())
 	if err != nil {
 		return time.Time{}, streamProblem(err)
 	}

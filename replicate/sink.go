@@ -36,8 +36,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/sink"
-	"github.com/meilistream/meilistream/transform"
 )
 
 // DefaultWriteTimeout bounds one bulk write (with its majority
@@ -57,7 +57,7 @@ const DefaultKeysPageSize = 1000
 // every version), the limit of a mirror's documents. A larger document is
 // refused before it is sent: driver v2 only rejects statements above
 // maxMessageSizeBytes (48 MB) itself, and then fails the whole batch.
-const maxDocumentSize = transform.DefaultMaxMirrorBytes
+const maxDocumentSize = jobdef.DefaultMaxMirrorBytes
 
 // Metrics is what the replica sink counts beyond what the engine does: a
 // job's metrics of sidecar/httpapi (Metrics.Job) satisfy it; nil counts
@@ -140,8 +140,8 @@ func New(o Options) (*Sink, error) {
 // (job.Collection) in sourceDB, its destination (job.Mirror) in replicaDB.
 // It is what the main package calls when it builds a job's sink; logger and
 // metrics (the job's) may be nil.
-func ForJob(replicaDB, sourceDB *mongo.Database, job *transform.Job, logger hclog.Logger, metrics Metrics) (*Sink, error) {
-	if job == nil || job.Kind != transform.Mirror {
+func ForJob(replicaDB, sourceDB *mongo.Database, job *jobdef.Job, logger hclog.Logger, metrics Metrics) (*Sink, error) {
+	if job == nil || job.Kind != jobdef.Mirror {
 		return nil, errs.New(errs.ConfigInvalid, "", "replicate.ForJob: not a mirror job")
 	}
 	if replicaDB == nil {

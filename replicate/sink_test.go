@@ -20,10 +20,10 @@ import (
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/testutil"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/replicate"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
 	"github.com/meilistream/meilistream/sidecar/sink"
-	"github.com/meilistream/meilistream/transform"
 )
 
 // pair is a source and a replica server, each with a client and the test's
@@ -514,7 +514,7 @@ func TestCheck(t *testing.T) {
 
 func TestForJob(t *testing.T) {
 	p := newPair(t)
-	job := &transform.Job{Name: "articles", Collection: "articles", Mirror: "articles_copy", Kind: transform.Mirror}
+	job := &jobdef.Job{Name: "articles", Collection: "articles", Mirror: "articles_copy", Kind: jobdef.Mirror}
 	s, err := replicate.ForJob(p.replica.Database(), p.source.Database(), job, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -537,7 +537,7 @@ func TestForJob(t *testing.T) {
 	if n := counterValue(t, reg, "meilistream_ddl_events_total", "dropDatabase", "mirror", "articles"); n != 1 {
 		t.Errorf("meilistream_ddl_events_total{pipeline=articles,event=dropDatabase} = %v, want 1", n)
 	}
-	search := &transform.Job{Name: "a", Collection: "a", Index: "a"}
+	search := &jobdef.Job{Name: "a", Collection: "a", Index: "a"}
 	if _, err := replicate.ForJob(p.replica.Database(), p.source.Database(), search, nil, nil); !errors.Is(err, errs.ErrConfigInvalid) {
 		t.Errorf("a search job: got %v", err)
 	}

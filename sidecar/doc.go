@@ -1,7 +1,6 @@
 // Package sidecar groups the parts of the running sidecar, one package
 // each, and holds no code of its own. Imports point one way, from the top
-// of this list down; each package's doc says what it must not import, and
-// TestImportDirection checks it:
+// of this list down; the rules are kept in one place, imports_test.go:
 //
 //   - config: the MEILISTREAM_* configuration and the root logger; only the
 //     main package imports it.
@@ -14,17 +13,10 @@
 //     (../replicate); both implement sink.Sink.
 //   - engine: one job: the change stream followed from its first second,
 //     a reindex and fan-outs interleaved into it at their watermarks, the
-//     positions recorded, over a sink.Sink.
-//   - watermark: the reads beside the stream, each between two watermarks
-//     it follows: a reindex's chunks and checkpoint, a fan-out's pages.
-//   - deadletter: the per-document error records of a running job, the
-//     retry requests its holder serves, the retry under the lease.
-//   - rollout: presence records, and the rule that stands a pod with an
-//     older transform by.
-//   - lookup: the documents a job's documents are joined with, and which
-//     of them a related change sends again.
-//   - prepare: a batch's documents turned into writes by the transform;
-//     the updates that cannot change the destination left unsent.
+//     positions recorded, over a sink.Sink; in its files, the reads
+//     between watermarks, the lookups, a batch's prepare stage, the
+//     per-document error records and retries, presence records and the
+//     rollout rule.
 //   - stream: the job's change stream and the goroutine that reads it.
 //   - pipe: batches carried to the sinks in order, retried, bisected.
 //   - sink: the contract between the engine and a destination; a leaf.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/testutil"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -352,12 +353,12 @@ func TestApplyIsSafeFromManyGoroutines(t *testing.T) {
 
 func TestAJobWithoutATransformIsTheIdentity(t *testing.T) {
 	// A job declared by environment alone is a Job built by hand.
-	j := &transform.Job{Name: "env", Collection: "c", Index: "c", PrimaryKey: "id"}
+	j := &transform.Job{Job: jobdef.Job{Name: "env", Collection: "c", Index: "c", PrimaryKey: "id"}}
 	res, err := j.Apply(context.Background(), marshal(t, bson.D{{Key: "_id", Value: "a"}, {Key: "x", Value: 1}}), transform.OpInsert, nil)
 	if err != nil || res.Doc["id"] != "a" || res.Doc["x"] != int64(1) {
 		t.Fatalf("%v %v", res, err)
 	}
-	m := &transform.Job{Name: "envm", Kind: transform.Mirror, Mirror: "c"}
+	m := &transform.Job{Job: jobdef.Job{Name: "envm", Kind: jobdef.Mirror, Mirror: "c"}}
 	doc := marshal(t, bson.D{{Key: "_id", Value: "a"}, {Key: "x", Value: 1}})
 	res, err = m.Apply(context.Background(), doc, transform.OpInsert, nil)
 	if err != nil || string(res.Raw) != string(doc) {
@@ -414,5 +415,28 @@ func TestAnUnexpectedPanicIsAPerDocumentError(t *testing.T) {
 	}
 	if out := buf.String(); strings.Count(out, `"stack":"goroutine`) != 4 || !strings.Contains(out, "please report") {
 		t.Fatalf("log: %s", out)
+	}
+}
+
+// A job without a transform on documents with their own "id" field: the
+// error says that the document's field collides with the primary key, and
+// what to do; it never blames a transform and never quotes the value.
+func TestAnIdentityJobSaysTheDocumentsOwnIDCollides(t *testing.T) {
+	doc := bson.D{{Key: "_id", Value: bson.NewObjectID()}, {Key: "id", Value: "alice-smith"}}
+	for _, src := range []string{`module.exports = {};`, `module.exports = { transform(doc) { return doc; } };`, `module.exports = { transform(doc) { return true; } };`} {
+		_, err := apply(t, loadJob(t, src), doc)
+		wantErr(t, err, errs.IDMismatch, `the document has its own field "id"`, "primaryKey", "transform")
+		if strings.Contains(err.Error(), "alice") || strings.Contains(err.Error(), "the transform set") {
+			t.Errorf("%s: %v", src, err)
+		}
+	}
+	_, err := apply(t, loadJob(t, `module.exports = { transform(doc) { return { id: "bob-jones" }; } };`), doc)
+	wantErr(t, err, errs.IDMismatch, `the transform set the primary key "id" to a string`)
+	if strings.Contains(err.Error(), "bob") {
+		t.Errorf("the value is in %v", err)
+	}
+	// The same id as _id's is fine, as before.
+	if _, err := apply(t, loadJob(t, `module.exports = {};`), bson.D{{Key: "_id", Value: 5}, {Key: "id", Value: 5}}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -5,11 +5,12 @@ import (
 
 	"context"
 	"encoding/json"
-	"github.com/dop251/goja"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dop251/goja"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 

@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
 // Each runtime runs on a goroutine of its own and its caller waits for it
@@ -66,7 +67,7 @@ type callReq struct {
 	op         Operation
 	updateDesc bson.Raw
 	track      bool // keep what the call reads (Result.Reads)
-	lookups    LookupResults
+	lookups    jobdef.LookupResults
 	res        Result
 	err        error
 }
@@ -235,7 +236,7 @@ type prepared struct {
 	idv        bson.RawValue
 	op         Operation
 	updateDesc bson.Raw
-	lookups    LookupResults
+	lookups    jobdef.LookupResults
 	track      bool
 	res        Result
 	skip       bool // its outcome is already known (out holds it)
@@ -431,7 +432,7 @@ type Input struct {
 	Doc        bson.Raw
 	Op         Operation
 	UpdateDesc bson.Raw
-	Lookups    LookupResults
+	Lookups    jobdef.LookupResults
 }
 
 // ApplyEach runs each of in through the transform, as ApplyWith would one
@@ -464,7 +465,7 @@ func (j *Job) ApplyEach(ctx context.Context, dst []byte, in []Input, out []Outco
 
 // prepare is the part of a call done before the transform: the lookups
 // merged in, the _id and the destination's id.
-func (j *Job) prepare(doc bson.Raw, lookups LookupResults) (bson.Raw, bson.RawValue, Result, error) {
+func (j *Job) prepare(doc bson.Raw, lookups jobdef.LookupResults) (bson.Raw, bson.RawValue, Result, error) {
 	if len(j.Lookups) > 0 {
 		merged, err := j.withLookups(doc, lookups)
 		if err != nil {
@@ -477,10 +478,10 @@ func (j *Job) prepare(doc bson.Raw, lookups LookupResults) (bson.Raw, bson.RawVa
 		return nil, bson.RawValue{}, Result{}, errs.New(errs.NotADocument, j.Name, "the source document has no _id")
 	}
 	var res Result
-	if j.Kind == Mirror {
+	if j.Kind == jobdef.Mirror {
 		res.ID = idv
 	} else {
-		id, err := IndexID(idv)
+		id, err := jobdef.IndexID(idv)
 		if err != nil {
 			return nil, bson.RawValue{}, Result{}, errs.WithJob(j.Name, err)
 		}

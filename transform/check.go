@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
 // Check loads every transform in dir, reports what is wrong, and prints
@@ -86,8 +87,8 @@ func CheckFiles(w io.Writer, paths []string, samplePath string, opts Options) er
 				fmt.Fprintf(w, "%s: error: %s\n", label, errs.Format(err))
 				problems = append(problems, err)
 			case res.Skip:
-				fmt.Fprintf(w, "%s: skipped (kept out of the %s)\n", label, map[Kind]string{Search: "index", Mirror: "replica"}[j.Kind])
-			case j.Kind == Mirror:
+				fmt.Fprintf(w, "%s: skipped (kept out of the %s)\n", label, map[jobdef.Kind]string{jobdef.Search: "index", jobdef.Mirror: "replica"}[j.Kind])
+			case j.Kind == jobdef.Mirror:
 				// Canonical Extended JSON shows that BSON types are kept.
 				b, _ := bson.MarshalExtJSON(res.Raw, true, false)
 				fmt.Fprintf(w, "%s: %s\n", label, b)
@@ -112,7 +113,7 @@ func CheckFiles(w io.Writer, paths []string, samplePath string, opts Options) er
 // describe is one line about a job for check.
 func (j *Job) describe() string {
 	var b strings.Builder
-	if j.Kind == Mirror {
+	if j.Kind == jobdef.Mirror {
 		fmt.Fprintf(&b, "mirror %s -> replica collection %s", j.Collection, j.Mirror)
 	} else {
 		fmt.Fprintf(&b, "search %s -> index %s (%s)", j.Collection, j.Index, j.describeOptions())

@@ -17,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
 // maxDepth bounds nesting both ways (MongoDB itself stops at 100 levels of
@@ -36,38 +37,10 @@ func (c inConv) doc(raw []byte, depth int) (*goja.Object, error) {
 	return c.v.lazy(raw, depth)
 }
 
-// eachElement calls fn for every element of a BSON document, in order.
-func eachElement(raw []byte, fn func(key string, val bsoncore.Value) error) error {
-	length, rem, ok := bsoncore.ReadLength(raw)
-	if !ok || int(length) > len(raw) || length < 5 {
-		return errs.New(errs.NotADocument, "", "malformed BSON document")
-	}
-	rem = raw[4 : length-1]
-	for len(rem) > 0 {
-		el, rest, ok := bsoncore.ReadElement(rem)
-		if !ok {
-			return errs.New(errs.NotADocument, "", "malformed BSON document")
-		}
-		key, err := el.KeyErr()
-		if err != nil {
-			return errs.New(errs.NotADocument, "", "malformed BSON document")
-		}
-		val, err := el.ValueErr()
-		if err != nil {
-			return errs.New(errs.NotADocument, "", "malformed BSON value at %q", clipText(key, maxKeyText))
-		}
-		if err := fn(key, val); err != nil {
-			return err
-		}
-		rem = rest
-	}
-	return nil
-}
-
 // eachValue calls fn for every value of a BSON array, in order.
 func eachValue(raw []byte, fn func(i int, val bsoncore.Value) error) error {
 	i := 0
-	return eachElement(raw, func(_ string, val bsoncore.Value) error {
+	return jobdef.EachElement(raw, func(_ string, val bsoncore.Value) error {
 		err := fn(i, val)
 		i++
 		return err
@@ -148,7 +121,7 @@ func (c inConv) value(val bsoncore.Value, depth int) (goja.Value, error) {
 		return o, nil
 	case bsoncore.TypeInt64:
 		n := val.Int64()
-		if n > maxSafe || n < -maxSafe {
+		if n > jobdef.MaxSafeInteger || n < -jobdef.MaxSafeInteger {
 			return rt.ToValue(big.NewInt(n)), nil
 		}
 		return rt.ToValue(n), nil
@@ -220,7 +193,7 @@ func nestedDeeper(doc []byte, limit int) bool {
 		if l.depth > limit {
 			return true
 		}
-		err := eachElement(l.doc, func(_ string, v bsoncore.Value) error {
+		err := jobdef.EachElement(l.doc, func(_ string, v bsoncore.Value) error {
 			switch v.Type {
 			case bsoncore.TypeEmbeddedDocument, bsoncore.TypeArray:
 				stack = append(stack, level{v.Data, l.depth + 1})
@@ -304,7 +277,7 @@ type outConv struct {
 func (j *Job) newOutConv(v *vm, dst []byte, idv bson.RawValue, id any) outConv {
 	pk := j.PrimaryKey
 	if pk == "" {
-		pk = DefaultPrimaryKey
+		pk = jobdef.DefaultPrimaryKey
 	}
 	c := outConv{job: j, v: v, epoch: j.Dates == "epoch", limit: j.maxResult(), buf: dst, start: len(dst), pk: pk, id: id, idv: idv}
 	if v != nil {
@@ -372,7 +345,7 @@ func (c *outConv) member(n *int, k string, write func() (bool, error)) error {
 	if *n > 0 {
 		c.buf = append(c.buf, ',')
 	}
-	c.buf = appendJSONString(c.buf, k)
+	c.buf = jobdef.AppendJSONString(c.buf, k)
 	c.buf = append(c.buf, ':')
 	at := len(c.buf)
 	c.path = append(c.path, k)
@@ -408,7 +381,7 @@ func (c *outConv) endObject(n int) error {
 }
 
 func (c *outConv) writeID() (err error) {
-	c.buf, err = AppendJSON(c.buf, c.id)
+	c.buf, err = jobdef.AppendJSON(c.buf, c.id)
 	return err
 }
 
@@ -544,7 +517,7 @@ func (c *outConv) value(val goja.Value) (ok bool, err error) {
 		// A primitive, read by its type (Export would box it).
 		switch val.ExportType() {
 		case typeString:
-			c.buf = appendJSONString(c.buf, val.String())
+			c.buf = jobdef.AppendJSONString(c.buf, val.String())
 		case typeInt64:
 			c.buf = strconv.AppendInt(c.buf, val.ToInteger(), 10)
 		case typeFloat:
@@ -589,7 +562,7 @@ func (c *outConv) value(val goja.Value) (ok bool, err error) {
 		c.date(t.UnixMilli())
 		return true, nil
 	case "String":
-		c.buf = appendJSONString(c.buf, o.String())
+		c.buf = jobdef.AppendJSONString(c.buf, o.String())
 		return true, nil
 	case "Number":
 		return true, c.number(o.ToFloat())
@@ -611,12 +584,12 @@ func (c *outConv) number(f float64) error {
 		}
 		return c.fail(errs.NotADocument, "a number that is %s", what)
 	}
-	if f == math.Trunc(f) && math.Abs(f) <= maxSafe {
+	if f == math.Trunc(f) && math.Abs(f) <= jobdef.MaxSafeInteger {
 		c.buf = strconv.AppendInt(c.buf, int64(f), 10)
 		return nil
 	}
 	var err error
-	c.buf, err = appendJSONFloat(c.buf, f)
+	c.buf, err = jobdef.AppendJSONFloat(c.buf, f)
 	return err
 }
 
@@ -630,7 +603,7 @@ func (c *outConv) decimal(d bson.Decimal128) {
 		_ = c.number(f)
 		return
 	}
-	c.buf = appendJSONString(c.buf, d.String())
+	c.buf = jobdef.AppendJSONString(c.buf, d.String())
 }
 
 // decimalNumber is the float64 of d and whether it is d's exact value as
@@ -647,7 +620,7 @@ func decimalNumber(d bson.Decimal128) (float64, bool) {
 	if err != nil {
 		return 0, false
 	}
-	return f, decimalText(back) == decimalText(d)
+	return f, jobdef.DecimalText(back) == jobdef.DecimalText(d)
 }
 
 func (c *outConv) date(ms int64) {
@@ -655,7 +628,7 @@ func (c *outConv) date(ms int64) {
 		c.buf = strconv.AppendInt(c.buf, ms, 10)
 		return
 	}
-	c.buf = appendJSONString(c.buf, isoDate(ms))
+	c.buf = jobdef.AppendJSONString(c.buf, isoDate(ms))
 }
 
 // isoDate formats like JavaScript's Date.prototype.toISOString, including
@@ -693,7 +666,7 @@ func (c *outConv) special(o *goja.Object) (handled bool, err error) {
 		if !ok {
 			return true, c.fail(errs.NotADocument, "a malformed ObjectId")
 		}
-		c.buf = appendJSONString(c.buf, p.hex)
+		c.buf = jobdef.AppendJSONString(c.buf, p.hex)
 	case v.protos.dec:
 		p, ok := payload(o).(*decValue)
 		if !ok {
@@ -716,7 +689,7 @@ func (c *outConv) special(o *goja.Object) (handled bool, err error) {
 		if s == "" {
 			s = p.b64
 		}
-		c.buf = appendJSONString(c.buf, s)
+		c.buf = jobdef.AppendJSONString(c.buf, s)
 	case v.protos.ts:
 		t, i, ok := timestampFields(o)
 		if !ok {
@@ -728,13 +701,13 @@ func (c *outConv) special(o *goja.Object) (handled bool, err error) {
 		if !ok {
 			return true, c.fail(errs.NotADocument, "a malformed BSONRegExp")
 		}
-		c.buf = appendJSONString(c.buf, "/"+pat+"/"+opts)
+		c.buf = jobdef.AppendJSONString(c.buf, "/"+pat+"/"+opts)
 	case v.protos.opaque:
 		p, ok := payload(o).(*opaqueValue)
 		if !ok {
 			return true, c.fail(errs.NotADocument, "a malformed BSON value")
 		}
-		c.buf = appendJSONString(c.buf, p.json)
+		c.buf = jobdef.AppendJSONString(c.buf, p.json)
 	default:
 		return false, nil
 	}
@@ -777,7 +750,7 @@ func (c *outConv) docFromBSON(raw []byte) error {
 		return err
 	}
 	n := 0
-	err := eachElement(raw, func(key string, val bsoncore.Value) error {
+	err := jobdef.EachElement(raw, func(key string, val bsoncore.Value) error {
 		return c.member(&n, key, func() (bool, error) { return c.bsonValue(val) })
 	})
 	if err != nil {
@@ -795,7 +768,7 @@ func (c *outConv) bsonValue(val bsoncore.Value) (ok bool, err error) {
 	case bsoncore.TypeDouble:
 		return true, c.number(val.Double())
 	case bsoncore.TypeString:
-		c.buf = appendJSONString(c.buf, val.StringValue())
+		c.buf = jobdef.AppendJSONString(c.buf, val.StringValue())
 	case bsoncore.TypeEmbeddedDocument:
 		return true, c.docFromBSON(val.Data)
 	case bsoncore.TypeArray:
@@ -830,7 +803,7 @@ func (c *outConv) bsonValue(val bsoncore.Value) (ok bool, err error) {
 		if s == "" {
 			s = base64.StdEncoding.EncodeToString(data)
 		}
-		c.buf = appendJSONString(c.buf, s)
+		c.buf = jobdef.AppendJSONString(c.buf, s)
 	case bsoncore.TypeUndefined:
 		return false, nil
 	case bsoncore.TypeObjectID:
@@ -849,13 +822,13 @@ func (c *outConv) bsonValue(val bsoncore.Value) (ok bool, err error) {
 		c.buf = append(c.buf, "null"...)
 	case bsoncore.TypeRegex:
 		p, o := val.Regex()
-		c.buf = appendJSONString(c.buf, "/"+p+"/"+o)
+		c.buf = jobdef.AppendJSONString(c.buf, "/"+p+"/"+o)
 	case bsoncore.TypeJavaScript, bsoncore.TypeSymbol:
 		s, _, ok := bsoncore.ReadString(val.Data)
 		if !ok {
 			return false, c.fail(errs.NotADocument, "a malformed BSON string")
 		}
-		c.buf = appendJSONString(c.buf, s)
+		c.buf = jobdef.AppendJSONString(c.buf, s)
 	case bsoncore.TypeInt32:
 		c.buf = strconv.AppendInt(c.buf, int64(val.Int32()), 10)
 	case bsoncore.TypeTimestamp:
@@ -867,7 +840,7 @@ func (c *outConv) bsonValue(val bsoncore.Value) (ok bool, err error) {
 		h, l := val.Decimal128()
 		c.decimal(bson.NewDecimal128(h, l))
 	default:
-		c.buf = appendJSONString(c.buf, opaqueJSON(val))
+		c.buf = jobdef.AppendJSONString(c.buf, opaqueJSON(val))
 	}
 	return true, nil
 }
@@ -964,7 +937,7 @@ func (v *vm) special(o *goja.Object) bool {
 func describeID(x any) string {
 	switch v := x.(type) {
 	case string:
-		if inAlphabet(v) && len(v) <= MaxIndexIDLen {
+		if jobdef.InIDAlphabet(v) && len(v) <= jobdef.MaxIndexIDLen {
 			return strconv.Quote(v)
 		}
 		return "a string"

@@ -204,7 +204,7 @@
 // never the value. A document that needs no transform (no transform, or
 // `true`) is converted from BSON directly with the same rules.
 //
-// The primary key is derived from _id by IndexID, never chosen by the
+// The primary key is derived from _id by jobdef.IndexID, never chosen by the
 // transform: it may omit it (it is added) or set it to the same id, or to
 // the document's own _id value (as a monstache script returning the
 // document with primaryKey "_id" does); anything else is ID_MISMATCH.

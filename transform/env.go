@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
 // EnvKey is the override key of a job name: MEILISTREAM_JOB_<NAME>_<OPTION>
@@ -26,13 +27,13 @@ func envVar(key, option string) string {
 // of collection name into index name with every default, or a mirror with
 // "mirror", and the identity transform.
 func envJob(name string, ov map[string]string, opts Options) (*Job, error) {
-	j := &Job{
-		Name: name, Collection: name, Index: name, PrimaryKey: DefaultPrimaryKey, Kind: Search,
+	j := &Job{Job: jobdef.Job{
+		Name: name, Collection: name, Index: name, PrimaryKey: jobdef.DefaultPrimaryKey, Kind: jobdef.Search,
 		Reindex: "swap", Sweep: true, Dates: "iso",
 		OnDocumentError: opts.Defaults.OnDocumentError, OnHistoryLost: opts.Defaults.OnHistoryLost,
 		BatchSize: opts.Defaults.BatchSize, FlushInterval: opts.Defaults.FlushInterval,
-		SkipUnchanged: true, opts: opts, envOnly: true,
-	}
+		SkipUnchanged: true,
+	}, opts: opts, envOnly: true}
 	j.log = opts.Logger.With("job", name)
 	if err := j.applyEnv(ov, opts.IndexPrefix); err != nil {
 		return nil, err
@@ -75,8 +76,8 @@ func (j *Job) applyEnv(ov map[string]string, prefix string) error {
 				}
 			}
 		}
-		if j.Kind == Search {
-			j.Kind, j.Index, j.Reindex, j.Sweep, j.PrimaryKey, j.Dates = Mirror, "", "inplace", false, "", ""
+		if j.Kind == jobdef.Search {
+			j.Kind, j.Index, j.Reindex, j.Sweep, j.PrimaryKey, j.Dates = jobdef.Mirror, "", "inplace", false, "", ""
 		}
 		j.Mirror = v
 	}
@@ -105,7 +106,7 @@ func (j *Job) applyEnv(ov map[string]string, prefix string) error {
 			bad(o, "%s; accepts %s", problem, opt.Accepts)
 		}
 	}
-	if j.Kind == Search && prefix != "" {
+	if j.Kind == jobdef.Search && prefix != "" {
 		if _, set := ov["index"]; !set {
 			if msg := validIndexUID(prefix + j.Index); msg != "" {
 				problems = append(problems, errs.New(errs.ConfigInvalid, j.Name, "%s: MEILISTREAM_INDEX_PREFIX: %s", j.file(), msg))
@@ -136,7 +137,7 @@ func (j *Job) envHash(base string, options []string, ov map[string]string, prefi
 	for _, o := range options {
 		fmt.Fprintf(sum, "\x00%s=%s", o, ov[o])
 	}
-	if j.Kind == Search && prefix != "" {
+	if j.Kind == jobdef.Search && prefix != "" {
 		fmt.Fprintf(sum, "\x00index_prefix=%s", prefix)
 	}
 	return hex.EncodeToString(sum.Sum(nil))
@@ -146,7 +147,7 @@ func (j *Job) envHash(base string, options []string, ov map[string]string, prefi
 // variable when an override did, else the file's key.
 func (j *Job) targetBy() string {
 	option := "index"
-	if j.Kind == Mirror {
+	if j.Kind == jobdef.Mirror {
 		option = "mirror"
 	}
 	if v, ok := j.env[option]; ok {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -43,7 +44,7 @@ func TestOverridesApplyAsTheJobLoads(t *testing.T) {
 	if res := mustApply(t, a, map[string]any{"_id": 1, "title": "x"}); res.Doc["from"] != "posts" || res.Doc["pk"] != int64(1) {
 		t.Errorf("result %v", res.Doc)
 	}
-	if p := set.Job("people"); p.Kind != transform.Mirror || p.Mirror != "people_v2" || p.Collection != "persons" || p.Index != "" {
+	if p := set.Job("people"); p.Kind != jobdef.Mirror || p.Mirror != "people_v2" || p.Collection != "persons" || p.Index != "" {
 		t.Errorf("people: %+v", p)
 	}
 }
@@ -102,7 +103,7 @@ func TestAJobDeclaredByEnvironmentAlone(t *testing.T) {
 		t.Fatalf("jobs %q", jobNames(set))
 	}
 	u := set.Job("users")
-	if u.File != "" || u.Kind != transform.Mirror || u.Mirror != "users_public" || u.Collection != "accounts" || u.Hash == "" || u.Sweep {
+	if u.File != "" || u.Kind != jobdef.Mirror || u.Mirror != "users_public" || u.Collection != "accounts" || u.Hash == "" || u.Sweep {
 		t.Errorf("users: %+v", u)
 	}
 	if res := mustApply(t, u, map[string]any{"_id": 1, "a": 2}); res.Raw == nil || res.Raw.Lookup("a").Int32() != 2 {
@@ -113,7 +114,7 @@ func TestAJobDeclaredByEnvironmentAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := set.Job("tags"); g == nil || g.Kind != transform.Search || g.Collection != "tags" || g.Index != "p_tags" || g.PrimaryKey != "id" || !g.Sweep || g.Reindex != "swap" {
+	if g := set.Job("tags"); g == nil || g.Kind != jobdef.Search || g.Collection != "tags" || g.Index != "p_tags" || g.PrimaryKey != "id" || !g.Sweep || g.Reindex != "swap" {
 		t.Errorf("tags: %+v", g)
 	}
 	// With no paths, only the jobs by environment.

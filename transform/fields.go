@@ -28,23 +28,6 @@ func trimToFields(doc bson.Raw, fields []string) (bson.Raw, error) {
 	return bson.Raw(out), err
 }
 
-// StreamFields are the top-level fields the server keeps of the job's
-// documents when the job declares its fields: those, and the first
-// segment of each lookup's localField (the engine finds a document's
-// matches by it); nil without fields (every field).
-func (j *Job) StreamFields() []string {
-	if j.Fields == nil {
-		return nil
-	}
-	out := slices.Clone(j.Fields)
-	for _, l := range j.Lookups {
-		if top, _, _ := strings.Cut(l.LocalField, "."); top != "_id" && !slices.Contains(out, top) {
-			out = append(out, top)
-		}
-	}
-	return out
-}
-
 // protoNames are what a transform may ask of any object without meaning
 // a field: Object.prototype's properties (a conversion asks for valueOf
 // and toString) and toJSON.

@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -151,7 +152,7 @@ func FuzzTransformResult(f *testing.F) {
 // (NOT_A_DOCUMENT) or stands for an _id whose IndexID is that very id.
 func FuzzParseIndexID(f *testing.F) {
 	for _, v := range idCorpus(f) {
-		if id, err := transform.IndexID(v); err == nil {
+		if id, err := jobdef.IndexID(v); err == nil {
 			f.Add(externalID(id))
 		}
 	}
@@ -159,14 +160,14 @@ func FuzzParseIndexID(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		back, err := transform.ParseIndexID(s)
+		back, err := jobdef.ParseIndexID(s)
 		if err != nil {
 			if errs.CodeOf(err) != errs.NotADocument {
 				t.Fatal(err)
 			}
 			return
 		}
-		id, err := transform.IndexID(back)
+		id, err := jobdef.IndexID(back)
 		if err != nil {
 			t.Fatalf("%q -> %v: %v", s, back, err)
 		}

@@ -16,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
 // Load loads every *.js file in dir, one job per file named after it. It
@@ -255,7 +256,7 @@ func resolveConflicts(jobs []*Job, prev *Set, refuse map[string]error, problems 
 			}
 		}
 		target := j.Index
-		if j.Kind == Mirror {
+		if j.Kind == jobdef.Mirror {
 			target = j.Mirror
 		}
 		problems = append(problems, errs.New(errs.ConfigInvalid, j.Name, "%s: %s: %q is also written by job %s; each index or collection has one job, so none of them runs until one is changed",
@@ -267,7 +268,7 @@ func resolveConflicts(jobs []*Job, prev *Set, refuse map[string]error, problems 
 // target names what j writes, for the one-job-per-destination rule (a
 // mirror may share its name with an index: they are different things).
 func (j *Job) target() string {
-	if j.Kind == Mirror {
+	if j.Kind == jobdef.Mirror {
 		return "mirror\x00" + j.Mirror
 	}
 	return "index\x00" + j.Index
@@ -295,14 +296,14 @@ func LoadFile(path string, src []byte, opts Options) (*Job, error) {
 func loadFile(ctx context.Context, path string, src []byte, opts Options, ov map[string]string) (*Job, error) {
 	name := strings.TrimSuffix(filepath.Base(path), ".js")
 	sum := sha256.Sum256(src)
-	j := &Job{
+	j := &Job{Job: jobdef.Job{
 		Name: name, File: path, LegacyHash: hex.EncodeToString(sum[:]),
-		Collection: name, Index: name, PrimaryKey: DefaultPrimaryKey, Kind: Search,
+		Collection: name, Index: name, PrimaryKey: jobdef.DefaultPrimaryKey, Kind: jobdef.Search,
 		Reindex: "swap", Sweep: true, Dates: "iso",
 		OnDocumentError: opts.Defaults.OnDocumentError, OnHistoryLost: opts.Defaults.OnHistoryLost,
 		BatchSize: opts.Defaults.BatchSize, FlushInterval: opts.Defaults.FlushInterval,
-		SkipUnchanged: true, opts: opts, det: &determinism{},
-	}
+		SkipUnchanged: true,
+	}, opts: opts, det: &determinism{}}
 	j.log = opts.Logger.With("job", name)
 	fileName := filepath.Base(path)
 	if len(src) > maxFileSource {
@@ -451,7 +452,7 @@ func (j *Job) readOptions(v *vm) error {
 		j.keys[k] = true
 	}
 	if _, isMirror := set["mirror"]; isMirror {
-		j.Kind, j.Index, j.Mirror, j.Reindex, j.Sweep, j.PrimaryKey, j.Dates = Mirror, "", j.Name, "inplace", false, "", ""
+		j.Kind, j.Index, j.Mirror, j.Reindex, j.Sweep, j.PrimaryKey, j.Dates = jobdef.Mirror, "", j.Name, "inplace", false, "", ""
 		for _, k := range searchOnlyKeys() {
 			if _, ok := set[k]; ok {
 				bad(k, "not an option of a mirror job (it has \"mirror\")")
@@ -523,7 +524,7 @@ func (j *Job) readOptions(v *vm) error {
 		}
 		j.Related = related
 	}
-	if j.Kind == Search {
+	if j.Kind == jobdef.Search {
 		if msg := validIndexUID(j.Index); msg != "" {
 			key := "index"
 			if _, ok := set["index"]; !ok {
@@ -551,7 +552,7 @@ func errMsg(err error) string {
 // validIndexUID checks a Meilisearch index uid: [A-Za-z0-9_-], at most 400
 // bytes; "__reindex" at the end is kept for the staging index of a swap.
 func validIndexUID(s string) string {
-	if s == "" || len(s) > 400 || !inAlphabet(s) {
+	if s == "" || len(s) > 400 || !jobdef.InIDAlphabet(s) {
 		return fmt.Sprintf("%q is not a Meilisearch index uid (1 to 400 characters of A-Z a-z 0-9 _ -)", s)
 	}
 	if strings.HasSuffix(s, "__reindex") {

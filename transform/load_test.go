@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -42,7 +43,7 @@ func TestLoadReadsOptionsAndDefaults(t *testing.T) {
 	a := set.Job("articles")
 	if a.Collection != "posts" || a.Index != "articles_v2" || a.PrimaryKey != "pk" || a.Dates != "epoch" || a.Reindex != "inplace" ||
 		a.Sweep || a.OnDocumentError != "fail" || a.OnHistoryLost != "fail" || a.BatchSize != 50 || a.FlushInterval != 250*time.Millisecond ||
-		a.Kind != transform.Search || a.Function || len(a.Samples) != 2 {
+		a.Kind != jobdef.Search || a.Function || len(a.Samples) != 2 {
 		t.Errorf("articles: %+v", a)
 	}
 	if a.Settings["filterableAttributes"].([]any)[0] != "tags" {
@@ -56,10 +57,10 @@ func TestLoadReadsOptionsAndDefaults(t *testing.T) {
 		p.OnDocumentError != "fail" || p.OnHistoryLost != "reindex" || p.BatchSize != 7 || p.FlushInterval != 3*time.Second || p.Settings != nil {
 		t.Errorf("plain: %+v", p)
 	}
-	if m := set.Job("mon"); !m.Function || m.Kind != transform.Search || m.Index != "mon" {
+	if m := set.Job("mon"); !m.Function || m.Kind != jobdef.Search || m.Index != "mon" {
 		t.Errorf("mon: %+v", m)
 	}
-	if m := set.Job("people"); m.Kind != transform.Mirror || m.Mirror != "people_copy" || m.Collection != "people" || m.Index != "" || m.Sweep || m.Reindex != "inplace" {
+	if m := set.Job("people"); m.Kind != jobdef.Mirror || m.Mirror != "people_copy" || m.Collection != "people" || m.Index != "" || m.Sweep || m.Reindex != "inplace" {
 		t.Errorf("people: %+v", m)
 	}
 	if set.Job("notes") != nil || set.Job("nope") != nil {

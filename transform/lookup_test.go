@@ -10,6 +10,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -65,7 +66,7 @@ func TestLookupMatchesAsLookupDoes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			l := transform.Lookup{Name: "x", From: "users", LocalField: c.local, ForeignField: c.foreign, Many: true}
+			l := jobdef.Lookup{Name: "x", From: "users", LocalField: c.local, ForeignField: c.foreign, Many: true}
 			got := l.Match(rawDoc(t, c.doc), users)
 			var names []string
 			for _, g := range got {
@@ -102,7 +103,7 @@ func TestTheTransformSeesItsLookups(t *testing.T) {
 		t.Fatalf("lookups %+v", j.Lookups)
 	}
 	doc := rawDoc(t, `{"_id": 1, "title": "T", "authorId": 7, "tagIds": [1, 2]}`)
-	res, _, err := j.ApplyWith(context.Background(), nil, doc, transform.OpInsert, nil, transform.LookupResults{
+	res, _, err := j.ApplyWith(context.Background(), nil, doc, transform.OpInsert, nil, jobdef.LookupResults{
 		{rawDoc(t, `{"_id": 7, "name": "Ada"}`)},
 		{rawDoc(t, `{"_id": 1, "label": "go"}`), rawDoc(t, `{"_id": 2, "label": "db"}`)},
 		nil,
@@ -122,7 +123,7 @@ func TestAnIdentityJobMergesItsLookupsUnderTheirNames(t *testing.T) {
   lookups: { author: { from: "users", localField: "authorId", foreignField: "_id" } },
 };`)
 	doc := rawDoc(t, `{"_id": 1, "authorId": 7}`)
-	res, _, err := j.ApplyWith(context.Background(), nil, doc, transform.OpInsert, nil, transform.LookupResults{{rawDoc(t, `{"_id": 7, "name": "Ada"}`)}})
+	res, _, err := j.ApplyWith(context.Background(), nil, doc, transform.OpInsert, nil, jobdef.LookupResults{{rawDoc(t, `{"_id": 7, "name": "Ada"}`)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +163,7 @@ func TestRelatesAndLookupsAreTheJobsDependencies(t *testing.T) {
   relate: [{ namespace: "app.comments", srcField: "articleId", matchField: "_id", keepSrc: true }],
 };`)
 	deps := j.Dependencies()
-	want := []transform.Dependency{{Collection: "users", Key: "_id", Field: "authorId"}, {Collection: "comments", Key: "articleId", Field: "_id"}}
+	want := []jobdef.Dependency{{Collection: "users", Key: "_id", Field: "authorId"}, {Collection: "comments", Key: "articleId", Field: "_id"}}
 	if len(deps) != 2 || deps[0] != want[0] || deps[1] != want[1] {
 		t.Fatalf("dependencies %+v, want %+v", deps, want)
 	}
@@ -203,7 +204,7 @@ func TestAMonstacheScriptCarriesItsRelates(t *testing.T) {
 };
 module.exports.relate = [{ namespace: "shop.customers", withNamespace: "shop.orders", matchField: "customerId" }];`)
 	deps := j.Dependencies()
-	want := transform.Dependency{Collection: "customers", Key: "_id", Field: "customerId"}
+	want := jobdef.Dependency{Collection: "customers", Key: "_id", Field: "customerId"}
 	if !j.Function || len(deps) != 1 || deps[0] != want {
 		t.Fatalf("function %v, dependencies %+v, want [%+v]", j.Function, deps, want)
 	}

@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
 // mirrorConv turns a transform's result back into BSON for a replica. It
@@ -296,7 +297,7 @@ func (c *mirrorConv) enter(o *goja.Object) error {
 // it, else int32 for an integer that fits, else double.
 func (c *mirrorConv) number(dst []byte, key string, f float64, n int64, isInt bool, hint bsoncore.Value) []byte {
 	integral := isInt || (f == math.Trunc(f) && !math.IsInf(f, 0))
-	if !isInt && integral && math.Abs(f) <= maxSafe {
+	if !isInt && integral && math.Abs(f) <= jobdef.MaxSafeInteger {
 		n = int64(f)
 	}
 	switch hint.Type {
@@ -306,15 +307,15 @@ func (c *mirrorConv) number(dst []byte, key string, f float64, n int64, isInt bo
 		}
 		return bsoncore.AppendDoubleElement(dst, key, f)
 	case bsoncore.TypeInt64:
-		if integral && (isInt || math.Abs(f) <= maxSafe) {
+		if integral && (isInt || math.Abs(f) <= jobdef.MaxSafeInteger) {
 			return bsoncore.AppendInt64Element(dst, key, n)
 		}
 	case bsoncore.TypeInt32:
-		if integral && (isInt || math.Abs(f) <= maxSafe) && n >= math.MinInt32 && n <= math.MaxInt32 {
+		if integral && (isInt || math.Abs(f) <= jobdef.MaxSafeInteger) && n >= math.MinInt32 && n <= math.MaxInt32 {
 			return bsoncore.AppendInt32Element(dst, key, int32(n))
 		}
 	}
-	if integral && (isInt || math.Abs(f) <= maxSafe) && n >= math.MinInt32 && n <= math.MaxInt32 && !(f == 0 && math.Signbit(f)) {
+	if integral && (isInt || math.Abs(f) <= jobdef.MaxSafeInteger) && n >= math.MinInt32 && n <= math.MaxInt32 && !(f == 0 && math.Signbit(f)) {
 		return bsoncore.AppendInt32Element(dst, key, int32(n))
 	}
 	if isInt {

@@ -16,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
 // monstache's script globals (rwynn/monstache, monstache.go,
@@ -398,7 +399,7 @@ func (v *vm) parseReadOptions(rc *readCall, arg goja.Value) goja.Value {
 				continue
 			}
 			f, ok := val.Export().(int64)
-			if fl, isF := val.Export().(float64); isF && fl == math.Trunc(fl) && math.Abs(fl) <= maxSafe {
+			if fl, isF := val.Export().(float64); isF && fl == math.Trunc(fl) && math.Abs(fl) <= jobdef.MaxSafeInteger {
 				f, ok = int64(fl), true
 			}
 			if !ok {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/dop251/goja"
+
+	"github.com/meilistream/meilistream/jobdef"
 )
 
 // JobOption is one option of a job, as a transform file's exported object
@@ -25,7 +27,7 @@ type JobOption struct {
 	// case ("primary_key"); "" when only the file sets it.
 	Env string
 	// Jobs is the kind of job that has the option; -1: every kind.
-	Jobs Kind
+	Jobs jobdef.Kind
 	// Accepts says what values it takes, for messages and the manual.
 	Accepts string
 	// Default is its default, for the manual.
@@ -65,7 +67,7 @@ const (
 const maxCount = 100000
 
 // allJobs marks an option of every kind of job.
-const allJobs Kind = -1
+const allJobs jobdef.Kind = -1
 
 // JobOptions are every option of a job, in the manual's order.
 var JobOptions = []JobOption{
@@ -73,26 +75,26 @@ var JobOptions = []JobOption{
 		Accepts: "a collection name of the source database", Default: "the job name",
 		Doc: "the source collection whose changes the job follows",
 		set: func(j *Job, v any) string { return setName(&j.Collection, v.(string), validCollection) }},
-	{Key: "index", Env: "index", Jobs: Search, value: textValue,
+	{Key: "index", Env: "index", Jobs: jobdef.Search, value: textValue,
 		Accepts: "1 to 400 characters of A-Z a-z 0-9 _ - (with MEILISTREAM_INDEX_PREFIX before them)", Default: "the job name",
 		Doc:  "the Meilisearch index uid the job writes",
 		form: indexAlphabet,
 		set:  func(j *Job, v any) string { j.Index = v.(string); return "" }},
-	{Key: "primaryKey", Env: "primary_key", Jobs: Search, value: textValue,
-		Accepts: "a field name without dots", Default: "`\"" + DefaultPrimaryKey + "\"`",
+	{Key: "primaryKey", Env: "primary_key", Jobs: jobdef.Search, value: textValue,
+		Accepts: "a field name without dots", Default: "`\"" + jobdef.DefaultPrimaryKey + "\"`",
 		Doc:   "the index's primary key, made from each document's _id",
 		set:   func(j *Job, v any) string { return setName(&j.PrimaryKey, v.(string), validPrimaryKey) },
 		label: "primary key", get: func(j *Job) string { return j.PrimaryKey }},
-	{Key: "mirror", Env: "mirror", Jobs: Mirror, value: textValue,
+	{Key: "mirror", Env: "mirror", Jobs: jobdef.Mirror, value: textValue,
 		Accepts: "a collection name of the replica", Default: "none: a search job",
 		Doc: "makes the job a mirror job writing this collection of the replica MongoDB",
 		set: func(j *Job, v any) string { return setName(&j.Mirror, v.(string), validCollection) }},
-	{Key: "dates", Jobs: Search, value: choiceValue, choices: []string{"iso", "epoch"},
+	{Key: "dates", Jobs: jobdef.Search, value: choiceValue, choices: []string{"iso", "epoch"},
 		Accepts: "iso or epoch", Default: "`\"iso\"`",
 		Doc:   "how dates are written to Meilisearch: ISO 8601 text, or milliseconds since 1970",
 		set:   func(j *Job, v any) string { j.Dates = v.(string); return "" },
 		label: "dates", get: func(j *Job) string { return j.Dates }},
-	{Key: "reindex", Env: "reindex", Jobs: Search, value: choiceValue, choices: []string{"swap", "inplace"},
+	{Key: "reindex", Env: "reindex", Jobs: jobdef.Search, value: choiceValue, choices: []string{"swap", "inplace"},
 		Accepts: "swap or inplace", Default: "`\"swap\"`",
 		Doc:   "a reindex builds a new index and swaps it in, or rewrites the live one",
 		set:   func(j *Job, v any) string { j.Reindex = v.(string); return "" },
@@ -135,7 +137,7 @@ var JobOptions = []JobOption{
 		Accepts: fmt.Sprintf("up to %d top-level field names, without dots or a leading `$` (a variable: separated by commas)", maxFields), Default: "none: every field",
 		Doc: "the fields the transform reads: the server drops updates touching none of them, and trims every document the transform sees to them and `_id`",
 		set: func(j *Job, v any) string { return setFields(j, v.([]string)) }},
-	{Key: "settings", Jobs: Search, value: fileOnlyValue,
+	{Key: "settings", Jobs: jobdef.Search, value: fileOnlyValue,
 		Accepts: "an object of Meilisearch index settings", Default: "none: a reindex copies the live index's",
 		Doc: "index settings applied when the job starts and to the index of each reindex"},
 	{Key: "lookups", Jobs: allJobs, value: fileOnlyValue,
@@ -203,7 +205,7 @@ func fileKeys() string {
 func searchOnlyKeys() []string {
 	var out []string
 	for _, o := range JobOptions {
-		if o.Jobs == Search {
+		if o.Jobs == jobdef.Search {
 			out = append(out, o.Key)
 		}
 	}
@@ -391,7 +393,7 @@ func setName(dst *string, s string, valid func(string) string) string {
 // (its length and the reserved suffix are checked with the job, prefix
 // included).
 func indexAlphabet(v string) string {
-	if !inAlphabet(v) {
+	if !jobdef.InIDAlphabet(v) {
 		return fmt.Sprintf("%q is not a Meilisearch index uid", v)
 	}
 	return ""

@@ -7,6 +7,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -264,7 +265,7 @@ func TestReadingALookupReadsItsLocalField(t *testing.T) {
 	doc := bson.D{{Key: "_id", Value: 1}, {Key: "title", Value: "T"}, {Key: "author", Value: bson.D{{Key: "id", Value: 7}}}, {Key: "tagIds", Value: bson.A{1}}, {Key: "views", Value: 1}}
 	user := marshal(t, bson.D{{Key: "_id", Value: 7}, {Key: "name", Value: "Ada"}})
 	tag := marshal(t, bson.D{{Key: "_id", Value: 1}, {Key: "label", Value: "go"}})
-	res := transform.LookupResults{{user}, {tag}}
+	res := jobdef.LookupResults{{user}, {tag}}
 	for name, c := range map[string]struct {
 		body               string
 		changed, unchanged []string

@@ -12,18 +12,14 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
-// Defaults applied when Options or JobDefaults leave a field zero.
+// Defaults applied when Options leave a field zero (JobDefaults take
+// jobdef's).
 const (
-	DefaultTimeout         = time.Second
-	DefaultMaxResultBytes  = 1 << 20
-	DefaultMaxMirrorBytes  = 16 << 20 // MongoDB's maxBsonObjectSize
-	DefaultOnDocumentError = "skip"
-	DefaultOnHistoryLost   = "reindex"
-	DefaultBatchSize       = 500
-	DefaultFlushInterval   = time.Second
-	DefaultPrimaryKey      = "id"
+	DefaultTimeout        = time.Second
+	DefaultMaxResultBytes = 1 << 20
 )
 
 // Options configure loading and running transforms.
@@ -40,7 +36,7 @@ type Options struct {
 	MaxResultBytes int
 	// MaxMirrorBytes refuses a mirror result larger than this many bytes
 	// of BSON, measured on the document as the replica stores it (_id
-	// first); 0 means DefaultMaxMirrorBytes, the replica's own limit
+	// first); 0 means jobdef.DefaultMaxMirrorBytes, the replica's own limit
 	// (maxBsonObjectSize in its hello answer, 16 MiB on every MongoDB
 	// server): what a replica stores has nothing to do with what
 	// Meilisearch takes.
@@ -76,7 +72,7 @@ type Options struct {
 }
 
 // JobDefaults are the global per-job defaults (from the environment) that a
-// transform file may override key by key. Zero fields take the Default*
+// transform file may override key by key. Zero fields take jobdef's Default*
 // constants.
 type JobDefaults struct {
 	OnDocumentError string        // "skip" | "fail"
@@ -96,110 +92,34 @@ func (o Options) withDefaults() Options {
 		o.MaxResultBytes = DefaultMaxResultBytes
 	}
 	if o.MaxMirrorBytes <= 0 {
-		o.MaxMirrorBytes = DefaultMaxMirrorBytes
+		o.MaxMirrorBytes = jobdef.DefaultMaxMirrorBytes
 	}
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
 	}
 	d := &o.Defaults
 	if d.OnDocumentError == "" {
-		d.OnDocumentError = DefaultOnDocumentError
+		d.OnDocumentError = jobdef.DefaultOnDocumentError
 	}
 	if d.OnHistoryLost == "" {
-		d.OnHistoryLost = DefaultOnHistoryLost
+		d.OnHistoryLost = jobdef.DefaultOnHistoryLost
 	}
 	if d.BatchSize <= 0 {
-		d.BatchSize = DefaultBatchSize
+		d.BatchSize = jobdef.DefaultBatchSize
 	}
 	if d.FlushInterval <= 0 {
-		d.FlushInterval = DefaultFlushInterval
+		d.FlushInterval = jobdef.DefaultFlushInterval
 	}
 	return o
 }
 
-// Kind says where a job writes.
-type Kind int
-
-// The kinds of job.
-const (
-	Search Kind = iota // into a Meilisearch index
-	Mirror             // into a collection of the replica MongoDB
-)
-
-// String returns "search" or "mirror".
-func (k Kind) String() string {
-	if k == Mirror {
-		return "mirror"
-	}
-	return "search"
-}
-
-// Job is one loaded transform file: the job's options and its compiled
-// transform. Jobs come from Load or a Watcher, environment overrides and
-// the index prefix already applied (Options.Overrides); their fields are
-// read-only once loaded. A job declared by environment alone, or a Job
+// Job is one loaded transform file: the job's definition (jobdef.Job) and
+// its compiled transform. Jobs come from Load or a Watcher, environment
+// overrides and the index prefix already applied (Options.Overrides);
+// their fields are read-only once loaded. A job declared by environment alone, or a Job
 // built by hand, has no transform: Apply is then the identity.
 type Job struct {
-	Name       string // the file name without ".js"
-	File       string // the file's path; "" for a job without a file
-	Collection string // source collection; default Name
-	Index      string // search: Meilisearch index uid; default Name; "" for a mirror
-	Mirror     string // mirror: destination collection in the replica; "" for a search job
-	PrimaryKey string // search: the index's primary key; default "id"
-	Kind       Kind
-	// Reindex is "swap" (default for search: build <index>__reindex and
-	// swap) or "inplace" (always for a mirror).
-	Reindex string
-	// Sweep removes, after an in-place reindex, what was not written by it.
-	// Default true for search, false for mirror.
-	Sweep bool
-	// Dates is how a JavaScript Date (and a BSON date) is written to
-	// Meilisearch: "iso" (default, "2024-05-01T10:00:00.000Z") or "epoch"
-	// (milliseconds since 1970, an integer Meilisearch can sort and filter).
-	Dates           string
-	OnDocumentError string // "skip" | "fail"
-	OnHistoryLost   string // "reindex" | "fail"
-	BatchSize       int
-	FlushInterval   time.Duration
-	// Timeout limits one transform call of this job (the file's
-	// transformTimeout); 0 means Options.Timeout.
-	Timeout time.Duration
-	// Settings are the Meilisearch index settings the file declares (JSON
-	// ready), nil if none.
-	Settings map[string]any
-	// Samples are the file's `samples` documents, for check.
-	Samples []bson.Raw
-	// SkipUnchanged: an update that cannot change the transform's result
-	// is not sent (Result.Reads says what a call read; the engine
-	// decides). Default true.
-	SkipUnchanged bool
-	// Fields are the top-level fields the transform reads, as the file
-	// (or MEILISTREAM_JOB_<NAME>_FIELDS) declares them; nil: every field.
-	// The change stream then drops, at the server, updates touching none
-	// of them, and every document the transform sees (followed, reindexed,
-	// retried) holds only them and _id.
-	Fields []string
-	// Lookups are the file's declared lookups (`lookups`), in the order
-	// the file lists them; Relates its `relate` dependencies; Related the
-	// related collections' sample documents (`related`), for check.
-	Lookups []Lookup
-	Relates []Relate
-	Related map[string][]bson.Raw
-	// Hash is the sha256 (hex) of the file's tokens (see tokenHash:
-	// comments, indentation, spaces and blank lines are not in it; every
-	// token, and a line break between two tokens, is); with environment
-	// overrides or an index prefix, the sha256 of that hash followed by
-	// them (see Options.Overrides). A changed hash means the job must
-	// reindex.
-	Hash string
-	// LegacyHash is what Hash was before it covered tokens: the sha256 of
-	// the file's bytes, with the same overrides after it. A position
-	// recorded with it was recorded for this very file, so a caller may
-	// take it as Hash (and record Hash from then on) rather than reindex
-	// once after an upgrade.
-	LegacyHash string
-	// Function says the file exports a bare monstache-style function.
-	Function bool
+	jobdef.Job
 
 	rt   *jobRuntime // nil: identity
 	opts Options     // with defaults
@@ -269,7 +189,7 @@ func (j *Job) Apply(ctx context.Context, doc bson.Raw, op Operation, updateDesc 
 }
 
 // apply is Apply with the document's lookups resolved.
-func (j *Job) apply(ctx context.Context, doc bson.Raw, op Operation, updateDesc bson.Raw, lookups LookupResults) (Result, error) {
+func (j *Job) apply(ctx context.Context, doc bson.Raw, op Operation, updateDesc bson.Raw, lookups jobdef.LookupResults) (Result, error) {
 	res, _, err := j.ApplyWith(ctx, nil, doc, op, updateDesc, lookups)
 	if err != nil || res.JSON == nil {
 		return res, err
@@ -294,12 +214,12 @@ func (j *Job) ApplyTo(ctx context.Context, dst []byte, doc bson.Raw, op Operatio
 // the document's lookups (LookupResults, in the order of j.Lookups; nil
 // for none), on ctx.lookups and, for a lookup with As (or every lookup of
 // an identity job), on the document.
-func (j *Job) ApplyWith(ctx context.Context, dst []byte, doc bson.Raw, op Operation, updateDesc bson.Raw, lookups LookupResults) (Result, []byte, error) {
+func (j *Job) ApplyWith(ctx context.Context, dst []byte, doc bson.Raw, op Operation, updateDesc bson.Raw, lookups jobdef.LookupResults) (Result, []byte, error) {
 	return j.applyWith(ctx, dst, doc, op, updateDesc, lookups, op == OpUpdate && j.SkipUnchanged)
 }
 
 // applyWith is ApplyWith, keeping what the call reads when track is set.
-func (j *Job) applyWith(ctx context.Context, dst []byte, doc bson.Raw, op Operation, updateDesc bson.Raw, lookups LookupResults, track bool) (Result, []byte, error) {
+func (j *Job) applyWith(ctx context.Context, dst []byte, doc bson.Raw, op Operation, updateDesc bson.Raw, lookups jobdef.LookupResults, track bool) (Result, []byte, error) {
 	d, idv, res, err := j.prepare(doc, lookups)
 	if err != nil {
 		return Result{}, dst, err
@@ -320,7 +240,7 @@ func (j *Job) applyWith(ctx context.Context, dst []byte, doc bson.Raw, op Operat
 // returning true): the document as it is.
 func (j *Job) identity(dst []byte, doc bson.Raw, idv bson.RawValue, res Result) (Result, []byte, error) {
 	limit := j.maxResult()
-	if j.Kind == Mirror {
+	if j.Kind == jobdef.Mirror {
 		if len(doc) > limit {
 			return Result{}, dst, errs.New(errs.NotADocument, j.Name, "the document is %d bytes of BSON, more than the limit of %d a mirror writes (the replica's maxBsonObjectSize)", len(doc), limit)
 		}
@@ -338,11 +258,11 @@ func (j *Job) identity(dst []byte, doc bson.Raw, idv bson.RawValue, res Result) 
 // maxResult is the result size limit of the job's kind, also for a Job
 // built by hand.
 func (j *Job) maxResult() int {
-	if j.Kind == Mirror {
+	if j.Kind == jobdef.Mirror {
 		if j.opts.MaxMirrorBytes > 0 {
 			return j.opts.MaxMirrorBytes
 		}
-		return DefaultMaxMirrorBytes
+		return jobdef.DefaultMaxMirrorBytes
 	}
 	if j.opts.MaxResultBytes > 0 {
 		return j.opts.MaxResultBytes

@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
 // maxCallStack bounds JavaScript recursion, so runaway recursion is a
@@ -397,7 +398,7 @@ func (c *updateCtx) Keys() []string {
 // lookupsObject is ctx.lookups: each lookup's matches by name, as the
 // transform's documents are (an array with many, else the match or null),
 // frozen.
-func (v *vm) lookupsObject(j *Job, res LookupResults) (goja.Value, error) {
+func (v *vm) lookupsObject(j *Job, res jobdef.LookupResults) (goja.Value, error) {
 	in := inConv{v: v}
 	o := v.rt.NewObject()
 	for i, l := range j.Lookups {
@@ -450,7 +451,7 @@ func (j *Job) identityGuarded(dst []byte, doc bson.Raw, idv bson.RawValue, res R
 // run calls the transform and converts its result; panics from goja while
 // reading the result (a throwing getter, an interrupt) become errors, and
 // so does any other panic (internalErr, the runtime then spoiled).
-func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, lookups LookupResults, res Result) (_ Result, out []byte, err error) {
+func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operation, updateDesc bson.Raw, lookups jobdef.LookupResults, res Result) (_ Result, out []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			switch x := r.(type) {
@@ -548,7 +549,7 @@ func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operati
 	if err := v.refuseMeta(j, obj); err != nil {
 		return Result{}, dst, err
 	}
-	if j.Kind == Mirror {
+	if j.Kind == jobdef.Mirror {
 		oc := mirrorConv{v: v, job: j, limit: j.maxResult()}
 		raw, err := oc.document(obj, doc, idv)
 		if err != nil {

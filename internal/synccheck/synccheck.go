@@ -23,6 +23,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/clip"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -42,7 +43,7 @@ func Expected(ctx context.Context, coll *mongo.Collection, job *transform.Job, e
 	}
 	pk := job.PrimaryKey
 	if pk == "" {
-		pk = transform.DefaultPrimaryKey
+		pk = jobdef.DefaultPrimaryKey
 	}
 	// A job declaring its fields sees its documents trimmed to them (and
 	// _id) wherever it reads them.
@@ -85,11 +86,11 @@ func Expected(ctx context.Context, coll *mongo.Collection, job *transform.Job, e
 // Lookups resolves job's lookups for doc on its own, one query per lookup
 // for this document (the server matches, in its order), apart from how the
 // engine resolves them for a whole batch: a check of the engine's results.
-func Lookups(ctx context.Context, db *mongo.Database, job *transform.Job, doc bson.Raw) (transform.LookupResults, error) {
+func Lookups(ctx context.Context, db *mongo.Database, job *transform.Job, doc bson.Raw) (jobdef.LookupResults, error) {
 	if len(job.Lookups) == 0 {
 		return nil, nil
 	}
-	out := make(transform.LookupResults, len(job.Lookups))
+	out := make(jobdef.LookupResults, len(job.Lookups))
 	for i, l := range job.Lookups {
 		opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}})
 		if p := l.Projection(); p != nil {
@@ -142,7 +143,7 @@ func LeftOut(ctx context.Context, errorsColl *mongo.Collection, job string) ([]b
 // does not exist).
 func Actual(ctx context.Context, client meilisearch.ServiceManager, uid, pk string) (Docs, error) {
 	if pk == "" {
-		pk = transform.DefaultPrimaryKey
+		pk = jobdef.DefaultPrimaryKey
 	}
 	out := Docs{}
 	idx := client.Index(uid)

@@ -5,7 +5,7 @@
 // (NewLogger).
 //
 // The defaults of the settings other packages use are theirs (engine,
-// lease, transform): config imports them, and transform's table of job
-// options to check MEILISTREAM_JOB_<NAME>_<OPTION>. Nothing imports config
-// but the main package, which maps it onto each package's own options.
+// lease, transform), and so is transform's table of job options that
+// MEILISTREAM_JOB_<NAME>_<OPTION> is checked against; the main package
+// maps the configuration onto each package's own options.
 package config

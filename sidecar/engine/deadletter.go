@@ -8,25 +8,23 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/pipe"
-	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/transform"
 )
 
 // prepareItems is the prepare stage's work on items: their lookups and
-// transform (deleteSkipped: see prepare.Transform), the documents it
+// transform (deleteSkipped: see Transform), the documents it
 // failed on taken through the per-document error path (recorded, kept in
 // set, and in made while a swap reindex runs), what it kept out counted;
 // sk, when set, counts the updates it left unsent.
-func (e *Engine) prepareItems(ctx context.Context, jc jobConfig, stats *status.JobStats, set, made *deadletter.Set, items []prepare.Item, deleteSkipped bool, sk *prepare.Unchanged) (writes []sink.Write, skipped int, bad []prepare.DocError, err error) {
+func (e *Engine) prepareItems(ctx context.Context, jc jobConfig, stats *status.JobStats, set, made *deadLetterSet, items []Item, deleteSkipped bool, sk *Unchanged) (writes []sink.Write, skipped int, bad []DocError, err error) {
 	lk, err := e.lookups(ctx, jc, items)
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	writes, skipped, bad, err = prepare.Transform(ctx, jc.job, items, lk, deleteSkipped)
+	writes, skipped, bad, err = Transform(ctx, jc.job, items, lk, deleteSkipped)
 	if err != nil {
 		return nil, 0, nil, err
 	}
@@ -45,7 +43,7 @@ func (e *Engine) prepareItems(ctx context.Context, jc jobConfig, stats *status.J
 // handleDocErrors takes transform failures through the per-document error
 // path: recorded and counted, then the job goes on (skip) or stops with an
 // error naming the document (fail).
-func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *status.JobStats, set *deadletter.Set, bad []prepare.DocError) error {
+func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *status.JobStats, set *deadLetterSet, bad []DocError) error {
 	for _, b := range bad {
 		code := string(errs.CodeOf(b.Err))
 		msg := b.Err.Error() // the code and job are recorded apart
@@ -58,19 +56,19 @@ func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *statu
 		stats.Add(0, 0, 0, 1)
 		e.observeDocError(jc.job.Name, code)
 		if jc.OnDocumentError == "fail" {
-			e.log.Error("document failed; stopping the job (onDocumentError: fail)", "job", jc.job.Name, "id", prepare.IDString(b.ID), "op", string(b.Op), "code", code, "error", msg)
+			e.log.Error("document failed; stopping the job (onDocumentError: fail)", "job", jc.job.Name, "id", IDString(b.ID), "op", string(b.Op), "code", code, "error", msg)
 			return &errs.Error{Code: errs.CodeOf(b.Err), Job: jc.job.Name, Err: &docFailed{
-				msg:   fmt.Sprintf("document _id %s (%s): %s; fix the transform or the document; onDocumentError is fail, so the job stops (the document is recorded in the errors collection: `meilistream retry %s` after a fix)", prepare.IDString(b.ID), b.Op, msg, jc.job.Name),
+				msg:   fmt.Sprintf("document _id %s (%s): %s; fix the transform or the document; onDocumentError is fail, so the job stops (the document is recorded in the errors collection: `meilistream retry %s` after a fix)", IDString(b.ID), b.Op, msg, jc.job.Name),
 				cause: b.Err,
 			}}
 		}
-		e.log.Warn("document left out", "job", jc.job.Name, "id", prepare.IDString(b.ID), "op", string(b.Op), "code", code, "error", msg)
+		e.log.Warn("document left out", "job", jc.job.Name, "id", IDString(b.ID), "op", string(b.Op), "code", code, "error", msg)
 	}
 	return nil
 }
 
-// failedIDs are the ids of bad, for deadletter.Set.Candidates.
-func failedIDs(bad []prepare.DocError) []bson.RawValue {
+// failedIDs are the ids of bad, for deadLetterSet.Candidates.
+func failedIDs(bad []DocError) []bson.RawValue {
 	if len(bad) == 0 {
 		return nil
 	}
@@ -94,9 +92,9 @@ func (d *docFailed) Unwrap() error { return d.cause }
 // Retry runs the documents recorded in the errors collection for job through
 // the current transform again, under l: what succeeds is written to sink and
 // its record cleared; what fails again keeps (updates) its record
-// (deadletter.Retry). The caller holds the job's lease, so no follower
+// (retryRun). The caller holds the job's lease, so no follower
 // writes meanwhile.
-func (e *Engine) Retry(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease) (deadletter.Summary, error) {
+func (e *Engine) Retry(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease) (RetrySummary, error) {
 	start := time.Now()
 	ctx, stop := leaseContext(ctx, l)
 	defer stop()
@@ -105,28 +103,28 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, dst sink.Sink, l
 	log := e.log.With("job", job.Name)
 	ids, err := e.store.DocErrorIDs(ctx, job.Name)
 	if err != nil {
-		return deadletter.Summary{}, leaseOr(ctx, l, err)
+		return RetrySummary{}, leaseOr(ctx, l, err)
 	}
 	if len(ids) == 0 {
-		return deadletter.Summary{Duration: time.Since(start)}, nil
+		return RetrySummary{Duration: time.Since(start)}, nil
 	}
 	if err := retryPrepare(ctx, dst, e.cfg, log); err != nil {
-		return deadletter.Summary{}, leaseOr(ctx, l, err)
+		return RetrySummary{}, leaseOr(ctx, l, err)
 	}
 	p := e.newPipe(ctx, jc, dst, nil, log, false)
 	defer p.Abort(pipe.Closed)
-	sum, err := deadletter.Retry{
+	sum, err := retryRun{
 		Store: e.store, Job: job.Name, Source: e.source.Collection(job.Collection), Find: retryFind(job), BatchSize: jc.BatchSize,
 		Transform: func(ctx context.Context, ids []bson.RawValue, docs []bson.Raw) ([]sink.Write, []bson.RawValue, error) {
-			items := make([]prepare.Item, len(ids))
+			items := make([]Item, len(ids))
 			for i, id := range ids {
-				items[i] = prepare.Item{ID: id, Doc: docs[i], Op: transform.OpReindex}
+				items[i] = Item{ID: id, Doc: docs[i], Op: transform.OpReindex}
 			}
 			lk, err := e.lookups(ctx, jc, items)
 			if err != nil {
 				return nil, nil, err
 			}
-			writes, _, bad, err := prepare.Transform(ctx, job, items, lk, true)
+			writes, _, bad, err := Transform(ctx, job, items, lk, true)
 			if err != nil {
 				return nil, nil, err
 			}

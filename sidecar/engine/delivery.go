@@ -8,9 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/pipe"
-	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 )
@@ -30,8 +28,8 @@ type delivery struct {
 	// swap reindex runs, also takes the documents refused: their records
 	// outlive the swap. Both are read on the wait stage, and changed only
 	// before the first flight or by a control flight.
-	errs *deadletter.Set
-	made *deadletter.Set
+	errs *deadLetterSet
+	made *deadLetterSet
 }
 
 // newPipe starts the pipe of one job into dst. With track, a write sent
@@ -68,13 +66,13 @@ func (d *delivery) Retried(what string, err error, attempt int) {
 // job fails with onDocumentError: fail.
 func (d *delivery) Refused(ctx context.Context, id bson.RawValue, code, msg string) error {
 	name := d.jc.job.Name
-	d.log.Warn("destination refused a document", "id", prepare.IDString(id), "code", code, "error", msg)
+	d.log.Warn("destination refused a document", "id", IDString(id), "code", code, "error", msg)
 	// Recorded in both modes, so `meilistream retry` and `status` see it.
 	if err := d.e.store.RecordDocumentError(ctx, name, id, code, msg, d.jc.job.Hash); err != nil {
 		return err
 	}
 	if d.jc.OnDocumentError == "fail" {
-		return errs.New(errs.Failed, name, "the destination refused document _id %s: %s: %s; fix the document (or the transform); onDocumentError is fail, so the job stops", prepare.IDString(id), code, msg)
+		return errs.New(errs.Failed, name, "the destination refused document _id %s: %s: %s; fix the document (or the transform); onDocumentError is fail, so the job stops", IDString(id), code, msg)
 	}
 	d.errs.Add(id)
 	d.made.Add(id)

@@ -16,14 +16,11 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
-	"github.com/meilistream/meilistream/sidecar/lookup"
-	"github.com/meilistream/meilistream/sidecar/prepare"
-	"github.com/meilistream/meilistream/sidecar/rollout"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/sidecar/stream"
-	"github.com/meilistream/meilistream/sidecar/watermark"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -31,10 +28,10 @@ import (
 // flushInterval, onHistoryLost, onDocumentError) default to the transform
 // package's, which its option table documents.
 const (
-	DefaultBatchSize        = transform.DefaultBatchSize
-	DefaultFlushInterval    = transform.DefaultFlushInterval
-	DefaultOnHistoryLost    = transform.DefaultOnHistoryLost
-	DefaultOnDocumentError  = transform.DefaultOnDocumentError
+	DefaultBatchSize        = jobdef.DefaultBatchSize
+	DefaultFlushInterval    = jobdef.DefaultFlushInterval
+	DefaultOnHistoryLost    = jobdef.DefaultOnHistoryLost
+	DefaultOnDocumentError  = jobdef.DefaultOnDocumentError
 	DefaultPageSize         = 2000
 	DefaultPositionInterval = 60 * time.Second
 	DefaultMaxInFlight      = 4
@@ -162,7 +159,7 @@ type Engine struct {
 	obs       Observer
 	log       hclog.Logger
 	// resolver resolves the jobs' declared lookups on the prepare stage.
-	resolver *lookup.Resolver
+	resolver *lookupResolver
 	// wait sleeps before attempt (from 0) of a read or write tried again.
 	wait func(ctx context.Context, attempt int) error
 
@@ -192,7 +189,7 @@ func New(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Coll
 	}
 	store := jobstate.New(state, errorsColl, wait)
 	e := &Engine{source: source, store: store, cfg: cfg, obs: obs, log: logger, wait: wait,
-		resolver: &lookup.Resolver{Source: source, Bounds: lookupBounds, Log: logger, Wait: wait}}
+		resolver: &lookupResolver{Source: source, Bounds: lookupBounds, Log: logger, Wait: wait}}
 	if state != nil {
 		e.stateName = state.Name()
 	}
@@ -200,9 +197,9 @@ func New(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Coll
 }
 
 // Reader returns what the jobs' monstache-style transforms read the source
-// MongoDB with (lookup.NewReader), through the engine's client: pass it as
+// MongoDB with (newReader), through the engine's client: pass it as
 // transform.Options.Reader.
-func (e *Engine) Reader() transform.Reader { return lookup.NewReader(e.source.Client()) }
+func (e *Engine) Reader() transform.Reader { return newReader(e.source.Client()) }
 
 // ensureErrorIndex makes the errors collection's index at a job's start,
 // by the lease's holder, once per process. The index only makes the
@@ -298,7 +295,7 @@ func (e *Engine) runJob(ctx context.Context, job *transform.Job, dst sink.Sink, 
 // whatever the position says, after which it stops and reports it.
 // own, when set, is the mode of the job as defined, which job (a copy in
 // another mode) starts with a reindex in (RunReindexing).
-func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, force bool, own string) (*watermark.Summary, error) {
+func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, force bool, own string) (*Summary, error) {
 	asked := own != ""
 	ctx, stop := leaseContext(ctx, l)
 	defer stop()
@@ -379,7 +376,7 @@ func (e *Engine) plan(ctx context.Context, job *transform.Job, l Lease, force, l
 			// file's bytes): no reason to rebuild anything.
 			log.Info("the position was recorded by an earlier release with the hash of the file's bytes, which is this transform's: recording its token hash, no reindex",
 				"recorded_hash", short(pos.Hash), "hash", short(job.Hash))
-			if err := e.store.RecordHash(ctx, job, l); err != nil {
+			if err := e.store.RecordHash(ctx, &job.Job, l); err != nil {
 				return plan, err
 			}
 			pos.Hash = job.Hash
@@ -393,7 +390,7 @@ func (e *Engine) plan(ctx context.Context, job *transform.Job, l Lease, force, l
 		log.Info("no recorded position: reindexing")
 		plan.reindex = true
 	case pos.Hash != job.Hash:
-		if err := rollout.Older(ctx, e.store, job, pos, e.cfg.Process); err != nil {
+		if err := olderRule(ctx, e.store, job, pos, e.cfg.Process); err != nil {
 			return plan, err
 		}
 		if pos.PreviousHash == job.Hash {
@@ -425,29 +422,29 @@ func legacyOf(job *transform.Job, h string) bool {
 // definition (index uid, options) or a changed transform file, and that an
 // index (or replica collection) the job no longer writes is left in place.
 func (e *Engine) logWhyReindex(job *transform.Job, pos *jobstate.Position, log hclog.Logger) {
-	changes := jobstate.DefinitionChanges(pos.Definition, job)
-	if len(changes) == 0 && pos.Destination != "" && pos.Destination != jobstate.Destination(job) {
-		changes = []string{fmt.Sprintf("destination %q, was %q", jobstate.Destination(job), pos.Destination)}
+	changes := jobstate.DefinitionChanges(pos.Definition, &job.Job)
+	if len(changes) == 0 && pos.Destination != "" && pos.Destination != jobstate.Destination(&job.Job) {
+		changes = []string{fmt.Sprintf("destination %q, was %q", jobstate.Destination(&job.Job), pos.Destination)}
 	}
 	if len(changes) == 0 {
 		log.Info("transform changed since the position was recorded: reindexing", "recorded_hash", short(pos.Hash), "hash", short(job.Hash))
 		return
 	}
 	args := []any{"changes", strings.Join(changes, "; "), "recorded_hash", short(pos.Hash), "hash", short(job.Hash)}
-	if pos.Destination != "" && pos.Destination != jobstate.Destination(job) {
+	if pos.Destination != "" && pos.Destination != jobstate.Destination(&job.Job) {
 		what := "index"
-		if job.Kind == transform.Mirror {
+		if job.Kind == jobdef.Mirror {
 			what = "replica collection"
 		}
 		log.Info(fmt.Sprintf("job definition changed (%s): reindexing into %s %s; the old %s %s is left in place for you to delete when no longer needed",
-			strings.Join(changes, "; "), what, jobstate.Destination(job), what, pos.Destination), args...)
+			strings.Join(changes, "; "), what, jobstate.Destination(&job.Job), what, pos.Destination), args...)
 		return
 	}
 	log.Info(fmt.Sprintf("job definition changed (%s): reindexing", strings.Join(changes, "; ")), args...)
 }
 
-// Older applies the rollout rule (rollout.Older) to job as this process
-// has it, without its lease: the error wrapping rollout.ErrTransformOlder
+// Older applies the rollout rule (olderRule) to job as this process
+// has it, without its lease: the error wrapping ErrTransformOlder
 // when it must stand by for another process, nil when it may take the
 // lease (a run applies the rule again under it), another error when the
 // state could not be read. A standby asks before it takes the lease, so
@@ -460,14 +457,14 @@ func (e *Engine) Older(ctx context.Context, job *transform.Job) error {
 	if pos == nil || legacyOf(job, pos.Hash) {
 		return nil
 	}
-	return rollout.Older(ctx, e.store, job, pos, e.cfg.Process)
+	return olderRule(ctx, e.store, job, pos, e.cfg.Process)
 }
 
 // KeepPresence starts keeping this process's presence record of job (with
 // job's hash), refreshed every PresenceInterval, until the returned
 // Presence is closed: the rollout rule reads it in the other processes.
-func (e *Engine) KeepPresence(job *transform.Job) *rollout.Presence {
-	return rollout.Keep(e.store, job, e.cfg.Process, e.cfg.PresenceInterval, e.log)
+func (e *Engine) KeepPresence(job *transform.Job) *Presence {
+	return keepPresence(e.store, job, e.cfg.Process, e.cfg.PresenceInterval, e.log)
 }
 
 // leaseContext derives a context cancelled with the lease's LEASE_LOST
@@ -583,17 +580,17 @@ func short(h string) string {
 
 // keyOf is the identity of a source _id: equal for two _ids exactly when
 // MongoDB holds them as one (numbers by value across types:
-// transform.IDKey). Changes coalesce on it, a reindex's window drops rows
+// jobdef.IDKey). Changes coalesce on it, a reindex's window drops rows
 // by it, and ids read back from a destination compare by it.
-func keyOf(id bson.RawValue) string { return transform.IDKey(id) }
+func keyOf(id bson.RawValue) string { return jobdef.IDKey(id) }
 
 // lookupBounds are what a lookup may read (a test narrows them).
-var lookupBounds lookup.Bounds
+var lookupBounds Bounds
 
 // lookups resolves job's lookups for items (nil when the job declares
 // none), setting the LookupErr of an item whose lookups match more than a
 // document may hold.
-func (e *Engine) lookups(ctx context.Context, jc jobConfig, items []prepare.Item) ([]transform.LookupResults, error) {
+func (e *Engine) lookups(ctx context.Context, jc jobConfig, items []Item) ([]jobdef.LookupResults, error) {
 	if len(jc.job.Lookups) == 0 {
 		return nil, nil
 	}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/meilistream/meilistream/bench/articles"
 	"github.com/meilistream/meilistream/internal/testutil"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/pipe"
-	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -21,10 +21,10 @@ import (
 func BenchmarkEngineReindexTransformAndEncode(b *testing.B) {
 	job := testutil.ArticlesJob(b)
 	const n = 1000
-	items := make([]prepare.Item, n)
+	items := make([]Item, n)
 	for i := range items {
 		raw, _ := bson.Marshal(articles.Article(i))
-		items[i] = prepare.Item{Doc: raw, ID: bson.Raw(raw).Lookup("_id"), Op: transform.OpReindex}
+		items[i] = Item{Doc: raw, ID: bson.Raw(raw).Lookup("_id"), Op: transform.OpReindex}
 	}
 	var body []byte
 	// A context that can end, as the pipe's is: the transform watches it.
@@ -34,7 +34,7 @@ func BenchmarkEngineReindexTransformAndEncode(b *testing.B) {
 	cpu0 := testutil.CPUTime()
 	for it := 0; it < b.N; it++ {
 		for lo := 0; lo < n; lo += 500 {
-			writes, _, _, err := prepare.Transform(ctx, job, items[lo:lo+500], nil, false)
+			writes, _, _, err := Transform(ctx, job, items[lo:lo+500], nil, false)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -62,7 +62,7 @@ func (s *encodeSink) Keys(context.Context, func([]bson.RawValue) error) error   
 func (s *encodeSink) Stage(context.Context, bool) (sink.Staged, error)              { return nil, sink.ErrNoStage }
 
 // encodeUpserts renders the upserts of writes into buf as one JSON array,
-// as the Meilisearch sink encodes a batch (transform.AppendJSON of each
+// as the Meilisearch sink encodes a batch (jobdef.AppendJSON of each
 // document, into a buffer it reuses).
 func encodeUpserts(buf []byte, writes []sink.Write) []byte {
 	buf = append(buf[:0], '[')
@@ -73,7 +73,7 @@ func encodeUpserts(buf []byte, writes []sink.Write) []byte {
 		if len(buf) > 1 {
 			buf = append(buf, ',')
 		}
-		buf, _ = transform.AppendJSON(buf, writes[i].Doc)
+		buf, _ = jobdef.AppendJSON(buf, writes[i].Doc)
 	}
 	return append(buf, ']')
 }
@@ -134,7 +134,7 @@ func (f *follower) flushNoRecord() {
 	f.reset()
 	job := f.jc.job
 	_ = f.p.Submit(&pipe.Flight{Prepare: func(ctx context.Context, fl *pipe.Flight) error {
-		w, _, _, err := prepare.Transform(ctx, job, items, nil, true)
+		w, _, _, err := Transform(ctx, job, items, nil, true)
 		fl.Batch = sink.Batch{Writes: w}
 		return err
 	}})

@@ -1,11 +1,12 @@
 package engine
 
-import "github.com/meilistream/meilistream/sidecar/lookup"
-
-// SetLookupBounds sets what a lookup may read (lookup.Bounds) for the
+// SetLookupBounds sets what a lookup may read (Bounds) for the
 // engines a test makes, and returns what puts them back.
 func SetLookupBounds(batch, doc int) (restore func()) {
 	was := lookupBounds
-	lookupBounds = lookup.Bounds{Batch: batch, Doc: doc}
+	lookupBounds = Bounds{Batch: batch, Doc: doc}
 	return func() { lookupBounds = was }
 }
+
+// NewReader is newReader, for the reader's own tests.
+var NewReader = newReader

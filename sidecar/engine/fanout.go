@@ -6,18 +6,16 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar/lookup"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
-	"github.com/meilistream/meilistream/sidecar/watermark"
 )
 
 // A related change (a document of a collection the job looks up, or a
 // relate's namespace) sends again the job's documents that depend on it
-// (lookup.Related says which). The follow loop gathers their values as it
+// (relatedKeys says which). The follow loop gathers their values as it
 // reads the stream, and at each flush hands them to the fan-out reader
-// (watermark.Fanout) as tasks, one query each ({field: {$in: values}}).
+// (Fanout) as tasks, one query each ({field: {$in: values}}).
 // The reader reads each task's documents in pages between two marks of its
 // chain, and the follow loop sends a page at its mark without the
 // documents the stream changed meanwhile (onFanMark). Each document's
@@ -31,7 +29,7 @@ import (
 
 // startFan starts the fan-out reader (related changes, retries).
 func (f *follower) startFan() {
-	f.fan = watermark.NewFanout(f.source(), f.jc.PageSize)
+	f.fan = NewFanout(f.source(), f.jc.PageSize)
 	f.fan.Begin(f.pctx, f.p.Pipe)
 }
 
@@ -58,8 +56,11 @@ func (f *follower) addRelated(ev bson.Raw, op, coll string) error {
 	if bd, err := ev.LookupErr("fullDocumentBeforeChange"); err == nil {
 		before, _ = bd.DocumentOK()
 	}
+	if err := f.markUnreached(ev, op, coll, doc, before); err != nil {
+		return err
+	}
 	if f.related == nil {
-		f.related = lookup.Related{}
+		f.related = relatedKeys{}
 	}
 	f.relatedN += f.related.Add(f.deps, coll, doc, before, id)
 	f.lastTok = ev.Lookup("_id").Document()
@@ -77,17 +78,17 @@ func (f *follower) relatedAll(coll, op string) {
 }
 
 // startFanouts hands the values gathered since the last flush to the
-// fan-out reader, one task per query of dependents (lookup.Related.Filters).
+// fan-out reader, one task per query of dependents (relatedKeys.Filters).
 func (f *follower) startFanouts() {
 	if f.relatedN == 0 || f.fan == nil {
 		return
 	}
-	var tasks []*watermark.Task
+	var tasks []*Task
 	for _, filter := range f.related.Filters() {
-		tasks = append(tasks, &watermark.Task{Filter: filter})
+		tasks = append(tasks, &Task{Filter: filter})
 	}
 	if f.relatedAllPending {
-		tasks = []*watermark.Task{{Filter: bson.D{}}}
+		tasks = []*Task{{Filter: bson.D{}}}
 	}
 	f.related, f.relatedN, f.relatedAllPending = nil, 0, false
 	f.fanBusy += len(tasks)

@@ -13,7 +13,7 @@ import (
 // the same document either way.
 func retryFind(job *transform.Job) *options.FindOptionsBuilder {
 	opts := options.Find()
-	if p := stream.Projection(job); p != nil {
+	if p := stream.Projection(&job.Job); p != nil {
 		opts.SetProjection(p)
 	}
 	return opts

@@ -12,15 +12,12 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar/deadletter"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
-	"github.com/meilistream/meilistream/sidecar/lookup"
 	"github.com/meilistream/meilistream/sidecar/pipe"
-	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/sidecar/stream"
-	"github.com/meilistream/meilistream/sidecar/watermark"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -57,7 +54,7 @@ type followPlan struct {
 // flush), the lease is lost, the history is lost (stream.ErrHistoryLost), the
 // collection is invalidated, or a non-retryable error; with plan.reindex it
 // runs a reindex interleaved with it, and reports it.
-func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, plan followPlan, log hclog.Logger) (*watermark.Summary, error) {
+func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, plan followPlan, log hclog.Logger) (*Summary, error) {
 	jc := e.jobCfg(job)
 	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, tok: plan.tok, deps: job.Dependencies(), lastRecorded: plan.tok, lastWall: plan.since, ownMode: plan.ownMode, byHand: plan.untilReindexed}
 	f.relatedColls = map[string]bool{}
@@ -71,10 +68,10 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	}
 	defer func() { f.reader.Close() }() // the one open last: a resume or an error reopens it
 
-	var snap *watermark.Reindex
+	var snap *Reindex
 	if plan.reindex {
 		var err error
-		snap, err = watermark.Start(ctx, f.source(), watermark.Options{
+		snap, err = startReindex(ctx, f.source(), reindexOptions{
 			Store: e.store, Lease: l, Dest: dst, Stats: stats, Observer: e.obs,
 			PageSize: jc.PageSize, ProgressInterval: jc.ProgressInterval,
 		}, plan.cp)
@@ -91,12 +88,16 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	defer pstop()
 	f.p = e.newPipe(pctx, jc, dst, stats, log, true)
 	defer f.p.Abort(pipe.Closed)
-	set, err := deadletter.Load(ctx, e.store, job.Name, e.obs)
+	set, err := loadSet(ctx, e.store, job.Name, e.obs)
 	if err != nil {
 		f.p.Abort(err)
 		return nil, closeOr(ctx, l, err)
 	}
 	f.p.errs = set
+	if f.stale, err = e.loadStaleJoins(ctx, job.Name); err != nil {
+		f.p.Abort(err)
+		return nil, closeOr(ctx, l, err)
+	}
 	if snap != nil {
 		f.startSnapshot(pctx, snap)
 		defer func() {
@@ -113,7 +114,7 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	if len(f.deps) > 0 {
 		f.startFan()
 	}
-	f.retries = make(chan *deadletter.Request)
+	f.retries = make(chan *retryRequest)
 	stopRetries := f.serveRetries(ctx)
 	defer stopRetries()
 	if !plan.since.IsZero() {
@@ -154,8 +155,8 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 
 // source is where the job's chains (the reindex's, the fan-out's) read
 // and mark.
-func (f *follower) source() watermark.Source {
-	return watermark.Source{
+func (f *follower) source() Source {
+	return Source{
 		DB: f.e.source, State: f.e.stateName, Job: f.jc.job, Log: f.log,
 		Wait:    f.e.wait,
 		Blame:   func(ctx context.Context, err error) error { return leaseOr(ctx, f.l, err) },
@@ -174,7 +175,7 @@ type follower struct {
 	reader *stream.Reader
 
 	pending      map[string]int // coalescing key -> index in items
-	items        []prepare.Item
+	items        []Item
 	pendingBytes int
 	lastTok      bson.Raw  // token of the last change in items
 	wall         time.Time // its wall time
@@ -185,7 +186,7 @@ type follower struct {
 	changes      int64 // document changes read, not yet counted in the stats
 
 	// The running reindex, and the sweep's ids to delete at its end.
-	snap      *watermark.Reindex
+	snap      *Reindex
 	waiting   atomic.Int32 // the chains' marks written and not yet read
 	gone      map[string]bson.RawValue
 	committed bool
@@ -195,15 +196,20 @@ type follower struct {
 	// reader sending the dependents again. fanPending counts the fan-out
 	// tasks not yet durable (the follow loop adds them, the pipe's wait
 	// stage ends them); no position is recorded while it is above zero.
-	deps         []transform.Dependency
+	deps         []jobdef.Dependency
 	relatedColls map[string]bool
-	related      lookup.Related
+	related      relatedKeys
 	relatedN     int
-	fan          *watermark.Fanout
+	fan          *Fanout
 	fanPending   atomic.Int64
 	// relatedAllPending: a related collection went away; the next flush
 	// sends every document again.
 	relatedAllPending bool
+	// stale: the dependencies whose dependents may hold an old join
+	// (stalejoins.go); staleBase, the marks the running reindex forgets
+	// when it commits.
+	stale     *staleJoins
+	staleBase int64
 	// fanBusy counts the fan-out reader's tasks handed over and not yet
 	// at their last mark (the follow loop's): only while it is above zero
 	// does the reader's window need the keys the stream changes (a task's
@@ -215,7 +221,7 @@ type follower struct {
 	// under it); retries takes the requests of `meilistream retry`,
 	// `pause`, `resume` and `reindex` (retrylive.go, pause.go).
 	pctx    context.Context
-	retries chan *deadletter.Request
+	retries chan *retryRequest
 	// paused: the stream is closed until a resume (pause.go), since
 	// pausedAt; pauseWarned is when the log last said so.
 	paused                bool
@@ -240,14 +246,14 @@ type follower struct {
 
 func (f *follower) reset() {
 	f.pending = make(map[string]int, f.jc.BatchSize)
-	f.items = make([]prepare.Item, 0, f.jc.BatchSize)
+	f.items = make([]Item, 0, f.jc.BatchSize)
 	f.pendingBytes = 0
 }
 
 // chains are the chains whose windows are open: the reindex's, the
 // fan-out's.
-func (f *follower) chains() []*watermark.Chain {
-	var out []*watermark.Chain
+func (f *follower) chains() []*Chain {
+	var out []*Chain
 	if f.snap != nil {
 		out = append(out, f.snap.Chain)
 	}
@@ -269,7 +275,7 @@ func (f *follower) changedKey(k string) {
 }
 
 // fanChain is the fan-out reader's chain, nil without one.
-func (f *follower) fanChain() *watermark.Chain {
+func (f *follower) fanChain() *Chain {
 	if f.fan == nil {
 		return nil
 	}
@@ -280,7 +286,7 @@ func (f *follower) fanChain() *watermark.Chain {
 // transient errors; stream.ErrHistoryLost when the history no longer holds f.tok.
 func (f *follower) open(ctx context.Context) error {
 	for {
-		cs, err := stream.Open(ctx, f.e.source, f.jc.job, f.e.stateName, f.tok, f.large.Options()...)
+		cs, err := stream.Open(ctx, f.e.source, &f.jc.job.Job, f.e.stateName, f.tok, f.large.Options()...)
 		if f.large.Unsplit(err) {
 			// A server before 7.0 and 6.0.9: events over 16 MB are read
 			// by a lean stream instead.
@@ -520,7 +526,7 @@ func (f *follower) add(ev bson.Raw) error {
 			return err
 		}
 	}
-	var it prepare.Item
+	var it Item
 	size := len(ev)
 	switch op {
 	case "insert", "replace", "update":
@@ -557,7 +563,7 @@ func (f *follower) add(ev bson.Raw) error {
 	k := keyOf(idv)
 	it.Key = k
 	if i, ok := f.pending[k]; ok {
-		f.items[i] = prepare.Coalesce(f.items[i], it)
+		f.items[i] = Coalesce(f.items[i], it)
 	} else {
 		f.pending[k] = len(f.items)
 		f.items = append(f.items, it)
@@ -667,7 +673,7 @@ func (f *follower) flush() error {
 // changeTarget is where the followed changes go, and the set that also
 // takes their error records: the live destination, or, while a reindex
 // runs, its target and the records it makes.
-func (f *follower) changeTarget() (pipe.Target, *deadletter.Set) {
+func (f *follower) changeTarget() (pipe.Target, *deadLetterSet) {
 	if f.snap == nil {
 		return pipe.ToLive, nil
 	}
@@ -676,7 +682,7 @@ func (f *follower) changeTarget() (pipe.Target, *deadletter.Set) {
 
 // notChanged is items without the documents the stream changed (changed:
 // their keys) in the window they were read in.
-func notChanged(items []prepare.Item, changed map[string]bool) []prepare.Item {
+func notChanged(items []Item, changed map[string]bool) []Item {
 	if len(changed) == 0 {
 		return items
 	}
@@ -793,7 +799,7 @@ func (f *follower) invalidated(ctx context.Context, op string) error {
 	f.log.Warn("collection invalidated: stopping; the next run reindexes", "event", op)
 	if o, ok := f.p.Live().(sink.DDLObserver); ok {
 		o.OnDDL(ctx, op) // never applied to a replica (mirror jobs)
-	} else if f.jc.job.Kind == transform.Mirror {
+	} else if f.jc.job.Kind == jobdef.Mirror {
 		f.e.observeDDL(name, op)
 	}
 	if f.snap != nil {

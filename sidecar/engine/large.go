@@ -8,7 +8,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/status"
 )
 
@@ -34,9 +33,9 @@ func (f *follower) tooLarge(ctx context.Context, err error) error {
 }
 
 // fillDocs reads, by _id, the documents of the items a lean stream left
-// without one (prepare.Item.Fill); one left without is no longer in the
+// without one (Item.Fill); one left without is no longer in the
 // collection (its delete event follows).
-func (e *Engine) fillDocs(ctx context.Context, jc jobConfig, items []prepare.Item) error {
+func (e *Engine) fillDocs(ctx context.Context, jc jobConfig, items []Item) error {
 	var want []int
 	for i := range items {
 		if items[i].Fill {

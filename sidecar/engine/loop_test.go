@@ -14,7 +14,6 @@ import (
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/meili"
-	"github.com/meilistream/meilistream/sidecar/rollout"
 )
 
 // engineAs is an engine of another process (its presence records are that
@@ -48,7 +47,7 @@ func TestAnOlderTransformStandsByOnlyWhileALiveProcessRunsTheNewerOne(t *testing
 	pb := e.engineAs("pod-b").KeepPresence(updated)
 	defer pb.Close()
 	until(t, "pod-a told to stand by", func() bool {
-		return errors.Is(e.engine().Older(e.ctx, old), rollout.ErrTransformOlder)
+		return errors.Is(e.engine().Older(e.ctx, old), engine.ErrTransformOlder)
 	})
 	err := e.engine().Older(e.ctx, old)
 	for _, want := range []string{"items.js (hash " + old.Hash[:12] + ") is the one replaced by the recorded transform (hash " + updated.Hash[:12], "which pod-b runs"} {
@@ -61,7 +60,7 @@ func TestAnOlderTransformStandsByOnlyWhileALiveProcessRunsTheNewerOne(t *testing
 	}
 	swaps := e.meili.Requests("POST /swap-indexes")
 	r = e.run(old, l) // as if it had taken the lease anyway
-	if err := r.wait(t); !errors.Is(err, rollout.ErrTransformOlder) {
+	if err := r.wait(t); !errors.Is(err, engine.ErrTransformOlder) {
 		t.Fatalf("a run with the older file: %v, want ErrTransformOlder", err)
 	}
 	if e.meili.Requests("POST /swap-indexes") != swaps || e.positionHash() != updated.Hash {
@@ -146,7 +145,7 @@ func (e *env) stopMidReindex(src string, l engine.Lease) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.engine().Reindex(ctx, job, meili.NewSink(e.mc, job, e.log), l, nil)
+		_, err := e.engine().Reindex(ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, nil)
 		done <- err
 	}()
 	until(e.t, "a checkpoint", func() bool {
@@ -180,7 +179,7 @@ func TestAbandonedStagedIndexIsDeletedWhenTheReindexStartsOver(t *testing.T) {
 			t.Fatal("no staged index after the stopped reindex")
 		}
 		inPlace := e.job(strings.Replace(itemsJS, `index: "items",`, `index: "items", reindex: "inplace",`, 1))
-		if _, err := e.engine().Reindex(e.ctx, inPlace, meili.NewSink(e.mc, inPlace, e.log), l, nil); err != nil {
+		if _, err := e.engine().Reindex(e.ctx, inPlace, meili.NewSink(e.mc, &inPlace.Job, e.log), l, nil); err != nil {
 			t.Fatal(err)
 		}
 		if e.hasIndex("items__reindex") {
@@ -199,7 +198,7 @@ func TestAbandonedStagedIndexIsDeletedWhenTheReindexStartsOver(t *testing.T) {
 			t.Fatal("no staged index after the stopped reindex")
 		}
 		moved := e.job(strings.Replace(itemsJS, `index: "items",`, `index: "items_v2",`, 1))
-		if _, err := e.engine().Reindex(e.ctx, moved, meili.NewSink(e.mc, moved, e.log), l, nil); err != nil {
+		if _, err := e.engine().Reindex(e.ctx, moved, meili.NewSink(e.mc, &moved.Job, e.log), l, nil); err != nil {
 			t.Fatal(err)
 		}
 		if e.hasIndex("items__reindex") || e.hasIndex("items_v2__reindex") || !e.hasIndex("items_v2") {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/sidecar/deadletter"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/status"
@@ -61,7 +61,7 @@ func (m *ModeAsked) Error() string {
 // (retrylive.go), a pause, a resume or a reindex. errReindexAsked says
 // the follow must end for a reindex (the request is finished once it
 // did, cleanly).
-func (f *follower) request(ctx context.Context, r *deadletter.Request) error {
+func (f *follower) request(ctx context.Context, r *retryRequest) error {
 	switch r.Kind() {
 	case "":
 		if f.paused {
@@ -95,7 +95,7 @@ func (f *follower) pausedErr(what string) error {
 // pauseAsked records the pause, stops reading, and finishes r once
 // everything read before is durable (a control flight: the pipe keeps
 // order).
-func (f *follower) pauseAsked(ctx context.Context, r *deadletter.Request) error {
+func (f *follower) pauseAsked(ctx context.Context, r *retryRequest) error {
 	if f.paused {
 		r.Finish(fmt.Sprintf("already paused since %s", f.pausedAt.UTC().Format(time.RFC3339)), nil)
 		return nil
@@ -137,7 +137,7 @@ func (f *follower) enterPause(at time.Time) error {
 
 // resumeAsked clears the pause and reopens the stream after the last
 // change read.
-func (f *follower) resumeAsked(ctx context.Context, r *deadletter.Request) error {
+func (f *follower) resumeAsked(ctx context.Context, r *retryRequest) error {
 	if err := f.e.store.ClearPause(ctx, f.jc.job.Name, f.l); err != nil {
 		r.Finish("", err)
 		return leaseOr(ctx, f.l, err)
@@ -165,12 +165,12 @@ func (f *follower) resumeAsked(ctx context.Context, r *deadletter.Request) error
 // reindexAsked answers a reindex request: at once when a reindex already
 // runs, refused while paused or for another mode than the job's;
 // otherwise errReindexAsked (the loop ends the follow, then finishes r).
-func (f *follower) reindexAsked(r *deadletter.Request) error {
+func (f *follower) reindexAsked(r *retryRequest) error {
 	if f.paused {
 		r.Finish("", f.pausedErr("reindex"))
 		return nil
 	}
-	if m := r.Mode(); m == "swap" && f.jc.job.Kind == transform.Mirror {
+	if m := r.Mode(); m == "swap" && f.jc.job.Kind == jobdef.Mirror {
 		r.Finish("", errs.New(errs.Failed, f.jc.job.Name, "job %s is a mirror job, which always rebuilds its replica collection in place: --swap does not apply", f.jc.job.Name))
 		return nil
 	}
@@ -192,7 +192,7 @@ func (f *follower) reindexAsked(r *deadletter.Request) error {
 
 // reindexMode is how job reindexes: "inplace" or "swap".
 func reindexMode(job *transform.Job) string {
-	if job.Reindex == "inplace" || job.Kind == transform.Mirror {
+	if job.Reindex == "inplace" || job.Kind == jobdef.Mirror {
 		return "inplace"
 	}
 	return "swap"

@@ -10,7 +10,6 @@ import (
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/sidecar/status"
-	"github.com/meilistream/meilistream/sidecar/watermark"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -20,7 +19,7 @@ import (
 // cleanly once the rebuilt destination is live and its position recorded.
 // Cancelling ctx stops it cleanly (error: ctx's cause); a later Reindex or
 // Run resumes from the checkpoint.
-func (e *Engine) Reindex(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats) (watermark.Summary, error) {
+func (e *Engine) Reindex(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats) (Summary, error) {
 	e.setKind(job.Name, job.Kind.String())
 	sum, err := e.run(ctx, job, dst, l, stats, true, "")
 	stats.SetPhase(status.PhaseIdle)
@@ -33,12 +32,12 @@ func (e *Engine) Reindex(ctx context.Context, job *transform.Job, dst sink.Sink,
 	if err != nil {
 		err = errs.WithJob(job.Name, err)
 		stats.SetError(err)
-		return watermark.Summary{}, err
+		return Summary{}, err
 	}
 	return *sum, nil
 }
 
-// A reindex runs beside the follow loop: watermark.Reindex reads the
+// A reindex runs beside the follow loop: Reindex reads the
 // collection in chunks between marks of its own, and the loop, reaching
 // each mark in the stream, hands the chunk read before it to the pipe
 // after the pending changes and without the documents the stream changed
@@ -47,11 +46,17 @@ func (e *Engine) Reindex(ctx context.Context, job *transform.Job, dst sink.Sink,
 // and the position with the new transform's hash.
 
 // startSnapshot makes snap the running reindex.
-func (f *follower) startSnapshot(ctx context.Context, snap *watermark.Reindex) {
+func (f *follower) startSnapshot(ctx context.Context, snap *Reindex) {
 	f.snap = snap
 	f.gone = map[string]bson.RawValue{}
 	f.p.SetStaged(snap.StagedSink())
 	f.p.made = snap.Made()
+	// A resumed reindex read its earlier chunks before this run: the
+	// joins marked stale then may be in them.
+	f.staleBase = 0
+	if !snap.Summary().Resumed {
+		f.staleBase = f.stale.since()
+	}
 	snap.Begin(ctx, f.p.Pipe)
 }
 
@@ -96,7 +101,7 @@ func (f *follower) onMark(ev bson.Raw, op string, tok bson.Raw) error {
 // submitChunk hands a chunk's rows, but those in changed, to the pipe for
 // the reindex's target; once durable its last _id is checkpointed and tok
 // recorded as the position.
-func (f *follower) submitChunk(c *watermark.Chunk, changed map[string]bool, tok bson.Raw, wall time.Time) error {
+func (f *follower) submitChunk(c *Chunk, changed map[string]bool, tok bson.Raw, wall time.Time) error {
 	snap, jc, e, stats := f.snap, f.jc, f.e, f.stats
 	items := notChanged(c.Items, changed)
 	set := f.p.errs
@@ -169,6 +174,7 @@ func (f *follower) finish(tok bson.Raw, wall time.Time) error {
 	}
 	f.snap, f.gone = nil, nil
 	e, jc, l, p, stats := f.e, f.jc, f.l, f.p, f.stats
+	stale, staleBase := f.stale, f.staleBase
 	commit := func(ctx context.Context) error {
 		// The last steps are short and must not be cut between the swap
 		// and the record by a clean stop (the next start would reindex
@@ -203,7 +209,12 @@ func (f *follower) finish(tok bson.Raw, wall time.Time) error {
 			tok, wall = f.lastRecorded, f.lastWall
 			f.recMu.Unlock()
 		}
-		if err := e.store.RecordNewPosition(ctx, jc.job, l, tok, wall); err != nil {
+		if err := e.store.RecordNewPosition(ctx, &jc.job.Job, l, tok, wall); err != nil {
+			return err
+		}
+		// Every document is the new transform's, with its joins of
+		// the reindex: the joins marked stale before it began are not.
+		if err := stale.forget(ctx, e.store, jc.job.Name, l, staleBase); err != nil {
 			return err
 		}
 		if err := e.store.DeleteCheckpoint(ctx, jc.job.Name, l); err != nil {

@@ -6,11 +6,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/meilistream/meilistream/sidecar/deadletter"
 	"github.com/meilistream/meilistream/sidecar/pipe"
-	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/sink"
-	"github.com/meilistream/meilistream/sidecar/watermark"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -20,7 +17,7 @@ import (
 // and retries the recorded documents under its own lease, inside the
 // running job: never beside it, because a document the retry read could
 // otherwise land after a newer version the stream wrote. The recorded ids
-// go to the fan-out reader (watermark.Fanout) as tasks of up to half a page each:
+// go to the fan-out reader (Fanout) as tasks of up to half a page each:
 // each task is read by _id between two marks of the reader's chain, and
 // at its mark the follow loop hands the page to the pipe, after the
 // changes before the mark, without the documents the stream changed in the
@@ -37,10 +34,10 @@ import (
 const DefaultRetryPoll = time.Second
 
 // serveRetries takes the job's retry requests until ctx ends and hands
-// them to the follow loop (deadletter.Requests.Serve, whose stop the
+// them to the follow loop (retryRequests.Serve, whose stop the
 // caller defers after the loop).
 func (f *follower) serveRetries(ctx context.Context) (stop func()) {
-	return deadletter.Requests{
+	return retryRequests{
 		Store: f.e.store, Job: f.jc.job.Name, Process: f.e.cfg.Process, Lease: f.l,
 		Poll: f.e.cfg.RetryPoll, Log: f.log,
 	}.Serve(ctx, f.retries)
@@ -48,7 +45,7 @@ func (f *follower) serveRetries(ctx context.Context) (stop func()) {
 
 // startRetry hands r's ids to the fan-out reader (started now if the job
 // has none), half a page per task.
-func (f *follower) startRetry(r *deadletter.Request) error {
+func (f *follower) startRetry(r *retryRequest) error {
 	if len(r.IDs) == 0 {
 		r.Pages(0)
 		return nil
@@ -56,10 +53,10 @@ func (f *follower) startRetry(r *deadletter.Request) error {
 	if f.fan == nil {
 		f.startFan()
 	}
-	size := watermark.PartSize(f.jc.PageSize)
-	var tasks []*watermark.Task
+	size := PartSize(f.jc.PageSize)
+	var tasks []*Task
 	for lo := 0; lo < len(r.IDs); lo += size {
-		tasks = append(tasks, &watermark.Task{IDs: r.IDs[lo:min(lo+size, len(r.IDs))], Retry: r})
+		tasks = append(tasks, &Task{IDs: r.IDs[lo:min(lo+size, len(r.IDs))], Retry: r})
 	}
 	r.Pages(len(tasks))
 	f.fanBusy += len(tasks)
@@ -77,9 +74,9 @@ func (f *follower) startRetry(r *deadletter.Request) error {
 // the stream changed in the window, transformed again, and deletes for the
 // ids the collection no longer holds. Once durable, the records of what
 // was written are cleared and the page counted into its request.
-func (f *follower) submitRetryPage(c *watermark.Chunk, changed map[string]bool) error {
+func (f *follower) submitRetryPage(c *Chunk, changed map[string]bool) error {
 	r := c.Task.Retry
-	var items []prepare.Item
+	var items []Item
 	var superseded []bson.RawValue // the stream's to write: counted by what it did
 	goneIDs := map[string]bool{}
 	for _, it := range c.Items {
@@ -96,7 +93,7 @@ func (f *follower) submitRetryPage(c *watermark.Chunk, changed map[string]bool) 
 			continue
 		}
 		goneIDs[k] = true
-		items = append(items, prepare.Item{ID: id, Op: transform.OpReindex}) // no document: a delete
+		items = append(items, Item{ID: id, Op: transform.OpReindex}) // no document: a delete
 	}
 	// A document failing again is recorded, whatever onDocumentError says:
 	// a retry never stops the job on the document it retries.

@@ -1,12 +1,11 @@
 package engine
 
 import (
-	"github.com/meilistream/meilistream/sidecar/prepare"
 	"github.com/meilistream/meilistream/sidecar/status"
 )
 
 // Updates that cannot change what the destination holds are not sent
-// (skipUnchanged: the rule is prepare.Unchanged's). The follow loop
+// (skipUnchanged: the rule is Unchanged's). The follow loop
 // judges its batches but while the destination may not hold the result of
 // the version before an update:
 //   - while a reindex runs: its chunks drop the rows the stream changed in
@@ -20,16 +19,16 @@ import (
 
 // unchangedCheck gives the items of a batch about to be flushed their
 // judge, and returns it; nil when none of them may be spared (see above).
-func (f *follower) unchangedCheck(items []prepare.Item) *prepare.Unchanged {
+func (f *follower) unchangedCheck(items []Item) *Unchanged {
 	if f.snap != nil || f.fanPending.Load() > 0 || !f.jc.job.SkipUnchanged {
 		return nil
 	}
-	return prepare.JudgeUnchanged(items, f.p.errs)
+	return JudgeUnchanged(items, f.p.errs, f.stale.update())
 }
 
 // reportUnchanged counts the batch's unchanged updates in the job's
 // figures and metrics (on the prepare stage, once per batch).
-func (e *Engine) reportUnchanged(u *prepare.Unchanged, job string, stats *status.JobStats) {
+func (e *Engine) reportUnchanged(u *Unchanged, job string, stats *status.JobStats) {
 	n := u.Take()
 	if n == 0 {
 		return

@@ -6,6 +6,4 @@
 // the supervisor (supervisor.Metrics) declare for what they measure, so
 // neither of them imports Prometheus or this package. The server asks for
 // the jobs' status through status.Source, which the supervisor implements.
-// It imports status and the engine (for the Observer it implements);
-// never the supervisor, the configuration or a sink.
 package httpapi

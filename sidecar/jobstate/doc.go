@@ -7,9 +7,6 @@
 // that lost its lease cannot overwrite the state of the one that took it.
 // ReadState reads it all back for `meilistream status`.
 //
-// The engine (sidecar/engine) and the packages it is made of that write
-// state (deadletter, watermark, rollout) are its writers. It imports errs
-// and transform (a job's destination and definition) and nothing else of
-// this module: never the engine, the supervisor, the sinks or the HTTP
-// server.
+// The engine (sidecar/engine) is its writer; `meilistream status` and
+// `meilistream retry` read it.
 package jobstate

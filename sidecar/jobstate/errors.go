@@ -23,7 +23,7 @@ import (
 //	 failure>, attempts: <int>}
 //
 // hash is the hash of the transform that failed on the document
-// (transform.Job.Hash), so an operator can tell a failure of the current
+// (jobdef.Job.Hash), so an operator can tell a failure of the current
 // transform from one of an earlier version; absent when the writer did not
 // know it.
 //

@@ -60,7 +60,7 @@ type RetryRequest struct {
 	Mode   string
 	Holder string // the holder that took it
 	Epoch  int64  // the lease epoch it took it at
-	// The outcome, once done: as deadletter.Summary counts them.
+	// The outcome, once done: as engine.RetrySummary counts them.
 	Retried, Written, Gone, Failed int64
 	Duration                       time.Duration
 	// Code and Error say why a failed request did not finish; Note what

@@ -13,7 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/transform"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
 // Job state lives in the state collection beside the leases:
@@ -22,6 +22,7 @@ import (
 //	 hash: <transform hash>, previousHash: <the hash before it>,
 //	 hashSince: <server date hash was first recorded>,
 //	 destination: <index uid or replica collection>,
+//	 staleJoins: [<dependency fields whose joins may be old>],
 //	 leaseEpoch: <int64>, updatedAt: <server date>}
 //	{_id: {reindex: <job>}, startedAt, hash, inPlace, destination, lastId,
 //	 count, swapping, leaseEpoch, updatedAt}
@@ -80,7 +81,7 @@ type Position struct {
 	// PreviousHash is the hash recorded before Hash, and HashSince the
 	// server time Hash was first recorded: during a rollout, a pod still
 	// running the previous transform must not reindex back to it while a
-	// live pod runs Hash (rollout.ErrTransformOlder).
+	// live pod runs Hash (engine.ErrTransformOlder).
 	PreviousHash string    `bson:"previousHash"`
 	HashSince    time.Time `bson:"hashSince"`
 	// Destination is the index uid (search) or replica collection (mirror)
@@ -88,8 +89,11 @@ type Position struct {
 	// (definition), to say why a changed hash reindexes.
 	Destination string            `bson:"destination"`
 	Definition  map[string]string `bson:"definition"`
-	Epoch       int64             `bson:"leaseEpoch"`
-	Updated     time.Time         `bson:"updatedAt"`
+	// StaleJoins are the dependency fields whose dependents may hold an
+	// old join (RecordStaleJoins).
+	StaleJoins []string  `bson:"staleJoins,omitempty"`
+	Epoch      int64     `bson:"leaseEpoch"`
+	Updated    time.Time `bson:"updatedAt"`
 	// ReindexedAt is the server time the last reindex was recorded
 	// (RecordNewPosition): `meilistream reindex --wait` through a holder
 	// waits for it to pass the time the holder took its request.
@@ -238,12 +242,32 @@ func (s *Store) RecordPosition(ctx context.Context, job string, l Fence, token b
 	return err
 }
 
+// RecordStaleJoins records fields (nil: none) as the job's dependency
+// fields whose dependents may hold an old join: a related change came
+// without the related document's pre-image, so the documents that matched
+// its old value were not sent again. Beside the position, so that a
+// restart or another holder knows it too.
+func (s *Store) RecordStaleJoins(ctx context.Context, job string, l Fence, fields []string) error {
+	var set bson.D
+	var unset []string
+	if len(fields) > 0 {
+		set = bson.D{{Key: "staleJoins", Value: fields}}
+	} else {
+		unset = []string{"staleJoins"}
+	}
+	err := s.fencedUpdate(ctx, job, l, posKey(job), set, unset, nil)
+	if err != nil && !errors.Is(err, errs.ErrLeaseLost) {
+		return errs.Wrap(errs.Failed, job, err, "record the lookups whose joins may be old")
+	}
+	return err
+}
+
 // RecordNewPosition records the position a reindex took, with job's hash
 // and destination. When the hash differs from the recorded one, that one
 // becomes previousHash and hashSince the server time of this write (the
 // rollout rule of Run). The caller holds the lease and stamped the state, so
 // nothing else writes between the read and the write.
-func (s *Store) RecordNewPosition(ctx context.Context, job *transform.Job, l Fence, token bson.Raw, wall time.Time) error {
+func (s *Store) RecordNewPosition(ctx context.Context, job *jobdef.Job, l Fence, token bson.Raw, wall time.Time) error {
 	var cur struct {
 		Hash string `bson:"hash"`
 	}
@@ -279,8 +303,8 @@ func (s *Store) RecordNewPosition(ctx context.Context, job *transform.Job, l Fen
 // recorded with, leaving the token, the hash history (previousHash,
 // hashSince) and everything else as they are: for a hash computed another
 // way of the very same transform (a position recorded by an earlier
-// release, transform.Job.LegacyHash), which must not reindex.
-func (s *Store) RecordHash(ctx context.Context, job *transform.Job, l Fence) error {
+// release, jobdef.Job.LegacyHash), which must not reindex.
+func (s *Store) RecordHash(ctx context.Context, job *jobdef.Job, l Fence) error {
 	err := s.fencedSet(ctx, job.Name, l, posKey(job.Name), bson.D{
 		{Key: "hash", Value: job.Hash},
 		{Key: "destination", Value: Destination(job)},
@@ -320,8 +344,8 @@ func (s *Store) StagingInto(ctx context.Context, job, dest string) ([]string, er
 
 // destination is where job writes: its index uid, or its replica
 // collection.
-func Destination(job *transform.Job) string {
-	if job.Kind == transform.Mirror {
+func Destination(job *jobdef.Job) string {
+	if job.Kind == jobdef.Mirror {
 		return job.Mirror
 	}
 	return job.Index
@@ -331,7 +355,7 @@ func Destination(job *transform.Job) string {
 // output: recorded with the position, compared on a hash change to tell a
 // changed definition (index uid, primary key... from the file, environment
 // overrides or the index prefix) from a changed transform.
-func Definition(job *transform.Job) map[string]string {
+func Definition(job *jobdef.Job) map[string]string {
 	// Only what changes the output: a changed batchSize (which the
 	// hash does not cover) must not be named as the cause of a reindex.
 	d := map[string]string{
@@ -339,7 +363,7 @@ func Definition(job *transform.Job) map[string]string {
 		"collection": job.Collection,
 		"fields":     fieldsText(job.Fields),
 	}
-	if job.Kind == transform.Mirror {
+	if job.Kind == jobdef.Mirror {
 		d["mirror"] = job.Mirror
 	} else {
 		d["index"] = job.Index
@@ -361,7 +385,7 @@ func fieldsText(fields []string) string {
 // definitionChanges lists what differs between a recorded definition and
 // job's ("index qa_products, was products"); nil when none or when none was
 // recorded.
-func DefinitionChanges(was map[string]string, job *transform.Job) []string {
+func DefinitionChanges(was map[string]string, job *jobdef.Job) []string {
 	if len(was) == 0 {
 		return nil
 	}

@@ -19,9 +19,9 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/meilitest"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/sidecar/sink"
-	"github.com/meilistream/meilistream/transform"
 )
 
 // write is an upsert of {"id": id, "title": title} for source _id id.
@@ -141,8 +141,8 @@ func html(status int) (map[string]string, string) {
 func TestEveryAnswerIsClassified(t *testing.T) {
 	f := startFront(t, meilitest.Options{MasterKey: "key"})
 	client := meili.NewClientWithOptions(f.URL, "key", short)
-	job := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}
-	withSettings := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id", Settings: map[string]any{"rankingRules": []any{"words"}}}
+	job := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}
+	withSettings := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id", Settings: map[string]any{"rankingRules": []any{"words"}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := meili.NewSink(client, job, nil).Prepare(ctx); err != nil {
@@ -271,7 +271,7 @@ func TestEveryAnswerIsClassified(t *testing.T) {
 func TestFailedTasksAreClassified(t *testing.T) {
 	f := startFront(t, meilitest.Options{MasterKey: "key"})
 	client := meili.NewClientWithOptions(f.URL, "key", short)
-	job := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}
+	job := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	dst := meili.NewSink(client, job, nil)
@@ -322,7 +322,7 @@ func TestFailedTasksAreClassified(t *testing.T) {
 
 	// An administrative task refused is the settings' fault; an internal
 	// error is retried.
-	withSettings := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id", Settings: map[string]any{"rankingRules": []any{"words"}}}
+	withSettings := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id", Settings: map[string]any{"rankingRules": []any{"words"}}}
 	f.meili.FailNextTask("invalid_settings_embedders", "meilitest: bad embedder")
 	if err := meili.NewSink(client, withSettings, nil).Prepare(ctx); errs.CodeOf(err) != errs.ConfigInvalid {
 		t.Errorf("a settings task refused: %v, want CONFIG_INVALID", err)
@@ -338,7 +338,7 @@ func TestFailedTasksAreClassified(t *testing.T) {
 func TestRetryAfterIsHonoured(t *testing.T) {
 	f := startFront(t, meilitest.Options{MasterKey: "key"})
 	client := meili.NewClientWithOptions(f.URL, "key", short)
-	dst := meili.NewSink(client, &transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}, nil)
+	dst := meili.NewSink(client, &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	f.answer(canned{route: "GET /indexes/items", status: 429, header: map[string]string{"Retry-After": "1"}})
@@ -363,7 +363,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 func TestAProxy413SplitsTheBatch(t *testing.T) {
 	f := startFront(t, meilitest.Options{MasterKey: "key", ProxyBodyLimit: 4000})
 	client := meili.NewClientWithOptions(f.URL, "key", short)
-	job := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}
+	job := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}
 	dst := meili.NewSink(client, job, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -459,7 +459,7 @@ func TestAProxy413SplitsTheBatch(t *testing.T) {
 // still go.
 func TestATooDeepDocumentIsRefusedBeforeSending(t *testing.T) {
 	ctx, srv, mc := startMeili(t)
-	dst := meili.NewSink(mc, &transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}, nil)
+	dst := meili.NewSink(mc, &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}, nil)
 	nested := func(id int64, levels int) sink.Write {
 		w := write(id, "")
 		// {"id":N,"v":[[...]]}: the document, then levels-1 arrays.
@@ -487,7 +487,7 @@ func TestATooDeepDocumentIsRefusedBeforeSending(t *testing.T) {
 // request (the engine bisects); alone, the one at fault.
 func TestAMalformedPayloadIsADocumentRefusal(t *testing.T) {
 	ctx, _, mc := startMeili(t)
-	dst := meili.NewSink(mc, &transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}, nil)
+	dst := meili.NewSink(mc, &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}, nil)
 	bad := write(2, "")
 	bad.Doc = rawJSON(`{"id":2,"v":}`)
 	for _, b := range []sink.Batch{
@@ -544,7 +544,7 @@ func TestErrorsNeverShowSecrets(t *testing.T) {
 		{echo.URL, "html"}, {echo.URL, "json"}, {echo.URL, "slow"}, {closed.URL, "items"},
 	} {
 		client := meili.NewClientWithOptions(withSecrets(c.base), key, short)
-		dst := meili.NewSink(client, &transform.Job{Name: "items", Index: c.index, PrimaryKey: "id"}, nil)
+		dst := meili.NewSink(client, &jobdef.Job{Name: "items", Index: c.index, PrimaryKey: "id"}, nil)
 		_, sendErr := dst.Send(ctx, sink.Batch{Writes: []sink.Write{write(1, "a")}})
 		_, healthErr := client.Health(ctx)
 		for _, err := range []error{dst.Prepare(ctx), sendErr, healthErr} {

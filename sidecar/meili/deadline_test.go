@@ -15,9 +15,9 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/meilitest"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/sidecar/sink"
-	"github.com/meilistream/meilistream/transform"
 )
 
 // short are deadlines a test can wait for.
@@ -100,7 +100,7 @@ func wantTimeout(t *testing.T, what string, err error, began time.Time) {
 // at its deadline as a retryable error, whatever the route: the job backs
 // off and /status shows it, instead of waiting for good.
 func TestEveryRequestHasADeadline(t *testing.T) {
-	job := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}
+	job := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}
 	batch := sink.Batch{Writes: []sink.Write{write(1, "a"), {SourceID: write(2, "").SourceID, Delete: true}}}
 	for name, addr := range map[string]func(*testing.T) string{
 		"a listener that never answers":        silentListener,
@@ -159,7 +159,7 @@ func TestTaskPollsHaveADeadline(t *testing.T) {
 	defer front.Close()
 	defer close(done)
 
-	dst := meili.NewSink(meili.NewClientWithOptions(front.URL, "key", short), &transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}, nil)
+	dst := meili.NewSink(meili.NewClientWithOptions(front.URL, "key", short), &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}, nil)
 	r, err := dst.Send(ctx, sink.Batch{Writes: []sink.Write{write(1, "a")}})
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +182,7 @@ func TestCancellationIsNotAMeilisearchError(t *testing.T) {
 	lost := errs.New(errs.LeaseLost, "items", "lease taken over")
 	time.AfterFunc(100*time.Millisecond, func() { cancel(lost) })
 	dst := meili.NewSink(meili.NewClientWithOptions(silentListener(t), "", meili.Options{RequestTimeout: time.Minute}),
-		&transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}, nil)
+		&jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}, nil)
 	err := dst.Prepare(ctx)
 	var me *meili.Error
 	if !errors.Is(err, errs.ErrLeaseLost) || errors.As(err, &me) {

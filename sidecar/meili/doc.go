@@ -5,10 +5,9 @@
 // requests on it itself, so that every request has a deadline and every
 // answer is classified.
 //
-// It is a sibling of the replica sink (replicate): it imports sidecar/sink
-// for the Sink contract and its types, transform for a document's index id,
-// and errs; never the engine, another sink, the supervisor or the HTTP
-// server.
+// It is a sibling of the replica sink (replicate): both implement
+// sidecar/sink's Sink, and read a job's definition (jobdef) for its index,
+// primary key, settings and a document's index id.
 //
 // # Deadlines
 //

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/sink"
-	"github.com/meilistream/meilistream/transform"
 )
 
 // MaxDocumentDepth is how deeply a document sent to Meilisearch may nest,
@@ -96,7 +96,7 @@ type chunker struct {
 }
 
 // addDoc appends document doc (position pos) as rendered by
-// transform.AppendJSON.
+// jobdef.AppendJSON.
 func (c *chunker) addDoc(pos int, doc any) error {
 	if c.buf == nil {
 		c.start()
@@ -107,7 +107,7 @@ func (c *chunker) addDoc(pos int, doc any) error {
 	}
 	start := len(c.buf)
 	var err error
-	if c.buf, err = transform.AppendJSON(c.buf, doc); err != nil {
+	if c.buf, err = jobdef.AppendJSON(c.buf, doc); err != nil {
 		c.buf = c.buf[:mark]
 		c.failed = append(c.failed, sink.DocFailure{Writes: []int{pos}, Code: CodeNotJSON, Message: err.Error()})
 		return nil
@@ -132,7 +132,7 @@ func (c *chunker) addID(pos int, id string) error {
 		c.buf = append(c.buf, ',')
 	}
 	start := len(c.buf)
-	c.buf, _ = transform.AppendJSON(c.buf, id)
+	c.buf, _ = jobdef.AppendJSON(c.buf, id)
 	return c.placed(mark, start, pos)
 }
 

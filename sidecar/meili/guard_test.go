@@ -9,9 +9,9 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/meilitest"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/sidecar/sink"
-	"github.com/meilistream/meilistream/transform"
 )
 
 // Once the guard of the context (the lease's own-clock check) says the
@@ -23,7 +23,7 @@ func TestNoRequestGoesOutOnceTheGuardSaysTheLeaseLapsed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client := meili.NewClientWithOptions(f.URL, "", short)
-	dst := meili.NewSink(client, &transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}, nil)
+	dst := meili.NewSink(client, &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}, nil)
 	var lapsed atomic.Bool
 	lost := errs.New(errs.LeaseLost, "items", "lease lost: no renewal succeeded for 23s (the process was paused or starved)")
 	gctx := sink.WithGuard(ctx, func() error {

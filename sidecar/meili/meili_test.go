@@ -15,9 +15,9 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/meilitest"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/sidecar/sink"
-	"github.com/meilistream/meilistream/transform"
 )
 
 // The sink behaves alike on meilisearch-go's client and on NewClient's,
@@ -39,7 +39,7 @@ func TestMeiliSinkPostsBatchesAsMeilisearchGoDoes(t *testing.T) {
 			}
 			defer srv.Close()
 			mc := newClient(srv.URL(), "key")
-			job := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}
+			job := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}
 			dst := meili.NewSink(mc, job, nil)
 			if err := dst.Prepare(ctx); err != nil {
 				t.Fatal(err)
@@ -136,7 +136,7 @@ func TestSettingsGoToMeilisearchAsWritten(t *testing.T) {
 		return m
 	}
 
-	declared := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id",
+	declared := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id",
 		Settings: map[string]any{"filterableAttributes": []any{"tags"}, "facetSearch": false}}
 	if err := meili.NewSink(mc, declared, nil).Prepare(ctx); err != nil {
 		t.Fatal(err)
@@ -147,7 +147,7 @@ func TestSettingsGoToMeilisearchAsWritten(t *testing.T) {
 	}
 
 	// A job that declares none: its reindex copies the live index's.
-	plain := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}
+	plain := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}
 	staged, err := meili.NewSink(mc, plain, nil).Stage(ctx, false)
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +157,7 @@ func TestSettingsGoToMeilisearchAsWritten(t *testing.T) {
 		t.Fatalf("the reindex's index has settings\n%v\nthe live index\n%v", got, live)
 	}
 
-	misspelt := &transform.Job{Name: "other", Index: "other", PrimaryKey: "id",
+	misspelt := &jobdef.Job{Name: "other", Index: "other", PrimaryKey: "id",
 		Settings: map[string]any{"filterableAtributes": []any{"tags"}}}
 	err = meili.NewSink(mc, misspelt, nil).Prepare(ctx)
 	if !errors.Is(err, errs.ErrConfigInvalid) || !strings.Contains(err.Error(), "filterableAtributes") {
@@ -170,7 +170,7 @@ func TestSettingsGoToMeilisearchAsWritten(t *testing.T) {
 // name, before it creates anything, and says what to do; in place it runs.
 func TestReindexRefusesToCopyAnEmbedderKey(t *testing.T) {
 	ctx, _, mc := startMeili(t)
-	withKey := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id", Settings: map[string]any{
+	withKey := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id", Settings: map[string]any{
 		"embedders": map[string]any{"plain": map[string]any{"source": "userProvided", "dimensions": 3},
 			"remote": map[string]any{"source": "rest", "url": "http://127.0.0.1:9/embed", "apiKey": "secret",
 				"request": map[string]any{"input": "{{text}}"}, "response": map[string]any{"embedding": "{{embedding}}"}}}}}
@@ -178,7 +178,7 @@ func TestReindexRefusesToCopyAnEmbedderKey(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	plain := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}
+	plain := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}
 	_, err := meili.NewSink(mc, plain, nil).Stage(ctx, false)
 	if !errors.Is(err, errs.ErrConfigInvalid) || !strings.Contains(err.Error(), `"remote"`) || !strings.Contains(err.Error(), "inplace") {
 		t.Fatalf("want CONFIG_INVALID naming the embedder and the way out, got %v", err)
@@ -187,7 +187,7 @@ func TestReindexRefusesToCopyAnEmbedderKey(t *testing.T) {
 		t.Fatal("the reindex created its index before refusing")
 	}
 
-	inPlace := &transform.Job{Name: "items", Index: "items", PrimaryKey: "id", Reindex: "inplace"}
+	inPlace := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id", Reindex: "inplace"}
 	if _, err := meili.NewSink(mc, inPlace, nil).Stage(ctx, false); err != nil {
 		t.Fatalf("in place: %v", err)
 	}

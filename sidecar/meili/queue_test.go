@@ -9,9 +9,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/meilitest"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/sidecar/sink"
-	"github.com/meilistream/meilistream/transform"
 )
 
 // batchOf is a batch of one document with a title of size bytes.
@@ -46,7 +46,7 @@ func TestTheSinkKeepsWhatIsEnqueuedUnderItsBounds(t *testing.T) {
 			defer srv.Close()
 			mc := meili.NewClientWithOptions(srv.URL(), "", c.opts)
 			defer mc.Close()
-			dst := meili.NewSink(mc, &transform.Job{Name: "items", Index: "items", PrimaryKey: "id"}, nil).(*meili.Sink)
+			dst := meili.NewSink(mc, &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}, nil).(*meili.Sink)
 			if err := dst.Prepare(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -104,7 +104,7 @@ func TestTheStagedIndexIsCountedApart(t *testing.T) {
 	defer srv.Close()
 	mc := meili.NewClientWithOptions(srv.URL(), "", meili.Options{MaxEnqueuedTasks: 1})
 	defer mc.Close()
-	dst := meili.NewSink(mc, &transform.Job{Name: "items", Index: "items", PrimaryKey: "id", Reindex: "swap"}, nil).(*meili.Sink)
+	dst := meili.NewSink(mc, &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id", Reindex: "swap"}, nil).(*meili.Sink)
 	if err := dst.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}

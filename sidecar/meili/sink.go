@@ -19,8 +19,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/sink"
-	"github.com/meilistream/meilistream/transform"
 )
 
 // ReindexSuffix names the temporary index of a swap reindex: <uid>__reindex.
@@ -33,7 +33,7 @@ const ReindexSuffix = "__reindex"
 type Sink struct {
 	api     api
 	opts    Options
-	job     *transform.Job
+	job     *jobdef.Job
 	uid     string // the index written
 	live    string // the job's index
 	pk      string
@@ -61,13 +61,13 @@ var (
 // (tests use one), with the default Options' deadlines and limits; give
 // it meilisearch.DisableRetries(): the engine retries with its own
 // backoff.
-func NewSink(client meilisearch.ServiceManager, job *transform.Job, logger hclog.Logger) sink.Sink {
+func NewSink(client meilisearch.ServiceManager, job *jobdef.Job, logger hclog.Logger) sink.Sink {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
 	pk := job.PrimaryKey
 	if pk == "" {
-		pk = transform.DefaultPrimaryKey
+		pk = jobdef.DefaultPrimaryKey
 	}
 	uid := job.Index
 	if uid == "" {
@@ -405,7 +405,7 @@ func (s *Sink) sendDeletes(ctx context.Context, b sink.Batch, positions []int, r
 		return s.sendIDs(ctx, b, body, chunk, r)
 	}}
 	for _, i := range positions {
-		id, err := transform.IndexID(b.Writes[i].SourceID)
+		id, err := jobdef.IndexID(b.Writes[i].SourceID)
 		if err != nil {
 			continue // never written: nothing to delete
 		}
@@ -531,7 +531,7 @@ func (s *Sink) Keys(ctx context.Context, fn func(ids []bson.RawValue) error) err
 			if err := dec.Decode(&v); err != nil {
 				continue
 			}
-			id, err := transform.ParseIndexID(v)
+			id, err := jobdef.ParseIndexID(v)
 			if err != nil {
 				s.log.Warn("index holds an id meilistream does not write; leaving it", "id", cut(string(raw), 600))
 				continue

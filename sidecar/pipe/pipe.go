@@ -3,8 +3,7 @@
 // retries that never reorder writes, refused documents found by bisection,
 // flights routed to the live or a staged destination, and control flights
 // that run once everything before them is durable. What it reports goes to
-// its owner's Hooks. It imports the sink contract and internal helpers;
-// never the engine, a sink's implementation, the supervisor or HTTP.
+// its owner's Hooks.
 package pipe
 
 import (

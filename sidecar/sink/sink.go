@@ -2,8 +2,10 @@
 // Sink takes batches of writes in order and says when they are durable,
 // and stages a target for a reindex. The Meilisearch sink (sidecar/meili)
 // and the replica sink (replicate) implement it side by side; the pipe
-// (sidecar/pipe) and the engine use it. It is a leaf: it imports nothing of
-// this module.
+// (sidecar/pipe), the engine and the supervisor use it. It is a package of
+// its own, not a file of the engine, because both sinks implement it and
+// use its types (Write, Batch, DocFailure) while neither may link the
+// engine; it is a leaf.
 package sink
 
 import (
@@ -23,7 +25,7 @@ type Write struct {
 	// destination holds for SourceID.
 	Delete bool
 	// Doc is the document to write: the transform's Result.JSON (as a
-	// json.RawMessage; any value transform.AppendJSON takes will do) for
+	// json.RawMessage; any value jobdef.AppendJSON takes will do) for
 	// Meilisearch, its Result.Raw (bson.Raw, _id included) for a mirror.
 	// Nil when Delete.
 	Doc any

@@ -5,6 +5,5 @@
 // server asks through (Source, QuickReadier). The engine, the supervisor
 // and the HTTP server share these types without importing one another.
 //
-// It is a leaf: of this module it imports only internal/errs and
-// internal/clip, so every package may import it.
+// It is a leaf, so every package may use it.
 package status

@@ -6,8 +6,5 @@
 // 16 MB is put together from its fragments where the server splits it
 // (split.go), and read by a lean stretch of the stream where it cannot
 // (Large).
-//
-// It knows the MongoDB driver, a job's definition and errs, and nothing
-// under sidecar/: not the engine or the packages it is made of, the pipe,
-// a sink, the configuration, the supervisor or the HTTP server.
+
 package stream

@@ -6,10 +6,10 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/meilistream/meilistream/transform"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
-// A job that declares the fields its transform reads (transform.Job.Fields;
+// A job that declares the fields its transform reads (jobdef.Job.Fields;
 // with its lookups' localFields: StreamFields) has the server do two
 // things for it, so that what cannot change a
 // result never crosses the network:
@@ -48,7 +48,7 @@ func fieldsRegex(fields []string) string {
 
 // updateClause is what an event of the job's collection must match: with
 // fields, not an update, or an update touching one of them; nil without.
-func updateClause(job *transform.Job) bson.D {
+func updateClause(job *jobdef.Job) bson.D {
 	fields := job.StreamFields()
 	if fields == nil {
 		return nil
@@ -82,7 +82,7 @@ func updateClause(job *transform.Job) bson.D {
 
 // collClause matches the events of the job's collection that the job
 // needs.
-func collClause(job *transform.Job) bson.D {
+func collClause(job *jobdef.Job) bson.D {
 	d := bson.D{{Key: "ns.coll", Value: job.Collection}}
 	if u := updateClause(job); u != nil {
 		d = append(d, u...)
@@ -91,7 +91,7 @@ func collClause(job *transform.Job) bson.D {
 }
 
 // keep is the array of the names a trimmed document keeps.
-func keep(job *transform.Job) bson.A {
+func keep(job *jobdef.Job) bson.A {
 	a := bson.A{"_id"}
 	for _, f := range job.StreamFields() {
 		a = append(a, f)
@@ -102,7 +102,7 @@ func keep(job *transform.Job) bson.A {
 // trimStage is the $set stage that trims the fullDocument of the job's
 // collection's events to _id and the fields, in the document's order;
 // nil without fields.
-func trimStage(job *transform.Job) bson.D {
+func trimStage(job *jobdef.Job) bson.D {
 	if job.StreamFields() == nil {
 		return nil
 	}
@@ -122,7 +122,7 @@ func trimStage(job *transform.Job) bson.D {
 
 // Projection is the projection of the job's reads of its collection (a
 // reindex's chunks, a retry): _id and the fields; nil without fields.
-func Projection(job *transform.Job) bson.D {
+func Projection(job *jobdef.Job) bson.D {
 	fields := job.StreamFields()
 	if fields == nil {
 		return nil
@@ -136,7 +136,7 @@ func Projection(job *transform.Job) bson.D {
 
 // Pipeline is the pipeline of a job's change stream: Filter, and with
 // fields the stage trimming documents.
-func Pipeline(job *transform.Job, state string) []bson.D {
+func Pipeline(job *jobdef.Job, state string) []bson.D {
 	p := []bson.D{Filter(job, state)}
 	if t := trimStage(job); t != nil {
 		p = append(p, t)

@@ -13,8 +13,8 @@ import (
 
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/testutil"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/stream"
-	"github.com/meilistream/meilistream/transform"
 )
 
 // next reads the stream's events until the insert of _id 99 (the end
@@ -66,7 +66,7 @@ func TestFieldsDropUpdatesTouchingNoneOfThemAndTrimDocuments(t *testing.T) {
 	_, client := testutil.StartMongo(t, mongotest.Options{})
 	db := client.Database("app")
 	coll, state := db.Collection("items"), db.Collection("meilistream")
-	job := &transform.Job{Name: "items", Collection: "items", Fields: []string{"a", "tags", "x+y"}}
+	job := &jobdef.Job{Name: "items", Collection: "items", Fields: []string{"a", "tags", "x+y"}}
 	cs, err := db.Watch(ctx, stream.Pipeline(job, "meilistream"), options.ChangeStream().SetFullDocument(options.UpdateLookup))
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestFieldsAloneIdDropsEveryUpdate(t *testing.T) {
 	_, client := testutil.StartMongo(t, mongotest.Options{})
 	db := client.Database("app")
 	coll := db.Collection("items")
-	job := &transform.Job{Name: "items", Collection: "items", Fields: []string{}}
+	job := &jobdef.Job{Name: "items", Collection: "items", Fields: []string{}}
 	cs, err := db.Watch(ctx, stream.Pipeline(job, "meilistream"), options.ChangeStream().SetFullDocument(options.UpdateLookup))
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +151,7 @@ func TestFieldsAloneIdDropsEveryUpdate(t *testing.T) {
 	if p := stream.Projection(job); len(p) != 1 || p[0].Key != "_id" {
 		t.Fatalf("projection %v", p)
 	}
-	if p := stream.Projection(&transform.Job{}); p != nil {
+	if p := stream.Projection(&jobdef.Job{}); p != nil {
 		t.Fatalf("projection without fields %v", p)
 	}
 }
@@ -167,7 +167,7 @@ func TestAStreamOfDroppedUpdatesStillMovesItsResumeTokenOn(t *testing.T) {
 	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: 1}, {Key: "a", Value: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	job := &transform.Job{Name: "items", Collection: "items", Fields: []string{"a"}}
+	job := &jobdef.Job{Name: "items", Collection: "items", Fields: []string{"a"}}
 	opts := options.ChangeStream().SetFullDocument(options.UpdateLookup).SetMaxAwaitTime(50 * time.Millisecond)
 	cs, err := db.Watch(ctx, stream.Pipeline(job, "meilistream"), opts)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
-	"github.com/meilistream/meilistream/transform"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
 // A change event over 16 MB (an update of a large document with its
@@ -95,7 +95,7 @@ const LeanSizeField = "fullDocumentSize"
 // follow loop reads but the documents, of which it keeps only the fields
 // the job's lookups and relates key on (of the document and of its
 // pre-image) and a watermark's mark, and the document's size.
-func leanStage(job *transform.Job) bson.D {
+func leanStage(job *jobdef.Job) bson.D {
 	paths := []string{"fullDocument.mark"}
 	for _, d := range job.Dependencies() {
 		if d.Key != "_id" {

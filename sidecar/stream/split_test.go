@@ -14,7 +14,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/testutil"
-	"github.com/meilistream/meilistream/transform"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
 // bigEnv is a server whose "items" collection keeps pre- and post-images,
@@ -24,7 +24,7 @@ type bigEnv struct {
 	srv   *mongotest.Server
 	db    *mongo.Database
 	items *mongo.Collection
-	job   *transform.Job
+	job   *jobdef.Job
 }
 
 func newBigEnv(t *testing.T, version string) *bigEnv {
@@ -35,7 +35,7 @@ func newBigEnv(t *testing.T, version string) *bigEnv {
 	if err := db.CreateCollection(ctx, "items", options.CreateCollection().SetChangeStreamPreAndPostImages(bson.D{{Key: "enabled", Value: true}})); err != nil {
 		t.Fatal(err)
 	}
-	job := &transform.Job{Name: "items", Collection: "items", Lookups: []transform.Lookup{{Name: "author", From: "authors", LocalField: "author", ForeignField: "code.id"}}}
+	job := &jobdef.Job{Name: "items", Collection: "items", Lookups: []jobdef.Lookup{{Name: "author", From: "authors", LocalField: "author", ForeignField: "code.id"}}}
 	return &bigEnv{srv: srv, db: db, items: db.Collection("items"), job: job}
 }
 

@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/budget"
-	"github.com/meilistream/meilistream/transform"
+	"github.com/meilistream/meilistream/jobdef"
 )
 
 // ErrHistoryLost is the follow's signal that the recorded position is gone
@@ -66,7 +66,7 @@ type Item struct {
 // matched for the job's collection (by name, and as a rename's target) and
 // the follow loop ends the job on them, as a collection stream's invalidate
 // would.
-func Filter(job *transform.Job, state string) bson.D {
+func Filter(job *jobdef.Job, state string) bson.D {
 	or := bson.A{
 		collClause(job), // with fields: updates touching one of them (fields.go)
 		bson.D{{Key: "to.coll", Value: job.Collection}},
@@ -90,7 +90,7 @@ func Filter(job *transform.Job, state string) bson.D {
 // than _id: then a change that moves or removes that field must send the
 // documents that depended on its old value too, which only the document
 // before the change holds.
-func needsPreImages(job *transform.Job) bool {
+func needsPreImages(job *jobdef.Job) bool {
 	for _, d := range job.Dependencies() {
 		if d.Key != "_id" {
 			return true
@@ -123,7 +123,7 @@ func Lean() OpenOption { return func(o *openOptions) { o.lean = true } }
 // Open opens job's change stream on db after token, or at the present when
 // token is empty; state names the state collection (its watermark
 // documents).
-func Open(ctx context.Context, db *mongo.Database, job *transform.Job, state string, token bson.Raw, with ...OpenOption) (*mongo.ChangeStream, error) {
+func Open(ctx context.Context, db *mongo.Database, job *jobdef.Job, state string, token bson.Raw, with ...OpenOption) (*mongo.ChangeStream, error) {
 	var o openOptions
 	for _, f := range with {
 		f(&o)

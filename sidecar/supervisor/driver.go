@@ -10,7 +10,6 @@ import (
 	"github.com/meilistream/meilistream/internal/mongoerr"
 	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/sidecar/engine"
-	"github.com/meilistream/meilistream/sidecar/rollout"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -78,7 +77,7 @@ func (d *EngineDriver) Standby(ctx context.Context, def JobDef, w Standing) (Hel
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
-		if errs.CodeOf(err) != errs.Running && !errors.Is(err, rollout.ErrTransformOlder) {
+		if errs.CodeOf(err) != errs.Running && !errors.Is(err, engine.ErrTransformOlder) {
 			return nil, MongoAccessError(name, err)
 		}
 		w.Held(err)
@@ -102,7 +101,7 @@ func (d *EngineDriver) older(ctx context.Context, job *transform.Job) error {
 	if job == nil {
 		return nil
 	}
-	if err := d.Engine.Older(ctx, job); errors.Is(err, rollout.ErrTransformOlder) {
+	if err := d.Engine.Older(ctx, job); errors.Is(err, engine.ErrTransformOlder) {
 		return err
 	}
 	return nil

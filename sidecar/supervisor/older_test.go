@@ -13,7 +13,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/testutil"
-	"github.com/meilistream/meilistream/sidecar/rollout"
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/supervisor"
 )
 
@@ -105,7 +105,7 @@ func (d *olderDriver) ObserveError(job, code string) {
 }
 
 func TestWaitingForANewerTransformIsAStandbyNotAFailure(t *testing.T) {
-	why := errs.Wrap(errs.Failed, "books", rollout.ErrTransformOlder, "this process's transform books.js (hash aaa) is the one replaced by the recorded transform (hash bbb), which pod-b runs: standing by")
+	why := errs.Wrap(errs.Failed, "books", engine.ErrTransformOlder, "this process's transform books.js (hash aaa) is the one replaced by the recorded transform (hash bbb), which pod-b runs: standing by")
 	d := &olderDriver{free: make(chan struct{}), why: why}
 	var logs testutil.SyncBuffer
 	s := supervisor.New(supervisor.Config{

@@ -15,7 +15,6 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/engine"
-	"github.com/meilistream/meilistream/sidecar/rollout"
 	"github.com/meilistream/meilistream/sidecar/status"
 )
 
@@ -79,7 +78,7 @@ type HeldLease interface {
 type JobDriver interface {
 	// Standby blocks until the job's lease is ours, waiting, with backoff,
 	// while another process holds it, or while this process must leave the
-	// job to another (an error wrapping rollout.ErrTransformOlder: a live
+	// job to another (an error wrapping engine.ErrTransformOlder: a live
 	// pod runs the newer transform): it calls held with why (the RUNNING
 	// error naming the holder, or that one) each time it waits. It returns
 	// any other failure to ask (MongoDB unreachable, credentials refused),
@@ -98,7 +97,7 @@ type JobDriver interface {
 // of it, while it waits for a job's lease.
 type Standing interface {
 	// Held is called each time it waits: why is the RUNNING error naming
-	// the holder, or an error wrapping rollout.ErrTransformOlder.
+	// the holder, or an error wrapping engine.ErrTransformOlder.
 	Held(why error)
 	// HoldOff is how long to wait before the next attempt to take the
 	// lease: 0 normally; more while this process holds its fair share of
@@ -651,7 +650,7 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 		st.setRunCancel(nil)
 		given := context.Cause(rctx)
 		rcancel(nil)
-		if !errors.Is(err, rollout.ErrTransformOlder) {
+		if !errors.Is(err, engine.ErrTransformOlder) {
 			st.waitOver()
 		}
 		st.setState(StateStopping)
@@ -680,7 +679,7 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 			return
 		}
 		switch code := errs.CodeOf(err); {
-		case errors.Is(err, rollout.ErrTransformOlder):
+		case errors.Is(err, engine.ErrTransformOlder):
 			// No failure: a live process runs the newer transform, and
 			// took the lease meanwhile or will. Stand by for it (the
 			// lease is released); Standby asks again before it takes
@@ -752,11 +751,11 @@ func (s *Supervisor) loop(ctx context.Context, j *supervised) {
 
 // standingBy shows a job standing by: for the lease another process holds
 // (why is RUNNING), or for a process with a newer transform (why wraps
-// rollout.ErrTransformOlder: not an error, nothing counted). Each is logged
+// engine.ErrTransformOlder: not an error, nothing counted). Each is logged
 // once, not at every poll.
 func (s *Supervisor) standingBy(log hclog.Logger, st *SupervisedJob, pres Presence, why error) {
 	reason := ""
-	if errors.Is(why, rollout.ErrTransformOlder) {
+	if errors.Is(why, engine.ErrTransformOlder) {
 		reason = olderReason(why)
 	}
 	if pres != nil {
@@ -784,7 +783,7 @@ func (w *standing) Held(why error) { w.s.standingBy(w.log, w.j.stats, w.pres, wh
 
 func (w *standing) HoldOff() time.Duration { return w.s.holdOff(w.j) }
 
-// olderReason is what an error wrapping rollout.ErrTransformOlder says, as
+// olderReason is what an error wrapping engine.ErrTransformOlder says, as
 // /status shows it: the message of the engine's *errs.Error around it,
 // without the sentinel's text.
 func olderReason(err error) string {

@@ -1,0 +1,123 @@
+package jobdef
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Defaults of a job's options that its file and the environment leave
+// unset.
+const (
+	DefaultOnDocumentError = "skip"
+	DefaultOnHistoryLost   = "reindex"
+	DefaultBatchSize       = 500
+	DefaultFlushInterval   = time.Second
+	DefaultPrimaryKey      = "id"
+	DefaultMaxMirrorBytes  = 16 << 20 // MongoDB's maxBsonObjectSize
+)
+
+// Kind says where a job writes.
+type Kind int
+
+// The kinds of job.
+const (
+	Search Kind = iota // into a Meilisearch index
+	Mirror             // into a collection of the replica MongoDB
+)
+
+// String returns "search" or "mirror".
+func (k Kind) String() string {
+	if k == Mirror {
+		return "mirror"
+	}
+	return "search"
+}
+
+// Job is what a job is: its name, its source and destination, its
+// options (environment overrides and the index prefix already applied),
+// its declared lookups and relates, and the hash that says when it must
+// reindex. transform.Job holds one beside its compiled transform; the
+// sinks, the job state and the change stream read only this. Its fields
+// are read-only once loaded.
+type Job struct {
+	Name       string // the file name without ".js"
+	File       string // the file's path; "" for a job without a file
+	Collection string // source collection; default Name
+	Index      string // search: Meilisearch index uid; default Name; "" for a mirror
+	Mirror     string // mirror: destination collection in the replica; "" for a search job
+	PrimaryKey string // search: the index's primary key; default "id"
+	Kind       Kind
+	// Reindex is "swap" (default for search: build <index>__reindex and
+	// swap) or "inplace" (always for a mirror).
+	Reindex string
+	// Sweep removes, after an in-place reindex, what was not written by it.
+	// Default true for search, false for mirror.
+	Sweep bool
+	// Dates is how a JavaScript Date (and a BSON date) is written to
+	// Meilisearch: "iso" (default, "2024-05-01T10:00:00.000Z") or "epoch"
+	// (milliseconds since 1970, an integer Meilisearch can sort and filter).
+	Dates           string
+	OnDocumentError string // "skip" | "fail"
+	OnHistoryLost   string // "reindex" | "fail"
+	BatchSize       int
+	FlushInterval   time.Duration
+	// Timeout limits one transform call of this job (the file's
+	// transformTimeout); 0 means transform.Options.Timeout.
+	Timeout time.Duration
+	// Settings are the Meilisearch index settings the file declares (JSON
+	// ready), nil if none.
+	Settings map[string]any
+	// Samples are the file's `samples` documents, for check.
+	Samples []bson.Raw
+	// SkipUnchanged: an update that cannot change the transform's result
+	// is not sent (transform.Result.Reads says what a call read; the
+	// engine decides). Default true.
+	SkipUnchanged bool
+	// Fields are the top-level fields the transform reads, as the file
+	// (or MEILISTREAM_JOB_<NAME>_FIELDS) declares them; nil: every field.
+	// The change stream then drops, at the server, updates touching none
+	// of them, and every document the transform sees (followed, reindexed,
+	// retried) holds only them and _id.
+	Fields []string
+	// Lookups are the file's declared lookups (`lookups`), in the order
+	// the file lists them; Relates its `relate` dependencies; Related the
+	// related collections' sample documents (`related`), for check.
+	Lookups []Lookup
+	Relates []Relate
+	Related map[string][]bson.Raw
+	// Hash is the sha256 (hex) of the file's tokens (see transform's
+	// tokenHash: comments, indentation, spaces and blank lines are not in
+	// it; every token, and a line break between two tokens, is); with
+	// environment overrides or an index prefix, the sha256 of that hash
+	// followed by them (see transform.Options.Overrides). A changed hash
+	// means the job must reindex.
+	Hash string
+	// LegacyHash is what Hash was before it covered tokens: the sha256 of
+	// the file's bytes, with the same overrides after it. A position
+	// recorded with it was recorded for this very file, so a caller may
+	// take it as Hash (and record Hash from then on) rather than reindex
+	// once after an upgrade.
+	LegacyHash string
+	// Function says the file exports a bare monstache-style function.
+	Function bool
+}
+
+// StreamFields are the top-level fields the server keeps of the job's
+// documents when the job declares its fields: those, and the first
+// segment of each lookup's localField (the engine finds a document's
+// matches by it); nil without fields (every field).
+func (j *Job) StreamFields() []string {
+	if j.Fields == nil {
+		return nil
+	}
+	out := slices.Clone(j.Fields)
+	for _, l := range j.Lookups {
+		if top, _, _ := strings.Cut(l.LocalField, "."); top != "_id" && !slices.Contains(out, top) {
+			out = append(out, top)
+		}
+	}
+	return out
+}

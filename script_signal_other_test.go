@@ -1,8 +1,0 @@
-//go:build !unix
-
-package main
-
-import "os"
-
-// No SIGSTOP/SIGCONT here: the signal script command refuses STOP and CONT.
-var sigStop, sigCont os.Signal
