@@ -79,6 +79,9 @@ type Config struct {
 	// RetryPoll is how often a job's holder looks for `meilistream retry`
 	// requests while it follows (default 1s).
 	RetryPoll time.Duration
+	// PauseWarnEvery is how often a paused job says in the log that it
+	// is still paused and its position ages (default 1h).
+	PauseWarnEvery time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -126,6 +129,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryPoll <= 0 {
 		c.RetryPoll = DefaultRetryPoll
+	}
+	if c.PauseWarnEvery <= 0 {
+		c.PauseWarnEvery = DefaultPauseWarnEvery
 	}
 	return c
 }

@@ -35,9 +35,8 @@ import (
 // `reindex --wait` then waits for the position's reindexedAt to pass the
 // time the holder took the request.
 
-// PauseWarnEvery is how often a paused job says in the log that it is
-// still paused and its position ages.
-var PauseWarnEvery = time.Hour
+// DefaultPauseWarnEvery is Config.PauseWarnEvery's default.
+const DefaultPauseWarnEvery = time.Hour
 
 // errReindexAsked ends a follow so that run starts the next one with a
 // reindex.
@@ -198,9 +197,10 @@ func reindexMode(job *transform.Job) string {
 	return "swap"
 }
 
-// pausedTick warns, every PauseWarnEvery, that the job is still paused.
+// pausedTick warns, every Config.PauseWarnEvery, that the job is still
+// paused.
 func (f *follower) pausedTick() {
-	if !f.paused || time.Since(f.pauseWarned) < PauseWarnEvery {
+	if !f.paused || time.Since(f.pauseWarned) < f.e.cfg.PauseWarnEvery {
 		return
 	}
 	f.pauseWarned = time.Now()
