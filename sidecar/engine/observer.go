@@ -35,6 +35,9 @@ type Observer interface {
 	// ObserveDDL: a drop, rename or dropDatabase of a mirror job's source,
 	// when its sink does not count it itself (sink.DDLObserver).
 	ObserveDDL(job, event string)
+	// ObserveWatchdog: the job's pending work stopped moving for longer
+	// than its watchdog's bound (stalled), or moves again.
+	ObserveWatchdog(job string, stalled bool)
 }
 
 // noObserver observes nothing.
@@ -50,6 +53,7 @@ func (noObserver) ObserveReindexProgress(string, int64, int64)     {}
 func (noObserver) ObserveReindexDone(string)                       {}
 func (noObserver) ObserveDeadLetters(string, int64)                {}
 func (noObserver) ObserveDDL(string, string)                       {}
+func (noObserver) ObserveWatchdog(string, bool)                    {}
 
 // kinds returns the kind label of job; the engine does not keep jobs, so
 // it is looked up in what Run registered (search by default).

@@ -130,6 +130,7 @@ func (f *follower) enterPause(at time.Time) error {
 	}
 	f.reader.Close()
 	f.paused, f.pausedAt, f.pauseWarned = true, at, time.Now()
+	f.pausedNow.Store(true)
 	f.stats.SetPhase(status.PhasePaused)
 	return nil
 }
@@ -146,6 +147,8 @@ func (f *follower) resumeAsked(ctx context.Context, r *retryRequest) error {
 		return nil
 	}
 	f.paused = false
+	f.pausedNow.Store(false)
+	f.dog.resumed()
 	if err := f.open(ctx); err != nil {
 		r.Finish("", err)
 		return err
@@ -232,4 +235,12 @@ func (e *Engine) Paused(ctx context.Context, job string) (*jobstate.Pause, error
 // Position returns job's recorded position; nil when there is none.
 func (e *Engine) Position(ctx context.Context, job string) (*jobstate.Position, error) {
 	return e.store.ReadPosition(ctx, job)
+}
+
+// resumed restarts the age of what is pending: the time paused is not
+// time the job failed to move.
+func (w *watchdog) resumed() {
+	w.mu.Lock()
+	w.moved = time.Now()
+	w.mu.Unlock()
 }
