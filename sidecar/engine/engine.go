@@ -278,8 +278,9 @@ func (e *Engine) jobCfg(job *transform.Job) jobConfig {
 // DrainTimeout), an error with code LEASE_LOST when the lease was lost
 // (nothing recorded afterwards), HISTORY_LOST with onHistoryLost: fail, a
 // FAILED error wrapping ErrInvalidated when the collection was dropped or
-// renamed (position cleared), or the per-document error's own code with
-// onDocumentError: fail.
+// renamed (position cleared), the per-document error's own code with
+// onDocumentError: fail, or a *ModeAsked (no failure) when `meilistream
+// reindex` asked for a reindex in another mode than the job's.
 func (e *Engine) Run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats) error {
 	return e.runJob(ctx, job, dst, l, stats, "")
 }
