@@ -155,10 +155,11 @@ func (w *wiring) repair(ctx context.Context, inv *invocation, job *transform.Job
 		return err
 	})
 	if errors.Is(err, errs.ErrRunning) {
-		s, herr := w.askHolder(ctx, inv, job, verifyRepairWait, "repair", func() (string, error) {
-			return jobstate.RequestRepair(ctx, w.state, job.Name, w.leases.Holder(), verifyRepairWait+time.Minute, ids)
-		})
-		return s.Written + s.Gone, herr
+		r, herr := w.askHolder(ctx, inv, job, jobstate.RepairKind, "", verifyRepairWait, ids...)
+		if herr != nil {
+			return 0, herr
+		}
+		return r.Written + r.Gone, nil
 	}
 	return sum.written + sum.gone, err
 }

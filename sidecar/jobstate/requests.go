@@ -30,6 +30,11 @@ import (
 // up, and a holder deletes the requests of its job that expired (a client
 // that died). A running request whose holder lost the lease (an earlier
 // epoch) is taken again by the next holder: a retry is idempotent.
+//
+// `meilistream pause`, `resume` and `reindex` ask the holder the same
+// way: their requests have a kind (and a reindex its mode), and a done one
+// a note saying what the holder did. Each is idempotent too (pausing a
+// paused job, a reindex already running).
 
 // Retry request states.
 const (
@@ -48,26 +53,48 @@ type RetryRequest struct {
 	Job   string
 	ID    string
 	State string
-	// Kind is RepairKind for a request of verify --repair, whose IDs are
-	// the documents to write again; empty for a retry of the recorded
-	// documents.
+	// Kind is what the request asks: empty for a retry of the recorded
+	// documents, or PauseKind, ResumeKind, ReindexKind, RepairKind (verify
+	// --repair: IDs are the documents to write again); Mode is a
+	// reindex's ("inplace", "swap"; empty: as the job says).
 	Kind   string
+	Mode   string
 	IDs    []bson.RawValue
 	Holder string // the holder that took it
 	Epoch  int64  // the lease epoch it took it at
 	// The outcome, once done: as engine.RetrySummary counts them.
 	Retried, Written, Gone, Failed int64
 	Duration                       time.Duration
-	// Code and Error say why a failed request did not finish.
+	// Code and Error say why a failed request did not finish; Note what
+	// a done one did, in words (pause, resume, reindex).
 	Code  string
 	Error string
+	Note  string
+	// Started and Done are the server times the holder took and answered
+	// the request.
+	Started, Done time.Time
+}
+
+// The kinds of request besides a retry: `meilistream pause`, `resume`
+// and `reindex` while another process holds the job's lease.
+const (
+	PauseKind   = "pause"
+	ResumeKind  = "resume"
+	ReindexKind = "reindex"
+)
+
+// RequestOf writes a pending request of kind (PauseKind, ResumeKind,
+// ReindexKind with mode) for job, as RequestRetry does, and returns its
+// id.
+func RequestOf(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration, kind, mode string) (string, error) {
+	return request(ctx, state, job, requestedBy, ttl, bson.D{{Key: "kind", Value: kind}, {Key: "mode", Value: mode}})
 }
 
 // RequestRetry writes a pending retry request for job on behalf of
 // requestedBy, expiring ttl from now by the server's clock, and returns
 // its id.
 func RequestRetry(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration) (string, error) {
-	return request(ctx, state, job, requestedBy, ttl, "", nil)
+	return request(ctx, state, job, requestedBy, ttl, nil)
 }
 
 // RepairKind is the kind of a request of verify --repair.
@@ -77,10 +104,15 @@ const RepairKind = "repair"
 // ids again (or deletes them) as a retry does. ids are bounded by the
 // caller (a request is one document of at most 16 MB).
 func RequestRepair(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration, ids []bson.RawValue) (string, error) {
-	return request(ctx, state, job, requestedBy, ttl, RepairKind, ids)
+	in := make(bson.A, len(ids))
+	for i, id := range ids {
+		in[i] = id
+	}
+	return request(ctx, state, job, requestedBy, ttl, bson.D{{Key: "kind", Value: RepairKind}, {Key: "ids", Value: in}})
 }
 
-func request(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration, kind string, ids []bson.RawValue) (string, error) {
+// request writes a pending request with the fields extra besides.
+func request(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration, extra bson.D) (string, error) {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
@@ -90,17 +122,13 @@ func request(ctx context.Context, state *mongo.Collection, job, requestedBy stri
 		{Key: "requestedAt", Value: "$$NOW"},
 		{Key: "expiresAt", Value: bson.D{{Key: "$add", Value: bson.A{"$$NOW", ttl.Milliseconds()}}}},
 	}
-	if kind != "" {
-		in := make(bson.A, len(ids))
-		for i, id := range ids {
-			in[i] = id
-		}
-		set = append(set, bson.E{Key: "kind", Value: kind}, bson.E{Key: "ids", Value: bson.D{{Key: "$literal", Value: in}}})
+	for _, e := range extra {
+		set = append(set, bson.E{Key: e.Key, Value: bson.D{{Key: "$literal", Value: e.Value}}})
 	}
 	_, err := state.UpdateOne(ctx, bson.D{{Key: "_id", Value: requestKey(job, id)}},
 		mongo.Pipeline{{{Key: "$set", Value: set}}}, options.UpdateOne().SetUpsert(true))
 	if err != nil {
-		return "", errs.Wrap(errs.Failed, job, err, "write the retry request")
+		return "", errs.Wrap(errs.Failed, job, err, "write the request to the job's holder")
 	}
 	return id, nil
 }
@@ -113,7 +141,11 @@ type requestDoc struct {
 	} `bson:"_id"`
 	State      string          `bson:"state"`
 	Kind       string          `bson:"kind"`
+	Mode       string          `bson:"mode"`
 	IDs        []bson.RawValue `bson:"ids"`
+	Note       string          `bson:"note"`
+	StartedAt  time.Time       `bson:"startedAt"`
+	DoneAt     time.Time       `bson:"doneAt"`
 	Holder     string          `bson:"holder"`
 	Epoch      int64           `bson:"epoch"`
 	Retried    int64           `bson:"retried"`
@@ -127,7 +159,8 @@ type requestDoc struct {
 
 func (d *requestDoc) request() *RetryRequest {
 	return &RetryRequest{
-		Job: d.ID.Job, ID: d.ID.Request, State: d.State, Kind: d.Kind, IDs: d.IDs, Holder: d.Holder, Epoch: d.Epoch,
+		Job: d.ID.Job, ID: d.ID.Request, State: d.State, Kind: d.Kind, Mode: d.Mode, IDs: d.IDs, Note: d.Note,
+		Started: d.StartedAt, Done: d.DoneAt, Holder: d.Holder, Epoch: d.Epoch,
 		Retried: d.Retried, Written: d.Written, Gone: d.Gone, Failed: d.Failed,
 		Duration: time.Duration(d.DurationMs) * time.Millisecond, Code: d.Code, Error: d.Error,
 	}
@@ -207,6 +240,7 @@ func (s *Store) FinishRetry(ctx context.Context, r *RetryRequest) error {
 			{Key: "durationMs", Value: r.Duration.Milliseconds()},
 			{Key: "code", Value: r.Code},
 			{Key: "error", Value: cutMessage(r.Error, maxMessage)},
+			{Key: "note", Value: cutMessage(r.Note, maxMessage)},
 		}},
 		{Key: "$currentDate", Value: bson.D{{Key: "doneAt", Value: true}}},
 	}

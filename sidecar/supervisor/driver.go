@@ -150,6 +150,20 @@ func (d *EngineDriver) Run(ctx context.Context, def JobDef, h HeldLease, st *Sup
 		return errs.WithJob(job.Name, err)
 	}
 	err = d.Engine.Run(ctx, job, ReportingSink(sink, st.prepared), el, st.Stats)
+	// `meilistream reindex --inplace` (or --swap) asked the holder for
+	// another mode than the job's: its sink stages as its job says, so
+	// the job and its sink are built again with that mode, under the
+	// same lease, until the process runs the job again.
+	original := job
+	for m := (*engine.ModeAsked)(nil); errors.As(err, &m); {
+		c := *original
+		c.Reindex = m.Mode
+		job = &c
+		if sink, err = d.Sinks(job); err != nil {
+			return errs.WithJob(job.Name, err)
+		}
+		err = d.Engine.RunReindexing(ctx, job, ReportingSink(sink, st.prepared), el, st.Stats, original)
+	}
 	return historyLostForGood(job.Name, d.Engine.OnHistoryLost(job), err)
 }
 
