@@ -26,6 +26,11 @@ type headroomState struct {
 	reading   Headroom
 	warned    map[string]bool // jobs whose headroom is under a quarter of the window
 	errLogged bool
+	// trimming: the oplog's oldest entry has moved between two readings,
+	// so the oplog is full and drops its oldest entries. Until then it
+	// only grows: a position near its start is not at risk, however small
+	// its headroom is against a young oplog's window.
+	trimming bool
 }
 
 // watchHeadroom reads cfg.Headroom every HeadroomInterval: the window and
@@ -58,11 +63,15 @@ func (s *Supervisor) watchHeadroom() {
 }
 
 // noteHeadroom keeps h and logs, once per crossing, a job whose headroom
-// fell under a quarter of the window: past it, resuming the job fails
-// with HISTORY_LOST and it reindexes (or fails).
+// fell under a quarter of the window while the oplog drops its oldest
+// entries: past it, resuming the job fails with HISTORY_LOST and it
+// reindexes (or fails).
 func (s *Supervisor) noteHeadroom(h Headroom) {
 	s.mu.Lock()
 	hr := &s.headroom
+	if prev := hr.reading; h.WindowErr == nil && prev.WindowErr == nil && !prev.Oldest.IsZero() && h.Oldest.After(prev.Oldest) {
+		hr.trimming = true
+	}
 	hr.reading = h
 	if hr.warned == nil {
 		hr.warned = map[string]bool{}
@@ -79,7 +88,7 @@ func (s *Supervisor) noteHeadroom(h Headroom) {
 			continue
 		}
 		window, room := h.Newest.Sub(h.Oldest), pos.Sub(h.Oldest)
-		low := room < window/4
+		low := hr.trimming && room < window/4
 		if low && !hr.warned[job] {
 			warns = append(warns, warn{job, room, window})
 		}

@@ -86,6 +86,31 @@ func TestHeadroomIsTheWindowMinusThePositionsAge(t *testing.T) {
 		t.Errorf("warned with three quarters of the window left:\n%s", logs.String())
 	}
 
+	t.Run("a young oplog that only grows warns of nothing, however near its start a position is", func(t *testing.T) {
+		feed.set(supervisor.Headroom{
+			Oldest: base, Newest: base.Add(5 * time.Hour),
+			Positions: map[string]time.Time{"books": base.Add(10 * time.Minute)},
+		})
+		waitJob(t, s, "books", "the young oplog's headroom", func(j status.Job) bool {
+			return j.HeadroomSeconds != nil && *j.HeadroomSeconds == 600
+		})
+		feed.mu.Lock()
+		seen := feed.reads
+		feed.mu.Unlock()
+		for {
+			feed.mu.Lock()
+			n := feed.reads
+			feed.mu.Unlock()
+			if n > seen+3 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if strings.Contains(logs.String(), "under a quarter") {
+			t.Errorf("warned while the oplog's oldest entry never moved:\n%s", logs.String())
+		}
+	})
+
 	t.Run("a job whose headroom falls under a quarter of the window is warned about once", func(t *testing.T) {
 		feed.set(supervisor.Headroom{
 			Oldest: base.Add(2*time.Hour + 30*time.Minute), Newest: base.Add(6 * time.Hour),
