@@ -103,9 +103,8 @@ type Sink struct {
 }
 
 var (
-	_ sink.Sink        = (*Sink)(nil)
-	_ sink.Staged      = (*staged)(nil)
-	_ sink.DDLObserver = (*Sink)(nil)
+	_ sink.Sink   = (*Sink)(nil)
+	_ sink.Staged = (*staged)(nil)
 )
 
 // New returns the replica sink of one mirror job. It does not talk to either
@@ -516,6 +515,14 @@ func (s *Sink) OnDDL(_ context.Context, event string) {
 		s.metrics.DDL(event)
 	}
 }
+
+// DiscardStage has nothing to delete: a backfill stages in place, in the
+// live replica collection, and leaves no target of its own behind.
+func (s *Sink) DiscardStage(context.Context, string) error { return nil }
+
+// Enqueued counts nothing: the replica's writes are durable (majority
+// write concern) when Send returns, so nothing waits at the destination.
+func (s *Sink) Enqueued() (tasks int, bytes int64, counted bool) { return 0, 0, false }
 
 // staged is the in-place target of a backfill: the live sink, with nothing
 // to commit or discard.

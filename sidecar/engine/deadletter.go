@@ -108,7 +108,7 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, dst sink.Sink, l
 	if len(ids) == 0 {
 		return RetrySummary{Duration: time.Since(start)}, nil
 	}
-	if err := retryPrepare(ctx, dst, e.cfg, log); err != nil {
+	if err := retryPrepare(ctx, dst, e.cfg, log, nil); err != nil {
 		return RetrySummary{}, leaseOr(ctx, l, err)
 	}
 	p := e.newPipe(ctx, jc, dst, nil, log, false)

@@ -260,13 +260,17 @@ func (e *Engine) jobCfg(job *transform.Job) jobConfig {
 // FAILED error wrapping ErrInvalidated when the collection was dropped or
 // renamed (position cleared), or the per-document error's own code with
 // onDocumentError: fail.
-func (e *Engine) Run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats) error {
+//
+// prepared, when not nil, hears the outcome of each attempt to prepare
+// dst (nil on success; not when ctx ended meanwhile), which the engine
+// retries with backoff: the supervisor shows it in /status.
+func (e *Engine) Run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, prepared func(error)) error {
 	e.setKind(job.Name, job.Kind.String())
 	if stats == nil {
 		stats = status.NewJobStats() // the lag metric is computed from it
 	}
 	defer e.watchQueue(job.Name, dst, stats)()
-	_, err := e.run(ctx, job, dst, l, stats, false)
+	_, err := e.run(ctx, job, dst, l, stats, false, prepared)
 	if err != nil {
 		err = errs.WithJob(job.Name, err)
 		stats.SetError(err)
@@ -277,7 +281,7 @@ func (e *Engine) Run(ctx context.Context, job *transform.Job, dst sink.Sink, l L
 
 // run is Run, and with force (`meilistream reindex NAME`) a reindex
 // whatever the position says, after which it stops and reports it.
-func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, force bool) (*Summary, error) {
+func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, force bool, prepared func(error)) (*Summary, error) {
 	ctx, stop := leaseContext(ctx, l)
 	defer stop()
 	log := e.log.With("job", job.Name)
@@ -285,7 +289,7 @@ func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l L
 		return nil, closeOr(ctx, l, err)
 	}
 	e.ensureErrorIndex(ctx, log)
-	if err := retryPrepare(ctx, dst, e.cfg, log); err != nil {
+	if err := retryPrepare(ctx, dst, e.cfg, log, prepared); err != nil {
 		return nil, closeOr(ctx, l, err)
 	}
 	var (
@@ -498,9 +502,14 @@ func closeOr(ctx context.Context, l Lease, err error) error {
 	return err
 }
 
-func retryPrepare(ctx context.Context, dst sink.Sink, cfg Config, log hclog.Logger) error {
+// retryPrepare prepares dst until it succeeds or fails for good, passing
+// each attempt's outcome to prepared (when not nil).
+func retryPrepare(ctx context.Context, dst sink.Sink, cfg Config, log hclog.Logger, prepared func(error)) error {
 	for attempt := 0; ; attempt++ {
 		err := dst.Prepare(ctx)
+		if prepared != nil && ctx.Err() == nil {
+			prepared(err)
+		}
 		if err == nil {
 			return nil
 		}

@@ -213,7 +213,7 @@ func (e *env) run(job *transform.Job, l *lease.Lease) *running {
 	r := &running{cancel: cancel, done: make(chan error, 1), stats: status.NewJobStats()}
 	eng := e.engine()
 	sink := meili.NewSink(e.mc, &job.Job, e.log)
-	go func() { r.done <- eng.Run(ctx, job, sink, l, r.stats) }()
+	go func() { r.done <- eng.Run(ctx, job, sink, l, r.stats, nil) }()
 	return r
 }
 
@@ -1141,7 +1141,7 @@ func TestMetricsCountWhatTheEngineDid(t *testing.T) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- eng.Run(ctx, job, meili.NewSink(e.mc, &job.Job, e.log), e.acquire(), status.NewJobStats())
+		done <- eng.Run(ctx, job, meili.NewSink(e.mc, &job.Job, e.log), e.acquire(), status.NewJobStats(), nil)
 	}()
 	e.settled(job)
 	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 1}))
@@ -1625,7 +1625,7 @@ func TestHolderPastItsLeaseDeadlineSendsNothingMore(t *testing.T) {
 	done := make(chan error, 1)
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
-	go func() { done <- e.engine().Run(ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, nil) }()
+	go func() { done <- e.engine().Run(ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, nil, nil) }()
 	e.settled(job)
 	l.lapsed.Store(true)
 	e.insert(100, 101, nil)
@@ -1658,7 +1658,7 @@ func TestJobStartMakesTheErrorsIndexOrSaysWhyNot(t *testing.T) {
 		ctx, cancel := context.WithCancel(e.ctx)
 		done := make(chan error, 1)
 		st := status.NewJobStats()
-		go func() { done <- eng.Run(ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, st) }()
+		go func() { done <- eng.Run(ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, st, nil) }()
 		e.settled(job)
 		// Following comes after the start's attempt at the index.
 		until(t, "following", func() bool { return st.Snapshot().Phase == status.PhaseFollowing })
@@ -1677,7 +1677,7 @@ func TestJobStartMakesTheErrorsIndexOrSaysWhyNot(t *testing.T) {
 	l := e.acquire()
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
-	go func() { done <- eng.Run(ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, nil) }()
+	go func() { done <- eng.Run(ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, nil, nil) }()
 	// The index and the position are already as the earlier runs left
 	// them, so nothing tells this run's start is past the index: wait for
 	// the index itself while the job runs.
@@ -1696,5 +1696,57 @@ func TestJobStartMakesTheErrorsIndexOrSaysWhyNot(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// prepFailSink fails Prepare as the destination would while unreachable,
+// fails times, then prepares for real.
+type prepFailSink struct {
+	sink.Sink
+	mu    sync.Mutex
+	fails int
+}
+
+func (s *prepFailSink) Prepare(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fails > 0 {
+		s.fails--
+		return errs.Wrap(errs.Failed, "items", errors.New("connection refused"), "read index items")
+	}
+	return s.Sink.Prepare(ctx)
+}
+
+// Run retries preparing the destination and tells the caller of every
+// attempt (the supervisor shows the failures in /status), then runs the
+// job.
+func TestRunReportsEachAttemptToPrepare(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 10, nil)
+	job := e.job(itemsJS)
+	var (
+		mu       sync.Mutex
+		outcomes []error
+	)
+	prepared := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		outcomes = append(outcomes, err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	dst := &prepFailSink{Sink: meili.NewSink(e.mc, &job.Job, e.log), fails: 2}
+	go func() { done <- e.engine().Run(ctx, job, dst, e.acquire(), nil, prepared) }()
+	e.settled(job)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(outcomes) != 3 || outcomes[0] == nil || outcomes[1] == nil || outcomes[2] != nil ||
+		!strings.Contains(outcomes[0].Error(), "connection refused") {
+		t.Fatalf("prepare outcomes %v, want the two failures then nil", outcomes)
 	}
 }

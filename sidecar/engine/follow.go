@@ -728,11 +728,7 @@ func (f *follower) stop(ctx context.Context, cause error) error {
 func (f *follower) invalidated(ctx context.Context, op string) error {
 	name := f.jc.job.Name
 	f.log.Warn("collection invalidated: stopping; the next run reindexes", "event", op)
-	if o, ok := f.p.Live().(sink.DDLObserver); ok {
-		o.OnDDL(ctx, op) // never applied to a replica (mirror jobs)
-	} else if f.jc.job.Kind == jobdef.Mirror {
-		f.e.observeDDL(name, op)
-	}
+	f.p.Live().OnDDL(ctx, op) // never applied to a replica (mirror jobs)
 	if f.snap != nil {
 		f.snap.Stop()
 	}

@@ -12,7 +12,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/meilitest"
-	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
 	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/sidecar/status"
@@ -229,8 +228,6 @@ func TestTheSinksQueueIsShown(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
-var _ engine.Enqueuer = (*meili.Sink)(nil)
 
 // updatesAfterPosition is how many updates of the collection an
 // unfiltered change stream (the database's) resumed from the job's recorded position sees

@@ -475,9 +475,6 @@ func (m *Metrics) ObserveReindexDone(job string) { m.Job(job, "").ReindexDone() 
 // ObserveDeadLetters sets the job's documents in the errors collection.
 func (m *Metrics) ObserveDeadLetters(job string, n int64) { m.Job(job, "").DeadLetters(n) }
 
-// ObserveDDL counts a drop, rename or dropDatabase seen by a mirror.
-func (m *Metrics) ObserveDDL(job, event string) { m.Job(job, "").DDL(event) }
-
 // ObserveJob declares a configured job (supervisor.Metrics), see Declare.
 func (m *Metrics) ObserveJob(job, kind string) { m.Declare(job, kind) }
 

@@ -696,7 +696,10 @@ func (s *Sink) DiscardStage(ctx context.Context, uid string) error {
 	return s.dropIndex(ctx, uid+ReindexSuffix)
 }
 
-var _ sink.StageDiscarder = (*Sink)(nil)
+// OnDDL has nothing to do: a search job's index is rebuilt by the
+// reindex the engine starts once it has stopped the job as invalidated,
+// and the engine logs the event itself.
+func (s *Sink) OnDDL(context.Context, string) {}
 
 // plainUID says whether uid is an index uid a job may write: 1 to 400
 // characters of A-Z a-z 0-9 _ -, not ending in ReindexSuffix.

@@ -56,9 +56,13 @@ type DocFailure struct {
 // there is no staged target to resume into; the engine then stages afresh.
 var ErrNoStage = errors.New("no staged target to resume")
 
-// Sink is a destination the engine writes to. Sends happen in order, one at a
-// time: the engine never calls Send concurrently, and sends batches in change
-// order, so the destination sees writes in change order.
+// Sink is a destination the engine writes to: every method a sink has is
+// here, and each sink implements each one (one with nothing to do for a
+// method says so in its body), so that the engine never asks a sink what
+// else it does and nothing wraps a sink to pass methods on. Sends happen
+// in order, one at a time: the engine never calls Send concurrently, and
+// sends batches in change order, so the destination sees writes in change
+// order.
 type Sink interface {
 	// Prepare makes the destination ready (index created with its primary
 	// key, declared settings applied; replica writable). Idempotent.
@@ -84,6 +88,24 @@ type Sink interface {
 	// (so a reindex continues from its checkpoint; ErrNoStage when there is
 	// none). In place it is the live destination itself.
 	Stage(ctx context.Context, resume bool) (Staged, error)
+	// DiscardStage deletes the target a swap reindex of destination staged
+	// beside it (Meilisearch: <uid>__reindex), which outlives the run that
+	// made it: a reindex that starts over for another destination (the
+	// index uid changed) or in place would leave the one an unfinished
+	// reindex staged behind. Deleting a target that is not there is no
+	// error; a sink that stages in place has nothing to delete.
+	DiscardStage(ctx context.Context, destination string) error
+	// OnDDL hears of a drop, rename or dropDatabase of the source
+	// collection, before the engine stops the job as invalidated (the
+	// replica sink logs and counts it, and never applies it to the
+	// replica).
+	OnDDL(ctx context.Context, event string)
+	// Enqueued is what the sink has enqueued at its destination and not
+	// yet seen processed (the Meilisearch sink: its tasks and their
+	// request bytes, which it keeps under a bound); counted is false for a
+	// destination whose writes are durable when Send returns, which has no
+	// queue to show.
+	Enqueued() (tasks int, bytes int64, counted bool)
 }
 
 // Staged is the target of a reindex or backfill.
@@ -98,25 +120,6 @@ type Staged interface {
 	// Discard drops the temporary target (after a failure that restarts
 	// from scratch). In place: nothing to do.
 	Discard(ctx context.Context) error
-}
-
-// StageDiscarder is implemented by a sink whose swap reindex stages into a
-// target of its own beside the destination (Meilisearch: <uid>__reindex),
-// which outlives the run that made it. A reindex that starts over for
-// another destination (the index uid changed) or in place would leave the
-// one an unfinished reindex staged behind: the engine deletes it through
-// DiscardStage, naming the destination it was staged for. Deleting a
-// target that is not there is no error.
-type StageDiscarder interface {
-	DiscardStage(ctx context.Context, destination string) error
-}
-
-// DDLObserver is implemented by a sink that wants to hear of a drop, rename
-// or dropDatabase of its source collection (the replica sink logs and counts
-// it, and never applies it to the replica); the engine calls it before it
-// stops the job as invalidated.
-type DDLObserver interface {
-	OnDDL(ctx context.Context, event string)
 }
 
 type guardKey struct{}

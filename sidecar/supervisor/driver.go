@@ -149,7 +149,7 @@ func (d *EngineDriver) Run(ctx context.Context, def JobDef, h HeldLease, st *Sup
 	if err != nil {
 		return errs.WithJob(job.Name, err)
 	}
-	err = d.Engine.Run(ctx, job, ReportingSink(sink, st.prepared), el, st.Stats)
+	err = d.Engine.Run(ctx, job, sink, el, st.Stats, st.prepared)
 	return historyLostForGood(job.Name, d.Engine.OnHistoryLost(job), err)
 }
 
@@ -166,46 +166,4 @@ func historyLostForGood(job, onHistoryLost string, err error) error {
 	return MarkFatal(advise(errs.WithJob(job, err),
 		"to repair it, run `meilistream reindex %s` where no sidecar runs the job (scale the sidecars down, run it, scale them back up), "+
 			"or set onHistoryLost: \"reindex\" (the transform file, MEILISTREAM_JOB_<NAME>_ON_HISTORY_LOST or MEILISTREAM_ON_HISTORY_LOST=reindex) so the job reindexes by itself", job))
-}
-
-// ReportingSink wraps s so that every Prepare's outcome is passed to report
-// (nil on success). The wrapper keeps s's optional DDLObserver.
-func ReportingSink(s sink.Sink, report func(error)) sink.Sink {
-	r := &reportingSink{Sink: s, report: report}
-	if o, ok := s.(sink.DDLObserver); ok {
-		return &reportingObserver{reportingSink: r, DDLObserver: o}
-	}
-	return r
-}
-
-type reportingSink struct {
-	sink.Sink
-	report func(error)
-}
-
-// Unwrap is the wrapped sink, for the engine to find what else it does
-// (engine.Enqueuer).
-func (r *reportingSink) Unwrap() sink.Sink { return r.Sink }
-
-// DiscardStage passes on to the wrapped sink's, when it has one
-// (sink.StageDiscarder): the engine deletes an abandoned staged target
-// through it.
-func (r *reportingSink) DiscardStage(ctx context.Context, destination string) error {
-	if d, ok := r.Sink.(sink.StageDiscarder); ok {
-		return d.DiscardStage(ctx, destination)
-	}
-	return nil
-}
-
-func (r *reportingSink) Prepare(ctx context.Context) error {
-	err := r.Sink.Prepare(ctx)
-	if ctx.Err() == nil {
-		r.report(err)
-	}
-	return err
-}
-
-type reportingObserver struct {
-	*reportingSink
-	sink.DDLObserver
 }
