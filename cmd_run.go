@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/meilisearch/meilisearch-go"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -169,8 +168,8 @@ type wiring struct {
 	source   *mongo.Database
 	state    *mongo.Collection
 	errColl  *mongo.Collection
-	meili    meilisearch.ServiceManager // nil without MEILISTREAM_MEILI_URL
-	replica  *mongo.Client              // nil without MEILISTREAM_REPLICA_URI
+	meili    *meili.Client // nil without MEILISTREAM_MEILI_URL
+	replica  *mongo.Client // nil without MEILISTREAM_REPLICA_URI
 	leases   *lease.Manager
 	engine   *engine.Engine
 	metrics  *httpapi.Metrics

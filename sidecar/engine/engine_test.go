@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/meilisearch/meilisearch-go"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
@@ -67,7 +66,7 @@ type env struct {
 	coll   *mongo.Collection
 	state  *mongo.Collection
 	errs   *mongo.Collection
-	mc     meilisearch.ServiceManager
+	mc     *meili.Client
 	leases *lease.Manager
 	cfg    engine.Config
 	log    hclog.Logger
@@ -97,7 +96,7 @@ func newEnvOn(t *testing.T, opts mongotest.Options) *env {
 		coll:  db.Collection("items"),
 		state: db.Collection("meilistream"),
 		errs:  db.Collection("meilistream_errors"),
-		mc:    meilisearch.New(mm.URL(), meilisearch.DisableRetries()),
+		mc:    meili.NewClient(mm.URL(), ""),
 		cfg: engine.Config{
 			BatchSize: 100, PageSize: 200, FlushInterval: 20 * time.Millisecond,
 			PositionInterval: 100 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryCap: 100 * time.Millisecond,
@@ -339,7 +338,7 @@ func TestWritesDuringALongReindexAreAllPresent(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.meili.Close() })
-	e.mc = meilisearch.New(e.meili.URL(), meilisearch.DisableRetries())
+	e.mc = meili.NewClient(e.meili.URL(), "")
 	r := e.run(job, e.acquire())
 	until(t, "reindex under way", func() bool {
 		s := r.stats.Snapshot()
@@ -925,7 +924,7 @@ func TestReindexStoppedWhileSwappingStartsOverInsteadOfResuming(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { slow.Close() })
-	e.meili, e.mc = slow, meilisearch.New(slow.URL(), meilisearch.DisableRetries())
+	e.meili, e.mc = slow, meili.NewClient(slow.URL(), "")
 	e.cfg.DrainTimeout = 200 * time.Millisecond
 	e.insert(0, 50, nil)
 	job := e.job(itemsJS)
@@ -1217,7 +1216,7 @@ func TestHistoryShorterThanAReindexStillConverges(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { slow.Close() })
-	e.meili, e.mc = slow, meilisearch.New(slow.URL(), meilisearch.DisableRetries())
+	e.meili, e.mc = slow, meili.NewClient(slow.URL(), "")
 	r := e.run(job, e.acquire())
 	until(t, "reindex under way", func() bool {
 		s := r.stats.Snapshot()
@@ -1390,7 +1389,7 @@ func TestWritesDuringASwapReindexReachTheLiveIndexAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { slow.Close() })
-	e.meili, e.mc = slow, meilisearch.New(slow.URL(), meilisearch.DisableRetries())
+	e.meili, e.mc = slow, meili.NewClient(slow.URL(), "")
 	e.insert(0, 3000, nil)
 	job := e.job(itemsJS)
 	l := e.acquire()
@@ -1545,7 +1544,7 @@ func TestStandbyTakingOverMidReindexContinuesIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { slow.Close() })
-	e.meili, e.mc = slow, meilisearch.New(slow.URL(), meilisearch.DisableRetries())
+	e.meili, e.mc = slow, meili.NewClient(slow.URL(), "")
 	r := e.run(job, e.acquire())
 	until(t, "a third of the reindex", func() bool { return r.stats.Snapshot().Reindex.Done >= 1000 })
 	e.mongo.AdvanceClock(testTTL + time.Second) // past the TTL: the lease lapses

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meilisearch/meilisearch-go"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
@@ -99,7 +98,7 @@ func TestARelatedChangeDuringAReindexReachesTheNewIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { slow.Close() })
-	e.meili, e.mc = slow, meilisearch.New(slow.URL(), meilisearch.DisableRetries())
+	e.meili, e.mc = slow, meili.NewClient(slow.URL(), "")
 	e.seedJoined(2000)
 	job := e.job(joinedJS)
 	r := e.run(job, e.acquire())

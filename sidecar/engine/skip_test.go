@@ -171,7 +171,7 @@ func TestNothingIsSparedWhileAReindexRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { slow.Close() })
-	e.meili, e.mc = slow, meilisearch.New(slow.URL(), meilisearch.DisableRetries())
+	e.meili, e.mc = slow, meili.NewClient(slow.URL(), "")
 	e.insert(0, 2000, nil)
 	job := e.job(itemsJS)
 	r := e.run(job, e.acquire())
