@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -33,11 +34,11 @@ func runReindex(ctx context.Context, inv *invocation) int {
 	}
 	var out string
 	err = w.underLease(ctx, job.Name, func(ctx context.Context, l leaseForEngine) error {
-		sink, err := w.sinkFactory(inv.Log)(job)
+		dst, err := w.sinkFactory(inv.Log)(job, sink.NewGuard(l.Held))
 		if err != nil {
 			return err
 		}
-		sum, err := w.engine.Reindex(ctx, job, sink, l, nil)
+		sum, err := w.engine.Reindex(ctx, job, dst, l, nil)
 		if err != nil {
 			return err
 		}

@@ -100,6 +100,7 @@ type Sink struct {
 	metrics  Metrics
 	timeout  time.Duration
 	pageSize int
+	guard    sink.Guard // checked right before each write to the replica
 }
 
 var (
@@ -107,9 +108,10 @@ var (
 	_ sink.Staged = (*staged)(nil)
 )
 
-// New returns the replica sink of one mirror job. It does not talk to either
-// server; Prepare does.
-func New(o Options) (*Sink, error) {
+// New returns the replica sink of one mirror job, which checks guard (the
+// job's lease) right before each write to the replica. It does not talk to
+// either server; Prepare does.
+func New(o Options, guard sink.Guard) (*Sink, error) {
 	if o.Source == nil || o.Replica == nil {
 		return nil, errs.New(errs.ConfigInvalid, o.Job, "a mirror job needs a source and a replica collection (is MEILISTREAM_REPLICA_URI set?)")
 	}
@@ -132,6 +134,7 @@ func New(o Options) (*Sink, error) {
 		metrics:  o.Metrics,
 		timeout:  o.WriteTimeout,
 		pageSize: o.KeysPageSize,
+		guard:    guard,
 	}, nil
 }
 
@@ -139,7 +142,7 @@ func New(o Options) (*Sink, error) {
 // (job.Collection) in sourceDB, its destination (job.Mirror) in replicaDB.
 // It is what the main package calls when it builds a job's sink; logger and
 // metrics (the job's) may be nil.
-func ForJob(replicaDB, sourceDB *mongo.Database, job *jobdef.Job, logger hclog.Logger, metrics Metrics) (*Sink, error) {
+func ForJob(replicaDB, sourceDB *mongo.Database, job *jobdef.Job, guard sink.Guard, logger hclog.Logger, metrics Metrics) (*Sink, error) {
 	if job == nil || job.Kind != jobdef.Mirror {
 		return nil, errs.New(errs.ConfigInvalid, "", "replicate.ForJob: not a mirror job")
 	}
@@ -155,7 +158,7 @@ func ForJob(replicaDB, sourceDB *mongo.Database, job *jobdef.Job, logger hclog.L
 		Replica: replicaDB.Collection(job.Mirror),
 		Logger:  logger,
 		Metrics: metrics,
-	})
+	}, guard)
 }
 
 // Prepare runs the capability check (Check): the source must be a replica set
@@ -434,7 +437,7 @@ func (s *Sink) bulk(ctx context.Context, ws []write) (outcome, error) {
 	for i, w := range ws {
 		models[i] = w.model
 	}
-	if err := sink.Guard(ctx); err != nil {
+	if err := s.guard.Check(); err != nil {
 		return outcome{}, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, s.timeout)

@@ -111,7 +111,7 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, dst sink.Sink, l
 	if err := retryPrepare(ctx, dst, e.cfg, log, nil); err != nil {
 		return RetrySummary{}, leaseOr(ctx, l, err)
 	}
-	p := e.newPipe(ctx, jc, dst, nil, log, false)
+	p := e.newPipe(ctx, jc, dst, sink.NewGuard(l.Held), nil, log, false)
 	defer p.Abort(pipe.Closed)
 	sum, err := retryRun{
 		Store: e.store, Job: job.Name, Source: e.source.Collection(job.Collection), Find: retryFind(job), BatchSize: jc.BatchSize,

@@ -137,7 +137,7 @@ func (c Config) withDefaults() Config {
 // Held says, with no round trip, whether the lease may still be acted on
 // by this process's own clock (nil) or not (LEASE_LOST, and the lease is
 // then lost): it guards every request to the destination, which the epoch
-// cannot fence (sink.WithGuard).
+// cannot fence (the sinks' sink.Guard).
 type Lease interface {
 	Epoch() int64
 	Lost() <-chan struct{}
@@ -442,12 +442,10 @@ func (e *Engine) KeepPresence(job *transform.Job) *Presence {
 }
 
 // leaseContext derives a context cancelled with the lease's LEASE_LOST
-// error as its cause as soon as the lease is lost, and carrying the lease's
-// own-clock check for the sinks to make right before each request
-// (sink.WithGuard): a loss is noticed when the renewal says so, but a
-// process continued after a freeze may reach a request first.
+// error as its cause as soon as the lease is lost: a loss is noticed when
+// the renewal says so (a process continued after a freeze may reach a
+// request first: the sinks' guard, sink.Guard, stops that one).
 func leaseContext(ctx context.Context, l Lease) (context.Context, func()) {
-	ctx = sink.WithGuard(ctx, l.Held)
 	ctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		select {

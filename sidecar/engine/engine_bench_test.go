@@ -111,7 +111,7 @@ func BenchmarkEngineFollowPerChange(b *testing.B) {
 	b.ResetTimer()
 	cpu0 := testutil.CPUTime()
 	for it := 0; it < b.N; it++ {
-		p := e.newPipe(context.Background(), jc, &encodeSink{}, nil, e.log, true)
+		p := e.newPipe(context.Background(), jc, &encodeSink{}, sink.Unguarded, nil, e.log, true)
 		f := &follower{e: e, jc: jc, p: p}
 		f.reset()
 		for _, ev := range events {

@@ -138,6 +138,12 @@ func (e *env) job(src string) *transform.Job {
 	return j
 }
 
+// sink is the job's Meilisearch sink as production builds it: guarded by
+// the lease l the engine is given.
+func (e *env) sink(job *transform.Job, l engine.Lease) sink.Sink {
+	return meili.NewSink(e.mc, &job.Job, sink.NewGuard(l.Held), e.log)
+}
+
 func (e *env) engine() *engine.Engine {
 	return engine.New(e.db, e.state, e.errs, e.cfg, e.metrics, e.log)
 }
@@ -211,7 +217,7 @@ func (e *env) run(job *transform.Job, l *lease.Lease) *running {
 	ctx, cancel := context.WithCancel(e.ctx)
 	r := &running{cancel: cancel, done: make(chan error, 1), stats: status.NewJobStats()}
 	eng := e.engine()
-	sink := meili.NewSink(e.mc, &job.Job, e.log)
+	sink := e.sink(job, l)
 	go func() { r.done <- eng.Run(ctx, job, sink, l, r.stats, nil) }()
 	return r
 }
@@ -398,7 +404,7 @@ func TestReindexKilledMidwayResumesFromItsCheckpoint(t *testing.T) {
 	job := e.job(itemsJS)
 	l := e.acquire()
 	eng := e.engine()
-	sink := meili.NewSink(e.mc, &job.Job, e.log)
+	sink := e.sink(job, l)
 	ctx, cancel := context.WithCancel(e.ctx)
 	st := status.NewJobStats()
 	done := make(chan error, 1)
@@ -567,7 +573,7 @@ func TestReindexKilledAnywhereReadsAtMostOnePageAgain(t *testing.T) {
 		if run < 8 {
 			k.killAt = 1 + rng.IntN(4*e.cfg.PageSize)
 		}
-		sum, err := eng.Reindex(ctx, job, killSink{meili.NewSink(e.mc, &job.Job, e.log), k}, l, nil)
+		sum, err := eng.Reindex(ctx, job, killSink{e.sink(job, l), k}, l, nil)
 		cancel()
 		ids := read()
 		twice := 0
@@ -791,7 +797,7 @@ func TestBadDocumentIsRecordedAndRetryClearsIt(t *testing.T) {
 	}
 	// The transform is fixed; retry writes the other two and clears them.
 	fixed := e.job(strings.Replace(itemsJS, `if (doc.throw) throw new Error("boom");`, "", 1))
-	sum, err := e.engine().Retry(e.ctx, fixed, meili.NewSink(e.mc, &fixed.Job, e.log), l)
+	sum, err := e.engine().Retry(e.ctx, fixed, e.sink(fixed, l), l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -844,7 +850,8 @@ func TestInPlaceReindexSweepsWhatIsNoLongerWanted(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 7}, bson.M{"$set": bson.M{"hidden": true}}))
-	sum, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, &job.Job, e.log), e.acquire(), nil)
+	l := e.acquire()
+	sum, err := e.engine().Reindex(e.ctx, job, e.sink(job, l), l, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -877,7 +884,7 @@ func TestResumedReindexKeepsIdsOfEveryType(t *testing.T) {
 	job := e.job(strings.Replace(itemsJS, "transform(doc) {", "transform(doc) { const t = Date.now(); while (Date.now() - t < 3) {}", 1))
 	l := e.acquire()
 	eng := e.engine()
-	sink := meili.NewSink(e.mc, &job.Job, e.log)
+	sink := e.sink(job, l)
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() { _, err := eng.Reindex(ctx, job, sink, l, nil); done <- err }()
@@ -930,7 +937,7 @@ func TestReindexStoppedWhileSwappingStartsOverInsteadOfResuming(t *testing.T) {
 	job := e.job(itemsJS)
 	l := e.acquire()
 	eng := e.engine()
-	sink := meili.NewSink(e.mc, &job.Job, e.log)
+	sink := e.sink(job, l)
 	if err := sink.Prepare(e.ctx); err != nil { // the live index exists: a swap, not a rename
 		t.Fatal(err)
 	}
@@ -1086,7 +1093,8 @@ func TestReindexReadsOnAfterDroppedConnections(t *testing.T) {
 	st := status.NewJobStats()
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, &job.Job, e.log), e.acquire(), st)
+		l := e.acquire()
+		_, err := e.engine().Reindex(e.ctx, job, e.sink(job, l), l, st)
 		done <- err
 	}()
 	until(t, "reindex under way", func() bool { return st.Snapshot().Reindex.Done > 0 })
@@ -1139,8 +1147,9 @@ func TestMetricsCountWhatTheEngineDid(t *testing.T) {
 	eng := engine.New(e.db, e.state, e.errs, e.cfg, m, e.log)
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
+	l := e.acquire()
 	go func() {
-		done <- eng.Run(ctx, job, meili.NewSink(e.mc, &job.Job, e.log), e.acquire(), status.NewJobStats(), nil)
+		done <- eng.Run(ctx, job, e.sink(job, l), l, status.NewJobStats(), nil)
 	}()
 	e.settled(job)
 	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 1}))
@@ -1453,7 +1462,7 @@ func TestReindexKilledBetweenTwoMarksResumesAndConverges(t *testing.T) {
 	eng := engine.New(client.Database("app"), client.Database("app").Collection("meilistream"), e.errs, e.cfg, nil, e.log)
 	ctx, cancel := context.WithCancel(e.ctx)
 	k.kill = cancel
-	_, err = eng.Reindex(ctx, job, killSink{meili.NewSink(e.mc, &job.Job, e.log), k}, l, nil)
+	_, err = eng.Reindex(ctx, job, killSink{e.sink(job, l), k}, l, nil)
 	if err == nil {
 		t.Fatal("a reindex killed between two marks reported success")
 	}
@@ -1465,7 +1474,7 @@ func TestReindexKilledBetweenTwoMarksResumesAndConverges(t *testing.T) {
 	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 10}, bson.M{"$set": bson.M{"title": "while down"}}))
 	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 11}))
 	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 1990}, bson.M{"$set": bson.M{"title": "while down, ahead"}}))
-	sum, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, nil)
+	sum, err := e.engine().Reindex(e.ctx, job, e.sink(job, l), l, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1516,7 +1525,8 @@ func TestInPlaceSweepNeverDeletesADocumentCreatedAgainDuringTheReindex(t *testin
 	}
 	t.Cleanup(func() { client.Disconnect(context.Background()) })
 	eng := engine.New(client.Database("app"), client.Database("app").Collection("meilistream"), e.errs, e.cfg, nil, e.log)
-	sum, err := eng.Reindex(e.ctx, job, meili.NewSink(e.mc, &job.Job, e.log), e.acquire(), nil)
+	l := e.acquire()
+	sum, err := eng.Reindex(e.ctx, job, e.sink(job, l), l, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1583,12 +1593,12 @@ func TestInPlaceSweepKeepsIntegerIDsOfEveryNumericType(t *testing.T) {
 		bson.M{"_id": int32(9), "title": "int32", "n": 9},
 	}))
 	l := e.acquire()
-	if _, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, nil); err != nil {
+	if _, err := e.engine().Reindex(e.ctx, job, e.sink(job, l), l, nil); err != nil {
 		t.Fatal(err)
 	}
 	e.equal(job)
 	// A second in-place reindex sweeps: nothing may go.
-	sum, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, nil)
+	sum, err := e.engine().Reindex(e.ctx, job, e.sink(job, l), l, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1624,7 +1634,7 @@ func TestHolderPastItsLeaseDeadlineSendsNothingMore(t *testing.T) {
 	done := make(chan error, 1)
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
-	go func() { done <- e.engine().Run(ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, nil, nil) }()
+	go func() { done <- e.engine().Run(ctx, job, e.sink(job, l), l, nil, nil) }()
 	e.settled(job)
 	l.lapsed.Store(true)
 	e.insert(100, 101, nil)
@@ -1657,7 +1667,7 @@ func TestJobStartMakesTheErrorsIndexOrSaysWhyNot(t *testing.T) {
 		ctx, cancel := context.WithCancel(e.ctx)
 		done := make(chan error, 1)
 		st := status.NewJobStats()
-		go func() { done <- eng.Run(ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, st, nil) }()
+		go func() { done <- eng.Run(ctx, job, e.sink(job, l), l, st, nil) }()
 		e.settled(job)
 		// Following comes after the start's attempt at the index.
 		until(t, "following", func() bool { return st.Snapshot().Phase == status.PhaseFollowing })
@@ -1676,7 +1686,7 @@ func TestJobStartMakesTheErrorsIndexOrSaysWhyNot(t *testing.T) {
 	l := e.acquire()
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
-	go func() { done <- eng.Run(ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, nil, nil) }()
+	go func() { done <- eng.Run(ctx, job, e.sink(job, l), l, nil, nil) }()
 	// The index and the position are already as the earlier runs left
 	// them, so nothing tells this run's start is past the index: wait for
 	// the index itself while the job runs.
@@ -1735,8 +1745,9 @@ func TestRunReportsEachAttemptToPrepare(t *testing.T) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	done := make(chan error, 1)
-	dst := &prepFailSink{Sink: meili.NewSink(e.mc, &job.Job, e.log), fails: 2}
-	go func() { done <- e.engine().Run(ctx, job, dst, e.acquire(), nil, prepared) }()
+	l := e.acquire()
+	dst := &prepFailSink{Sink: e.sink(job, l), fails: 2}
+	go func() { done <- e.engine().Run(ctx, job, dst, l, nil, prepared) }()
 	e.settled(job)
 	cancel()
 	if err := <-done; err != nil {

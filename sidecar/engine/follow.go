@@ -82,7 +82,7 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	// flushed and recorded; the lease still stops it at once.
 	pctx, pstop := leaseContext(context.WithoutCancel(ctx), l)
 	defer pstop()
-	f.p = e.newPipe(pctx, jc, dst, stats, log, true)
+	f.p = e.newPipe(pctx, jc, dst, sink.NewGuard(l.Held), stats, log, true)
 	defer f.p.Abort(pipe.Closed)
 	set, err := loadSet(ctx, e.store, job.Name, e.obs)
 	if err != nil {

@@ -172,7 +172,7 @@ func TestKilledInTheMiddleOfAFanOutSendsEveryDependentOnRestart(t *testing.T) {
 	k := &killer{killAt: 5000, kill: cancel}
 	done := make(chan error, 1)
 	st := status.NewJobStats()
-	go func() { done <- eng.Run(ctx, job, liveKillSink{meili.NewSink(e.mc, &job.Job, e.log), k}, l, st, nil) }()
+	go func() { done <- eng.Run(ctx, job, liveKillSink{e.sink(job, l), k}, l, st, nil) }()
 	until(t, "following", func() bool { return st.Snapshot().Phase == status.PhaseFollowing })
 	e.ok(e.db.Collection("users").UpdateOne(e.ctx, bson.M{"_id": 1}, bson.M{"$set": bson.M{"name": "Ada Lovelace"}}))
 	// Changes of their own to documents the rename does not touch, while

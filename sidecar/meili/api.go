@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/meilistream/meilistream/sidecar/sink"
 )
 
 // api is what the sink asks of Meilisearch, one method a route. Every
@@ -63,7 +65,21 @@ func (t *taskView) err() taskError {
 	return *t.Error
 }
 
-var _ api = (*Client)(nil)
+// guarded is a job's view of the client: the sink's requests, each made
+// only once the job's guard (the lease's check) allows it, right before
+// it goes.
+type guarded struct {
+	*Client
+	guard sink.Guard
+}
+
+var _ api = guarded{}
+
+// do is the client's do with the guard checked right before the request.
+func (c guarded) do(ctx context.Context, rq request) ([]byte, error) {
+	rq.guard = c.guard.Check
+	return c.Client.do(ctx, rq)
+}
 
 func indexPath(uid string) string { return "/indexes/" + url.PathEscape(uid) }
 
@@ -80,7 +96,7 @@ func summary(method, path string, b []byte) (int64, error) {
 }
 
 // write sends a request answered 202 with a summarized task.
-func (c *Client) write(ctx context.Context, method, path string, body []byte) (int64, error) {
+func (c guarded) write(ctx context.Context, method, path string, body []byte) (int64, error) {
 	b, err := c.do(ctx, request{method: method, path: path, body: body, want: http.StatusAccepted, timeout: c.opts.RequestTimeout})
 	if err != nil {
 		return 0, err
@@ -88,7 +104,7 @@ func (c *Client) write(ctx context.Context, method, path string, body []byte) (i
 	return summary(method, path, b)
 }
 
-func (c *Client) getIndex(ctx context.Context, uid string) (string, error) {
+func (c guarded) getIndex(ctx context.Context, uid string) (string, error) {
 	p := indexPath(uid)
 	b, err := c.do(ctx, request{method: http.MethodGet, path: p, want: http.StatusOK, timeout: c.opts.RequestTimeout})
 	if err != nil {
@@ -107,16 +123,16 @@ func (c *Client) getIndex(ctx context.Context, uid string) (string, error) {
 	return *ix.PrimaryKey, nil
 }
 
-func (c *Client) createIndex(ctx context.Context, uid, pk string) (int64, error) {
+func (c guarded) createIndex(ctx context.Context, uid, pk string) (int64, error) {
 	body, _ := json.Marshal(map[string]string{"uid": uid, "primaryKey": pk})
 	return c.write(ctx, http.MethodPost, "/indexes", body)
 }
 
-func (c *Client) deleteIndex(ctx context.Context, uid string) (int64, error) {
+func (c guarded) deleteIndex(ctx context.Context, uid string) (int64, error) {
 	return c.write(ctx, http.MethodDelete, indexPath(uid), nil)
 }
 
-func (c *Client) getSettings(ctx context.Context, uid string) (json.RawMessage, error) {
+func (c guarded) getSettings(ctx context.Context, uid string) (json.RawMessage, error) {
 	p := indexPath(uid) + "/settings"
 	b, err := c.do(ctx, request{method: http.MethodGet, path: p, want: http.StatusOK, timeout: c.opts.RequestTimeout})
 	if err != nil {
@@ -128,13 +144,13 @@ func (c *Client) getSettings(ctx context.Context, uid string) (json.RawMessage, 
 	return b, nil
 }
 
-func (c *Client) updateSettings(ctx context.Context, uid string, settings json.RawMessage) (int64, error) {
+func (c guarded) updateSettings(ctx context.Context, uid string, settings json.RawMessage) (int64, error) {
 	return c.write(ctx, http.MethodPatch, indexPath(uid)+"/settings", settings)
 }
 
 // addDocuments posts body as meilisearch-go's AddDocuments does, with a
 // deadline that grows with its size.
-func (c *Client) addDocuments(ctx context.Context, uid, pk string, body []byte) (int64, bool, error) {
+func (c guarded) addDocuments(ctx context.Context, uid, pk string, body []byte) (int64, bool, error) {
 	p := indexPath(uid) + "/documents?" + url.Values{"primaryKey": {pk}}.Encode()
 	tb := &trackedBody{closed: make(chan struct{})}
 	tb.Reset(body)
@@ -155,7 +171,7 @@ func (c *Client) addDocuments(ctx context.Context, uid, pk string, body []byte) 
 	return task, free(), err
 }
 
-func (c *Client) deleteDocuments(ctx context.Context, uid string, body []byte) (int64, error) {
+func (c guarded) deleteDocuments(ctx context.Context, uid string, body []byte) (int64, error) {
 	p := indexPath(uid) + "/documents/delete-batch"
 	b, err := c.do(ctx, request{method: http.MethodPost, path: p, body: body, want: http.StatusAccepted, timeout: c.opts.uploadTimeout(len(body))})
 	if err != nil {
@@ -164,7 +180,7 @@ func (c *Client) deleteDocuments(ctx context.Context, uid string, body []byte) (
 	return summary(http.MethodPost, p, b)
 }
 
-func (c *Client) fetchIDs(ctx context.Context, uid, pk string, offset, limit int64) ([]json.RawMessage, error) {
+func (c guarded) fetchIDs(ctx context.Context, uid, pk string, offset, limit int64) ([]json.RawMessage, error) {
 	p := indexPath(uid) + "/documents/fetch"
 	body, _ := json.Marshal(map[string]any{"offset": offset, "limit": limit, "fields": []string{pk}})
 	b, err := c.do(ctx, request{method: http.MethodPost, path: p, body: body, want: http.StatusOK, timeout: c.opts.RequestTimeout})
@@ -184,7 +200,7 @@ func (c *Client) fetchIDs(ctx context.Context, uid, pk string, offset, limit int
 	return ids, nil
 }
 
-func (c *Client) getTask(ctx context.Context, uid int64) (*taskView, error) {
+func (c guarded) getTask(ctx context.Context, uid int64) (*taskView, error) {
 	p := "/tasks/" + strconv.FormatInt(uid, 10)
 	b, err := c.do(ctx, request{method: http.MethodGet, path: p, want: http.StatusOK, timeout: c.opts.PollTimeout})
 	if err != nil {
@@ -197,7 +213,7 @@ func (c *Client) getTask(ctx context.Context, uid int64) (*taskView, error) {
 	return t, nil
 }
 
-func (c *Client) swapIndexes(ctx context.Context, a, b string, rename bool) (int64, error) {
+func (c guarded) swapIndexes(ctx context.Context, a, b string, rename bool) (int64, error) {
 	body, _ := json.Marshal([]map[string]any{{"indexes": []string{a, b}, "rename": rename}})
 	return c.write(ctx, http.MethodPost, "/swap-indexes", body)
 }

@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/meilisearch/meilisearch-go"
-
-	"github.com/meilistream/meilistream/sidecar/sink"
 )
 
 // Defaults of Options.
@@ -239,11 +237,6 @@ type urlTransport struct {
 
 func (t *urlTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	// meilisearch-go's requests (index creation, settings, swaps) pass
-	// here without do: the lease is checked for them too.
-	if err := sink.Guard(ctx); err != nil {
-		return nil, err
-	}
 	var cancel context.CancelFunc
 	if ctx.Value(ownDeadline{}) == nil {
 		ctx, cancel = context.WithTimeout(ctx, t.timeout)
@@ -334,6 +327,9 @@ type request struct {
 	// a trackedBody (uploads), to tell when body may be reused.
 	timeout time.Duration
 	tracked *trackedBody
+	// guard is the job's check (sink.Guard) made right before the
+	// request goes; nil for a request of no job (Health).
+	guard func() error
 }
 
 // do sends rq and returns the answer's body when its status is rq.want.
@@ -377,8 +373,10 @@ func (c *Client) do(ctx context.Context, rq request) ([]byte, error) {
 	req.Header.Set("User-Agent", meilisearch.GetQualifiedVersion())
 	// Last, after any wait above: a lease that lapsed meanwhile sends
 	// nothing.
-	if err := sink.Guard(ctx); err != nil {
-		return nil, err
+	if rq.guard != nil {
+		if err := rq.guard(); err != nil {
+			return nil, err
+		}
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

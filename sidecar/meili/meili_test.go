@@ -32,7 +32,7 @@ func TestMeiliSinkPostsBatches(t *testing.T) {
 	defer srv.Close()
 	mc := meili.NewClient(srv.URL(), "key")
 	job := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}
-	dst := meili.NewSink(mc, job, nil)
+	dst := meili.NewSink(mc, job, sink.Unguarded, nil)
 	if err := dst.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestMeiliSinkPostsBatches(t *testing.T) {
 	}
 
 	t.Log("a wrong API key is CONFIG_INVALID")
-	bad := meili.NewSink(meili.NewClient(srv.URL(), "wrong"), job, nil)
+	bad := meili.NewSink(meili.NewClient(srv.URL(), "wrong"), job, sink.Unguarded, nil)
 	_, err = bad.Send(ctx, sink.Batch{Writes: []sink.Write{write(40, "k")}})
 	if errs.CodeOf(err) != errs.ConfigInvalid {
 		t.Errorf("wrong key: %v (code %s), want CONFIG_INVALID", err, errs.CodeOf(err))
@@ -128,7 +128,7 @@ func TestSettingsGoToMeilisearchAsWritten(t *testing.T) {
 
 	declared := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id",
 		Settings: map[string]any{"filterableAttributes": []any{"tags"}, "facetSearch": false}}
-	if err := meili.NewSink(mc, declared, nil).Prepare(ctx); err != nil {
+	if err := meili.NewSink(mc, declared, sink.Unguarded, nil).Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
 	live := settings("items")
@@ -138,7 +138,7 @@ func TestSettingsGoToMeilisearchAsWritten(t *testing.T) {
 
 	// A job that declares none: its reindex copies the live index's.
 	plain := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}
-	staged, err := meili.NewSink(mc, plain, nil).Stage(ctx, false)
+	staged, err := meili.NewSink(mc, plain, sink.Unguarded, nil).Stage(ctx, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestSettingsGoToMeilisearchAsWritten(t *testing.T) {
 
 	misspelt := &jobdef.Job{Name: "other", Index: "other", PrimaryKey: "id",
 		Settings: map[string]any{"filterableAtributes": []any{"tags"}}}
-	err = meili.NewSink(mc, misspelt, nil).Prepare(ctx)
+	err = meili.NewSink(mc, misspelt, sink.Unguarded, nil).Prepare(ctx)
 	if !errors.Is(err, errs.ErrConfigInvalid) || !strings.Contains(err.Error(), "filterableAtributes") {
 		t.Fatalf("want CONFIG_INVALID naming filterableAtributes, got %v", err)
 	}
@@ -164,12 +164,12 @@ func TestReindexRefusesToCopyAnEmbedderKey(t *testing.T) {
 		"embedders": map[string]any{"plain": map[string]any{"source": "userProvided", "dimensions": 3},
 			"remote": map[string]any{"source": "rest", "url": "http://127.0.0.1:9/embed", "apiKey": "secret",
 				"request": map[string]any{"input": "{{text}}"}, "response": map[string]any{"embedding": "{{embedding}}"}}}}}
-	if err := meili.NewSink(mc, withKey, nil).Prepare(ctx); err != nil {
+	if err := meili.NewSink(mc, withKey, sink.Unguarded, nil).Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
 
 	plain := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}
-	_, err := meili.NewSink(mc, plain, nil).Stage(ctx, false)
+	_, err := meili.NewSink(mc, plain, sink.Unguarded, nil).Stage(ctx, false)
 	if !errors.Is(err, errs.ErrConfigInvalid) || !strings.Contains(err.Error(), `"remote"`) || !strings.Contains(err.Error(), "inplace") {
 		t.Fatalf("want CONFIG_INVALID naming the embedder and the way out, got %v", err)
 	}
@@ -178,7 +178,7 @@ func TestReindexRefusesToCopyAnEmbedderKey(t *testing.T) {
 	}
 
 	inPlace := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id", Reindex: "inplace"}
-	if _, err := meili.NewSink(mc, inPlace, nil).Stage(ctx, false); err != nil {
+	if _, err := meili.NewSink(mc, inPlace, sink.Unguarded, nil).Stage(ctx, false); err != nil {
 		t.Fatalf("in place: %v", err)
 	}
 }

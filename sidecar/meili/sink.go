@@ -57,8 +57,9 @@ var (
 // key job.PrimaryKey. The client is shared (it is safe for concurrent
 // use): NewClient's, in production and tests alike, so that every
 // request has its deadline, every answer is classified and a 413 splits
-// the request.
-func NewSink(client *Client, job *jobdef.Job, logger hclog.Logger) sink.Sink {
+// the request. guard is checked right before each request (the job's
+// lease, which these writes cannot be fenced by).
+func NewSink(client *Client, job *jobdef.Job, guard sink.Guard, logger hclog.Logger) sink.Sink {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
@@ -70,7 +71,7 @@ func NewSink(client *Client, job *jobdef.Job, logger hclog.Logger) sink.Sink {
 	if uid == "" {
 		uid = job.Name
 	}
-	return &Sink{api: client, opts: client.opts, job: job, uid: uid, live: uid, pk: pk,
+	return &Sink{api: guarded{Client: client, guard: guard}, opts: client.opts, job: job, uid: uid, live: uid, pk: pk,
 		limit: &learntLimit{}, queues: newQueues(), log: logger.With("index", uid)}
 }
 

@@ -122,25 +122,43 @@ type Staged interface {
 	Discard(ctx context.Context) error
 }
 
-type guardKey struct{}
-
-// WithGuard returns ctx carrying held, the check a Sink makes right before
-// each request it sends to its destination: when held returns an error,
-// the Sink sends nothing and returns that error. The engine gives it the
-// lease's own-clock check (lease.Lease.Held), since these writes cannot be
-// fenced by the epoch: a holder frozen past its lease (SIGSTOP, a stalled
-// node) then sends nothing once it is continued, instead of one more
-// batch before a renewal tells it the lease is gone.
-func WithGuard(ctx context.Context, held func() error) context.Context {
-	return context.WithValue(ctx, guardKey{}, held)
+// Guard is the check a Sink makes right before each request it sends to
+// its destination: when Check returns an error, the Sink sends nothing and
+// returns that error as it is (a LEASE_LOST stops the job). A sink is
+// built with one (its constructor takes it), so a sink without the check
+// does not compile; the zero Guard, one nobody made, refuses every
+// request rather than let one through unguarded.
+//
+// Whoever holds a job's lease (the supervisor, `meilistream reindex` and
+// `retry`) builds the job's sink with the lease's own-clock check
+// (lease.Lease.Held), which the engine also makes before each send:
+// these writes cannot be fenced by the epoch, so a holder frozen past its
+// lease (SIGSTOP, a stalled node) then sends nothing once it is
+// continued, instead of one more batch before a renewal tells it the
+// lease is gone.
+type Guard struct {
+	held func() error
 }
 
-// Guard runs the check ctx carries (WithGuard); nil when it carries none.
-// A Sink calls it right before each request to its destination and, on an
-// error, returns that error as it is (a LEASE_LOST stops the job).
-func Guard(ctx context.Context) error {
-	if held, ok := ctx.Value(guardKey{}).(func() error); ok {
-		return held()
+// NewGuard returns the guard that runs held before each request.
+func NewGuard(held func() error) Guard {
+	if held == nil {
+		panic("sink.NewGuard: no check")
 	}
-	return nil
+	return Guard{held: held}
+}
+
+// Unguarded lets every request through: for a sink that writes under no
+// lease (a test of the sink itself).
+var Unguarded = Guard{held: func() error { return nil }}
+
+// errNoGuard is what the zero Guard answers.
+var errNoGuard = errors.New("the sink was given no lease guard: nothing is sent (a defect of meilistream)")
+
+// Check runs the guard: nil when the request may go.
+func (g Guard) Check() error {
+	if g.held == nil {
+		return errNoGuard
+	}
+	return g.held()
 }

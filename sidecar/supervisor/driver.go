@@ -19,7 +19,9 @@ import (
 // it, because sidecar must not import replicate. An error with code
 // CONFIG_INVALID (say, a mirror job with no replica configured) fails the
 // job until its definition changes; other errors restart it with backoff.
-type SinkFactory func(job *transform.Job) (sink.Sink, error)
+// guard is the held lease's own-clock check, which the sink makes right
+// before each request to its destination.
+type SinkFactory func(job *transform.Job, guard sink.Guard) (sink.Sink, error)
 
 // EngineDriver is the production JobDriver: standby polls lease.Manager's
 // Acquire while another process holds the lease, a run is Engine.Run into
@@ -145,11 +147,11 @@ func (d *EngineDriver) Run(ctx context.Context, def JobDef, h HeldLease, st *Sup
 	if !ok {
 		return errs.New(errs.Failed, def.Name, "lease of type %T cannot fence the engine's writes", h)
 	}
-	sink, err := d.Sinks(job)
+	dst, err := d.Sinks(job, sink.NewGuard(el.Held))
 	if err != nil {
 		return errs.WithJob(job.Name, err)
 	}
-	err = d.Engine.Run(ctx, job, sink, el, st.Stats, st.prepared)
+	err = d.Engine.Run(ctx, job, dst, el, st.Stats, st.prepared)
 	return historyLostForGood(job.Name, d.Engine.OnHistoryLost(job), err)
 }
 
