@@ -1,16 +1,25 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meilistream/meilistream/sidecar/config"
 	"github.com/meilistream/meilistream/transform"
 )
+
+// checkFlags are the flags of "meilistream check".
+type checkFlags struct {
+	sample string
+}
+
+func (f *checkFlags) define(fs *flag.FlagSet) {
+	fs.StringVar(&f.sample, "sample", "", "run the documents of `FILE` (MongoDB Extended JSON, one a line)\nthrough every job instead of each job's own samples")
+}
 
 // runCheck is "meilistream check [--sample FILE] [PATH...]": it loads every
 // transform (the PATHs, each a *.js file or a folder, else
@@ -22,29 +31,8 @@ import (
 // MEILISTREAM_JOB_<NAME>_<OPTION> overrides and MEILISTREAM_INDEX_PREFIX
 // apply as in run, and the jobs they declare alone are checked too.
 // console output of the transforms goes to stderr.
-func runCheck(args []string, stdout, stderr io.Writer) int {
-	var sample string
-	var paths []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "--":
-			paths = append(paths, args[i+1:]...)
-			i = len(args)
-		case a == "--sample" || a == "-sample":
-			if i+1 >= len(args) {
-				return usageError(stderr, "check", "%s needs a file", a)
-			}
-			i++
-			sample = args[i]
-		case strings.HasPrefix(a, "--sample=") || strings.HasPrefix(a, "-sample="):
-			sample = a[strings.IndexByte(a, '=')+1:]
-		case strings.HasPrefix(a, "-"):
-			return usageError(stderr, "check", "unknown flag %s", a)
-		default:
-			paths = append(paths, a)
-		}
-	}
+func runCheck(paths []string, f checkFlags, stdout, stderr io.Writer) int {
+	sample := f.sample
 	cfg, err := config.LoadLocal(os.Environ())
 	if err != nil {
 		return fail(stderr, err)

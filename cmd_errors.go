@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -19,67 +20,27 @@ import (
 // shows unless --limit says otherwise.
 const defaultErrorsLimit = 50
 
-// errorsArgs are the arguments of "meilistream errors".
-type errorsArgs struct {
-	job   string
+// errorsFlags are the flags of "meilistream errors".
+type errorsFlags struct {
 	json  bool
 	limit int
 	after string
 }
 
-// parseErrorsArgs reads NAME [--json] [--limit N] [--after CURSOR], flags
-// in any order, "--flag value" or "--flag=value".
-func parseErrorsArgs(args []string) (errorsArgs, error) {
-	a := errorsArgs{limit: defaultErrorsLimit}
-	for i := 0; i < len(args); i++ {
-		arg := args[i]
-		name, value, hasValue := strings.Cut(arg, "=")
-		valueOf := func() (string, error) {
-			if hasValue {
-				return value, nil
-			}
-			if i+1 >= len(args) {
-				return "", fmt.Errorf("%s needs a value", name)
-			}
-			i++
-			return args[i], nil
+func (f *errorsFlags) define(fs *flag.FlagSet) {
+	f.limit = defaultErrorsLimit
+	fs.BoolVar(&f.json, "json", false, `one JSON document: {"job", "errors": [{"id", "code",
+"message", "at", "hash", "attempts"}], "next"}; "id" is the
+_id as Extended JSON, "hash" and "next" null when absent`)
+	fs.Func("limit", fmt.Sprintf("records per page, `N` from 1 to %d (default %d)", jobstate.MaxDocErrorPage, defaultErrorsLimit), func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > jobstate.MaxDocErrorPage {
+			return fmt.Errorf("wants a whole number from 1 to %d", jobstate.MaxDocErrorPage)
 		}
-		switch name {
-		case "--json", "-json":
-			if hasValue {
-				return a, fmt.Errorf("--json takes no value")
-			}
-			a.json = true
-		case "--limit", "-limit":
-			v, err := valueOf()
-			if err != nil {
-				return a, err
-			}
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > jobstate.MaxDocErrorPage {
-				return a, fmt.Errorf("--limit wants a whole number from 1 to %d, got %q", jobstate.MaxDocErrorPage, v)
-			}
-			a.limit = n
-		case "--after", "-after":
-			v, err := valueOf()
-			if err != nil {
-				return a, err
-			}
-			a.after = v
-		default:
-			if strings.HasPrefix(arg, "-") {
-				return a, fmt.Errorf("unknown flag %s", arg)
-			}
-			if a.job != "" {
-				return a, fmt.Errorf("want one job name, got %q and %q", a.job, arg)
-			}
-			a.job = arg
-		}
-	}
-	if a.job == "" {
-		return a, fmt.Errorf("want a job name")
-	}
-	return a, nil
+		f.limit = n
+		return nil
+	})
+	fs.StringVar(&f.after, "after", "", "the page after the one that printed `CURSOR` (\"next page: ...\"\nat its end; \"next\" in --json)")
 }
 
 // errorRecord is one record as "meilistream errors --json" prints it.
@@ -95,11 +56,8 @@ type errorRecord struct {
 // runErrors is the body of "meilistream errors NAME": the documents the
 // job failed on, as recorded in the errors collection, newest first, a
 // page at a time. It reads MongoDB only: no lease, no running sidecar.
-func runErrors(ctx context.Context, inv *invocation) int {
-	a, err := parseErrorsArgs(inv.Args)
-	if err != nil {
-		return usageError(inv.Stderr, "errors", "%v", err)
-	}
+func runErrors(ctx context.Context, inv *invocation, f errorsFlags) int {
+	job := inv.Args[0]
 	w, err := connect(ctx, inv.Config, inv.Log)
 	if err != nil {
 		return fail(inv.Stderr, err)
@@ -110,22 +68,22 @@ func runErrors(ctx context.Context, inv *invocation) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	page, err := jobstate.ListDocErrors(ctx, w.errColl, a.job, a.limit, a.after)
+	page, err := jobstate.ListDocErrors(ctx, w.errColl, job, f.limit, f.after)
 	if err != nil {
 		return fail(inv.Stderr, err)
 	}
-	if a.json {
-		return printErrorsJSON(inv, a, page)
+	if f.json {
+		return printErrorsJSON(inv, job, page)
 	}
-	return printErrorsTable(inv, a, page)
+	return printErrorsTable(inv, job, f, page)
 }
 
-func printErrorsJSON(inv *invocation, a errorsArgs, page jobstate.DocErrorPage) int {
+func printErrorsJSON(inv *invocation, job string, page jobstate.DocErrorPage) int {
 	out := struct {
 		Job    string        `json:"job"`
 		Errors []errorRecord `json:"errors"`
 		Next   *string       `json:"next"` // the --after of the next page; null on the last
-	}{Job: a.job, Errors: []errorRecord{}}
+	}{Job: job, Errors: []errorRecord{}}
 	for _, e := range page.Errors {
 		r := errorRecord{ID: idJSON(e.SourceID), Code: e.Code, Message: e.Message, At: e.At.UTC(), Attempts: e.Attempts}
 		if e.Hash != "" {
@@ -140,17 +98,17 @@ func printErrorsJSON(inv *invocation, a errorsArgs, page jobstate.DocErrorPage) 
 	enc := json.NewEncoder(inv.Stdout)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(out); err != nil {
-		return fail(inv.Stderr, errs.Wrap(errs.Failed, a.job, err, "write the errors"))
+		return fail(inv.Stderr, errs.Wrap(errs.Failed, job, err, "write the errors"))
 	}
 	return exitOK
 }
 
-func printErrorsTable(inv *invocation, a errorsArgs, page jobstate.DocErrorPage) int {
+func printErrorsTable(inv *invocation, job string, f errorsFlags, page jobstate.DocErrorPage) int {
 	if len(page.Errors) == 0 {
-		if a.after == "" {
-			fmt.Fprintf(inv.Stdout, "no documents recorded as failed for job %s\n", a.job)
+		if f.after == "" {
+			fmt.Fprintf(inv.Stdout, "no documents recorded as failed for job %s\n", job)
 		} else {
-			fmt.Fprintf(inv.Stdout, "no more documents recorded as failed for job %s\n", a.job)
+			fmt.Fprintf(inv.Stdout, "no more documents recorded as failed for job %s\n", job)
 		}
 		return exitOK
 	}
@@ -164,14 +122,14 @@ func printErrorsTable(inv *invocation, a errorsArgs, page jobstate.DocErrorPage)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", e.At.UTC().Format(time.RFC3339Nano), idText(e.SourceID), e.Code, hash, e.Attempts, oneLine(e.Message, 160))
 	}
 	if err := tw.Flush(); err != nil {
-		return fail(inv.Stderr, errs.Wrap(errs.Failed, a.job, err, "write the errors"))
+		return fail(inv.Stderr, errs.Wrap(errs.Failed, job, err, "write the errors"))
 	}
 	if page.Next != "" {
 		limit := ""
-		if a.limit != defaultErrorsLimit {
-			limit = fmt.Sprintf(" --limit %d", a.limit)
+		if f.limit != defaultErrorsLimit {
+			limit = fmt.Sprintf(" --limit %d", f.limit)
 		}
-		fmt.Fprintf(inv.Stdout, "next page: meilistream errors %s%s --after %s\n", a.job, limit, page.Next)
+		fmt.Fprintf(inv.Stdout, "next page: meilistream errors %s%s --after %s\n", job, limit, page.Next)
 	}
 	return exitOK
 }

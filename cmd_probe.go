@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,33 +15,41 @@ import (
 	"github.com/meilistream/meilistream/sidecar/config"
 )
 
+// probeFlags are the flags of "meilistream probe".
+type probeFlags struct {
+	ready   bool
+	addr    string
+	timeout time.Duration
+}
+
+func (f *probeFlags) define(fs *flag.FlagSet) {
+	fs.BoolVar(&f.ready, "ready", false, "ask /readyz (MongoDB and the destinations reachable, no job\nfailed or stalled) instead of /healthz (alive)")
+	fs.StringVar(&f.addr, "addr", "", "the sidecar's address `HOST:PORT`")
+	fs.Func("timeout", "how long to wait for the answer, a Go duration `D` (default 3s)", func(v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return errors.New("wants a positive Go duration, e.g. 3s")
+		}
+		f.timeout = d
+		return nil
+	})
+	f.timeout = 3 * time.Second
+}
+
 // runProbe is the body of "meilistream probe": a health check that needs
 // no shell or curl, so the distroless image can run it as a Docker
 // HEALTHCHECK or a compose healthcheck. It asks the sidecar already running
 // in the same container (or pod) over its own HTTP address.
-func runProbe(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	ready := fs.Bool("ready", false, "")
-	addr := fs.String("addr", "", "")
-	timeout := fs.Duration("timeout", 3*time.Second, "")
-	if err := fs.Parse(args); err != nil {
-		return usageError(stderr, "probe", "%v", err)
+func runProbe(f probeFlags, stdout, stderr io.Writer) int {
+	addr, timeout := f.addr, f.timeout
+	if addr == "" {
+		addr = probeAddr(os.Getenv("MEILISTREAM_HTTP_ADDR"), os.Getenv("MEILISTREAM_READY_FILE"))
 	}
-	if fs.NArg() > 0 {
-		return usageError(stderr, "probe", "takes no arguments, got %q", fs.Arg(0))
-	}
-	if *timeout <= 0 {
-		return usageError(stderr, "probe", "--timeout must be positive, got %s", *timeout)
-	}
-	if *addr == "" {
-		*addr = probeAddr(os.Getenv("MEILISTREAM_HTTP_ADDR"), os.Getenv("MEILISTREAM_READY_FILE"))
-	}
-	url, err := probeURL(*addr, *ready)
+	url, err := probeURL(addr, f.ready)
 	if err != nil {
 		return usageError(stderr, "probe", "%v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {

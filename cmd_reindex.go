@@ -16,9 +16,6 @@ import (
 // same transform), records the new position, releases the lease and prints
 // one line: indexed, skipped, removed, duration.
 func runReindex(ctx context.Context, inv *invocation) int {
-	if len(inv.Args) != 1 {
-		return usageError(inv.Stderr, "reindex", "want one job name, got %d arguments", len(inv.Args))
-	}
 	name := inv.Args[0]
 	w, err := connect(ctx, inv.Config, inv.Log)
 	if err != nil {

@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/meilistream/meilistream/internal/errs"
@@ -27,46 +27,21 @@ var retryClaimWait = 30 * time.Second
 // retryPoll is how often "meilistream retry" reads its request back.
 var retryPoll = 250 * time.Millisecond
 
-// retryArgs are the arguments of "meilistream retry".
-type retryArgs struct {
-	job  string
+// retryFlags are the flags of "meilistream retry".
+type retryFlags struct {
 	wait time.Duration
 }
 
-// parseRetryArgs reads NAME [--wait DURATION], "--wait D" or "--wait=D".
-func parseRetryArgs(args []string) (retryArgs, error) {
-	a := retryArgs{wait: defaultRetryWait}
-	for i := 0; i < len(args); i++ {
-		arg := args[i]
-		name, value, hasValue := strings.Cut(arg, "=")
-		switch name {
-		case "--wait", "-wait":
-			if !hasValue {
-				if i+1 >= len(args) {
-					return a, fmt.Errorf("--wait needs a value")
-				}
-				i++
-				value = args[i]
-			}
-			d, err := time.ParseDuration(value)
-			if err != nil || d <= 0 {
-				return a, fmt.Errorf("--wait wants a positive Go duration, e.g. 10m, got %q", value)
-			}
-			a.wait = d
-		default:
-			if strings.HasPrefix(arg, "-") {
-				return a, fmt.Errorf("unknown flag %s", arg)
-			}
-			if a.job != "" {
-				return a, fmt.Errorf("want one job name, got %q and %q", a.job, arg)
-			}
-			a.job = arg
+func (f *retryFlags) define(fs *flag.FlagSet) {
+	f.wait = defaultRetryWait
+	fs.Func("wait", fmt.Sprintf("how long to wait for the sidecar's answer, a Go `DURATION` (default %s);\na request no sidecar takes within %s is withdrawn", defaultRetryWait, retryClaimWait), func(v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return errors.New("wants a positive Go duration, e.g. 10m")
 		}
-	}
-	if a.job == "" {
-		return a, fmt.Errorf("want a job name")
-	}
-	return a, nil
+		f.wait = d
+		return nil
+	})
 }
 
 // runRetry is the body of "meilistream retry NAME": the documents recorded
@@ -78,17 +53,13 @@ func parseRetryArgs(args []string) (retryArgs, error) {
 // way: the holder retries inside the running job, in order with its change
 // stream, so a retried document never lands over a newer version. Exits 1
 // when some still fail.
-func runRetry(ctx context.Context, inv *invocation) int {
-	a, err := parseRetryArgs(inv.Args)
-	if err != nil {
-		return usageError(inv.Stderr, "retry", "%v", err)
-	}
+func runRetry(ctx context.Context, inv *invocation, f retryFlags) int {
 	w, err := connect(ctx, inv.Config, inv.Log)
 	if err != nil {
 		return fail(inv.Stderr, err)
 	}
 	defer w.close()
-	job, err := w.oneJob(inv, a.job)
+	job, err := w.oneJob(inv, inv.Args[0])
 	if err != nil {
 		return fail(inv.Stderr, err)
 	}
@@ -105,7 +76,7 @@ func runRetry(ctx context.Context, inv *invocation) int {
 		return err
 	})
 	if errors.Is(err, errs.ErrRunning) {
-		sum, err = w.retryByHolder(ctx, inv, job, a.wait)
+		sum, err = w.retryByHolder(ctx, inv, job, f.wait)
 	}
 	if err != nil {
 		return fail(inv.Stderr, err)

@@ -34,9 +34,6 @@ import (
 // none. It is not the age of the position itself: a caught-up job on a
 // quiet collection records it only every MEILISTREAM_POSITION_INTERVAL.
 func runStatus(ctx context.Context, inv *invocation) int {
-	if len(inv.Args) != 0 {
-		return usageError(inv.Stderr, "status", "takes no arguments, got %q", inv.Args[0])
-	}
 	w, err := connect(ctx, inv.Config, inv.Log)
 	if err != nil {
 		return fail(inv.Stderr, err)

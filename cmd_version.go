@@ -26,9 +26,6 @@ func buildVersion() string {
 
 // runVersion is the body of "meilistream version".
 func runVersion(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
-		return usageError(stderr, "version", "takes no arguments, got %q", args[0])
-	}
 	fmt.Fprintf(stdout, "meilistream %s %s %s/%s\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	return exitOK
 }

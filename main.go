@@ -9,6 +9,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -23,7 +25,7 @@ import (
 	"github.com/meilistream/meilistream/sidecar/config"
 )
 
-// Exit codes, documented in README.md ("Operations").
+// Exit codes, documented in docs/operations.md ("Exit codes").
 const (
 	exitOK      = 0 // done, or a clean shutdown on SIGINT/SIGTERM
 	exitFailed  = 1 // a job or a check failed
@@ -53,12 +55,12 @@ func Main() int {
 }
 
 // invocation is what the frame hands a subcommand that talks to servers
-// (run, reindex, retry, status): its arguments after the subcommand name,
+// (run, reindex, retry, errors, status): its positional arguments,
 // the loaded and validated configuration, a root logger built from it, and
 // where to write. Bodies return an exit code; use exitCode/fail to map an
 // error to one.
 type invocation struct {
-	Args    []string      // arguments after the subcommand name (--help is handled)
+	Args    []string      // the positional arguments, checked against the command's argKind; flags are parsed
 	Environ []string      // the process environment the config was loaded from
 	Config  config.Config // validated; print it only through Config.Redacted()
 	Log     hclog.Logger  // root logger; per job: Log.Named(job)
@@ -70,13 +72,17 @@ type invocation struct {
 }
 
 // command is one subcommand. Exactly one of serve and plain is set: serve
-// commands get the configuration loaded by the frame, plain ones parse what
-// they need themselves.
+// commands get the configuration loaded by the frame, plain ones read what
+// they need themselves. The frame parses the flags (declared by flags, into
+// variables the body reads) and checks the positional arguments (args)
+// before either runs, so -h and bad usage need no configuration.
 type command struct {
 	name     string
 	synopsis string // arguments, for the usage line: "NAME"
 	summary  string // one line for the command list
-	help     string // the full --help text after the usage line
+	help     string // the --help text after the usage line; the flags follow it
+	args     argKind
+	flags    func(fs *flag.FlagSet) // nil: no flags
 	serve    func(ctx context.Context, inv *invocation) int
 	plain    func(args []string, stdout, stderr io.Writer) int
 }
@@ -84,6 +90,12 @@ type command struct {
 // commands lists the subcommands in the order --help shows them. The bodies
 // (runRun, runReindex, ...) live in cmd_<name>.go.
 func commands() []command {
+	var (
+		retryOpts  retryFlags
+		errorsOpts errorsFlags
+		checkOpts  checkFlags
+		probeOpts  probeFlags
+	)
 	return []command{
 		{
 			name: "run", summary: "run every job (the default command)",
@@ -92,8 +104,8 @@ holds its lease and reindexes or follows the change stream; the others
 stand by. Serves /healthz, /readyz, /status and /metrics on
 MEILISTREAM_HTTP_ADDR. SIGINT or SIGTERM flushes what is pending, records
 positions, releases leases and exits 0 within MEILISTREAM_SHUTDOWN_TIMEOUT.
-Configuration comes from MEILISTREAM_* environment variables (README.md,
-"Configuration").`,
+Configuration comes from MEILISTREAM_* environment variables
+(docs/configuration.md).`,
 			serve: runRun,
 		},
 		{
@@ -104,6 +116,7 @@ the new position and exits. A running sidecar holding the lease makes this
 exit 3 (RUNNING): run it where no sidecar runs the job (scale the sidecars
 down, run it, scale them back up), or change the job's transform instead:
 the sidecar holding the lease then reindexes by itself.`,
+			args:  argsJob,
 			serve: runReindex,
 		},
 		{
@@ -119,14 +132,13 @@ stream (a document changed meanwhile ends with its newer version), and
 answers; this waits for the answer and prints it the same way. With no
 sidecar running the job, it takes the lease and retries itself.
 
-  --wait DURATION  how long to wait for the sidecar's answer (default 5m);
-                   a request no sidecar takes within 30s is withdrawn
-
 Edit a transform and the job reindexes, which clears the records of the
 documents it now writes: retry is for failures the transform file does not
 decide (data the transform reads, a refusal by the destination, a time
 limit).`,
-			serve: runRetry,
+			args:  argsJob,
+			flags: retryOpts.define,
+			serve: func(ctx context.Context, inv *invocation) int { return runRetry(ctx, inv, retryOpts) },
 		},
 		{
 			name: "errors", synopsis: "NAME [--json] [--limit N] [--after CURSOR]", summary: "list the documents one job failed on",
@@ -135,18 +147,12 @@ first: when it last failed, its _id, the error code, the hash of the
 transform that failed on it (when recorded), how many times it failed,
 and the message. Reads MongoDB only: it works while a sidecar runs.
 
-  --limit N        records per page, 1 to 1000 (default 50)
-  --after CURSOR   the page after the one that printed CURSOR ("next page:
-                   ..." at its end; "next" in --json)
-  --json           one JSON document: {"job", "errors": [{"id", "code",
-                   "message", "at", "hash", "attempts"}], "next"}; "id" is
-                   the _id as Extended JSON, "hash" and "next" null when
-                   absent
-
 Pages are cut by keys, not numbers: a document failing while you page
 through shows on the first page and moves no other. Once the transform
 is fixed, "meilistream retry NAME" runs them again.`,
-			serve: runErrors,
+			args:  argsJob,
+			flags: errorsOpts.define,
+			serve: func(ctx context.Context, inv *invocation) int { return runErrors(ctx, inv, errorsOpts) },
 		},
 		{
 			name: "check", synopsis: "[--sample FILE] [PATH...]", summary: "load transforms and run them on sample documents",
@@ -155,7 +161,9 @@ MEILISTREAM_TRANSFORMS), runs each on sample documents and prints what it
 would write: the documents of FILE (MongoDB Extended JSON, one a line)
 through every job, else each job's own samples. Exits 1 on any error, so
 it fits in your own CI. Needs no server.`,
-			plain: runCheck,
+			args:  argsAny,
+			flags: checkOpts.define,
+			plain: func(args []string, stdout, stderr io.Writer) int { return runCheck(args, checkOpts, stdout, stderr) },
 		},
 		{
 			name: "status", summary: "print jobs, lease holders, positions and lag from MongoDB",
@@ -176,13 +184,9 @@ holder may have made a few more changes durable than it has recorded.`,
 MEILISTREAM_HTTP_ADDR, else :8080; an address on every interface is asked
 on the loopback) for /healthz, or /readyz with --ready, and exits 0 when it
 answers 200, 1 otherwise (the answer is printed). It needs no shell or
-curl: the distroless image runs it as a Docker or compose health check.
-
-  --ready          ask /readyz (MongoDB and the destinations reachable, no
-                   job failed or stalled) instead of /healthz (alive)
-  --addr HOST:PORT the sidecar's address
-  --timeout D      how long to wait for the answer (default 3s)`,
-			plain: runProbe,
+curl: the distroless image runs it as a Docker or compose health check.`,
+			flags: probeOpts.define,
+			plain: func(args []string, stdout, stderr io.Writer) int { return runProbe(probeOpts, stdout, stderr) },
 		},
 		{
 			name: "version", summary: "print the version",
@@ -229,14 +233,16 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		printUsage(stderr, cmds)
 		return exitUsage
 	}
-	for _, a := range args {
-		if a == "--" {
-			break
-		}
-		if isHelp(a) {
-			printCommandHelp(stdout, c)
-			return exitOK
-		}
+	args, err := parseArgs(newFlagSet(c), args)
+	if errors.Is(err, flag.ErrHelp) {
+		printCommandHelp(stdout, c)
+		return exitOK
+	}
+	if err == nil {
+		err = checkArgs(c, args)
+	}
+	if err != nil {
+		return usageError(stderr, c.name, "%v", err)
 	}
 	if c.plain != nil {
 		return c.plain(args, stdout, stderr)
@@ -302,7 +308,7 @@ Commands:
 	}
 	fmt.Fprint(w, `
 Run "meilistream COMMAND --help" for a command's help. Configuration is read
-from MEILISTREAM_* environment variables (see README.md, "Configuration").
+from MEILISTREAM_* environment variables (see docs/configuration.md).
 
 Exit codes: 0 ok, 1 a job or check failed, 2 bad usage or configuration,
 3 the job's lease is held elsewhere (RUNNING).
@@ -315,6 +321,7 @@ func printCommandHelp(w io.Writer, c command) {
 		usage += " " + c.synopsis
 	}
 	fmt.Fprintf(w, "Usage: %s\n\n%s\n", usage, c.help)
+	printFlags(w, newFlagSet(c))
 }
 
 // exitCode maps an error to the process exit code: nil 0, CONFIG_INVALID 2,

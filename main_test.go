@@ -50,6 +50,10 @@ func TestDispatch(t *testing.T) {
 		{"help lists the commands", []string{"--help"}, nil, exitOK, "Commands:", ""},
 		{"a command's help needs no configuration", []string{"reindex", "-h"}, []string{"MEILISTREAM_LEASE=x"}, exitOK, "Usage: meilistream reindex NAME", ""},
 		{"an unknown command is bad usage", []string{"sync"}, nil, exitUsage, "", `unknown command "sync"`},
+		{"an unknown flag of a command is bad usage before the configuration", []string{"retry", "books", "--frobnicate"}, nil, exitUsage, "", "flag provided but not defined: -frobnicate"},
+		{"a flag's bad value is bad usage", []string{"retry", "--wait=soon", "books"}, nil, exitUsage, "", `invalid value "soon" for flag -wait`},
+		{"a job command wants its name", []string{"errors", "--json"}, nil, exitUsage, "", "meilistream errors: want a job name"},
+		{"-h after -- is an argument, not help", []string{"status", "--", "-h"}, nil, exitUsage, "", `takes no arguments, got "-h"`},
 		{"version prints the version", []string{"version"}, nil, exitOK, "meilistream ", ""},
 	}
 	for _, tt := range tests {
@@ -69,20 +73,51 @@ func TestDispatch(t *testing.T) {
 	}
 }
 
-// TestREADMEListsEveryVariable keeps the manual honest: every configuration
-// variable, _FILE variant and per-job option is documented in README.md.
-func TestREADMEListsEveryVariable(t *testing.T) {
-	b, err := os.ReadFile("README.md")
+func TestParseArgsTakesFlagsAnywhere(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		pos  []string
+		json bool
+		lim  int
+	}{
+		{"flags after the name", []string{"books", "--json", "--limit", "3"}, []string{"books"}, true, 3},
+		{"flags before the name", []string{"-limit=3", "books"}, []string{"books"}, false, 3},
+		{"flags on both sides", []string{"--json", "a", "--limit=2", "b"}, []string{"a", "b"}, true, 2},
+		{"everything after -- is positional", []string{"a", "--", "--json", "-h"}, []string{"a", "--json", "-h"}, false, defaultErrorsLimit},
+		{"no arguments", nil, nil, false, defaultErrorsLimit},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var f errorsFlags
+			c, _ := find(commands(), "errors")
+			c.flags = f.define
+			pos, err := parseArgs(newFlagSet(c), tt.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(pos, " ") != strings.Join(tt.pos, " ") || f.json != tt.json || f.limit != tt.lim {
+				t.Errorf("got %q json=%v limit=%d, want %q json=%v limit=%d", pos, f.json, f.limit, tt.pos, tt.json, tt.lim)
+			}
+		})
+	}
+}
+
+// TestManualListsEveryVariable keeps the manual honest: every
+// configuration variable and _FILE variant is documented in
+// docs/configuration.md, with its default.
+func TestManualListsEveryVariable(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("docs", "configuration.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(b)
+	page := string(b)
 	for _, v := range config.Variables {
-		if !strings.Contains(readme, "`"+v.Name()+"`") {
-			t.Errorf("README.md does not document %s", v.Name())
+		if !strings.Contains(page, "| `"+v.Name()+"` |") {
+			t.Errorf("docs/configuration.md has no row for %s in its table of variables", v.Name())
 		}
-		if v.File && !strings.Contains(readme, "`"+v.Name()+"_FILE`") {
-			t.Errorf("README.md does not document %s_FILE", v.Name())
+		if v.File && !strings.Contains(page, "`"+v.Name()+"_FILE`") {
+			t.Errorf("docs/configuration.md does not document %s_FILE", v.Name())
 		}
 	}
 }

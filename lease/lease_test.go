@@ -525,8 +525,11 @@ func TestStandbyTakesOverWithinOneRenewalPeriod(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("Wait: %v", r.err)
 	}
-	if took := time.Since(expired); took > time.Second+500*time.Millisecond { // slack for a loaded machine
-		t.Fatalf("standby took %s after expiry, want within TTL/3 (1s)", took)
+	// It polls at most every TTL/3 (TestAStandbyPollsAtMostEveryThirdOfTheTTL
+	// pins that without a clock): here it is enough that it took over at
+	// a poll, before a whole TTL passed, however slow the machine.
+	if took := time.Since(expired); took >= 3*time.Second {
+		t.Fatalf("standby took %s after expiry, want less than the TTL (3s): at its next poll", took)
 	}
 	if r.l.Epoch() != lc.Epoch()+1 {
 		t.Fatalf("standby epoch %d, want %d", r.l.Epoch(), lc.Epoch()+1)

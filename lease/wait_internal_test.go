@@ -3,6 +3,8 @@ package lease
 import (
 	"testing"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 func TestPauseJittersWithinBoundsAndNeverExceedsTheCap(t *testing.T) {
@@ -42,4 +44,16 @@ func TestPauseJittersWithinBoundsAndNeverExceedsTheCap(t *testing.T) {
 			t.Fatalf("50 pauses at the cap took only %d distinct values", len(seen))
 		}
 	})
+}
+
+// A standby polls at most every TTL/3 unless told otherwise, so it takes
+// over within one renewal period of an expiry.
+func TestAStandbyPollsAtMostEveryThirdOfTheTTL(t *testing.T) {
+	m, err := New(&mongo.Collection{}, "a:1:x", Options{TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.cap != time.Second {
+		t.Fatalf("the wait cap is %s, want TTL/3 (1s)", m.cap)
+	}
 }

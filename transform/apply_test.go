@@ -417,3 +417,26 @@ func TestAnUnexpectedPanicIsAPerDocumentError(t *testing.T) {
 		t.Fatalf("log: %s", out)
 	}
 }
+
+// A job without a transform on documents with their own "id" field: the
+// error says that the document's field collides with the primary key, and
+// what to do; it never blames a transform and never quotes the value.
+func TestAnIdentityJobSaysTheDocumentsOwnIDCollides(t *testing.T) {
+	doc := bson.D{{Key: "_id", Value: bson.NewObjectID()}, {Key: "id", Value: "alice-smith"}}
+	for _, src := range []string{`module.exports = {};`, `module.exports = { transform(doc) { return doc; } };`, `module.exports = { transform(doc) { return true; } };`} {
+		_, err := apply(t, loadJob(t, src), doc)
+		wantErr(t, err, errs.IDMismatch, `the document has its own field "id"`, "primaryKey", "transform")
+		if strings.Contains(err.Error(), "alice") || strings.Contains(err.Error(), "the transform set") {
+			t.Errorf("%s: %v", src, err)
+		}
+	}
+	_, err := apply(t, loadJob(t, `module.exports = { transform(doc) { return { id: "bob-jones" }; } };`), doc)
+	wantErr(t, err, errs.IDMismatch, `the transform set the primary key "id" to a string`)
+	if strings.Contains(err.Error(), "bob") {
+		t.Errorf("the value is in %v", err)
+	}
+	// The same id as _id's is fine, as before.
+	if _, err := apply(t, loadJob(t, `module.exports = {};`), bson.D{{Key: "_id", Value: 5}, {Key: "id", Value: 5}}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -103,6 +103,8 @@ func sameSnap(a, b map[string]fileSnap) bool {
 type Watcher struct {
 	interval time.Duration
 	onChange func(*Set, error)
+	ticks    <-chan time.Time // the polls' clock; nil: a ticker of interval
+	polled   chan<- struct{}  // told after each poll, for tests; nil: none
 
 	mu      sync.Mutex
 	cur     *Set
@@ -139,43 +141,58 @@ func (w *Watcher) Start(ctx context.Context) {
 
 func (w *Watcher) loop(ctx context.Context) {
 	defer close(w.done)
-	t := time.NewTicker(w.interval)
-	defer t.Stop()
+	ticks := w.ticks
+	if ticks == nil {
+		t := time.NewTicker(w.interval)
+		defer t.Stop()
+		ticks = t.C
+	}
 	var pending map[string]fileSnap // what changed at the last poll
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-ticks:
 		}
-		w.mu.Lock()
-		cur := w.cur
-		w.mu.Unlock()
-		snap := cur.snapshot()
-		if snap == nil || cur.matches(snap) {
-			pending = nil
-			continue
+		pending = w.poll(ctx, pending)
+		if w.polled != nil {
+			select {
+			case w.polled <- struct{}{}:
+			case <-ctx.Done():
+			}
 		}
-		if pending == nil || !sameSnap(snap, pending) {
-			pending = snap // changed: wait until it stays so
-			continue
-		}
-		pending = nil
-		next, err := load(ctx, cur.paths, cur.opts, cur)
-		if next == nil || ctx.Err() != nil {
-			next.closeNew(cur)
-			continue
-		}
-		if !next.matches(snap) {
-			// A file changed again while it was read: wait for it.
-			next.closeNew(cur)
-			continue
-		}
-		w.mu.Lock()
-		w.cur = next
-		w.mu.Unlock()
-		w.onChange(next, err)
 	}
+}
+
+// poll looks at the folder once. pending is what changed at the poll
+// before (nil: nothing); it returns what this poll saw change, to wait
+// for it to stay so, or nil once loaded or unchanged.
+func (w *Watcher) poll(ctx context.Context, pending map[string]fileSnap) map[string]fileSnap {
+	w.mu.Lock()
+	cur := w.cur
+	w.mu.Unlock()
+	snap := cur.snapshot()
+	if snap == nil || cur.matches(snap) {
+		return nil
+	}
+	if pending == nil || !sameSnap(snap, pending) {
+		return snap // changed: wait until it stays so
+	}
+	next, err := load(ctx, cur.paths, cur.opts, cur)
+	if next == nil || ctx.Err() != nil {
+		next.closeNew(cur)
+		return nil
+	}
+	if !next.matches(snap) {
+		// A file changed again while it was read: wait for it.
+		next.closeNew(cur)
+		return nil
+	}
+	w.mu.Lock()
+	w.cur = next
+	w.mu.Unlock()
+	w.onChange(next, err)
+	return nil
 }
 
 // closeNew closes the jobs of s that prev does not have (a Set that is

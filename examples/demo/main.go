@@ -226,7 +226,7 @@ func run() error {
 	case <-time.After(30 * time.Second):
 		return errors.New("the sidecar did not stop within 30s")
 	}
-	step("done. Next, your own job by hand: the five-minute walkthrough in README.md")
+	step("done. Next, your own job by hand: the walkthrough in README.md")
 	step("(go run ./internal/devstack, a transform of your own, meilistream check, run, and a search with curl)")
 	return nil
 }

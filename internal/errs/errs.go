@@ -24,7 +24,7 @@ import (
 // Code is a stable, documented error class.
 type Code string
 
-// The error codes (README.md, "Error codes").
+// The error codes (docs/operations.md, "Error codes").
 const (
 	Running         Code = "RUNNING"          // the job's lease is held by another process
 	LeaseLost       Code = "LEASE_LOST"       // the lease was taken over or could not be renewed

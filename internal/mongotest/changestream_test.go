@@ -399,18 +399,23 @@ func TestChangeStreamGetMoreWaitsForMaxAwaitTime(t *testing.T) {
 	if cs.ResumeToken() == nil || tok == nil {
 		t.Fatal("no postBatchResumeToken")
 	}
-	// A write wakes a waiting getMore promptly.
-	go func() {
-		time.Sleep(50 * time.Millisecond)
-		coll.InsertOne(context.Background(), bson.D{{Key: "_id", Value: 1}})
-	}()
-	cs2, err := coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetMaxAwaitTime(5*time.Second))
+	// A write wakes a waiting getMore: long before its maxAwaitTime, which
+	// no slow machine reaches. The write comes after the stream opened (a
+	// stream sees only what follows its start), a moment into the getMore.
+	const maxAwait = 30 * time.Second
+	c, cancel := context.WithTimeout(context.Background(), 4*maxAwait) // the driver wants it above maxAwaitTime
+	defer cancel()
+	cs2, err := coll.Watch(c, mongo.Pipeline{}, options.ChangeStream().SetMaxAwaitTime(maxAwait))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cs2.Close(c)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		coll.InsertOne(context.Background(), bson.D{{Key: "_id", Value: 1}})
+	}()
 	begin = time.Now()
-	if !cs2.Next(c) || time.Since(begin) > 2*time.Second {
+	if !cs2.Next(c) || time.Since(begin) > maxAwait/2 {
 		t.Fatalf("woke after %v: %v", time.Since(begin), cs2.Err())
 	}
 }

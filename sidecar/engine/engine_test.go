@@ -1124,8 +1124,11 @@ func TestCloseWithMeilisearchStuckReturnsWithinTheDrainTimeout(t *testing.T) {
 	if err := r.stop(t); err != nil {
 		t.Fatalf("close: %v", err)
 	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("close took %s", d)
+	// Meilisearch stays stuck until ResumeTasks: a close that waited for
+	// it would not return before stop gives up; one bounded by the drain
+	// timeout returns far within this bound, however slow the machine.
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("close took %s with a drain timeout of %s", d, e.cfg.DrainTimeout)
 	}
 	e.meili.ResumeTasks()
 	// Not recorded: the next run applies them again.

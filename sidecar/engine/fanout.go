@@ -56,6 +56,9 @@ func (f *follower) addRelated(ev bson.Raw, op, coll string) error {
 	if bd, err := ev.LookupErr("fullDocumentBeforeChange"); err == nil {
 		before, _ = bd.DocumentOK()
 	}
+	if err := f.markUnreached(ev, op, coll, doc, before); err != nil {
+		return err
+	}
 	if f.related == nil {
 		f.related = relatedKeys{}
 	}

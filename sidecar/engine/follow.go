@@ -90,6 +90,10 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 		return nil, closeOr(ctx, l, err)
 	}
 	f.p.errs = set
+	if f.stale, err = e.loadStaleJoins(ctx, job.Name); err != nil {
+		f.p.Abort(err)
+		return nil, closeOr(ctx, l, err)
+	}
 	if snap != nil {
 		f.startSnapshot(pctx, snap)
 		defer func() {
@@ -178,6 +182,11 @@ type follower struct {
 	// relatedAllPending: a related collection went away; the next flush
 	// sends every document again.
 	relatedAllPending bool
+	// stale: the dependencies whose dependents may hold an old join
+	// (stalejoins.go); staleBase, the marks the running reindex forgets
+	// when it commits.
+	stale     *staleJoins
+	staleBase int64
 	// fanBusy counts the fan-out reader's tasks handed over and not yet
 	// at their last mark (the follow loop's): only while it is above zero
 	// does the reader's window need the keys the stream changes (a task's

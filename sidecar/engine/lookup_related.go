@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"slices"
 	"sort"
+	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -91,4 +93,97 @@ func (rk relatedKeys) Filters() []bson.D {
 		}
 	}
 	return out
+}
+
+// unreached returns the dependency fields (of the job's documents) whose
+// dependents a change of coll could not all be found for: the
+// dependency's key is not _id, the stream has no pre-image of the changed
+// document (before is nil), and the key's old value may differ from what
+// Add gathered. A delete carries only the _id; a replace, or an update
+// touching the key (by updateDesc), leaves the old value unknown; a
+// change whose new version is gone (doc nil) has neither. The documents
+// that still hold the old value were not sent again and keep the old
+// join until their own next change. An insert has no old value.
+func unreached(deps []jobdef.Dependency, coll, op string, doc, before, updateDesc bson.Raw) []string {
+	if before != nil || op == "insert" {
+		return nil
+	}
+	var out []string
+	for _, d := range deps {
+		if d.Collection != coll || d.Key == "_id" || slices.Contains(out, d.Field) {
+			continue
+		}
+		if op == "update" && doc != nil && !touchesKey(updateDesc, d.Key) {
+			continue
+		}
+		out = append(out, d.Field)
+	}
+	return out
+}
+
+// touchesKey says whether an update whose updateDescription is upd may
+// have changed the value at key (a dotted path): some path it changed is
+// key, above it or below it. An unreadable upd may have.
+func touchesKey(upd bson.Raw, key string) bool {
+	paths, ok := updatedPaths(upd)
+	if !ok {
+		return true
+	}
+	for _, p := range paths {
+		if p == key || strings.HasPrefix(key, p+".") || strings.HasPrefix(p, key+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// updatedPaths lists the paths of an updateDescription: updatedFields'
+// keys, removedFields, truncatedArrays' fields; false when it is not one
+// MongoDB writes.
+func updatedPaths(upd bson.Raw) ([]string, bool) {
+	fields, err := upd.LookupErr("updatedFields")
+	if err != nil {
+		return nil, false
+	}
+	d, ok := fields.DocumentOK()
+	if !ok {
+		return nil, false
+	}
+	els, err := d.Elements()
+	if err != nil {
+		return nil, false
+	}
+	var out []string
+	for _, el := range els {
+		out = append(out, el.Key())
+	}
+	for _, name := range []string{"removedFields", "truncatedArrays"} {
+		v, err := upd.LookupErr(name)
+		if err != nil {
+			continue
+		}
+		a, ok := v.ArrayOK()
+		if !ok {
+			return nil, false
+		}
+		vals, err := a.Values()
+		if err != nil {
+			return nil, false
+		}
+		for _, x := range vals {
+			if name == "truncatedArrays" {
+				td, ok := x.DocumentOK()
+				if !ok {
+					return nil, false
+				}
+				x = td.Lookup("field")
+			}
+			s, ok := x.StringValueOK()
+			if !ok {
+				return nil, false
+			}
+			out = append(out, s)
+		}
+	}
+	return out, true
 }

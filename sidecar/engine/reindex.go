@@ -51,6 +51,12 @@ func (f *follower) startSnapshot(ctx context.Context, snap *Reindex) {
 	f.gone = map[string]bson.RawValue{}
 	f.p.SetStaged(snap.StagedSink())
 	f.p.made = snap.Made()
+	// A resumed reindex read its earlier chunks before this run: the
+	// joins marked stale then may be in them.
+	f.staleBase = 0
+	if !snap.Summary().Resumed {
+		f.staleBase = f.stale.since()
+	}
 	snap.Begin(ctx, f.p.Pipe)
 }
 
@@ -168,6 +174,7 @@ func (f *follower) finish(tok bson.Raw, wall time.Time) error {
 	}
 	f.snap, f.gone = nil, nil
 	e, jc, l, p, stats := f.e, f.jc, f.l, f.p, f.stats
+	stale, staleBase := f.stale, f.staleBase
 	commit := func(ctx context.Context) error {
 		// The last steps are short and must not be cut between the swap
 		// and the record by a clean stop (the next start would reindex
@@ -203,6 +210,11 @@ func (f *follower) finish(tok bson.Raw, wall time.Time) error {
 			f.recMu.Unlock()
 		}
 		if err := e.store.RecordNewPosition(ctx, &jc.job.Job, l, tok, wall); err != nil {
+			return err
+		}
+		// Every document is the new transform's, with its joins of
+		// the reindex: the joins marked stale before it began are not.
+		if err := stale.forget(ctx, e.store, jc.job.Name, l, staleBase); err != nil {
 			return err
 		}
 		if err := e.store.DeleteCheckpoint(ctx, jc.job.Name, l); err != nil {

@@ -23,7 +23,7 @@ func (f *follower) unchangedCheck(items []Item) *Unchanged {
 	if f.snap != nil || f.fanPending.Load() > 0 || !f.jc.job.SkipUnchanged {
 		return nil
 	}
-	return JudgeUnchanged(items, f.p.errs)
+	return JudgeUnchanged(items, f.p.errs, f.stale.update())
 }
 
 // reportUnchanged counts the batch's unchanged updates in the job's

@@ -40,7 +40,11 @@ import (
 // Lookups: a call that read a lookup's matches (ctx.lookups, or the field
 // they are set to) read its localField too, so an update moving the
 // reference is sent; a change of the related document itself sends its
-// dependents again through a fan-out, never judged here.
+// dependents again through a fan-out, never judged here. A fan-out that
+// could not find every dependent (a related change without its pre-image)
+// leaves some with an old join: the job then judges every update as if it
+// also touched that localField (the stale fields of JudgeUnchanged), so
+// such a dependent is sent on its next change.
 //
 // A refusal found after an update was spared (the destination refusing
 // the version sent before it) records the document, which the
@@ -55,15 +59,18 @@ type Records interface {
 // Unchanged judges the items of one batch; a nil *Unchanged judges none.
 type Unchanged struct {
 	records Records
+	stale   bson.Raw
 	n       atomic.Int64 // updates judged unchanged, not yet taken
 }
 
 // JudgeUnchanged gives the items of a batch about to be transformed their
 // judge, and returns it: Transform leaves out the writes of the updates
 // it finds unchanged. records are the job's documents with an error
-// record (nil: none).
-func JudgeUnchanged(items []Item, records Records) *Unchanged {
-	u := &Unchanged{records: records}
+// record (nil: none). stale (nil: none) is an updateDescription of the
+// fields whose values may not be what the destination's documents were
+// made with: every update is judged as if it also made that change.
+func JudgeUnchanged(items []Item, records Records, stale bson.Raw) *Unchanged {
+	u := &Unchanged{records: records, stale: stale}
 	for i := range items {
 		items[i].judge = u
 	}
@@ -83,6 +90,9 @@ func (u *Unchanged) Take() int64 {
 // counts it. Called by the transform workers, concurrently.
 func (u *Unchanged) unchanged(it *Item, r transform.Result) bool {
 	if u == nil || it.Op != transform.OpUpdate || it.Doc == nil || !r.Reads.UnchangedBy(it.Upd) {
+		return false
+	}
+	if u.stale != nil && !r.Reads.UnchangedBy(u.stale) {
 		return false
 	}
 	for _, prev := range it.coalesced {

@@ -176,17 +176,20 @@ func (c *Chain) readChunk(ctx context.Context, filter bson.D, last bson.RawValue
 	}
 }
 
-// readAfter is one read of a chunk. MongoDB's comparison operators only
-// match values of the same canonical type ("type bracketing", the manual's
-// "Comparison/Sort Order"), so {_id: {$gt: last}} reads on within last's
-// type; once that is exhausted, the types that sort after it are read with
+// readAfter is one read of a chunk: the job's one walk of its collection
+// in _id order, which every chain reads through (a reindex, so a mirror's
+// backfill and an in-place reindex before its sweep, and a fan-out's
+// tasks). MongoDB's comparison operators only match values of the same
+// canonical type ("type bracketing", the manual's "Comparison/Sort
+// Order"), so the rest of last's type is read first (sameBracketAfter);
+// once that is exhausted, the types that sort after it are read with
 // {$type: [...]}. Each is a plain range of the _id index (an $or of both
 // would make some servers sort the whole collection for every chunk).
 func (c *Chain) readAfter(ctx context.Context, filter bson.D, last bson.RawValue, n int) (*Chunk, error) {
 	ch := &Chunk{}
 	var after bson.D
 	if last.Type != 0 {
-		after = bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: last}}}}
+		after = sameBracketAfter(last)
 	}
 	items, final, err := c.find(ctx, and(filter, after), n)
 	if err != nil {

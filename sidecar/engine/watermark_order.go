@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"sort"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -36,4 +37,36 @@ func laterTypes(t bson.Type) bson.A {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].(int32) < out[j].(int32) })
 	return out
+}
+
+// sameBracketAfter is the filter on _id of the documents after last in
+// MongoDB's order and of last's canonical type. It is {$gt: last} but
+// after a NaN: NaN sorts below every other number, yet a query's $gt or
+// $lt with a NaN on either side is false ("NaN is equal to NaN but
+// otherwise always compares to false", ComparisonMatchExpression::
+// matchesSingleElement, src/mongo/db/matcher/expression_leaf.cpp in
+// mongodb/mongo), so {$gt: NaN} matches nothing and would skip every
+// other number. The numbers after NaN are those >= -Infinity, a range of
+// the _id index ending at +Infinity; NaN is one _id whatever its type
+// (the index holds every NaN as one key), so none is left behind. After
+// MinKey, {$gt: MinKey} matches every other type, in order, which is what
+// sorts after it.
+func sameBracketAfter(last bson.RawValue) bson.D {
+	if isNaN(last) {
+		return bson.D{{Key: "_id", Value: bson.D{{Key: "$gte", Value: math.Inf(-1)}}}}
+	}
+	return bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: last}}}}
+}
+
+// isNaN says whether v is a NaN double or Decimal128.
+func isNaN(v bson.RawValue) bool {
+	switch v.Type {
+	case bson.TypeDouble:
+		f, ok := v.DoubleOK()
+		return ok && math.IsNaN(f)
+	case bson.TypeDecimal128:
+		d, ok := v.Decimal128OK()
+		return ok && d.IsNaN()
+	}
+	return false
 }

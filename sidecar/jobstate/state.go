@@ -22,6 +22,7 @@ import (
 //	 hash: <transform hash>, previousHash: <the hash before it>,
 //	 hashSince: <server date hash was first recorded>,
 //	 destination: <index uid or replica collection>,
+//	 staleJoins: [<dependency fields whose joins may be old>],
 //	 leaseEpoch: <int64>, updatedAt: <server date>}
 //	{_id: {reindex: <job>}, startedAt, hash, inPlace, destination, lastId,
 //	 count, swapping, leaseEpoch, updatedAt}
@@ -88,8 +89,11 @@ type Position struct {
 	// (definition), to say why a changed hash reindexes.
 	Destination string            `bson:"destination"`
 	Definition  map[string]string `bson:"definition"`
-	Epoch       int64             `bson:"leaseEpoch"`
-	Updated     time.Time         `bson:"updatedAt"`
+	// StaleJoins are the dependency fields whose dependents may hold an
+	// old join (RecordStaleJoins).
+	StaleJoins []string  `bson:"staleJoins,omitempty"`
+	Epoch      int64     `bson:"leaseEpoch"`
+	Updated    time.Time `bson:"updatedAt"`
 }
 
 // Checkpoint is a reindex's progress after its last durable chunk.
@@ -230,6 +234,26 @@ func (s *Store) RecordPosition(ctx context.Context, job string, l Fence, token b
 	})
 	if err != nil && !errors.Is(err, errs.ErrLeaseLost) {
 		return errs.Wrap(errs.Failed, job, err, "record position")
+	}
+	return err
+}
+
+// RecordStaleJoins records fields (nil: none) as the job's dependency
+// fields whose dependents may hold an old join: a related change came
+// without the related document's pre-image, so the documents that matched
+// its old value were not sent again. Beside the position, so that a
+// restart or another holder knows it too.
+func (s *Store) RecordStaleJoins(ctx context.Context, job string, l Fence, fields []string) error {
+	var set bson.D
+	var unset []string
+	if len(fields) > 0 {
+		set = bson.D{{Key: "staleJoins", Value: fields}}
+	} else {
+		unset = []string{"staleJoins"}
+	}
+	err := s.fencedUpdate(ctx, job, l, posKey(job), set, unset, nil)
+	if err != nil && !errors.Is(err, errs.ErrLeaseLost) {
+		return errs.Wrap(errs.Failed, job, err, "record the lookups whose joins may be old")
 	}
 	return err
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,15 +31,22 @@ func TestReadyNowDoesNotWaitForAProbe(t *testing.T) {
 			if !hang.Load() {
 				return errors.New("mongodb unreachable: connection refused")
 			}
-			select { // a down server: the probe hangs until its timeout
-			case <-ctx.Done():
-				return errors.New("mongodb unreachable: " + ctx.Err().Error())
-			case <-up:
-				return nil
-			}
+			// A down server: the probe hangs until the test lets it go,
+			// however long the test takes. (Ended at its own timeout, it
+			// would let another probe start on a slow machine; and a
+			// ReadyNow that waited for it would not answer at all.)
+			<-up
+			return nil
 		},
 	})
 	defer closeSupervisor(t, s)
+	var release sync.Once
+	defer release.Do(func() { close(up) })
+	// answered bounds a call that must not wait for the probe: one that
+	// waited would see this deadline pass, far beyond any scheduling delay.
+	answered := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), 10*time.Second)
+	}
 
 	// No probe yet: the first answer waits for one.
 	if err := s.ReadyNow(context.Background()); err == nil || !strings.Contains(err.Error(), "connection refused") {
@@ -47,13 +55,9 @@ func TestReadyNowDoesNotWaitForAProbe(t *testing.T) {
 	hang.Store(true)
 	time.Sleep(60 * time.Millisecond) // the result is stale now
 	for i := 0; i < 20; i++ {
-		start := time.Now()
-		err := s.ReadyNow(context.Background())
-		// Waiting for the hanging probe would take its 2.5 s timeout; a
-		// second leaves room for a loaded machine's scheduling delays.
-		if took := time.Since(start); took > time.Second {
-			t.Fatalf("ReadyNow took %s with a probe hanging", took)
-		}
+		ctx, cancel := answered()
+		err := s.ReadyNow(ctx)
+		cancel()
 		if err == nil || !strings.Contains(err.Error(), "connection refused") {
 			t.Fatalf("ReadyNow = %v, want the latest (stale) result", err)
 		}
@@ -73,8 +77,8 @@ func TestReadyNowDoesNotWaitForAProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	start := time.Now()
-	resp, err := http.Get("http://" + srv.Addr() + "/status")
+	client := &http.Client{Timeout: 10 * time.Second} // as answered
+	resp, err := client.Get("http://" + srv.Addr() + "/status")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,14 +88,14 @@ func TestReadyNowDoesNotWaitForAProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); took > 500*time.Millisecond || rep.Ready {
-		t.Errorf("/status took %s, ready %v; want at once, not ready", took, rep.Ready)
+	if rep.Ready {
+		t.Error("/status says ready with the probe hanging")
 	}
 
 	// Ready (/readyz) waits for the probe in flight, bounded by its ctx,
 	// and joins it instead of starting another.
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	start = time.Now()
+	start := time.Now()
 	err = s.Ready(ctx)
 	cancel()
 	if took := time.Since(start); err == nil || took < 90*time.Millisecond {
@@ -102,7 +106,7 @@ func TestReadyNowDoesNotWaitForAProbe(t *testing.T) {
 	}
 
 	// The servers answer again: the probe in flight ends, ready.
-	close(up)
+	release.Do(func() { close(up) })
 	eventually(t, "ready again", func() bool { return s.ReadyNow(context.Background()) == nil },
 		func() string { return errorText(s.ReadyNow(context.Background())) })
 	if err := s.Ready(context.Background()); err != nil {

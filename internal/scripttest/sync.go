@@ -1,4 +1,4 @@
-package main
+package scripttest
 
 // Custom testscript commands of the sync_, shutdown_ and lease_ scenarios
 // (the search jobs). They talk to the servers the harness gives every script
@@ -34,7 +34,6 @@ import (
 	"github.com/meilistream/meilistream/internal/meilitest"
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/synccheck"
-	"github.com/meilistream/meilistream/sidecar/config"
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -60,11 +59,11 @@ func init() {
 		"wait-metric":            cmdWaitMetric,
 		"sigterm":                cmdSigterm,
 	} {
-		scriptCmds[name] = fn
+		Cmds[name] = fn
 	}
 	// $REPO is the repository, for scripts that use its files (the
 	// example transforms).
-	scriptSetups = append(scriptSetups, func(env *testscript.Env) error {
+	setups = append(setups, func(env *testscript.Env) error {
 		wd, err := os.Getwd()
 		if err != nil {
 			return err
@@ -625,10 +624,7 @@ func cmdSynced(ts *testscript.TestScript, neg bool, args []string) {
 	job := loadScriptJob(ts, fs.Arg(0))
 	db := scriptMongo(ts)
 	coll := db.Collection(job.Collection)
-	state := ts.Getenv("MEILISTREAM_STATE_COLLECTION")
-	if state == "" {
-		state = config.DefaultStateCollection
-	}
+	state := stateCollection(ts)
 	errorsColl := db.Collection(state + "_errors")
 	uid := ts.Getenv("MEILISTREAM_INDEX_PREFIX") + job.Index
 	ms := scriptMeili(ts)

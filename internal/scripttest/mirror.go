@@ -1,4 +1,4 @@
-package main
+package scripttest
 
 // Custom testscript commands of the mirror_ scenarios (mirror jobs into a
 // replica MongoDB). The replica is $MEILISTREAM_REPLICA_URI, database
@@ -44,7 +44,7 @@ func init() {
 		"replica-index":            cmdReplicaIndex,
 		"replica-delete":           cmdReplicaDelete,
 	} {
-		scriptCmds[name] = fn
+		Cmds[name] = fn
 	}
 }
 

@@ -1,4 +1,4 @@
-package main
+package scripttest
 
 import (
 	"encoding/json"
@@ -14,8 +14,8 @@ import (
 )
 
 func init() {
-	scriptCmds["wait-held"] = cmdWaitHeld
-	scriptCmds["blackhole"] = cmdBlackhole
+	Cmds["wait-held"] = cmdWaitHeld
+	Cmds["blackhole"] = cmdBlackhole
 }
 
 // cmdBlackhole: blackhole VAR listens on a loopback port that accepts

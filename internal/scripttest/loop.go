@@ -1,4 +1,4 @@
-package main
+package scripttest
 
 // Custom testscript commands of the operator's-loop scenarios (retry while
 // running, rollouts, abandoned reindexes, upgrades). They use the real
@@ -13,13 +13,12 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/meilistream/meilistream/sidecar/config"
 	"github.com/meilistream/meilistream/transform"
 )
 
 func init() {
-	scriptCmds["index-exists"] = cmdIndexExists
-	scriptCmds["position-legacy-hash"] = cmdPositionLegacyHash
+	Cmds["index-exists"] = cmdIndexExists
+	Cmds["position-legacy-hash"] = cmdPositionLegacyHash
 }
 
 // cmdIndexExists: index-exists [-timeout D] INDEX polls until index
@@ -69,10 +68,7 @@ func cmdPositionLegacyHash(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("load job %s from %s: %v", args[0], dir, err)
 	}
 	job := set.Job(args[0])
-	state := ts.Getenv("MEILISTREAM_STATE_COLLECTION")
-	if state == "" {
-		state = config.DefaultStateCollection
-	}
+	state := stateCollection(ts)
 	ctx, cancel := cmdCtx()
 	defer cancel()
 	res, err := scriptMongo(ts).Collection(state).UpdateOne(ctx,

@@ -1,4 +1,4 @@
-package main
+package scripttest
 
 // Custom testscript commands for what a job spares downstream
 // (sync_skip_*, sync_fields_*).
@@ -11,12 +11,10 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 	"go.mongodb.org/mongo-driver/v2/bson"
-
-	"github.com/meilistream/meilistream/sidecar/config"
 )
 
 func init() {
-	scriptCmds["position-past"] = cmdPositionPast
+	Cmds["position-past"] = cmdPositionPast
 }
 
 // cmdPositionPast: position-past [-timeout D] JOB reads the server's
@@ -32,10 +30,7 @@ func cmdPositionPast(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: position-past [-timeout D] JOB")
 	}
 	job := fs.Arg(0)
-	state := ts.Getenv("MEILISTREAM_STATE_COLLECTION")
-	if state == "" {
-		state = config.DefaultStateCollection
-	}
+	state := stateCollection(ts)
 	db := scriptMongo(ts)
 	ctx, cancel := cmdCtx()
 	defer cancel()

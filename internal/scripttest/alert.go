@@ -1,4 +1,4 @@
-package main
+package scripttest
 
 import (
 	"bufio"
@@ -16,7 +16,7 @@ import (
 )
 
 func init() {
-	scriptCmds["alert-fires"] = cmdAlertFires
+	Cmds["alert-fires"] = cmdAlertFires
 }
 
 // cmdAlertFires: [!] alert-fires [-timeout D] NAME evaluates the expression

@@ -1,4 +1,4 @@
-package main
+package scripttest
 
 // Custom testscript commands that count what a reindex or backfill killed
 // midway does twice (sync_resume_killed_reindex, mirror_resume_killed_backfill).
@@ -9,14 +9,13 @@ import (
 	"strings"
 
 	"github.com/meilisearch/meilisearch-go"
-	"github.com/meilistream/meilistream/sidecar/config"
 	"github.com/rogpeppe/go-internal/testscript"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 func init() {
-	scriptCmds["meili-received"] = cmdMeiliReceived
-	scriptCmds["replica-past-checkpoint"] = cmdReplicaPastCheckpoint
+	Cmds["meili-received"] = cmdMeiliReceived
+	Cmds["replica-past-checkpoint"] = cmdReplicaPastCheckpoint
 }
 
 // cmdMeiliReceived: meili-received [-min N] [-max N] prints how many
@@ -75,10 +74,7 @@ func cmdReplicaPastCheckpoint(ts *testscript.TestScript, neg bool, args []string
 		ts.Fatalf("usage: replica-past-checkpoint [-max N] JOB")
 	}
 	job := loadScriptJob(ts, fs.Arg(0))
-	state := ts.Getenv("MEILISTREAM_STATE_COLLECTION")
-	if state == "" {
-		state = config.DefaultStateCollection
-	}
+	state := stateCollection(ts)
 	ctx, cancel := cmdCtx()
 	defer cancel()
 	var cp struct {

@@ -1,4 +1,4 @@
-package main
+package scripttest
 
 // A standalone MongoDB for the scenarios of sources without change streams
 // (a mongod started without --replSet):
@@ -33,7 +33,7 @@ import (
 const envTestStandaloneURI = "MEILISTREAM_TEST_STANDALONE_MONGODB_URI"
 
 // standalone is the in-process standalone MongoDB of the running
-// TestScripts call (srv), started on first use and closed with srv.
+// TestScripts call (srv, made by Setup), started on first use and closed with srv.
 var standalone struct {
 	mu  sync.Mutex
 	of  *servers
@@ -42,8 +42,8 @@ var standalone struct {
 }
 
 func init() {
-	scriptCmds["standalone-mongo"] = cmdStandaloneMongo
-	scriptConds["standalone"] = func() (bool, error) {
+	Cmds["standalone-mongo"] = cmdStandaloneMongo
+	conds["standalone"] = func() (bool, error) {
 		return !realServers() || os.Getenv(envTestStandaloneURI) != "", nil
 	}
 }
