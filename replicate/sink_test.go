@@ -927,3 +927,22 @@ func TestSendWritesNothingOnceTheGuardSaysTheLeaseLapsed(t *testing.T) {
 		t.Fatalf("the replica holds %d documents after a send refused by the guard", len(got))
 	}
 }
+
+// The replica sink has no queue to show (its writes are durable when Send
+// returns) and no staged target to delete (a backfill stages in place):
+// both say so instead of the engine asking whether they exist.
+func TestNoQueueAndNoStagedTargetOfItsOwn(t *testing.T) {
+	p := newPair(t)
+	if tasks, bytes, counted := p.sink.Enqueued(); counted || tasks != 0 || bytes != 0 {
+		t.Errorf("Enqueued: %d tasks, %d bytes, counted %v; want nothing counted", tasks, bytes, counted)
+	}
+	if _, err := p.sink.Send(ctxT(t), sink.Batch{Writes: []sink.Write{upsert(t, 1, bson.E{Key: "t", Value: "a"})}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.sink.DiscardStage(ctxT(t), "articles_copy"); err != nil {
+		t.Errorf("DiscardStage: %v", err)
+	}
+	if got := all(t, p.replica); len(got) != 1 {
+		t.Errorf("the replica holds %d documents after DiscardStage, want the 1 written", len(got))
+	}
+}

@@ -46,7 +46,7 @@ func TestTheSinkKeepsWhatIsEnqueuedUnderItsBounds(t *testing.T) {
 			defer srv.Close()
 			mc := meili.NewClientWithOptions(srv.URL(), "", c.opts)
 			defer mc.Close()
-			dst := meili.NewSink(mc, &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}, sink.Unguarded, nil).(*meili.Sink)
+			dst := meili.NewSink(mc, &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}, sink.Unguarded, nil)
 			if err := dst.Prepare(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -104,7 +104,7 @@ func TestTheStagedIndexIsCountedApart(t *testing.T) {
 	defer srv.Close()
 	mc := meili.NewClientWithOptions(srv.URL(), "", meili.Options{MaxEnqueuedTasks: 1})
 	defer mc.Close()
-	dst := meili.NewSink(mc, &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id", Reindex: "swap"}, sink.Unguarded, nil).(*meili.Sink)
+	dst := meili.NewSink(mc, &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id", Reindex: "swap"}, sink.Unguarded, nil)
 	if err := dst.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
