@@ -409,6 +409,33 @@ func (p *pool) drain() {
 	}
 }
 
+// ErrTimeout is the cause of a document's TRANSFORM_FAILED when its call
+// ran out of time on every try (errors.Is): the engine tries such a
+// document again later, with a longer limit (WithTimeout), since on a
+// loaded machine a transform can miss its limit without being at fault.
+// A call abandoned in a built-in is not one of them.
+var ErrTimeout = errors.New("the machine may be overloaded, or the transformTimeout too small")
+
+type timeoutKey struct{}
+
+// WithTimeout returns ctx making the calls of a job under it take d as
+// their time limit when d is longer than the job's own, up to MaxTimeout.
+func WithTimeout(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, timeoutKey{}, d)
+}
+
+// timeoutIn is the time limit of a call of j under ctx (WithTimeout).
+func (j *Job) timeoutIn(ctx context.Context) time.Duration {
+	t := j.timeout()
+	if d, ok := ctx.Value(timeoutKey{}).(time.Duration); ok && d > t {
+		t = min(d, max(MaxTimeout, t))
+	}
+	return t
+}
+
+// CallTimeout is the time limit of one call of j: its transformTimeout.
+func (j *Job) CallTimeout() time.Duration { return j.timeout() }
+
 // timeout is the time limit of one call of j.
 func (j *Job) timeout() time.Duration {
 	if j.Timeout > 0 {
@@ -494,7 +521,7 @@ func (j *Job) prepare(doc bson.Raw, lookups jobdef.LookupResults) (bson.Raw, bso
 // series at a time. A call that ran out of time is tried again on a fresh
 // runtime, up to maxTimeoutRetries times; the calls after it go on there.
 func (jr *jobRuntime) applyEach(ctx context.Context, j *Job, dst []byte, calls []prepared, out []Outcome) []byte {
-	timeout := j.timeout()
+	timeout := j.timeoutIn(ctx)
 	r := &run{ctx: ctx, job: j, timeout: timeout, calls: calls, out: out, dst: dst}
 	tries, triesAt := 0, -1 // times calls[triesAt] ran out of time
 	for {
@@ -585,7 +612,7 @@ func (jr *jobRuntime) applyEach(ctx context.Context, j *Job, dst []byte, calls [
 				j.log.Debug("a transform call ran out of time; trying it again on a fresh runtime", "attempt", tries+1, "timeout", timeout)
 				continue
 			}
-			out[r.cur] = Outcome{Err: errs.New(errs.TransformFailed, j.Name, "the transform did not finish within %s", timeout)}
+			out[r.cur] = Outcome{Err: errs.Wrap(errs.TransformFailed, j.Name, ErrTimeout, "the transform did not finish within %s", timeout)}
 			r.cur++
 		}
 	}

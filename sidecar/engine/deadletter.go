@@ -32,6 +32,7 @@ func (e *Engine) prepareItems(ctx context.Context, jc jobConfig, stats *status.J
 	if err := e.handleDocErrors(ctx, jc, stats, set, bad); err != nil {
 		return nil, 0, nil, err
 	}
+	jc.timeouts.note(items, bad)
 	for _, b := range bad {
 		made.Add(b.ID)
 	}

@@ -32,6 +32,10 @@ type retryRequests struct {
 // documents to retry, each once.
 type retryRequest struct {
 	IDs []bson.RawValue
+	// Limit, when longer than the job's transformTimeout, is the time
+	// limit of the retried calls (transform.WithTimeout): the engine's
+	// own retries of documents that ran out of time give them more.
+	Limit time.Duration
 
 	req   *jobstate.RetryRequest
 	start time.Time
@@ -39,6 +43,13 @@ type retryRequest struct {
 	pages                 atomic.Int64
 	written, gone, failed atomic.Int64
 	done                  chan struct{}
+}
+
+// newRetryRequest is a retry of ids the engine makes itself (documents
+// that ran out of time, tried again under limit): no `meilistream retry`
+// waits for its answer.
+func newRetryRequest(ids []bson.RawValue, limit time.Duration) *retryRequest {
+	return &retryRequest{IDs: ids, Limit: limit, start: time.Now(), done: make(chan struct{})}
 }
 
 // Pages says that the request's documents are retried in n pages, each

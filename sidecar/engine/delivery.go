@@ -30,6 +30,10 @@ type delivery struct {
 	// before the first flight or by a control flight.
 	errs *deadLetterSet
 	made *deadLetterSet
+
+	// dog, when set, is told of every flight submitted and made durable
+	// (Submit).
+	dog *watchdog
 }
 
 // newPipe starts the pipe of one job into dst. With track, a write sent

@@ -79,6 +79,10 @@ type Config struct {
 	// RetryPoll is how often a job's holder looks for `meilistream retry`
 	// requests while it follows (default 1s).
 	RetryPoll time.Duration
+	// WatchdogAnswer is the least time a job's watchdog allows the
+	// destination to answer a batch (default DefaultWatchdogAnswer; see
+	// watchdog.go for the bound).
+	WatchdogAnswer time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -127,6 +131,9 @@ func (c Config) withDefaults() Config {
 	if c.RetryPoll <= 0 {
 		c.RetryPoll = DefaultRetryPoll
 	}
+	if c.WatchdogAnswer <= 0 {
+		c.WatchdogAnswer = DefaultWatchdogAnswer
+	}
 	return c
 }
 
@@ -170,6 +177,10 @@ type Engine struct {
 	// job start of this process; errIndexSaid: that it could not be, for
 	// want of the privilege, was logged.
 	errIndex, errIndexSaid atomic.Bool
+
+	// srcClock is the source's newest cluster time, for the jobs' lag
+	// (lag.go).
+	srcClock sourceClock
 }
 
 // New returns an engine reading jobs' collections from source and
@@ -228,6 +239,9 @@ func (e *Engine) ensureErrorIndex(ctx context.Context, log hclog.Logger) {
 type jobConfig struct {
 	Config
 	job *transform.Job
+	// timeouts, while the job follows, takes the documents that ran out of
+	// time, to try them again (timeouts.go); nil otherwise.
+	timeouts *timeouts
 }
 
 func (e *Engine) jobCfg(job *transform.Job) jobConfig {

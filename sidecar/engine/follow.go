@@ -52,6 +52,7 @@ type followPlan struct {
 // runs a reindex interleaved with it, and reports it.
 func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, plan followPlan, log hclog.Logger) (*Summary, error) {
 	jc := e.jobCfg(job)
+	jc.timeouts = newTimeouts(job.CallTimeout(), log)
 	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, tok: plan.tok, deps: job.Dependencies(), lastRecorded: plan.tok, lastWall: plan.since}
 	f.relatedColls = map[string]bool{}
 	for _, c := range job.RelatedCollections() {
@@ -84,6 +85,21 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	defer pstop()
 	f.p = e.newPipe(pctx, jc, dst, sink.NewGuard(l.Held), stats, log, true)
 	defer f.p.Abort(pipe.Closed)
+	f.dog = newWatchdog(jc.FlushInterval, jc.WatchdogAnswer, func() (int64, int32) { return f.fanPending.Load(), f.waiting.Load() })
+	f.p.dog = f.dog
+	wctx, wstop := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		e.watch(wctx, f.dog, job.Name, stats, log)
+	}()
+	f.lagc = newLagClock(f.tok)
+	clocked := make(chan struct{})
+	go func() {
+		defer close(clocked)
+		e.clock(wctx, f.lagc, f.dog, stats)
+	}()
+	defer func() { wstop(); <-watched; <-clocked }()
 	set, err := loadSet(ctx, e.store, job.Name, e.obs)
 	if err != nil {
 		f.p.Abort(err)
@@ -154,13 +170,17 @@ type follower struct {
 	pending      map[string]int // coalescing key -> index in items
 	items        []Item
 	pendingBytes int
-	lastTok      bson.Raw  // token of the last change in items
-	wall         time.Time // its wall time
-	tok          bson.Raw  // the last token read (event or idle): where to reopen
-	posReq       time.Time // when a position was last submitted for recording
-	retryAt      time.Time
-	attempt      int
-	changes      int64 // document changes read, not yet counted in the stats
+	// flushT sends what is pending flushInterval after the first of it;
+	// flushArmed says it is running (armFlush).
+	flushT     *time.Timer
+	flushArmed bool
+	lastTok    bson.Raw  // token of the last change in items
+	wall       time.Time // its wall time
+	tok        bson.Raw  // the last token read (event or idle): where to reopen
+	posReq     time.Time // when a position was last submitted for recording
+	retryAt    time.Time
+	attempt    int
+	changes    int64 // document changes read, not yet counted in the stats
 
 	// The running reindex, and the sweep's ids to delete at its end.
 	snap      *Reindex
@@ -209,6 +229,13 @@ type follower struct {
 	// large: how the stream is read around change events over 16 MB
 	// (stream.Large).
 	large stream.Large
+
+	// dog is the job's watchdog (watchdog.go): the loop tells it what
+	// waits for a flush, the pipe what is in flight.
+	dog *watchdog
+	// lagc holds the cluster times of what the stream read and what is
+	// recorded, against the source's newest (lag.go).
+	lagc *lagClock
 }
 
 func (f *follower) reset() {
@@ -297,6 +324,7 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 	flush := time.NewTimer(time.Hour)
 	flush.Stop()
 	defer flush.Stop()
+	f.flushT = flush
 	// The lag gauge reads the live lag (the age of the oldest change not yet
 	// durable) every second, as /status does, so it grows while the
 	// destination is down instead of keeping the last durable batch's value.
@@ -307,9 +335,20 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 		committed = f.snap.Committed()
 	}
 	for {
+		// The one place that arms the flush: after every event, whatever
+		// added the work (changes, related values, a rename of a related
+		// collection), pending work has a flush on its way.
+		f.armFlush()
+		f.dog.queued(f.unflushed())
+		f.lagc.readTo(f.tok)
 		select {
-		case <-lagTick.C:
+		case now := <-lagTick.C:
 			f.e.observeLag(f.jc.job.Name, f.stats.Snapshot().LagSeconds)
+			if r := f.jc.timeouts.take(now); r != nil {
+				if err := f.startRetry(r); err != nil {
+					return f.stop(ctx, err)
+				}
+			}
 		case it := <-f.reader.Items():
 			switch {
 			case it.Err != nil:
@@ -339,7 +378,7 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 				}
 			case it.Events != nil:
 				f.attempt = 0
-				err := f.events(it.Events, flush)
+				err := f.events(it.Events)
 				f.reader.Taken(it)
 				if err != nil {
 					if errors.Is(err, errInvalidatedBy) {
@@ -361,6 +400,7 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 				}
 			}
 		case <-flush.C:
+			f.flushArmed = false
 			if err := f.flush(); err != nil {
 				return f.stop(ctx, err)
 			}
@@ -382,24 +422,37 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 }
 
 // events takes one batch of change events in.
-func (f *follower) events(evs []bson.Raw, flush *time.Timer) error {
+func (f *follower) events(evs []bson.Raw) error {
 	defer f.counted()
 	f.large.Read(len(evs))
 	for _, ev := range evs {
 		if err := f.add(ev); err != nil {
 			return err
 		}
-		if len(f.items)+f.relatedN == 1 {
-			flush.Reset(f.jc.FlushInterval)
-		}
-		if len(f.items)+f.relatedN >= f.jc.BatchSize || f.pendingBytes >= f.jc.PendingBytes {
-			flush.Stop()
+		if f.unflushed() >= f.jc.BatchSize || f.pendingBytes >= f.jc.PendingBytes {
 			if err := f.flush(); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// unflushed is the work a flush hands on: the changes gathered and the
+// related values (each a query of dependents) since the last one.
+func (f *follower) unflushed() int { return len(f.items) + f.relatedN }
+
+// armFlush arms the flush timer when work waits for a flush and none is
+// armed. Arming on the count's transitions instead (to exactly one) misses
+// an event that adds several at once (two lookups on one collection, an
+// array foreignField, a key change with its pre-image) and leaves the work
+// waiting for batchSize.
+func (f *follower) armFlush() {
+	if f.flushArmed || f.unflushed() == 0 || f.flushT == nil {
+		return
+	}
+	f.flushT.Reset(f.jc.FlushInterval)
+	f.flushArmed = true
 }
 
 // counted adds the document changes read since the last call to the stats
@@ -654,6 +707,7 @@ func (f *follower) recordAfter(tok bson.Raw, wall time.Time) func(ctx context.Co
 		f.recMu.Lock()
 		f.lastRecorded, f.lastWall = tok, wall
 		f.recMu.Unlock()
+		f.lagc.recorded(tok)
 		e.observePosition(jc.job.Name, wall)
 		stats.Update(func(s *status.JobSnapshot) { s.LastPosition = wall; s.RecordedAt = time.Now() })
 		e.observeLag(jc.job.Name, stats.Snapshot().LagSeconds)

@@ -32,6 +32,9 @@ type Observer interface {
 	ObserveReindexDone(job string)
 	// ObserveDeadLetters: the job's documents in the errors collection.
 	ObserveDeadLetters(job string, n int64)
+	// ObserveWatchdog: the job's pending work stopped moving for longer
+	// than its watchdog's bound (stalled), or moves again.
+	ObserveWatchdog(job string, stalled bool)
 }
 
 // noObserver observes nothing.
@@ -46,6 +49,7 @@ func (noObserver) ObservePosition(string, time.Time)               {}
 func (noObserver) ObserveReindexProgress(string, int64, int64)     {}
 func (noObserver) ObserveReindexDone(string)                       {}
 func (noObserver) ObserveDeadLetters(string, int64)                {}
+func (noObserver) ObserveWatchdog(string, bool)                    {}
 
 // kinds returns the kind label of job; the engine does not keep jobs, so
 // it is looked up in what Run registered (search by default).

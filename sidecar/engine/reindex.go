@@ -212,6 +212,7 @@ func (f *follower) finish(tok bson.Raw, wall time.Time) error {
 		if err := e.store.RecordNewPosition(ctx, &jc.job.Job, l, tok, wall); err != nil {
 			return err
 		}
+		f.lagc.recorded(tok)
 		// Every document is the new transform's, with its joins of
 		// the reindex: the joins marked stale before it began are not.
 		if err := stale.forget(ctx, e.store, jc.job.Name, l, staleBase); err != nil {

@@ -108,6 +108,9 @@ func (f *follower) submitRetryPage(c *Chunk, changed map[string]bool) error {
 	var clear []int // writes without a transform error: their records go once durable
 	bad := 0
 	fl.Prepare = func(ctx context.Context, fl *pipe.Flight) error {
+		if r.Limit > 0 {
+			ctx = transform.WithTimeout(ctx, r.Limit)
+		}
 		writes, _, bd, err := e.prepareItems(ctx, jc, stats, set, made, items, true, nil)
 		if err != nil {
 			return err

@@ -60,6 +60,11 @@ type Metrics struct {
 	DocumentsUnchanged *prometheus.CounterVec
 	MeiliTasks         *prometheus.GaugeVec // meilistream_meili_enqueued_tasks: tasks enqueued in Meilisearch, not seen processed
 	MeiliBytes         *prometheus.GaugeVec // meilistream_meili_enqueued_bytes: their requests' bytes
+	// meilistream_job_stalled: 1 while the job's pending work has not
+	// moved for longer than its watchdog's bound (status "stalled");
+	// meilistream_stalls_total counts the times it became so.
+	JobStalled *prometheus.GaugeVec
+	Stalls     *prometheus.CounterVec
 
 	// meilistream_job_state{state} and meilistream_follow_lag_seconds, see
 	// statusCollector.
@@ -141,6 +146,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Updates not sent because they could not change the document the destination holds (skipUnchanged).", job),
 		MeiliTasks: gauge("meili_enqueued_tasks", "Tasks the job has enqueued in Meilisearch and not yet seen processed."),
 		MeiliBytes: gauge("meili_enqueued_bytes", "Request bytes of the tasks the job has enqueued in Meilisearch and not yet seen processed."),
+		JobStalled: gauge("job_stalled", "1 while the job's pending work has not moved for longer than its watchdog's bound (state stalled), else 0."),
+		Stalls:     counter("stalls_total", "Times the job's pending work stopped moving for longer than its watchdog's bound.", job),
 		kinds:      map[string]string{},
 	}
 	m.live = newStatusCollector(ns, m)
@@ -148,7 +155,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.BatchDuration, m.BatchDocuments, m.PositionTime, m.DeadLetters,
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes, m.DDLEvents,
 		m.JobRestarts, m.StallHandOvers, m.TransformErrors, m.TransformStale, m.SourceReads, m.SourceReadTime, m.live,
-		m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes)
+		m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes, m.JobStalled, m.Stalls)
 	return m
 }
 
@@ -247,7 +254,7 @@ func (m *Metrics) Declare(job, kind string) {
 	}
 	l := []string{job, kind}
 	for _, c := range []*prometheus.CounterVec{m.DocumentsIndexed, m.DocumentsDeleted, m.DocumentsSkipped,
-		m.Reindexes, m.JobRestarts, m.StallHandOvers, m.TransformErrors, m.DocumentsUnchanged} {
+		m.Reindexes, m.JobRestarts, m.StallHandOvers, m.TransformErrors, m.DocumentsUnchanged, m.Stalls} {
 		c.WithLabelValues(l...).Add(0)
 	}
 	for _, codes := range [][]errs.Code{DocErrorCodes, JobErrorCodes} {
@@ -264,6 +271,7 @@ func (m *Metrics) Declare(job, kind string) {
 	m.BatchDocuments.WithLabelValues(l...)
 	m.LeaseHeld.WithLabelValues(l...).Add(0)
 	m.TransformStale.WithLabelValues(l...).Add(0)
+	m.JobStalled.WithLabelValues(l...).Add(0)
 }
 
 // Indexed counts n documents upserted and durable.
@@ -397,6 +405,20 @@ func (j *JobMetrics) SourceRead(call string, d time.Duration, failed bool) {
 	j.m.SourceReadTime.WithLabelValues(j.job, j.kind, call).Observe(d.Seconds())
 }
 
+// Stalled sets whether the job's pending work has stopped moving (its
+// watchdog), counting each time it becomes so.
+func (j *JobMetrics) Stalled(stalled bool) {
+	if j == nil {
+		return
+	}
+	v := 0.0
+	if stalled {
+		v = 1
+		j.m.Stalls.WithLabelValues(j.job, j.kind).Inc()
+	}
+	j.m.JobStalled.WithLabelValues(j.job, j.kind).Set(v)
+}
+
 // Restart counts one restart after a failure.
 func (j *JobMetrics) Restart() {
 	if j != nil {
@@ -433,6 +455,7 @@ func (m *Metrics) deleteSeries(job string) {
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes,
 		m.DDLEvents, m.JobRestarts, m.StallHandOvers, m.TransformErrors, m.TransformStale,
 		m.SourceReads, m.SourceReadTime, m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes,
+		m.JobStalled, m.Stalls,
 	} {
 		v.DeletePartialMatch(l)
 	}
@@ -474,6 +497,10 @@ func (m *Metrics) ObserveReindexDone(job string) { m.Job(job, "").ReindexDone() 
 
 // ObserveDeadLetters sets the job's documents in the errors collection.
 func (m *Metrics) ObserveDeadLetters(job string, n int64) { m.Job(job, "").DeadLetters(n) }
+
+// ObserveWatchdog sets whether the job's pending work stopped moving
+// (engine.Observer).
+func (m *Metrics) ObserveWatchdog(job string, stalled bool) { m.Job(job, "").Stalled(stalled) }
 
 // ObserveJob declares a configured job (supervisor.Metrics), see Declare.
 func (m *Metrics) ObserveJob(job, kind string) { m.Declare(job, kind) }
@@ -521,7 +548,7 @@ func newStatusCollector(ns string, m *Metrics) *statusCollector {
 		stateDesc: prometheus.NewDesc(ns+"_job_state", "1 for the job's current state (as /status shows it), 0 for the others.",
 			[]string{LabelPipeline, "kind", "state"}, nil),
 		lagDesc: prometheus.NewDesc(ns+"_follow_lag_seconds",
-			"Age of the oldest change the job's stream delivered that is not yet durable in the destination; 0 when caught up. Present while the job follows its stream.",
+			"Age of the oldest change the job's stream delivered that is not yet durable in the destination, or how far what is durable is behind the source's newest cluster time when larger; 0 when caught up. Present while the job follows its stream.",
 			[]string{LabelPipeline, "kind"}, nil),
 		state: map[string]string{},
 		lag:   map[string]float64{},

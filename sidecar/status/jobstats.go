@@ -33,6 +33,10 @@ type JobStats struct {
 	inflight  []time.Time
 	pending   time.Time
 	streaming bool
+	// unread is the lag of what the source holds and the stream has not
+	// read (or not made durable), in seconds, as the engine last measured
+	// it against the source's cluster time (LagUnread).
+	unread float64
 }
 
 // JobSnapshot is a copy of a JobStats at one instant.
@@ -46,8 +50,9 @@ type JobSnapshot struct {
 	// RecordedAt is when (process clock) that position was recorded.
 	RecordedAt time.Time `json:"recordedAt"`
 	// LagSeconds is the job's lag (status.Job.LagSeconds): the age of the
-	// oldest change the stream delivered that is not yet durable, 0 when
-	// all are. Snapshot computes it from what LagPending, LagFlushed and
+	// oldest change the stream delivered that is not yet durable, or, when
+	// larger, how far what is durable is behind the source's newest
+	// change (LagUnread); 0 when all is durable. Snapshot computes it from what LagPending, LagFlushed and
 	// LagDurable noted; a value written here is not kept. LagKnown says
 	// the engine follows the stream (LagReset was called since the last
 	// PhaseIdle); LagSeconds is 0 when it does not.
@@ -77,6 +82,11 @@ type JobSnapshot struct {
 	LastError     string    `json:"lastError,omitempty"`
 	LastErrorCode string    `json:"lastErrorCode,omitempty"`
 	LastErrAt     time.Time `json:"lastErrorAt,omitempty"`
+
+	// Stall is set while the engine's watchdog finds the job's pending
+	// work not moving for longer than its bound (status.Stall); nil
+	// otherwise.
+	Stall *Stall `json:"stall,omitempty"`
 }
 
 // ReindexProgress is the state of a running (or the last) reindex. Rate
@@ -113,6 +123,7 @@ func (j *JobStats) Snapshot() JobSnapshot {
 		if !oldest.IsZero() {
 			s.LagSeconds = max(time.Since(oldest).Seconds(), 0)
 		}
+		s.LagSeconds = max(s.LagSeconds, j.unread)
 	}
 	return s
 }
@@ -120,7 +131,16 @@ func (j *JobStats) Snapshot() JobSnapshot {
 // LagReset forgets outstanding changes: the engine (re)opens the job's
 // stream, and from now on the lag is known.
 func (j *JobStats) LagReset() {
-	j.Update(func(*JobSnapshot) { j.inflight, j.pending, j.streaming = j.inflight[:0], time.Time{}, true })
+	j.Update(func(*JobSnapshot) {
+		j.inflight, j.pending, j.streaming, j.unread = j.inflight[:0], time.Time{}, true, 0
+	})
+}
+
+// LagUnread notes how far, in seconds of the source's cluster time, what
+// is durable is behind the newest change the source holds: the changes
+// the stream has not read yet count in the lag too.
+func (j *JobStats) LagUnread(seconds float64) {
+	j.Update(func(*JobSnapshot) { j.unread = max(seconds, 0) })
 }
 
 // LagPending notes the first change of the batch being gathered.

@@ -44,6 +44,16 @@ func TestLagIsTheAgeOfTheOldestChangeNotYetDurable(t *testing.T) {
 	if s := j.Snapshot(); s.LagSeconds != 0 {
 		t.Errorf("everything durable: lag %v, want 0", s.LagSeconds)
 	}
+	// What the stream has not read counts when larger; a new stream
+	// forgets it.
+	j.LagUnread(12)
+	if s := j.Snapshot(); s.LagSeconds != 12 {
+		t.Errorf("12s of changes unread: lag %v", s.LagSeconds)
+	}
+	j.LagReset()
+	if s := j.Snapshot(); s.LagSeconds != 0 {
+		t.Errorf("the stream reopened: lag %v, want 0", s.LagSeconds)
+	}
 	j.SetPhase(status.PhaseReindexing)
 	if s := j.Snapshot(); !s.LagKnown {
 		t.Errorf("reindexing while the stream is followed: lag unknown")

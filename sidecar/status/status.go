@@ -66,10 +66,12 @@ type Job struct {
 	// one leaves the job to a process with a newer transform),
 	// "reindexing",
 	// "following", "restarting" (waiting after a failure, see
-	// NextRestart), "stalled" (this process gave the lease back after no
-	// progress while its servers kept failing, and holds off taking it
-	// again: see LastError), "failed" (cannot run until fixed),
-	// "stopping", "stopped".
+	// NextRestart), "stalled" (reindexing or following, but its pending
+	// work has not moved for longer than its watchdog's bound: see Stall;
+	// or this process gave the lease back after no progress while its
+	// servers kept failing, and holds off taking it again: see
+	// LastError), "failed" (cannot run until fixed), "stopping",
+	// "stopped".
 	State string `json:"state"`
 	// Waiting says why a standby job waits for another process rather
 	// than for the lease: its transform is the one the recorded transform
@@ -86,11 +88,16 @@ type Job struct {
 	// meilistream_follow_lag_seconds, the log): the age of the oldest
 	// change its stream delivered that is not yet durable in the
 	// destination (its cluster wall time against this process's clock),
-	// 0 when everything delivered is durable. null when the job does not
+	// or, when larger, how far what is durable is behind the source's
+	// newest cluster time (changes not read yet); 0 when everything is
+	// durable. null when the job does not
 	// follow its stream in this process (standby, starting, failed...).
 	LagSeconds *float64 `json:"lag_seconds"`
 	// PositionTime is the cluster time of the last recorded position.
 	PositionTime *time.Time `json:"position_time,omitempty"`
+	// Stall says what is pending and since when, while State is
+	// "stalled" (nil otherwise).
+	Stall *Stall `json:"stall,omitempty"`
 	// Reindex is the progress of a running reindex (nil otherwise).
 	Reindex *Reindex `json:"reindex,omitempty"`
 	// Counters are totals since this process started.
@@ -149,6 +156,15 @@ type Counters struct {
 type Queue struct {
 	Tasks int   `json:"tasks"` // tasks enqueued or processing
 	Bytes int64 `json:"bytes"` // bytes of their requests
+}
+
+// Stall is a stalled job's pending work: what it is (changes waiting
+// for a flush, batches in the destination's hands, fan-outs, marks not
+// yet read back), since when none of it moved, and the bound it passed.
+type Stall struct {
+	Pending      string    `json:"pending"`
+	Since        time.Time `json:"since"`
+	BoundSeconds float64   `json:"bound_seconds"`
 }
 
 // ErrorInfo is an error as /status shows it.

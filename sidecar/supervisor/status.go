@@ -79,6 +79,12 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 	if st.State == status.Reindexing {
 		st.Reindex = reindexStatus(es.Reindex)
 	}
+	// A job whose pending work stopped moving (the engine's watchdog)
+	// says so instead of following or reindexing, with what is pending.
+	if es.Stall != nil && (st.State == status.Following || st.State == status.Reindexing) {
+		st.State = status.Stalled
+		st.Stall = es.Stall
+	}
 	if !es.LastPosition.IsZero() {
 		t := es.LastPosition
 		st.PositionTime = &t
@@ -117,7 +123,8 @@ func reindexStatus(r status.ReindexProgress) *status.Reindex {
 
 // Ready reports whether the sidecar does its work (/readyz): the servers
 // answer (Probe), no job has failed or waits to restart after a failure,
-// and no following job has fallen more than StallAfter behind.
+// no job is stalled (its pending work not moving: the engine's
+// watchdog), and no following job has fallen more than StallAfter behind.
 //
 // /readyz keeps probing: a probe result older than ProbeTTL is not used, a
 // new probe runs (bounded by probeTimeout and ctx) and Ready waits for it,
@@ -209,6 +216,10 @@ func (s *Supervisor) readiness(ctx context.Context, wait bool) error {
 				msg += ": " + j.LastError.Code + ": " + firstLine(j.LastError.Message)
 			}
 			problems = append(problems, msg)
+		case j.State == StateStalled && j.Stall != nil:
+			// Running, its pending work not moving (the engine's watchdog).
+			problems = append(problems, fmt.Sprintf("job %s stalled: its pending work has not moved for %s (bound %s): %s", j.Name,
+				time.Since(j.Stall.Since).Round(time.Second), (time.Duration(j.Stall.BoundSeconds*float64(time.Second))).Round(time.Second), j.Stall.Pending))
 		case j.State == StateStalled:
 			msg := "job " + j.Name + " stalled"
 			if j.LastError != nil {
