@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -21,6 +22,7 @@ import (
 	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/replicate"
 	"github.com/meilistream/meilistream/sidecar/config"
+	"github.com/meilistream/meilistream/sidecar/durable"
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
@@ -92,6 +94,7 @@ func runRun(ctx context.Context, inv *invocation) int {
 	})
 	// job_state and the lag read what /status says, at each scrape.
 	w.metrics.SetStatus(sup)
+	w.jobs.sup.Store(sup)
 
 	srv, err := httpapi.Start(httpapi.Options{
 		Addr:      cfg.HTTPAddr,
@@ -102,6 +105,8 @@ func runRun(ctx context.Context, inv *invocation) int {
 		Scrub:     inv.Scrub.Scrub,
 		Version:   buildVersion(),
 		Log:       log.Named("http"),
+		Wait:      w.waiter,
+		Waited:    w.metrics.ObserveWait,
 	})
 	if err != nil {
 		return fail(inv.Stderr, errs.Wrap(errs.ConfigInvalid, "", err, "MEILISTREAM_HTTP_ADDR"))
@@ -174,7 +179,34 @@ type wiring struct {
 	engine   *engine.Engine
 	metrics  *httpapi.Metrics
 	registry *prometheus.Registry
+	// waiter answers read-your-writes waits (GET /wait, `meilistream
+	// wait`); the engine advances it, jobs says which jobs it serves.
+	waiter   *durable.Waiter
+	jobs     supervisedJobs
 	closeFns []func()
+}
+
+// supervisedJobs is durable.Jobs over the supervisor, once there is one
+// (none: no job is known, as in `meilistream wait`, which says its own).
+type supervisedJobs struct {
+	sup  atomic.Pointer[supervisor.Supervisor]
+	only string // `meilistream wait`: the one job, held by no process of its own
+}
+
+func (s *supervisedJobs) Job(name string) (known, held bool) {
+	if s.only != "" {
+		return name == s.only, false
+	}
+	sup := s.sup.Load()
+	if sup == nil {
+		return false, false
+	}
+	for _, j := range sup.Jobs() {
+		if j.Name == name {
+			return true, j.Held
+		}
+	}
+	return false, false
 }
 
 // connect builds the clients (the driver connects lazily: a server down at
@@ -221,8 +253,11 @@ func connect(ctx context.Context, cfg config.Config, log hclog.Logger) (*wiring,
 		w.close()
 		return nil, err
 	}
+	w.waiter = durable.New(durable.Options{Jobs: &w.jobs, Source: durable.MongoSource{State: w.state}, Log: log.Named("wait")})
+	w.closeFns = append(w.closeFns, w.waiter.Close)
 	ec := engineConfig(cfg)
 	ec.Process = w.leases.Holder()
+	ec.Durable = w.waiter.Advance
 	w.engine = engine.New(w.source, w.state, w.errColl, ec, w.metrics, log.Named("engine"))
 	return w, nil
 }

@@ -95,6 +95,7 @@ func commands() []command {
 		errorsOpts errorsFlags
 		checkOpts  checkFlags
 		probeOpts  probeFlags
+		waitOpts   waitFlags
 	)
 	return []command{
 		{
@@ -153,6 +154,23 @@ is fixed, "meilistream retry NAME" runs them again.`,
 			args:  argsJob,
 			flags: errorsOpts.define,
 			serve: func(ctx context.Context, inv *invocation) int { return runErrors(ctx, inv, errorsOpts) },
+		},
+		{
+			name: "wait", synopsis: "NAME --after S.I [--timeout D]", summary: "wait until one job's changes up to a cluster time are searchable",
+			help: `Waits until every change of job NAME's collections at or before cluster
+time S.I (a write's operationTime: its seconds and increment) is durable in
+the job's destination, then prints the job's durable time. It reads the
+holder's durable time in MongoDB, as GET /wait does on a standby, and
+writes a small wait document the holder sees in its change stream, so the
+holder records its position at once. Needs MongoDB, not a local sidecar;
+a sidecar must hold the job.
+
+Exit 0 durable (searchable), 1 timed out, 2 bad usage or unknown job,
+3 could not finish (no sidecar holds the job, MongoDB unreachable).
+See docs/read-your-writes.md.`,
+			args:  argsJob,
+			flags: waitOpts.define,
+			serve: func(ctx context.Context, inv *invocation) int { return runWait(ctx, inv, &waitOpts) },
 		},
 		{
 			name: "check", synopsis: "[--sample FILE] [PATH...]", summary: "load transforms and run them on sample documents",

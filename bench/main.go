@@ -43,6 +43,12 @@
 //     beside them, what it took in while Meilisearch waited, and how long
 //     until every update was searchable (catchup.go). It needs the test
 //     Meilisearch (not -meili), whose child process takes the pause;
+//   - with -wait, instead: read your writes. A holder and a standby
+//     sidecar on one job; -latency writes, one at a time, each with its
+//     operationTime, timed until GET /wait for it returns on the holder
+//     and on the standby, and until the document is searchable (polled as
+//     the latency figure is), all three at once: the same writes, side by
+//     side (wait.go);
 //   - live reindex (with -live > 0): the transform file is edited, which
 //     starts a swap reindex; meanwhile an update every -live-every is
 //     timed from MongoDB until it is visible in the live index (median,
@@ -149,6 +155,8 @@ type config struct {
 	lookups                bool
 	fanout, users          int
 	catchup                bool
+	wait                   bool
+	flood                  int
 	outage, docKB          int
 }
 
@@ -174,16 +182,21 @@ func run() error {
 	flag.BoolVar(&c.catchup, "catchup", false, "instead of the phases above, the catch-up workload: articles of -doc-kb KB are reindexed and followed, the test Meilisearch stops processing tasks while -outage updates are written, then resumes; reports the sidecar's RSS before, peak RSS during the outage and the catch-up, and the catch-up's time")
 	flag.IntVar(&c.outage, "outage", 50000, "with -catchup, the updates written while Meilisearch processes no task (to distinct articles while -docs allows; -docs defaults to this)")
 	flag.IntVar(&c.docKB, "doc-kb", 10, "with -catchup, the size of each article's body in KB")
+	flag.BoolVar(&c.wait, "wait", false, "instead of the phases above, the read-your-writes workload: a holder and a standby sidecar on one job (-docs defaults to 2000); -latency writes one at a time, each timed until GET /wait for its operationTime returns on the holder and on the standby, and until searchable (polled), side by side (wait.go)")
+	flag.IntVar(&c.flood, "flood", 200, "with -wait, then as many writes again while this many more waiters (half on each sidecar) ask GET /wait for the latest write again and again: whether a flood of waits slows the pipeline")
 	flag.StringVar(&c.against, "against", "", "another meilistream binary to run side by side with the first on the same collection and servers (its own index and state collection), so both meet the same load: an A/B comparison on a noisy machine")
 	flag.Parse()
 	modes := 0
-	for _, on := range []bool{c.unchanged, c.lookups, c.catchup} {
+	for _, on := range []bool{c.unchanged, c.lookups, c.catchup, c.wait} {
 		if on {
 			modes++
 		}
 	}
 	if modes > 1 {
-		return errors.New("-unchanged, -lookups and -catchup are workloads of their own: give one")
+		return errors.New("-unchanged, -lookups, -catchup and -wait are workloads of their own: give one")
+	}
+	if c.wait && !flagSet("docs") {
+		c.docs = 2000
 	}
 	if c.catchup && !flagSet("docs") {
 		c.docs = c.outage
@@ -304,6 +317,8 @@ func run() error {
 		return runLookups(ctx, c, tmp, transforms, db, ms, published)
 	case c.catchup:
 		return runCatchup(ctx, c, tmp, transforms, coll, ms, srv, published)
+	case c.wait:
+		return runWait(ctx, c, tmp, transforms, coll, ms, published)
 	}
 
 	// The sidecar, and with -against the other one, run side by side: each
@@ -836,7 +851,12 @@ func launch(ctx context.Context, c config, ms meilisearch.ServiceManager, r *sid
 	if t, err := ms.DeleteIndex(ctx, r.uid); err == nil {
 		ms.WaitForTask(ctx, t.TaskUID, 10*time.Millisecond)
 	}
-	env := []string{
+	return r.start(ctx, append(sidecarEnv(c, r, transforms), extra...), c.verbose)
+}
+
+// sidecarEnv is the environment of sidecar r on the job in transforms.
+func sidecarEnv(c config, r *sidecar, transforms string) []string {
+	return []string{
 		"MEILISTREAM_MONGODB_URI=" + c.mongoURI,
 		"MEILISTREAM_MONGODB_DATABASE=bench",
 		"MEILISTREAM_MEILI_URL=" + c.meiliURL,
@@ -848,7 +868,6 @@ func launch(ctx context.Context, c config, ms meilisearch.ServiceManager, r *sid
 		"MEILISTREAM_FLUSH_INTERVAL=" + c.flush.String(),
 		"MEILISTREAM_LOG_LEVEL=info",
 	}
-	return r.start(ctx, append(env, extra...), c.verbose)
 }
 
 func (r *sidecar) start(ctx context.Context, env []string, verbose bool) error {

@@ -29,6 +29,7 @@ var forbidden = map[string][]string{
 	"replicate":          {"sidecar/meili", "sidecar/engine", "sidecar/pipe", "sidecar/supervisor", "sidecar/httpapi", "transform", "github.com/prometheus/"},
 	"sidecar/supervisor": {"sidecar/httpapi", "sidecar/meili", "replicate", "github.com/prometheus/"},
 	"sidecar/httpapi":    {"sidecar/supervisor", "sidecar/meili", "replicate"},
+	"sidecar/durable":    {"sidecar/engine", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "sidecar/config", "replicate", "github.com/prometheus/"},
 	"sidecar/config":     {"sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate"},
 }
 

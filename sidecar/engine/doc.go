@@ -16,7 +16,10 @@
 // answers inside the running job (retrylive.go); and the retry of the
 // recorded documents by a process that holds the job's lease itself.
 // Beside a run it keeps this process's presence record of each job and
-// applies the rule that reads them (presence.go, rollout.go).
+// applies the rule that reads them (presence.go, rollout.go). Each
+// position it records carries the job's durable cluster time, told to
+// Config.Durable too (read your writes: a waiter's wait document in the
+// stream makes it prompt).
 //
 // A batch's documents are joined with what the job looks up
 // (lookup_resolve.go), which also says which documents a related change

@@ -83,6 +83,11 @@ type Config struct {
 	// destination to answer a batch (default DefaultWatchdogAnswer; see
 	// watchdog.go for the bound).
 	WatchdogAnswer time.Duration
+	// Durable, when set, is told each time a job's holder has recorded
+	// that every change up to cluster time ts is durable in the
+	// destination (read your writes: the HTTP server's /wait answers from
+	// it). It must not block.
+	Durable func(job string, ts bson.Timestamp)
 }
 
 func (c Config) withDefaults() Config {

@@ -28,3 +28,6 @@ func SetTimeoutRetryBase(d time.Duration) (restore func()) {
 
 // NewReader is newReader, for the reader's own tests.
 var NewReader = newReader
+
+// JustBefore is justBefore, for its own test.
+var JustBefore = justBefore

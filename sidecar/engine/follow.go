@@ -182,6 +182,10 @@ type follower struct {
 	attempt    int
 	changes    int64 // document changes read, not yet counted in the stats
 
+	// readCT is the cluster time of the last event or idle token read:
+	// every change before it is pending or handed to the pipe.
+	readCT bson.Timestamp
+
 	// The running reindex, and the sweep's ids to delete at its end.
 	snap      *Reindex
 	waiting   atomic.Int32 // the chains' marks written and not yet read
@@ -498,6 +502,9 @@ func (f *follower) add(ev bson.Raw) error {
 	}
 	tok, _ := tokv.DocumentOK()
 	f.tok = tok
+	if t, i, ok := ev.Lookup("clusterTime").TimestampOK(); ok {
+		f.readCT = bson.Timestamp{T: t, I: i}
+	}
 	coll, _ := ev.Lookup("ns", "coll").StringValueOK()
 	if coll != f.jc.job.Collection {
 		switch {
@@ -512,6 +519,9 @@ func (f *follower) add(ev bson.Raw) error {
 			}
 			return nil
 		case coll == f.e.stateName:
+			if _, err := ev.LookupErr("documentKey", "_id", "wait"); err == nil {
+				return f.onWait(tok)
+			}
 			return f.onMark(ev, op, tok)
 		case f.relatedColls[coll]:
 			return f.addRelated(ev, op, coll)
@@ -695,14 +705,25 @@ func notChanged(items []Item, changed map[string]bool) []Item {
 // recordAfter returns a durable callback recording tok as the position,
 // unless a fan-out is outstanding (then the related change that started it
 // must stay ahead of the position, so a crash replays it).
+//
+// Called when everything read so far is handed to the pipe, it also
+// records, and publishes (Config.Durable), the durable cluster time: just
+// before the last event read. Not at it: the events of one transaction
+// share their cluster time, and the rest of it may not be read yet; a
+// waiter's mark (onWait), written after the write it waits for, is what
+// carries the durable time past that write.
 func (f *follower) recordAfter(tok bson.Raw, wall time.Time) func(ctx context.Context, fl *pipe.Flight) error {
 	e, jc, l, stats := f.e, f.jc, f.l, f.stats
+	durable := justBefore(f.readCT)
 	return func(ctx context.Context, fl *pipe.Flight) error {
 		if f.fanPending.Load() > 0 {
 			return nil
 		}
-		if err := e.store.RecordPosition(ctx, jc.job.Name, l, tok, wall); err != nil {
+		if err := e.store.RecordPosition(ctx, jc.job.Name, l, tok, wall, durable); err != nil {
 			return err
+		}
+		if e.cfg.Durable != nil && !durable.IsZero() {
+			e.cfg.Durable(jc.job.Name, durable)
 		}
 		f.recMu.Lock()
 		f.lastRecorded, f.lastWall = tok, wall
@@ -722,6 +743,9 @@ func (f *follower) recordAfter(tok bson.Raw, wall time.Time) func(ctx context.Co
 func (f *follower) idle(tok bson.Raw) error {
 	if len(tok) > 0 {
 		f.tok = tok
+		if ct, ok := stream.TokenTime(tok); ok && ct.After(f.readCT) {
+			f.readCT = ct
+		}
 	}
 	if len(f.items) > 0 || f.relatedN > 0 || len(tok) == 0 {
 		return nil
@@ -731,6 +755,30 @@ func (f *follower) idle(tok bson.Raw) error {
 	}
 	f.posReq = time.Now()
 	return f.p.Submit(&pipe.Flight{Durable: f.recordAfter(tok, time.Now())})
+}
+
+// onWait takes a waiter's mark (jobstate.MarkWait) in: with nothing
+// pending, the position is recorded as soon as everything before the mark
+// is durable, rather than at the next PositionInterval; otherwise the next
+// flush records it. A wait never makes a batch be sent early: a flood of
+// waits leaves the pipeline's batches as they are.
+func (f *follower) onWait(tok bson.Raw) error {
+	if len(f.items) > 0 || f.relatedN > 0 {
+		return nil
+	}
+	f.posReq = time.Now()
+	return f.p.Submit(&pipe.Flight{Durable: f.recordAfter(tok, time.Now())})
+}
+
+// justBefore is the cluster time just before ct (zero for zero).
+func justBefore(ct bson.Timestamp) bson.Timestamp {
+	switch {
+	case ct.I > 0:
+		return bson.Timestamp{T: ct.T, I: ct.I - 1}
+	case ct.T > 0:
+		return bson.Timestamp{T: ct.T - 1, I: ^uint32(0)}
+	}
+	return bson.Timestamp{}
 }
 
 // stop ends follow: cause nil or a context error on a clean close (flush

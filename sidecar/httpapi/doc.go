@@ -1,5 +1,6 @@
 // Package httpapi is the sidecar's HTTP side: the server of /healthz,
-// /readyz, /status and /metrics (Start), and the Prometheus collectors
+// /readyz, /status, /wait (read your writes, answered by a Waits) and
+// /metrics (Start), and the Prometheus collectors
 // behind /metrics (Metrics).
 //
 // Metrics implements the small interfaces the engine (engine.Observer) and

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
@@ -65,6 +66,9 @@ type Metrics struct {
 	// meilistream_stalls_total counts the times it became so.
 	JobStalled *prometheus.GaugeVec
 	Stalls     *prometheus.CounterVec
+	// meilistream_waits_total{status}: GET /wait answers for the job, by
+	// HTTP status (read your writes)
+	Waits *prometheus.CounterVec
 
 	// meilistream_job_state{state} and meilistream_follow_lag_seconds, see
 	// statusCollector.
@@ -148,6 +152,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		MeiliBytes: gauge("meili_enqueued_bytes", "Request bytes of the tasks the job has enqueued in Meilisearch and not yet seen processed."),
 		JobStalled: gauge("job_stalled", "1 while the job's pending work has not moved for longer than its watchdog's bound (state stalled), else 0."),
 		Stalls:     counter("stalls_total", "Times the job's pending work stopped moving for longer than its watchdog's bound.", job),
+		Waits:      counter("waits_total", "GET /wait answers for the job by HTTP status: 200 durable, 504 timed out, 503 no holder, 429 too many.", with("status")),
 		kinds:      map[string]string{},
 	}
 	m.live = newStatusCollector(ns, m)
@@ -155,7 +160,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.BatchDuration, m.BatchDocuments, m.PositionTime, m.DeadLetters,
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes, m.DDLEvents,
 		m.JobRestarts, m.StallHandOvers, m.TransformErrors, m.TransformStale, m.SourceReads, m.SourceReadTime, m.live,
-		m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes, m.JobStalled, m.Stalls)
+		m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes, m.JobStalled, m.Stalls, m.Waits)
 	return m
 }
 
@@ -455,13 +460,22 @@ func (m *Metrics) deleteSeries(job string) {
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes,
 		m.DDLEvents, m.JobRestarts, m.StallHandOvers, m.TransformErrors, m.TransformStale,
 		m.SourceReads, m.SourceReadTime, m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes,
-		m.JobStalled, m.Stalls,
+		m.JobStalled, m.Stalls, m.Waits,
 	} {
 		v.DeletePartialMatch(l)
 	}
 }
 
 var _ engine.Observer = (*Metrics)(nil)
+
+// ObserveWait counts a GET /wait answer of status for job, one of this
+// process's jobs (Options.Waited): a name no job has is never a label.
+func (m *Metrics) ObserveWait(job string, status int) {
+	if m == nil {
+		return
+	}
+	m.Waits.WithLabelValues(job, m.kindOf(job), strconv.Itoa(status)).Inc()
+}
 
 // ObserveBatch counts a batch of writes made durable after d (engine.Observer).
 func (m *Metrics) ObserveBatch(job, kind string, d time.Duration, writes int) {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -45,17 +46,29 @@ type Options struct {
 	// Log receives the server's own errors. Nil: discarded.
 	Log hclog.Logger
 	// MaxConns bounds the open connections (default DefaultMaxConns); see
-	// connLimiter for what happens at the bound.
+	// connLimiter for what happens at the bound. Waits (GET /wait) take at
+	// most all but 32 of them.
 	MaxConns int
+	// Wait answers GET /wait (read your writes). Nil: /wait answers 404.
+	Wait Waits
+	// Waited, when set, is told each GET /wait answer for a job the
+	// waiter knows (Metrics.ObserveWait): not a 400, a 404, nor a 429 of
+	// the server's own bound, given before the job is looked at.
+	Waited func(job string, status int)
 }
 
 // Server serves /healthz, /readyz, /status and /metrics.
 type Server struct {
-	opts      Options
-	ln        net.Listener
-	srv       *http.Server
-	limit     *connLimiter
-	done      chan struct{}
+	opts  Options
+	ln    net.Listener
+	srv   *http.Server
+	limit *connLimiter
+	done  chan struct{}
+	// waiting counts the GET /wait requests in progress; stopping ends
+	// them when the server closes.
+	waiting   atomic.Int64
+	stopping  context.Context
+	stop      context.CancelFunc
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -69,6 +82,7 @@ const readyTimeout = 3 * time.Second
 //	GET /healthz  200 "ok" while the process serves (liveness)
 //	GET /readyz   200 "ok", or 503 with what is wrong (Status.Ready)
 //	GET /status   200 StatusReport as JSON
+//	GET /wait     read your writes (wait.go)
 //	GET /metrics  Prometheus text format
 func Start(o Options) (*Server, error) {
 	if o.Log == nil {
@@ -79,10 +93,14 @@ func Start(o Options) (*Server, error) {
 		return nil, fmt.Errorf("listen on %s: %w", o.Addr, err)
 	}
 	s := &Server{opts: o, ln: ln, done: make(chan struct{})}
+	s.stopping, s.stop = context.WithCancel(context.Background())
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /status", s.status)
+	if o.Wait != nil {
+		mux.HandleFunc("GET /wait", s.wait)
+	}
 	if o.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{
 			ErrorLog: hclogPrintln{o.Log},
@@ -133,6 +151,7 @@ func (s *Server) Addr() string {
 // few seconds to finish. It removes the ready file. Safe to call twice.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		s.stop()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		err := s.srv.Shutdown(ctx)

@@ -224,14 +224,20 @@ func (s *Store) Stamp(ctx context.Context, job string, l Fence) error {
 }
 
 // RecordPosition records token (and the wall time of the change it stands
-// after) as the job's position. The transform hash beside it changes only
-// when a reindex is done (RecordNewPosition): while one runs, the
-// destination is not yet the new transform's.
-func (s *Store) RecordPosition(ctx context.Context, job string, l Fence, token bson.Raw, wall time.Time) error {
-	err := s.fencedSet(ctx, job, l, posKey(job), bson.D{
+// after) as the job's position, with durable, the cluster time up to which
+// every change is durable in the destination (wait.go; zero: left as it
+// is). The transform hash beside it changes only when a reindex is done
+// (RecordNewPosition): while one runs, the destination is not yet the new
+// transform's.
+func (s *Store) RecordPosition(ctx context.Context, job string, l Fence, token bson.Raw, wall time.Time, durable bson.Timestamp) error {
+	set := bson.D{
 		{Key: "token", Value: token},
 		{Key: "wallTime", Value: wall},
-	})
+	}
+	if !durable.IsZero() {
+		set = append(set, bson.E{Key: DurableField, Value: durable})
+	}
+	err := s.fencedSet(ctx, job, l, posKey(job), set)
 	if err != nil && !errors.Is(err, errs.ErrLeaseLost) {
 		return errs.Wrap(errs.Failed, job, err, "record position")
 	}

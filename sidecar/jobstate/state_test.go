@@ -40,7 +40,7 @@ func TestClearedPositionKeepsItsEpochSoADeposedHolderCannotRewriteIt(t *testing.
 	tok, _ := bson.Marshal(bson.D{{Key: "_data", Value: "82AB"}})
 	deposed, holder := epochLease(1), epochLease(2)
 
-	if err := e.RecordPosition(ctx, "items", deposed, tok, time.Now()); err != nil {
+	if err := e.RecordPosition(ctx, "items", deposed, tok, time.Now(), bson.Timestamp{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.WriteCheckpoint(ctx, "items", deposed, &Checkpoint{Hash: "h1", Count: 10}); err != nil {
@@ -59,7 +59,7 @@ func TestClearedPositionKeepsItsEpochSoADeposedHolderCannotRewriteIt(t *testing.
 	}
 	// The deposed holder's writes are refused: the documents still carry
 	// the new epoch.
-	if err := e.RecordPosition(ctx, "items", deposed, tok, time.Now()); !errors.Is(err, errs.ErrLeaseLost) {
+	if err := e.RecordPosition(ctx, "items", deposed, tok, time.Now(), bson.Timestamp{}); !errors.Is(err, errs.ErrLeaseLost) {
 		t.Fatalf("deposed position write: want LEASE_LOST, got %v", err)
 	}
 	if err := e.WriteCheckpoint(ctx, "items", deposed, &Checkpoint{Hash: "h1"}); !errors.Is(err, errs.ErrLeaseLost) {
@@ -85,7 +85,7 @@ func TestClearedPositionKeepsItsEpochSoADeposedHolderCannotRewriteIt(t *testing.
 		t.Fatalf("ReadState of cleared documents: %+v %v, want no job", js, err)
 	}
 	// The holder itself writes on.
-	if err := e.RecordPosition(ctx, "items", holder, tok, time.Now()); err != nil {
+	if err := e.RecordPosition(ctx, "items", holder, tok, time.Now(), bson.Timestamp{}); err != nil {
 		t.Fatal(err)
 	}
 	if p, err := e.ReadPosition(ctx, "items"); err != nil || p == nil || !bytes.Equal(p.Token, tok) {
@@ -99,7 +99,7 @@ func TestStampCreatesTheStateSoADeposedHolderCannotCreateIt(t *testing.T) {
 	if err := e.Stamp(ctx, "items", epochLease(5)); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.RecordPosition(ctx, "items", epochLease(4), tok, time.Now()); !errors.Is(err, errs.ErrLeaseLost) {
+	if err := e.RecordPosition(ctx, "items", epochLease(4), tok, time.Now(), bson.Timestamp{}); !errors.Is(err, errs.ErrLeaseLost) {
 		t.Fatalf("want LEASE_LOST, got %v", err)
 	}
 	if p, _ := e.ReadPosition(ctx, "items"); p != nil {

@@ -2,6 +2,8 @@ package stream
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"sync"
 	"time"
@@ -61,7 +63,8 @@ type Item struct {
 // Filter is the $match of a job's change stream. The stream is
 // opened on the job's database, so one resume token orders the job's
 // collection and the job's own watermark documents in the state collection
-// (the interleaved reindex reads between two of them). A database stream is
+// (the interleaved reindex reads between two of them) and its wait
+// document (read your writes). A database stream is
 // not invalidated by a drop or rename of one collection: those events are
 // matched for the job's collection (by name, and as a rename's target) and
 // the follow loop ends the job on them, as a collection stream's invalidate
@@ -71,6 +74,8 @@ func Filter(job *jobdef.Job, state string) bson.D {
 		collClause(job), // with fields: updates touching one of them (fields.go)
 		bson.D{{Key: "to.coll", Value: job.Collection}},
 		bson.D{{Key: "ns.coll", Value: state}, {Key: "documentKey._id.watermark", Value: job.Name}},
+		// A waiter's mark (jobstate.MarkWait): read your writes.
+		bson.D{{Key: "ns.coll", Value: state}, {Key: "documentKey._id.wait", Value: job.Name}},
 		bson.D{{Key: "operationType", Value: bson.D{{Key: "$in", Value: bson.A{"dropDatabase", "invalidate"}}}}},
 	}
 	// The collections the job's lookups and relates read: a change there
@@ -310,4 +315,20 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
+}
+
+// TokenTime is the cluster time a resume token stands at: real tokens and
+// the test server's alike begin with the KeyString timestamp tag 0x82 and
+// the timestamp's seconds and increment, big-endian (mongod's
+// resume_token.cpp). false for a token of another shape.
+func TokenTime(tok bson.Raw) (bson.Timestamp, bool) {
+	s, ok := tok.Lookup("_data").StringValueOK()
+	if !ok || len(s) < 18 || s[:2] != "82" {
+		return bson.Timestamp{}, false
+	}
+	var b [8]byte
+	if _, err := hex.Decode(b[:], []byte(s[2:18])); err != nil {
+		return bson.Timestamp{}, false
+	}
+	return bson.Timestamp{T: binary.BigEndian.Uint32(b[:4]), I: binary.BigEndian.Uint32(b[4:])}, true
 }
