@@ -444,10 +444,11 @@ func (w *wiring) sinkFactory(log hclog.Logger) supervisor.SinkFactory {
 // check, and declares the jobs named by environment alone.
 func transformOptions(cfg config.Config, log hclog.Logger) transform.Options {
 	return transform.Options{
-		Pool:     cfg.TransformPool,
-		Timeout:  cfg.TransformTimeout,
-		Logger:   log.Named("transform"),
-		Database: cfg.MongoDBDatabase,
+		Pool:        cfg.TransformPool,
+		Timeout:     cfg.TransformTimeout,
+		MemoryLimit: transformMemory(cfg.TransformMemory),
+		Logger:      log.Named("transform"),
+		Database:    cfg.MongoDBDatabase,
 		Defaults: transform.JobDefaults{
 			OnDocumentError: cfg.OnDocumentError,
 			OnHistoryLost:   cfg.OnHistoryLost,
@@ -456,7 +457,22 @@ func transformOptions(cfg config.Config, log hclog.Logger) transform.Options {
 		},
 		Overrides:   cfg.Jobs,
 		IndexPrefix: cfg.IndexPrefix,
+		// What the sidecar writes, no transform may read (leases,
+		// positions, failed documents).
+		Private: map[string]string{
+			cfg.StateCollection:             "meilistream's state collection (MEILISTREAM_STATE_COLLECTION)",
+			cfg.StateCollection + "_errors": "meilistream's errors collection (MEILISTREAM_STATE_COLLECTION with _errors)",
+		},
 	}
+}
+
+// transformMemory is MEILISTREAM_TRANSFORM_MEMORY (MiB, 0: none) as
+// transform.Options.MemoryLimit takes it (bytes, less than 0: none).
+func transformMemory(mib int) int64 {
+	if mib == 0 {
+		return -1
+	}
+	return int64(mib) << 20
 }
 
 // loadJobs loads the transforms folder with the environment's per-job

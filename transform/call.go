@@ -152,6 +152,7 @@ func loadPanic(j *Job, r any) error {
 func (v *vm) start() {
 	v.work = make(chan func())
 	v.done = make(chan struct{}, 1)
+	v.exited = make(chan struct{})
 	v.runReq = v.runCall
 	go v.serve()
 }
@@ -167,6 +168,7 @@ func (v *vm) serve() {
 	if v.slot != nil {
 		<-v.slot
 	}
+	close(v.exited)
 }
 
 // do runs fn; a panic that fn let through (a bug) is kept for the caller
@@ -316,6 +318,10 @@ func (v *vm) each(r *run, gen int) {
 func (v *vm) hand(r *run) (finished bool) {
 	if v.guard == nil {
 		v.guard = newGuard(v)
+		if w := r.job.rt.mem; w != nil {
+			v.guard.mem = w
+			w.add(v.guard)
+		}
 	}
 	r.mu.Lock()
 	gen := r.gen
@@ -566,6 +572,9 @@ func (jr *jobRuntime) applyEach(ctx context.Context, j *Job, dst []byte, calls [
 				// Not tried again: a call stuck in a built-in is stuck in
 				// it whatever the load of the machine.
 				err = errs.New(errs.TransformFailed, j.Name, "the transform did not finish within %s (it was still in a built-in function %s later, and was abandoned)", timeout, abandonGrace)
+				if v.guard.overMemory() {
+					err = memoryErr(j)
+				}
 			}
 			out[r.cur] = Outcome{Err: err}
 			r.cur++
@@ -607,12 +616,28 @@ func (jr *jobRuntime) applyEach(ctx context.Context, j *Job, dst []byte, calls [
 				r.cur++
 				continue
 			}
-			if tries < maxTimeoutRetries {
+			overMemory := v.guard.overMemory()
+			if overMemory {
+				jr.mem.cleanUp(v)
+			}
+			// A call stopped by the memory bound is tried once more: it
+			// may have been stopped for another call's growth.
+			if tries < maxTimeoutRetries && (!overMemory || tries < 1) {
 				tries++
-				j.log.Debug("a transform call ran out of time; trying it again on a fresh runtime", "attempt", tries+1, "timeout", timeout)
+				if overMemory {
+					j.log.Debug("a transform call was stopped by the memory bound; trying it again on a fresh runtime", "attempt", tries+1, "memory_limit_mib", j.memoryLimit()>>20)
+				} else {
+					j.log.Debug("a transform call ran out of time; trying it again on a fresh runtime", "attempt", tries+1, "timeout", timeout)
+				}
 				continue
 			}
-			out[r.cur] = Outcome{Err: errs.Wrap(errs.TransformFailed, j.Name, ErrTimeout, "the transform did not finish within %s", timeout)}
+			var err error = errs.Wrap(errs.TransformFailed, j.Name, ErrTimeout, "the transform did not finish within %s", timeout)
+			if overMemory {
+				// Not a timeout: trying it again later would only grow the
+				// heap again.
+				err = memoryErr(j)
+			}
+			out[r.cur] = Outcome{Err: err}
 			r.cur++
 		}
 	}

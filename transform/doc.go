@@ -135,10 +135,11 @@
 // For an update of a job with skipUnchanged (the default), Apply keeps what
 // the call read (Result.Reads): the top-level fields of the document it
 // asked for, tested or wrote, whether the whole document counts (it was
-// enumerated or returned, less the fields deleted unread), and whether it
-// read ctx.operation or ctx.updateDescription (a monstache function that
-// can see its updateDesc argument always does). The engine sends no write
-// for an update whose paths touch none of it (Reads.UnchangedBy). Date and
+// enumerated or returned, less the fields deleted before anything saw
+// them), and whether it read ctx.operation or ctx.updateDescription (a
+// monstache function that can see its updateDesc argument always does).
+// The engine sends no write for an update whose paths touch none of it
+// (Reads.UnchangedBy). Date and
 // Math.random are wrapped so that a call of Date.now(), Date(), new Date()
 // without arguments or Math.random(), in a call or in the module's own
 // code, marks the job: every later Reads says Unknown, for as long as the

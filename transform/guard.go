@@ -32,6 +32,9 @@ type guard struct {
 
 	ctx     context.Context // the context registered, if any
 	stopCtx func() bool
+
+	mem    *memWatch // nil: no memory bound
+	reason any       // why the current call was interrupted
 }
 
 func newGuard(v *vm) *guard {
@@ -46,9 +49,12 @@ func (g *guard) begin(ctx context.Context, timeout time.Duration) {
 	if ctx != g.ctx {
 		g.watch(ctx)
 	}
+	if g.mem != nil {
+		g.mem.begin()
+	}
 	now := time.Now()
 	g.mu.Lock()
-	g.running, g.fired = true, false
+	g.running, g.fired, g.reason = true, false, nil
 	g.deadline = now.Add(timeout)
 	if ctx.Err() != nil { // ended before (its callback found no call to stop)
 		g.stopCall(now, context.Cause(ctx))
@@ -67,7 +73,18 @@ func (g *guard) end() bool {
 	g.running = false
 	ok := !g.fired
 	g.mu.Unlock()
+	if g.mem != nil {
+		g.mem.end()
+	}
 	return ok
+}
+
+// overMemory says whether the last call was interrupted by the memory
+// bound (memory.go).
+func (g *guard) overMemory() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.reason == errMemory
 }
 
 func (g *guard) onTimer() {
@@ -105,7 +122,7 @@ func (g *guard) stopCall(now time.Time, reason error) {
 	if g.fired {
 		return
 	}
-	g.fired = true
+	g.fired, g.reason = true, reason
 	g.v.interrupt(reason)
 	g.giveUp = now.Add(abandonGrace)
 	g.armed = g.giveUp
@@ -137,6 +154,9 @@ func (g *guard) watch(ctx context.Context) {
 // close releases the timer and the context registration (the vm is
 // dropped).
 func (g *guard) close() {
+	if g.mem != nil {
+		g.mem.remove(g)
+	}
 	g.timer.Stop()
 	g.watch(context.Background()) // which cannot end: nothing registered
 }

@@ -156,6 +156,13 @@ func (d *lazyDoc) Has(key string) bool {
 }
 
 func (d *lazyDoc) Delete(key string) bool {
+	if d.reads != nil && d.reads.all {
+		// The document was enumerated (or written out) before: the key's
+		// presence, or its absence, reached the call already. Only a key
+		// deleted before anything saw the document's keys is out of the
+		// result whatever it holds (reads.go, Except).
+		d.reads.field(key)
+	}
 	if e := d.entry(key); e != nil {
 		e.val, e.deleted = nil, true
 		return true

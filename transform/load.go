@@ -327,6 +327,9 @@ func loadFile(ctx context.Context, path string, src []byte, opts Options, ov map
 		if err := j.applyEnv(ov, opts.IndexPrefix); err != nil {
 			return err
 		}
+		if err := j.refusePrivate(); err != nil {
+			return err
+		}
 		return v.makeCtxs(j) // now that collection is known
 	})
 	if err != nil {
@@ -334,6 +337,9 @@ func loadFile(ctx context.Context, path string, src []byte, opts Options, ov map
 	}
 	if first.fn != nil || first.bare {
 		j.rt = &jobRuntime{program: prog.program, console: con}
+		if l := j.memoryLimit(); l > 0 {
+			j.rt.mem = newMemWatch(l, j.timeout())
+		}
 		j.rt.pool = newPool(opts.Pool, func(ctx context.Context) (*vm, error) { return newVM(ctx, j, prog.program, con, nil) })
 		j.rt.pool.adopt(first)
 	} else {

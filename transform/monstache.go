@@ -141,6 +141,10 @@ func (v *vm) read(fn string, c goja.FunctionCall) goja.Value {
 	if rc.db == "" {
 		panic(v.rt.NewTypeError("%s: no database: give options.database (the job's source database is not known here)", fn))
 	}
+	if err := j.refuseRead(&rc); err != nil {
+		v.readFail = err
+		panic(v.rt.NewGoError(err))
+	}
 	r := j.opts.Reader
 	if r == nil {
 		panic(v.rt.NewGoError(fmt.Errorf("%s: there is no MongoDB to read here (meilistream check runs transforms without one)", fn)))

@@ -27,8 +27,11 @@ type Reads struct {
 	// the document (Object.keys, spread, for...in, JSON.stringify,
 	// Object.assign) or returned it, whole or inside its result.
 	All bool
-	// Except are, with All, the fields the call deleted without reading
-	// them: whatever they hold, they are not in the result.
+	// Except are, with All, the fields the call deleted before anything
+	// saw them: never read, tested or written, and deleted before the
+	// document was first enumerated. Whatever they hold, or whether they
+	// are there at all, reached nothing. A field deleted after an
+	// enumeration is read: its presence (or absence) reached the call.
 	Except []string
 	// Context says the call read ctx.operation or ctx.updateDescription
 	// (a monstache function that can see its updateDesc argument always

@@ -69,6 +69,18 @@ type Options struct {
 	// OnRead, when set, is called after each of those calls, on the
 	// transform's goroutine (keep it cheap): the metrics' hook.
 	OnRead func(ReadStat)
+	// MemoryLimit bounds, in bytes, how far the heap may grow past its
+	// steady size while a job's calls run (MEILISTREAM_TRANSFORM_MEMORY,
+	// memory.go): the calls running then are stopped. 0 means
+	// DefaultMemoryLimit; less than 0, no bound.
+	MemoryLimit int64
+	// Private are the collections of Database the sidecar itself writes,
+	// each with what it is for the messages ("the state collection
+	// (MEILISTREAM_STATE_COLLECTION)"): no transform may read them
+	// (private.go). Load refuses a job whose lookups or relates name
+	// one (CONFIG_INVALID); findId, findOne, find and pipe
+	// fail the document that names one (TRANSFORM_FAILED).
+	Private map[string]string
 }
 
 // JobDefaults are the global per-job defaults (from the environment) that a

@@ -82,6 +82,7 @@ type jobRuntime struct {
 	program *goja.Program
 	pool    *pool
 	console *consoleLimiter
+	mem     *memWatch // nil: no memory bound
 }
 
 // vm is one goja runtime with the file's module evaluated in it. It is used
@@ -112,9 +113,10 @@ type vm struct {
 	guard *guard
 	// work hands the vm's goroutine what to run; done says it ran it;
 	// closing work ends the goroutine, which then gives slot back (its
-	// pool's).
+	// pool's) and closes exited.
 	work   chan func()
 	done   chan struct{}
+	exited chan struct{}
 	slot   chan struct{}
 	runReq func()
 	req    callReq
@@ -130,8 +132,10 @@ type vm struct {
 	isArrayFn    func(goja.FunctionCall) goja.Value
 	joining      []*goja.Object
 	nativeDepth  int
-	// readFail is a failure of MongoDB under a read global (monstache.go):
-	// it fails the call whatever the script did with what was thrown.
+	// readFail is a failure of MongoDB under a read global, or a read of
+	// one of the sidecar's own collections refused (monstache.go,
+	// private.go): it fails the call whatever the script did with what
+	// was thrown.
 	readFail error
 	// spoiled: a panic no case expects unwound through the runtime; it is
 	// discarded rather than reused.

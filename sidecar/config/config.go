@@ -102,6 +102,10 @@ type Config struct {
 	// TransformPool is the number of JavaScript runtimes per job; 0 means
 	// runtime.GOMAXPROCS(0), which Go sets from the container's CPU limit.
 	TransformPool int `koanf:"transform_pool"`
+	// TransformMemory bounds, in MiB, how far the heap may grow past its
+	// steady size while a job's transform calls run (they are stopped);
+	// 0 means no bound.
+	TransformMemory int `koanf:"transform_memory"`
 	// HTTPAddr is where /healthz, /readyz, /status and /metrics are served.
 	// Port 0 picks a free port (see ReadyFile).
 	HTTPAddr string `koanf:"http_addr"`
@@ -142,6 +146,7 @@ func Default() Config {
 		OnHistoryLost:    engine.DefaultOnHistoryLost,
 		OnDocumentError:  engine.DefaultOnDocumentError,
 		TransformTimeout: transform.DefaultTimeout,
+		TransformMemory:  transform.DefaultMemoryLimit >> 20,
 		HTTPAddr:         DefaultHTTPAddr,
 		ShutdownTimeout:  DefaultShutdownTimeout,
 		StallTimeout:     DefaultStallTimeout,
@@ -182,6 +187,7 @@ var Variables = []Variable{
 	{Key: "on_document_error", Accepts: "skip or fail (default skip)"},
 	{Key: "transform_timeout", Accepts: "a positive Go duration up to 1m, e.g. 1s (default 1s)"},
 	{Key: "transform_pool", Accepts: "a whole number from 0 to 1024, 0 meaning GOMAXPROCS, the container's CPU limit (default 0)"},
+	{Key: "transform_memory", Accepts: "a whole number of MiB from 0 to 1048576, 0 meaning no bound (default 64)"},
 	{Key: "http_addr", Accepts: "a listen address host:port, e.g. :8080 or 127.0.0.1:0 (default :8080)"},
 	{Key: "ready_file", Accepts: "a file path (default empty: none)"},
 	{Key: "shutdown_timeout", Accepts: "a positive Go duration, e.g. 20s (default 20s)"},
@@ -607,6 +613,9 @@ func (c *Config) validate(ps *problems, requireServers bool) {
 	}
 	if c.TransformPool < 0 || c.TransformPool > 1024 {
 		bad("transform_pool", "%d is out of range", c.TransformPool)
+	}
+	if c.TransformMemory < 0 || c.TransformMemory > 1<<20 {
+		bad("transform_memory", "%d is out of range", c.TransformMemory)
 	}
 	if c.OnHistoryLost != "reindex" && c.OnHistoryLost != "fail" {
 		bad("on_history_lost", "%q is not a choice", c.OnHistoryLost)

@@ -64,6 +64,7 @@ func TestLoad(t *testing.T) {
 				"MEILISTREAM_ON_DOCUMENT_ERROR=fail",
 				"MEILISTREAM_TRANSFORM_TIMEOUT=100ms",
 				"MEILISTREAM_TRANSFORM_POOL=4",
+				"MEILISTREAM_TRANSFORM_MEMORY=256",
 				"MEILISTREAM_HTTP_ADDR=127.0.0.1:0",
 				"MEILISTREAM_READY_FILE=/run/meilistream/ready",
 				"MEILISTREAM_SHUTDOWN_TIMEOUT=5s",
@@ -88,6 +89,7 @@ func TestLoad(t *testing.T) {
 				c.OnDocumentError = "fail"
 				c.TransformTimeout = 100 * time.Millisecond
 				c.TransformPool = 4
+				c.TransformMemory = 256
 				c.HTTPAddr = "127.0.0.1:0"
 				c.ReadyFile = "/run/meilistream/ready"
 				c.ShutdownTimeout = 5 * time.Second
@@ -169,6 +171,16 @@ func TestLoad(t *testing.T) {
 			name:     "a hexadecimal number is refused, naming the variable",
 			environ:  withBase("MEILISTREAM_BATCH_SIZE=0x20"),
 			problems: []string{`MEILISTREAM_BATCH_SIZE: "0x20" is not a whole number`},
+		},
+		{
+			name:     "a transform memory bound below 0 or above 1 TiB is refused",
+			environ:  withBase("MEILISTREAM_TRANSFORM_MEMORY=-1"),
+			problems: []string{`MEILISTREAM_TRANSFORM_MEMORY: -1 is out of range`},
+		},
+		{
+			name:    "no transform memory bound",
+			environ: withBase("MEILISTREAM_TRANSFORM_MEMORY=0"),
+			want:    want(func(c *config.Config) { c.TransformMemory = 0 }),
 		},
 		{
 			name:     "a binary or underscored number is refused",
