@@ -28,6 +28,7 @@ import (
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/sidecar/sink"
+	"github.com/meilistream/meilistream/sidecar/stream"
 	"github.com/meilistream/meilistream/sidecar/supervisor"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -91,6 +92,10 @@ func runRun(ctx context.Context, inv *invocation) int {
 		BalanceInterval: cfg.Lease / 3,
 		HoldOff:         cfg.Lease,
 		StallTimeout:    cfg.StallTimeout,
+		// The oplog's headroom: read as often as the balance, a few
+		// finds per reading.
+		Headroom:         w.headroom,
+		HeadroomInterval: min(cfg.Lease/3, supervisor.DefaultHeadroomInterval),
 	})
 	// job_state and the lag read what /status says, at each scrape.
 	w.metrics.SetStatus(sup)
@@ -294,6 +299,30 @@ func (w *wiring) warnUnreachable(ctx context.Context, log hclog.Logger) {
 	if err := w.reach(ctx); err != nil && ctx.Err() == nil {
 		log.Warn("MongoDB does not answer yet; the jobs keep trying", "error", errs.Format(err))
 	}
+}
+
+// headroom reads the source's oplog window and every job's recorded
+// position, for the headroom of /status and the metrics. An oplog the user
+// may not read leaves the window unknown (WindowErr), not the reading.
+func (w *wiring) headroom(ctx context.Context) (supervisor.Headroom, error) {
+	states, err := jobstate.ReadState(ctx, w.state, nil)
+	if err != nil {
+		return supervisor.Headroom{}, err
+	}
+	h := supervisor.Headroom{Positions: map[string]time.Time{}}
+	for _, s := range states {
+		if s.Position != nil && !s.Position.WallTime.IsZero() {
+			// To the second, as the oplog's cluster times are.
+			h.Positions[s.Name] = s.Position.WallTime.Truncate(time.Second)
+		}
+	}
+	win, err := stream.ReadWindow(ctx, w.client)
+	if err != nil {
+		h.WindowErr = errors.New(w.scrub.Scrub(err.Error()))
+		return h, nil
+	}
+	h.Oldest, h.Newest = win.Oldest, win.Newest
+	return h, nil
 }
 
 // holders reads who holds each job's lease (unexpired), for /status of

@@ -100,8 +100,16 @@ func runStatus(ctx context.Context, inv *invocation) int {
 	sort.Strings(names)
 
 	var notes []string
+	// The headroom: how long each position can still be resumed from,
+	// the position minus the oplog's oldest entry.
+	window, winErr := stream.ReadWindow(ctx, w.client)
+	if winErr != nil {
+		notes = append(notes, "headroom unknown: "+w.scrub.Scrub(winErr.Error()))
+	} else {
+		notes = append(notes, "oplog window: "+window.Newest.Sub(window.Oldest).String()+" (headroom: how long a job can stay stopped before it cannot resume)")
+	}
 	tw := tabwriter.NewWriter(inv.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tHOLDER\tEPOCH\tLEASE\tPOSITION\tLAG\tREINDEX\tERRORS")
+	fmt.Fprintln(tw, "JOB\tHOLDER\tEPOCH\tLEASE\tPOSITION\tLAG\tHEADROOM\tREINDEX\tERRORS")
 	for _, n := range names {
 		r := rows[n]
 		holder, epoch, until := "-", "-", "-"
@@ -115,10 +123,13 @@ func runStatus(ctx context.Context, inv *invocation) int {
 				until = "until " + l.ExpiresAt.UTC().Format(time.RFC3339)
 			}
 		}
-		pos, lag, reindex, errCount := "none", "-", "-", "0"
+		pos, lag, room, reindex, errCount := "none", "-", "-", "-", "0"
 		if s := r.state; s != nil {
 			if p := s.Position; p != nil {
 				pos = p.WallTime.UTC().Format(time.RFC3339)
+				if winErr == nil {
+					room = headroomText(p.WallTime.Truncate(time.Second).Sub(window.Oldest))
+				}
 				job := r.job
 				if job == nil {
 					coll := p.Collection
@@ -156,7 +167,7 @@ func runStatus(ctx context.Context, inv *invocation) int {
 		case !r.known:
 			name += " (no transform)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, holder, epoch, until, pos, lag, reindex, errCount)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, holder, epoch, until, pos, lag, room, reindex, errCount)
 	}
 	if err := tw.Flush(); err != nil {
 		return fail(inv.Stderr, errs.Wrap(errs.Failed, "", err, "write status"))
@@ -176,6 +187,15 @@ func runStatus(ctx context.Context, inv *invocation) int {
 		fmt.Fprintln(inv.Stdout, note)
 	}
 	return exitOK
+}
+
+// headroomText renders a headroom to the second; "lost" once the
+// position is older than the oplog's oldest entry.
+func headroomText(d time.Duration) string {
+	if d < 0 {
+		return "lost"
+	}
+	return d.Truncate(time.Second).String()
 }
 
 // lagText renders a lag that is not zero: to the millisecond under a

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"regexp"
@@ -11,7 +12,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meilistream/meilistream/sidecar/httpapi"
+	"github.com/meilistream/meilistream/sidecar/status"
 )
+
+// headroomSource is a status source whose one job follows with a known
+// headroom: the series read from the status at each scrape.
+type headroomSource struct{}
+
+func (headroomSource) Status() []status.Job {
+	lag, age, room := 1.0, 60.0, 3540.0
+	return []status.Job{{Name: "books", Kind: "search", State: status.Following, LagSeconds: &lag, PositionAgeSeconds: &age, HeadroomSeconds: &room}}
+}
+func (headroomSource) Ready(context.Context) error  { return nil }
+func (headroomSource) OplogWindow() (float64, bool) { return 3600, true }
 
 // TestDashboardAndAlertsUseTheMetrics: every meilistream_* series the
 // Grafana dashboard and the alerts of docs/metrics.md query is one the
@@ -29,6 +42,8 @@ func TestDashboardAndAlertsUseTheMetrics(t *testing.T) {
 	jm.Lease(true, 1)
 	jm.ReindexProgress(1, 2)
 	jm.State("following")
+	// The series read from the jobs' status at each scrape.
+	m.SetStatus(headroomSource{})
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -95,6 +95,11 @@ type Job struct {
 	// followed by them (see transform.Options.Overrides). A changed hash
 	// means the job must reindex.
 	Hash string
+	// SettingsHash is the sha256 (hex) of Settings as JSON, "" without
+	// them. Settings written in the file's module.exports are not in Hash:
+	// Meilisearch applies them to the live index in place, so a change of
+	// them alone restarts the job (which applies them) without a reindex.
+	SettingsHash string
 	// LegacyHash is what Hash was before it covered tokens: the sha256 of
 	// the file's bytes, with the same overrides after it. A position
 	// recorded with it was recorded for this very file, so a caller may

@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -49,6 +51,7 @@ func CheckFiles(w io.Writer, paths []string, samplePath string, opts Options) er
 	if err != nil {
 		for _, e := range unjoin(err) {
 			fmt.Fprintf(w, "error: %s\n", errs.Format(e))
+			printExcerpt(w, e)
 			problems = append(problems, e)
 		}
 	}
@@ -216,4 +219,39 @@ func relaxedJSON(v bson.RawValue) string {
 	}
 	s := strings.TrimPrefix(string(b), `{"v":`)
 	return strings.TrimSuffix(s, "}")
+}
+
+// printExcerpt shows, for a file that does not parse, the lines around the
+// first error with a caret under its column: check runs on the operator's
+// own files in their terminal or CI, where the source may be shown (the
+// sidecar's logs and /status never show it).
+func printExcerpt(w io.Writer, err error) {
+	var se *SyntaxError
+	if !errors.As(err, &se) || se.Line <= 0 {
+		return
+	}
+	src, rerr := os.ReadFile(se.File)
+	if rerr != nil {
+		return
+	}
+	lines := strings.Split(string(src), "\n")
+	from, to := max(1, se.Line-2), min(len(lines), se.Line)
+	for n := from; n <= to; n++ {
+		line := strings.TrimRight(lines[n-1], "\r")
+		if len(line) > 200 {
+			line = line[:200] + "..."
+		}
+		fmt.Fprintf(w, "  %4d | %s\n", n, line)
+	}
+	if se.Column > 0 && se.Line <= len(lines) {
+		pad := []rune(lines[se.Line-1])
+		col := min(se.Column-1, len(pad), 200)
+		prefix := strings.Map(func(r rune) rune {
+			if r == '\t' {
+				return '\t'
+			}
+			return ' '
+		}, string(pad[:col]))
+		fmt.Fprintf(w, "       | %s^\n", prefix)
+	}
 }

@@ -40,12 +40,29 @@ const tokenHashVersion = "meilistream transform tokens 1\x00"
 // Where this tokenizer could differ from JavaScript's, it only ever keeps
 // more apart (two sources that differ in meaning never share a hash; two
 // that mean the same may, rarely, not).
-func tokenHash(src string, regexps map[int]int) string {
+//
+// Tokens starting inside a range of skip are left out, and so is a ','
+// right after one (so that adding a leading property leaves the others'
+// tokens as they were).
+func tokenHash(src string, regexps map[int]int, skip ...[2]int) string {
 	h := sha256.New()
 	h.Write([]byte(tokenHashVersion))
 	var lenBuf [binary.MaxVarintLen64]byte
 	emitted, newline := false, false
+	i := 0
+	skipped := false // the previous token was left out
 	emit := func(kind byte, text string) {
+		for _, r := range skip {
+			if i >= r[0] && i < r[1] {
+				skipped = true
+				return
+			}
+		}
+		if skipped && kind == 'p' && text == "," {
+			skipped = false
+			return
+		}
+		skipped = false
 		if emitted && newline {
 			h.Write([]byte{'L'})
 		}
@@ -58,7 +75,6 @@ func tokenHash(src string, regexps map[int]int) string {
 	// braces says, for each '{' or "${" open, whether it opened a
 	// template substitution (the matching '}' resumes the template).
 	var braces []bool
-	i := 0
 	for i < len(src) {
 		c := src[i]
 		r, size := rune(c), 1
@@ -312,4 +328,72 @@ func regexpOffsets(prog *ast.Program, shift int) map[int]int {
 		}
 	}
 	return out
+}
+
+// settingsRanges returns, as byte ranges of the user's source (shift is
+// the wrapper's prefix), the `settings` properties of the object literals
+// assigned to module.exports: Meilisearch applies index settings to a live
+// index in place, so they are kept out of the hash that says the
+// documents must be rebuilt (the job's SettingsHash says they changed).
+// Settings built elsewhere (a variable, a function) stay in the hash: a
+// change there reindexes, as any other change of the code does.
+func settingsRanges(prog *ast.Program, shift int) [][2]int {
+	var out [][2]int
+	seen := map[uintptr]bool{}
+	stack := []reflect.Value{reflect.ValueOf(prog)}
+	for len(stack) > 0 {
+		v := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		switch v.Kind() {
+		case reflect.Interface:
+			if !v.IsNil() {
+				stack = append(stack, v.Elem())
+			}
+		case reflect.Pointer:
+			if v.IsNil() || v.Type() == fileType || seen[v.Pointer()] {
+				continue
+			}
+			seen[v.Pointer()] = true
+			if a, ok := v.Interface().(*ast.AssignExpression); ok && isModuleExports(a.Left) {
+				if obj, ok := a.Right.(*ast.ObjectLiteral); ok {
+					for _, p := range obj.Value {
+						if pk, ok := p.(*ast.PropertyKeyed); ok && !pk.Computed && propertyName(pk.Key) == "settings" {
+							out = append(out, [2]int{int(pk.Idx0()) - 1 - shift, int(pk.Idx1()) - 1 - shift})
+						}
+					}
+				}
+			}
+			stack = append(stack, v.Elem())
+		case reflect.Struct:
+			for k := 0; k < v.NumField(); k++ {
+				if v.Type().Field(k).IsExported() {
+					stack = append(stack, v.Field(k))
+				}
+			}
+		case reflect.Slice, reflect.Array:
+			for k := 0; k < v.Len(); k++ {
+				stack = append(stack, v.Index(k))
+			}
+		}
+	}
+	return out
+}
+
+func isModuleExports(e ast.Expression) bool {
+	d, ok := e.(*ast.DotExpression)
+	if !ok || d.Identifier.Name != "exports" {
+		return false
+	}
+	id, ok := d.Left.(*ast.Identifier)
+	return ok && id.Name == "module"
+}
+
+func propertyName(e ast.Expression) string {
+	switch k := e.(type) {
+	case *ast.StringLiteral:
+		return k.Value.String()
+	case *ast.Identifier:
+		return k.Name.String()
+	}
+	return ""
 }

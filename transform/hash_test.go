@@ -182,3 +182,42 @@ func TestACommentEditKeepsTheJob(t *testing.T) {
 		t.Fatalf("a real edit must make a new Job (%v)", err)
 	}
 }
+
+func TestSettingsAreOutOfTheHashAndInTheSettingsHash(t *testing.T) {
+	const base = `module.exports = {
+  index: "users",
+  settings: { searchableAttributes: ["name"], synonyms: { nyc: ["new york"] } },
+  transform(doc) { return { name: doc.name }; },
+};
+`
+	b := loadJob(t, base)
+	if b.SettingsHash == "" {
+		t.Fatal("no SettingsHash for a file with settings")
+	}
+	settingsOnly := map[string]string{
+		"a synonym added":          strings.Replace(base, `nyc: ["new york"]`, `nyc: ["new york"], la: ["los angeles"]`, 1),
+		"a setting added":          strings.Replace(base, `synonyms:`, `stopWords: ["the"], synonyms:`, 1),
+		"the settings removed":     strings.Replace(base, "  settings: { searchableAttributes: [\"name\"], synonyms: { nyc: [\"new york\"] } },\n", "", 1),
+		"the settings moved first": strings.Replace(strings.Replace(base, "  settings: { searchableAttributes: [\"name\"], synonyms: { nyc: [\"new york\"] } },\n", "", 1), "  index:", "  settings: { searchableAttributes: [\"name\"], synonyms: { nyc: [\"new york\"] } },\n  index:", 1),
+	}
+	for name, src := range settingsOnly {
+		j := loadJob(t, src)
+		if j.Hash != b.Hash {
+			t.Errorf("%s: the document hash changed (a reindex)", name)
+		}
+		if name != "the settings moved first" && j.SettingsHash == b.SettingsHash {
+			t.Errorf("%s: the settings hash did not change (not applied)", name)
+		}
+	}
+	if j := loadJob(t, strings.Replace(base, "{ searchableAttributes: [\"name\"], synonyms: { nyc: [\"new york\"] } }", "{ synonyms: { nyc: [\"new york\"] }, searchableAttributes: [\"name\"] }", 1)); j.SettingsHash != b.SettingsHash {
+		t.Error("the same settings in another order changed the settings hash")
+	}
+	if j := loadJob(t, strings.Replace(base, "name: doc.name }", "name: doc.name.toUpperCase() }", 1)); j.Hash == b.Hash {
+		t.Error("a change of the transform kept the document hash")
+	}
+	// Settings built in a variable stay code: a change there reindexes.
+	const viaVar = "const s = { stopWords: [\"the\"] };\nmodule.exports = { settings: s, transform(doc) { return { name: doc.name }; } };\n"
+	if loadJob(t, viaVar).Hash == loadJob(t, strings.Replace(viaVar, `"the"`, `"a"`, 1)).Hash {
+		t.Error("a change of code outside module.exports' settings literal kept the hash")
+	}
+}

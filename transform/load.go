@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -153,7 +155,7 @@ func load(ctx context.Context, paths []string, opts Options, prev *Set) (*Set, e
 			}
 			continue
 		}
-		if old := prev.Job(name); old != nil && old.Hash == j.Hash && old.File == j.File {
+		if old := prev.Job(name); old != nil && old.Hash == j.Hash && old.SettingsHash == j.SettingsHash && old.File == j.File {
 			// Only comments or spacing changed: the same meaning, so the
 			// job that runs (a supervisor restarts on a new Hash only)
 			// stays the Set's, and the new one is not kept.
@@ -368,41 +370,88 @@ func compileModule(name, src string) (*module, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &module{program: prog, hash: tokenHash(src, regexpOffsets(ast, len(modulePrefix)))}, nil
+	return &module{program: prog, hash: tokenHash(src, regexpOffsets(ast, len(modulePrefix)), settingsRanges(ast, len(modulePrefix))...)}, nil
 }
 
-// syntaxErr reports a compile error as TRANSFORM_FAILED with the file's own
-// line and column: the file is parsed again on its own (without the module
-// wrapper) so positions are the user's. The parser's message is kept only
-// as far as it cannot quote the file (safeSyntaxText): a file that does
-// not parse may not be a transform.
+// syntaxErr reports a compile error as CONFIG_INVALID (the file is the
+// configuration, and no restart fixes it) with the file's own line and
+// column: the file is parsed again on its own (without the module
+// wrapper) so positions are the user's. The parser's messages are kept
+// only as far as they cannot quote the file (safeSyntaxText): a file that
+// does not parse may not be a transform, and logs and /status must not
+// show a secret mounted by mistake. The first error and up to three more
+// distinct ones are named (a parser's later errors repeat the first); the
+// cause is a *SyntaxError, from which `check` shows the lines around it.
+// A file written as an ES module (export, import) is told to use
+// module.exports: goja has no ES modules.
 func syntaxErr(j *Job, src []byte, err error) error {
 	file := filepath.Base(j.File)
+	hint := ""
+	if esModule(src) {
+		hint = "; transforms are CommonJS files: write module.exports = { ... } (or module.exports = function ...) instead of export/import, which goja does not run"
+	}
 	_, perr := parser.ParseFile(nil, file, string(src), 0, parser.WithDisableSourceMaps)
 	var list parser.ErrorList
 	if errors.As(perr, &list) && len(list) > 0 {
 		e := list[0]
-		more := ""
-		if len(list) > 1 {
-			more = fmt.Sprintf(" (and %d more)", len(list)-1)
+		se := &SyntaxError{File: j.File, Line: e.Position.Line, Column: e.Position.Column, Message: safeSyntaxText(e.Message)}
+		seen := map[string]bool{fmt.Sprintf("%d:%d %s", e.Position.Line, e.Position.Column, e.Message): true}
+		var more []string
+		for _, o := range list[1:] {
+			k := fmt.Sprintf("%d:%d %s", o.Position.Line, o.Position.Column, o.Message)
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			if len(more) == 3 {
+				more = append(more, "...")
+				break
+			}
+			more = append(more, fmt.Sprintf("%d:%d: %s", o.Position.Line, o.Position.Column, safeSyntaxText(o.Message)))
 		}
-		return errs.New(errs.TransformFailed, j.Name, "%s:%d:%d: syntax error: %s%s", file, e.Position.Line, e.Position.Column, safeSyntaxText(e.Message), more)
+		also := ""
+		if len(more) > 0 {
+			also = "; then " + strings.Join(more, "; ")
+		}
+		se.text = fmt.Sprintf("%s:%d:%d: syntax error: %s%s%s", file, se.Line, se.Column, se.Message, also, hint)
+		return &errs.Error{Code: errs.ConfigInvalid, Job: j.Name, Err: se}
 	}
-	var se *goja.CompilerSyntaxError
-	if errors.As(err, &se) {
+	var ce *goja.CompilerSyntaxError
+	if errors.As(err, &ce) {
 		at := ""
-		if se.File != nil {
-			p := se.File.Position(se.Offset)
+		se := &SyntaxError{File: j.File, Message: safeSyntaxText(ce.Message)}
+		if ce.File != nil {
+			p := ce.File.Position(ce.Offset)
 			col := p.Column
 			if p.Line == 1 {
 				col -= len(modulePrefix)
 			}
+			se.Line, se.Column = p.Line, col
 			at = fmt.Sprintf(":%d:%d", p.Line, col)
 		}
-		return errs.New(errs.TransformFailed, j.Name, "%s%s: syntax error: %s", file, at, safeSyntaxText(se.Message))
+		se.text = fmt.Sprintf("%s%s: syntax error: %s%s", file, at, se.Message, hint)
+		return &errs.Error{Code: errs.ConfigInvalid, Job: j.Name, Err: se}
 	}
-	return errs.New(errs.TransformFailed, j.Name, "compile %s: %s", file, safeSyntaxText(err.Error()))
+	return errs.New(errs.ConfigInvalid, j.Name, "compile %s: %s%s", file, safeSyntaxText(err.Error()), hint)
 }
+
+// SyntaxError is where a transform file fails to parse: its path, the
+// line and column of the first error (1-based; 0 when not known) and the
+// parser's message as far as it quotes nothing of the file. It is the
+// cause of the load's CONFIG_INVALID error, and its text the error's.
+type SyntaxError struct {
+	File         string
+	Line, Column int
+	Message      string
+	text         string // the whole report: position, message, later errors, hint
+}
+
+func (e *SyntaxError) Error() string { return e.text }
+
+// esModuleLine is a line of an ES module: an export or import statement.
+var esModuleLine = regexp.MustCompile(`(?m)^\s*(export\s+(default\b|const\b|let\b|var\b|function\b|class\b|async\b|\{|\*)|import\s+([\w*{]|["']))`)
+
+func esModule(src []byte) bool { return esModuleLine.Match(src) }
 
 // readOptions reads the exported object's options into j (JobOptions),
 // joining every problem.
@@ -451,7 +500,11 @@ func (j *Job) readOptions(v *vm) error {
 	j.keys = map[string]bool{}
 	for _, k := range keys {
 		if _, known := jobOption(k); !known {
-			bad(k, "unknown key (known: %s)", fileKeys())
+			if near := closestKey(k); near != "" {
+				bad(k, "unknown key; did you mean %q? (known: %s)", near, fileKeys())
+			} else {
+				bad(k, "unknown key (known: %s)", fileKeys())
+			}
 			continue
 		}
 		set[k] = o.Get(k)
@@ -498,6 +551,11 @@ func (j *Job) readOptions(v *vm) error {
 				bad("settings", "%v", errMsg(err))
 			} else {
 				j.Settings = m.(map[string]any)
+				// encoding/json writes map keys sorted: the same
+				// settings, the same hash, however the file orders them.
+				b, _ := json.Marshal(j.Settings)
+				sum := sha256.Sum256(b)
+				j.SettingsHash = hex.EncodeToString(sum[:])
 			}
 		}
 	}
@@ -694,4 +752,18 @@ func nameDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// closestKey is the known option key a misspelt one most likely meant:
+// the nearest by edit distance, case ignored, within a third of its
+// length (at least one edit); "" when none is that close.
+func closestKey(k string) string {
+	best, bestDist := "", 0
+	for _, known := range strings.Split(fileKeys(), ", ") {
+		d := nameDistance(strings.ToLower(k), strings.ToLower(known))
+		if d <= max(1, len(known)/3) && (best == "" || d < bestDist) {
+			best, bestDist = known, d
+		}
+	}
+	return best
 }

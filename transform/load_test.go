@@ -106,8 +106,8 @@ func TestLoadNamesEveryProblemWithFileAndKey(t *testing.T) {
 		{"an empty mirror", `module.exports = { mirror: "" };`, errs.ConfigInvalid, []string{`key "mirror"`}},
 		{"exports a string", `module.exports = "x";`, errs.ConfigInvalid, []string{"module.exports must be an object or a function"}},
 		{"an option on a function", `module.exports = function () {}; module.exports.index = "x";`, errs.ConfigInvalid, []string{`key "index"`, "function transform takes no options"}},
-		{"a syntax error", "module.exports = {\n  transform(doc) {\n    return doc +* 1;\n  },\n};", errs.TransformFailed, []string{"job.js:3:", "syntax error"}},
-		{"a syntax error on line 1", "module.exports = {;", errs.TransformFailed, []string{"job.js:1:", "syntax error"}},
+		{"a syntax error", "module.exports = {\n  transform(doc) {\n    return doc +* 1;\n  },\n};", errs.ConfigInvalid, []string{"job.js:3:", "syntax error"}},
+		{"a syntax error on line 1", "module.exports = {;", errs.ConfigInvalid, []string{"job.js:1:", "syntax error"}},
 		{"a throw while loading", "const x = 1;\nthrow new Error('boom');", errs.TransformFailed, []string{"job.js:2:7: Error thrown"}},
 		{"require while loading", "const fs = require('fs');", errs.TransformFailed, []string{"ReferenceError", "require"}},
 	}
@@ -215,4 +215,43 @@ func TestARunningJobKeepsItsIndexWhenAnotherFileClaimsIt(t *testing.T) {
 	if len(fresh.Jobs()) != 0 {
 		t.Fatalf("a fresh load runs %d jobs of a conflict", len(fresh.Jobs()))
 	}
+}
+
+func TestASyntaxErrorSaysWhatItCanAndQuotesNothing(t *testing.T) {
+	cases := []struct {
+		name, src string
+		says      []string
+		not       []string
+	}{
+		{"the later errors, each once", "module.exports = {\n  transform(doc) {\n    return { t: doc.t\n  },\n};\n",
+			[]string{"job.js:5:1: syntax error: Unexpected token }", "; then 6:1: Unexpected end of input"}, []string{"(and ", "then 6:1: Unexpected end of input; 6:1"}},
+		{"an ES module", "export default { collection: \"secret-token-1234\" };\n",
+			[]string{"job.js:1:1: syntax error", "write module.exports = { ... }"}, []string{"secret-token-1234"}},
+		{"an import", "import x from \"y\";\nmodule.exports = {};\n", []string{"instead of export/import"}, nil},
+		{"no hint for CommonJS", "module.exports = {;\n", []string{"syntax error"}, []string{"CommonJS"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := transform.Load(writeFiles(t, map[string]string{"job.js": c.src}), transform.Options{Pool: 1})
+			wantErr(t, err, errs.ConfigInvalid, c.says...)
+			for _, n := range c.not {
+				if strings.Contains(err.Error(), n) {
+					t.Errorf("%q says %q", err, n)
+				}
+			}
+			var se *transform.SyntaxError
+			if !errors.As(err, &se) || se.Line < 1 || !strings.HasSuffix(se.File, "job.js") {
+				t.Errorf("no syntax error position in %#v", err)
+			}
+		})
+	}
+}
+
+func TestAMisspeltOptionKeySaysWhichItMeant(t *testing.T) {
+	for key, want := range map[string]string{"primarKey": "primaryKey", "colection": "collection", "Index": "index", "transfrom": "transform"} {
+		_, err := transform.Load(writeFiles(t, map[string]string{"job.js": "module.exports = { " + key + ": \"x\" };"}), transform.Options{Pool: 1})
+		wantErr(t, err, errs.ConfigInvalid, `key "`+key+`": unknown key; did you mean "`+want+`"?`)
+	}
+	_, err := transform.Load(writeFiles(t, map[string]string{"job.js": "module.exports = { zzz: 1 };"}), transform.Options{Pool: 1})
+	wantErr(t, err, errs.ConfigInvalid, `key "zzz": unknown key (known:`)
 }

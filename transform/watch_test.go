@@ -50,7 +50,7 @@ func TestReloadKeepsUnchangedJobsAndTheLastGoodVersion(t *testing.T) {
 	write("b.js", `module.exports = { transform(d) { return {v: 3}; } ;`)
 	os.Remove(filepath.Join(dir, "c.js"))
 	third, err := next.Reload()
-	wantErr(t, err, errs.TransformFailed, "b.js:1:")
+	wantErr(t, err, errs.ConfigInvalid, "b.js:1:")
 	if third.Job("b") != b2 {
 		t.Error("a file that fails to load must keep its previous Job")
 	}

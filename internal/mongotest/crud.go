@@ -1408,6 +1408,9 @@ func cmdFind(x *cmdCtx) (bson.D, error) {
 	if err != nil {
 		return nil, err
 	}
+	if x.db == "local" && name == oplogColl {
+		return findOplog(x)
+	}
 	q := queryOpts{filter: x.doc("filter"), sort: x.doc("sort")}
 	if v, ok := x.get("skip"); ok {
 		q.skip, _ = toInt64(v)

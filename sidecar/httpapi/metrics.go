@@ -549,6 +549,9 @@ func (m *Metrics) Forget(job string) { m.Job(job, "").Forget() }
 type statusCollector struct {
 	m                  *Metrics
 	stateDesc, lagDesc *prometheus.Desc
+	// meilistream_position_age_seconds, meilistream_oplog_headroom_seconds
+	// and meilistream_oplog_window_seconds: from the source's status only.
+	ageDesc, roomDesc, windowDesc *prometheus.Desc
 
 	mu    sync.Mutex
 	src   status.Source
@@ -564,6 +567,15 @@ func newStatusCollector(ns string, m *Metrics) *statusCollector {
 		lagDesc: prometheus.NewDesc(ns+"_follow_lag_seconds",
 			"Age of the oldest change the job's stream delivered that is not yet durable in the destination, or how far what is durable is behind the source's newest cluster time when larger; 0 when caught up. Present while the job follows its stream.",
 			[]string{LabelPipeline, "kind"}, nil),
+		ageDesc: prometheus.NewDesc(ns+"_position_age_seconds",
+			"Age of the job's recorded position in cluster time (the oplog's newest entry minus the position), whoever holds the job. Present while the oplog window is known.",
+			[]string{LabelPipeline, "kind"}, nil),
+		roomDesc: prometheus.NewDesc(ns+"_oplog_headroom_seconds",
+			"How long the job can still resume from its recorded position: the oplog window minus the position's age. Under 0 the job cannot resume (HISTORY_LOST).",
+			[]string{LabelPipeline, "kind"}, nil),
+		windowDesc: prometheus.NewDesc(ns+"_oplog_window_seconds",
+			"The source's oplog window: newest minus oldest entry of local.oplog.rs (needs read on the local database). Absent while unknown.",
+			nil, nil),
 		state: map[string]string{},
 		lag:   map[string]float64{},
 	}
@@ -598,6 +610,9 @@ func (c *statusCollector) forget(job string) {
 func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.stateDesc
 	ch <- c.lagDesc
+	ch <- c.ageDesc
+	ch <- c.roomDesc
+	ch <- c.windowDesc
 }
 
 // Collect implements prometheus.Collector. The source is asked without
@@ -606,7 +621,7 @@ func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	type row struct {
 		job, kind, state string
-		lag              *float64
+		lag, age, room   *float64
 	}
 	var rows []row
 	c.mu.Lock()
@@ -622,7 +637,12 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Unlock()
 	if src != nil {
 		for _, j := range src.Status() {
-			rows = append(rows, row{job: j.Name, kind: j.Kind, state: j.State, lag: j.LagSeconds})
+			rows = append(rows, row{job: j.Name, kind: j.Kind, state: j.State, lag: j.LagSeconds, age: j.PositionAgeSeconds, room: j.HeadroomSeconds})
+		}
+		if w, ok := src.(status.OplogWindower); ok {
+			if v, known := w.OplogWindow(); known {
+				ch <- prometheus.MustNewConstMetric(c.windowDesc, prometheus.GaugeValue, v)
+			}
 		}
 	}
 	for _, r := range rows {
@@ -645,6 +665,10 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if r.lag != nil {
 			ch <- prometheus.MustNewConstMetric(c.lagDesc, prometheus.GaugeValue, *r.lag, r.job, kind)
+		}
+		if r.age != nil && r.room != nil {
+			ch <- prometheus.MustNewConstMetric(c.ageDesc, prometheus.GaugeValue, *r.age, r.job, kind)
+			ch <- prometheus.MustNewConstMetric(c.roomDesc, prometheus.GaugeValue, *r.room, r.job, kind)
 		}
 	}
 }

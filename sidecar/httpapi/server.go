@@ -218,6 +218,11 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		if jobs := s.opts.Status.Status(); jobs != nil {
 			rep.Jobs = jobs
 		}
+		if w, ok := s.opts.Status.(status.OplogWindower); ok {
+			if v, known := w.OplogWindow(); known {
+				rep.OplogWindowSeconds = &v
+			}
+		}
 	}
 	if s.opts.Config != nil {
 		rep.Config = s.opts.Config

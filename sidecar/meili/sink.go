@@ -248,12 +248,33 @@ func (s *Sink) applySettings(ctx context.Context, uid string, from json.RawMessa
 	if errors.As(err, &e) && e.Status == http.StatusBadRequest {
 		// An unknown key, a value of the wrong shape: Meilisearch's message
 		// names it, and only the settings can fix it.
+		if name := settingOfCode(e.Code); name != "" {
+			return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "%s: Meilisearch refused them, the setting %s (%s): %s", what, name, e.Code, e.Message)
+		}
 		return errs.Wrap(errs.ConfigInvalid, s.job.Name, err, "%s: Meilisearch refused them: %s", what, e.Message)
 	}
 	if err != nil {
 		return s.classify(err, what)
 	}
 	return s.waitOK(ctx, task, what)
+}
+
+// settingOfCode names the setting of a Meilisearch invalid_settings_*
+// error code, as the transform file writes it: invalid_settings_ranking_rules
+// is rankingRules (Meilisearch's codes are the settings' keys in snake
+// case, crates/meilisearch-types/src/error.rs). "" for any other code.
+func settingOfCode(code string) string {
+	rest, ok := strings.CutPrefix(code, "invalid_settings_")
+	if !ok || rest == "" {
+		return ""
+	}
+	parts := strings.Split(rest, "_")
+	for i := 1; i < len(parts); i++ {
+		if parts[i] != "" {
+			parts[i] = strings.ToUpper(parts[i][:1]) + parts[i][1:]
+		}
+	}
+	return strings.Join(parts, "")
 }
 
 // meiliTask is one task of a sent batch and the batch positions it holds.

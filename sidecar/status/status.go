@@ -31,6 +31,15 @@ type QuickReadier interface {
 	ReadyNow(ctx context.Context) error
 }
 
+// OplogWindower is optionally implemented by a Source that reads the
+// source's oplog window: GET /status and /metrics show it.
+type OplogWindower interface {
+	// OplogWindow returns the newest minus the oldest entry of the
+	// source's oplog in seconds, from memory; false while unknown (not
+	// read yet, or the user may not read local.oplog.rs).
+	OplogWindow() (seconds float64, ok bool)
+}
+
 // The states of a job, Job.State.
 const (
 	Starting   = "starting"
@@ -95,6 +104,14 @@ type Job struct {
 	LagSeconds *float64 `json:"lag_seconds"`
 	// PositionTime is the cluster time of the last recorded position.
 	PositionTime *time.Time `json:"position_time,omitempty"`
+	// PositionAgeSeconds is how old the job's recorded position is in
+	// cluster time (the oplog's newest entry minus the position), and
+	// HeadroomSeconds how long it can still resume from it (the oplog's
+	// window minus that age: the position minus the oldest entry; under
+	// 0 the position fell out of the oplog, HISTORY_LOST). Whoever holds
+	// the job; absent while the window or the position is unknown.
+	PositionAgeSeconds *float64 `json:"position_age_seconds,omitempty"`
+	HeadroomSeconds    *float64 `json:"headroom_seconds,omitempty"`
 	// Stall says what is pending and since when, while State is
 	// "stalled" (nil otherwise).
 	Stall *Stall `json:"stall,omitempty"`
@@ -179,7 +196,10 @@ type Report struct {
 	Version string    `json:"version"`
 	Time    time.Time `json:"time"`
 	Ready   bool      `json:"ready"`
-	Jobs    []Job     `json:"jobs"`
+	// OplogWindowSeconds is the source's oplog window (newest minus
+	// oldest entry), null while unknown.
+	OplogWindowSeconds *float64 `json:"oplog_window_seconds"`
+	Jobs               []Job    `json:"jobs"`
 	// Config is the configuration in effect, its JSON with secrets masked
 	// (the configuration's own MarshalJSON masks them).
 	Config json.Marshaler `json:"config,omitempty"`

@@ -18,7 +18,7 @@ import (
 func JobDefs(jobs []*transform.Job, loadErr error) (defs []JobDef, other []error) {
 	have := map[string]bool{}
 	for _, j := range jobs {
-		defs = append(defs, JobDef{Name: j.Name, Kind: j.Kind.String(), Hash: j.Hash, Spec: j})
+		defs = append(defs, JobDef{Name: j.Name, Kind: j.Kind.String(), Hash: j.Hash + j.SettingsHash, Spec: j})
 		have[j.Name] = true
 	}
 	for _, err := range flatten(loadErr) {

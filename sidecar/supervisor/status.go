@@ -12,7 +12,10 @@ import (
 	"github.com/meilistream/meilistream/sidecar/status"
 )
 
-var _ status.Source = (*Supervisor)(nil)
+var (
+	_ status.Source        = (*Supervisor)(nil)
+	_ status.OplogWindower = (*Supervisor)(nil)
+)
 
 // Status returns every job's status for /status, sorted by name, from
 // memory: the supervisor's state (standby, restarting, failed...) refined by
@@ -88,6 +91,9 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 	if !es.LastPosition.IsZero() {
 		t := es.LastPosition
 		st.PositionTime = &t
+	}
+	if age, room, ok := s.headroomOf(sn.Name); ok {
+		st.PositionAgeSeconds, st.HeadroomSeconds = &age, &room
 	}
 	if sn.TransformError != "" {
 		st.TransformError = &status.ErrorInfo{Code: sn.TransformErrorCode, Message: sn.TransformError, At: sn.TransformErrorAt}

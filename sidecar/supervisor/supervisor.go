@@ -216,6 +216,13 @@ type Config struct {
 	// source or destination keeps failing before this process gives its
 	// lease to another pod (0: never).
 	StallTimeout time.Duration
+	// Headroom, when set, reads the oplog's window and every job's
+	// recorded position, every HeadroomInterval (default
+	// DefaultHeadroomInterval): /status and the metrics then show each
+	// job's position age and headroom, and a job whose headroom falls
+	// under a quarter of the window is logged at warn.
+	Headroom         func(ctx context.Context) (Headroom, error)
+	HeadroomInterval time.Duration
 }
 
 // Supervisor runs every job in its own goroutine: standby (waiting for the
@@ -231,11 +238,12 @@ type Supervisor struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu      sync.Mutex
-	jobs    map[string]*supervised
-	closed  bool
-	holders map[string]string // from cfg.Holders
-	wg      sync.WaitGroup
+	mu       sync.Mutex
+	jobs     map[string]*supervised
+	closed   bool
+	holders  map[string]string // from cfg.Holders
+	headroom headroomState     // from cfg.Headroom
+	wg       sync.WaitGroup
 
 	probes probeCache // cfg.Probe's latest result, for Ready and ReadyNow
 	bal    balancer   // the other pods, guarded by mu
@@ -358,6 +366,9 @@ func New(cfg Config) *Supervisor {
 	if cfg.HoldersInterval <= 0 {
 		cfg.HoldersInterval = 2 * time.Second
 	}
+	if cfg.HeadroomInterval <= 0 {
+		cfg.HeadroomInterval = DefaultHeadroomInterval
+	}
 	if cfg.ProbeTTL <= 0 {
 		cfg.ProbeTTL = DefaultProbeTTL
 	}
@@ -384,6 +395,13 @@ func New(cfg Config) *Supervisor {
 		go func() {
 			defer s.wg.Done()
 			s.watchHolders()
+		}()
+	}
+	if cfg.Headroom != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.watchHeadroom()
 		}()
 	}
 	if cfg.Peers != nil || cfg.StallTimeout > 0 {
