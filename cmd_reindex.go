@@ -2,20 +2,74 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"time"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
+	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
 )
 
-// runReindex is the body of "meilistream reindex NAME": it takes the job's
-// lease (exit 3, RUNNING, when another process holds it), rebuilds the
-// destination from the collection (continuing a checkpointed reindex of the
-// same transform), records the new position, releases the lease and prints
-// one line: indexed, skipped, removed, duration.
-func runReindex(ctx context.Context, inv *invocation) int {
+// defaultReindexTimeout bounds how long `meilistream reindex --wait`
+// waits for a running holder's reindex to finish.
+const defaultReindexTimeout = 24 * time.Hour
+
+// reindexAccept is how long `meilistream reindex` waits for a running
+// holder to take its request (it flushes first).
+var reindexAccept = 2 * time.Minute
+
+// reindexFlags are the flags of "meilistream reindex".
+type reindexFlags struct {
+	inplace, swap, wait bool
+	timeout             time.Duration
+}
+
+func (f *reindexFlags) define(fs *flag.FlagSet) {
+	fs.BoolVar(&f.inplace, "inplace", false, "reindex in place this once, whatever the job says")
+	fs.BoolVar(&f.swap, "swap", false, "reindex into a fresh index swapped in this once, whatever the job says")
+	fs.BoolVar(&f.wait, "wait", false, "wait until a running sidecar's reindex is recorded")
+	fs.DurationVar(&f.timeout, "timeout", defaultReindexTimeout, "how long --wait waits, a Go `DURATION`")
+}
+
+// check says what is wrong with the flags, if anything.
+func (f reindexFlags) check() error {
+	switch {
+	case f.inplace && f.swap:
+		return errors.New("--inplace and --swap exclude each other")
+	case f.timeout <= 0:
+		return fmt.Errorf("--timeout wants a positive Go duration, e.g. 2h, got %s", f.timeout)
+	}
+	return nil
+}
+
+// mode is the reindex mode the flags choose; "" as the job says.
+func (f reindexFlags) mode() string {
+	switch {
+	case f.inplace:
+		return "inplace"
+	case f.swap:
+		return "swap"
+	}
+	return ""
+}
+
+// runReindex is the body of "meilistream reindex NAME": with no process
+// holding the job's lease it takes it, rebuilds the destination from the
+// collection (continuing a checkpointed reindex of the same transform),
+// records the new position, releases the lease and prints one line:
+// indexed, skipped, removed, duration. When a sidecar holds it, it asks
+// that sidecar (a request in the state collection, as retry does), which
+// starts the reindex interleaved with its stream; it prints that it
+// started and, with --wait, waits until it is recorded. A paused job is
+// not reindexed: resume it first.
+func runReindex(ctx context.Context, inv *invocation, f reindexFlags) int {
+	if err := f.check(); err != nil {
+		return usageError(inv.Stderr, "reindex", "%v", err)
+	}
 	name := inv.Args[0]
 	w, err := connect(ctx, inv.Config, inv.Log)
 	if err != nil {
@@ -26,16 +80,31 @@ func runReindex(ctx context.Context, inv *invocation) int {
 	if err != nil {
 		return fail(inv.Stderr, err)
 	}
+	if m := f.mode(); m != "" && job.Kind == jobdef.Mirror && m != "inplace" {
+		return usageError(inv.Stderr, "reindex", "job %s is a mirror job, which always rebuilds its replica collection in place: --swap does not apply", job.Name)
+	}
 	if err := w.reach(ctx); err != nil {
 		return fail(inv.Stderr, err)
 	}
+	if p, err := w.engine.Paused(ctx, job.Name); err != nil {
+		return fail(inv.Stderr, err)
+	} else if p != nil {
+		return fail(inv.Stderr, errs.New(errs.Failed, job.Name, "the job is paused (since %s): run `meilistream resume %s` first, then reindex it",
+			p.PausedAt.UTC().Format(time.RFC3339), job.Name))
+	}
 	var out string
 	err = w.underLease(ctx, job.Name, func(ctx context.Context, l leaseForEngine) error {
-		dst, err := w.sinkFactory(inv.Log)(job, sink.NewGuard(l.Held))
+		run := job
+		if m := f.mode(); m != "" && m != run.Reindex {
+			c := *job // the sink and the engine read the mode from the job
+			c.Reindex = m
+			run = &c
+		}
+		dst, err := w.sinkFactory(inv.Log)(run, sink.NewGuard(l.Held))
 		if err != nil {
 			return err
 		}
-		sum, err := w.engine.Reindex(ctx, job, dst, l, nil)
+		sum, err := w.engine.Reindex(ctx, run, dst, l, nil)
 		if err != nil {
 			return err
 		}
@@ -47,6 +116,9 @@ func runReindex(ctx context.Context, inv *invocation) int {
 			job.Name, sum.Indexed, sum.Skipped, sum.Removed, sum.Errors, sum.Duration.Round(time.Millisecond), resumed)
 		return nil
 	})
+	if errors.Is(err, errs.ErrRunning) {
+		out, err = w.reindexByHolder(ctx, inv, job, f)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			fmt.Fprintf(inv.Stderr, "meilistream: reindex of %s interrupted; running it again continues from its last checkpoint\n", name)
@@ -55,6 +127,38 @@ func runReindex(ctx context.Context, inv *invocation) int {
 	}
 	fmt.Fprint(inv.Stdout, out)
 	return exitOK
+}
+
+// reindexByHolder asks the process holding job's lease to reindex and,
+// with --wait, waits until the reindex is recorded (the position's
+// reindexedAt after the time the holder took the request).
+func (w *wiring) reindexByHolder(ctx context.Context, inv *invocation, job *transform.Job, f reindexFlags) (string, error) {
+	r, err := w.askHolder(ctx, inv, job, jobstate.ReindexKind, f.mode(), reindexAccept)
+	if err != nil {
+		return "", err
+	}
+	line := fmt.Sprintf("reindex of %s: holder %s: %s\n", job.Name, r.Holder, r.Note)
+	if !f.wait {
+		return line + fmt.Sprintf("it goes on in the sidecar; `meilistream status` shows its progress (or run reindex with --wait)\n"), nil
+	}
+	fmt.Fprint(inv.Stdout, line)
+	deadline := time.Now().Add(f.timeout)
+	t := time.NewTicker(retryPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return "", errs.New(errs.Failed, job.Name, "interrupted while waiting for the reindex; it goes on in the sidecar: see `meilistream status`")
+		case <-t.C:
+		}
+		pos, err := w.engine.Position(ctx, job.Name)
+		if err == nil && pos != nil && pos.ReindexedAt.After(r.Started) {
+			return fmt.Sprintf("reindexed %s: recorded by %s at %s\n", job.Name, r.Holder, pos.ReindexedAt.UTC().Format(time.RFC3339)), nil
+		}
+		if time.Now().After(deadline) {
+			return "", errs.New(errs.Failed, job.Name, "the reindex did not finish within %s (--timeout); it goes on in the sidecar: see `meilistream status`", f.timeout)
+		}
+	}
 }
 
 // oneJob loads the job called name, with the environment's options, or says

@@ -90,17 +90,41 @@ func runRetry(ctx context.Context, inv *invocation, f retryFlags) int {
 }
 
 // retryByHolder asks the process holding job's lease to retry (a request
-// in the state collection) and waits up to wait for its answer. A request
-// no holder takes within retryClaimWait is withdrawn; one taken and not
-// answered in time is left to finish (its record says how it went, and
-// `meilistream errors` what is left).
+// in the state collection) and waits up to wait for its answer.
 func (w *wiring) retryByHolder(ctx context.Context, inv *invocation, job *transform.Job, wait time.Duration) (engine.RetrySummary, error) {
-	var sum engine.RetrySummary
-	id, err := jobstate.RequestRetry(ctx, w.state, job.Name, w.leases.Holder(), wait+time.Minute)
+	r, err := w.askHolder(ctx, inv, job, "", "", wait)
 	if err != nil {
-		return sum, err
+		return engine.RetrySummary{}, err
 	}
-	inv.Log.Info("another process holds the job's lease: asked it to retry the recorded documents", "job", job.Name, "wait", wait.String())
+	return engine.RetrySummary{Retried: r.Retried, Written: r.Written, Gone: r.Gone, Failed: r.Failed, Duration: r.Duration}, nil
+}
+
+// askHolder asks the process holding job's lease to do kind (a retry
+// when "", jobstate.PauseKind...; mode for a reindex) with a request in
+// the state collection, and waits up to wait for its answer: the request
+// done, or an error saying why not. A request no holder takes within
+// retryClaimWait is withdrawn; one taken and not answered in time is left
+// to finish (the holder goes on with it).
+func (w *wiring) askHolder(ctx context.Context, inv *invocation, job *transform.Job, kind, mode string, wait time.Duration) (*jobstate.RetryRequest, error) {
+	what, after := "retry", "see `meilistream errors "+job.Name+"` later"
+	if kind != "" {
+		what, after = kind, "see `meilistream status` later"
+	}
+	var id string
+	var err error
+	if kind == "" {
+		id, err = jobstate.RequestRetry(ctx, w.state, job.Name, w.leases.Holder(), wait+time.Minute)
+	} else {
+		id, err = jobstate.RequestOf(ctx, w.state, job.Name, w.leases.Holder(), wait+time.Minute, kind, mode)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if kind == "" {
+		inv.Log.Info("another process holds the job's lease: asked it to retry the recorded documents", "job", job.Name, "wait", wait.String())
+	} else {
+		inv.Log.Info("another process holds the job's lease: asked it to "+kind+" the job", "job", job.Name, "wait", wait.String())
+	}
 	// Whatever happens to this process, an untaken request goes with it.
 	withdraw := func() bool {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -117,9 +141,9 @@ func (w *wiring) retryByHolder(ctx context.Context, inv *invocation, job *transf
 		select {
 		case <-ctx.Done():
 			if withdraw() {
-				return sum, errs.New(errs.Failed, job.Name, "interrupted before the job's holder took the retry request (withdrawn)")
+				return nil, errs.New(errs.Failed, job.Name, "interrupted before the job's holder took the %s request (withdrawn)", what)
 			}
-			return sum, errs.New(errs.Failed, job.Name, "interrupted while the job's holder retries; it goes on: see `meilistream errors %s` later", job.Name)
+			return nil, errs.New(errs.Failed, job.Name, "interrupted while the job's holder does the %s; it goes on: %s", what, after)
 		case <-t.C:
 		}
 		r, err := jobstate.ReadRequest(ctx, w.state, job.Name, id)
@@ -129,22 +153,22 @@ func (w *wiring) retryByHolder(ctx context.Context, inv *invocation, job *transf
 		now := time.Now()
 		switch {
 		case r == nil:
-			return sum, errs.New(errs.Failed, job.Name, "the retry request was deleted before the job's holder answered it")
+			return nil, errs.New(errs.Failed, job.Name, "the %s request was deleted before the job's holder answered it", what)
 		case r.State == jobstate.RequestDone:
 			w.dropRequest(ctx, job.Name, id)
-			return engine.RetrySummary{Retried: r.Retried, Written: r.Written, Gone: r.Gone, Failed: r.Failed, Duration: r.Duration}, nil
+			return r, nil
 		case r.State == jobstate.RequestFailed:
 			w.dropRequest(ctx, job.Name, id)
 			code := errs.Code(r.Code)
 			if code == "" {
 				code = errs.Failed
 			}
-			return sum, errs.New(code, job.Name, "the job's holder %s did not finish the retry: %s", r.Holder, r.Error)
+			return nil, errs.New(code, job.Name, "the job's holder %s did not finish the %s: %s", r.Holder, what, r.Error)
 		case r.State == jobstate.RequestPending && now.After(claimBy) && withdraw():
-			return sum, errs.New(errs.Failed, job.Name, "another process holds job %s's lease but took no retry request within %s: it may still be starting, or be a `meilistream reindex` or an earlier meilistream release; "+
-				"try again, or run retry where no sidecar runs the job", job.Name, min(wait, retryClaimWait))
+			return nil, errs.New(errs.Failed, job.Name, "another process holds job %s's lease but took no %s request within %s: it may still be starting, or be a `meilistream reindex` or an earlier meilistream release; "+
+				"try again, or run %s where no sidecar runs the job", job.Name, what, min(wait, retryClaimWait), what)
 		case now.After(deadline):
-			return sum, errs.New(errs.Failed, job.Name, "the job's holder %s did not answer the retry within %s (--wait); it goes on: see `meilistream errors %s` later", r.Holder, wait, job.Name)
+			return nil, errs.New(errs.Failed, job.Name, "the job's holder %s did not answer the %s within %s (--wait); it goes on: %s", r.Holder, what, wait, after)
 		}
 	}
 }

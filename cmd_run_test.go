@@ -107,3 +107,21 @@ func TestEngineConfigCarriesTheVariables(t *testing.T) {
 		t.Fatalf("engine config %+v", ec)
 	}
 }
+
+func TestReindexFlagsCheck(t *testing.T) {
+	for _, tc := range []struct {
+		f    reindexFlags
+		mode string
+		bad  bool
+	}{
+		{reindexFlags{timeout: time.Hour}, "", false},
+		{reindexFlags{inplace: true, timeout: time.Hour}, "inplace", false},
+		{reindexFlags{swap: true, timeout: time.Hour}, "swap", false},
+		{reindexFlags{inplace: true, swap: true, timeout: time.Hour}, "inplace", true},
+		{reindexFlags{timeout: 0}, "", true},
+	} {
+		if err := tc.f.check(); (err != nil) != tc.bad || tc.f.mode() != tc.mode {
+			t.Errorf("%+v: check %v, mode %q; want bad %v, mode %q", tc.f, err, tc.f.mode(), tc.bad, tc.mode)
+		}
+	}
+}

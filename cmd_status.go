@@ -24,8 +24,8 @@ import (
 // what MongoDB holds (the state collection), not from a running sidecar:
 // who holds its lease and until when, the lease epoch, the time of the
 // recorded position and the job's lag, an unfinished reindex, and the
-// documents in the errors collection. Jobs of the transforms folder that
-// have no state yet are listed too.
+// documents in the errors collection; a paused job is marked so. Jobs of
+// the transforms folder that have no state yet are listed too.
 //
 // The lag is the one of /status and the metrics (the age of the oldest
 // change not yet durable), as far as MongoDB can tell: the age of the
@@ -160,6 +160,12 @@ func runStatus(ctx context.Context, inv *invocation) int {
 			errCount = fmt.Sprint(s.Errors)
 		}
 		name := n
+		if p, err := jobstate.ReadPause(ctx, w.state, n); err != nil {
+			notes = append(notes, fmt.Sprintf("%s: paused or not unknown: %s", n, err))
+		} else if p != nil {
+			name += " (paused)"
+			notes = append(notes, fmt.Sprintf("%s: paused since %s by %s: sends nothing, its position ages; `meilistream resume %s` resumes it", n, p.PausedAt.UTC().Format(time.RFC3339), p.PausedBy, n))
+		}
 		switch {
 		case broken[n]:
 			name += " (transform fails to load)"

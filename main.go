@@ -91,11 +91,14 @@ type command struct {
 // (runRun, runReindex, ...) live in cmd_<name>.go.
 func commands() []command {
 	var (
-		retryOpts  retryFlags
-		errorsOpts errorsFlags
-		checkOpts  checkFlags
-		probeOpts  probeFlags
-		waitOpts   waitFlags
+		retryOpts   retryFlags
+		reindexOpts reindexFlags
+		pauseOpts   pauseFlags
+		resumeOpts  pauseFlags
+		errorsOpts  errorsFlags
+		checkOpts   checkFlags
+		probeOpts   probeFlags
+		waitOpts    waitFlags
 	)
 	return []command{
 		{
@@ -110,15 +113,20 @@ Configuration comes from MEILISTREAM_* environment variables
 			serve: runRun,
 		},
 		{
-			name: "reindex", synopsis: "NAME", summary: "rebuild one job's destination from its collection now",
-			help: `Takes the lease of job NAME and rebuilds its destination from the source
-collection (a fresh index swapped in atomically, or in place), then records
-the new position and exits. A running sidecar holding the lease makes this
-exit 3 (RUNNING): run it where no sidecar runs the job (scale the sidecars
-down, run it, scale them back up), or change the job's transform instead:
-the sidecar holding the lease then reindexes by itself.`,
+			name: "reindex", synopsis: "NAME [--inplace|--swap] [--wait [--timeout D]]", summary: "rebuild one job's destination from its collection now",
+			help: `Rebuilds job NAME's destination from the source collection: a fresh index
+swapped in atomically, or in place, as the job says (reindex: "swap" or
+"inplace"), then records the new position.
+
+While a sidecar runs the job (holds its lease), the request goes to that
+sidecar, which starts the reindex interleaved with its change stream
+(search stays fresh meanwhile); this prints that it started and exits,
+or with --wait waits until the reindex is recorded. With no sidecar
+running the job, it takes the lease, reindexes itself and prints what it
+did. A paused job is not reindexed: resume it first.`,
 			args:  argsJob,
-			serve: runReindex,
+			flags: reindexOpts.define,
+			serve: func(ctx context.Context, inv *invocation) int { return runReindex(ctx, inv, reindexOpts) },
 		},
 		{
 			name: "retry", synopsis: "NAME [--wait DURATION]", summary: "run recorded per-document errors of one job again",
@@ -140,6 +148,31 @@ limit).`,
 			args:  argsJob,
 			flags: retryOpts.define,
 			serve: func(ctx context.Context, inv *invocation) int { return runRetry(ctx, inv, retryOpts) },
+		},
+		{
+			name: "pause", synopsis: "NAME [--wait D]", summary: "stop one job sending, keeping its lease and position",
+			help: `Pauses job NAME: its holder flushes what it has in flight, closes its change
+stream and sends nothing more, keeping its lease and its recorded position
+(/status and "meilistream status" show it paused). The pause is recorded
+in MongoDB, so it outlives restarts and takeovers until "meilistream
+resume NAME". While a job is paused its position ages: resume it before
+the oplog window passes it (meilistream_position_age_seconds).
+
+With a sidecar running the job, the request goes to it and this prints its
+answer, once what was in flight is durable; with none, it records the
+pause itself and the job's next holder starts paused.`,
+			args:  argsJob,
+			flags: pauseOpts.define,
+			serve: func(ctx context.Context, inv *invocation) int { return runPause(ctx, inv, pauseOpts) },
+		},
+		{
+			name: "resume", synopsis: "NAME [--wait D]", summary: "resume a paused job from its recorded position",
+			help: `Resumes job NAME, paused by "meilistream pause": its holder reopens the
+change stream at the recorded position and catches up. Through the running
+sidecar, or recorded for the next holder when none runs the job.`,
+			args:  argsJob,
+			flags: resumeOpts.define,
+			serve: func(ctx context.Context, inv *invocation) int { return runResume(ctx, inv, resumeOpts) },
 		},
 		{
 			name: "errors", synopsis: "NAME [--json] [--limit N] [--after CURSOR]", summary: "list the documents one job failed on",

@@ -43,6 +43,25 @@ type retryRequest struct {
 	pages                 atomic.Int64
 	written, gone, failed atomic.Int64
 	done                  chan struct{}
+	// note and err are what a pause, resume or reindex did (Finish).
+	note string
+	err  error
+}
+
+// Kind is what the request asks: "" (a retry of the recorded documents),
+// jobstate.PauseKind, ResumeKind or ReindexKind.
+func (r *retryRequest) Kind() string { return r.req.Kind }
+
+// Mode is a reindex request's mode: "inplace", "swap" or "" (as the job
+// says).
+func (r *retryRequest) Mode() string { return r.req.Mode }
+
+// Finish ends a pause, resume or reindex request: done with note saying
+// what the holder did, or failed with err. Call it once, from the follow
+// loop (which owns the request from when it received it).
+func (r *retryRequest) Finish(note string, err error) {
+	r.note, r.err = note, err
+	close(r.done)
 }
 
 // newRetryRequest is a retry of ids the engine makes itself (documents
@@ -99,9 +118,10 @@ func (q retryRequests) Serve(ctx context.Context, to chan<- *retryRequest) (stop
 		case <-r.done:
 			q.answer(r, nil)
 		default:
-			var cause error = errs.New(errs.Failed, q.Job, "the job stopped in this process before the retry was done; run `meilistream retry %s` again", q.Job)
+			w := what(r.req.Kind)
+			var cause error = errs.New(errs.Failed, q.Job, "the job stopped in this process before the %s was done; run `meilistream %s %s` again", w, w, q.Job)
 			if err := q.Lease.Err(); err != nil {
-				cause = errs.Wrap(errs.LeaseLost, q.Job, err, "the holder lost the job's lease before the retry was done; run `meilistream retry %s` again", q.Job)
+				cause = errs.Wrap(errs.LeaseLost, q.Job, err, "the holder lost the job's lease before the %s was done; run `meilistream %s %s` again", w, w, q.Job)
 			}
 			q.answer(r, cause)
 		}
@@ -137,13 +157,17 @@ func (q retryRequests) take(ctx context.Context, to chan<- *retryRequest) *retry
 		}
 		failing = false
 		r := &retryRequest{req: req, start: time.Now(), done: make(chan struct{})}
-		ids, err := q.Store.DocErrorIDs(ctx, q.Job)
-		if err != nil {
-			q.answer(r, err)
-			continue
+		if req.Kind == "" {
+			ids, err := q.Store.DocErrorIDs(ctx, q.Job)
+			if err != nil {
+				q.answer(r, err)
+				continue
+			}
+			r.IDs = distinctIDs(ids)
+			q.Log.Info("retrying the recorded documents, asked by meilistream retry", "documents", len(r.IDs), "request", req.ID)
+		} else {
+			q.Log.Info("asked by meilistream "+req.Kind, "request", req.ID, "mode", req.Mode)
 		}
-		r.IDs = distinctIDs(ids)
-		q.Log.Info("retrying the recorded documents, asked by meilistream retry", "documents", len(r.IDs), "request", req.ID)
 		select {
 		case to <- r:
 		case <-ctx.Done():
@@ -164,10 +188,15 @@ func (q retryRequests) answer(r *retryRequest, cause error) {
 	out := *r.req
 	out.Retried, out.Written, out.Gone, out.Failed = int64(len(r.IDs)), r.written.Load(), r.gone.Load(), r.failed.Load()
 	out.Duration = time.Since(r.start)
-	out.State = jobstate.RequestDone
+	out.State, out.Note = jobstate.RequestDone, r.note
+	if cause == nil {
+		cause = r.err
+	}
 	if cause != nil {
 		out.State, out.Code, out.Error = jobstate.RequestFailed, string(errs.CodeOf(cause)), cause.Error()
-		q.Log.Warn("retry of the recorded documents not done", "request", r.req.ID, "error", cause)
+		q.Log.Warn("request not done", "kind", what(r.req.Kind), "request", r.req.ID, "error", cause)
+	} else if r.req.Kind != "" {
+		q.Log.Info("request answered", "kind", r.req.Kind, "note", r.note, "request", r.req.ID)
 	} else {
 		q.Log.Info("retry done", "retried", out.Retried, "written", out.Written, "gone", out.Gone, "failed", out.Failed, "request", r.req.ID)
 	}
@@ -176,6 +205,14 @@ func (q retryRequests) answer(r *retryRequest, cause error) {
 	if err := q.Store.FinishRetry(ctx, &out); err != nil {
 		q.Log.Warn("answering the retry request failed; meilistream retry will give up waiting", "request", r.req.ID, "error", err)
 	}
+}
+
+// what names a request's kind as its command does.
+func what(kind string) string {
+	if kind == "" {
+		return "retry"
+	}
+	return kind
 }
 
 // distinctIDs is ids without the ones MongoDB holds as the same _id as an

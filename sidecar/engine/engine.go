@@ -88,6 +88,9 @@ type Config struct {
 	// destination (read your writes: the HTTP server's /wait answers from
 	// it). It must not block.
 	Durable func(job string, ts bson.Timestamp)
+	// PauseWarnEvery is how often a paused job says in the log that it
+	// is still paused and its position ages (default 1h).
+	PauseWarnEvery time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -138,6 +141,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WatchdogAnswer <= 0 {
 		c.WatchdogAnswer = DefaultWatchdogAnswer
+	}
+	if c.PauseWarnEvery <= 0 {
+		c.PauseWarnEvery = DefaultPauseWarnEvery
 	}
 	return c
 }
@@ -277,19 +283,36 @@ func (e *Engine) jobCfg(job *transform.Job) jobConfig {
 // DrainTimeout), an error with code LEASE_LOST when the lease was lost
 // (nothing recorded afterwards), HISTORY_LOST with onHistoryLost: fail, a
 // FAILED error wrapping ErrInvalidated when the collection was dropped or
-// renamed (position cleared), or the per-document error's own code with
-// onDocumentError: fail.
+// renamed (position cleared), the per-document error's own code with
+// onDocumentError: fail, or a *ModeAsked (no failure) when `meilistream
+// reindex` asked for a reindex in another mode than the job's.
 //
 // prepared, when not nil, hears the outcome of each attempt to prepare
 // dst (nil on success; not when ctx ended meanwhile), which the engine
 // retries with backoff: the supervisor shows it in /status.
 func (e *Engine) Run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, prepared func(error)) error {
+	return e.runJob(ctx, job, dst, l, stats, "", prepared)
+}
+
+// RunReindexing is Run starting with a reindex, after Run returned a
+// *ModeAsked: job (and dst, built from it) reindex in the mode asked;
+// original is the job as defined, whose mode a later `meilistream
+// reindex` without a mode means (Run returns a *ModeAsked for it).
+func (e *Engine) RunReindexing(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, original *transform.Job, prepared func(error)) error {
+	return e.runJob(ctx, job, dst, l, stats, reindexMode(original), prepared)
+}
+
+func (e *Engine) runJob(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, own string, prepared func(error)) error {
 	e.setKind(job.Name, job.Kind.String())
 	if stats == nil {
 		stats = status.NewJobStats() // the lag metric is computed from it
 	}
 	defer e.watchQueue(job.Name, dst, stats)()
-	_, err := e.run(ctx, job, dst, l, stats, false, prepared)
+	_, err := e.run(ctx, job, dst, l, stats, false, own, prepared)
+	if m := (*ModeAsked)(nil); errors.As(err, &m) {
+		stats.SetPhase(status.PhaseIdle)
+		return err // not a failure: the caller runs the job again, in that mode
+	}
 	if err != nil {
 		err = errs.WithJob(job.Name, err)
 		stats.SetError(err)
@@ -300,7 +323,10 @@ func (e *Engine) Run(ctx context.Context, job *transform.Job, dst sink.Sink, l L
 
 // run is Run, and with force (`meilistream reindex NAME`) a reindex
 // whatever the position says, after which it stops and reports it.
-func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, force bool, prepared func(error)) (*Summary, error) {
+// own, when set, is the mode of the job as defined, which job (a copy in
+// another mode) starts with a reindex in (RunReindexing).
+func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, force bool, own string, prepared func(error)) (*Summary, error) {
+	asked := own != ""
 	ctx, stop := leaseContext(ctx, l)
 	defer stop()
 	log := e.log.With("job", job.Name)
@@ -315,12 +341,23 @@ func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l L
 		lost      bool     // the history was lost: reindex afresh from the present
 		lostSince bson.Raw // the position recorded when it was
 	)
+	// asked: a running job's holder was asked to reindex (pause.go).
 	for {
 		plan, err := e.plan(ctx, job, l, force, lost, log)
 		if err != nil {
 			return nil, closeOr(ctx, l, err)
 		}
+		plan.ownMode = own
+		if asked && !plan.reindex {
+			log.Info("reindexing, asked by meilistream reindex", "mode", reindexMode(job))
+			plan.reindex = true
+		}
+		asked = false
 		sum, err := e.follow(ctx, job, dst, l, stats, plan, log)
+		if errors.Is(err, errReindexAsked) {
+			asked = true
+			continue
+		}
 		if !errors.Is(err, stream.ErrHistoryLost) {
 			return sum, err
 		}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,9 @@ type followPlan struct {
 	// untilReindexed stops cleanly once the reindex is recorded
 	// (`meilistream reindex NAME`).
 	untilReindexed bool
+	// ownMode is the reindex mode of the job as defined when the job run
+	// is a copy in another mode (Engine.RunReindexing); empty otherwise.
+	ownMode string
 }
 
 // follow applies the job's change stream until ctx ends (nil, after a
@@ -53,7 +57,7 @@ type followPlan struct {
 func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, plan followPlan, log hclog.Logger) (*Summary, error) {
 	jc := e.jobCfg(job)
 	jc.timeouts = newTimeouts(job.CallTimeout(), log)
-	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, tok: plan.tok, deps: job.Dependencies(), lastRecorded: plan.tok, lastWall: plan.since}
+	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, tok: plan.tok, deps: job.Dependencies(), lastRecorded: plan.tok, lastWall: plan.since, ownMode: plan.ownMode, byHand: plan.untilReindexed}
 	f.relatedColls = map[string]bool{}
 	for _, c := range job.RelatedCollections() {
 		f.relatedColls[c] = true
@@ -63,7 +67,7 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	if err := f.open(ctx); err != nil {
 		return nil, closeOr(ctx, l, err)
 	}
-	defer f.reader.Close()
+	defer func() { f.reader.Close() }() // the one open last: a resume or an error reopens it
 
 	var snap *Reindex
 	if plan.reindex {
@@ -85,7 +89,12 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	defer pstop()
 	f.p = e.newPipe(pctx, jc, dst, sink.NewGuard(l.Held), stats, log, true)
 	defer f.p.Abort(pipe.Closed)
-	f.dog = newWatchdog(jc.FlushInterval, jc.WatchdogAnswer, func() (int64, int32) { return f.fanPending.Load(), f.waiting.Load() })
+	f.dog = newWatchdog(jc.FlushInterval, jc.WatchdogAnswer, func() (int64, int32) {
+		if f.pausedNow.Load() {
+			return 0, 0 // paused: what waits for the stream is not stalled (pause.go)
+		}
+		return f.fanPending.Load(), f.waiting.Load()
+	})
 	f.p.dog = f.dog
 	wctx, wstop := context.WithCancel(ctx)
 	watched := make(chan struct{})
@@ -129,6 +138,25 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	f.retries = make(chan *retryRequest)
 	stopRetries := f.serveRetries(ctx)
 	defer stopRetries()
+	if !plan.since.IsZero() {
+		// The recorded position's age shows from the start (a paused job
+		// records no other).
+		stats.Update(func(s *status.JobSnapshot) { s.LastPosition = plan.since })
+		e.observePosition(job.Name, plan.since)
+	}
+	if !plan.untilReindexed {
+		pause, err := e.store.ReadPause(ctx, job.Name)
+		if err != nil {
+			f.p.Abort(err)
+			return nil, closeOr(ctx, l, err)
+		}
+		if pause != nil {
+			if err := f.enterPause(pause.PausedAt); err != nil {
+				return nil, closeOr(ctx, l, err)
+			}
+			log.Info("paused since "+pause.PausedAt.UTC().Format(time.RFC3339)+" (recorded in MongoDB): sending nothing until `meilistream resume "+job.Name+"`", "paused_by", pause.PausedBy)
+		}
+	}
 	if plan.since.IsZero() {
 		// A position with no time of its own (a fresh stream opened at
 		// the present): say so rather than print year one.
@@ -219,10 +247,21 @@ type follower struct {
 	fanBusy int
 
 	// pctx is the pipe's context (a fan-out reader started later runs
-	// under it); retries takes `meilistream retry` requests
-	// (retrylive.go).
+	// under it); retries takes the requests of `meilistream retry`,
+	// `pause`, `resume` and `reindex` (retrylive.go, pause.go).
 	pctx    context.Context
 	retries chan *retryRequest
+	// paused: the stream is closed until a resume (pause.go), since
+	// pausedAt; pauseWarned is when the log last said so.
+	paused                bool
+	pausedAt, pauseWarned time.Time
+	pausedNow             atomic.Bool // paused, for the watchdog's goroutine
+	// reindexNext: the follow ends for a reindex asked of the holder;
+	// modeAsked, in that mode rather than the job's.
+	reindexNext bool
+	modeAsked   string
+	ownMode     string // followPlan.ownMode
+	byHand      bool   // followPlan.untilReindexed: a `meilistream reindex` holds the job
 
 	// The last position recorded (the pipe's wait stage writes it, a
 	// control flight reads it once everything is durable).
@@ -345,15 +384,23 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 		f.armFlush()
 		f.dog.queued(f.unflushed())
 		f.lagc.readTo(f.tok)
+		items := f.reader.Items()
+		if f.paused {
+			items = nil // the stream is closed: nothing to read until resumed
+		}
 		select {
 		case now := <-lagTick.C:
 			f.e.observeLag(f.jc.job.Name, f.stats.Snapshot().LagSeconds)
+			f.pausedTick()
+			if f.paused {
+				break // the documents that ran out of time are tried once resumed
+			}
 			if r := f.jc.timeouts.take(now); r != nil {
 				if err := f.startRetry(r); err != nil {
 					return f.stop(ctx, err)
 				}
 			}
-		case it := <-f.reader.Items():
+		case it := <-items:
 			switch {
 			case it.Err != nil:
 				f.reader.Close()
@@ -414,7 +461,25 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 			// read that failed).
 			return f.stop(ctx, f.p.Err())
 		case r := <-f.retries:
-			if err := f.startRetry(r); err != nil {
+			err := f.request(ctx, r)
+			if errors.Is(err, errReindexAsked) {
+				// A clean end, flushed and recorded, then the next follow
+				// reindexes; only then is the request answered.
+				f.reindexNext = true
+				if err := f.stop(ctx, nil); err != nil {
+					return err
+				}
+				if ctx.Err() != nil {
+					return nil // closing anyway: the request is answered as not done
+				}
+				if m := f.modeAsked; m != "" {
+					r.Finish(fmt.Sprintf("reindex (%s) started, interleaved with the stream", m), nil)
+					return &ModeAsked{Job: f.jc.job.Name, Mode: m}
+				}
+				r.Finish(fmt.Sprintf("reindex (%s) started, interleaved with the stream", reindexMode(f.jc.job)), nil)
+				return errReindexAsked
+			}
+			if err != nil {
 				return f.stop(ctx, err)
 			}
 		case <-committed:
@@ -827,6 +892,10 @@ func (f *follower) stop(ctx context.Context, cause error) error {
 	}
 	if f.snap != nil {
 		f.log.Info("reindex stopped; it resumes from its checkpoint", "done", f.snap.Count())
+	}
+	if f.reindexNext {
+		f.log.Info("pending changes flushed and recorded; reindexing next")
+		return nil
 	}
 	f.log.Info("closed: pending changes flushed and recorded")
 	return nil

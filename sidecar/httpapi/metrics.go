@@ -637,7 +637,15 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Unlock()
 	if src != nil {
 		for _, j := range src.Status() {
-			rows = append(rows, row{job: j.Name, kind: j.Kind, state: j.State, lag: j.LagSeconds, age: j.PositionAgeSeconds, room: j.HeadroomSeconds})
+			r := row{job: j.Name, kind: j.Kind, state: j.State, lag: j.LagSeconds, age: j.PositionAgeSeconds, room: j.HeadroomSeconds}
+			if r.age == nil && j.PositionTime != nil && holding(j.State) {
+				// The oplog window is not known (or not yet read): the
+				// holder still says how old its position is, by its
+				// clock against the position's cluster time.
+				a := max(0, time.Since(*j.PositionTime).Seconds())
+				r.age = &a
+			}
+			rows = append(rows, r)
 		}
 		if w, ok := src.(status.OplogWindower); ok {
 			if v, known := w.OplogWindow(); known {
@@ -666,9 +674,21 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 		if r.lag != nil {
 			ch <- prometheus.MustNewConstMetric(c.lagDesc, prometheus.GaugeValue, *r.lag, r.job, kind)
 		}
-		if r.age != nil && r.room != nil {
+		if r.age != nil {
 			ch <- prometheus.MustNewConstMetric(c.ageDesc, prometheus.GaugeValue, *r.age, r.job, kind)
+		}
+		if r.room != nil {
 			ch <- prometheus.MustNewConstMetric(c.roomDesc, prometheus.GaugeValue, *r.room, r.job, kind)
 		}
 	}
+}
+
+// holding says whether a job in state runs in this process: only the
+// holder's position age is its own to report (a standby's copy is old).
+func holding(state string) bool {
+	switch state {
+	case status.Following, status.Reindexing, status.Paused, status.Unavailable:
+		return true
+	}
+	return false
 }

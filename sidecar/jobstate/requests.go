@@ -30,6 +30,11 @@ import (
 // up, and a holder deletes the requests of its job that expired (a client
 // that died). A running request whose holder lost the lease (an earlier
 // epoch) is taken again by the next holder: a retry is idempotent.
+//
+// `meilistream pause`, `resume` and `reindex` ask the holder the same
+// way: their requests have a kind (and a reindex its mode), and a done one
+// a note saying what the holder did. Each is idempotent too (pausing a
+// paused job, a reindex already running).
 
 // Retry request states.
 const (
@@ -45,23 +50,53 @@ func requestKey(job, id string) bson.D {
 
 // RetryRequest is one request of `meilistream retry` to the job's holder.
 type RetryRequest struct {
-	Job    string
-	ID     string
-	State  string
+	Job   string
+	ID    string
+	State string
+	// Kind is what the request asks: empty for a retry of the recorded
+	// documents, or PauseKind, ResumeKind, ReindexKind; Mode is a
+	// reindex's ("inplace", "swap"; empty: as the job says).
+	Kind   string
+	Mode   string
 	Holder string // the holder that took it
 	Epoch  int64  // the lease epoch it took it at
 	// The outcome, once done: as engine.RetrySummary counts them.
 	Retried, Written, Gone, Failed int64
 	Duration                       time.Duration
-	// Code and Error say why a failed request did not finish.
+	// Code and Error say why a failed request did not finish; Note what
+	// a done one did, in words (pause, resume, reindex).
 	Code  string
 	Error string
+	Note  string
+	// Started and Done are the server times the holder took and answered
+	// the request.
+	Started, Done time.Time
+}
+
+// The kinds of request besides a retry: `meilistream pause`, `resume`
+// and `reindex` while another process holds the job's lease.
+const (
+	PauseKind   = "pause"
+	ResumeKind  = "resume"
+	ReindexKind = "reindex"
+)
+
+// RequestOf writes a pending request of kind (PauseKind, ResumeKind,
+// ReindexKind with mode) for job, as RequestRetry does, and returns its
+// id.
+func RequestOf(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration, kind, mode string) (string, error) {
+	return request(ctx, state, job, requestedBy, ttl, bson.D{{Key: "kind", Value: kind}, {Key: "mode", Value: mode}})
 }
 
 // RequestRetry writes a pending retry request for job on behalf of
 // requestedBy, expiring ttl from now by the server's clock, and returns
 // its id.
 func RequestRetry(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration) (string, error) {
+	return request(ctx, state, job, requestedBy, ttl, nil)
+}
+
+// request writes a pending request with the fields extra besides.
+func request(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration, extra bson.D) (string, error) {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
@@ -71,10 +106,13 @@ func RequestRetry(ctx context.Context, state *mongo.Collection, job, requestedBy
 		{Key: "requestedAt", Value: "$$NOW"},
 		{Key: "expiresAt", Value: bson.D{{Key: "$add", Value: bson.A{"$$NOW", ttl.Milliseconds()}}}},
 	}
+	for _, e := range extra {
+		set = append(set, bson.E{Key: e.Key, Value: bson.D{{Key: "$literal", Value: e.Value}}})
+	}
 	_, err := state.UpdateOne(ctx, bson.D{{Key: "_id", Value: requestKey(job, id)}},
 		mongo.Pipeline{{{Key: "$set", Value: set}}}, options.UpdateOne().SetUpsert(true))
 	if err != nil {
-		return "", errs.Wrap(errs.Failed, job, err, "write the retry request")
+		return "", errs.Wrap(errs.Failed, job, err, "write the request to the job's holder")
 	}
 	return id, nil
 }
@@ -85,21 +123,27 @@ type requestDoc struct {
 		Job     string `bson:"retry"`
 		Request string `bson:"request"`
 	} `bson:"_id"`
-	State      string `bson:"state"`
-	Holder     string `bson:"holder"`
-	Epoch      int64  `bson:"epoch"`
-	Retried    int64  `bson:"retried"`
-	Written    int64  `bson:"written"`
-	Gone       int64  `bson:"gone"`
-	Failed     int64  `bson:"failed"`
-	DurationMs int64  `bson:"durationMs"`
-	Code       string `bson:"code"`
-	Error      string `bson:"error"`
+	State      string    `bson:"state"`
+	Kind       string    `bson:"kind"`
+	Mode       string    `bson:"mode"`
+	Note       string    `bson:"note"`
+	StartedAt  time.Time `bson:"startedAt"`
+	DoneAt     time.Time `bson:"doneAt"`
+	Holder     string    `bson:"holder"`
+	Epoch      int64     `bson:"epoch"`
+	Retried    int64     `bson:"retried"`
+	Written    int64     `bson:"written"`
+	Gone       int64     `bson:"gone"`
+	Failed     int64     `bson:"failed"`
+	DurationMs int64     `bson:"durationMs"`
+	Code       string    `bson:"code"`
+	Error      string    `bson:"error"`
 }
 
 func (d *requestDoc) request() *RetryRequest {
 	return &RetryRequest{
-		Job: d.ID.Job, ID: d.ID.Request, State: d.State, Holder: d.Holder, Epoch: d.Epoch,
+		Job: d.ID.Job, ID: d.ID.Request, State: d.State, Kind: d.Kind, Mode: d.Mode, Note: d.Note,
+		Started: d.StartedAt, Done: d.DoneAt, Holder: d.Holder, Epoch: d.Epoch,
 		Retried: d.Retried, Written: d.Written, Gone: d.Gone, Failed: d.Failed,
 		Duration: time.Duration(d.DurationMs) * time.Millisecond, Code: d.Code, Error: d.Error,
 	}
@@ -179,6 +223,7 @@ func (s *Store) FinishRetry(ctx context.Context, r *RetryRequest) error {
 			{Key: "durationMs", Value: r.Duration.Milliseconds()},
 			{Key: "code", Value: r.Code},
 			{Key: "error", Value: cutMessage(r.Error, maxMessage)},
+			{Key: "note", Value: cutMessage(r.Note, maxMessage)},
 		}},
 		{Key: "$currentDate", Value: bson.D{{Key: "doneAt", Value: true}}},
 	}

@@ -94,6 +94,10 @@ type Position struct {
 	StaleJoins []string  `bson:"staleJoins,omitempty"`
 	Epoch      int64     `bson:"leaseEpoch"`
 	Updated    time.Time `bson:"updatedAt"`
+	// ReindexedAt is the server time the last reindex was recorded
+	// (RecordNewPosition): `meilistream reindex --wait` through a holder
+	// waits for it to pass the time the holder took its request.
+	ReindexedAt time.Time `bson:"reindexedAt"`
 }
 
 // Checkpoint is a reindex's progress after its last durable chunk.
@@ -284,7 +288,8 @@ func (s *Store) RecordNewPosition(ctx context.Context, job *jobdef.Job, l Fence,
 		{Key: "destination", Value: Destination(job)},
 		{Key: "definition", Value: Definition(job)},
 	}
-	var unset, now []string
+	var unset []string
+	now := []string{"reindexedAt"}
 	if cur.Hash != job.Hash {
 		if cur.Hash != "" {
 			set = append(set, bson.E{Key: "previousHash", Value: cur.Hash})

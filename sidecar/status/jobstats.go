@@ -17,6 +17,9 @@ const (
 	PhaseIdle       Phase = ""
 	PhaseReindexing Phase = "reindexing"
 	PhaseFollowing  Phase = "following"
+	// PhasePaused: `meilistream pause` stopped the job at a batch
+	// boundary; it holds its lease and its recorded position.
+	PhasePaused Phase = "paused"
 )
 
 // JobStats is one job's live figures, written by the engine and read by the

@@ -55,10 +55,13 @@ const (
 	// destination (the server does not answer, refuses): retried with
 	// backoff, the reason in LastError and Attempts.
 	Unavailable = "unavailable"
+	// Paused: the job holds its lease and its position and sends nothing
+	// until `meilistream resume` (the pause is recorded in MongoDB).
+	Paused = "paused"
 )
 
 // States lists every Job.State, in the order a job meets them.
-var States = []string{Starting, Unavailable, Standby, Reindexing, Following, Stalled, Restarting, Failed, Stopping, Stopped}
+var States = []string{Starting, Unavailable, Standby, Reindexing, Following, Paused, Stalled, Restarting, Failed, Stopping, Stopped}
 
 // Job is one job in GET /status (a JSON array under "jobs"). Field
 // names are snake_case and stable: operators script against them.

@@ -147,11 +147,26 @@ func (d *EngineDriver) Run(ctx context.Context, def JobDef, h HeldLease, st *Sup
 	if !ok {
 		return errs.New(errs.Failed, def.Name, "lease of type %T cannot fence the engine's writes", h)
 	}
-	dst, err := d.Sinks(job, sink.NewGuard(el.Held))
+	guard := sink.NewGuard(el.Held)
+	dst, err := d.Sinks(job, guard)
 	if err != nil {
 		return errs.WithJob(job.Name, err)
 	}
 	err = d.Engine.Run(ctx, job, dst, el, st.Stats, st.prepared)
+	// `meilistream reindex --inplace` (or --swap) asked the holder for
+	// another mode than the job's: its sink stages as its job says, so
+	// the job and its sink are built again with that mode, under the
+	// same lease, until the process runs the job again.
+	original := job
+	for m := (*engine.ModeAsked)(nil); errors.As(err, &m); {
+		c := *original
+		c.Reindex = m.Mode
+		job = &c
+		if dst, err = d.Sinks(job, guard); err != nil {
+			return errs.WithJob(job.Name, err)
+		}
+		err = d.Engine.RunReindexing(ctx, job, dst, el, st.Stats, original, st.prepared)
+	}
 	return historyLostForGood(job.Name, d.Engine.OnHistoryLost(job), err)
 }
 

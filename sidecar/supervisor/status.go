@@ -61,6 +61,8 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 			st.State = status.Reindexing
 		case status.PhaseFollowing:
 			st.State = status.Following
+		case status.PhasePaused:
+			st.State = status.Paused
 		default:
 			st.State = StateStarting
 			if sn.Attempts > 0 {
@@ -71,8 +73,9 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 		}
 	}
 	// The lag while the engine follows the stream: when following, and
-	// while reindexing if the engine follows the stream meanwhile.
-	if (st.State == status.Following || st.State == status.Reindexing) && es.LagKnown {
+	// while reindexing if the engine follows the stream meanwhile; paused,
+	// it grows with what the stream has not read.
+	if (st.State == status.Following || st.State == status.Reindexing || st.State == status.Paused) && es.LagKnown {
 		lag := es.LagSeconds
 		st.LagSeconds = &lag
 	}
