@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"time"
 
 	"github.com/meilistream/meilistream/internal/errs"
@@ -105,16 +106,22 @@ func (w *wiring) retryByHolder(ctx context.Context, inv *invocation, job *transf
 // done, or an error saying why not. A request no holder takes within
 // retryClaimWait is withdrawn; one taken and not answered in time is left
 // to finish (the holder goes on with it).
-func (w *wiring) askHolder(ctx context.Context, inv *invocation, job *transform.Job, kind, mode string, wait time.Duration) (*jobstate.RetryRequest, error) {
+//
+// A repair (jobstate.RepairKind, verify --repair) names the ids the holder
+// writes again.
+func (w *wiring) askHolder(ctx context.Context, inv *invocation, job *transform.Job, kind, mode string, wait time.Duration, ids ...bson.RawValue) (*jobstate.RetryRequest, error) {
 	what, after := "retry", "see `meilistream errors "+job.Name+"` later"
 	if kind != "" {
 		what, after = kind, "see `meilistream status` later"
 	}
 	var id string
 	var err error
-	if kind == "" {
+	switch kind {
+	case "":
 		id, err = jobstate.RequestRetry(ctx, w.state, job.Name, w.leases.Holder(), wait+time.Minute)
-	} else {
+	case jobstate.RepairKind:
+		id, err = jobstate.RequestRepair(ctx, w.state, job.Name, w.leases.Holder(), wait+time.Minute, ids)
+	default:
 		id, err = jobstate.RequestOf(ctx, w.state, job.Name, w.leases.Holder(), wait+time.Minute, kind, mode)
 	}
 	if err != nil {

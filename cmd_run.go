@@ -442,6 +442,8 @@ func engineConfig(cfg config.Config) engine.Config {
 		// A presence record is refreshed on the lease's cadence, so a
 		// pod counts as live exactly as long as it could hold a lease.
 		PresenceInterval: cfg.Lease / 3,
+		VerifyInterval:   cfg.VerifyInterval,
+		VerifyRate:       cfg.VerifyRate,
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -158,4 +159,39 @@ func headingAnchors(md string) map[string]bool {
 		seen[s]++
 	}
 	return anchors
+}
+
+// TestCIFuzzesEveryTarget: every fuzz target of the module is run by
+// .ci/run, as "fuzz ./PKG NAME" with the package it is in, so a target
+// added, or moved to another package, cannot drop out of CI unseen.
+func TestCIFuzzesEveryTarget(t *testing.T) {
+	ci, err := os.ReadFile(".ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fuzzDecl := regexp.MustCompile(`(?m)^func (Fuzz\w+)\(`)
+	found := 0
+	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range fuzzDecl.FindAllSubmatch(src, -1) {
+			found++
+			want := "fuzz ./" + filepath.ToSlash(filepath.Dir(path)) + " " + string(m[1]) + "\n"
+			if !strings.Contains(string(ci), want) {
+				t.Errorf("%s: .ci/run does not fuzz it (want a line %q)", path, strings.TrimSpace(want))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found < 5 {
+		t.Fatalf("found %d fuzz targets; the walk is broken", found)
+	}
 }

@@ -42,6 +42,7 @@ func TestDashboardAndAlertsUseTheMetrics(t *testing.T) {
 	jm.Lease(true, 1)
 	jm.ReindexProgress(1, 2)
 	jm.State("following")
+	jm.Verified(0, 0, 0, time.Now())
 	// The series read from the jobs' status at each scrape.
 	m.SetStatus(headroomSource{})
 	mfs, err := reg.Gather()

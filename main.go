@@ -99,6 +99,7 @@ func commands() []command {
 		checkOpts   checkFlags
 		probeOpts   probeFlags
 		waitOpts    waitFlags
+		verifyOpts  verifyFlags
 	)
 	return []command{
 		{
@@ -187,6 +188,25 @@ is fixed, "meilistream retry NAME" runs them again.`,
 			args:  argsJob,
 			flags: errorsOpts.define,
 			serve: func(ctx context.Context, inv *invocation) int { return runErrors(ctx, inv, errorsOpts) },
+		},
+		{
+			name: "verify", synopsis: "NAME [--repair] [--json] [--rate N] [--show N]", summary: "compare one job's destination with its collection, and repair it",
+			help: `Reads job NAME's collection in _id order, runs each document through the
+job's transform (lookups included), reads the same ids back from the
+destination and compares: missing (the transform gives a document the
+destination lacks), stale (both have it, they differ: the first differing
+field is shown), extra (the destination holds one the transform does not
+give). Runs beside the job's holder, from any pod or a laptop with the same
+variables. A document that differs is checked again once the holder's
+durable position has passed the read, so a collection changing meanwhile
+reports no false drift.
+
+Exits 0 with no drift (or all of it repaired), 1 with drift, 2 for bad
+usage or configuration, 3 when it could not finish (a server refused or
+did not answer, the holder did not move): never a partial result.`,
+			args:  argsJob,
+			flags: verifyOpts.define,
+			serve: func(ctx context.Context, inv *invocation) int { return runVerify(ctx, inv, verifyOpts) },
 		},
 		{
 			name: "wait", synopsis: "NAME --after S.I [--timeout D]", summary: "wait until one job's changes up to a cluster time are searchable",

@@ -34,6 +34,10 @@
 //     (/metrics), the document tasks Meilisearch received for the index,
 //     the time and its CPU per dependent (lookups.go). -users sets how
 //     many other users write the other articles in turn;
+//   - with -verify, instead: one sidecar reindexes the articles, then
+//     `meilistream verify articles` compares the index with the
+//     collection while it follows: documents verified per second and CPU
+//     per document of the verify's process beside the reindex's (verify.go);
 //   - with -catchup, instead: one sidecar reindexes and follows articles
 //     of -doc-kb KB (-docs defaults to -outage); the test Meilisearch then
 //     processes no task (it still answers and enqueues) while -outage
@@ -158,6 +162,7 @@ type config struct {
 	wait                   bool
 	flood                  int
 	outage, docKB          int
+	verify                 bool
 }
 
 func run() error {
@@ -182,18 +187,19 @@ func run() error {
 	flag.BoolVar(&c.catchup, "catchup", false, "instead of the phases above, the catch-up workload: articles of -doc-kb KB are reindexed and followed, the test Meilisearch stops processing tasks while -outage updates are written, then resumes; reports the sidecar's RSS before, peak RSS during the outage and the catch-up, and the catch-up's time")
 	flag.IntVar(&c.outage, "outage", 50000, "with -catchup, the updates written while Meilisearch processes no task (to distinct articles while -docs allows; -docs defaults to this)")
 	flag.IntVar(&c.docKB, "doc-kb", 10, "with -catchup, the size of each article's body in KB")
+	flag.BoolVar(&c.verify, "verify", false, "instead of the phases above, the verify workload: a sidecar reindexes the articles, then `meilistream verify` compares its index with the collection while it follows; reports documents verified per second and CPU per document beside the reindex's")
 	flag.BoolVar(&c.wait, "wait", false, "instead of the phases above, the read-your-writes workload: a holder and a standby sidecar on one job (-docs defaults to 2000); -latency writes one at a time, each timed until GET /wait for its operationTime returns on the holder and on the standby, and until searchable (polled), side by side (wait.go)")
 	flag.IntVar(&c.flood, "flood", 200, "with -wait, then as many writes again while this many more waiters (half on each sidecar) ask GET /wait for the latest write again and again: whether a flood of waits slows the pipeline")
 	flag.StringVar(&c.against, "against", "", "another meilistream binary to run side by side with the first on the same collection and servers (its own index and state collection), so both meet the same load: an A/B comparison on a noisy machine")
 	flag.Parse()
 	modes := 0
-	for _, on := range []bool{c.unchanged, c.lookups, c.catchup, c.wait} {
+	for _, on := range []bool{c.unchanged, c.lookups, c.catchup, c.wait, c.verify} {
 		if on {
 			modes++
 		}
 	}
 	if modes > 1 {
-		return errors.New("-unchanged, -lookups, -catchup and -wait are workloads of their own: give one")
+		return errors.New("-unchanged, -lookups, -catchup, -wait and -verify are workloads of their own: give one")
 	}
 	if c.wait && !flagSet("docs") {
 		c.docs = 2000
@@ -319,6 +325,8 @@ func run() error {
 		return runCatchup(ctx, c, tmp, transforms, coll, ms, srv, published)
 	case c.wait:
 		return runWait(ctx, c, tmp, transforms, coll, ms, published)
+	case c.verify:
+		return runVerifyBench(ctx, c, tmp, transforms, ms, published)
 	}
 
 	// The sidecar, and with -against the other one, run side by side: each

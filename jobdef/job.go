@@ -76,6 +76,10 @@ type Job struct {
 	// is not sent (transform.Result.Reads says what a call read; the
 	// engine decides). Default true.
 	SkipUnchanged bool
+	// Verify: the job's holder verifies its destination in the background
+	// (as `meilistream verify` does) every MEILISTREAM_VERIFY_INTERVAL;
+	// VerifyRepair: and repairs what differs.
+	Verify, VerifyRepair bool
 	// Fields are the top-level fields the transform reads, as the file
 	// (or MEILISTREAM_JOB_<NAME>_FIELDS) declares them; nil: every field.
 	// The change stream then drops, at the server, updates touching none

@@ -120,7 +120,11 @@ func (j *Job) applyEnv(ov map[string]string, prefix string) error {
 	// skip_unchanged decides what is sent, never what a document becomes:
 	// turning it off (to rule it out while debugging) must not rebuild the
 	// index.
-	hashed := slices.DeleteFunc(slices.Clone(options), func(o string) bool { return o == "skip_unchanged" })
+	// Nor do verify and verify_repair, which only read it back (and write
+	// what the transform gives anyway).
+	hashed := slices.DeleteFunc(slices.Clone(options), func(o string) bool {
+		return o == "skip_unchanged" || o == "verify" || o == "verify_repair"
+	})
 	if len(hashed) > 0 || j.envOnly || prefix != "" {
 		j.Hash = j.envHash(j.Hash, hashed, ov, prefix)
 		j.LegacyHash = j.envHash(j.LegacyHash, hashed, ov, prefix)

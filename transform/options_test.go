@@ -42,6 +42,8 @@ func TestCheckOverride(t *testing.T) {
 		"flush_interval":    {"250ms", "5", `"5" is not a positive Go duration`},
 		"transform_timeout": {"2s", "-1s", `"-1s" is not a positive Go duration`},
 		"skip_unchanged":    {"false", "off", `"off" is not a boolean`},
+		"verify":            {"true", "yes", `"yes" is not a boolean`},
+		"verify_repair":     {"true", "1x", `"1x" is not a boolean`},
 		"fields":            {"title, body,tags", "title,a.b", `"a.b" is not a top-level field name (no dots)`},
 	}
 	for _, o := range transform.EnvOptions() {
@@ -92,6 +94,10 @@ func TestSkipUnchangedLeavesTheHashAndFieldsChangeIt(t *testing.T) {
 	}
 	if both := load(map[string]string{"fields": "title, body", "skip_unchanged": "false"}); both.Hash != fields.Hash {
 		t.Error("skip_unchanged beside fields changed the hash")
+	}
+	// Nor does verifying the destination in the background.
+	if v := load(map[string]string{"verify": "true", "verify_repair": "true"}); v.Hash != plain.Hash || !v.Verify || !v.VerifyRepair {
+		t.Errorf("verify, verify_repair: hash changed %v, set %v %v", v.Hash != plain.Hash, v.Verify, v.VerifyRepair)
 	}
 	for _, bad := range []string{`fields: []`, `fields: "title"`, `fields: ["a.b"]`, `fields: ["$a"]`, `fields: [1]`, `skipUnchanged: "no"`} {
 		_, err := transform.Load(writeFiles(t, map[string]string{"job.js": `module.exports = { ` + bad + ` };`}), transform.Options{Pool: 1})

@@ -122,6 +122,11 @@ type Config struct {
 	LogLevel string `koanf:"log_level"`
 	// LogFormat is json or text.
 	LogFormat string `koanf:"log_format"`
+	// VerifyInterval is how often the holder of a job with verify: true
+	// verifies its destination in the background; VerifyRate bounds the
+	// documents per second it reads doing so.
+	VerifyInterval time.Duration `koanf:"verify_interval"`
+	VerifyRate     int           `koanf:"verify_rate"`
 
 	// Jobs holds the per-job overrides MEILISTREAM_JOB_<NAME>_<OPTION>,
 	// keyed by job name (lower case) then option (lower case, e.g.
@@ -152,6 +157,8 @@ func Default() Config {
 		StallTimeout:     DefaultStallTimeout,
 		LogLevel:         DefaultLogLevel,
 		LogFormat:        DefaultLogFormat,
+		VerifyInterval:   engine.DefaultVerifyInterval,
+		VerifyRate:       engine.DefaultVerifyRate,
 	}
 }
 
@@ -194,6 +201,8 @@ var Variables = []Variable{
 	{Key: "stall_timeout", Accepts: "a Go duration, at least 3 lease periods, or 0 to never hand a stalled job over (default 2m)"},
 	{Key: "log_level", Accepts: "trace, debug, info, warn, error or off (default info)"},
 	{Key: "log_format", Accepts: "json or text (default json)"},
+	{Key: "verify_interval", Accepts: "a positive Go duration, e.g. 24h (default 24h)"},
+	{Key: "verify_rate", Accepts: "a whole number of documents per second from 1 to 1000000 (default 500)"},
 }
 
 // Removed lists the variables earlier releases read and this one does not,
@@ -589,6 +598,7 @@ func (c *Config) validate(ps *problems, requireServers bool) {
 		"position_interval": c.PositionInterval,
 		"transform_timeout": c.TransformTimeout,
 		"shutdown_timeout":  c.ShutdownTimeout,
+		"verify_interval":   c.VerifyInterval,
 	}
 	for _, key := range sortedKeys(positive) {
 		if positive[key] <= 0 {
@@ -610,6 +620,9 @@ func (c *Config) validate(ps *problems, requireServers bool) {
 	}
 	if c.PageSize < 1 || c.PageSize > 100000 {
 		bad("page_size", "%d is out of range", c.PageSize)
+	}
+	if c.VerifyRate < 1 || c.VerifyRate > 1000000 {
+		bad("verify_rate", "%d is out of range", c.VerifyRate)
 	}
 	if c.TransformPool < 0 || c.TransformPool > 1024 {
 		bad("transform_pool", "%d is out of range", c.TransformPool)

@@ -99,13 +99,32 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, dst sink.Sink, l
 	start := time.Now()
 	ctx, stop := leaseContext(ctx, l)
 	defer stop()
-	jc := e.jobCfg(job)
-	jc.OnDocumentError = "skip" // a retry never stops on the document it is retrying
-	log := e.log.With("job", job.Name)
 	ids, err := e.store.DocErrorIDs(ctx, job.Name)
 	if err != nil {
 		return RetrySummary{}, leaseOr(ctx, l, err)
 	}
+	return e.retryIDs(ctx, job, dst, l, ids, start)
+}
+
+// Repair writes the documents of ids again under l, read from the
+// collection and through the transform as a retry does (verify --repair
+// where no process holds the job's lease): one the collection no longer
+// holds, or the transform keeps out, is deleted.
+func (e *Engine) Repair(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, ids []bson.RawValue) (RetrySummary, error) {
+	start := time.Now()
+	ctx, stop := leaseContext(ctx, l)
+	defer stop()
+	sum, err := e.retryIDs(ctx, job, dst, l, ids, start)
+	// Most repaired documents had no record to clear: count what became
+	// durable.
+	sum.Written = sum.Durable - sum.Gone
+	return sum, err
+}
+
+func (e *Engine) retryIDs(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, ids []bson.RawValue, start time.Time) (RetrySummary, error) {
+	jc := e.jobCfg(job)
+	jc.OnDocumentError = "skip" // a retry never stops on the document it is retrying
+	log := e.log.With("job", job.Name)
 	if len(ids) == 0 {
 		return RetrySummary{Duration: time.Since(start)}, nil
 	}

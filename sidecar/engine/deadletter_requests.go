@@ -157,7 +157,13 @@ func (q retryRequests) take(ctx context.Context, to chan<- *retryRequest) *retry
 		}
 		failing = false
 		r := &retryRequest{req: req, start: time.Now(), done: make(chan struct{})}
-		if req.Kind == "" {
+		switch req.Kind {
+		case jobstate.RepairKind:
+			// verify --repair: the documents it found differing, written
+			// again the way a retry writes its recorded ones.
+			r.IDs = distinctIDs(req.IDs)
+			q.Log.Info("repairing the documents verify found differing, asked by verify", "documents", len(r.IDs), "request", req.ID)
+		case "":
 			ids, err := q.Store.DocErrorIDs(ctx, q.Job)
 			if err != nil {
 				q.answer(r, err)
@@ -165,7 +171,7 @@ func (q retryRequests) take(ctx context.Context, to chan<- *retryRequest) *retry
 			}
 			r.IDs = distinctIDs(ids)
 			q.Log.Info("retrying the recorded documents, asked by meilistream retry", "documents", len(r.IDs), "request", req.ID)
-		} else {
+		default:
 			q.Log.Info("asked by meilistream "+req.Kind, "request", req.ID, "mode", req.Mode)
 		}
 		select {

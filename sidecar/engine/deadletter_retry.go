@@ -18,10 +18,13 @@ import (
 
 // RetrySummary is what a retry of the recorded documents did.
 type RetrySummary struct {
-	Retried  int64 // error records processed
-	Written  int64 // documents written (or deleted: kept out by the transform) and cleared
-	Gone     int64 // documents no longer in the collection: deleted from the destination and cleared
-	Failed   int64 // documents failing again (their records updated)
+	Retried int64 // error records processed
+	Written int64 // documents written (or deleted: kept out by the transform) and cleared
+	Gone    int64 // documents no longer in the collection: deleted from the destination and cleared
+	Failed  int64 // documents failing again (their records updated)
+	// Durable counts the writes made durable (documents written or
+	// deleted), with a record or without one (a repair's).
+	Durable  int64
 	Duration time.Duration
 }
 
@@ -46,7 +49,7 @@ type retryRun struct {
 // the summary counts what was done before it.
 func (r retryRun) Run(ctx context.Context, p *pipe.Pipe, ids []bson.RawValue) (RetrySummary, error) {
 	var sum RetrySummary
-	var cleared, refused atomic.Int64 // written by the pipe's wait stage
+	var cleared, refused, durable atomic.Int64 // written by the pipe's wait stage
 	for lo := 0; lo < len(ids); lo += r.BatchSize {
 		chunk := ids[lo:min(lo+r.BatchSize, len(ids))]
 		found, err := r.read(ctx, chunk)
@@ -79,6 +82,7 @@ func (r retryRun) Run(ctx context.Context, p *pipe.Pipe, ids []bson.RawValue) (R
 				}
 				ok = append(ok, w.SourceID)
 			}
+			durable.Add(int64(len(ok)))
 			n, err := r.Store.ClearDocErrors(ctx, r.Job, ok)
 			cleared.Add(n)
 			refused.Add(int64(f.RefusedCount()))
@@ -92,6 +96,7 @@ func (r retryRun) Run(ctx context.Context, p *pipe.Pipe, ids []bson.RawValue) (R
 		return sum, err
 	}
 	sum.Written = cleared.Load() - sum.Gone
+	sum.Durable = durable.Load()
 	sum.Failed += refused.Load()
 	return sum, nil
 }

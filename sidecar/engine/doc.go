@@ -21,6 +21,14 @@
 // Config.Durable too (read your writes: a waiter's wait document in the
 // stream makes it prompt).
 //
+// Verify (verify.go, verifycmp.go) compares a job's destination with what
+// its transform makes of the collection, by the reindex's walk and the
+// sink's read-back (sink.Fetch, sink.Keys), re-checking what differs past
+// the holder's durable time, which the job's wait document makes the
+// holder record at once (as GET /wait); a repair goes through the holder as a
+// retry's request does. A following holder of a job with verify: true
+// runs it in the background, checkpointed (verifybg.go).
+//
 // A batch's documents are joined with what the job looks up
 // (lookup_resolve.go), which also says which documents a related change
 // sends again (lookup_related.go; read in pages by Fanout), and turned

@@ -40,6 +40,8 @@ const (
 	DefaultRetryCap         = 30 * time.Second
 	DefaultProgressInterval = 5 * time.Second
 	DefaultPresenceInterval = 10 * time.Second
+	DefaultVerifyInterval   = 24 * time.Hour
+	DefaultVerifyRate       = 500
 )
 
 // ErrInvalidated is the cause (wrapped in a FAILED *errs.Error) of Run's
@@ -79,6 +81,11 @@ type Config struct {
 	// RetryPoll is how often a job's holder looks for `meilistream retry`
 	// requests while it follows (default 1s).
 	RetryPoll time.Duration
+	// VerifyInterval is how often the holder of a job with verify: true
+	// starts a background verify pass (default 24h), VerifyRate the
+	// documents per second it reads (default 500).
+	VerifyInterval time.Duration
+	VerifyRate     int
 	// WatchdogAnswer is the least time a job's watchdog allows the
 	// destination to answer a batch (default DefaultWatchdogAnswer; see
 	// watchdog.go for the bound).
@@ -138,6 +145,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryPoll <= 0 {
 		c.RetryPoll = DefaultRetryPoll
+	}
+	if c.VerifyInterval <= 0 {
+		c.VerifyInterval = DefaultVerifyInterval
+	}
+	if c.VerifyRate <= 0 {
+		c.VerifyRate = DefaultVerifyRate
 	}
 	if c.WatchdogAnswer <= 0 {
 		c.WatchdogAnswer = DefaultWatchdogAnswer

@@ -59,10 +59,13 @@ func (s *encodeSink) Send(_ context.Context, b sink.Batch) (sink.Receipt, error)
 }
 func (s *encodeSink) Wait(context.Context, sink.Receipt) ([]sink.DocFailure, error) { return nil, nil }
 func (s *encodeSink) Keys(context.Context, func([]bson.RawValue) error) error       { return nil }
-func (s *encodeSink) Stage(context.Context, bool) (sink.Staged, error)              { return nil, sink.ErrNoStage }
-func (s *encodeSink) DiscardStage(context.Context, string) error                    { return nil }
-func (s *encodeSink) OnDDL(context.Context, string)                                 {}
-func (s *encodeSink) Enqueued() (int, int64, bool)                                  { return 0, 0, false }
+func (s *encodeSink) Fetch(_ context.Context, ids []bson.RawValue) ([][]byte, error) {
+	return make([][]byte, len(ids)), nil
+}
+func (s *encodeSink) Stage(context.Context, bool) (sink.Staged, error) { return nil, sink.ErrNoStage }
+func (s *encodeSink) DiscardStage(context.Context, string) error       { return nil }
+func (s *encodeSink) OnDDL(context.Context, string)                    {}
+func (s *encodeSink) Enqueued() (int, int64, bool)                     { return 0, 0, false }
 
 // encodeUpserts renders the upserts of writes into buf as one JSON array,
 // as the Meilisearch sink encodes a batch (jobdef.AppendJSON of each

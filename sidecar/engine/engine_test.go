@@ -82,7 +82,10 @@ func newEnv(t *testing.T, history int) *env {
 // newEnvOn is newEnv on a test MongoDB started with opts.
 func newEnvOn(t *testing.T, opts mongotest.Options) *env {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// A bound for a test that hangs, not a speed: the race detector on a
+	// loaded machine makes the largest tests (a 10 000-dependent fan-out)
+	// take minutes.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	ms, client := testutil.StartMongo(t, opts)
 	mm, err := meilitest.Start(meilitest.Options{})
@@ -193,7 +196,7 @@ func (e *env) freshItems() *mongo.Collection {
 // recorded errors.
 func (e *env) equal(job *transform.Job) {
 	e.t.Helper()
-	if err := synccheck.Eventually(e.ctx, 15*time.Second, e.coll, e.errs, job, e.mc, "items"); err != nil {
+	if err := synccheck.Eventually(e.ctx, 60*time.Second, e.coll, e.errs, job, e.mc, "items"); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -245,10 +248,11 @@ func (r *running) wait(t *testing.T) error {
 	}
 }
 
-// until polls cond for up to 15s.
+// until polls cond for up to a minute: long enough for a loaded machine
+// under the race detector, and only a failing test waits it out.
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	testutil.Until(t, 15*time.Second, what, cond, nil)
+	testutil.Until(t, 60*time.Second, what, cond, nil)
 }
 
 // positionHash is the hash of the job's recorded position, "" when it has

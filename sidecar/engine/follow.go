@@ -138,6 +138,10 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	f.retries = make(chan *retryRequest)
 	stopRetries := f.serveRetries(ctx)
 	defer stopRetries()
+	if job.Verify && !plan.untilReindexed {
+		stopVerify := f.startVerify(ctx)
+		defer stopVerify()
+	}
 	if !plan.since.IsZero() {
 		// The recorded position's age shows from the start (a paused job
 		// records no other).

@@ -32,6 +32,9 @@ type Observer interface {
 	ObserveReindexDone(job string)
 	// ObserveDeadLetters: the job's documents in the errors collection.
 	ObserveDeadLetters(job string, n int64)
+	// ObserveVerify: a background verify pass ended at done, finding
+	// these differing documents.
+	ObserveVerify(job string, missing, stale, extra int64, done time.Time)
 	// ObserveWatchdog: the job's pending work stopped moving for longer
 	// than its watchdog's bound (stalled), or moves again.
 	ObserveWatchdog(job string, stalled bool)
@@ -40,16 +43,17 @@ type Observer interface {
 // noObserver observes nothing.
 type noObserver struct{}
 
-func (noObserver) ObserveBatch(string, string, time.Duration, int) {}
-func (noObserver) ObserveWrites(string, string, int, int)          {}
-func (noObserver) ObserveSkipped(string, string, int)              {}
-func (noObserver) ObserveError(string, string)                     {}
-func (noObserver) ObserveLag(string, time.Duration)                {}
-func (noObserver) ObservePosition(string, time.Time)               {}
-func (noObserver) ObserveReindexProgress(string, int64, int64)     {}
-func (noObserver) ObserveReindexDone(string)                       {}
-func (noObserver) ObserveDeadLetters(string, int64)                {}
-func (noObserver) ObserveWatchdog(string, bool)                    {}
+func (noObserver) ObserveBatch(string, string, time.Duration, int)      {}
+func (noObserver) ObserveWrites(string, string, int, int)               {}
+func (noObserver) ObserveSkipped(string, string, int)                   {}
+func (noObserver) ObserveError(string, string)                          {}
+func (noObserver) ObserveLag(string, time.Duration)                     {}
+func (noObserver) ObservePosition(string, time.Time)                    {}
+func (noObserver) ObserveReindexProgress(string, int64, int64)          {}
+func (noObserver) ObserveReindexDone(string)                            {}
+func (noObserver) ObserveDeadLetters(string, int64)                     {}
+func (noObserver) ObserveWatchdog(string, bool)                         {}
+func (noObserver) ObserveVerify(string, int64, int64, int64, time.Time) {}
 
 // kinds returns the kind label of job; the engine does not keep jobs, so
 // it is looked up in what Run registered (search by default).

@@ -57,7 +57,7 @@ func (m *ModeAsked) Error() string {
 }
 
 // request acts on a request taken from the state collection: a retry
-// (retrylive.go), a pause, a resume or a reindex. errReindexAsked says
+// (retrylive.go), a repair (verify's), a pause, a resume or a reindex. errReindexAsked says
 // the follow must end for a reindex (the request is finished once it
 // did, cleanly).
 func (f *follower) request(ctx context.Context, r *retryRequest) error {
@@ -65,6 +65,13 @@ func (f *follower) request(ctx context.Context, r *retryRequest) error {
 	case "":
 		if f.paused {
 			r.Finish("", f.pausedErr("retry the recorded documents"))
+			return nil
+		}
+		return f.startRetry(r)
+	case jobstate.RepairKind:
+		// verify --repair: its ids, written again as a retry's records.
+		if f.paused {
+			r.Finish("", f.pausedErr("repair the documents verify found differing"))
 			return nil
 		}
 		return f.startRetry(r)

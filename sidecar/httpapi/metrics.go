@@ -61,6 +61,11 @@ type Metrics struct {
 	DocumentsUnchanged *prometheus.CounterVec
 	MeiliTasks         *prometheus.GaugeVec // meilistream_meili_enqueued_tasks: tasks enqueued in Meilisearch, not seen processed
 	MeiliBytes         *prometheus.GaugeVec // meilistream_meili_enqueued_bytes: their requests' bytes
+	// meilistream_verify_drift_documents{drift}: documents the last
+	// complete background verify found missing, stale or extra;
+	// meilistream_verify_last_success_timestamp_seconds: when it ended.
+	VerifyDrift *prometheus.GaugeVec
+	VerifyLast  *prometheus.GaugeVec
 	// meilistream_job_stalled: 1 while the job's pending work has not
 	// moved for longer than its watchdog's bound (status "stalled");
 	// meilistream_stalls_total counts the times it became so.
@@ -150,6 +155,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Updates not sent because they could not change the document the destination holds (skipUnchanged).", job),
 		MeiliTasks: gauge("meili_enqueued_tasks", "Tasks the job has enqueued in Meilisearch and not yet seen processed."),
 		MeiliBytes: gauge("meili_enqueued_bytes", "Request bytes of the tasks the job has enqueued in Meilisearch and not yet seen processed."),
+		VerifyDrift: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "verify_drift_documents",
+			Help: "Documents the job's last complete background verify found differing from the transform of the collection, by drift (missing, stale, extra)."}, with("drift")),
+		VerifyLast: gauge("verify_last_success_timestamp_seconds", "When (Unix seconds) the job's last complete background verify ended."),
 		JobStalled: gauge("job_stalled", "1 while the job's pending work has not moved for longer than its watchdog's bound (state stalled), else 0."),
 		Stalls:     counter("stalls_total", "Times the job's pending work stopped moving for longer than its watchdog's bound.", job),
 		Waits:      counter("waits_total", "GET /wait answers for the job by HTTP status: 200 durable, 504 timed out, 503 no holder, 429 too many.", with("status")),
@@ -160,7 +168,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.BatchDuration, m.BatchDocuments, m.PositionTime, m.DeadLetters,
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes, m.DDLEvents,
 		m.JobRestarts, m.StallHandOvers, m.TransformErrors, m.TransformStale, m.SourceReads, m.SourceReadTime, m.live,
-		m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes, m.JobStalled, m.Stalls, m.Waits)
+		m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes, m.JobStalled, m.Stalls, m.Waits, m.VerifyDrift, m.VerifyLast)
 	return m
 }
 
@@ -410,6 +418,18 @@ func (j *JobMetrics) SourceRead(call string, d time.Duration, failed bool) {
 	j.m.SourceReadTime.WithLabelValues(j.job, j.kind, call).Observe(d.Seconds())
 }
 
+// Verified sets the drift the job's last complete background verify
+// found, and when it ended.
+func (j *JobMetrics) Verified(missing, stale, extra int64, done time.Time) {
+	if j == nil {
+		return
+	}
+	for drift, n := range map[string]int64{"missing": missing, "stale": stale, "extra": extra} {
+		j.m.VerifyDrift.WithLabelValues(j.job, j.kind, drift).Set(float64(n))
+	}
+	j.m.VerifyLast.WithLabelValues(j.job, j.kind).Set(float64(done.UnixMilli()) / 1000)
+}
+
 // Stalled sets whether the job's pending work has stopped moving (its
 // watchdog), counting each time it becomes so.
 func (j *JobMetrics) Stalled(stalled bool) {
@@ -460,7 +480,7 @@ func (m *Metrics) deleteSeries(job string) {
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes,
 		m.DDLEvents, m.JobRestarts, m.StallHandOvers, m.TransformErrors, m.TransformStale,
 		m.SourceReads, m.SourceReadTime, m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes,
-		m.JobStalled, m.Stalls, m.Waits,
+		m.JobStalled, m.Stalls, m.Waits, m.VerifyDrift, m.VerifyLast,
 	} {
 		v.DeletePartialMatch(l)
 	}
@@ -515,6 +535,11 @@ func (m *Metrics) ObserveDeadLetters(job string, n int64) { m.Job(job, "").DeadL
 // ObserveWatchdog sets whether the job's pending work stopped moving
 // (engine.Observer).
 func (m *Metrics) ObserveWatchdog(job string, stalled bool) { m.Job(job, "").Stalled(stalled) }
+
+// ObserveVerify sets what the job's last complete background verify found.
+func (m *Metrics) ObserveVerify(job string, missing, stale, extra int64, done time.Time) {
+	m.Job(job, "").Verified(missing, stale, extra, done)
+}
 
 // ObserveJob declares a configured job (supervisor.Metrics), see Declare.
 func (m *Metrics) ObserveJob(job, kind string) { m.Declare(job, kind) }

@@ -54,10 +54,12 @@ type RetryRequest struct {
 	ID    string
 	State string
 	// Kind is what the request asks: empty for a retry of the recorded
-	// documents, or PauseKind, ResumeKind, ReindexKind; Mode is a
+	// documents, or PauseKind, ResumeKind, ReindexKind, RepairKind (verify
+	// --repair: IDs are the documents to write again); Mode is a
 	// reindex's ("inplace", "swap"; empty: as the job says).
 	Kind   string
 	Mode   string
+	IDs    []bson.RawValue
 	Holder string // the holder that took it
 	Epoch  int64  // the lease epoch it took it at
 	// The outcome, once done: as engine.RetrySummary counts them.
@@ -95,6 +97,20 @@ func RequestRetry(ctx context.Context, state *mongo.Collection, job, requestedBy
 	return request(ctx, state, job, requestedBy, ttl, nil)
 }
 
+// RepairKind is the kind of a request of verify --repair.
+const RepairKind = "repair"
+
+// RequestRepair writes a pending repair request for job: the holder writes
+// ids again (or deletes them) as a retry does. ids are bounded by the
+// caller (a request is one document of at most 16 MB).
+func RequestRepair(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration, ids []bson.RawValue) (string, error) {
+	in := make(bson.A, len(ids))
+	for i, id := range ids {
+		in[i] = id
+	}
+	return request(ctx, state, job, requestedBy, ttl, bson.D{{Key: "kind", Value: RepairKind}, {Key: "ids", Value: in}})
+}
+
 // request writes a pending request with the fields extra besides.
 func request(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration, extra bson.D) (string, error) {
 	var b [12]byte
@@ -123,26 +139,27 @@ type requestDoc struct {
 		Job     string `bson:"retry"`
 		Request string `bson:"request"`
 	} `bson:"_id"`
-	State      string    `bson:"state"`
-	Kind       string    `bson:"kind"`
-	Mode       string    `bson:"mode"`
-	Note       string    `bson:"note"`
-	StartedAt  time.Time `bson:"startedAt"`
-	DoneAt     time.Time `bson:"doneAt"`
-	Holder     string    `bson:"holder"`
-	Epoch      int64     `bson:"epoch"`
-	Retried    int64     `bson:"retried"`
-	Written    int64     `bson:"written"`
-	Gone       int64     `bson:"gone"`
-	Failed     int64     `bson:"failed"`
-	DurationMs int64     `bson:"durationMs"`
-	Code       string    `bson:"code"`
-	Error      string    `bson:"error"`
+	State      string          `bson:"state"`
+	Kind       string          `bson:"kind"`
+	Mode       string          `bson:"mode"`
+	IDs        []bson.RawValue `bson:"ids"`
+	Note       string          `bson:"note"`
+	StartedAt  time.Time       `bson:"startedAt"`
+	DoneAt     time.Time       `bson:"doneAt"`
+	Holder     string          `bson:"holder"`
+	Epoch      int64           `bson:"epoch"`
+	Retried    int64           `bson:"retried"`
+	Written    int64           `bson:"written"`
+	Gone       int64           `bson:"gone"`
+	Failed     int64           `bson:"failed"`
+	DurationMs int64           `bson:"durationMs"`
+	Code       string          `bson:"code"`
+	Error      string          `bson:"error"`
 }
 
 func (d *requestDoc) request() *RetryRequest {
 	return &RetryRequest{
-		Job: d.ID.Job, ID: d.ID.Request, State: d.State, Kind: d.Kind, Mode: d.Mode, Note: d.Note,
+		Job: d.ID.Job, ID: d.ID.Request, State: d.State, Kind: d.Kind, Mode: d.Mode, IDs: d.IDs, Note: d.Note,
 		Started: d.StartedAt, Done: d.DoneAt, Holder: d.Holder, Epoch: d.Epoch,
 		Retried: d.Retried, Written: d.Written, Gone: d.Gone, Failed: d.Failed,
 		Duration: time.Duration(d.DurationMs) * time.Millisecond, Code: d.Code, Error: d.Error,

@@ -30,6 +30,9 @@ type api interface {
 	deleteDocuments(ctx context.Context, uid string, body []byte) (task int64, err error)
 	// fetchIDs returns a page of the index's documents' primary keys.
 	fetchIDs(ctx context.Context, uid, primaryKey string, offset, limit int64) ([]json.RawMessage, error)
+	// fetchDocs returns the whole documents of ids (index ids: strings
+	// or integers), in the index's order, those it holds only.
+	fetchDocs(ctx context.Context, uid string, ids []any) ([]json.RawMessage, error)
 	getTask(ctx context.Context, uid int64) (*taskView, error)
 	swapIndexes(ctx context.Context, a, b string, rename bool) (task int64, err error)
 }
@@ -187,15 +190,14 @@ func (c guarded) fetchIDs(ctx context.Context, uid, pk string, offset, limit int
 	if err != nil {
 		return nil, err
 	}
-	var page struct {
-		Results []map[string]json.RawMessage `json:"results"`
-	}
-	if err := json.Unmarshal(b, &page); err != nil || page.Results == nil {
+	results := resultsOf(b)
+	if results == nil {
 		return nil, &Error{Method: http.MethodPost, Path: p, Status: http.StatusOK, Err: errors.New("the answer is not a page of documents")}
 	}
-	ids := make([]json.RawMessage, 0, len(page.Results))
-	for _, d := range page.Results {
-		ids = append(ids, d[pk]) // nil when missing: the caller skips it
+	ids := make([]json.RawMessage, 0, len(results))
+	for _, d := range results {
+		raw, _ := memberOf(d, pk) // nil when missing: the caller skips it
+		ids = append(ids, raw)
 	}
 	return ids, nil
 }

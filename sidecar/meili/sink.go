@@ -1,7 +1,6 @@
 package meili
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -538,10 +537,8 @@ func (s *Sink) Keys(ctx context.Context, fn func(ids []bson.RawValue) error) err
 			if raw == nil {
 				continue
 			}
-			var v any
-			dec := json.NewDecoder(bytes.NewReader(raw))
-			dec.UseNumber()
-			if err := dec.Decode(&v); err != nil {
+			v, ok := decodeID(raw)
+			if !ok {
 				continue
 			}
 			id, err := jobdef.ParseIndexID(v)

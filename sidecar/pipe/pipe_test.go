@@ -89,10 +89,13 @@ func (s *fakeSink) Wait(ctx context.Context, r sink.Receipt) ([]sink.DocFailure,
 }
 
 func (s *fakeSink) Keys(context.Context, func([]bson.RawValue) error) error { return nil }
-func (s *fakeSink) Stage(context.Context, bool) (sink.Staged, error)        { return nil, sink.ErrNoStage }
-func (s *fakeSink) DiscardStage(context.Context, string) error              { return nil }
-func (s *fakeSink) OnDDL(context.Context, string)                           {}
-func (s *fakeSink) Enqueued() (int, int64, bool)                            { return 0, 0, false }
+func (s *fakeSink) Fetch(_ context.Context, ids []bson.RawValue) ([][]byte, error) {
+	return make([][]byte, len(ids)), nil
+}
+func (s *fakeSink) Stage(context.Context, bool) (sink.Staged, error) { return nil, sink.ErrNoStage }
+func (s *fakeSink) DiscardStage(context.Context, string) error       { return nil }
+func (s *fakeSink) OnDDL(context.Context, string)                    {}
+func (s *fakeSink) Enqueued() (int, int64, bool)                     { return 0, 0, false }
 
 func (s *fakeSink) doc(id string) any {
 	s.mu.Lock()

@@ -80,8 +80,15 @@ type Sink interface {
 	// errors while polling are retried by Wait itself until ctx ends.
 	Wait(ctx context.Context, r Receipt) ([]DocFailure, error)
 	// Keys calls fn with the source _ids of every document the destination
-	// holds, in pages, for the sweep of an in-place reindex.
+	// holds, in pages: the one walk of a destination's ids, for the sweep
+	// of an in-place reindex and for verify's extra documents.
 	Keys(ctx context.Context, fn func(ids []bson.RawValue) error) error
+	// Fetch reads back what the destination holds for ids, for verify:
+	// docs[i] is the stored document of ids[i] in the destination's own
+	// form (Meilisearch: its JSON as the documents API returns it; a
+	// replica: its BSON), nil when the destination holds none. An error
+	// means nothing was read (the destination refused or did not answer).
+	Fetch(ctx context.Context, ids []bson.RawValue) (docs [][]byte, err error)
 	// Stage returns a sink for a rebuild from scratch. For a swap reindex it
 	// writes into a temporary target: a fresh one when resume is false
 	// (any leftover is dropped first), the existing one when resume is true
@@ -148,8 +155,9 @@ func NewGuard(held func() error) Guard {
 	return Guard{held: held}
 }
 
-// Unguarded lets every request through: for a sink that writes under no
-// lease (a test of the sink itself).
+// Unguarded lets every request through: for a sink under no lease (a
+// test of the sink itself, or `meilistream verify`'s reads; its repairs
+// take the lease and a guarded sink).
 var Unguarded = Guard{held: func() error { return nil }}
 
 // errNoGuard is what the zero Guard answers.

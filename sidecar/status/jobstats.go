@@ -42,6 +42,20 @@ type JobStats struct {
 	unread float64
 }
 
+// VerifyProgress is a job's background verify: the pass under way
+// (Running, since StartedAt, Checked documents so far) and the last
+// complete one (LastDoneAt, what it found).
+type VerifyProgress struct {
+	Running    bool      `json:"running"`
+	StartedAt  time.Time `json:"startedAt"`
+	Checked    int64     `json:"checked"`
+	LastDoneAt time.Time `json:"lastDoneAt"`
+	Missing    int64     `json:"missing"`
+	Stale      int64     `json:"stale"`
+	Extra      int64     `json:"extra"`
+	Repaired   int64     `json:"repaired"`
+}
+
 // JobSnapshot is a copy of a JobStats at one instant.
 type JobSnapshot struct {
 	Phase Phase `json:"phase"`
@@ -79,6 +93,10 @@ type JobSnapshot struct {
 	// seen processed (Meilisearch's tasks); nil for a sink that does not
 	// say.
 	Queue *Queue `json:"queue,omitempty"`
+
+	// Verify is the background verify's progress and last complete pass
+	// (a job with verify: true).
+	Verify VerifyProgress `json:"verify"`
 
 	// LastError is the text of the last error (errs.Error's, without code
 	// and job), LastErrorCode its code (errs.CodeOf).

@@ -120,6 +120,10 @@ type Job struct {
 	Stall *Stall `json:"stall,omitempty"`
 	// Reindex is the progress of a running reindex (nil otherwise).
 	Reindex *Reindex `json:"reindex,omitempty"`
+	// Verify is the background verify of a job with verify: true, while
+	// this process holds it: the pass under way and the last complete
+	// one (nil otherwise).
+	Verify *Verify `json:"verify,omitempty"`
 	// Counters are totals since this process started.
 	Counters Counters `json:"counters"`
 	// Queue is what the job has enqueued in Meilisearch (its index and a
@@ -140,6 +144,26 @@ type Job struct {
 	// fails to load: the previous version keeps running (State is its
 	// state) until the file is fixed.
 	TransformError *ErrorInfo `json:"transform_error,omitempty"`
+}
+
+// Verify is a job's background verify in /status.
+type Verify struct {
+	// Running says a pass is under way: since StartedAt, Checked
+	// documents of the collection compared so far.
+	Running   bool       `json:"running"`
+	StartedAt *time.Time `json:"started_at,omitempty"`
+	Checked   int64      `json:"checked"`
+	// Last is the last complete pass, nil before the first.
+	Last *VerifyPass `json:"last,omitempty"`
+}
+
+// VerifyPass is what a complete background verify pass found.
+type VerifyPass struct {
+	DoneAt   time.Time `json:"done_at"`
+	Missing  int64     `json:"missing"`
+	Stale    int64     `json:"stale"`
+	Extra    int64     `json:"extra"`
+	Repaired int64     `json:"repaired"`
 }
 
 // Reindex is a running reindex's progress. Rate and ETASeconds are null

@@ -85,6 +85,9 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 	if st.State == status.Reindexing {
 		st.Reindex = reindexStatus(es.Reindex)
 	}
+	if v := es.Verify; (st.State == status.Following || st.State == status.Reindexing) && (v.Running || !v.LastDoneAt.IsZero()) {
+		st.Verify = verifyStatus(v)
+	}
 	// A job whose pending work stopped moving (the engine's watchdog)
 	// says so instead of following or reindexing, with what is pending.
 	if es.Stall != nil && (st.State == status.Following || st.State == status.Reindexing) {
@@ -113,6 +116,19 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 		st.LastError = &status.ErrorInfo{Code: es.LastErrorCode, Message: es.LastError, At: es.LastErrAt}
 	}
 	return st
+}
+
+// verifyStatus is a background verify as /status shows it.
+func verifyStatus(v status.VerifyProgress) *status.Verify {
+	out := &status.Verify{Running: v.Running, Checked: v.Checked}
+	if v.Running {
+		t := v.StartedAt
+		out.StartedAt = &t
+	}
+	if !v.LastDoneAt.IsZero() {
+		out.Last = &status.VerifyPass{DoneAt: v.LastDoneAt, Missing: v.Missing, Stale: v.Stale, Extra: v.Extra, Repaired: v.Repaired}
+	}
+	return out
 }
 
 // reindexStatus is a reindex's progress as /status shows it: the rate

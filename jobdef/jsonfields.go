@@ -1,0 +1,190 @@
+package jobdef
+
+import "encoding/json"
+
+// JSONField is one member of a JSON object: its key, and its value's
+// bytes as they are in the object.
+type JSONField struct {
+	Key string
+	Raw []byte
+}
+
+// JSONFields splits the JSON object b into its members, in order, without
+// decoding their values (verify compares a destination's documents member
+// by member, and reads their primary key, without building maps of every
+// value). ok is false when b is not an object this scanner can split; the
+// caller then decodes b in full. Raw slices b.
+func JSONFields(b []byte) (fields []JSONField, ok bool) {
+	ok = EachJSONField(b, func(key string, raw []byte) bool {
+		fields = append(fields, JSONField{Key: key, Raw: raw})
+		return true
+	})
+	if !ok {
+		return nil, false
+	}
+	return fields, true
+}
+
+// JSONMember returns the raw value of member key of the JSON object b
+// (the first, if b holds it twice); ok is false when b holds none or
+// cannot be split.
+func JSONMember(b []byte, key string) (raw []byte, ok bool) {
+	EachJSONField(b, func(k string, r []byte) bool {
+		if k == key {
+			raw, ok = r, true
+			return false
+		}
+		return true
+	})
+	return raw, ok
+}
+
+// EachJSONField calls fn with each member of the JSON object b, in order,
+// until fn returns false; false when b is not an object it can split
+// (as far as it read).
+func EachJSONField(b []byte, fn func(key string, raw []byte) bool) bool {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return skipSpace(b, i+1) == len(b)
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return false
+		}
+		end, escaped := stringEnd(b, i)
+		if end < 0 {
+			return false
+		}
+		key := string(b[i+1 : end-1])
+		if escaped {
+			if json.Unmarshal(b[i:end], &key) != nil {
+				return false
+			}
+		}
+		i = skipSpace(b, end)
+		if i >= len(b) || b[i] != ':' {
+			return false
+		}
+		i = skipSpace(b, i+1)
+		vend := valueEnd(b, i)
+		if vend < 0 {
+			return false
+		}
+		if !fn(key, b[i:vend]) {
+			return true
+		}
+		i = skipSpace(b, vend)
+		if i >= len(b) {
+			return false
+		}
+		if b[i] == '}' {
+			return skipSpace(b, i+1) == len(b)
+		}
+		if b[i] != ',' {
+			return false
+		}
+		i = skipSpace(b, i+1)
+	}
+}
+
+// JSONElements splits the JSON array b into its elements' bytes, in
+// order, without decoding them; ok is false when b is not an array it can
+// split. The elements slice b.
+func JSONElements(b []byte) (elems [][]byte, ok bool) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '[' {
+		return nil, false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return [][]byte{}, skipSpace(b, i+1) == len(b)
+	}
+	for {
+		end := valueEnd(b, i)
+		if end < 0 {
+			return nil, false
+		}
+		elems = append(elems, b[i:end])
+		i = skipSpace(b, end)
+		if i >= len(b) {
+			return nil, false
+		}
+		if b[i] == ']' {
+			return elems, skipSpace(b, i+1) == len(b)
+		}
+		if b[i] != ',' {
+			return nil, false
+		}
+		i = skipSpace(b, i+1)
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// stringEnd returns the index after the string starting at b[i] (a
+// quote), and whether it holds an escape; -1 when it does not end.
+func stringEnd(b []byte, i int) (int, bool) {
+	escaped := false
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			escaped = true
+			j++
+		case '"':
+			return j + 1, escaped
+		}
+	}
+	return -1, false
+}
+
+// valueEnd returns the index after the JSON value starting at b[i]; -1
+// when it does not end. Objects and arrays are skipped by their brackets
+// (strings inside them skipped whole); scalars run to the next delimiter.
+func valueEnd(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		end, _ := stringEnd(b, i)
+		return end
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				end, _ := stringEnd(b, j)
+				if end < 0 {
+					return -1
+				}
+				j = end - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	default:
+		j := i
+		for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\t' && b[j] != '\n' && b[j] != '\r' {
+			j++
+		}
+		if j == i {
+			return -1
+		}
+		return j
+	}
+}

@@ -1,0 +1,70 @@
+package meili_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/meilistream/meilistream/jobdef"
+	"github.com/meilistream/meilistream/sidecar/meili"
+	"github.com/meilistream/meilistream/sidecar/sink"
+)
+
+// Fetch reads documents back by their source _ids, whatever the _id's
+// type, aligned with the ids asked for (nil for one the index lacks),
+// through NewClient's client; Keys walks the same ids back.
+func TestFetchReadsDocumentsBackBySourceID(t *testing.T) {
+	ctx, _, nc := startMeili(t)
+	for name, mc := range map[string]*meili.Client{"NewClient": nc} {
+		t.Run(name, func(t *testing.T) {
+			job := &jobdef.Job{Name: "f" + name[:3], Index: "fetch_" + name[:3], PrimaryKey: "id"}
+			dst := meili.NewSink(mc, job, sink.Unguarded, nil)
+			if err := dst.Prepare(ctx); err != nil {
+				t.Fatal(err)
+			}
+			raw := func(v any) bson.RawValue {
+				typ, b, err := bson.MarshalValue(v)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return bson.RawValue{Type: typ, Value: b}
+			}
+			oid, _ := bson.ObjectIDFromHex("65a1b2c3d4e5f60718293a4b")
+			ids := []bson.RawValue{raw(int64(7)), raw("sku-1"), raw(oid), raw("needs encoding!")}
+			var writes []sink.Write
+			for i, id := range ids {
+				key, err := jobdef.IndexID(id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				writes = append(writes, sink.Write{SourceID: id, Doc: map[string]any{"id": key, "n": i}})
+			}
+			r, err := dst.Send(ctx, sink.Batch{Writes: writes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fails, err := dst.Wait(ctx, r); err != nil || len(fails) > 0 {
+				t.Fatal(fails, err)
+			}
+			asked := append([]bson.RawValue{raw(int64(8))}, ids...)
+			got, err := dst.Fetch(ctx, asked)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(asked) || got[0] != nil {
+				t.Fatalf("Fetch = %q, want %d documents, the first nil", got, len(asked))
+			}
+			for i, d := range got[1:] {
+				var doc struct{ N int }
+				if err := json.Unmarshal(d, &doc); err != nil || doc.N != i {
+					t.Errorf("Fetch of %v = %s, want n %d", ids[i], d, i)
+				}
+			}
+			var walked int
+			if err := dst.Keys(ctx, func(page []bson.RawValue) error { walked += len(page); return nil }); err != nil || walked != len(ids) {
+				t.Fatalf("Keys walked %d ids (%v), want %d", walked, err, len(ids))
+			}
+		})
+	}
+}
