@@ -10,6 +10,7 @@ import (
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -99,11 +100,11 @@ func runReindex(ctx context.Context, inv *invocation, f reindexFlags) int {
 			c.Reindex = m
 			run = &c
 		}
-		sink, err := w.sinkFactory(inv.Log)(run)
+		dst, err := w.sinkFactory(inv.Log)(run, sink.NewGuard(l.Held))
 		if err != nil {
 			return err
 		}
-		sum, err := w.engine.Reindex(ctx, run, sink, l, nil)
+		sum, err := w.engine.Reindex(ctx, run, dst, l, nil)
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -68,11 +69,11 @@ func runRetry(ctx context.Context, inv *invocation, f retryFlags) int {
 	}
 	var sum engine.RetrySummary
 	err = w.underLease(ctx, job.Name, func(ctx context.Context, l leaseForEngine) error {
-		sink, err := w.sinkFactory(inv.Log)(job)
+		dst, err := w.sinkFactory(inv.Log)(job, sink.NewGuard(l.Held))
 		if err != nil {
 			return err
 		}
-		sum, err = w.engine.Retry(ctx, job, sink, l)
+		sum, err = w.engine.Retry(ctx, job, dst, l)
 		return err
 	})
 	if errors.Is(err, errs.ErrRunning) {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/meilisearch/meilisearch-go"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -179,8 +178,8 @@ type wiring struct {
 	source   *mongo.Database
 	state    *mongo.Collection
 	errColl  *mongo.Collection
-	meili    meilisearch.ServiceManager // nil without MEILISTREAM_MEILI_URL
-	replica  *mongo.Client              // nil without MEILISTREAM_REPLICA_URI
+	meili    *meili.Client // nil without MEILISTREAM_MEILI_URL
+	replica  *mongo.Client // nil without MEILISTREAM_REPLICA_URI
 	leases   *lease.Manager
 	engine   *engine.Engine
 	metrics  *httpapi.Metrics
@@ -451,7 +450,7 @@ func engineConfig(cfg config.Config) engine.Config {
 // sinkFactory builds each job's destination: the Meilisearch sink for a
 // search job, the replica sink for a mirror job.
 func (w *wiring) sinkFactory(log hclog.Logger) supervisor.SinkFactory {
-	return func(job *transform.Job) (sink.Sink, error) {
+	return func(job *transform.Job, guard sink.Guard) (sink.Sink, error) {
 		jl := log.Named(job.Name)
 		switch job.Kind {
 		case jobdef.Mirror:
@@ -459,12 +458,12 @@ func (w *wiring) sinkFactory(log hclog.Logger) supervisor.SinkFactory {
 			if w.replica != nil {
 				rdb = w.replica.Database(w.cfg.ReplicaDatabase)
 			}
-			return replicate.ForJob(rdb, w.source, &job.Job, jl, w.metrics.Job(job.Name, job.Kind.String()))
+			return replicate.ForJob(rdb, w.source, &job.Job, guard, jl, w.metrics.Job(job.Name, job.Kind.String()))
 		default:
 			if w.meili == nil {
 				return nil, &errs.Error{Code: errs.ConfigInvalid, Job: job.Name, Msg: "a search job needs MEILISTREAM_MEILI_URL", Setting: "MEILISTREAM_MEILI_URL"}
 			}
-			return meili.NewSink(w.meili, &job.Job, jl), nil
+			return meili.NewSink(w.meili, &job.Job, guard, jl), nil
 		}
 	}
 }

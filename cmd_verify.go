@@ -86,7 +86,9 @@ func runVerify(ctx context.Context, inv *invocation, a verifyFlags) int {
 	if err := w.reach(ctx); err != nil {
 		return verifyFail(inv.Stderr, job.Name, err)
 	}
-	dst, err := w.sinkFactory(inv.Log)(job)
+	// verify only reads, and holds no lease: a repair builds its own
+	// sink under the lease it takes.
+	dst, err := w.sinkFactory(inv.Log)(job, sink.Unguarded)
 	if err != nil {
 		return verifyFail(inv.Stderr, job.Name, err)
 	}
@@ -97,7 +99,7 @@ func runVerify(ctx context.Context, inv *invocation, a verifyFlags) int {
 	opts := engine.VerifyOptions{Rate: a.rate, Show: a.show, Followed: followed, Log: inv.Log.Named(job.Name)}
 	if a.repair {
 		opts.Repair = func(ctx context.Context, ids []bson.RawValue) (int64, error) {
-			return w.repair(ctx, inv, job, dst, ids)
+			return w.repair(ctx, inv, job, ids)
 		}
 	}
 	rep, err := w.engine.Verify(ctx, job, dst, opts)
@@ -147,9 +149,13 @@ func (w *wiring) followed(ctx context.Context, name string) (bool, error) {
 // repair writes ids again: through the job's holder when one runs (a
 // repair request, as retry's), else under the job's lease for the time of
 // the repair. It returns how many it made durable.
-func (w *wiring) repair(ctx context.Context, inv *invocation, job *transform.Job, dst sink.Sink, ids []bson.RawValue) (int64, error) {
+func (w *wiring) repair(ctx context.Context, inv *invocation, job *transform.Job, ids []bson.RawValue) (int64, error) {
 	var sum struct{ written, gone int64 }
 	err := w.underLease(ctx, job.Name, func(ctx context.Context, l leaseForEngine) error {
+		dst, err := w.sinkFactory(inv.Log)(job, sink.NewGuard(l.Held))
+		if err != nil {
+			return err
+		}
 		s, err := w.engine.Repair(ctx, job, dst, l, ids)
 		sum.written, sum.gone = s.Written, s.Gone
 		return err

@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/auth"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/sidecar/sink"
 )
 
 // secret is what a document holds and no message may show.
@@ -26,7 +27,7 @@ func testSink(t *testing.T) *Sink {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
-	s, err := New(Options{Job: "people", Source: c.Database("app").Collection("people"), Replica: c.Database("copy").Collection("people")})
+	s, err := New(Options{Job: "people", Source: c.Database("app").Collection("people"), Replica: c.Database("copy").Collection("people")}, sink.Unguarded)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,17 +100,18 @@ type Sink struct {
 	metrics  Metrics
 	timeout  time.Duration
 	pageSize int
+	guard    sink.Guard // checked right before each write to the replica
 }
 
 var (
-	_ sink.Sink        = (*Sink)(nil)
-	_ sink.Staged      = (*staged)(nil)
-	_ sink.DDLObserver = (*Sink)(nil)
+	_ sink.Sink   = (*Sink)(nil)
+	_ sink.Staged = (*staged)(nil)
 )
 
-// New returns the replica sink of one mirror job. It does not talk to either
-// server; Prepare does.
-func New(o Options) (*Sink, error) {
+// New returns the replica sink of one mirror job, which checks guard (the
+// job's lease) right before each write to the replica. It does not talk to
+// either server; Prepare does.
+func New(o Options, guard sink.Guard) (*Sink, error) {
 	if o.Source == nil || o.Replica == nil {
 		return nil, errs.New(errs.ConfigInvalid, o.Job, "a mirror job needs a source and a replica collection (is MEILISTREAM_REPLICA_URI set?)")
 	}
@@ -133,6 +134,7 @@ func New(o Options) (*Sink, error) {
 		metrics:  o.Metrics,
 		timeout:  o.WriteTimeout,
 		pageSize: o.KeysPageSize,
+		guard:    guard,
 	}, nil
 }
 
@@ -140,7 +142,7 @@ func New(o Options) (*Sink, error) {
 // (job.Collection) in sourceDB, its destination (job.Mirror) in replicaDB.
 // It is what the main package calls when it builds a job's sink; logger and
 // metrics (the job's) may be nil.
-func ForJob(replicaDB, sourceDB *mongo.Database, job *jobdef.Job, logger hclog.Logger, metrics Metrics) (*Sink, error) {
+func ForJob(replicaDB, sourceDB *mongo.Database, job *jobdef.Job, guard sink.Guard, logger hclog.Logger, metrics Metrics) (*Sink, error) {
 	if job == nil || job.Kind != jobdef.Mirror {
 		return nil, errs.New(errs.ConfigInvalid, "", "replicate.ForJob: not a mirror job")
 	}
@@ -156,7 +158,7 @@ func ForJob(replicaDB, sourceDB *mongo.Database, job *jobdef.Job, logger hclog.L
 		Replica: replicaDB.Collection(job.Mirror),
 		Logger:  logger,
 		Metrics: metrics,
-	})
+	}, guard)
 }
 
 // Prepare runs the capability check (Check): the source must be a replica set
@@ -435,7 +437,7 @@ func (s *Sink) bulk(ctx context.Context, ws []write) (outcome, error) {
 	for i, w := range ws {
 		models[i] = w.model
 	}
-	if err := sink.Guard(ctx); err != nil {
+	if err := s.guard.Check(); err != nil {
 		return outcome{}, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -516,6 +518,14 @@ func (s *Sink) OnDDL(_ context.Context, event string) {
 		s.metrics.DDL(event)
 	}
 }
+
+// DiscardStage has nothing to delete: a backfill stages in place, in the
+// live replica collection, and leaves no target of its own behind.
+func (s *Sink) DiscardStage(context.Context, string) error { return nil }
+
+// Enqueued counts nothing: the replica's writes are durable (majority
+// write concern) when Send returns, so nothing waits at the destination.
+func (s *Sink) Enqueued() (tasks int, bytes int64, counted bool) { return 0, 0, false }
 
 // staged is the in-place target of a backfill: the live sink, with nothing
 // to commit or discard.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ type pair struct {
 	logs                 *testutil.SyncBuffer
 	metrics              *countingMetrics
 	sink                 *replicate.Sink
+	lost                 atomic.Pointer[error] // what the sink's guard answers; nil: the lease is held
 }
 
 func startServer(t *testing.T) (*mongotest.Server, *mongo.Client) {
@@ -54,7 +56,12 @@ func newPair(t *testing.T) *pair {
 	s, err := replicate.New(replicate.Options{
 		Job: "articles", Source: p.source, Replica: p.replica, Logger: logger, Metrics: p.metrics,
 		WriteTimeout: time.Second, KeysPageSize: 3,
-	})
+	}, sink.NewGuard(func() error {
+		if err := p.lost.Load(); err != nil {
+			return *err
+		}
+		return nil
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -515,7 +522,7 @@ func TestCheck(t *testing.T) {
 func TestForJob(t *testing.T) {
 	p := newPair(t)
 	job := &jobdef.Job{Name: "articles", Collection: "articles", Mirror: "articles_copy", Kind: jobdef.Mirror}
-	s, err := replicate.ForJob(p.replica.Database(), p.source.Database(), job, nil, nil)
+	s, err := replicate.ForJob(p.replica.Database(), p.source.Database(), job, sink.Unguarded, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -523,12 +530,12 @@ func TestForJob(t *testing.T) {
 	if n, _ := p.replica.CountDocuments(ctxT(t), bson.D{}); n != 1 {
 		t.Fatalf("replica holds %d documents", n)
 	}
-	if _, err := replicate.ForJob(nil, p.source.Database(), job, nil, nil); !errors.Is(err, errs.ErrConfigInvalid) {
+	if _, err := replicate.ForJob(nil, p.source.Database(), job, sink.Unguarded, nil, nil); !errors.Is(err, errs.ErrConfigInvalid) {
 		t.Errorf("no replica: got %v", err)
 	}
 	reg := prometheus.NewRegistry()
 	m := httpapi.NewMetrics(reg)
-	s, err = replicate.ForJob(p.replica.Database(), p.source.Database(), job, nil, m.Job(job.Name, "mirror"))
+	s, err = replicate.ForJob(p.replica.Database(), p.source.Database(), job, sink.Unguarded, nil, m.Job(job.Name, "mirror"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,7 +545,7 @@ func TestForJob(t *testing.T) {
 		t.Errorf("meilistream_ddl_events_total{pipeline=articles,event=dropDatabase} = %v, want 1", n)
 	}
 	search := &jobdef.Job{Name: "a", Collection: "a", Index: "a"}
-	if _, err := replicate.ForJob(p.replica.Database(), p.source.Database(), search, nil, nil); !errors.Is(err, errs.ErrConfigInvalid) {
+	if _, err := replicate.ForJob(p.replica.Database(), p.source.Database(), search, sink.Unguarded, nil, nil); !errors.Is(err, errs.ErrConfigInvalid) {
 		t.Errorf("a search job: got %v", err)
 	}
 }
@@ -905,18 +912,37 @@ func TestStageIndexRefusals(t *testing.T) {
 	}
 }
 
-// Once the guard of the context (the lease's own-clock check) says the
-// lease lapsed, the replica gets no write: the guard's LEASE_LOST comes
-// back instead.
+// Once the sink's guard (the lease's own-clock check) says the lease
+// lapsed, the replica gets no write: the guard's LEASE_LOST comes back
+// instead.
 func TestSendWritesNothingOnceTheGuardSaysTheLeaseLapsed(t *testing.T) {
 	p := newPair(t)
-	lost := errs.New(errs.LeaseLost, "articles", "lease lost: no renewal succeeded for 23s (the process was paused or starved)")
-	ctx := sink.WithGuard(ctxT(t), func() error { return lost })
-	_, err := p.sink.Send(ctx, sink.Batch{Writes: []sink.Write{upsert(t, 1, bson.E{Key: "t", Value: "a"}), del(t, 2)}})
+	var lost error = errs.New(errs.LeaseLost, "articles", "lease lost: no renewal succeeded for 23s (the process was paused or starved)")
+	p.lost.Store(&lost)
+	_, err := p.sink.Send(ctxT(t), sink.Batch{Writes: []sink.Write{upsert(t, 1, bson.E{Key: "t", Value: "a"}), del(t, 2)}})
 	if !errors.Is(err, errs.ErrLeaseLost) {
 		t.Fatalf("send: %v, want LEASE_LOST", err)
 	}
 	if got := all(t, p.replica); len(got) != 0 {
 		t.Fatalf("the replica holds %d documents after a send refused by the guard", len(got))
+	}
+}
+
+// The replica sink has no queue to show (its writes are durable when Send
+// returns) and no staged target to delete (a backfill stages in place):
+// both say so instead of the engine asking whether they exist.
+func TestNoQueueAndNoStagedTargetOfItsOwn(t *testing.T) {
+	p := newPair(t)
+	if tasks, bytes, counted := p.sink.Enqueued(); counted || tasks != 0 || bytes != 0 {
+		t.Errorf("Enqueued: %d tasks, %d bytes, counted %v; want nothing counted", tasks, bytes, counted)
+	}
+	if _, err := p.sink.Send(ctxT(t), sink.Batch{Writes: []sink.Write{upsert(t, 1, bson.E{Key: "t", Value: "a"})}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.sink.DiscardStage(ctxT(t), "articles_copy"); err != nil {
+		t.Errorf("DiscardStage: %v", err)
+	}
+	if got := all(t, p.replica); len(got) != 1 {
+		t.Errorf("the replica holds %d documents after DiscardStage, want the 1 written", len(got))
 	}
 }

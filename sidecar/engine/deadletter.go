@@ -128,10 +128,10 @@ func (e *Engine) retryIDs(ctx context.Context, job *transform.Job, dst sink.Sink
 	if len(ids) == 0 {
 		return RetrySummary{Duration: time.Since(start)}, nil
 	}
-	if err := retryPrepare(ctx, dst, e.cfg, log); err != nil {
+	if err := retryPrepare(ctx, dst, e.cfg, log, nil); err != nil {
 		return RetrySummary{}, leaseOr(ctx, l, err)
 	}
-	p := e.newPipe(ctx, jc, dst, nil, log, false)
+	p := e.newPipe(ctx, jc, dst, sink.NewGuard(l.Held), nil, log, false)
 	defer p.Abort(pipe.Closed)
 	sum, err := retryRun{
 		Store: e.store, Job: job.Name, Source: e.source.Collection(job.Collection), Find: retryFind(job), BatchSize: jc.BatchSize,

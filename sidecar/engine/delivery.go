@@ -39,8 +39,9 @@ type delivery struct {
 // newPipe starts the pipe of one job into dst. With track, a write sent
 // again never undoes a later flight's (follow, and a reindex interleaved
 // with it); without, writes are sent again as they are (a retry of
-// recorded documents, alone under the lease).
-func (e *Engine) newPipe(ctx context.Context, jc jobConfig, dst sink.Sink, stats *status.JobStats, log hclog.Logger, track bool) *delivery {
+// recorded documents, alone under the lease). guard is the lease's check,
+// made again right before each send.
+func (e *Engine) newPipe(ctx context.Context, jc jobConfig, dst sink.Sink, guard sink.Guard, stats *status.JobStats, log hclog.Logger, track bool) *delivery {
 	d := &delivery{e: e, jc: jc, stats: stats, log: log}
 	d.Pipe = pipe.New(ctx, pipe.Config{
 		MaxInFlight: jc.MaxInFlight,
@@ -48,7 +49,7 @@ func (e *Engine) newPipe(ctx context.Context, jc jobConfig, dst sink.Sink, stats
 		Track:       track,
 		Key:         keyOf,
 		Backoff:     func(attempt int) time.Duration { return backoff(jc.Config, attempt) },
-	}, dst, d)
+	}, dst, guard, d)
 	return d
 }
 

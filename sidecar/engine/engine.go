@@ -168,7 +168,7 @@ func (c Config) withDefaults() Config {
 // Held says, with no round trip, whether the lease may still be acted on
 // by this process's own clock (nil) or not (LEASE_LOST, and the lease is
 // then lost): it guards every request to the destination, which the epoch
-// cannot fence (sink.WithGuard).
+// cannot fence (the sinks' sink.Guard).
 type Lease interface {
 	Epoch() int64
 	Lost() <-chan struct{}
@@ -299,25 +299,29 @@ func (e *Engine) jobCfg(job *transform.Job) jobConfig {
 // renamed (position cleared), the per-document error's own code with
 // onDocumentError: fail, or a *ModeAsked (no failure) when `meilistream
 // reindex` asked for a reindex in another mode than the job's.
-func (e *Engine) Run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats) error {
-	return e.runJob(ctx, job, dst, l, stats, "")
+//
+// prepared, when not nil, hears the outcome of each attempt to prepare
+// dst (nil on success; not when ctx ended meanwhile), which the engine
+// retries with backoff: the supervisor shows it in /status.
+func (e *Engine) Run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, prepared func(error)) error {
+	return e.runJob(ctx, job, dst, l, stats, "", prepared)
 }
 
 // RunReindexing is Run starting with a reindex, after Run returned a
 // *ModeAsked: job (and dst, built from it) reindex in the mode asked;
 // original is the job as defined, whose mode a later `meilistream
 // reindex` without a mode means (Run returns a *ModeAsked for it).
-func (e *Engine) RunReindexing(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, original *transform.Job) error {
-	return e.runJob(ctx, job, dst, l, stats, reindexMode(original))
+func (e *Engine) RunReindexing(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, original *transform.Job, prepared func(error)) error {
+	return e.runJob(ctx, job, dst, l, stats, reindexMode(original), prepared)
 }
 
-func (e *Engine) runJob(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, own string) error {
+func (e *Engine) runJob(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, own string, prepared func(error)) error {
 	e.setKind(job.Name, job.Kind.String())
 	if stats == nil {
 		stats = status.NewJobStats() // the lag metric is computed from it
 	}
 	defer e.watchQueue(job.Name, dst, stats)()
-	_, err := e.run(ctx, job, dst, l, stats, false, own)
+	_, err := e.run(ctx, job, dst, l, stats, false, own, prepared)
 	if m := (*ModeAsked)(nil); errors.As(err, &m) {
 		stats.SetPhase(status.PhaseIdle)
 		return err // not a failure: the caller runs the job again, in that mode
@@ -334,7 +338,7 @@ func (e *Engine) runJob(ctx context.Context, job *transform.Job, dst sink.Sink, 
 // whatever the position says, after which it stops and reports it.
 // own, when set, is the mode of the job as defined, which job (a copy in
 // another mode) starts with a reindex in (RunReindexing).
-func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, force bool, own string) (*Summary, error) {
+func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, force bool, own string, prepared func(error)) (*Summary, error) {
 	asked := own != ""
 	ctx, stop := leaseContext(ctx, l)
 	defer stop()
@@ -343,7 +347,7 @@ func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l L
 		return nil, closeOr(ctx, l, err)
 	}
 	e.ensureErrorIndex(ctx, log)
-	if err := retryPrepare(ctx, dst, e.cfg, log); err != nil {
+	if err := retryPrepare(ctx, dst, e.cfg, log, prepared); err != nil {
 		return nil, closeOr(ctx, l, err)
 	}
 	var (
@@ -507,12 +511,10 @@ func (e *Engine) KeepPresence(job *transform.Job) *Presence {
 }
 
 // leaseContext derives a context cancelled with the lease's LEASE_LOST
-// error as its cause as soon as the lease is lost, and carrying the lease's
-// own-clock check for the sinks to make right before each request
-// (sink.WithGuard): a loss is noticed when the renewal says so, but a
-// process continued after a freeze may reach a request first.
+// error as its cause as soon as the lease is lost: a loss is noticed when
+// the renewal says so (a process continued after a freeze may reach a
+// request first: the sinks' guard, sink.Guard, stops that one).
 func leaseContext(ctx context.Context, l Lease) (context.Context, func()) {
-	ctx = sink.WithGuard(ctx, l.Held)
 	ctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		select {
@@ -567,9 +569,14 @@ func closeOr(ctx context.Context, l Lease, err error) error {
 	return err
 }
 
-func retryPrepare(ctx context.Context, dst sink.Sink, cfg Config, log hclog.Logger) error {
+// retryPrepare prepares dst until it succeeds or fails for good, passing
+// each attempt's outcome to prepared (when not nil).
+func retryPrepare(ctx context.Context, dst sink.Sink, cfg Config, log hclog.Logger, prepared func(error)) error {
 	for attempt := 0; ; attempt++ {
 		err := dst.Prepare(ctx)
+		if prepared != nil && ctx.Err() == nil {
+			prepared(err)
+		}
 		if err == nil {
 			return nil
 		}

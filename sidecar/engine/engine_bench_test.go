@@ -63,6 +63,9 @@ func (s *encodeSink) Fetch(_ context.Context, ids []bson.RawValue) ([][]byte, er
 	return make([][]byte, len(ids)), nil
 }
 func (s *encodeSink) Stage(context.Context, bool) (sink.Staged, error) { return nil, sink.ErrNoStage }
+func (s *encodeSink) DiscardStage(context.Context, string) error       { return nil }
+func (s *encodeSink) OnDDL(context.Context, string)                    {}
+func (s *encodeSink) Enqueued() (int, int64, bool)                     { return 0, 0, false }
 
 // encodeUpserts renders the upserts of writes into buf as one JSON array,
 // as the Meilisearch sink encodes a batch (jobdef.AppendJSON of each
@@ -111,7 +114,7 @@ func BenchmarkEngineFollowPerChange(b *testing.B) {
 	b.ResetTimer()
 	cpu0 := testutil.CPUTime()
 	for it := 0; it < b.N; it++ {
-		p := e.newPipe(context.Background(), jc, &encodeSink{}, nil, e.log, true)
+		p := e.newPipe(context.Background(), jc, &encodeSink{}, sink.Unguarded, nil, e.log, true)
 		f := &follower{e: e, jc: jc, p: p}
 		f.reset()
 		for _, ev := range events {

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/meilisearch/meilisearch-go"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
@@ -67,7 +66,7 @@ type env struct {
 	coll   *mongo.Collection
 	state  *mongo.Collection
 	errs   *mongo.Collection
-	mc     meilisearch.ServiceManager
+	mc     *meili.Client
 	leases *lease.Manager
 	cfg    engine.Config
 	log    hclog.Logger
@@ -100,7 +99,7 @@ func newEnvOn(t *testing.T, opts mongotest.Options) *env {
 		coll:  db.Collection("items"),
 		state: db.Collection("meilistream"),
 		errs:  db.Collection("meilistream_errors"),
-		mc:    meilisearch.New(mm.URL(), meilisearch.DisableRetries()),
+		mc:    meili.NewClient(mm.URL(), ""),
 		cfg: engine.Config{
 			BatchSize: 100, PageSize: 200, FlushInterval: 20 * time.Millisecond,
 			PositionInterval: 100 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryCap: 100 * time.Millisecond,
@@ -140,6 +139,12 @@ func (e *env) job(src string) *transform.Job {
 		e.t.Fatal(err)
 	}
 	return j
+}
+
+// sink is the job's Meilisearch sink as production builds it: guarded by
+// the lease l the engine is given.
+func (e *env) sink(job *transform.Job, l engine.Lease) sink.Sink {
+	return meili.NewSink(e.mc, &job.Job, sink.NewGuard(l.Held), e.log)
 }
 
 func (e *env) engine() *engine.Engine {
@@ -215,8 +220,8 @@ func (e *env) run(job *transform.Job, l *lease.Lease) *running {
 	ctx, cancel := context.WithCancel(e.ctx)
 	r := &running{cancel: cancel, done: make(chan error, 1), stats: status.NewJobStats()}
 	eng := e.engine()
-	sink := meili.NewSink(e.mc, &job.Job, e.log)
-	go func() { r.done <- eng.Run(ctx, job, sink, l, r.stats) }()
+	sink := e.sink(job, l)
+	go func() { r.done <- eng.Run(ctx, job, sink, l, r.stats, nil) }()
 	return r
 }
 
@@ -343,7 +348,7 @@ func TestWritesDuringALongReindexAreAllPresent(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.meili.Close() })
-	e.mc = meilisearch.New(e.meili.URL(), meilisearch.DisableRetries())
+	e.mc = meili.NewClient(e.meili.URL(), "")
 	r := e.run(job, e.acquire())
 	until(t, "reindex under way", func() bool {
 		s := r.stats.Snapshot()
@@ -403,7 +408,7 @@ func TestReindexKilledMidwayResumesFromItsCheckpoint(t *testing.T) {
 	job := e.job(itemsJS)
 	l := e.acquire()
 	eng := e.engine()
-	sink := meili.NewSink(e.mc, &job.Job, e.log)
+	sink := e.sink(job, l)
 	ctx, cancel := context.WithCancel(e.ctx)
 	st := status.NewJobStats()
 	done := make(chan error, 1)
@@ -572,7 +577,7 @@ func TestReindexKilledAnywhereReadsAtMostOnePageAgain(t *testing.T) {
 		if run < 8 {
 			k.killAt = 1 + rng.IntN(4*e.cfg.PageSize)
 		}
-		sum, err := eng.Reindex(ctx, job, killSink{meili.NewSink(e.mc, &job.Job, e.log), k}, l, nil)
+		sum, err := eng.Reindex(ctx, job, killSink{e.sink(job, l), k}, l, nil)
 		cancel()
 		ids := read()
 		twice := 0
@@ -796,7 +801,7 @@ func TestBadDocumentIsRecordedAndRetryClearsIt(t *testing.T) {
 	}
 	// The transform is fixed; retry writes the other two and clears them.
 	fixed := e.job(strings.Replace(itemsJS, `if (doc.throw) throw new Error("boom");`, "", 1))
-	sum, err := e.engine().Retry(e.ctx, fixed, meili.NewSink(e.mc, &fixed.Job, e.log), l)
+	sum, err := e.engine().Retry(e.ctx, fixed, e.sink(fixed, l), l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -849,7 +854,8 @@ func TestInPlaceReindexSweepsWhatIsNoLongerWanted(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 7}, bson.M{"$set": bson.M{"hidden": true}}))
-	sum, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, &job.Job, e.log), e.acquire(), nil)
+	l := e.acquire()
+	sum, err := e.engine().Reindex(e.ctx, job, e.sink(job, l), l, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -882,7 +888,7 @@ func TestResumedReindexKeepsIdsOfEveryType(t *testing.T) {
 	job := e.job(strings.Replace(itemsJS, "transform(doc) {", "transform(doc) { const t = Date.now(); while (Date.now() - t < 3) {}", 1))
 	l := e.acquire()
 	eng := e.engine()
-	sink := meili.NewSink(e.mc, &job.Job, e.log)
+	sink := e.sink(job, l)
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() { _, err := eng.Reindex(ctx, job, sink, l, nil); done <- err }()
@@ -929,13 +935,13 @@ func TestReindexStoppedWhileSwappingStartsOverInsteadOfResuming(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { slow.Close() })
-	e.meili, e.mc = slow, meilisearch.New(slow.URL(), meilisearch.DisableRetries())
+	e.meili, e.mc = slow, meili.NewClient(slow.URL(), "")
 	e.cfg.DrainTimeout = 200 * time.Millisecond
 	e.insert(0, 50, nil)
 	job := e.job(itemsJS)
 	l := e.acquire()
 	eng := e.engine()
-	sink := meili.NewSink(e.mc, &job.Job, e.log)
+	sink := e.sink(job, l)
 	if err := sink.Prepare(e.ctx); err != nil { // the live index exists: a swap, not a rename
 		t.Fatal(err)
 	}
@@ -1091,7 +1097,8 @@ func TestReindexReadsOnAfterDroppedConnections(t *testing.T) {
 	st := status.NewJobStats()
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, &job.Job, e.log), e.acquire(), st)
+		l := e.acquire()
+		_, err := e.engine().Reindex(e.ctx, job, e.sink(job, l), l, st)
 		done <- err
 	}()
 	until(t, "reindex under way", func() bool { return st.Snapshot().Reindex.Done > 0 })
@@ -1147,8 +1154,9 @@ func TestMetricsCountWhatTheEngineDid(t *testing.T) {
 	eng := engine.New(e.db, e.state, e.errs, e.cfg, m, e.log)
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
+	l := e.acquire()
 	go func() {
-		done <- eng.Run(ctx, job, meili.NewSink(e.mc, &job.Job, e.log), e.acquire(), status.NewJobStats())
+		done <- eng.Run(ctx, job, e.sink(job, l), l, status.NewJobStats(), nil)
 	}()
 	e.settled(job)
 	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 1}))
@@ -1224,7 +1232,7 @@ func TestHistoryShorterThanAReindexStillConverges(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { slow.Close() })
-	e.meili, e.mc = slow, meilisearch.New(slow.URL(), meilisearch.DisableRetries())
+	e.meili, e.mc = slow, meili.NewClient(slow.URL(), "")
 	r := e.run(job, e.acquire())
 	until(t, "reindex under way", func() bool {
 		s := r.stats.Snapshot()
@@ -1397,7 +1405,7 @@ func TestWritesDuringASwapReindexReachTheLiveIndexAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { slow.Close() })
-	e.meili, e.mc = slow, meilisearch.New(slow.URL(), meilisearch.DisableRetries())
+	e.meili, e.mc = slow, meili.NewClient(slow.URL(), "")
 	e.insert(0, 3000, nil)
 	job := e.job(itemsJS)
 	l := e.acquire()
@@ -1461,7 +1469,7 @@ func TestReindexKilledBetweenTwoMarksResumesAndConverges(t *testing.T) {
 	eng := engine.New(client.Database("app"), client.Database("app").Collection("meilistream"), e.errs, e.cfg, nil, e.log)
 	ctx, cancel := context.WithCancel(e.ctx)
 	k.kill = cancel
-	_, err = eng.Reindex(ctx, job, killSink{meili.NewSink(e.mc, &job.Job, e.log), k}, l, nil)
+	_, err = eng.Reindex(ctx, job, killSink{e.sink(job, l), k}, l, nil)
 	if err == nil {
 		t.Fatal("a reindex killed between two marks reported success")
 	}
@@ -1473,7 +1481,7 @@ func TestReindexKilledBetweenTwoMarksResumesAndConverges(t *testing.T) {
 	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 10}, bson.M{"$set": bson.M{"title": "while down"}}))
 	e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": 11}))
 	e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": 1990}, bson.M{"$set": bson.M{"title": "while down, ahead"}}))
-	sum, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, nil)
+	sum, err := e.engine().Reindex(e.ctx, job, e.sink(job, l), l, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1524,7 +1532,8 @@ func TestInPlaceSweepNeverDeletesADocumentCreatedAgainDuringTheReindex(t *testin
 	}
 	t.Cleanup(func() { client.Disconnect(context.Background()) })
 	eng := engine.New(client.Database("app"), client.Database("app").Collection("meilistream"), e.errs, e.cfg, nil, e.log)
-	sum, err := eng.Reindex(e.ctx, job, meili.NewSink(e.mc, &job.Job, e.log), e.acquire(), nil)
+	l := e.acquire()
+	sum, err := eng.Reindex(e.ctx, job, e.sink(job, l), l, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1552,7 +1561,7 @@ func TestStandbyTakingOverMidReindexContinuesIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { slow.Close() })
-	e.meili, e.mc = slow, meilisearch.New(slow.URL(), meilisearch.DisableRetries())
+	e.meili, e.mc = slow, meili.NewClient(slow.URL(), "")
 	r := e.run(job, e.acquire())
 	until(t, "a third of the reindex", func() bool { return r.stats.Snapshot().Reindex.Done >= 1000 })
 	e.mongo.AdvanceClock(testTTL + time.Second) // past the TTL: the lease lapses
@@ -1591,12 +1600,12 @@ func TestInPlaceSweepKeepsIntegerIDsOfEveryNumericType(t *testing.T) {
 		bson.M{"_id": int32(9), "title": "int32", "n": 9},
 	}))
 	l := e.acquire()
-	if _, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, nil); err != nil {
+	if _, err := e.engine().Reindex(e.ctx, job, e.sink(job, l), l, nil); err != nil {
 		t.Fatal(err)
 	}
 	e.equal(job)
 	// A second in-place reindex sweeps: nothing may go.
-	sum, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, nil)
+	sum, err := e.engine().Reindex(e.ctx, job, e.sink(job, l), l, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1632,7 +1641,7 @@ func TestHolderPastItsLeaseDeadlineSendsNothingMore(t *testing.T) {
 	done := make(chan error, 1)
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
-	go func() { done <- e.engine().Run(ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, nil) }()
+	go func() { done <- e.engine().Run(ctx, job, e.sink(job, l), l, nil, nil) }()
 	e.settled(job)
 	l.lapsed.Store(true)
 	e.insert(100, 101, nil)
@@ -1665,7 +1674,7 @@ func TestJobStartMakesTheErrorsIndexOrSaysWhyNot(t *testing.T) {
 		ctx, cancel := context.WithCancel(e.ctx)
 		done := make(chan error, 1)
 		st := status.NewJobStats()
-		go func() { done <- eng.Run(ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, st) }()
+		go func() { done <- eng.Run(ctx, job, e.sink(job, l), l, st, nil) }()
 		e.settled(job)
 		// Following comes after the start's attempt at the index.
 		until(t, "following", func() bool { return st.Snapshot().Phase == status.PhaseFollowing })
@@ -1684,7 +1693,7 @@ func TestJobStartMakesTheErrorsIndexOrSaysWhyNot(t *testing.T) {
 	l := e.acquire()
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
-	go func() { done <- eng.Run(ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, nil) }()
+	go func() { done <- eng.Run(ctx, job, e.sink(job, l), l, nil, nil) }()
 	// The index and the position are already as the earlier runs left
 	// them, so nothing tells this run's start is past the index: wait for
 	// the index itself while the job runs.
@@ -1703,5 +1712,58 @@ func TestJobStartMakesTheErrorsIndexOrSaysWhyNot(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// prepFailSink fails Prepare as the destination would while unreachable,
+// fails times, then prepares for real.
+type prepFailSink struct {
+	sink.Sink
+	mu    sync.Mutex
+	fails int
+}
+
+func (s *prepFailSink) Prepare(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fails > 0 {
+		s.fails--
+		return errs.Wrap(errs.Failed, "items", errors.New("connection refused"), "read index items")
+	}
+	return s.Sink.Prepare(ctx)
+}
+
+// Run retries preparing the destination and tells the caller of every
+// attempt (the supervisor shows the failures in /status), then runs the
+// job.
+func TestRunReportsEachAttemptToPrepare(t *testing.T) {
+	e := newEnv(t, 0)
+	e.insert(0, 10, nil)
+	job := e.job(itemsJS)
+	var (
+		mu       sync.Mutex
+		outcomes []error
+	)
+	prepared := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		outcomes = append(outcomes, err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	l := e.acquire()
+	dst := &prepFailSink{Sink: e.sink(job, l), fails: 2}
+	go func() { done <- e.engine().Run(ctx, job, dst, l, nil, prepared) }()
+	e.settled(job)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(outcomes) != 3 || outcomes[0] == nil || outcomes[1] == nil || outcomes[2] != nil ||
+		!strings.Contains(outcomes[0].Error(), "connection refused") {
+		t.Fatalf("prepare outcomes %v, want the two failures then nil", outcomes)
 	}
 }

@@ -87,7 +87,7 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	// flushed and recorded; the lease still stops it at once.
 	pctx, pstop := leaseContext(context.WithoutCancel(ctx), l)
 	defer pstop()
-	f.p = e.newPipe(pctx, jc, dst, stats, log, true)
+	f.p = e.newPipe(pctx, jc, dst, sink.NewGuard(l.Held), stats, log, true)
 	defer f.p.Abort(pipe.Closed)
 	f.dog = newWatchdog(jc.FlushInterval, jc.WatchdogAnswer, func() (int64, int32) {
 		if f.pausedNow.Load() {
@@ -912,11 +912,7 @@ func (f *follower) stop(ctx context.Context, cause error) error {
 func (f *follower) invalidated(ctx context.Context, op string) error {
 	name := f.jc.job.Name
 	f.log.Warn("collection invalidated: stopping; the next run reindexes", "event", op)
-	if o, ok := f.p.Live().(sink.DDLObserver); ok {
-		o.OnDDL(ctx, op) // never applied to a replica (mirror jobs)
-	} else if f.jc.job.Kind == jobdef.Mirror {
-		f.e.observeDDL(name, op)
-	}
+	f.p.Live().OnDDL(ctx, op) // never applied to a replica (mirror jobs)
 	if f.snap != nil {
 		f.snap.Stop()
 	}

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meilisearch/meilisearch-go"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
@@ -99,7 +98,7 @@ func TestARelatedChangeDuringAReindexReachesTheNewIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { slow.Close() })
-	e.meili, e.mc = slow, meilisearch.New(slow.URL(), meilisearch.DisableRetries())
+	e.meili, e.mc = slow, meili.NewClient(slow.URL(), "")
 	e.seedJoined(2000)
 	job := e.job(joinedJS)
 	r := e.run(job, e.acquire())
@@ -173,7 +172,7 @@ func TestKilledInTheMiddleOfAFanOutSendsEveryDependentOnRestart(t *testing.T) {
 	k := &killer{killAt: 5000, kill: cancel}
 	done := make(chan error, 1)
 	st := status.NewJobStats()
-	go func() { done <- eng.Run(ctx, job, liveKillSink{meili.NewSink(e.mc, &job.Job, e.log), k}, l, st) }()
+	go func() { done <- eng.Run(ctx, job, liveKillSink{e.sink(job, l), k}, l, st, nil) }()
 	until(t, "following", func() bool { return st.Snapshot().Phase == status.PhaseFollowing })
 	e.ok(e.db.Collection("users").UpdateOne(e.ctx, bson.M{"_id": 1}, bson.M{"$set": bson.M{"name": "Ada Lovelace"}}))
 	// Changes of their own to documents the rename does not touch, while

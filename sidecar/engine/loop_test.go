@@ -13,7 +13,6 @@ import (
 	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
-	"github.com/meilistream/meilistream/sidecar/meili"
 )
 
 // engineAs is an engine of another process (its presence records are that
@@ -145,7 +144,7 @@ func (e *env) stopMidReindex(src string, l engine.Lease) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.engine().Reindex(ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, nil)
+		_, err := e.engine().Reindex(ctx, job, e.sink(job, l), l, nil)
 		done <- err
 	}()
 	until(e.t, "a checkpoint", func() bool {
@@ -179,7 +178,7 @@ func TestAbandonedStagedIndexIsDeletedWhenTheReindexStartsOver(t *testing.T) {
 			t.Fatal("no staged index after the stopped reindex")
 		}
 		inPlace := e.job(strings.Replace(itemsJS, `index: "items",`, `index: "items", reindex: "inplace",`, 1))
-		if _, err := e.engine().Reindex(e.ctx, inPlace, meili.NewSink(e.mc, &inPlace.Job, e.log), l, nil); err != nil {
+		if _, err := e.engine().Reindex(e.ctx, inPlace, e.sink(inPlace, l), l, nil); err != nil {
 			t.Fatal(err)
 		}
 		if e.hasIndex("items__reindex") {
@@ -198,7 +197,7 @@ func TestAbandonedStagedIndexIsDeletedWhenTheReindexStartsOver(t *testing.T) {
 			t.Fatal("no staged index after the stopped reindex")
 		}
 		moved := e.job(strings.Replace(itemsJS, `index: "items",`, `index: "items_v2",`, 1))
-		if _, err := e.engine().Reindex(e.ctx, moved, meili.NewSink(e.mc, &moved.Job, e.log), l, nil); err != nil {
+		if _, err := e.engine().Reindex(e.ctx, moved, e.sink(moved, l), l, nil); err != nil {
 			t.Fatal(err)
 		}
 		if e.hasIndex("items__reindex") || e.hasIndex("items_v2__reindex") || !e.hasIndex("items_v2") {

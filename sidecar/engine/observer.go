@@ -32,9 +32,6 @@ type Observer interface {
 	ObserveReindexDone(job string)
 	// ObserveDeadLetters: the job's documents in the errors collection.
 	ObserveDeadLetters(job string, n int64)
-	// ObserveDDL: a drop, rename or dropDatabase of a mirror job's source,
-	// when its sink does not count it itself (sink.DDLObserver).
-	ObserveDDL(job, event string)
 	// ObserveVerify: a background verify pass ended at done, finding
 	// these differing documents.
 	ObserveVerify(job string, missing, stale, extra int64, done time.Time)
@@ -55,7 +52,6 @@ func (noObserver) ObservePosition(string, time.Time)                    {}
 func (noObserver) ObserveReindexProgress(string, int64, int64)          {}
 func (noObserver) ObserveReindexDone(string)                            {}
 func (noObserver) ObserveDeadLetters(string, int64)                     {}
-func (noObserver) ObserveDDL(string, string)                            {}
 func (noObserver) ObserveWatchdog(string, bool)                         {}
 func (noObserver) ObserveVerify(string, int64, int64, int64, time.Time) {}
 
@@ -94,4 +90,3 @@ func (e *Engine) observeLag(job string, lag float64) {
 	e.obs.ObserveLag(job, time.Duration(lag*float64(time.Second)))
 }
 func (e *Engine) observePosition(job string, t time.Time) { e.obs.ObservePosition(job, t) }
-func (e *Engine) observeDDL(job, event string)            { e.obs.ObserveDDL(job, event) }

@@ -21,7 +21,7 @@ import (
 // Run resumes from the checkpoint.
 func (e *Engine) Reindex(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats) (Summary, error) {
 	e.setKind(job.Name, job.Kind.String())
-	sum, err := e.run(ctx, job, dst, l, stats, true, "")
+	sum, err := e.run(ctx, job, dst, l, stats, true, "", nil)
 	stats.SetPhase(status.PhaseIdle)
 	if err == nil && sum == nil {
 		err = context.Cause(ctx)

@@ -12,7 +12,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/meilitest"
-	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
 	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/sidecar/status"
@@ -172,7 +171,7 @@ func TestNothingIsSparedWhileAReindexRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { slow.Close() })
-	e.meili, e.mc = slow, meilisearch.New(slow.URL(), meilisearch.DisableRetries())
+	e.meili, e.mc = slow, meili.NewClient(slow.URL(), "")
 	e.insert(0, 2000, nil)
 	job := e.job(itemsJS)
 	r := e.run(job, e.acquire())
@@ -229,8 +228,6 @@ func TestTheSinksQueueIsShown(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
-var _ engine.Enqueuer = (*meili.Sink)(nil)
 
 // updatesAfterPosition is how many updates of the collection an
 // unfiltered change stream (the database's) resumed from the job's recorded position sees

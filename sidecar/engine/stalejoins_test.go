@@ -8,7 +8,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/testutil"
-	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/sidecar/status"
 )
 
@@ -88,7 +87,7 @@ func TestADependentLeftWithAnOldJoinIsSentOnItsNextChange(t *testing.T) {
 
 	// A reindex rewrites every join: the index is transform(collection)
 	// again, and a change touching nothing read is spared again.
-	if _, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, &job.Job, e.log), l, nil); err != nil {
+	if _, err := e.engine().Reindex(e.ctx, job, e.sink(job, l), l, nil); err != nil {
 		t.Fatal(err)
 	}
 	e.equal(job)

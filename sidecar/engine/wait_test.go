@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meilisearch/meilisearch-go"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/meilistream/meilistream/internal/meilitest"
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/sidecar/status"
 )
 
@@ -133,7 +133,7 @@ func TestDuringASwapReindexTheDurableTimeIsTheLiveIndexs(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { slow.Close() })
-	e.meili, e.mc = slow, meilisearch.New(slow.URL(), meilisearch.DisableRetries())
+	e.meili, e.mc = slow, meili.NewClient(slow.URL(), "")
 	seen := &durableSeen{}
 	e.cfg.Durable = seen.publish
 	e.insert(0, 3000, nil)

@@ -9,7 +9,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/testutil"
-	"github.com/meilistream/meilistream/sidecar/meili"
 )
 
 // nanIDs are _ids with a NaN first: it sorts below every other number,
@@ -29,7 +28,8 @@ func TestReindexReadsTheNumbersAfterANaNID(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := e.job(itemsJS)
-	sum, err := e.engine().Reindex(e.ctx, job, meili.NewSink(e.mc, &job.Job, e.log), e.acquire(), nil)
+	l := e.acquire()
+	sum, err := e.engine().Reindex(e.ctx, job, e.sink(job, l), l, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -164,8 +164,7 @@ func startReindex(ctx context.Context, src Source, o reindexOptions, cp *jobstat
 // hand).
 func (s *Reindex) discardAbandoned(ctx context.Context, cp *jobstate.Checkpoint) {
 	job, log, inPlace := s.src.Job, s.src.Log, s.inPlace
-	d, ok := s.opts.Dest.(sink.StageDiscarder)
-	if cp == nil || cp.InPlace || !ok {
+	if cp == nil || cp.InPlace {
 		return
 	}
 	dest := jobstate.Destination(&job.Job)
@@ -185,7 +184,7 @@ func (s *Reindex) discardAbandoned(ctx context.Context, cp *jobstate.Checkpoint)
 		log.Info("the staged index of the abandoned reindex is left in place: another job's reindex stages into it", "destination", was, "jobs", others)
 		return
 	}
-	if err := d.DiscardStage(ctx, was); err != nil {
+	if err := s.opts.Dest.DiscardStage(ctx, was); err != nil {
 		log.Warn("deleting the staged index of the abandoned reindex failed; delete it by hand", "destination", was, "error", err)
 		return
 	}

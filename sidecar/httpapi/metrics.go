@@ -536,9 +536,6 @@ func (m *Metrics) ObserveDeadLetters(job string, n int64) { m.Job(job, "").DeadL
 // (engine.Observer).
 func (m *Metrics) ObserveWatchdog(job string, stalled bool) { m.Job(job, "").Stalled(stalled) }
 
-// ObserveDDL counts a drop, rename or dropDatabase seen by a mirror.
-func (m *Metrics) ObserveDDL(job, event string) { m.Job(job, "").DDL(event) }
-
 // ObserveVerify sets what the job's last complete background verify found.
 func (m *Metrics) ObserveVerify(job string, missing, stale, extra int64, done time.Time) {
 	m.Job(job, "").Verified(missing, stale, extra, done)

@@ -145,7 +145,7 @@ func TestEveryAnswerIsClassified(t *testing.T) {
 	withSettings := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id", Settings: map[string]any{"rankingRules": []any{"words"}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := meili.NewSink(client, job, nil).Prepare(ctx); err != nil {
+	if err := meili.NewSink(client, job, sink.Unguarded, nil).Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
 
@@ -153,7 +153,7 @@ func TestEveryAnswerIsClassified(t *testing.T) {
 	ops := map[string]func(s sink.Sink) ([]sink.DocFailure, error){
 		"prepare": func(s sink.Sink) ([]sink.DocFailure, error) { return nil, s.Prepare(ctx) },
 		"settings": func(sink.Sink) ([]sink.DocFailure, error) {
-			return nil, meili.NewSink(client, withSettings, nil).Prepare(ctx)
+			return nil, meili.NewSink(client, withSettings, sink.Unguarded, nil).Prepare(ctx)
 		},
 		"send": func(s sink.Sink) ([]sink.DocFailure, error) {
 			r, err := s.Send(ctx, sink.Batch{Writes: []sink.Write{write(1, "a"), write(2, "b")}})
@@ -239,7 +239,7 @@ func TestEveryAnswerIsClassified(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			f.reset()
 			f.answer(c.answer)
-			fails, err := ops[c.op](meili.NewSink(client, job, nil))
+			fails, err := ops[c.op](meili.NewSink(client, job, sink.Unguarded, nil))
 			got := string(errs.CodeOf(err))
 			if s := errs.SettingOf(err); s != "" {
 				got += " " + s
@@ -274,7 +274,7 @@ func TestFailedTasksAreClassified(t *testing.T) {
 	job := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	dst := meili.NewSink(client, job, nil)
+	dst := meili.NewSink(client, job, sink.Unguarded, nil)
 	if err := dst.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -324,11 +324,11 @@ func TestFailedTasksAreClassified(t *testing.T) {
 	// error is retried.
 	withSettings := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id", Settings: map[string]any{"rankingRules": []any{"words"}}}
 	f.meili.FailNextTask("invalid_settings_embedders", "meilitest: bad embedder")
-	if err := meili.NewSink(client, withSettings, nil).Prepare(ctx); errs.CodeOf(err) != errs.ConfigInvalid {
+	if err := meili.NewSink(client, withSettings, sink.Unguarded, nil).Prepare(ctx); errs.CodeOf(err) != errs.ConfigInvalid {
 		t.Errorf("a settings task refused: %v, want CONFIG_INVALID", err)
 	}
 	f.meili.FailNextTask("internal", "meilitest: crash")
-	if err := meili.NewSink(client, withSettings, nil).Prepare(ctx); errs.CodeOf(err) != errs.Failed {
+	if err := meili.NewSink(client, withSettings, sink.Unguarded, nil).Prepare(ctx); errs.CodeOf(err) != errs.Failed {
 		t.Errorf("a settings task failed internally: %v, want FAILED", err)
 	}
 }
@@ -338,7 +338,7 @@ func TestFailedTasksAreClassified(t *testing.T) {
 func TestRetryAfterIsHonoured(t *testing.T) {
 	f := startFront(t, meilitest.Options{MasterKey: "key"})
 	client := meili.NewClientWithOptions(f.URL, "key", short)
-	dst := meili.NewSink(client, &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}, nil)
+	dst := meili.NewSink(client, &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}, sink.Unguarded, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	f.answer(canned{route: "GET /indexes/items", status: 429, header: map[string]string{"Retry-After": "1"}})
@@ -364,7 +364,7 @@ func TestAProxy413SplitsTheBatch(t *testing.T) {
 	f := startFront(t, meilitest.Options{MasterKey: "key", ProxyBodyLimit: 4000})
 	client := meili.NewClientWithOptions(f.URL, "key", short)
 	job := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}
-	dst := meili.NewSink(client, job, nil)
+	dst := meili.NewSink(client, job, sink.Unguarded, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	send := func(b sink.Batch) []sink.DocFailure {
@@ -459,7 +459,7 @@ func TestAProxy413SplitsTheBatch(t *testing.T) {
 // still go.
 func TestATooDeepDocumentIsRefusedBeforeSending(t *testing.T) {
 	ctx, srv, mc := startMeili(t)
-	dst := meili.NewSink(mc, &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}, nil)
+	dst := meili.NewSink(mc, &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}, sink.Unguarded, nil)
 	nested := func(id int64, levels int) sink.Write {
 		w := write(id, "")
 		// {"id":N,"v":[[...]]}: the document, then levels-1 arrays.
@@ -487,7 +487,7 @@ func TestATooDeepDocumentIsRefusedBeforeSending(t *testing.T) {
 // request (the engine bisects); alone, the one at fault.
 func TestAMalformedPayloadIsADocumentRefusal(t *testing.T) {
 	ctx, _, mc := startMeili(t)
-	dst := meili.NewSink(mc, &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}, nil)
+	dst := meili.NewSink(mc, &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}, sink.Unguarded, nil)
 	bad := write(2, "")
 	bad.Doc = rawJSON(`{"id":2,"v":}`)
 	for _, b := range []sink.Batch{
@@ -544,7 +544,7 @@ func TestErrorsNeverShowSecrets(t *testing.T) {
 		{echo.URL, "html"}, {echo.URL, "json"}, {echo.URL, "slow"}, {closed.URL, "items"},
 	} {
 		client := meili.NewClientWithOptions(withSecrets(c.base), key, short)
-		dst := meili.NewSink(client, &jobdef.Job{Name: "items", Index: c.index, PrimaryKey: "id"}, nil)
+		dst := meili.NewSink(client, &jobdef.Job{Name: "items", Index: c.index, PrimaryKey: "id"}, sink.Unguarded, nil)
 		_, sendErr := dst.Send(ctx, sink.Batch{Writes: []sink.Write{write(1, "a")}})
 		_, healthErr := client.Health(ctx)
 		for _, err := range []error{dst.Prepare(ctx), sendErr, healthErr} {

@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/meilisearch/meilisearch-go"
-
-	"github.com/meilistream/meilistream/sidecar/sink"
 )
 
 // Defaults of Options.
@@ -118,11 +116,12 @@ func (o Options) uploadTimeout(n int) time.Duration {
 	return o.RequestTimeout + time.Duration(float64(n)/float64(o.UploadRate)*float64(time.Second))
 }
 
-// meiliClient is the client NewClient makes: meilisearch-go's, for
-// whoever wants its API (the sidecar's /readyz probe), and the requests
-// of the sink, which it makes itself so that every one has a deadline and
-// every answer is classified (see the package doc).
-type meiliClient struct {
+// Client is the client NewClient makes, the one a Sink takes:
+// meilisearch-go's, for whoever wants its API (the sidecar's /readyz
+// probe, tests reading an index), and the requests of the sink, which it
+// makes itself so that every one has a deadline and every answer is
+// classified (see the package doc).
+type Client struct {
 	meilisearch.ServiceManager
 	base   string // scheme://host[/path], without userinfo or query: safe to show
 	badURL bool   // the URL did not parse: every request fails, naming no part of it
@@ -140,7 +139,7 @@ type meiliClient struct {
 
 // NewClient returns the sidecar's Meilisearch client for baseURL and
 // apiKey (may be empty), with the default Options.
-func NewClient(baseURL, apiKey string) meilisearch.ServiceManager {
+func NewClient(baseURL, apiKey string) *Client {
 	return NewClientWithOptions(baseURL, apiKey, Options{})
 }
 
@@ -162,8 +161,8 @@ func NewClient(baseURL, apiKey string) meilisearch.ServiceManager {
 // sink itself: meilisearch-go copies a body it is given whole (io.ReadAll
 // into growing buffers) before sending it, a second and third copy of
 // every batch.
-func NewClientWithOptions(baseURL, apiKey string, o Options) meilisearch.ServiceManager {
-	c := &meiliClient{key: apiKey, opts: o.withDefaults()}
+func NewClientWithOptions(baseURL, apiKey string, o Options) *Client {
+	c := &Client{key: apiKey, opts: o.withDefaults()}
 	var user *url.Userinfo
 	var query url.Values
 	u, err := url.Parse(strings.TrimSpace(baseURL))
@@ -238,11 +237,6 @@ type urlTransport struct {
 
 func (t *urlTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	// meilisearch-go's requests (index creation, settings, swaps) pass
-	// here without do: the lease is checked for them too.
-	if err := sink.Guard(ctx); err != nil {
-		return nil, err
-	}
 	var cancel context.CancelFunc
 	if ctx.Value(ownDeadline{}) == nil {
 		ctx, cancel = context.WithTimeout(ctx, t.timeout)
@@ -333,12 +327,15 @@ type request struct {
 	// a trackedBody (uploads), to tell when body may be reused.
 	timeout time.Duration
 	tracked *trackedBody
+	// guard is the job's check (sink.Guard) made right before the
+	// request goes; nil for a request of no job (Health).
+	guard func() error
 }
 
 // do sends rq and returns the answer's body when its status is rq.want.
 // Any other outcome is an *Error, except the end of ctx (the caller's:
 // a stopped job, a lost lease), returned as context.Cause(ctx).
-func (c *meiliClient) do(ctx context.Context, rq request) ([]byte, error) {
+func (c *Client) do(ctx context.Context, rq request) ([]byte, error) {
 	if c.badURL {
 		return nil, &Error{Method: rq.method, Path: pathOnly(rq.path), badURL: true}
 	}
@@ -376,8 +373,10 @@ func (c *meiliClient) do(ctx context.Context, rq request) ([]byte, error) {
 	req.Header.Set("User-Agent", meilisearch.GetQualifiedVersion())
 	// Last, after any wait above: a lease that lapsed meanwhile sends
 	// nothing.
-	if err := sink.Guard(ctx); err != nil {
-		return nil, err
+	if rq.guard != nil {
+		if err := rq.guard(); err != nil {
+			return nil, err
+		}
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -405,7 +404,7 @@ func (c *meiliClient) do(ctx context.Context, rq request) ([]byte, error) {
 // noAnswer is the error of a request that got no (whole) answer: the
 // caller's ctx ended (its cause, as it is), the request's deadline passed,
 // or the connection failed.
-func (c *meiliClient) noAnswer(ctx, rctx context.Context, rq request, err error) error {
+func (c *Client) noAnswer(ctx, rctx context.Context, rq request, err error) error {
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
@@ -425,7 +424,7 @@ func (c *meiliClient) noAnswer(ctx, rctx context.Context, rq request, err error)
 // answerError builds the *Error of an answer other than the wanted one:
 // Meilisearch's error object when the body is one, else only the status
 // and what kind of body came (a proxy's page is never copied into it).
-func (c *meiliClient) answerError(method, path string, resp *http.Response, b []byte) *Error {
+func (c *Client) answerError(method, path string, resp *http.Response, b []byte) *Error {
 	e := &Error{Method: method, Path: path, Status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
 	var obj struct {
 		Message *string `json:"message"`
@@ -445,7 +444,7 @@ func (c *meiliClient) answerError(method, path string, resp *http.Response, b []
 }
 
 // waitRetryAfter waits until a 429's Retry-After has passed.
-func (c *meiliClient) waitRetryAfter(ctx context.Context) error {
+func (c *Client) waitRetryAfter(ctx context.Context) error {
 	until := c.notBefore.Load()
 	if until == 0 {
 		return nil
@@ -465,7 +464,7 @@ func (c *meiliClient) waitRetryAfter(ctx context.Context) error {
 }
 
 // holdUntil holds requests until t (never shortening a longer hold).
-func (c *meiliClient) holdUntil(t time.Time) {
+func (c *Client) holdUntil(t time.Time) {
 	for {
 		cur := c.notBefore.Load()
 		if cur >= t.UnixNano() || c.notBefore.CompareAndSwap(cur, t.UnixNano()) {
@@ -505,7 +504,7 @@ func parseSeconds(s string) (time.Duration, error) {
 }
 
 // redact replaces the client's secrets in s.
-func (c *meiliClient) redact(s string) string {
+func (c *Client) redact(s string) string {
 	for _, sec := range c.secrets {
 		s = strings.ReplaceAll(s, sec, "[redacted]")
 	}
@@ -514,7 +513,7 @@ func (c *meiliClient) redact(s string) string {
 
 // redactErr is err with the client's secrets out of its text (still
 // matching errors.Is and As on err).
-func (c *meiliClient) redactErr(err error) error {
+func (c *Client) redactErr(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -544,7 +543,7 @@ func pathOnly(p string) string {
 // Health answers GET /health through the client's own requests, so that
 // its error (shown by /readyz) has a deadline and names no part of the
 // URL. An error is an *Error.
-func (c *meiliClient) Health(ctx context.Context) (*meilisearch.Health, error) {
+func (c *Client) Health(ctx context.Context) (*meilisearch.Health, error) {
 	b, err := c.do(ctx, request{method: http.MethodGet, path: "/health", want: http.StatusOK, timeout: c.opts.RequestTimeout})
 	if err != nil {
 		return nil, err
@@ -558,7 +557,7 @@ func (c *meiliClient) Health(ctx context.Context) (*meilisearch.Health, error) {
 
 // IsHealthy reports whether Health succeeds with status "available",
 // within the request timeout.
-func (c *meiliClient) IsHealthy() bool {
+func (c *Client) IsHealthy() bool {
 	h, err := c.Health(context.Background())
 	return err == nil && h.Status == "available"
 }

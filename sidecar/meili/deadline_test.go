@@ -110,7 +110,7 @@ func TestEveryRequestHasADeadline(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			client := meili.NewClientWithOptions(addr(t), "key", short)
-			dst := meili.NewSink(client, job, nil)
+			dst := meili.NewSink(client, job, sink.Unguarded, nil)
 
 			began := time.Now()
 			wantTimeout(t, "prepare", dst.Prepare(ctx), began)
@@ -159,7 +159,7 @@ func TestTaskPollsHaveADeadline(t *testing.T) {
 	defer front.Close()
 	defer close(done)
 
-	dst := meili.NewSink(meili.NewClientWithOptions(front.URL, "key", short), &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}, nil)
+	dst := meili.NewSink(meili.NewClientWithOptions(front.URL, "key", short), &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}, sink.Unguarded, nil)
 	r, err := dst.Send(ctx, sink.Batch{Writes: []sink.Write{write(1, "a")}})
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +182,7 @@ func TestCancellationIsNotAMeilisearchError(t *testing.T) {
 	lost := errs.New(errs.LeaseLost, "items", "lease taken over")
 	time.AfterFunc(100*time.Millisecond, func() { cancel(lost) })
 	dst := meili.NewSink(meili.NewClientWithOptions(silentListener(t), "", meili.Options{RequestTimeout: time.Minute}),
-		&jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}, nil)
+		&jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}, sink.Unguarded, nil)
 	err := dst.Prepare(ctx)
 	var me *meili.Error
 	if !errors.Is(err, errs.ErrLeaseLost) || errors.As(err, &me) {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/meilisearch/meilisearch-go"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/jobdef"
@@ -68,7 +67,7 @@ func (s *Sink) Fetch(ctx context.Context, ids []bson.RawValue) ([][]byte, error)
 	return out, nil
 }
 
-func (c *meiliClient) fetchDocs(ctx context.Context, uid string, ids []any) ([]json.RawMessage, error) {
+func (c guarded) fetchDocs(ctx context.Context, uid string, ids []any) ([]json.RawMessage, error) {
 	p := indexPath(uid) + "/documents/fetch"
 	body, _ := json.Marshal(map[string]any{"ids": ids, "limit": len(ids)})
 	b, err := c.do(ctx, request{method: http.MethodPost, path: p, body: body, want: http.StatusOK, timeout: c.opts.RequestTimeout})
@@ -80,30 +79,6 @@ func (c *meiliClient) fetchDocs(ctx context.Context, uid string, ids []any) ([]j
 		return nil, &Error{Method: http.MethodPost, Path: p, Status: http.StatusOK, Err: errors.New("the answer is not a page of documents")}
 	}
 	return results, nil
-}
-
-func (g *goAPI) fetchDocs(ctx context.Context, uid string, ids []any) (docs []json.RawMessage, err error) {
-	strs := make([]string, len(ids))
-	for i, id := range ids {
-		b, _ := json.Marshal(id)
-		strs[i] = string(bytes.Trim(b, `"`))
-	}
-	err = g.call(ctx, g.opts.RequestTimeout, http.MethodPost, indexPath(uid)+"/documents/fetch", func(ctx context.Context) error {
-		var res meilisearch.DocumentsResult
-		if err := g.sm.Index(uid).GetDocuments(ctx, &meilisearch.DocumentsQuery{Ids: strs, Limit: int64(len(ids))}, &res); err != nil {
-			return err
-		}
-		docs = make([]json.RawMessage, 0, len(res.Results))
-		for _, hit := range res.Results {
-			b, err := json.Marshal(hit)
-			if err != nil {
-				return err
-			}
-			docs = append(docs, b)
-		}
-		return nil
-	})
-	return docs, err
 }
 
 // memberOf is the raw value of doc's member key.

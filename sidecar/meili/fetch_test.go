@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/meilisearch/meilisearch-go"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/jobdef"
@@ -14,16 +13,13 @@ import (
 
 // Fetch reads documents back by their source _ids, whatever the _id's
 // type, aligned with the ids asked for (nil for one the index lacks),
-// through either client; Keys walks the same ids back.
+// through NewClient's client; Keys walks the same ids back.
 func TestFetchReadsDocumentsBackBySourceID(t *testing.T) {
-	ctx, srv, nc := startMeili(t)
-	for name, mc := range map[string]meilisearch.ServiceManager{
-		"NewClient":      nc,
-		"meilisearch-go": meilisearch.New(srv.URL(), meilisearch.WithAPIKey("key"), meilisearch.DisableRetries()),
-	} {
+	ctx, _, nc := startMeili(t)
+	for name, mc := range map[string]*meili.Client{"NewClient": nc} {
 		t.Run(name, func(t *testing.T) {
 			job := &jobdef.Job{Name: "f" + name[:3], Index: "fetch_" + name[:3], PrimaryKey: "id"}
-			dst := meili.NewSink(mc, job, nil)
+			dst := meili.NewSink(mc, job, sink.Unguarded, nil)
 			if err := dst.Prepare(ctx); err != nil {
 				t.Fatal(err)
 			}

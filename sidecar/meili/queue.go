@@ -125,4 +125,7 @@ func (s *Sink) admit(ctx context.Context, n int) error {
 // Enqueued is what the job has enqueued in Meilisearch (its index, and a
 // reindex's staged index) and not yet seen processed: tasks and bytes of
 // their requests.
-func (s *Sink) Enqueued() (tasks int, bytes int64) { return s.queues.total() }
+func (s *Sink) Enqueued() (tasks int, bytes int64, counted bool) {
+	tasks, bytes = s.queues.total()
+	return tasks, bytes, true
+}

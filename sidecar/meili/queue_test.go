@@ -46,7 +46,7 @@ func TestTheSinkKeepsWhatIsEnqueuedUnderItsBounds(t *testing.T) {
 			defer srv.Close()
 			mc := meili.NewClientWithOptions(srv.URL(), "", c.opts)
 			defer mc.Close()
-			dst := meili.NewSink(mc, &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}, nil).(*meili.Sink)
+			dst := meili.NewSink(mc, &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}, sink.Unguarded, nil)
 			if err := dst.Prepare(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -59,7 +59,7 @@ func TestTheSinkKeepsWhatIsEnqueuedUnderItsBounds(t *testing.T) {
 				}
 				receipts = append(receipts, r)
 			}
-			if tasks, bytes := dst.Enqueued(); tasks != c.fit || bytes < int64(c.fit*c.size) {
+			if tasks, bytes, _ := dst.Enqueued(); tasks != c.fit || bytes < int64(c.fit*c.size) {
 				t.Fatalf("enqueued %d tasks, %d bytes after %s", tasks, bytes, c.after)
 			}
 			sent := make(chan error, 1)
@@ -82,7 +82,7 @@ func TestTheSinkKeepsWhatIsEnqueuedUnderItsBounds(t *testing.T) {
 					t.Fatalf("wait: %v %v", fails, err)
 				}
 			}
-			if tasks, bytes := dst.Enqueued(); tasks != 0 || bytes != 0 {
+			if tasks, bytes, _ := dst.Enqueued(); tasks != 0 || bytes != 0 {
 				t.Fatalf("enqueued %d tasks, %d bytes once every task is processed", tasks, bytes)
 			}
 			if n := len(srv.Documents("items")); n != c.fit+1 {
@@ -104,7 +104,7 @@ func TestTheStagedIndexIsCountedApart(t *testing.T) {
 	defer srv.Close()
 	mc := meili.NewClientWithOptions(srv.URL(), "", meili.Options{MaxEnqueuedTasks: 1})
 	defer mc.Close()
-	dst := meili.NewSink(mc, &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id", Reindex: "swap"}, nil).(*meili.Sink)
+	dst := meili.NewSink(mc, &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id", Reindex: "swap"}, sink.Unguarded, nil)
 	if err := dst.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestTheStagedIndexIsCountedApart(t *testing.T) {
 	if _, err := staged.Send(ctx, batchOf(1, 10)); err != nil {
 		t.Fatal(err)
 	}
-	if tasks, _ := dst.Enqueued(); tasks != 2 {
+	if tasks, _, _ := dst.Enqueued(); tasks != 2 {
 		t.Fatalf("the job's queue holds %d tasks, want 2 (one per index)", tasks)
 	}
 	srv.ResumeTasks()

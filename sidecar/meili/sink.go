@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/meilisearch/meilisearch-go"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
@@ -55,12 +54,11 @@ var (
 
 // NewSink returns the sink of a search job: index job.Index, primary
 // key job.PrimaryKey. The client is shared (it is safe for concurrent
-// use); NewClient's is the one to give it (deadlines, classified answers,
-// documents posted without copies). Another meilisearch-go client works
-// (tests use one), with the default Options' deadlines and limits; give
-// it meilisearch.DisableRetries(): the engine retries with its own
-// backoff.
-func NewSink(client meilisearch.ServiceManager, job *jobdef.Job, logger hclog.Logger) sink.Sink {
+// use): NewClient's, in production and tests alike, so that every
+// request has its deadline, every answer is classified and a 413 splits
+// the request. guard is checked right before each request (the job's
+// lease, which these writes cannot be fenced by).
+func NewSink(client *Client, job *jobdef.Job, guard sink.Guard, logger hclog.Logger) sink.Sink {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
@@ -72,13 +70,7 @@ func NewSink(client meilisearch.ServiceManager, job *jobdef.Job, logger hclog.Lo
 	if uid == "" {
 		uid = job.Name
 	}
-	var a api
-	if c, ok := client.(*meiliClient); ok {
-		a = c
-	} else {
-		a = &goAPI{sm: client, opts: Options{}.withDefaults()}
-	}
-	return &Sink{api: a, opts: a.options(), job: job, uid: uid, live: uid, pk: pk,
+	return &Sink{api: guarded{Client: client, guard: guard}, opts: client.opts, job: job, uid: uid, live: uid, pk: pk,
 		limit: &learntLimit{}, queues: newQueues(), log: logger.With("index", uid)}
 }
 
@@ -714,7 +706,10 @@ func (s *Sink) DiscardStage(ctx context.Context, uid string) error {
 	return s.dropIndex(ctx, uid+ReindexSuffix)
 }
 
-var _ sink.StageDiscarder = (*Sink)(nil)
+// OnDDL has nothing to do: a search job's index is rebuilt by the
+// reindex the engine starts once it has stopped the job as invalidated,
+// and the engine logs the event itself.
+func (s *Sink) OnDDL(context.Context, string) {}
 
 // plainUID says whether uid is an index uid a job may write: 1 to 400
 // characters of A-Z a-z 0-9 _ -, not ending in ReindexSuffix.

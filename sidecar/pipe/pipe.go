@@ -72,7 +72,8 @@ type Hooks interface {
 type Pipe struct {
 	cfg   Config
 	hooks Hooks
-	live  sink.Sink // the live destination
+	live  sink.Sink  // the live destination
+	guard sink.Guard // the lease's check, made before each send
 
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
@@ -188,11 +189,13 @@ func (f *Flight) RefusedCount() int {
 }
 
 // New starts a pipe writing to live (and, once SetStaged names one, to a
-// staged destination), until ctx ends or Close or Abort is called.
-func New(ctx context.Context, cfg Config, live sink.Sink, hooks Hooks) *Pipe {
+// staged destination), until ctx ends or Close or Abort is called. guard
+// is checked right before each send (the lease's own-clock check), so a
+// batch prepared before a freeze is not sent after it.
+func New(ctx context.Context, cfg Config, live sink.Sink, guard sink.Guard, hooks Hooks) *Pipe {
 	ctx, cancel := context.WithCancelCause(ctx)
 	p := &Pipe{
-		cfg: cfg, hooks: hooks, live: live,
+		cfg: cfg, hooks: hooks, live: live, guard: guard,
 		ctx: ctx, cancel: cancel,
 		in:       make(chan *Flight, queueFlights),
 		queued:   budget.New(cfg.QueueBytes),
@@ -453,9 +456,9 @@ func (p *Pipe) waitLoop() {
 func (p *Pipe) sendRetry(ctx context.Context, dst sink.Sink, b sink.Batch) (sink.Receipt, error) {
 	for attempt := 0; ; attempt++ {
 		// The lease may have lapsed since the batch was prepared (or
-		// during the backoff): a sink checks again before each request,
-		// a sink of tests too.
-		if err := sink.Guard(ctx); err != nil {
+		// during the backoff): checked here whatever the sink, which
+		// checks again before each request it makes.
+		if err := p.guard.Check(); err != nil {
 			return nil, err
 		}
 		r, err := dst.Send(ctx, b)

@@ -93,6 +93,9 @@ func (s *fakeSink) Fetch(_ context.Context, ids []bson.RawValue) ([][]byte, erro
 	return make([][]byte, len(ids)), nil
 }
 func (s *fakeSink) Stage(context.Context, bool) (sink.Staged, error) { return nil, sink.ErrNoStage }
+func (s *fakeSink) DiscardStage(context.Context, string) error       { return nil }
+func (s *fakeSink) OnDDL(context.Context, string)                    {}
+func (s *fakeSink) Enqueued() (int, int64, bool)                     { return 0, 0, false }
 
 func (s *fakeSink) doc(id string) any {
 	s.mu.Lock()
@@ -143,7 +146,7 @@ func testPipe(t *testing.T, live sink.Sink, track bool) (*pipe.Pipe, *hooks) {
 		Track:       track,
 		Key:         func(id bson.RawValue) string { return string(id.Value) },
 		Backoff:     func(int) time.Duration { return time.Millisecond },
-	}, live, h)
+	}, live, sink.Unguarded, h)
 	t.Cleanup(func() { p.Abort(pipe.Closed) })
 	return p, h
 }
@@ -306,19 +309,19 @@ func TestPipeRoutesFlightsAndRunsControlFlightsAfterEverythingBefore(t *testing.
 
 // A lease whose own-clock deadline passed between a batch's prepare and
 // its send (a process frozen in between and continued) sends nothing: the
-// guard the pipe's context carries is checked right before the request,
+// guard the pipe is given is checked right before the request,
 // whatever the sink, and its LEASE_LOST stops the pipe.
 func TestPipeSendsNothingOnceTheGuardSaysTheLeaseLapsed(t *testing.T) {
 	dst := newFakeSink()
 	var lapsed atomic.Bool
 	lost := errs.New(errs.LeaseLost, "job", "lease lost: no renewal succeeded for 23s (the process was paused or starved)")
-	ctx := sink.WithGuard(context.Background(), func() error {
+	guard := sink.NewGuard(func() error {
 		if lapsed.Load() {
 			return lost
 		}
 		return nil
 	})
-	p := pipe.New(ctx, pipe.Config{MaxInFlight: 4, QueueBytes: 1 << 20, Backoff: func(int) time.Duration { return time.Millisecond }}, dst, &hooks{})
+	p := pipe.New(context.Background(), pipe.Config{MaxInFlight: 4, QueueBytes: 1 << 20, Backoff: func(int) time.Duration { return time.Millisecond }}, dst, guard, &hooks{})
 	defer p.Abort(pipe.Closed)
 	first := &pipe.Flight{Batch: sink.Batch{Writes: []sink.Write{put("a", 1)}}}
 	frozen := &pipe.Flight{Prepare: func(context.Context, *pipe.Flight) error {

@@ -56,9 +56,13 @@ type DocFailure struct {
 // there is no staged target to resume into; the engine then stages afresh.
 var ErrNoStage = errors.New("no staged target to resume")
 
-// Sink is a destination the engine writes to. Sends happen in order, one at a
-// time: the engine never calls Send concurrently, and sends batches in change
-// order, so the destination sees writes in change order.
+// Sink is a destination the engine writes to: every method a sink has is
+// here, and each sink implements each one (one with nothing to do for a
+// method says so in its body), so that the engine never asks a sink what
+// else it does and nothing wraps a sink to pass methods on. Sends happen
+// in order, one at a time: the engine never calls Send concurrently, and
+// sends batches in change order, so the destination sees writes in change
+// order.
 type Sink interface {
 	// Prepare makes the destination ready (index created with its primary
 	// key, declared settings applied; replica writable). Idempotent.
@@ -91,6 +95,24 @@ type Sink interface {
 	// (so a reindex continues from its checkpoint; ErrNoStage when there is
 	// none). In place it is the live destination itself.
 	Stage(ctx context.Context, resume bool) (Staged, error)
+	// DiscardStage deletes the target a swap reindex of destination staged
+	// beside it (Meilisearch: <uid>__reindex), which outlives the run that
+	// made it: a reindex that starts over for another destination (the
+	// index uid changed) or in place would leave the one an unfinished
+	// reindex staged behind. Deleting a target that is not there is no
+	// error; a sink that stages in place has nothing to delete.
+	DiscardStage(ctx context.Context, destination string) error
+	// OnDDL hears of a drop, rename or dropDatabase of the source
+	// collection, before the engine stops the job as invalidated (the
+	// replica sink logs and counts it, and never applies it to the
+	// replica).
+	OnDDL(ctx context.Context, event string)
+	// Enqueued is what the sink has enqueued at its destination and not
+	// yet seen processed (the Meilisearch sink: its tasks and their
+	// request bytes, which it keeps under a bound); counted is false for a
+	// destination whose writes are durable when Send returns, which has no
+	// queue to show.
+	Enqueued() (tasks int, bytes int64, counted bool)
 }
 
 // Staged is the target of a reindex or backfill.
@@ -107,44 +129,44 @@ type Staged interface {
 	Discard(ctx context.Context) error
 }
 
-// StageDiscarder is implemented by a sink whose swap reindex stages into a
-// target of its own beside the destination (Meilisearch: <uid>__reindex),
-// which outlives the run that made it. A reindex that starts over for
-// another destination (the index uid changed) or in place would leave the
-// one an unfinished reindex staged behind: the engine deletes it through
-// DiscardStage, naming the destination it was staged for. Deleting a
-// target that is not there is no error.
-type StageDiscarder interface {
-	DiscardStage(ctx context.Context, destination string) error
+// Guard is the check a Sink makes right before each request it sends to
+// its destination: when Check returns an error, the Sink sends nothing and
+// returns that error as it is (a LEASE_LOST stops the job). A sink is
+// built with one (its constructor takes it), so a sink without the check
+// does not compile; the zero Guard, one nobody made, refuses every
+// request rather than let one through unguarded.
+//
+// Whoever holds a job's lease (the supervisor, `meilistream reindex` and
+// `retry`) builds the job's sink with the lease's own-clock check
+// (lease.Lease.Held), which the engine also makes before each send:
+// these writes cannot be fenced by the epoch, so a holder frozen past its
+// lease (SIGSTOP, a stalled node) then sends nothing once it is
+// continued, instead of one more batch before a renewal tells it the
+// lease is gone.
+type Guard struct {
+	held func() error
 }
 
-// DDLObserver is implemented by a sink that wants to hear of a drop, rename
-// or dropDatabase of its source collection (the replica sink logs and counts
-// it, and never applies it to the replica); the engine calls it before it
-// stops the job as invalidated.
-type DDLObserver interface {
-	OnDDL(ctx context.Context, event string)
-}
-
-type guardKey struct{}
-
-// WithGuard returns ctx carrying held, the check a Sink makes right before
-// each request it sends to its destination: when held returns an error,
-// the Sink sends nothing and returns that error. The engine gives it the
-// lease's own-clock check (lease.Lease.Held), since these writes cannot be
-// fenced by the epoch: a holder frozen past its lease (SIGSTOP, a stalled
-// node) then sends nothing once it is continued, instead of one more
-// batch before a renewal tells it the lease is gone.
-func WithGuard(ctx context.Context, held func() error) context.Context {
-	return context.WithValue(ctx, guardKey{}, held)
-}
-
-// Guard runs the check ctx carries (WithGuard); nil when it carries none.
-// A Sink calls it right before each request to its destination and, on an
-// error, returns that error as it is (a LEASE_LOST stops the job).
-func Guard(ctx context.Context) error {
-	if held, ok := ctx.Value(guardKey{}).(func() error); ok {
-		return held()
+// NewGuard returns the guard that runs held before each request.
+func NewGuard(held func() error) Guard {
+	if held == nil {
+		panic("sink.NewGuard: no check")
 	}
-	return nil
+	return Guard{held: held}
+}
+
+// Unguarded lets every request through: for a sink under no lease (a
+// test of the sink itself, or `meilistream verify`'s reads; its repairs
+// take the lease and a guarded sink).
+var Unguarded = Guard{held: func() error { return nil }}
+
+// errNoGuard is what the zero Guard answers.
+var errNoGuard = errors.New("the sink was given no lease guard: nothing is sent (a defect of meilistream)")
+
+// Check runs the guard: nil when the request may go.
+func (g Guard) Check() error {
+	if g.held == nil {
+		return errNoGuard
+	}
+	return g.held()
 }

@@ -19,7 +19,9 @@ import (
 // it, because sidecar must not import replicate. An error with code
 // CONFIG_INVALID (say, a mirror job with no replica configured) fails the
 // job until its definition changes; other errors restart it with backoff.
-type SinkFactory func(job *transform.Job) (sink.Sink, error)
+// guard is the held lease's own-clock check, which the sink makes right
+// before each request to its destination.
+type SinkFactory func(job *transform.Job, guard sink.Guard) (sink.Sink, error)
 
 // EngineDriver is the production JobDriver: standby polls lease.Manager's
 // Acquire while another process holds the lease, a run is Engine.Run into
@@ -145,11 +147,12 @@ func (d *EngineDriver) Run(ctx context.Context, def JobDef, h HeldLease, st *Sup
 	if !ok {
 		return errs.New(errs.Failed, def.Name, "lease of type %T cannot fence the engine's writes", h)
 	}
-	sink, err := d.Sinks(job)
+	guard := sink.NewGuard(el.Held)
+	dst, err := d.Sinks(job, guard)
 	if err != nil {
 		return errs.WithJob(job.Name, err)
 	}
-	err = d.Engine.Run(ctx, job, ReportingSink(sink, st.prepared), el, st.Stats)
+	err = d.Engine.Run(ctx, job, dst, el, st.Stats, st.prepared)
 	// `meilistream reindex --inplace` (or --swap) asked the holder for
 	// another mode than the job's: its sink stages as its job says, so
 	// the job and its sink are built again with that mode, under the
@@ -159,10 +162,10 @@ func (d *EngineDriver) Run(ctx context.Context, def JobDef, h HeldLease, st *Sup
 		c := *original
 		c.Reindex = m.Mode
 		job = &c
-		if sink, err = d.Sinks(job); err != nil {
+		if dst, err = d.Sinks(job, guard); err != nil {
 			return errs.WithJob(job.Name, err)
 		}
-		err = d.Engine.RunReindexing(ctx, job, ReportingSink(sink, st.prepared), el, st.Stats, original)
+		err = d.Engine.RunReindexing(ctx, job, dst, el, st.Stats, original, st.prepared)
 	}
 	return historyLostForGood(job.Name, d.Engine.OnHistoryLost(job), err)
 }
@@ -180,46 +183,4 @@ func historyLostForGood(job, onHistoryLost string, err error) error {
 	return MarkFatal(advise(errs.WithJob(job, err),
 		"to repair it, run `meilistream reindex %s` where no sidecar runs the job (scale the sidecars down, run it, scale them back up), "+
 			"or set onHistoryLost: \"reindex\" (the transform file, MEILISTREAM_JOB_<NAME>_ON_HISTORY_LOST or MEILISTREAM_ON_HISTORY_LOST=reindex) so the job reindexes by itself", job))
-}
-
-// ReportingSink wraps s so that every Prepare's outcome is passed to report
-// (nil on success). The wrapper keeps s's optional DDLObserver.
-func ReportingSink(s sink.Sink, report func(error)) sink.Sink {
-	r := &reportingSink{Sink: s, report: report}
-	if o, ok := s.(sink.DDLObserver); ok {
-		return &reportingObserver{reportingSink: r, DDLObserver: o}
-	}
-	return r
-}
-
-type reportingSink struct {
-	sink.Sink
-	report func(error)
-}
-
-// Unwrap is the wrapped sink, for the engine to find what else it does
-// (engine.Enqueuer).
-func (r *reportingSink) Unwrap() sink.Sink { return r.Sink }
-
-// DiscardStage passes on to the wrapped sink's, when it has one
-// (sink.StageDiscarder): the engine deletes an abandoned staged target
-// through it.
-func (r *reportingSink) DiscardStage(ctx context.Context, destination string) error {
-	if d, ok := r.Sink.(sink.StageDiscarder); ok {
-		return d.DiscardStage(ctx, destination)
-	}
-	return nil
-}
-
-func (r *reportingSink) Prepare(ctx context.Context) error {
-	err := r.Sink.Prepare(ctx)
-	if ctx.Err() == nil {
-		r.report(err)
-	}
-	return err
-}
-
-type reportingObserver struct {
-	*reportingSink
-	sink.DDLObserver
 }
