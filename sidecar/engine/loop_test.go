@@ -3,8 +3,10 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -87,10 +89,13 @@ func TestAnOlderTransformStandsByOnlyWhileALiveProcessRunsTheNewerOne(t *testing
 	if err != nil || len(states) != 1 || states[0].Position.Hash != old.Hash || states[0].Position.Previous != updated.Hash {
 		t.Fatalf("state %+v %v: want the old hash recorded, the updated one before it", states, err)
 	}
-	// Presence records are gone with their processes.
-	if n, _ := e.state.CountDocuments(e.ctx, bson.D{{Key: "_id.presence", Value: "items"}}); n != 0 {
-		t.Fatalf("%d presence records left after Close", n)
-	}
+	// Presence records are gone with their processes (the delete is made
+	// by Close; polled, as a loaded machine may answer it late).
+	var left int64
+	testutil.Until(t, 15*time.Second, "presence records gone after Close", func() bool {
+		left, _ = e.state.CountDocuments(e.ctx, bson.D{{Key: "_id.presence", Value: "items"}})
+		return left == 0
+	}, func() string { return fmt.Sprintf("%d presence records left after Close", left) })
 }
 
 func TestPositionRecordedWithTheLegacyHashDoesNotReindex(t *testing.T) {

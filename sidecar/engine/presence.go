@@ -67,21 +67,27 @@ func (p *Presence) Waiting(reason string) {
 	}
 }
 
-// Close stops the refreshes and deletes the record, trying for a second
-// at most: it runs on shutdown after the drain and the lease's release,
-// within MEILISTREAM_SHUTDOWN_TIMEOUT, and a record left behind stops
-// counting by itself. Idempotent.
+// Close stops the refreshes and deletes the record, trying for two
+// seconds at most: it runs on shutdown after the drain (3/4 of
+// MEILISTREAM_SHUTDOWN_TIMEOUT) and the lease's release (an eighth), so
+// it fits the last eighth of the default 20s; one second was too little
+// for a loaded machine. A record left behind stops counting by itself.
+// Idempotent.
 func (p *Presence) Close() {
 	p.once.Do(func() {
 		p.cancel()
 		<-p.done
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		if err := p.store.RemovePresence(ctx, p.job, p.process); err != nil {
 			p.log.Warn("deleting this process's presence record failed; it stops counting by itself", "job", p.job, "error", err)
 		}
 	})
 }
+
+// presenceWriteTimeout bounds one refresh of a presence record, and so
+// how long Close may wait for one in flight.
+const presenceWriteTimeout = 2 * time.Second
 
 func (p *Presence) loop(ctx context.Context) {
 	defer close(p.done)
@@ -105,7 +111,11 @@ func (p *Presence) loop(ctx context.Context) {
 		p.mu.Lock()
 		waiting := p.waiting
 		p.mu.Unlock()
-		wctx, cancel := context.WithTimeout(ctx, every)
+		// Not cancelled by Close: a write abandoned mid-way may still be
+		// applied by the server after Close's delete, leaving a record
+		// that counts as live for a few refreshes. Close waits for it
+		// instead (bounded: presenceWriteTimeout).
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(every, presenceWriteTimeout))
 		err := p.store.MarkPresent(wctx, p.job, p.process, p.hash, waiting, presenceLives*every)
 		cancel()
 		switch {
