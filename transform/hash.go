@@ -290,43 +290,17 @@ var (
 
 // regexpOffsets finds every regular expression literal of prog and
 // returns its byte offset in the file (positions minus shift, the bytes of
-// the module wrapper before the file) and its length. It walks the tree
-// with its own stack: a file may nest deeply.
+// the module wrapper before the file) and its length.
 func regexpOffsets(prog *ast.Program, shift int) map[int]int {
 	out := map[int]int{}
-	seen := map[uintptr]bool{}
-	stack := []reflect.Value{reflect.ValueOf(prog)}
-	for len(stack) > 0 {
-		v := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		switch v.Kind() {
-		case reflect.Interface:
-			if !v.IsNil() {
-				stack = append(stack, v.Elem())
-			}
-		case reflect.Pointer:
-			if v.IsNil() || v.Type() == fileType || seen[v.Pointer()] {
-				continue
-			}
-			seen[v.Pointer()] = true
-			if v.Type() == regExpLiteralType {
-				re := v.Interface().(*ast.RegExpLiteral)
-				out[int(re.Idx)-1-shift] = len(re.Literal)
-				continue
-			}
-			stack = append(stack, v.Elem())
-		case reflect.Struct:
-			for k := 0; k < v.NumField(); k++ {
-				if v.Type().Field(k).IsExported() {
-					stack = append(stack, v.Field(k))
-				}
-			}
-		case reflect.Slice, reflect.Array:
-			for k := 0; k < v.Len(); k++ {
-				stack = append(stack, v.Index(k))
-			}
+	walkAST(prog, func(v reflect.Value) bool {
+		if v.Type() != regExpLiteralType {
+			return true
 		}
-	}
+		re := v.Interface().(*ast.RegExpLiteral)
+		out[int(re.Idx)-1-shift] = len(re.Literal)
+		return false
+	})
 	return out
 }
 
@@ -339,6 +313,28 @@ func regexpOffsets(prog *ast.Program, shift int) map[int]int {
 // change there reindexes, as any other change of the code does.
 func settingsRanges(prog *ast.Program, shift int) [][2]int {
 	var out [][2]int
+	walkAST(prog, func(v reflect.Value) bool {
+		a, ok := v.Interface().(*ast.AssignExpression)
+		if !ok || !isModuleExports(a.Left) {
+			return true
+		}
+		if obj, ok := a.Right.(*ast.ObjectLiteral); ok {
+			for _, p := range obj.Value {
+				if pk, ok := p.(*ast.PropertyKeyed); ok && !pk.Computed && propertyName(pk.Key) == "settings" {
+					out = append(out, [2]int{int(pk.Idx0()) - 1 - shift, int(pk.Idx1()) - 1 - shift})
+				}
+			}
+		}
+		return true
+	})
+	return out
+}
+
+// walkAST calls visit with every node of prog reached through a non-nil
+// pointer (each once; the file's source map skipped), and walks into the
+// node when visit returns true. It walks the tree with its own stack: a
+// file may nest deeply.
+func walkAST(prog *ast.Program, visit func(reflect.Value) bool) {
 	seen := map[uintptr]bool{}
 	stack := []reflect.Value{reflect.ValueOf(prog)}
 	for len(stack) > 0 {
@@ -354,16 +350,9 @@ func settingsRanges(prog *ast.Program, shift int) [][2]int {
 				continue
 			}
 			seen[v.Pointer()] = true
-			if a, ok := v.Interface().(*ast.AssignExpression); ok && isModuleExports(a.Left) {
-				if obj, ok := a.Right.(*ast.ObjectLiteral); ok {
-					for _, p := range obj.Value {
-						if pk, ok := p.(*ast.PropertyKeyed); ok && !pk.Computed && propertyName(pk.Key) == "settings" {
-							out = append(out, [2]int{int(pk.Idx0()) - 1 - shift, int(pk.Idx1()) - 1 - shift})
-						}
-					}
-				}
+			if visit(v) {
+				stack = append(stack, v.Elem())
 			}
-			stack = append(stack, v.Elem())
 		case reflect.Struct:
 			for k := 0; k < v.NumField(); k++ {
 				if v.Type().Field(k).IsExported() {
@@ -376,7 +365,6 @@ func settingsRanges(prog *ast.Program, shift int) [][2]int {
 			}
 		}
 	}
-	return out
 }
 
 func isModuleExports(e ast.Expression) bool {
