@@ -1,0 +1,483 @@
+package jobstate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/meilistream/meilistream/internal/errs"
+)
+
+// A reindex shared by the pods publishes its chunks in the state
+// collection, one document each, which any process running the job with
+// the same transform claims through a slot lease:
+//
+//	{_id: {chunk: <job>, run: <the reindex's nonce>, seq: <n>},
+//	 job: <job>, hash: <transform hash>, parallel: <slots>,
+//	 ids: [<the chunk's _ids, in order>], leaseEpoch: <the holder's>,
+//	 slot: <0..parallel-1>, token: <the claim's>, owner: <process>,
+//	 expiresAt: <server date>, submitted: <true once its high mark is written>}
+//
+// slot, token, owner and expiresAt exist while the chunk is claimed. The
+// unique partial index {job: 1, slot: 1} (partial on slot existing) makes
+// "at most parallel claims of a job at once" a schema invariant: a second
+// claim of a slot is a duplicate key, whoever's clock says what. Every
+// staleness decision compares expiresAt with the server's $$NOW; a claim
+// that lapsed is reaped (its slot, token and owner removed) by the next
+// process that claims, so its holder's fenced writes (RenewClaim,
+// WriteChunkResult, SubmitClaim filter on its token) miss from then on.
+//
+// A claim's result goes to the chunks collection (<state>_chunks), keyed
+// by the claim's token, so that a high mark names exactly the result read
+// in its window:
+//
+//	{_id: {job, run, seq, token}, writes: [{id, del, json | doc}],
+//	 errors: [{id, op, code, msg}], skipped: <n>, tooLarge: <bool>}
+//
+// The holder deletes a chunk's documents (descriptor and results) once
+// what it took from them is durable, and every chunk of another run when
+// a reindex starts.
+
+// SlotIndexKeys are the keys of the state collection's unique partial
+// index of the slot leases.
+var SlotIndexKeys = bson.D{{Key: "job", Value: 1}, {Key: "slot", Value: 1}}
+
+// ErrClaimLost is returned (wrapped) by a fenced write of a claim whose
+// lease lapsed and was reaped, or was taken by another claim.
+var ErrClaimLost = errors.New("the chunk's slot lease was taken over")
+
+// MaxChunkResultBytes bounds a chunk's result document, well under the
+// 16 MB MongoDB stores: a larger result is recorded as tooLarge and the
+// holder transforms the chunk itself.
+const MaxChunkResultBytes = 8 << 20
+
+// SharedChunk is one published chunk of a shared reindex.
+type SharedChunk struct {
+	Job      string
+	Run      string // the reindex's nonce
+	Seq      int64
+	Hash     string // the transform hash a claimant must run
+	Parallel int    // the slots a job's chunks may hold at once
+	IDs      []bson.RawValue
+}
+
+// Claim is one process's slot lease on a chunk.
+type Claim struct {
+	SharedChunk
+	Slot  int
+	Token string
+	Owner string
+}
+
+// ChunkWrite is one write of a chunk's result: a delete, a search
+// document's JSON or a mirror's BSON document.
+type ChunkWrite struct {
+	ID     bson.RawValue
+	Delete bool
+	JSON   []byte
+	Doc    bson.Raw
+}
+
+// ChunkError is one document a claimant's transform failed on.
+type ChunkError struct {
+	ID      bson.RawValue
+	Op      string
+	Code    string
+	Message string
+}
+
+// ChunkResult is what a claim made of its chunk.
+type ChunkResult struct {
+	Writes  []ChunkWrite
+	Errors  []ChunkError
+	Skipped int
+	// TooLarge: the result would not fit MaxChunkResultBytes; it holds
+	// nothing and the holder transforms the chunk itself.
+	TooLarge bool
+}
+
+func chunkKey(job, run string, seq int64) bson.D {
+	return bson.D{{Key: "chunk", Value: job}, {Key: "run", Value: run}, {Key: "seq", Value: seq}}
+}
+
+func resultKey(job, run string, seq int64, token string) bson.D {
+	return bson.D{{Key: "job", Value: job}, {Key: "run", Value: run}, {Key: "seq", Value: seq}, {Key: "token", Value: token}}
+}
+
+// chunks is the results collection beside the state collection.
+func (s *Store) chunks() *mongo.Collection {
+	return s.state.Database().Collection(s.state.Name() + "_chunks")
+}
+
+// ChunksCollection is the name of the results collection of the state
+// collection state.
+func ChunksCollection(state string) string { return state + "_chunks" }
+
+// EnsureSlotIndex creates the unique partial index of the slot leases
+// (SlotIndexKeys) if it is not there. Without it the claims would still
+// be fenced, but "at most parallel at once" would rest on every process
+// reading the slots before it claims: a shared reindex does not start
+// without it.
+func (s *Store) EnsureSlotIndex(ctx context.Context) error {
+	_, err := s.state.Indexes().CreateOne(ctx, mongo.IndexModel{
+		Keys: SlotIndexKeys,
+		Options: options.Index().SetUnique(true).SetName("slot_lease").
+			SetPartialFilterExpression(bson.D{{Key: "slot", Value: bson.D{{Key: "$exists", Value: true}}}}),
+	})
+	var se mongo.ServerError
+	if err == nil || (errors.As(err, &se) && se.HasErrorCode(85)) {
+		return nil
+	}
+	return errs.Wrap(errs.Failed, "", err, "create the slot leases' unique index {job: 1, slot: 1} on %s (a reindex shared by the pods needs it; grant createIndex, or set parallel: 1)", s.state.Name())
+}
+
+// PublishChunk writes the chunk c, claimable from now on, stamped with
+// the holder's lease epoch.
+func (s *Store) PublishChunk(ctx context.Context, l Fence, c SharedChunk) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	ids := make(bson.A, len(c.IDs))
+	for i, id := range c.IDs {
+		ids[i] = id
+	}
+	doc := bson.D{
+		{Key: "_id", Value: chunkKey(c.Job, c.Run, c.Seq)},
+		{Key: "job", Value: c.Job}, {Key: "hash", Value: c.Hash}, {Key: "parallel", Value: c.Parallel},
+		{Key: "ids", Value: ids}, {Key: fenceField, Value: l.Epoch()},
+	}
+	if _, err := s.state.InsertOne(ctx, doc); err != nil {
+		return errs.Wrap(errs.Failed, c.Job, err, "publish chunk %d of the shared reindex", c.Seq)
+	}
+	return nil
+}
+
+// reap frees the job's claims whose lease lapsed by the server's clock.
+func (s *Store) reap(ctx context.Context, job string) (int64, error) {
+	filter := bson.D{
+		{Key: "_id.chunk", Value: job},
+		{Key: "slot", Value: bson.D{{Key: "$exists", Value: true}}},
+		{Key: "$expr", Value: bson.D{{Key: "$lt", Value: bson.A{"$expiresAt", "$$NOW"}}}},
+	}
+	res, err := s.state.UpdateMany(ctx, filter, bson.D{{Key: "$unset", Value: bson.D{
+		{Key: "slot", Value: ""}, {Key: "token", Value: ""}, {Key: "owner", Value: ""}, {Key: "expiresAt", Value: ""},
+	}}})
+	if err != nil {
+		return 0, err
+	}
+	return res.ModifiedCount, nil
+}
+
+// ReapClaims frees the job's claims whose lease lapsed (by the server's
+// clock) and returns how many.
+func (s *Store) ReapClaims(ctx context.Context, job string) (int64, error) {
+	n, err := s.reap(ctx, job)
+	if err != nil {
+		return 0, errs.Wrap(errs.Failed, job, err, "reap the lapsed slot leases of the shared reindex")
+	}
+	return n, nil
+}
+
+// ClaimChunk reaps the job's lapsed claims, then claims the first
+// unclaimed, unsubmitted chunk of the job published for hash in one of
+// its free slots, leased for ttl from the server's now: nil, nil when
+// there is none or every slot is taken.
+func (s *Store) ClaimChunk(ctx context.Context, job, hash, owner string, ttl time.Duration) (*Claim, error) {
+	if _, err := s.reap(ctx, job); err != nil {
+		return nil, errs.Wrap(errs.Failed, job, err, "reap the lapsed slot leases of the shared reindex")
+	}
+	for attempt := 0; attempt < 8; attempt++ {
+		var cand struct {
+			ID struct {
+				Run string `bson:"run"`
+				Seq int64  `bson:"seq"`
+			} `bson:"_id"`
+			Parallel int             `bson:"parallel"`
+			IDs      []bson.RawValue `bson:"ids"`
+		}
+		err := s.state.FindOne(ctx, bson.D{
+			{Key: "_id.chunk", Value: job}, {Key: "hash", Value: hash},
+			{Key: "slot", Value: bson.D{{Key: "$exists", Value: false}}},
+			{Key: "submitted", Value: bson.D{{Key: "$ne", Value: true}}},
+		}, options.FindOne().SetSort(bson.D{{Key: "_id.seq", Value: 1}})).Decode(&cand)
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, errs.Wrap(errs.Failed, job, err, "find a chunk of the shared reindex to claim")
+		}
+		free, err := s.freeSlots(ctx, job, cand.Parallel)
+		if err != nil {
+			return nil, err
+		}
+		if len(free) == 0 {
+			return nil, nil
+		}
+		c := &Claim{SharedChunk: SharedChunk{Job: job, Run: cand.ID.Run, Seq: cand.ID.Seq, Hash: hash, Parallel: cand.Parallel, IDs: cand.IDs},
+			Token: newToken(), Owner: owner}
+		taken := false
+		for _, slot := range free {
+			ok, err := s.claim(ctx, c, slot, ttl)
+			if mongo.IsDuplicateKeyError(err) {
+				continue // another process took that slot meanwhile
+			}
+			if err != nil {
+				return nil, errs.Wrap(errs.Failed, job, err, "claim chunk %d of the shared reindex", c.Seq)
+			}
+			if ok {
+				c.Slot = slot
+				return c, nil
+			}
+			taken = true // another process claimed the chunk: look for the next
+			break
+		}
+		if !taken {
+			return nil, nil // every free slot went to others
+		}
+	}
+	return nil, nil
+}
+
+// freeSlots returns the slots of [0, parallel) no claim of job holds, in
+// a random order (claimants starting together try different ones).
+func (s *Store) freeSlots(ctx context.Context, job string, parallel int) ([]int, error) {
+	cur, err := s.state.Find(ctx, bson.D{{Key: "job", Value: job}, {Key: "slot", Value: bson.D{{Key: "$exists", Value: true}}}},
+		options.Find().SetProjection(bson.D{{Key: "slot", Value: 1}}))
+	if err != nil {
+		return nil, errs.Wrap(errs.Failed, job, err, "read the slot leases of the shared reindex")
+	}
+	defer cur.Close(ctx)
+	used := map[int]bool{}
+	for cur.Next(ctx) {
+		var d struct {
+			Slot int `bson:"slot"`
+		}
+		if err := cur.Decode(&d); err == nil {
+			used[d.Slot] = true
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, errs.Wrap(errs.Failed, job, err, "read the slot leases of the shared reindex")
+	}
+	var free []int
+	for i := 0; i < max(parallel, 1); i++ {
+		if !used[i] {
+			free = append(free, i)
+		}
+	}
+	rand.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
+	return free, nil
+}
+
+// claim takes c's chunk in slot if it is still unclaimed: false when
+// another claim got it first; a duplicate key error when the slot is
+// another chunk's.
+func (s *Store) claim(ctx context.Context, c *Claim, slot int, ttl time.Duration) (bool, error) {
+	filter := bson.D{
+		{Key: "_id", Value: chunkKey(c.Job, c.Run, c.Seq)},
+		{Key: "slot", Value: bson.D{{Key: "$exists", Value: false}}},
+		{Key: "submitted", Value: bson.D{{Key: "$ne", Value: true}}},
+	}
+	set := bson.D{
+		{Key: "slot", Value: slot},
+		{Key: "token", Value: bson.D{{Key: "$literal", Value: c.Token}}},
+		{Key: "owner", Value: bson.D{{Key: "$literal", Value: c.Owner}}},
+		{Key: "expiresAt", Value: bson.D{{Key: "$add", Value: bson.A{"$$NOW", ttl.Milliseconds()}}}},
+	}
+	res, err := s.state.UpdateOne(ctx, filter, mongo.Pipeline{{{Key: "$set", Value: set}}})
+	if err != nil {
+		return false, err
+	}
+	return res.ModifiedCount == 1, nil
+}
+
+// RenewClaim extends c's lease by ttl from the server's now; ErrClaimLost
+// when it lapsed and was reaped or the chunk is gone.
+func (s *Store) RenewClaim(ctx context.Context, c *Claim, ttl time.Duration) error {
+	res, err := s.state.UpdateOne(ctx, bson.D{{Key: "_id", Value: chunkKey(c.Job, c.Run, c.Seq)}, {Key: "token", Value: c.Token}},
+		mongo.Pipeline{{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: bson.D{{Key: "$add", Value: bson.A{"$$NOW", ttl.Milliseconds()}}}}}}}})
+	if err != nil {
+		return errs.Wrap(errs.Failed, c.Job, err, "renew the slot lease of chunk %d", c.Seq)
+	}
+	if res.MatchedCount == 0 {
+		return errs.Wrap(errs.Failed, c.Job, ErrClaimLost, "renew the slot lease of chunk %d", c.Seq)
+	}
+	return nil
+}
+
+// WriteChunkResult stores r as c's result, then checks, fenced by c's
+// token, that the claim still holds: when it lapsed meanwhile the result
+// is deleted again and ErrClaimLost returned (the claimant then writes no
+// high mark, and the chunk's next claim does it over).
+func (s *Store) WriteChunkResult(ctx context.Context, c *Claim, r *ChunkResult) error {
+	doc := resultDoc(c, r)
+	raw, err := bson.Marshal(doc)
+	if err != nil {
+		return errs.Wrap(errs.Failed, c.Job, err, "encode the result of chunk %d", c.Seq)
+	}
+	if len(raw) > MaxChunkResultBytes {
+		raw, _ = bson.Marshal(resultDoc(c, &ChunkResult{TooLarge: true}))
+	}
+	key := resultKey(c.Job, c.Run, c.Seq, c.Token)
+	if _, err := s.chunks().ReplaceOne(ctx, bson.D{{Key: "_id", Value: key}}, raw, options.Replace().SetUpsert(true)); err != nil {
+		return errs.Wrap(errs.Failed, c.Job, err, "write the result of chunk %d", c.Seq)
+	}
+	if err := s.checkClaim(ctx, c); err != nil {
+		_, _ = s.chunks().DeleteOne(context.WithoutCancel(ctx), bson.D{{Key: "_id", Value: key}})
+		return err
+	}
+	return nil
+}
+
+// checkClaim says whether c still holds its chunk (ErrClaimLost if not).
+func (s *Store) checkClaim(ctx context.Context, c *Claim) error {
+	n, err := s.state.CountDocuments(ctx, bson.D{{Key: "_id", Value: chunkKey(c.Job, c.Run, c.Seq)}, {Key: "token", Value: c.Token}})
+	if err != nil {
+		return errs.Wrap(errs.Failed, c.Job, err, "check the slot lease of chunk %d", c.Seq)
+	}
+	if n == 0 {
+		return errs.Wrap(errs.Failed, c.Job, ErrClaimLost, "write the result of chunk %d", c.Seq)
+	}
+	return nil
+}
+
+func resultDoc(c *Claim, r *ChunkResult) bson.D {
+	writes := make(bson.A, len(r.Writes))
+	for i, w := range r.Writes {
+		d := bson.D{{Key: "id", Value: w.ID}}
+		switch {
+		case w.Delete:
+			d = append(d, bson.E{Key: "del", Value: true})
+		case w.Doc != nil:
+			d = append(d, bson.E{Key: "doc", Value: w.Doc})
+		default:
+			d = append(d, bson.E{Key: "json", Value: bson.Binary{Data: w.JSON}})
+		}
+		writes[i] = d
+	}
+	bad := make(bson.A, len(r.Errors))
+	for i, e := range r.Errors {
+		bad[i] = bson.D{{Key: "id", Value: e.ID}, {Key: "op", Value: e.Op}, {Key: "code", Value: e.Code}, {Key: "msg", Value: e.Message}}
+	}
+	return bson.D{
+		{Key: "_id", Value: resultKey(c.Job, c.Run, c.Seq, c.Token)},
+		{Key: "writes", Value: writes}, {Key: "errors", Value: bad},
+		{Key: "skipped", Value: r.Skipped}, {Key: "tooLarge", Value: r.TooLarge},
+	}
+}
+
+// SubmitClaim frees c's slot once its high mark is written: the chunk is
+// not claimed again (its result waits for the holder). ErrClaimLost when
+// the claim was taken over before.
+func (s *Store) SubmitClaim(ctx context.Context, c *Claim) error {
+	res, err := s.state.UpdateOne(ctx, bson.D{{Key: "_id", Value: chunkKey(c.Job, c.Run, c.Seq)}, {Key: "token", Value: c.Token}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "submitted", Value: true}}}, {Key: "$unset", Value: bson.D{
+			{Key: "slot", Value: ""}, {Key: "expiresAt", Value: ""},
+		}}})
+	if err != nil {
+		return errs.Wrap(errs.Failed, c.Job, err, "free the slot of chunk %d", c.Seq)
+	}
+	if res.MatchedCount == 0 {
+		return errs.Wrap(errs.Failed, c.Job, ErrClaimLost, "free the slot of chunk %d", c.Seq)
+	}
+	return nil
+}
+
+// ReleaseClaim frees c's slot without a result (the claimant stops): the
+// chunk is claimable again at once.
+func (s *Store) ReleaseClaim(ctx context.Context, c *Claim) error {
+	_, err := s.state.UpdateOne(ctx, bson.D{{Key: "_id", Value: chunkKey(c.Job, c.Run, c.Seq)}, {Key: "token", Value: c.Token}},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: "slot", Value: ""}, {Key: "token", Value: ""}, {Key: "owner", Value: ""}, {Key: "expiresAt", Value: ""}}}})
+	if err != nil {
+		return errs.Wrap(errs.Failed, c.Job, err, "release the slot of chunk %d", c.Seq)
+	}
+	return nil
+}
+
+// ReadChunkResult returns the result the claim token wrote for chunk seq
+// of run; nil, nil when there is none.
+func (s *Store) ReadChunkResult(ctx context.Context, job, run string, seq int64, token string) (*ChunkResult, error) {
+	var d struct {
+		Writes []struct {
+			ID   bson.RawValue `bson:"id"`
+			Del  bool          `bson:"del"`
+			JSON bson.Binary   `bson:"json"`
+			Doc  bson.Raw      `bson:"doc"`
+		} `bson:"writes"`
+		Errors []struct {
+			ID   bson.RawValue `bson:"id"`
+			Op   string        `bson:"op"`
+			Code string        `bson:"code"`
+			Msg  string        `bson:"msg"`
+		} `bson:"errors"`
+		Skipped  int  `bson:"skipped"`
+		TooLarge bool `bson:"tooLarge"`
+	}
+	err := s.chunks().FindOne(ctx, bson.D{{Key: "_id", Value: resultKey(job, run, seq, token)}}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, errs.Wrap(errs.Failed, job, err, "read the result of chunk %d", seq)
+	}
+	r := &ChunkResult{Skipped: d.Skipped, TooLarge: d.TooLarge}
+	for _, w := range d.Writes {
+		r.Writes = append(r.Writes, ChunkWrite{ID: w.ID, Delete: w.Del, JSON: w.JSON.Data, Doc: w.Doc})
+	}
+	for _, e := range d.Errors {
+		r.Errors = append(r.Errors, ChunkError{ID: e.ID, Op: e.Op, Code: e.Code, Message: e.Msg})
+	}
+	return r, nil
+}
+
+// DeleteChunk deletes chunk seq of run: its descriptor and every result
+// written for it.
+func (s *Store) DeleteChunk(ctx context.Context, job, run string, seq int64) error {
+	if _, err := s.chunks().DeleteMany(ctx, bson.D{{Key: "_id.job", Value: job}, {Key: "_id.run", Value: run}, {Key: "_id.seq", Value: seq}}); err != nil {
+		return errs.Wrap(errs.Failed, job, err, "delete the results of chunk %d", seq)
+	}
+	if _, err := s.state.DeleteOne(ctx, bson.D{{Key: "_id", Value: chunkKey(job, run, seq)}}); err != nil {
+		return errs.Wrap(errs.Failed, job, err, "delete chunk %d of the shared reindex", seq)
+	}
+	return nil
+}
+
+// DeleteChunks deletes every chunk of job (descriptors and results) but
+// those of run keep ("": all): what an earlier holder's reindex left.
+func (s *Store) DeleteChunks(ctx context.Context, job, keep string) error {
+	f := bson.D{{Key: "_id.chunk", Value: job}}
+	r := bson.D{{Key: "_id.job", Value: job}}
+	if keep != "" {
+		f = append(f, bson.E{Key: "_id.run", Value: bson.D{{Key: "$ne", Value: keep}}})
+		r = append(r, bson.E{Key: "_id.run", Value: bson.D{{Key: "$ne", Value: keep}}})
+	}
+	if _, err := s.state.DeleteMany(ctx, f); err != nil {
+		return errs.Wrap(errs.Failed, job, err, "delete the chunks of an earlier shared reindex")
+	}
+	if _, err := s.chunks().DeleteMany(ctx, r); err != nil {
+		return errs.Wrap(errs.Failed, job, err, "delete the results of an earlier shared reindex")
+	}
+	return nil
+}
+
+// ChunkCounts returns how many chunks of job are published and not yet
+// deleted, and how many results wait in the chunks collection.
+func (s *Store) ChunkCounts(ctx context.Context, job string) (chunks, results int64, err error) {
+	if chunks, err = s.state.CountDocuments(ctx, bson.D{{Key: "_id.chunk", Value: job}}); err != nil {
+		return 0, 0, errs.Wrap(errs.Failed, job, err, "count the chunks of the shared reindex")
+	}
+	if results, err = s.chunks().CountDocuments(ctx, bson.D{{Key: "_id.job", Value: job}}); err != nil {
+		return 0, 0, errs.Wrap(errs.Failed, job, err, "count the results of the shared reindex")
+	}
+	return chunks, results, nil
+}
+
+func newToken() string {
+	return fmt.Sprintf("%016x", rand.Uint64())
+}

@@ -1,0 +1,180 @@
+package jobstate
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+func publish(t *testing.T, ctx context.Context, s *Store, seqs int, parallel int) {
+	t.Helper()
+	if err := s.EnsureSlotIndex(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < seqs; i++ {
+		_, v, _ := bson.MarshalValue(int32(i))
+		c := SharedChunk{Job: "items", Run: "r1", Seq: int64(i), Hash: "h1", Parallel: parallel,
+			IDs: []bson.RawValue{{Type: bson.TypeInt32, Value: v}}}
+		if err := s.PublishChunk(ctx, epochLease(1), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// lapse waits, by the server's clock, until the claims of job that held
+// a lease of a millisecond have lapsed: until a claim reaps one.
+func claimAfterLapse(t *testing.T, ctx context.Context, s *Store, owner string) *Claim {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := s.ClaimChunk(ctx, "items", "h1", owner, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c != nil {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no claim was reaped")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestClaimsTakeAtMostParallelSlotsAtOnce(t *testing.T) {
+	ctx, s, _ := testStore(t)
+	publish(t, ctx, s, 5, 2)
+	a, err := s.ClaimChunk(ctx, "items", "h1", "a", time.Minute)
+	if err != nil || a == nil {
+		t.Fatalf("first claim: %v %v", a, err)
+	}
+	b, err := s.ClaimChunk(ctx, "items", "h1", "b", time.Minute)
+	if err != nil || b == nil {
+		t.Fatalf("second claim: %v %v", b, err)
+	}
+	if a.Seq == b.Seq || a.Slot == b.Slot {
+		t.Fatalf("two claims share a chunk or a slot: %+v %+v", a, b)
+	}
+	c, err := s.ClaimChunk(ctx, "items", "h1", "c", time.Minute)
+	if err != nil || c != nil {
+		t.Fatalf("a third claim with two slots: %+v %v", c, err)
+	}
+	// The invariant is the schema's: a claim of a held slot is refused
+	// by the unique index whatever a process believes.
+	_, err = s.state.UpdateOne(ctx, bson.D{{Key: "_id", Value: chunkKey("items", "r1", 4)}}, bson.D{{Key: "$set", Value: bson.D{{Key: "slot", Value: a.Slot}}}})
+	if !mongo.IsDuplicateKeyError(err) {
+		t.Fatalf("a second holder of slot %d: %v, want a duplicate key", a.Slot, err)
+	}
+	if err := s.SubmitClaim(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	c, err = s.ClaimChunk(ctx, "items", "h1", "c", time.Minute)
+	if err != nil || c == nil || c.Seq == a.Seq {
+		t.Fatalf("a claim after a slot was freed: %+v %v", c, err)
+	}
+}
+
+func TestClaimsOfAnotherTransformHashFindNothing(t *testing.T) {
+	ctx, s, _ := testStore(t)
+	publish(t, ctx, s, 2, 4)
+	c, err := s.ClaimChunk(ctx, "items", "h0", "old", time.Minute)
+	if err != nil || c != nil {
+		t.Fatalf("a process with another transform claimed %+v (%v)", c, err)
+	}
+}
+
+func TestALapsedClaimIsReapedAndItsResultIgnored(t *testing.T) {
+	ctx, s, _ := testStore(t)
+	publish(t, ctx, s, 1, 1)
+	stalled, err := s.ClaimChunk(ctx, "items", "h1", "stalled", time.Millisecond)
+	if err != nil || stalled == nil {
+		t.Fatalf("claim: %v %v", stalled, err)
+	}
+	// Another process claims the same chunk once the lease lapsed by the
+	// server's clock (the only slot: the stalled claim is reaped).
+	next := claimAfterLapse(t, ctx, s, "next")
+	if next.Seq != stalled.Seq || next.Token == stalled.Token {
+		t.Fatalf("takeover: %+v after %+v", next, stalled)
+	}
+	// The stalled claimant wakes: each of its fenced writes misses.
+	if err := s.RenewClaim(ctx, stalled, time.Minute); !errors.Is(err, ErrClaimLost) {
+		t.Fatalf("renew after takeover: %v", err)
+	}
+	r := &ChunkResult{Writes: []ChunkWrite{{ID: stalled.IDs[0], JSON: []byte(`{"id":0,"v":"old"}`)}}}
+	if err := s.WriteChunkResult(ctx, stalled, r); !errors.Is(err, ErrClaimLost) {
+		t.Fatalf("result after takeover: %v", err)
+	}
+	if got, err := s.ReadChunkResult(ctx, "items", "r1", 0, stalled.Token); err != nil || got != nil {
+		t.Fatalf("the taken-over claim's result is kept: %+v %v", got, err)
+	}
+	if err := s.SubmitClaim(ctx, stalled); !errors.Is(err, ErrClaimLost) {
+		t.Fatalf("submit after takeover: %v", err)
+	}
+	// The new claim's result is what the holder reads.
+	r.Writes[0].JSON = []byte(`{"id":0,"v":"new"}`)
+	if err := s.WriteChunkResult(ctx, next, r); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ReadChunkResult(ctx, "items", "r1", 0, next.Token)
+	if err != nil || got == nil || string(got.Writes[0].JSON) != `{"id":0,"v":"new"}` {
+		t.Fatalf("result: %+v %v", got, err)
+	}
+	if err := s.SubmitClaim(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	// Applied: the holder deletes the chunk and its results.
+	if err := s.DeleteChunk(ctx, "items", "r1", 0); err != nil {
+		t.Fatal(err)
+	}
+	if n, m, err := s.ChunkCounts(ctx, "items"); err != nil || n != 0 || m != 0 {
+		t.Fatalf("left after the delete: %d chunks, %d results (%v)", n, m, err)
+	}
+}
+
+func TestAReleasedClaimIsClaimableAtOnceAndEarlierRunsAreDeleted(t *testing.T) {
+	ctx, s, _ := testStore(t)
+	publish(t, ctx, s, 1, 1)
+	a, err := s.ClaimChunk(ctx, "items", "h1", "a", time.Minute)
+	if err != nil || a == nil {
+		t.Fatal(a, err)
+	}
+	if err := s.ReleaseClaim(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.ClaimChunk(ctx, "items", "h1", "b", time.Minute)
+	if err != nil || b == nil || b.Seq != a.Seq {
+		t.Fatalf("claim after release: %+v %v", b, err)
+	}
+	if err := s.WriteChunkResult(ctx, b, &ChunkResult{Skipped: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteChunks(ctx, "items", "r2"); err != nil {
+		t.Fatal(err)
+	}
+	if n, m, err := s.ChunkCounts(ctx, "items"); err != nil || n != 0 || m != 0 {
+		t.Fatalf("left of an earlier run: %d chunks, %d results (%v)", n, m, err)
+	}
+}
+
+func TestAResultTooLargeIsRecordedAsSuch(t *testing.T) {
+	ctx, s, _ := testStore(t)
+	publish(t, ctx, s, 1, 1)
+	c, err := s.ClaimChunk(ctx, "items", "h1", "a", time.Minute)
+	if err != nil || c == nil {
+		t.Fatal(c, err)
+	}
+	big := make([]byte, MaxChunkResultBytes/2+1)
+	r := &ChunkResult{Writes: []ChunkWrite{{ID: c.IDs[0], JSON: big}, {ID: c.IDs[0], JSON: big}}}
+	if err := s.WriteChunkResult(ctx, c, r); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ReadChunkResult(ctx, "items", "r1", 0, c.Token)
+	if err != nil || got == nil || !got.TooLarge || len(got.Writes) != 0 {
+		t.Fatalf("result: %+v %v", got, err)
+	}
+}
+
