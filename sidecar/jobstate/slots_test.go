@@ -177,4 +177,3 @@ func TestAResultTooLargeIsRecordedAsSuch(t *testing.T) {
 		t.Fatalf("result: %+v %v", got, err)
 	}
 }
-
