@@ -434,6 +434,7 @@ func engineConfig(cfg config.Config) engine.Config {
 	return engine.Config{
 		BatchSize:        cfg.BatchSize,
 		PageSize:         cfg.PageSize,
+		ReindexParallel:  cfg.ReindexParallel,
 		FlushInterval:    cfg.FlushInterval,
 		PositionInterval: cfg.PositionInterval,
 		OnHistoryLost:    cfg.OnHistoryLost,

@@ -64,6 +64,10 @@ type Job struct {
 	OnHistoryLost   string // "reindex" | "fail"
 	BatchSize       int
 	FlushInterval   time.Duration
+	// Parallel is the most chunk slots the job's reindex holds at once
+	// across the pods (the file's parallel); 0 means the process's
+	// MEILISTREAM_REINDEX_PARALLEL, 1 a reindex read by its holder alone.
+	Parallel int
 	// Timeout limits one transform call of this job (the file's
 	// transformTimeout); 0 means transform.Options.Timeout.
 	Timeout time.Duration

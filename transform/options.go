@@ -66,6 +66,10 @@ const (
 // maxCount bounds batchSize.
 const maxCount = 100000
 
+// MaxParallel bounds parallel (and MEILISTREAM_REINDEX_PARALLEL): the
+// slots of a job's reindex.
+const MaxParallel = 64
+
 // allJobs marks an option of every kind of job.
 const allJobs jobdef.Kind = -1
 
@@ -119,6 +123,16 @@ var JobOptions = []JobOption{
 		Accepts: "a positive Go duration, e.g. 1s or 250ms", Default: "`MEILISTREAM_FLUSH_INTERVAL`",
 		Doc: "the longest a pending change waits before a send",
 		set: func(j *Job, v any) string { j.FlushInterval = v.(time.Duration); return "" }},
+	{Key: "parallel", Env: "parallel", Jobs: allJobs, value: countValue,
+		Accepts: fmt.Sprintf("a whole number from 1 to %d", MaxParallel), Default: "`MEILISTREAM_REINDEX_PARALLEL`",
+		Doc: "the most chunks of a reindex read and transformed at once, by any of the pods running the same transform; 1: the holder reads alone",
+		set: func(j *Job, v any) string {
+			if n := v.(int); n > MaxParallel {
+				return fmt.Sprintf("%d is more than %d", n, MaxParallel)
+			}
+			j.Parallel = v.(int)
+			return ""
+		}},
 	{Key: "transformTimeout", Env: "transform_timeout", Jobs: allJobs, value: durationValue,
 		Accepts: "a positive Go duration up to 1m, e.g. 1s or 250ms", Default: "`MEILISTREAM_TRANSFORM_TIMEOUT`",
 		Doc: "how long one call of the transform may take",

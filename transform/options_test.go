@@ -40,6 +40,7 @@ func TestCheckOverride(t *testing.T) {
 		"on_history_lost":   {"reindex", "pray", `"pray" is not a choice`},
 		"batch_size":        {"100000", "100001", `"100001" is not a whole number from 1 to 100000`},
 		"flush_interval":    {"250ms", "5", `"5" is not a positive Go duration`},
+		"parallel":          {"8", "0", `"0" is not a whole number from 1 to 100000`},
 		"transform_timeout": {"2s", "-1s", `"-1s" is not a positive Go duration`},
 		"skip_unchanged":    {"false", "off", `"off" is not a boolean`},
 		"verify":            {"true", "yes", `"yes" is not a boolean`},

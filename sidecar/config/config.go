@@ -93,6 +93,9 @@ type Config struct {
 	// PageSize bounds the documents a reindex has read and not yet
 	// checkpointed; it reads, sends and checkpoints in parts of half a page.
 	PageSize int `koanf:"page_size"`
+	// ReindexParallel is the most chunk slots a job's reindex holds at
+	// once across the pods (a job's parallel overrides it).
+	ReindexParallel int `koanf:"reindex_parallel"`
 	// OnHistoryLost is "reindex" or "fail".
 	OnHistoryLost string `koanf:"on_history_lost"`
 	// OnDocumentError is "skip" or "fail".
@@ -148,6 +151,7 @@ func Default() Config {
 		FlushInterval:    engine.DefaultFlushInterval,
 		PositionInterval: engine.DefaultPositionInterval,
 		PageSize:         engine.DefaultPageSize,
+		ReindexParallel:  engine.DefaultReindexParallel,
 		OnHistoryLost:    engine.DefaultOnHistoryLost,
 		OnDocumentError:  engine.DefaultOnDocumentError,
 		TransformTimeout: transform.DefaultTimeout,
@@ -190,6 +194,7 @@ var Variables = []Variable{
 	{Key: "flush_interval", Accepts: "a positive Go duration, e.g. 1s or 250ms (default 1s)"},
 	{Key: "position_interval", Accepts: "a positive Go duration, e.g. 60s (default 60s)"},
 	{Key: "page_size", Accepts: "a whole number from 1 to 100000 (default 2000)"},
+	{Key: "reindex_parallel", Accepts: "a whole number from 1 to 64 (default 4)"},
 	{Key: "on_history_lost", Accepts: "reindex or fail (default reindex)"},
 	{Key: "on_document_error", Accepts: "skip or fail (default skip)"},
 	{Key: "transform_timeout", Accepts: "a positive Go duration up to 1m, e.g. 1s (default 1s)"},
@@ -620,6 +625,9 @@ func (c *Config) validate(ps *problems, requireServers bool) {
 	}
 	if c.PageSize < 1 || c.PageSize > 100000 {
 		bad("page_size", "%d is out of range", c.PageSize)
+	}
+	if c.ReindexParallel < 1 || c.ReindexParallel > transform.MaxParallel {
+		bad("reindex_parallel", "%d is out of range", c.ReindexParallel)
 	}
 	if c.VerifyRate < 1 || c.VerifyRate > 1000000 {
 		bad("verify_rate", "%d is out of range", c.VerifyRate)

@@ -33,6 +33,7 @@ const (
 	DefaultOnHistoryLost    = jobdef.DefaultOnHistoryLost
 	DefaultOnDocumentError  = jobdef.DefaultOnDocumentError
 	DefaultPageSize         = 2000
+	DefaultReindexParallel  = 4
 	DefaultPositionInterval = 60 * time.Second
 	DefaultMaxInFlight      = 4
 	DefaultDrainTimeout     = 15 * time.Second
@@ -55,8 +56,12 @@ var ErrInvalidated = errors.New("change stream invalidated: collection dropped o
 // FlushInterval, OnHistoryLost, OnDocumentError in its transform file)
 // override the matching fields here.
 type Config struct {
-	BatchSize        int           // pending changes that trigger a send (follow); writes per batch (reindex)
-	PageSize         int           // documents a reindex reads ahead of its checkpoint at most (parts of half of it)
+	BatchSize int // pending changes that trigger a send (follow); writes per batch (reindex)
+	PageSize  int // documents a reindex reads ahead of its checkpoint at most (parts of half of it)
+	// ReindexParallel is the most chunk slots a job's reindex holds at
+	// once across the pods (reindex_shared.go); 1: the holder reads
+	// alone. A job's parallel overrides it.
+	ReindexParallel  int
 	FlushInterval    time.Duration // longest a pending change waits
 	PositionInterval time.Duration // how often a quiet stream records its position
 	OnHistoryLost    string        // "reindex" | "fail"
@@ -106,6 +111,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PageSize <= 0 {
 		c.PageSize = DefaultPageSize
+	}
+	if c.ReindexParallel <= 0 {
+		c.ReindexParallel = DefaultReindexParallel
 	}
 	if c.FlushInterval <= 0 {
 		c.FlushInterval = DefaultFlushInterval
@@ -205,6 +213,10 @@ type Engine struct {
 	// srcClock is the source's newest cluster time, for the jobs' lag
 	// (lag.go).
 	srcClock sourceClock
+
+	// claimsDone counts the chunks of shared reindexes this process did
+	// (reindex_shared.go).
+	claimsDone atomic.Int64
 }
 
 // New returns an engine reading jobs' collections from source and
@@ -281,6 +293,9 @@ func (e *Engine) jobCfg(job *transform.Job) jobConfig {
 	}
 	if job.OnDocumentError != "" {
 		c.OnDocumentError = job.OnDocumentError
+	}
+	if job.Parallel > 0 {
+		c.ReindexParallel = job.Parallel
 	}
 	return jobConfig{Config: c, job: job}
 }

@@ -31,3 +31,6 @@ var NewReader = newReader
 
 // JustBefore is justBefore, for its own test.
 var JustBefore = justBefore
+
+// ClaimsDone is how many chunks of shared reindexes e did.
+func ClaimsDone(e *Engine) int64 { return e.claimsDone.Load() }

@@ -72,10 +72,14 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	var snap *Reindex
 	if plan.reindex {
 		var err error
-		snap, err = startReindex(ctx, f.source(), reindexOptions{
+		o := reindexOptions{
 			Store: e.store, Lease: l, Dest: dst, Stats: stats, Observer: e.obs,
-			PageSize: jc.PageSize, ProgressInterval: jc.ProgressInterval,
-		}, plan.cp)
+			PageSize: jc.PageSize, ProgressInterval: jc.ProgressInterval, Engine: e,
+		}
+		if e.sharePlan(ctx, jc) {
+			o.Shared = jc.ReindexParallel
+		}
+		snap, err = startReindex(ctx, f.source(), o, plan.cp)
 		if err != nil {
 			return nil, closeOr(ctx, l, err)
 		}
@@ -307,6 +311,9 @@ func (f *follower) chains() []*Chain {
 // changedKey notes that the stream changed the document of key k, for
 // every chain's window.
 func (f *follower) changedKey(k string) {
+	if f.snap != nil {
+		f.snap.shared.changed(k)
+	}
 	for _, c := range f.chains() {
 		if c == f.fanChain() && f.fanBusy == 0 {
 			continue
@@ -593,11 +600,17 @@ func (f *follower) add(ev bson.Raw) error {
 			}
 			return f.onMark(ev, op, tok)
 		case f.relatedColls[coll]:
+			if f.snap != nil {
+				f.snap.shared.relatedChanged()
+			}
 			return f.addRelated(ev, op, coll)
 		}
 		return nil
 	}
 	if f.relatedColls[coll] { // a job looking up its own collection
+		if f.snap != nil {
+			f.snap.shared.relatedChanged()
+		}
 		if err := f.addRelated(ev, op, coll); err != nil {
 			return err
 		}

@@ -69,6 +69,9 @@ func (f *follower) onMark(ev bson.Raw, op string, tok bson.Raw) error {
 	if f.fan != nil && f.fan.Owns(mark) {
 		return f.onFanMark(mark, ev, tok)
 	}
+	if f.snap != nil && f.snap.shared.owns(mark) {
+		return f.onSharedMark(mark, ev, tok)
+	}
 	if f.snap == nil || !f.snap.Owns(mark) {
 		return nil // a mark of an earlier run, or another holder's
 	}

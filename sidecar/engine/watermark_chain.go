@@ -53,6 +53,9 @@ type Chain struct {
 	src  Source
 	coll *mongo.Collection // the job's collection, majority read concern
 	what string            // "reindex", "fan-out": for messages
+	// idsOnly reads the _ids alone (a covered read of the _id index): a
+	// shared reindex's walk (reindex_shared.go).
+	idsOnly bool
 
 	nonce  string
 	mu     sync.Mutex
@@ -235,6 +238,9 @@ func and(a, b bson.D) bson.D {
 // final when the query has nothing more.
 func (c *Chain) find(ctx context.Context, filter bson.D, n int) ([]Item, bool, error) {
 	opts := chunkFind(c.src.Job, n)
+	if c.idsOnly {
+		opts.SetProjection(bson.D{{Key: "_id", Value: 1}})
+	}
 	cur, err := c.coll.Find(ctx, filter, opts)
 	if err != nil {
 		return nil, false, err

@@ -34,7 +34,11 @@ type reindexOptions struct {
 	Store *jobstate.Store
 	// Lease is the job's lease: the checkpoint's writes are fenced by its
 	// epoch.
-	Lease            jobstate.Fence
+	Lease jobstate.Fence
+	// Shared, from 2 up, shares the reindex's chunks among that many
+	// slots of the pods running the job's transform (reindex_shared.go).
+	Shared           int
+	Engine           *Engine
 	Dest             sink.Sink // staged (or resumed) for the reindex
 	Stats            *status.JobStats
 	Observer         reindexObserver
@@ -60,7 +64,11 @@ type Reindex struct {
 	ckp     *checkpointer
 	made    *deadLetterSet // error records made since the reindex began (kept at the swap)
 	prev    int64          // documents read by earlier runs of a resumed reindex
-	took    time.Duration
+	// shared: the chunks are read and transformed by any of the pods
+	// running the job's transform (reindex_shared.go); nil: by the
+	// holder alone.
+	shared *sharedReindex
+	took   time.Duration
 
 	// Figures for the summary and the progress log.
 	done    atomic.Int64 // documents read and checkpointed, earlier runs included
@@ -126,6 +134,12 @@ func startReindex(ctx context.Context, src Source, o reindexOptions, cp *jobstat
 	}
 	s.done.Store(s.cp.Count)
 	s.win = newWindow(o.PageSize)
+	if o.Shared > 1 {
+		s.shared = newSharedReindex(o.Engine, s, o.Shared)
+		// Two chunks ahead of the checkpoint for each slot: a slot's
+		// next chunk waits published while its last is handed over.
+		s.win = newWindow(max(o.PageSize, 2*o.Shared*PartSize(o.PageSize)))
+	}
 	s.est, _ = src.DB.Collection(job.Collection).EstimatedDocumentCount(ctx)
 	// Error records: in place, a document written without error clears its
 	// record once durable; into a staged index, records are only known
@@ -262,6 +276,9 @@ func (s *Reindex) read(ctx context.Context, p *pipe.Pipe) error {
 	defer end()
 	if err := s.mark(sctx, marks, nil); err != nil {
 		return err
+	}
+	if s.shared != nil {
+		return s.readShared(ctx, sctx, marks, p)
 	}
 	last := s.cp.LastID
 	size := PartSize(s.opts.PageSize)

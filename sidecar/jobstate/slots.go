@@ -328,15 +328,15 @@ func (s *Store) WriteChunkResult(ctx context.Context, c *Claim, r *ChunkResult) 
 	if _, err := s.chunks().ReplaceOne(ctx, bson.D{{Key: "_id", Value: key}}, raw, options.Replace().SetUpsert(true)); err != nil {
 		return errs.Wrap(errs.Failed, c.Job, err, "write the result of chunk %d", c.Seq)
 	}
-	if err := s.checkClaim(ctx, c); err != nil {
+	if err := s.CheckClaim(ctx, c); err != nil {
 		_, _ = s.chunks().DeleteOne(context.WithoutCancel(ctx), bson.D{{Key: "_id", Value: key}})
 		return err
 	}
 	return nil
 }
 
-// checkClaim says whether c still holds its chunk (ErrClaimLost if not).
-func (s *Store) checkClaim(ctx context.Context, c *Claim) error {
+// CheckClaim says whether c still holds its chunk (ErrClaimLost if not).
+func (s *Store) CheckClaim(ctx context.Context, c *Claim) error {
 	n, err := s.state.CountDocuments(ctx, bson.D{{Key: "_id", Value: chunkKey(c.Job, c.Run, c.Seq)}, {Key: "token", Value: c.Token}})
 	if err != nil {
 		return errs.Wrap(errs.Failed, c.Job, err, "check the slot lease of chunk %d", c.Seq)

@@ -54,6 +54,17 @@ func (d *EngineDriver) Standby(ctx context.Context, def JobDef, w Standing) (Hel
 	// 10s), not the driver's 30 s server selection: an unreachable server
 	// shows in /status that soon.
 	each := min(max(capd, time.Second), 10*time.Second)
+	if job != nil {
+		// Meanwhile it does chunks of the job's shared reindex, if the
+		// holder runs one with this transform.
+		hctx, hstop := context.WithCancel(ctx)
+		helped := make(chan struct{})
+		go func() {
+			defer close(helped)
+			d.Engine.HelpReindex(hctx, job)
+		}()
+		defer func() { hstop(); <-helped }()
+	}
 	for {
 		if off := w.HoldOff(); off > 0 {
 			// This process holds its share already, or just gave the

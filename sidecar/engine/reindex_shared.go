@@ -1,0 +1,645 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
+	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/sidecar/pipe"
+	"github.com/meilistream/meilistream/sidecar/sink"
+	"github.com/meilistream/meilistream/transform"
+)
+
+// A reindex shared by the pods (the job's parallel > 1 and another live
+// process runs the job with the same transform when the reindex starts).
+// The holder keeps the one ordered stream and all it guarantees; what a
+// chunk costs (the read, the transform with its lookups, the encoding) is
+// done by whichever process claims the chunk, holder or standby:
+//
+//   - The holder's reindex goroutine walks the collection's _ids alone (a
+//     covered read of the _id index, in the walk every reindex takes) and
+//     publishes each part of them as a chunk in the state collection
+//     (jobstate's slot leases), at most 2 x parallel chunks ahead of its
+//     checkpoint.
+//   - A claimant takes a chunk in one of parallel slots, writes the
+//     chunk's low mark (<run>/<seq>/<token>/lo) into the job's watermark
+//     document, reads the chunk's documents by _id in the same causally
+//     consistent session, transforms and encodes them, writes the result
+//     (fenced by its claim), then the high mark.
+//   - The follow loop, at a chunk's low mark, opens a window that collects
+//     the _ids the stream changes; at its high mark it drops those from
+//     the chunk's result and hands the rest to the pipe, after the pending
+//     changes and before every later one: the DBLog rule, per window.
+//
+// Why a chunk may be a list of _ids: every document that exists when the
+// reindex begins (its opening mark) and is not changed after it is found
+// by the walk, which starts after that mark, and read in some window;
+// every other document's last state reaches the destination through the
+// stream, which follows from before the opening mark. A chunk's rows not
+// changed in its window held at its high mark the value read, so they
+// land in change order.
+//
+// A result whose window saw a change of a related collection (its
+// lookups may be older than the stream's), one too large to store, or one
+// that is not there (its claim was taken over after its high mark) is not
+// used: the holder reads the chunk's documents by _id at the high mark and
+// transforms them itself, as a lean stream's documents are (a read after
+// the mark, later changes of the same ids coming after it through the
+// stream). A chunk is taken at the first of its high marks the stream
+// reaches; another claim's later high mark of it is ignored.
+
+// sharedReindex is the holder's side of a shared reindex.
+type sharedReindex struct {
+	e        *Engine
+	s        *Reindex
+	run      string // the reindex chain's nonce: the prefix of the claims' marks
+	parallel int
+
+	mu      sync.Mutex
+	chunks  map[int64]*sharedChunk // published, not yet handed to the pipe
+	pending int
+	wake    chan struct{} // closed (and replaced) when a chunk is handed over
+	done    map[int64]*sharedChunk
+	next    int64 // the next chunk the checkpoint takes, in _id order
+	local   map[string]*jobstate.ChunkResult
+
+	// The follow loop's: the open windows by claim token, the chunks
+	// handed over.
+	windows map[string]*sharedWindow
+	taken   map[int64]bool
+
+	stopLocal func()
+}
+
+// sharedChunk is one published chunk, as the holder keeps it.
+type sharedChunk struct {
+	seq  int64
+	ids  []bson.RawValue
+	last bson.RawValue
+}
+
+// sharedWindow is a claim's window, between its low and high marks.
+type sharedWindow struct {
+	seq     int64
+	changed map[string]bool
+	related bool // a related collection changed in it
+}
+
+// sharePlan says whether the job's reindex is shared: parallel above 1,
+// the slot index made, and another live process running the job's
+// transform. Anything that says no leaves the reindex to the holder alone.
+func (e *Engine) sharePlan(ctx context.Context, jc jobConfig) bool {
+	if e.cfg.Process == "" {
+		return false
+	}
+	job, log := jc.job, e.log.With("job", jc.job.Name)
+	// Chunks an earlier run left are nobody's now: claimants would do
+	// them for nothing.
+	if err := e.store.DeleteChunks(ctx, job.Name, ""); err != nil {
+		log.Warn("the reindex is read by the holder alone", "error", err)
+		return false
+	}
+	if jc.ReindexParallel <= 1 {
+		return false
+	}
+	others, err := e.store.LiveWithHash(ctx, job.Name, job.Hash, e.cfg.Process)
+	if err != nil || len(others) == 0 {
+		return false
+	}
+	if err := e.store.EnsureSlotIndex(ctx); err != nil {
+		log.Warn("the reindex is read by the holder alone", "error", err)
+		return false
+	}
+	log.Info("the reindex is shared by the pods running this transform", "parallel", jc.ReindexParallel, "others", len(others))
+	return true
+}
+
+func newSharedReindex(e *Engine, s *Reindex, parallel int) *sharedReindex {
+	return &sharedReindex{
+		e: e, s: s, run: s.nonce, parallel: parallel,
+		chunks: map[int64]*sharedChunk{}, wake: make(chan struct{}), done: map[int64]*sharedChunk{},
+		local: map[string]*jobstate.ChunkResult{}, windows: map[string]*sharedWindow{}, taken: map[int64]bool{},
+	}
+}
+
+// owns says whether mark is one of the shared reindex's claims' (nil: none).
+func (sh *sharedReindex) owns(mark string) bool {
+	return sh != nil && strings.HasPrefix(mark, sh.run+"/")
+}
+
+// claimMark is the mark of a claim's window: lo or hi.
+func claimMark(run string, seq int64, token, end string) string {
+	return run + "/" + strconv.FormatInt(seq, 10) + "/" + token + "/" + end
+}
+
+// parseMark splits a claim's mark.
+func parseMark(mark string) (seq int64, token string, hi, ok bool) {
+	p := strings.Split(mark, "/")
+	if len(p) != 4 {
+		return 0, "", false, false
+	}
+	seq, err := strconv.ParseInt(p[1], 10, 64)
+	return seq, p[2], p[3] == "hi", err == nil
+}
+
+// changed notes that the stream changed key k, for every open window.
+func (sh *sharedReindex) changed(k string) {
+	if sh == nil {
+		return
+	}
+	for _, w := range sh.windows {
+		w.changed[k] = true
+	}
+}
+
+// relatedChanged notes a change of a related collection, for every open
+// window: the lookups of their results may be older than the stream's.
+func (sh *sharedReindex) relatedChanged() {
+	if sh == nil {
+		return
+	}
+	for _, w := range sh.windows {
+		w.related = true
+	}
+}
+
+// publish makes ids chunk seq, claimable.
+func (sh *sharedReindex) publish(ctx context.Context, seq int64, ids []bson.RawValue) error {
+	s := sh.s
+	c := &sharedChunk{seq: seq, ids: ids, last: ids[len(ids)-1]}
+	sh.mu.Lock()
+	sh.chunks[seq] = c
+	sh.pending++
+	sh.mu.Unlock()
+	s.src.Waiting.Add(1) // the stream hurries while chunks are out
+	err := sh.e.store.PublishChunk(ctx, s.opts.Lease, jobstate.SharedChunk{
+		Job: s.src.Job.Name, Run: sh.run, Seq: seq, Hash: s.src.Job.Hash, Parallel: sh.parallel, IDs: ids,
+	})
+	return err
+}
+
+// handed takes chunk seq off the published ones: its rows are in the pipe.
+func (sh *sharedReindex) handed(seq int64) *sharedChunk {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	c := sh.chunks[seq]
+	if c == nil {
+		return nil
+	}
+	delete(sh.chunks, seq)
+	sh.pending--
+	sh.s.src.Waiting.Add(-1)
+	close(sh.wake)
+	sh.wake = make(chan struct{})
+	return c
+}
+
+// waitHanded waits until every published chunk is in the pipe.
+func (sh *sharedReindex) waitHanded(ctx context.Context, p *pipe.Pipe) error {
+	for {
+		sh.mu.Lock()
+		n, wake := sh.pending, sh.wake
+		sh.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-p.Failed():
+			if err := p.Err(); err != nil {
+				return err
+			}
+			return pipe.Closed
+		}
+	}
+}
+
+// durable hands chunk c, durable, to the checkpoint in _id order: the
+// checkpoint moves over a chunk only once every chunk before it is
+// durable too.
+func (sh *sharedReindex) durable(c *sharedChunk) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.done[c.seq] = c
+	for {
+		d := sh.done[sh.next]
+		if d == nil {
+			return
+		}
+		delete(sh.done, sh.next)
+		sh.next++
+		sh.s.ckp.durable(d.last, len(d.ids))
+	}
+}
+
+// putLocal keeps a result of this process's own claim in memory: the
+// holder takes it from there, never from MongoDB.
+func (sh *sharedReindex) putLocal(token string, r *jobstate.ChunkResult) {
+	sh.mu.Lock()
+	sh.local[token] = r
+	sh.mu.Unlock()
+}
+
+func (sh *sharedReindex) takeLocal(token string) *jobstate.ChunkResult {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r := sh.local[token]
+	delete(sh.local, token)
+	return r
+}
+
+// readShared is the holder's reindex goroutine in a shared reindex, after
+// the opening mark: the _id walk publishing chunks, the wait until each is
+// handed to the pipe, then the last chunk (or the sweep) under its own
+// marks, as a reindex read alone ends.
+func (s *Reindex) readShared(ctx, sctx context.Context, marks *mongo.Collection, p *pipe.Pipe) error {
+	sh := s.shared
+	sh.stopLocal = sh.e.startClaims(ctx, s.src.Job, sh, 1)
+	defer sh.stopLocal()
+	walk := &Chain{src: s.src, coll: s.coll, what: "reindex", idsOnly: true}
+	last := s.cp.LastID
+	size := PartSize(s.opts.PageSize)
+	for seq := int64(0); ; {
+		if err := s.win.acquire(ctx, p, size); err != nil {
+			return err
+		}
+		c, err := walk.readChunk(sctx, nil, last, size)
+		if err != nil {
+			return err
+		}
+		s.win.release(size - c.N)
+		if c.N > 0 {
+			ids := make([]bson.RawValue, c.N)
+			for i, it := range c.Items {
+				ids[i] = it.ID
+			}
+			if err := sh.publish(ctx, seq, ids); err != nil {
+				return err
+			}
+			seq++
+			last = c.Last
+		}
+		if c.Final {
+			break
+		}
+	}
+	if err := sh.waitHanded(ctx, p); err != nil {
+		return err
+	}
+	if err := s.mark(sctx, marks, &Chunk{Last: last, Final: !s.sweep}); err != nil {
+		return err
+	}
+	if !s.sweep {
+		return nil
+	}
+	return s.readSweep(ctx, sctx, marks, last)
+}
+
+// onSharedMark acts on a claim's mark: a low mark opens its window, the
+// high mark of a chunk not yet taken hands its result to the pipe.
+func (f *follower) onSharedMark(mark string, ev bson.Raw, tok bson.Raw) error {
+	sh := f.snap.shared
+	seq, token, hi, ok := parseMark(mark)
+	if !ok {
+		return nil
+	}
+	if !hi {
+		if !sh.taken[seq] {
+			sh.windows[token] = &sharedWindow{seq: seq, changed: map[string]bool{}}
+		}
+		return nil
+	}
+	w := sh.windows[token]
+	delete(sh.windows, token)
+	if w == nil || sh.taken[seq] {
+		return nil // another claim's high mark of it came first
+	}
+	for t, o := range sh.windows {
+		if o.seq == seq {
+			delete(sh.windows, t) // an earlier claim's, taken over
+		}
+	}
+	c := sh.handed(seq)
+	if c == nil {
+		return nil
+	}
+	sh.taken[seq] = true
+	if err := f.flush(); err != nil {
+		return err
+	}
+	return f.submitShared(c, w, token, tok, eventWall(ev))
+}
+
+// submitShared hands chunk c's result of claim token, without the rows
+// the stream changed in its window w, to the pipe; once durable the chunk
+// is deleted and goes to the checkpoint.
+func (f *follower) submitShared(c *sharedChunk, w *sharedWindow, token string, tok bson.Raw, wall time.Time) error {
+	snap, jc, e, stats, sh := f.snap, f.jc, f.e, f.stats, f.snap.shared
+	set := f.p.errs
+	clearing := snap.InPlace()
+	name := jc.job.Name
+	var clear []int
+	fl := &pipe.Flight{To: pipe.ToStaged, Bytes: len(c.ids) * docBytes}
+	fl.Prepare = func(ctx context.Context, fl *pipe.Flight) error {
+		r := sh.takeLocal(token)
+		if r == nil && !w.related {
+			var err error
+			if r, err = e.store.ReadChunkResult(ctx, name, sh.run, c.seq, token); err != nil {
+				return err
+			}
+		}
+		var writes []sink.Write
+		var bad []DocError
+		var sk int
+		if r == nil || r.TooLarge || w.related {
+			items := make([]Item, 0, len(c.ids))
+			for _, id := range c.ids {
+				if !w.changed[keyOf(id)] {
+					items = append(items, Item{ID: id, Fill: true, Op: transform.OpReindex})
+				}
+			}
+			if err := e.fillDocs(ctx, jc, items); err != nil {
+				return err
+			}
+			var err error
+			if writes, sk, bad, err = e.prepareItems(ctx, jc, stats, set, snap.Made(), items, snap.InPlace(), nil); err != nil {
+				return err
+			}
+		} else {
+			writes, sk, bad = sharedWrites(name, r, w.changed)
+			if err := e.handleDocErrors(ctx, jc, stats, set, bad); err != nil {
+				return err
+			}
+			for _, b := range bad {
+				snap.Made().Add(b.ID)
+			}
+			stats.Add(0, 0, int64(sk), 0)
+			e.observeSkipped(name, int64(sk))
+		}
+		if clearing {
+			clear = set.Candidates(writes, failedIDs(bad))
+		}
+		snap.Prepared(sk, len(bad))
+		fl.Batch = sink.Batch{Writes: writes}
+		return nil
+	}
+	var record func(ctx context.Context, fl *pipe.Flight) error
+	if time.Since(f.posReq) >= chunkPositionInterval {
+		record = f.recordAfter(tok, wall)
+		f.posReq = time.Now()
+	}
+	fl.Durable = func(ctx context.Context, fl *pipe.Flight) error {
+		if err := set.Cleared(ctx, fl, clear); err != nil {
+			return err
+		}
+		snap.counted(fl)
+		if err := e.store.DeleteChunk(ctx, name, sh.run, c.seq); err != nil {
+			return err
+		}
+		sh.durable(c)
+		if record == nil {
+			return nil
+		}
+		return record(ctx, fl)
+	}
+	return f.p.Submit(fl)
+}
+
+// sharedWrites turns a claim's result into writes, without the rows in
+// changed; its per-document errors come back as DocErrors of the codes
+// and messages the claimant's transform gave.
+func sharedWrites(job string, r *jobstate.ChunkResult, changed map[string]bool) ([]sink.Write, int, []DocError) {
+	writes := make([]sink.Write, 0, len(r.Writes))
+	for _, w := range r.Writes {
+		if changed[keyOf(w.ID)] {
+			continue
+		}
+		switch {
+		case w.Delete:
+			writes = append(writes, sink.Write{SourceID: w.ID, Delete: true})
+		case w.Doc != nil:
+			writes = append(writes, sink.Write{SourceID: w.ID, Doc: w.Doc})
+		default:
+			writes = append(writes, sink.Write{SourceID: w.ID, Doc: json.RawMessage(w.JSON)})
+		}
+	}
+	var bad []DocError
+	for _, b := range r.Errors {
+		if changed[keyOf(b.ID)] {
+			continue
+		}
+		bad = append(bad, DocError{ID: b.ID, Op: transform.Operation(b.Op), Err: errs.New(errs.Code(b.Code), job, "%s", b.Message)})
+	}
+	return writes, r.Skipped, bad
+}
+
+// counted counts the writes of fl, durable: indexed, and refused.
+func (s *Reindex) counted(fl *pipe.Flight) {
+	var up int64
+	for i := range fl.Batch.Writes {
+		if !fl.Batch.Writes[i].Delete && !fl.IsRefused(i) {
+			up++
+		}
+	}
+	s.indexed.Add(up)
+	s.bad.Add(int64(fl.RefusedCount()))
+}
+
+// HelpReindex claims and does chunks of job's shared reindexes until ctx
+// ends, as a standby does beside waiting for the job's lease: a chunk is
+// claimed only when it was published for job's transform hash (a process
+// with another transform never transforms a chunk). It returns once its
+// claimants have stopped.
+func (e *Engine) HelpReindex(ctx context.Context, job *transform.Job) {
+	if e.jobCfg(job).ReindexParallel <= 1 || e.cfg.Process == "" {
+		return
+	}
+	stop := e.startClaims(ctx, job, nil, 2)
+	<-ctx.Done()
+	stop()
+}
+
+// startClaims starts n claimants of job's chunks; sh is the holder's own
+// shared reindex (results kept in memory), nil for a standby. The
+// returned function stops them and waits.
+func (e *Engine) startClaims(ctx context.Context, job *transform.Job, sh *sharedReindex, n int) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.claimLoop(ctx, job, sh)
+		}()
+	}
+	return func() { cancel(); wg.Wait() }
+}
+
+// slotTTL is how long a claim lasts without renewal: a third of the job's
+// lease (the presence's cadence), so a claimant stopped mid-chunk delays
+// the reindex that long at most.
+func (e *Engine) slotTTL() time.Duration { return max(e.cfg.PresenceInterval, 300*time.Millisecond) }
+
+// Polls of a claimant finding nothing to claim back off from the first to
+// the last.
+const (
+	claimPollFirst = 100 * time.Millisecond
+	claimPollLast  = 2 * time.Second
+)
+
+// claimLoop is one claimant: it claims a chunk, does it, and again; with
+// nothing to claim it polls, backing off.
+func (e *Engine) claimLoop(ctx context.Context, job *transform.Job, sh *sharedReindex) {
+	log := e.log.With("job", job.Name)
+	poll := claimPollFirst
+	var said time.Time
+	for ctx.Err() == nil {
+		c, err := e.store.ClaimChunk(ctx, job.Name, job.Hash, e.cfg.Process, e.slotTTL())
+		if err == nil && c != nil {
+			poll = claimPollFirst
+			err = e.doClaim(ctx, job, sh, c)
+			if err == nil || errors.Is(err, jobstate.ErrClaimLost) {
+				continue
+			}
+		}
+		if err != nil && ctx.Err() == nil && time.Since(said) > time.Minute {
+			said = time.Now()
+			log.Warn("a chunk of the shared reindex could not be done here; another process will", "error", err)
+		}
+		if sleep(ctx, poll) != nil {
+			return
+		}
+		poll = min(2*poll, claimPollLast)
+	}
+}
+
+// doClaim does claim c: the low mark, the read by _id, the transform and
+// its encoding, the result (fenced), the high mark. The claim is renewed
+// meanwhile; lost, the work stops and writes no high mark.
+func (e *Engine) doClaim(ctx context.Context, job *transform.Job, sh *sharedReindex, c *jobstate.Claim) (err error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		t := time.NewTicker(e.slotTTL() / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := e.store.RenewClaim(ctx, c, e.slotTTL()); errors.Is(err, jobstate.ErrClaimLost) {
+					cancel(err)
+					return
+				}
+			}
+		}
+	}()
+	defer func() { cancel(nil); <-renewed }()
+	defer func() {
+		if err != nil && !errors.Is(err, jobstate.ErrClaimLost) {
+			_ = e.store.ReleaseClaim(context.WithoutCancel(ctx), c)
+		}
+	}()
+	src := Source{DB: e.source, State: e.stateName, Job: job, Log: e.log.With("job", job.Name), Wait: e.wait,
+		Blame: func(_ context.Context, err error) error { return err }}
+	ch := newChain(src, "shared reindex")
+	sctx, marks, end, err := ch.session(ctx)
+	if err != nil {
+		return err
+	}
+	defer end()
+	if err := writeMark(sctx, marks, job.Name, claimMark(c.Run, c.Seq, c.Token, "lo")); err != nil {
+		return orCause(ctx, err)
+	}
+	read, err := ch.readIDs(sctx, c.IDs)
+	if err != nil {
+		return orCause(ctx, err)
+	}
+	r, err := e.transformChunk(ctx, job, read.Items)
+	if err != nil {
+		return orCause(ctx, err)
+	}
+	if sh != nil && sh.run == c.Run {
+		if err := e.store.CheckClaim(ctx, c); err != nil {
+			return err
+		}
+		sh.putLocal(c.Token, r)
+	} else if err := e.store.WriteChunkResult(ctx, c, r); err != nil {
+		return orCause(ctx, err)
+	}
+	if err := writeMark(sctx, marks, job.Name, claimMark(c.Run, c.Seq, c.Token, "hi")); err != nil {
+		return orCause(ctx, err)
+	}
+	e.claimsDone.Add(1)
+	if err := e.store.SubmitClaim(ctx, c); err != nil && !errors.Is(err, jobstate.ErrClaimLost) {
+		return err
+	}
+	return nil
+}
+
+// orCause is err, or the cause of ctx's end when it ended (a lost claim).
+func orCause(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		if c := context.Cause(ctx); c != nil {
+			return c
+		}
+	}
+	return err
+}
+
+// writeMark writes mark into job's watermark document, with the majority
+// write concern of marks (the chain's session orders the read after it).
+func writeMark(ctx context.Context, marks *mongo.Collection, job, mark string) error {
+	_, err := marks.UpdateOne(ctx, bson.D{{Key: "_id", Value: watermarkKey(job)}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "mark", Value: mark}}}}, options.UpdateOne().SetUpsert(true))
+	if err != nil {
+		return errs.Wrap(errs.Failed, job, err, "write a watermark of the shared reindex")
+	}
+	return nil
+}
+
+// transformChunk transforms a chunk's documents as the holder would (its
+// lookups resolved here), into a result: a reindex in place deletes what
+// the transform keeps out.
+func (e *Engine) transformChunk(ctx context.Context, job *transform.Job, items []Item) (*jobstate.ChunkResult, error) {
+	jc := e.jobCfg(job)
+	inPlace := job.Reindex == "inplace" || job.Kind == jobdef.Mirror
+	lk, err := e.lookups(ctx, jc, items)
+	if err != nil {
+		return nil, err
+	}
+	writes, skipped, bad, err := Transform(ctx, job, items, lk, inPlace)
+	if err != nil {
+		return nil, err
+	}
+	r := &jobstate.ChunkResult{Skipped: skipped}
+	for _, w := range writes {
+		cw := jobstate.ChunkWrite{ID: w.SourceID, Delete: w.Delete}
+		switch d := w.Doc.(type) {
+		case json.RawMessage:
+			cw.JSON = d
+		case bson.Raw:
+			cw.Doc = d
+		}
+		r.Writes = append(r.Writes, cw)
+	}
+	for _, b := range bad {
+		r.Errors = append(r.Errors, jobstate.ChunkError{ID: b.ID, Op: string(b.Op), Code: string(errs.CodeOf(b.Err)), Message: b.Err.Error()})
+	}
+	return r, nil
+}

@@ -1,0 +1,101 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/jobstate"
+	"github.com/meilistream/meilistream/transform"
+)
+
+// helper is a standby's engine doing chunks of the job's shared reindex,
+// with its presence record of the job.
+func (e *env) helper(job *transform.Job, process string) (*engine.Engine, func()) {
+	e.t.Helper()
+	cfg := e.cfg
+	cfg.Process = process
+	eng := engine.New(e.db, e.state, e.errs, cfg, nil, e.log)
+	st := jobstate.New(e.state, e.errs, func(context.Context, int) error { return nil })
+	if err := st.MarkPresent(e.ctx, "items", process, job.Hash, "", time.Hour); err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); eng.HelpReindex(ctx, job) }()
+	return eng, func() { cancel(); <-done }
+}
+
+// A reindex shared with a standby converges exactly, with the stream's
+// writes during it, a claimant that stalls past its slot lease (its chunk
+// is claimed again, its late result refused), and a high mark of a claim
+// the holder never opened (ignored); the results are deleted once applied.
+func TestSharedReindexConvergesWithAStandbyAndAStalledClaimant(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.PageSize = 100
+	e.cfg.ReindexParallel = 3
+	e.insert(0, 1500, nil)
+	e.insert(1500, 1600, bson.M{"hidden": true})
+	e.insert(1600, 1610, bson.M{"throw": true})
+	job := e.job(itemsJS)
+	standby, stop := e.helper(job, "test:2:b")
+	defer stop()
+	st := jobstate.New(e.state, e.errs, func(context.Context, int) error { return nil })
+
+	// A third process claims one chunk and stops there.
+	stalled := make(chan *jobstate.Claim, 1)
+	go func() {
+		for e.ctx.Err() == nil {
+			c, err := st.ClaimChunk(e.ctx, "items", job.Hash, "test:3:stalled", testTTL/2)
+			if err == nil && c != nil {
+				stalled <- c
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	e.cfg.Process = "test:1:a"
+	r := e.run(job, e.acquire())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // the application writes meanwhile
+		defer wg.Done()
+		for i := 0; i < 200; i++ {
+			e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": (i * 7) % 1500}, bson.M{"$set": bson.M{"title": "changed", "n": -i}}))
+			if i%10 == 0 {
+				e.ok(e.coll.DeleteOne(e.ctx, bson.M{"_id": (i * 13) % 1500}))
+				e.insert(5000+i, 5001+i, nil)
+			}
+		}
+	}()
+	var c *jobstate.Claim
+	select {
+	case c = <-stalled:
+	case <-e.ctx.Done():
+		t.Fatal("no chunk was claimed")
+	}
+	// A high mark of a window never opened is not a chunk's.
+	e.ok(e.state.UpdateOne(e.ctx, bson.M{"_id": bson.M{"watermark": "items"}},
+		bson.M{"$set": bson.M{"mark": c.Run + "/" + "0" + "/forged/hi"}}))
+	// Its lease lapses by the server's clock (the job's lease does not).
+	e.mongo.AdvanceClock(testTTL/2 + time.Second)
+	wg.Wait()
+	e.settled(job)
+	if err := st.WriteChunkResult(e.ctx, c, &jobstate.ChunkResult{}); !errors.Is(err, jobstate.ErrClaimLost) {
+		t.Fatalf("the stalled claimant's result after the takeover: %v", err)
+	}
+	if n := engine.ClaimsDone(standby); n == 0 {
+		t.Fatal("the standby did no chunk")
+	}
+	if n, m, err := st.ChunkCounts(e.ctx, "items"); err != nil || n != 0 || m != 0 {
+		t.Fatalf("left after the reindex: %d chunks, %d results (%v)", n, m, err)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
