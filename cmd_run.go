@@ -109,6 +109,7 @@ func runRun(ctx context.Context, inv *invocation) int {
 		Config:    &cfg,
 		Scrub:     inv.Scrub.Scrub,
 		Version:   buildVersion(),
+		Process:   w.leases.Holder(),
 		Log:       log.Named("http"),
 		Wait:      w.waiter,
 		Waited:    w.metrics.ObserveWait,

@@ -49,7 +49,8 @@ import (
 //	signal [-ready FILE] STOP|CONT|TERM
 //	                       sends the signal to the meilistream process serving
 //	                       at the address in FILE (default
-//	                       $MEILISTREAM_READY_FILE), found by its lease holder;
+//	                       $MEILISTREAM_READY_FILE), found by the identity
+//	                       /status gives (holder or standby);
 //	                       CONT goes to the process the script stopped (a
 //	                       stopped process answers no HTTP). A process still
 //	                       stopped at the end of the script is continued.
@@ -460,18 +461,23 @@ func cmdSignal(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 // holderPid returns the pid of the meilistream process serving at the
-// address in the ready file, from the lease holder ("host:pid:random") of
-// its first job, which must be running (a standby job names another
-// process's holder).
+// address in the ready file, from its identity ("host:pid:random") in
+// /status, else from the lease holder of its first job, which must then be
+// running (a standby job names another process's holder).
 func holderPid(ts *testscript.TestScript, readyFile string) int {
 	addr, err := os.ReadFile(readyFile)
 	ts.Check(err)
 	a := strings.TrimSpace(string(addr))
-	if state, err := getStatus(a, "jobs.0.state"); err != nil || (state != "reindexing" && state != "following") {
-		ts.Fatalf("jobs.0 is %q (%v), want reindexing or following: its holder is this process then", state, err)
+	// The process's own identity; a sidecar without it in /status is
+	// known by the holder of a job it runs.
+	holder, err := getStatus(a, "process")
+	if err != nil || holder == "" {
+		if state, err := getStatus(a, "jobs.0.state"); err != nil || (state != "reindexing" && state != "following") {
+			ts.Fatalf("jobs.0 is %q (%v), want reindexing or following: its holder is this process then", state, err)
+		}
+		holder, err = getStatus(a, "jobs.0.holder")
+		ts.Check(err)
 	}
-	holder, err := getStatus(a, "jobs.0.holder")
-	ts.Check(err)
 	parts := strings.Split(holder, ":")
 	if len(parts) != 3 {
 		ts.Fatalf("holder %q is not host:pid:random", holder)

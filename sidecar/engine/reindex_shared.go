@@ -18,6 +18,7 @@ import (
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/pipe"
 	"github.com/meilistream/meilistream/sidecar/sink"
+	"github.com/meilistream/meilistream/sidecar/status"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -267,7 +268,7 @@ func (sh *sharedReindex) takeLocal(token string) *jobstate.ChunkResult {
 // marks, as a reindex read alone ends.
 func (s *Reindex) readShared(ctx, sctx context.Context, marks *mongo.Collection, p *pipe.Pipe) error {
 	sh := s.shared
-	sh.stopLocal = sh.e.startClaims(ctx, s.src.Job, sh, 1)
+	sh.stopLocal = sh.e.startClaims(ctx, s.src.Job, sh, 1, s.opts.Stats)
 	defer sh.stopLocal()
 	walk := &Chain{src: s.src, coll: s.coll, what: "reindex", idsOnly: true}
 	last := s.cp.LastID
@@ -463,11 +464,11 @@ func (s *Reindex) counted(fl *pipe.Flight) {
 // claimed only when it was published for job's transform hash (a process
 // with another transform never transforms a chunk). It returns once its
 // claimants have stopped.
-func (e *Engine) HelpReindex(ctx context.Context, job *transform.Job) {
+func (e *Engine) HelpReindex(ctx context.Context, job *transform.Job, stats *status.JobStats) {
 	if e.jobCfg(job).ReindexParallel <= 1 || e.cfg.Process == "" {
 		return
 	}
-	stop := e.startClaims(ctx, job, nil, 2)
+	stop := e.startClaims(ctx, job, nil, 2, stats)
 	<-ctx.Done()
 	stop()
 }
@@ -475,14 +476,14 @@ func (e *Engine) HelpReindex(ctx context.Context, job *transform.Job) {
 // startClaims starts n claimants of job's chunks; sh is the holder's own
 // shared reindex (results kept in memory), nil for a standby. The
 // returned function stops them and waits.
-func (e *Engine) startClaims(ctx context.Context, job *transform.Job, sh *sharedReindex, n int) func() {
+func (e *Engine) startClaims(ctx context.Context, job *transform.Job, sh *sharedReindex, n int, stats *status.JobStats) func() {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			e.claimLoop(ctx, job, sh)
+			e.claimLoop(ctx, job, sh, stats)
 		}()
 	}
 	return func() { cancel(); wg.Wait() }
@@ -495,22 +496,49 @@ func (e *Engine) slotTTL() time.Duration { return max(e.cfg.PresenceInterval, 30
 
 // Polls of a claimant finding nothing to claim back off from the first to
 // the last.
+// While every slot is held, a claimant asks every claimPollBusy.
+// holderClaimAge is how long a chunk waits for a standby before the
+// holder's own claimant takes it.
 const (
 	claimPollFirst = 100 * time.Millisecond
 	claimPollLast  = 2 * time.Second
+	claimPollBusy  = 50 * time.Millisecond
+	holderClaimAge = 500 * time.Millisecond
 )
 
 // claimLoop is one claimant: it claims a chunk, does it, and again; with
 // nothing to claim it polls, backing off.
-func (e *Engine) claimLoop(ctx context.Context, job *transform.Job, sh *sharedReindex) {
+func (e *Engine) claimLoop(ctx context.Context, job *transform.Job, sh *sharedReindex, stats *status.JobStats) {
 	log := e.log.With("job", job.Name)
 	poll := claimPollFirst
+	// The holder leaves the chunks to the standbys while they keep up:
+	// its own time goes to the stream and the destination. A chunk
+	// nobody took for holderClaimAge it does itself.
+	var minAge time.Duration
+	if sh != nil {
+		minAge = holderClaimAge
+	}
 	var said time.Time
+	done := 0
 	for ctx.Err() == nil {
-		c, err := e.store.ClaimChunk(ctx, job.Name, job.Hash, e.cfg.Process, e.slotTTL())
+		c, err := e.store.ClaimChunk(ctx, job.Name, job.Hash, e.cfg.Process, e.slotTTL(), minAge)
+		if errors.Is(err, jobstate.ErrSlotsBusy) {
+			// A reindex runs: a slot frees as soon as a chunk is done.
+			poll = claimPollFirst
+			if sleep(ctx, claimPollBusy) != nil {
+				return
+			}
+			continue
+		}
 		if err == nil && c != nil {
 			poll = claimPollFirst
 			err = e.doClaim(ctx, job, sh, c)
+			if err == nil {
+				stats.Update(func(s *status.JobSnapshot) { s.Chunks++ })
+				if done++; done == 1 {
+					log.Info("did a chunk of the job's shared reindex", "seq", c.Seq)
+				}
+			}
 			if err == nil || errors.Is(err, jobstate.ErrClaimLost) {
 				continue
 			}

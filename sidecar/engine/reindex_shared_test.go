@@ -27,7 +27,7 @@ func (e *env) helper(job *transform.Job, process string) (*engine.Engine, func()
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); eng.HelpReindex(ctx, job) }()
+	go func() { defer close(done); eng.HelpReindex(ctx, job, nil) }()
 	return eng, func() { cancel(); <-done }
 }
 
@@ -51,7 +51,7 @@ func TestSharedReindexConvergesWithAStandbyAndAStalledClaimant(t *testing.T) {
 	stalled := make(chan *jobstate.Claim, 1)
 	go func() {
 		for e.ctx.Err() == nil {
-			c, err := st.ClaimChunk(e.ctx, "items", job.Hash, "test:3:stalled", testTTL/2)
+			c, err := st.ClaimChunk(e.ctx, "items", job.Hash, "test:3:stalled", testTTL/2, 0)
 			if err == nil && c != nil {
 				stalled <- c
 				return

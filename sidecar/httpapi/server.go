@@ -43,6 +43,8 @@ type Options struct {
 	Scrub func(string) string
 	// Version is shown in /status.
 	Version string
+	// Process is this process's lease holder identity, shown in /status.
+	Process string
 	// Log receives the server's own errors. Nil: discarded.
 	Log hclog.Logger
 	// MaxConns bounds the open connections (default DefaultMaxConns); see
@@ -210,6 +212,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	rep := status.Report{
 		Version: s.opts.Version,
+		Process: s.opts.Process,
 		Time:    time.Now().UTC(),
 		Ready:   s.readyNow(r.Context()) == nil,
 		Jobs:    []status.Job{},

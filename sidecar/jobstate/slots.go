@@ -52,6 +52,10 @@ var SlotIndexKeys = bson.D{{Key: "job", Value: 1}, {Key: "slot", Value: 1}}
 // lease lapsed and was reaped, or was taken by another claim.
 var ErrClaimLost = errors.New("the chunk's slot lease was taken over")
 
+// ErrSlotsBusy is returned by ClaimChunk when the job has chunks to
+// claim but every slot is held: worth asking again soon.
+var ErrSlotsBusy = errors.New("every slot of the shared reindex is held")
+
 // MaxChunkResultBytes bounds a chunk's result document, well under the
 // 16 MB MongoDB stores: a larger result is recorded as tooLarge and the
 // holder transforms the chunk itself.
@@ -147,12 +151,14 @@ func (s *Store) PublishChunk(ctx context.Context, l Fence, c SharedChunk) error 
 	for i, id := range c.IDs {
 		ids[i] = id
 	}
-	doc := bson.D{
-		{Key: "_id", Value: chunkKey(c.Job, c.Run, c.Seq)},
-		{Key: "job", Value: c.Job}, {Key: "hash", Value: c.Hash}, {Key: "parallel", Value: c.Parallel},
-		{Key: "ids", Value: ids}, {Key: fenceField, Value: l.Epoch()},
+	set := bson.D{
+		{Key: "job", Value: bson.D{{Key: "$literal", Value: c.Job}}}, {Key: "hash", Value: bson.D{{Key: "$literal", Value: c.Hash}}},
+		{Key: "parallel", Value: c.Parallel}, {Key: "ids", Value: bson.D{{Key: "$literal", Value: ids}}},
+		{Key: fenceField, Value: l.Epoch()}, {Key: "publishedAt", Value: "$$NOW"},
 	}
-	if _, err := s.state.InsertOne(ctx, doc); err != nil {
+	_, err := s.state.UpdateOne(ctx, bson.D{{Key: "_id", Value: chunkKey(c.Job, c.Run, c.Seq)}},
+		mongo.Pipeline{{{Key: "$set", Value: set}}}, options.UpdateOne().SetUpsert(true))
+	if err != nil {
 		return errs.Wrap(errs.Failed, c.Job, err, "publish chunk %d of the shared reindex", c.Seq)
 	}
 	return nil
@@ -185,10 +191,11 @@ func (s *Store) ReapClaims(ctx context.Context, job string) (int64, error) {
 }
 
 // ClaimChunk reaps the job's lapsed claims, then claims the first
-// unclaimed, unsubmitted chunk of the job published for hash in one of
-// its free slots, leased for ttl from the server's now: nil, nil when
-// there is none or every slot is taken.
-func (s *Store) ClaimChunk(ctx context.Context, job, hash, owner string, ttl time.Duration) (*Claim, error) {
+// unclaimed, unsubmitted chunk of the job published for hash at least
+// minAge ago (the server's clock) in one of its free slots, leased for
+// ttl from the server's now: nil, nil when there is none, ErrSlotsBusy
+// when every slot is held.
+func (s *Store) ClaimChunk(ctx context.Context, job, hash, owner string, ttl, minAge time.Duration) (*Claim, error) {
 	if _, err := s.reap(ctx, job); err != nil {
 		return nil, errs.Wrap(errs.Failed, job, err, "reap the lapsed slot leases of the shared reindex")
 	}
@@ -205,6 +212,7 @@ func (s *Store) ClaimChunk(ctx context.Context, job, hash, owner string, ttl tim
 			{Key: "_id.chunk", Value: job}, {Key: "hash", Value: hash},
 			{Key: "slot", Value: bson.D{{Key: "$exists", Value: false}}},
 			{Key: "submitted", Value: bson.D{{Key: "$ne", Value: true}}},
+			{Key: "$expr", Value: bson.D{{Key: "$lte", Value: bson.A{"$publishedAt", bson.D{{Key: "$subtract", Value: bson.A{"$$NOW", minAge.Milliseconds()}}}}}}},
 		}, options.FindOne().SetSort(bson.D{{Key: "_id.seq", Value: 1}})).Decode(&cand)
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			return nil, nil
@@ -217,7 +225,7 @@ func (s *Store) ClaimChunk(ctx context.Context, job, hash, owner string, ttl tim
 			return nil, err
 		}
 		if len(free) == 0 {
-			return nil, nil
+			return nil, ErrSlotsBusy
 		}
 		c := &Claim{SharedChunk: SharedChunk{Job: job, Run: cand.ID.Run, Seq: cand.ID.Seq, Hash: hash, Parallel: cand.Parallel, IDs: cand.IDs},
 			Token: newToken(), Owner: owner}
@@ -238,10 +246,10 @@ func (s *Store) ClaimChunk(ctx context.Context, job, hash, owner string, ttl tim
 			break
 		}
 		if !taken {
-			return nil, nil // every free slot went to others
+			return nil, ErrSlotsBusy // every free slot went to others
 		}
 	}
-	return nil, nil
+	return nil, ErrSlotsBusy
 }
 
 // freeSlots returns the slots of [0, parallel) no claim of job holds, in

@@ -85,6 +85,7 @@ type JobSnapshot struct {
 	Resent     int64   `json:"resent"`    // documents sent again for a related change
 	Retries    int64   `json:"retries"`   // sends or waits retried
 	Reindexes  int64   `json:"reindexes"` // reindexes completed
+	Chunks     int64   `json:"chunks"`    // chunks of shared reindexes done here (holder or standby)
 
 	// SkippedUnchanged are updates not sent: they could not change the
 	// destination's document (skipUnchanged).

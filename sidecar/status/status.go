@@ -193,6 +193,10 @@ type Counters struct {
 	// SkippedUnchanged are updates not sent because they could not
 	// change the document the destination holds (skipUnchanged).
 	SkippedUnchanged int64 `json:"skipped_unchanged"`
+
+	// Chunks are the chunks of the job's shared reindexes this process
+	// read, transformed and handed over (holder or standby).
+	Chunks int64 `json:"chunks"`
 }
 
 // Queue is what a job has enqueued in Meilisearch and not yet seen
@@ -223,6 +227,9 @@ type Report struct {
 	Version string    `json:"version"`
 	Time    time.Time `json:"time"`
 	Ready   bool      `json:"ready"`
+	// Process is this process's identity among the pods running the
+	// jobs ("host:pid:random", as a lease names its holder).
+	Process string `json:"process,omitempty"`
 	// OplogWindowSeconds is the source's oplog window (newest minus
 	// oldest entry), null while unknown.
 	OplogWindowSeconds *float64 `json:"oplog_window_seconds"`

@@ -61,7 +61,7 @@ func (d *EngineDriver) Standby(ctx context.Context, def JobDef, w Standing) (Hel
 		helped := make(chan struct{})
 		go func() {
 			defer close(helped)
-			d.Engine.HelpReindex(hctx, job)
+			d.Engine.HelpReindex(hctx, job, w.Stats())
 		}()
 		defer func() { hstop(); <-helped }()
 	}

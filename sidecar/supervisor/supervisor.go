@@ -104,6 +104,9 @@ type Standing interface {
 	// the jobs (a pod under its share should take a free lease first), or
 	// right after it gave this job back.
 	HoldOff() time.Duration
+	// Stats are the job's figures in this process (a standby counts the
+	// chunks of the job's shared reindex it does).
+	Stats() *status.JobStats
 }
 
 // PresenceKeeper is implemented by a JobDriver that records, for each job
@@ -798,6 +801,8 @@ type standing struct {
 }
 
 func (w *standing) Held(why error) { w.s.standingBy(w.log, w.j.stats, w.pres, why) }
+
+func (w *standing) Stats() *status.JobStats { return w.j.stats.Stats }
 
 func (w *standing) HoldOff() time.Duration { return w.s.holdOff(w.j) }
 
