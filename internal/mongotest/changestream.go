@@ -81,6 +81,7 @@ func (s *Server) appendEvent(x *cmdCtx, ev *event) {
 		}
 	}
 	s.oplog = append(s.oplog, ev)
+	s.countWritten(ev)
 	s.dirty = true
 	if x != nil {
 		x.opTime = ev.ts
@@ -946,4 +947,53 @@ func splitEvent(doc bson.D, tok bson.D, maxFrag int) ([][]byte, []bson.D, error)
 		frags[i] = encodeDoc(g)
 	}
 	return frags, toks, nil
+}
+
+// Written is what a namespace's writes added to the change history (the
+// oplog) since the server started.
+type Written struct {
+	// Entries are the history's entries: one per document inserted,
+	// updated, replaced or deleted.
+	Entries int64
+	// Bytes are what those entries carry, counted as mongod's oplog holds
+	// them: an insert or a replacement its whole document, an update its
+	// change (the updateDescription's BSON: mongod logs a diff, which is
+	// about as large), a delete its _id. The entries' own fields (ts, ns,
+	// wall, ~100 bytes each in mongod) are not counted.
+	Bytes int64
+}
+
+func (s *Server) countWritten(ev *event) {
+	if ev.evNS == nil || ev.db == "" || ev.op == opNoop {
+		return
+	}
+	if s.written == nil {
+		s.written = map[string]*Written{}
+	}
+	ns := ev.db + "." + ev.coll
+	w := s.written[ns]
+	if w == nil {
+		w = &Written{}
+		s.written[ns] = w
+	}
+	w.Entries++
+	switch {
+	case ev.op == "update" && ev.evExtra != nil && ev.upd != nil:
+		w.Bytes += int64(len(encodeDoc(ev.upd)))
+	case ev.op == "insert" || ev.op == "replace" || ev.op == "update":
+		w.Bytes += int64(len(ev.doc))
+	case ev.op == "delete":
+		w.Bytes += int64(len(encodeDoc(bson.D{{Key: "_id", Value: ev.id}})))
+	}
+}
+
+// Written returns what the writes to db.coll added to the change history
+// since the server started.
+func (s *Server) Written(db, coll string) Written {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if w := s.written[db+"."+coll]; w != nil {
+		return *w
+	}
+	return Written{}
 }

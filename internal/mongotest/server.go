@@ -117,6 +117,9 @@ type Server struct {
 	mu     sync.RWMutex
 	dbs    map[string]*database
 	oplog  []*event
+	// written counts the history's entries and their bytes by namespace
+	// since the start (Written), trimmed or not.
+	written map[string]*Written
 	seq    int64          // seq of the newest event
 	lastTs bson.Timestamp // newest cluster time handed out
 	// lostTs is the cluster time of the newest event trimmed from history.

@@ -3,12 +3,16 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/meilistream/meilistream/bench/articles"
+	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/transform"
@@ -97,5 +101,61 @@ func TestSharedReindexConvergesWithAStandbyAndAStalledClaimant(t *testing.T) {
 	}
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// What a reindex costs MongoDB, alone and shared: the entries and bytes
+// the state collection and the chunks collection add to the oplog per
+// reindexed document (the test MongoDB counts them, mongotest.Written),
+// side by side with the documents' own size. Figures in the log (go test
+// ./sidecar/engine -run TestReindexMongoCost -v), the bounds asserted: a
+// shared reindex writes each result once, deletes it once applied, and
+// adds a few small entries per chunk.
+func TestReindexMongoCostAloneAndShared(t *testing.T) {
+	const n = 2000
+	src, err := os.ReadFile(testutil.RepoFile("examples/transforms/articles.js"))
+	if err != nil {
+		t.Skip(err)
+	}
+	js := strings.NewReplacer(`collection: "articles"`, `collection: "items"`, `index: "articles"`, `index: "items"`).Replace(string(src))
+	type cost struct{ entries, bytes float64 }
+	measure := func(shared bool) (cost, float64) {
+		e := newEnv(t, 0)
+		e.cfg.PageSize = 1000
+		docs := make([]any, n)
+		var docBytes int
+		for i := range docs {
+			d := articles.Article(i)
+			raw, _ := bson.Marshal(d)
+			docBytes += len(raw)
+			docs[i] = d
+		}
+		e.ok(e.coll.InsertMany(e.ctx, docs))
+		job := e.job(js)
+		if shared {
+			_, stop := e.helper(job, "test:2:b")
+			defer stop()
+			e.cfg.Process, e.cfg.ReindexParallel = "test:1:a", 4
+		} else {
+			e.cfg.ReindexParallel = 1
+		}
+		before := e.mongo.Written("app", "meilistream")
+		r := e.run(job, e.acquire())
+		e.settled(job)
+		if err := r.stop(t); err != nil {
+			t.Fatal(err)
+		}
+		st, ch := e.mongo.Written("app", "meilistream"), e.mongo.Written("app", "meilistream_chunks")
+		return cost{
+			entries: float64(st.Entries-before.Entries+ch.Entries) / n,
+			bytes:   float64(st.Bytes-before.Bytes+ch.Bytes) / n,
+		}, float64(docBytes) / n
+	}
+	alone, size := measure(false)
+	shared, _ := measure(true)
+	t.Logf("per reindexed document (%d documents of %.0f BSON bytes): alone %.3f oplog entries, %.0f bytes; shared %.3f entries, %.0f bytes",
+		n, size, alone.entries, alone.bytes, shared.entries, shared.bytes)
+	if shared.bytes > 2*size+alone.bytes+200 {
+		t.Errorf("a shared reindex writes %.0f bytes per document: more than its result once, its _ids and its marks", shared.bytes)
 	}
 }
