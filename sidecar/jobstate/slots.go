@@ -52,8 +52,9 @@ var SlotIndexKeys = bson.D{{Key: "job", Value: 1}, {Key: "slot", Value: 1}}
 // lease lapsed and was reaped, or was taken by another claim.
 var ErrClaimLost = errors.New("the chunk's slot lease was taken over")
 
-// ErrSlotsBusy is returned by ClaimChunk when the job has chunks to
-// claim but every slot is held: worth asking again soon.
+// ErrSlotsBusy is returned by ClaimChunk when the job has chunks of the
+// claimant's transform but none to claim now (every slot held, or every chunk claimed or too young): a
+// reindex runs, worth asking again soon.
 var ErrSlotsBusy = errors.New("every slot of the shared reindex is held")
 
 // MaxChunkResultBytes bounds a chunk's result document, well under the
@@ -193,8 +194,8 @@ func (s *Store) ReapClaims(ctx context.Context, job string) (int64, error) {
 // ClaimChunk reaps the job's lapsed claims, then claims the first
 // unclaimed, unsubmitted chunk of the job published for hash at least
 // minAge ago (the server's clock) in one of its free slots, leased for
-// ttl from the server's now: nil, nil when there is none, ErrSlotsBusy
-// when every slot is held.
+// ttl from the server's now: nil, nil when the job has no chunk,
+// ErrSlotsBusy when it has some but none to claim now.
 func (s *Store) ClaimChunk(ctx context.Context, job, hash, owner string, ttl, minAge time.Duration) (*Claim, error) {
 	if _, err := s.reap(ctx, job); err != nil {
 		return nil, errs.Wrap(errs.Failed, job, err, "reap the lapsed slot leases of the shared reindex")
@@ -215,6 +216,13 @@ func (s *Store) ClaimChunk(ctx context.Context, job, hash, owner string, ttl, mi
 			{Key: "$expr", Value: bson.D{{Key: "$lte", Value: bson.A{"$publishedAt", bson.D{{Key: "$subtract", Value: bson.A{"$$NOW", minAge.Milliseconds()}}}}}}},
 		}, options.FindOne().SetSort(bson.D{{Key: "_id.seq", Value: 1}})).Decode(&cand)
 		if errors.Is(err, mongo.ErrNoDocuments) {
+			n, err := s.state.CountDocuments(ctx, bson.D{{Key: "_id.chunk", Value: job}, {Key: "hash", Value: hash}}, options.Count().SetLimit(1))
+			if err != nil {
+				return nil, errs.Wrap(errs.Failed, job, err, "find a chunk of the shared reindex to claim")
+			}
+			if n > 0 {
+				return nil, ErrSlotsBusy
+			}
 			return nil, nil
 		}
 		if err != nil {
