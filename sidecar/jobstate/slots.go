@@ -2,6 +2,7 @@ package jobstate
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -37,8 +38,9 @@ import (
 // by the claim's token, so that a high mark names exactly the result read
 // in its window:
 //
-//	{_id: {job, run, seq, token}, writes: [{id, del, json | doc}],
-//	 errors: [{id, op, code, msg}], skipped: <n>, tooLarge: <bool>}
+//	{_id: {job, run, seq, token}, ids: [<_id>...], kinds: <binary>,
+//	 body: <binary>, errors: [{id, op, code, msg}], skipped: <n>,
+//	 tooLarge: <bool>}
 //
 // The holder deletes a chunk's documents (descriptor and results) once
 // what it took from them is durable, and every chunk of another run when
@@ -197,6 +199,15 @@ func (s *Store) ReapClaims(ctx context.Context, job string) (int64, error) {
 // ttl from the server's now: nil, nil when the job has no chunk,
 // ErrSlotsBusy when it has some but none to claim now.
 func (s *Store) ClaimChunk(ctx context.Context, job, hash, owner string, ttl, minAge time.Duration) (*Claim, error) {
+	// With no chunk (no shared reindex runs: nearly always) one read
+	// answers: an idle claimant costs MongoDB that alone.
+	n, err := s.state.CountDocuments(ctx, bson.D{{Key: "_id.chunk", Value: job}, {Key: "hash", Value: hash}}, options.Count().SetLimit(1))
+	if err != nil {
+		return nil, errs.Wrap(errs.Failed, job, err, "find a chunk of the shared reindex to claim")
+	}
+	if n == 0 {
+		return nil, nil
+	}
 	if _, err := s.reap(ctx, job); err != nil {
 		return nil, errs.Wrap(errs.Failed, job, err, "reap the lapsed slot leases of the shared reindex")
 	}
@@ -216,14 +227,7 @@ func (s *Store) ClaimChunk(ctx context.Context, job, hash, owner string, ttl, mi
 			{Key: "$expr", Value: bson.D{{Key: "$lte", Value: bson.A{"$publishedAt", bson.D{{Key: "$subtract", Value: bson.A{"$$NOW", minAge.Milliseconds()}}}}}}},
 		}, options.FindOne().SetSort(bson.D{{Key: "_id.seq", Value: 1}})).Decode(&cand)
 		if errors.Is(err, mongo.ErrNoDocuments) {
-			n, err := s.state.CountDocuments(ctx, bson.D{{Key: "_id.chunk", Value: job}, {Key: "hash", Value: hash}}, options.Count().SetLimit(1))
-			if err != nil {
-				return nil, errs.Wrap(errs.Failed, job, err, "find a chunk of the shared reindex to claim")
-			}
-			if n > 0 {
-				return nil, ErrSlotsBusy
-			}
-			return nil, nil
+			return nil, ErrSlotsBusy
 		}
 		if err != nil {
 			return nil, errs.Wrap(errs.Failed, job, err, "find a chunk of the shared reindex to claim")
@@ -363,19 +367,31 @@ func (s *Store) CheckClaim(ctx context.Context, c *Claim) error {
 	return nil
 }
 
+// resultDoc is r as stored: the writes' _ids in one array, their kinds
+// (0 search JSON, 1 delete, 2 mirror document) in one binary and their
+// documents one after the other in another, each after its length (4
+// bytes, little endian): a few large values rather than one subdocument
+// per write, cheap to encode for the claimant and to decode for the
+// holder.
 func resultDoc(c *Claim, r *ChunkResult) bson.D {
-	writes := make(bson.A, len(r.Writes))
+	ids := make(bson.A, len(r.Writes))
+	kinds := make([]byte, len(r.Writes))
+	var size int
+	for _, w := range r.Writes {
+		size += 4 + len(w.JSON) + len(w.Doc)
+	}
+	body := make([]byte, 0, size)
 	for i, w := range r.Writes {
-		d := bson.D{{Key: "id", Value: w.ID}}
+		ids[i] = w.ID
+		doc := w.JSON
 		switch {
 		case w.Delete:
-			d = append(d, bson.E{Key: "del", Value: true})
+			kinds[i], doc = 1, nil
 		case w.Doc != nil:
-			d = append(d, bson.E{Key: "doc", Value: w.Doc})
-		default:
-			d = append(d, bson.E{Key: "json", Value: bson.Binary{Data: w.JSON}})
+			kinds[i], doc = 2, w.Doc
 		}
-		writes[i] = d
+		body = binary.LittleEndian.AppendUint32(body, uint32(len(doc)))
+		body = append(body, doc...)
 	}
 	bad := make(bson.A, len(r.Errors))
 	for i, e := range r.Errors {
@@ -383,9 +399,63 @@ func resultDoc(c *Claim, r *ChunkResult) bson.D {
 	}
 	return bson.D{
 		{Key: "_id", Value: resultKey(c.Job, c.Run, c.Seq, c.Token)},
-		{Key: "writes", Value: writes}, {Key: "errors", Value: bad},
-		{Key: "skipped", Value: r.Skipped}, {Key: "tooLarge", Value: r.TooLarge},
+		{Key: "ids", Value: ids}, {Key: "kinds", Value: bson.Binary{Data: kinds}}, {Key: "body", Value: bson.Binary{Data: body}},
+		{Key: "errors", Value: bad}, {Key: "skipped", Value: r.Skipped}, {Key: "tooLarge", Value: r.TooLarge},
 	}
+}
+
+// decodeResult reads a result document (resultDoc).
+func decodeResult(raw bson.Raw) (*ChunkResult, error) {
+	r := &ChunkResult{}
+	if v, ok := raw.Lookup("skipped").AsInt64OK(); ok {
+		r.Skipped = int(v)
+	}
+	r.TooLarge, _ = raw.Lookup("tooLarge").BooleanOK()
+	ids, _ := raw.Lookup("ids").ArrayOK()
+	_, kinds, _ := raw.Lookup("kinds").BinaryOK()
+	_, body, _ := raw.Lookup("body").BinaryOK()
+	vals, err := ids.Values()
+	if err != nil {
+		return nil, err
+	}
+	if len(vals) != len(kinds) {
+		return nil, errors.New("a chunk result's ids and kinds differ in number")
+	}
+	r.Writes = make([]ChunkWrite, len(vals))
+	for i, id := range vals {
+		if len(body) < 4 {
+			return nil, errors.New("a chunk result's body is cut short")
+		}
+		n := int(binary.LittleEndian.Uint32(body))
+		if len(body) < 4+n {
+			return nil, errors.New("a chunk result's body is cut short")
+		}
+		doc := body[4 : 4+n : 4+n]
+		body = body[4+n:]
+		w := ChunkWrite{ID: id}
+		switch kinds[i] {
+		case 1:
+			w.Delete = true
+		case 2:
+			w.Doc = bson.Raw(doc)
+		default:
+			w.JSON = doc
+		}
+		r.Writes[i] = w
+	}
+	bad, _ := raw.Lookup("errors").ArrayOK()
+	evals, err := bad.Values()
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range evals {
+		d, _ := v.DocumentOK()
+		op, _ := d.Lookup("op").StringValueOK()
+		code, _ := d.Lookup("code").StringValueOK()
+		msg, _ := d.Lookup("msg").StringValueOK()
+		r.Errors = append(r.Errors, ChunkError{ID: d.Lookup("id"), Op: op, Code: code, Message: msg})
+	}
+	return r, nil
 }
 
 // SubmitClaim frees c's slot once its high mark is written: the chunk is
@@ -419,35 +489,16 @@ func (s *Store) ReleaseClaim(ctx context.Context, c *Claim) error {
 // ReadChunkResult returns the result the claim token wrote for chunk seq
 // of run; nil, nil when there is none.
 func (s *Store) ReadChunkResult(ctx context.Context, job, run string, seq int64, token string) (*ChunkResult, error) {
-	var d struct {
-		Writes []struct {
-			ID   bson.RawValue `bson:"id"`
-			Del  bool          `bson:"del"`
-			JSON bson.Binary   `bson:"json"`
-			Doc  bson.Raw      `bson:"doc"`
-		} `bson:"writes"`
-		Errors []struct {
-			ID   bson.RawValue `bson:"id"`
-			Op   string        `bson:"op"`
-			Code string        `bson:"code"`
-			Msg  string        `bson:"msg"`
-		} `bson:"errors"`
-		Skipped  int  `bson:"skipped"`
-		TooLarge bool `bson:"tooLarge"`
-	}
-	err := s.chunks().FindOne(ctx, bson.D{{Key: "_id", Value: resultKey(job, run, seq, token)}}).Decode(&d)
+	raw, err := s.chunks().FindOne(ctx, bson.D{{Key: "_id", Value: resultKey(job, run, seq, token)}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, errs.Wrap(errs.Failed, job, err, "read the result of chunk %d", seq)
 	}
-	r := &ChunkResult{Skipped: d.Skipped, TooLarge: d.TooLarge}
-	for _, w := range d.Writes {
-		r.Writes = append(r.Writes, ChunkWrite{ID: w.ID, Delete: w.Del, JSON: w.JSON.Data, Doc: w.Doc})
-	}
-	for _, e := range d.Errors {
-		r.Errors = append(r.Errors, ChunkError{ID: e.ID, Op: e.Op, Code: e.Code, Message: e.Msg})
+	r, err := decodeResult(raw)
+	if err != nil {
+		return nil, errs.Wrap(errs.Failed, job, err, "read the result of chunk %d", seq)
 	}
 	return r, nil
 }

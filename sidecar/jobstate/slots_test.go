@@ -1,6 +1,7 @@
 package jobstate
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
@@ -175,5 +176,38 @@ func TestAResultTooLargeIsRecordedAsSuch(t *testing.T) {
 	got, err := s.ReadChunkResult(ctx, "items", "r1", 0, c.Token)
 	if err != nil || got == nil || !got.TooLarge || len(got.Writes) != 0 {
 		t.Fatalf("result: %+v %v", got, err)
+	}
+}
+
+func TestAChunkResultReadsBackAsWritten(t *testing.T) {
+	ctx, s, _ := testStore(t)
+	publish(t, ctx, s, 1, 1)
+	c, err := s.ClaimChunk(ctx, "items", "h1", "a", time.Minute, 0)
+	if err != nil || c == nil {
+		t.Fatal(c, err)
+	}
+	mirror, _ := bson.Marshal(bson.D{{Key: "_id", Value: 2}, {Key: "t", Value: "m"}})
+	_, two, _ := bson.MarshalValue(int32(2))
+	_, three, _ := bson.MarshalValue("three")
+	want := &ChunkResult{
+		Writes: []ChunkWrite{
+			{ID: c.IDs[0], JSON: []byte(`{"id":0}`)},
+			{ID: bson.RawValue{Type: bson.TypeInt32, Value: two}, Doc: mirror},
+			{ID: bson.RawValue{Type: bson.TypeString, Value: three}, Delete: true},
+		},
+		Errors:  []ChunkError{{ID: c.IDs[0], Op: "reindex", Code: "TRANSFORM_FAILED", Message: "boom"}},
+		Skipped: 3,
+	}
+	if err := s.WriteChunkResult(ctx, c, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ReadChunkResult(ctx, "items", "r1", 0, c.Token)
+	if err != nil || got == nil {
+		t.Fatal(got, err)
+	}
+	if len(got.Writes) != 3 || string(got.Writes[0].JSON) != `{"id":0}` || !bytes.Equal(got.Writes[1].Doc, mirror) ||
+		!got.Writes[2].Delete || got.Writes[2].ID.StringValue() != "three" || got.Skipped != 3 ||
+		len(got.Errors) != 1 || got.Errors[0].Code != "TRANSFORM_FAILED" || got.Errors[0].Message != "boom" {
+		t.Fatalf("read back %+v, wrote %+v", got, want)
 	}
 }
