@@ -7,6 +7,10 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/meilistream/meilistream/sidecar/status"
 )
 
 // Defaults of the reindex throttle (ThrottleConfig).
@@ -48,6 +52,9 @@ const (
 	// latencyWeight is the weight of the newest chunk read in the
 	// smoothed latency (an exponentially weighted moving average).
 	latencyWeight = 0.3
+	// rateHold is how many chunks in a row must go without waiting
+	// before the rate is no longer said to slow them.
+	rateHold = 3
 	// easing starts the reason's text while a braked rate climbs back.
 	easing = "easing off after "
 )
@@ -127,6 +134,7 @@ type Throttle struct {
 	last              time.Time // the last Wait
 	reason, why       string    // what slows the chunks now (a Throttle* reason, its text); "" if nothing
 	since             time.Time // when the current reason began
+	free              int       // chunks in a row that did not wait
 }
 
 // NewThrottle returns the throttle of a reindex; backlog (may be nil)
@@ -205,10 +213,17 @@ func (t *Throttle) charge(docs int) time.Duration {
 	if t.tokens < 0 {
 		wait = time.Duration(-t.tokens / rate * float64(time.Second))
 	}
+	if wait > 0 {
+		t.free = 0
+	} else {
+		t.free++
+	}
 	switch {
 	case t.limit > 0:
 		// The brake's reason stands while it is on, waiting or not.
-	case wait > 0:
+	case wait > 0 || t.reason == ThrottleRate && t.free < rateHold:
+		// Reads about as slow as the rate wait now and then: the rate
+		// binds until rateHold chunks in a row did not wait.
 		t.note(now, ThrottleRate, fmt.Sprintf("rate %s documents/s", rateText(rate)))
 	default:
 		t.note(now, "", "")
@@ -321,4 +336,91 @@ func rateText(r float64) string {
 		return fmt.Sprint(int64(math.Round(r)))
 	}
 	return fmt.Sprintf("%.1f", r)
+}
+
+// ThrottleObserver is implemented by an Observer that shows what slows a
+// job's reindex: reason is a Throttle* reason, "" when nothing does (and
+// when the reindex ends).
+type ThrottleObserver interface {
+	ObserveThrottle(job, reason string)
+}
+
+// throttle is the throttle of a reindex of the job into dst: the job's
+// rate, and the brake's bounds, on the backlog dst counts.
+func (jc jobConfig) throttle(dst interface {
+	Enqueued() (int, int64, bool)
+}) *Throttle {
+	backlog := func() (int, bool) {
+		n, _, counted := dst.Enqueued()
+		return n, counted
+	}
+	return NewThrottle(ThrottleConfig{
+		Rate: float64(jc.ReindexRate), MaxReadLatency: jc.ReindexMaxReadLatency, MaxTasks: jc.ReindexMaxTasks,
+	}, backlog)
+}
+
+// readThrottled reads the chunk after last, telling the throttle how long
+// MongoDB took.
+func (s *Reindex) readThrottled(ctx context.Context, last bson.RawValue, size int) (*Chunk, error) {
+	start := time.Now()
+	c, err := s.readChunk(ctx, nil, last, size)
+	if err == nil && s.opts.Throttle != nil {
+		s.opts.Throttle.ObserveRead(time.Since(start))
+	}
+	return c, err
+}
+
+// pace waits, after a chunk of n documents, until the throttle lets the
+// next one be read, and shows what slows the chunks (status, metrics).
+func (s *Reindex) pace(ctx context.Context, n int) error {
+	t := s.opts.Throttle
+	if t == nil {
+		return nil
+	}
+	err := t.Wait(ctx, n)
+	s.showThrottle(t.State())
+	return err
+}
+
+// showThrottle publishes st in the job's status and metrics when its
+// reason or text changed.
+func (s *Reindex) showThrottle(st ThrottleState) {
+	s.thrMu.Lock()
+	was := s.shown
+	s.shown = st
+	s.thrMu.Unlock()
+	if st == was {
+		return
+	}
+	var th *status.Throttled
+	if st.Reason != "" {
+		th = &status.Throttled{Reason: st.Reason, Message: st.Why, Rate: st.Rate, Since: st.Since}
+	}
+	// The log hears of a new reason, and of the brake easing off; not of
+	// each step of the rate.
+	switch eased := strings.HasPrefix(st.Why, easing); {
+	case st.Reason == "" && was.Reason != "":
+		s.src.Log.Info("reindex no longer throttled")
+	case st.Reason != "" && (st.Reason != was.Reason || eased != strings.HasPrefix(was.Why, easing)):
+		s.src.Log.Info("reindex throttled", "reason", st.Why, "rate_per_s", int64(st.Rate))
+	}
+	s.opts.Stats.Update(func(js *status.JobSnapshot) { js.Reindex.Throttled = th })
+	if o, ok := s.opts.Observer.(ThrottleObserver); ok {
+		o.ObserveThrottle(s.src.Job.Name, st.Reason)
+	}
+}
+
+// throttled is what slows the chunks now, for the checkpoint: "" if
+// nothing.
+func (s *Reindex) throttled() string {
+	s.thrMu.Lock()
+	defer s.thrMu.Unlock()
+	return s.shown.Why
+}
+
+// unthrottled shows the chunks no longer slowed: the reads are over.
+func (s *Reindex) unthrottled() {
+	if s.opts.Throttle != nil {
+		s.showThrottle(ThrottleState{})
+	}
 }
