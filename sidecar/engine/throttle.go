@@ -377,9 +377,13 @@ func (s *Reindex) pace(ctx context.Context, n int) error {
 	if t == nil {
 		return nil
 	}
-	err := t.Wait(ctx, n)
+	// Shown before the wait: a checkpoint written meanwhile says it.
+	d := t.charge(n)
 	s.showThrottle(t.State())
-	return err
+	if d <= 0 {
+		return nil
+	}
+	return t.clock.Sleep(ctx, d)
 }
 
 // showThrottle publishes st in the job's status and metrics when its
