@@ -53,6 +53,16 @@
 //     and on the standby, and until the document is searchable (polled as
 //     the latency figure is), all three at once: the same writes, side by
 //     side (wait.go);
+//   - with -pods K, instead: K = 1 up to K sidecar processes on one job
+//     reindex the articles, each trial into its own index and state
+//     collection, each process held to -cpu-limit cores by a cgroup v1
+//     cpu group of its own (the output says when it cannot be, and that
+//     its figures are then not comparable): wall time, documents per
+//     second and the speed-up over K = 1, CPU per document of the K
+//     together, and the writes and bytes per document the state
+//     collections took in the test MongoDB's history (serverStatus's
+//     mongotest.oplog); -against runs the old binary's K = 1 beside the
+//     new one's (pods.go);
 //   - live reindex (with -live > 0): the transform file is edited, which
 //     starts a swap reindex; meanwhile an update every -live-every is
 //     timed from MongoDB until it is visible in the live index (median,
