@@ -21,9 +21,10 @@ const (
 	DefaultReindexMaxReadLatency = 500 * time.Millisecond
 	// DefaultReindexMaxTasks is the job's Meilisearch tasks enqueued and
 	// not yet processed past which Meilisearch is taken as behind. A
-	// reindex alone keeps at most the pipe's MaxInFlight (4) batches
-	// unprocessed, one task each; more means the followed changes queue
-	// behind its chunks.
+	// reindex alone has at most a page (two chunks, a task each) read and
+	// not yet durable; a followed batch is a task in each index, and the
+	// pipe keeps at most MaxInFlight (4) batches unprocessed: more than 6
+	// means the followed changes queue behind the chunks.
 	DefaultReindexMaxTasks = 6
 )
 
