@@ -164,17 +164,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		VerifyLast: gauge("verify_last_success_timestamp_seconds", "When (Unix seconds) the job's last complete background verify ended."),
 		JobStalled: gauge("job_stalled", "1 while the job's pending work has not moved for longer than its watchdog's bound (state stalled), else 0."),
 		Stalls:     counter("stalls_total", "Times the job's pending work stopped moving for longer than its watchdog's bound.", job),
+		Waits:      counter("waits_total", "GET /wait answers for the job by HTTP status: 200 durable, 504 timed out, 503 no holder, 429 too many.", with("status")),
+		kinds:      map[string]string{},
 		ReindexThrottled: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "reindex_throttled",
 			Help: "1 while the job's reindex reads its chunks slower than it could, by reason: rate (MEILISTREAM_REINDEX_RATE), mongodb_latency or meilisearch_backlog (the brake); 0 for the other reasons."}, with("reason")),
-		Waits: counter("waits_total", "GET /wait answers for the job by HTTP status: 200 durable, 504 timed out, 503 no holder, 429 too many.", with("status")),
-		kinds: map[string]string{},
 	}
 	m.live = newStatusCollector(ns, m)
 	reg.MustRegister(m.DocumentsIndexed, m.DocumentsDeleted, m.DocumentsSkipped, m.Errors,
 		m.BatchDuration, m.BatchDocuments, m.PositionTime, m.DeadLetters,
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes, m.DDLEvents,
 		m.JobRestarts, m.StallHandOvers, m.TransformErrors, m.TransformStale, m.SourceReads, m.SourceReadTime, m.live,
-		m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes, m.JobStalled, m.Stalls, m.Waits, m.VerifyDrift, m.VerifyLast, m.ReindexThrottled)
+		m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes, m.JobStalled, m.Stalls, m.Waits, m.VerifyDrift, m.VerifyLast)
+	reg.MustRegister(m.ReindexThrottled)
 	return m
 }
 
