@@ -81,7 +81,7 @@ func (s *Server) appendEvent(x *cmdCtx, ev *event) {
 		}
 	}
 	s.oplog = append(s.oplog, ev)
-	s.countWritten(ev)
+	s.countWrite(ev)
 	s.dirty = true
 	if x != nil {
 		x.opTime = ev.ts
@@ -949,43 +949,67 @@ func splitEvent(doc bson.D, tok bson.D, maxFrag int) ([][]byte, []bson.D, error)
 	return frags, toks, nil
 }
 
-// Written is what a namespace's writes added to the change history (the
-// oplog) since the server started.
-type Written struct {
-	// Entries are the history's entries: one per document inserted,
-	// updated, replaced or deleted.
-	Entries int64
-	// Bytes are what those entries carry, counted as mongod's oplog holds
-	// them: an insert or a replacement its whole document, an update its
-	// change (the updateDescription's BSON: mongod logs a diff, which is
-	// about as large), a delete its _id. The entries' own fields (ts, ns,
-	// wall, ~100 bytes each in mongod) are not counted.
-	Bytes int64
-}
+// nsWrites is what the writes of one namespace added to the history.
+type nsWrites struct{ ops, bytes int64 }
 
-func (s *Server) countWritten(ev *event) {
-	if ev.evNS == nil || ev.db == "" || ev.op == opNoop {
+// countWrite counts ev in its namespace's writes: its payload is what
+// mongod's oplog entry carries beside its fixed fields, the inserted or
+// replacement document, an update's description of what changed (mongod
+// logs a diff, not the post-image), a deleted document's _id.
+func (s *Server) countWrite(ev *event) {
+	if ev.evNS == nil || ev.coll == "" {
+		return
+	}
+	var n int
+	switch ev.op {
+	case "insert", "replace":
+		n = len(ev.doc)
+	case "update":
+		if ev.evExtra != nil {
+			b, _ := bson.Marshal(ev.upd)
+			n = len(b)
+		}
+	case "delete":
+		b, _ := bson.Marshal(bson.D{{Key: "_id", Value: ev.id}})
+		n = len(b)
+	default:
 		return
 	}
 	if s.written == nil {
-		s.written = map[string]*Written{}
+		s.written = map[string]*nsWrites{}
 	}
-	ns := ev.db + "." + ev.coll
-	w := s.written[ns]
+	w := s.written[ev.db+"."+ev.coll]
 	if w == nil {
-		w = &Written{}
-		s.written[ns] = w
+		w = &nsWrites{}
+		s.written[ev.db+"."+ev.coll] = w
 	}
-	w.Entries++
-	switch {
-	case ev.op == "update" && ev.evExtra != nil && ev.upd != nil:
-		w.Bytes += int64(len(encodeDoc(ev.upd)))
-	case ev.op == "insert" || ev.op == "replace" || ev.op == "update":
-		w.Bytes += int64(len(ev.doc))
-	case ev.op == "delete":
-		w.Bytes += int64(len(encodeDoc(bson.D{{Key: "_id", Value: ev.id}})))
-	}
+	w.ops++
+	w.bytes += int64(n)
 }
+
+// writeMetrics is serverStatus's mongotest.oplog: per namespace, the
+// writes and their payload bytes since the server started.
+func (s *Server) writeMetrics() bson.D {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := make([]string, 0, len(s.written))
+	for ns := range s.written {
+		names = append(names, ns)
+	}
+	sort.Strings(names)
+	out := make(bson.D, 0, len(names))
+	for _, ns := range names {
+		w := s.written[ns]
+		out = append(out, bson.E{Key: ns, Value: bson.D{{Key: "ops", Value: w.ops}, {Key: "bytes", Value: w.bytes}}})
+	}
+	return out
+}
+
+// Written is what a namespace's writes added to the change history (the
+// oplog) since the server started: Entries, one per document inserted,
+// updated, replaced or deleted; Bytes, their payload as countWrite counts
+// it (the entries' own fields, ~100 bytes each in mongod, not counted).
+type Written struct{ Entries, Bytes int64 }
 
 // Written returns what the writes to db.coll added to the change history
 // since the server started.
@@ -993,7 +1017,7 @@ func (s *Server) Written(db, coll string) Written {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if w := s.written[db+"."+coll]; w != nil {
-		return *w
+		return Written{Entries: w.ops, Bytes: w.bytes}
 	}
 	return Written{}
 }

@@ -117,9 +117,6 @@ type Server struct {
 	mu     sync.RWMutex
 	dbs    map[string]*database
 	oplog  []*event
-	// written counts the history's entries and their bytes by namespace
-	// since the start (Written), trimmed or not.
-	written map[string]*Written
 	seq    int64          // seq of the newest event
 	lastTs bson.Timestamp // newest cluster time handed out
 	// lostTs is the cluster time of the newest event trimmed from history.
@@ -130,6 +127,10 @@ type Server struct {
 	noopSeen int64
 	notify   chan struct{}
 	dirty    bool
+	// written counts, by namespace, the writes appended to the history
+	// and their payload bytes (serverStatus's mongotest.oplog; the write
+	// lock guards it).
+	written map[string]*nsWrites
 
 	clockOffset atomic.Int64
 

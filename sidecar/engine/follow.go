@@ -75,6 +75,7 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 		o := reindexOptions{
 			Store: e.store, Lease: l, Dest: dst, Stats: stats, Observer: e.obs,
 			PageSize: jc.PageSize, ProgressInterval: jc.ProgressInterval, Engine: e,
+			Throttle: jc.throttle(dst),
 		}
 		if e.sharePlan(ctx, jc) {
 			o.Shared = jc.ReindexParallel
