@@ -122,9 +122,11 @@ func (j *Job) applyEnv(ov map[string]string, prefix string) error {
 	// index.
 	// Nor do verify and verify_repair, which only read it back (and write
 	// what the transform gives anyway).
-	// Nor does reindex_rate, which only paces a reindex.
+	// Nor does reindex_rate, which only paces a reindex, nor parallel,
+	// which only says how many pods share it (and pods must agree on the
+	// hash to share it).
 	hashed := slices.DeleteFunc(slices.Clone(options), func(o string) bool {
-		return o == "skip_unchanged" || o == "verify" || o == "verify_repair" || o == "reindex_rate"
+		return o == "skip_unchanged" || o == "verify" || o == "verify_repair" || o == "reindex_rate" || o == "parallel"
 	})
 	if len(hashed) > 0 || j.envOnly || prefix != "" {
 		j.Hash = j.envHash(j.Hash, hashed, ov, prefix)

@@ -314,7 +314,7 @@ func regexpOffsets(prog *ast.Program, shift int) map[int]int {
 // other unhashedKeys are left out alike: they change how fast a reindex
 // goes, never a document (a changed value restarts the job, which
 // resumes its reindex).
-var unhashedKeys = map[string]bool{"settings": true, "reindexRate": true}
+var unhashedKeys = map[string]bool{"settings": true, "reindexRate": true, "parallel": true}
 
 func settingsRanges(prog *ast.Program, shift int) [][2]int {
 	var out [][2]int

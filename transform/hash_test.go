@@ -273,3 +273,34 @@ func TestTheReindexRateIsOutOfTheHash(t *testing.T) {
 		t.Fatalf("an edit of reindexRate kept the running Job (%v)", err)
 	}
 }
+
+// How many pods share a reindex changes no document either: parallel is
+// out of the hash, in the file and in MEILISTREAM_JOB_<NAME>_PARALLEL
+// (pods that differ in it still share the reindex).
+func TestTheReindexParallelIsOutOfTheHash(t *testing.T) {
+	const base = `module.exports = {
+  index: "users",
+  parallel: 8,
+  transform(doc) { return { name: doc.name }; },
+};
+`
+	b := loadJob(t, base)
+	if b.Parallel != 8 {
+		t.Fatalf("parallel %d, want 8", b.Parallel)
+	}
+	if j := loadJob(t, strings.Replace(base, "  parallel: 8,\n", "", 1)); j.Hash != b.Hash {
+		t.Error("parallel changed the document hash (a reindex)")
+	}
+	dir := writeFiles(t, map[string]string{"a.js": strings.Replace(base, "  parallel: 8,\n", "", 1)})
+	hash := func(ov map[string]string) string {
+		set, err := transform.Load(dir, transform.Options{Pool: 1, Overrides: map[string]map[string]string{"a": ov}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(set.Close)
+		return set.Job("a").Hash
+	}
+	if hash(nil) != hash(map[string]string{"parallel": "2"}) {
+		t.Error("MEILISTREAM_JOB_A_PARALLEL changed the hash")
+	}
+}
