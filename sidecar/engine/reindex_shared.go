@@ -81,6 +81,11 @@ type sharedReindex struct {
 	taken   map[int64]bool
 
 	stopLocal func()
+
+	// The reindex goroutine's: when join last asked, and that it never
+	// will again (the slot index could not be made).
+	asked time.Time
+	never bool
 }
 
 // sharedChunk is one published chunk, as the holder keeps it.
@@ -111,18 +116,41 @@ func (e *Engine) sharePlan(ctx context.Context, jc jobConfig) bool {
 		log.Warn("the reindex is read by the holder alone", "error", err)
 		return false
 	}
-	if jc.ReindexParallel <= 1 {
+	return jc.ReindexParallel > 1
+}
+
+// shareCheckEvery is how often a reindex read by its holder alone looks
+// for other pods running its transform, to share what is left of it.
+const shareCheckEvery = time.Second
+
+// join says whether the reindex is to be shared from its next chunk on:
+// another live pod runs the job's transform (its presence record) and the
+// slot index is there. Asked at most every shareCheckEvery; a pod that
+// starts while the holder reindexes gets chunks from then on.
+func (sh *sharedReindex) join(ctx context.Context) bool {
+	if sh.never || time.Since(sh.asked) < shareCheckEvery {
 		return false
 	}
+	sh.asked = time.Now()
+	e, job := sh.e, sh.s.src.Job
 	others, err := e.store.LiveWithHash(ctx, job.Name, job.Hash, e.cfg.Process)
 	if err != nil || len(others) == 0 {
 		return false
 	}
 	if err := e.store.EnsureSlotIndex(ctx); err != nil {
-		log.Warn("the reindex is read by the holder alone", "error", err)
+		sh.never = true
+		sh.s.src.Log.Warn("the reindex is read by the holder alone", "error", err)
 		return false
 	}
-	log.Info("the reindex is shared by the pods running this transform", "parallel", jc.ReindexParallel, "others", len(others))
+	sh.s.src.Log.Info("the reindex is shared by the pods running this transform", "parallel", sh.parallel, "others", len(others))
+	// Two chunks ahead of the checkpoint for each slot: a slot's next
+	// chunk waits published while its last is handed over.
+	w := sh.s.win
+	w.mu.Lock()
+	w.max = max(w.max, 2*sh.parallel*PartSize(sh.s.opts.PageSize))
+	close(w.wake)
+	w.wake = make(chan struct{})
+	w.mu.Unlock()
 	return true
 }
 
@@ -262,16 +290,17 @@ func (sh *sharedReindex) takeLocal(token string) *jobstate.ChunkResult {
 	return r
 }
 
-// readShared is the holder's reindex goroutine in a shared reindex, after
-// the opening mark: the _id walk publishing chunks, the wait until each is
+// readShared is the holder's reindex goroutine in a shared reindex, from
+// after last (the chunks before it were read by the holder alone, and
+// are handed over at their own marks, before every shared chunk's): the
+// _id walk publishing chunks, the wait until each is
 // handed to the pipe, then the last chunk (or the sweep) under its own
 // marks, as a reindex read alone ends.
-func (s *Reindex) readShared(ctx, sctx context.Context, marks *mongo.Collection, p *pipe.Pipe) error {
+func (s *Reindex) readShared(ctx, sctx context.Context, marks *mongo.Collection, p *pipe.Pipe, last bson.RawValue) error {
 	sh := s.shared
 	sh.stopLocal = sh.e.startClaims(ctx, s.src.Job, sh, 1, s.opts.Stats)
 	defer sh.stopLocal()
 	walk := &Chain{src: s.src, coll: s.coll, what: "reindex", idsOnly: true}
-	last := s.cp.LastID
 	size := PartSize(s.opts.PageSize)
 	for seq := int64(0); ; {
 		if err := s.win.acquire(ctx, p, size); err != nil {

@@ -36,7 +36,8 @@ type reindexOptions struct {
 	// epoch.
 	Lease jobstate.Fence
 	// Shared, from 2 up, shares the reindex's chunks among that many
-	// slots of the pods running the job's transform (reindex_shared.go).
+	// slots of the pods running the job's transform, from when another
+	// such pod is live (reindex_shared.go).
 	Shared           int
 	Engine           *Engine
 	Dest             sink.Sink // staged (or resumed) for the reindex
@@ -141,9 +142,6 @@ func startReindex(ctx context.Context, src Source, o reindexOptions, cp *jobstat
 	s.win = newWindow(o.PageSize)
 	if o.Shared > 1 {
 		s.shared = newSharedReindex(o.Engine, s, o.Shared)
-		// Two chunks ahead of the checkpoint for each slot: a slot's
-		// next chunk waits published while its last is handed over.
-		s.win = newWindow(max(o.PageSize, 2*o.Shared*PartSize(o.PageSize)))
 	}
 	s.est, _ = src.DB.Collection(job.Collection).EstimatedDocumentCount(ctx)
 	// Error records: in place, a document written without error clears its
@@ -283,12 +281,12 @@ func (s *Reindex) read(ctx context.Context, p *pipe.Pipe) error {
 	if err := s.mark(sctx, marks, nil); err != nil {
 		return err
 	}
-	if s.shared != nil {
-		return s.readShared(ctx, sctx, marks, p)
-	}
 	last := s.cp.LastID
 	size := PartSize(s.opts.PageSize)
 	for {
+		if s.shared != nil && s.shared.join(ctx) {
+			return s.readShared(ctx, sctx, marks, p, last)
+		}
 		if err := s.win.acquire(ctx, p, size); err != nil {
 			return err
 		}
