@@ -22,8 +22,9 @@ import (
 	"github.com/meilistream/meilistream/transform"
 )
 
-// A reindex shared by the pods (the job's parallel > 1 and another live
-// process runs the job with the same transform when the reindex starts).
+// A reindex shared by the pods (the job's parallel > 1, from the first
+// chunk after another live process running the job with the same
+// transform is seen; before, the holder reads alone).
 // The holder keeps the one ordered stream and all it guarantees; what a
 // chunk costs (the read, the transform with its lookups, the encoding) is
 // done by whichever process claims the chunk, holder or standby:
