@@ -1,6 +1,17 @@
 package main
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/meilistream/meilistream/bench/articles"
+)
 
 // identityJS is the job of -identity: the articles collection into the
 // articles index with no transform function, every document as it is.
@@ -41,4 +52,53 @@ func printFloorRatios(runs []*sidecar, floor *sidecar, docs, published, changes 
 		}
 		fmt.Println(line)
 	}
+}
+
+// background writes c.background updates a second (with -background),
+// from four writers, to published articles the latency samples do not
+// touch, until the returned function is called; it returns how many it
+// wrote a second.
+func background(ctx context.Context, c config, coll *mongo.Collection) (stop func() float64) {
+	if c.background <= 0 {
+		return func() float64 { return 0 }
+	}
+	timed := map[int]bool{}
+	for k := 0; k < c.latency; k++ {
+		id := 1 + (k*7919)%c.docs // as the latency samples choose them
+		timed[id], timed[id+1] = true, true
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	const writers = 4
+	var (
+		wg    sync.WaitGroup
+		wrote atomic.Int64
+	)
+	t0 := time.Now()
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(writers * time.Second / time.Duration(c.background))
+			defer t.Stop()
+			for k := w; ; k += writers {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				id := c.docs - k%max(c.docs/2, 1)
+				if !articles.Published(id) || timed[id] {
+					id--
+				}
+				if !articles.Published(id) || timed[id] {
+					continue
+				}
+				if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: int64(id)}},
+					bson.D{{Key: "$set", Value: bson.D{{Key: "title", Value: fmt.Sprintf("bg%d", k)}}}}); err == nil {
+					wrote.Add(1)
+				}
+			}
+		}()
+	}
+	return func() float64 { cancel(); wg.Wait(); return float64(wrote.Load()) / time.Since(t0).Seconds() }
 }

@@ -165,6 +165,7 @@ type config struct {
 	verify                 bool
 	floor, floorFirst      bool
 	identity               bool
+	background             int
 }
 
 func run() error {
@@ -194,6 +195,7 @@ func run() error {
 	flag.IntVar(&c.flood, "flood", 200, "with -wait, then as many writes again while this many more waiters (half on each sidecar) ask GET /wait for the latest write again and again: whether a flood of waits slows the pipeline")
 	flag.BoolVar(&c.floor, "floor", false, "also run the floor build side by side (go build -tags floor: the same engine with the transform of articles.js compiled in Go in place of goja, see transform/floor.go) and print each sidecar's cost as a ratio to it")
 	flag.BoolVar(&c.floorFirst, "floor-first", false, "with -floor, start the floor build first (the order the sidecars start and are polled in), so runs can swap it")
+	flag.IntVar(&c.background, "background", 0, "while the latency samples are taken, this many other updates a second (titles of other published articles), so each timed write meets batches as a busy collection makes them rather than a quiet stream")
 	flag.BoolVar(&c.identity, "identity", false, "the job without a transform function (the identity: each document indexed as it is) instead of -transform")
 	flag.StringVar(&c.against, "against", "", "another meilistream binary to run side by side with the first on the same collection and servers (its own index and state collection), so both meet the same load: an A/B comparison on a noisy machine")
 	breakdownOf := flag.String("breakdown", "", "only print the parts (transform, conversion, encoding, driver, HTTP, GC...) of the CPU profiles a -cpuprofile run wrote into this directory, and exit")
@@ -463,7 +465,14 @@ func run() error {
 	}
 	toggleProfile(c, profiled.pid) // stop follow.pprof
 
-	// Latency: one write at a time, until searchable (in every index).
+	// Latency: one write at a time, until searchable (in every index),
+	// with -background a steady stream of other writes meanwhile.
+	stopBackground := background(ctx, c, coll)
+	const batchesMetric = "meilistream_batch_documents_count"
+	latStart := time.Now()
+	for _, r := range runs {
+		r.latBatches = r.metrics(batchesMetric)[batchesMetric]
+	}
 	var lat []time.Duration
 	for k := 0; k < c.latency; k++ {
 		id := 1 + (k*7919)%c.docs
@@ -476,20 +485,36 @@ func run() error {
 			bson.D{{Key: "$set", Value: bson.D{{Key: "title", Value: mark}}}}); err != nil {
 			return fail(err)
 		}
-		for _, r := range runs {
-			for {
+		// Each index is polled in turn until it shows the write: each
+		// sidecar's own latency, and the write's (the last of them).
+		seen := make([]bool, len(runs))
+		for left := len(runs); left > 0; {
+			for i, r := range runs {
+				if seen[i] {
+					continue
+				}
 				ok, err := titleIs(ctx, ms, r.uid, id, mark)
 				if err != nil {
 					return fail(err)
 				}
 				if ok {
-					break
+					seen[i] = true
+					r.lat = append(r.lat, time.Since(t))
+					left--
 				}
+			}
+			if left > 0 {
 				time.Sleep(time.Millisecond)
 			}
 		}
 		lat = append(lat, time.Since(t))
 	}
+
+	latWall := time.Since(latStart)
+	for _, r := range runs {
+		r.latBatches = r.metrics(batchesMetric)[batchesMetric] - r.latBatches
+	}
+	bgRate := stopBackground()
 
 	// Live reindex: an edited transform starts a swap reindex in each
 	// sidecar; writes made meanwhile are timed until visible in each live
@@ -518,8 +543,12 @@ func run() error {
 		}()
 	}
 	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
-	fmt.Printf("meilistream bench: %d articles (~1 KB BSON each, %d published), %d followed updates, %d latency samples, flushInterval %s, %d CPUs, load average %s at the start, %s at the end\n",
-		c.docs, published, n, len(lat), c.flush, runtime.NumCPU(), load0, loadavg())
+	bg := ""
+	if c.background > 0 {
+		bg = fmt.Sprintf(" (beside %.0f other updates a second, of -background %d)", bgRate, c.background)
+	}
+	fmt.Printf("meilistream bench: %d articles (~1 KB BSON each, %d published), %d followed updates, %d latency samples%s, flushInterval %s, %d CPUs, load average %s at the start, %s at the end\n",
+		c.docs, published, n, len(lat), bg, c.flush, runtime.NumCPU(), load0, loadavg())
 	for _, r := range runs {
 		if r.label != "" {
 			fmt.Printf("%s (side by side with the other):\n", r.label)
@@ -558,6 +587,14 @@ func run() error {
 		}
 		fmt.Printf("latency: write to searchable%s median %s, p99 %s (flushInterval %s)\n",
 			what, lat[len(lat)/2].Round(time.Millisecond), lat[min(len(lat)-1, len(lat)*99/100)].Round(time.Millisecond), c.flush)
+		for _, r := range runs {
+			if len(runs) == 1 {
+				break
+			}
+			l := r.lat
+			sort.Slice(l, func(a, b int) bool { return l[a] < l[b] })
+			fmt.Printf("latency of %s alone: median %s, p99 %s; %.2f batches a second meanwhile\n", r.label, l[len(l)/2].Round(time.Millisecond), l[min(len(l)-1, len(l)*99/100)].Round(time.Millisecond), r.latBatches/latWall.Seconds())
+		}
 	}
 	if floor != nil {
 		printFloorRatios(runs, floor, c.docs, published, n)
@@ -728,6 +765,9 @@ type sidecar struct {
 	label, bin, prefix, state string
 	uid, ready                string
 	isFloor                   bool // the floor build (-floor)
+	// lat: each latency sample, until this sidecar's index showed it.
+	lat        []time.Duration
+	latBatches float64 // batches made durable while they were taken
 
 	cmd    *exec.Cmd
 	pid    int
