@@ -291,6 +291,7 @@ func (f *follower) reset() {
 	f.pending = make(map[string]int, f.jc.BatchSize)
 	f.items = make([]Item, 0, f.jc.BatchSize)
 	f.pendingBytes = 0
+	f.firstWall = time.Time{}
 }
 
 // chains are the chains whose windows are open: the reindex's, the
@@ -534,8 +535,8 @@ func (f *follower) armFlush() {
 // from when the first pending change was written (its wall time, the
 // server's), not from when it was read, so the time the change spent on
 // its way (the stream's getMore, its pace, the server's lookup of the
-// full document) is not added to every batch's wait. Under a steady flow
-// that is most of what a change waits beyond half the interval. At most
+// full document) is not added to every batch's wait: under a steady flow
+// a change waits half an interval on average, plus that way. At most
 // half the interval is taken off, so a server clock behind the sidecar's
 // costs at worst batches of half the interval, never a flush per change;
 // a clock ahead, an event without wallTime, or work without a change
