@@ -300,7 +300,7 @@ func loadFile(ctx context.Context, path string, src []byte, opts Options, ov map
 	sum := sha256.Sum256(src)
 	j := &Job{Job: jobdef.Job{
 		Name: name, File: path, LegacyHash: hex.EncodeToString(sum[:]),
-		Collection: name, Index: name, PrimaryKey: jobdef.DefaultPrimaryKey, Kind: jobdef.Search,
+		Database: opts.Database, Collection: name, Index: name, PrimaryKey: jobdef.DefaultPrimaryKey, Kind: jobdef.Search,
 		Reindex: "swap", Sweep: true, Dates: "iso",
 		OnDocumentError: opts.Defaults.OnDocumentError, OnHistoryLost: opts.Defaults.OnHistoryLost,
 		BatchSize: opts.Defaults.BatchSize, FlushInterval: opts.Defaults.FlushInterval,
@@ -329,6 +329,7 @@ func loadFile(ctx context.Context, path string, src []byte, opts Options, ov map
 		if err := j.applyEnv(ov, opts.IndexPrefix); err != nil {
 			return err
 		}
+		j.resolveDatabases()
 		if err := j.refusePrivate(); err != nil {
 			return err
 		}

@@ -348,3 +348,22 @@ func readRelated(v *vm, val goja.Value) (map[string][]bson.Raw, string) {
 	}
 	return out, ""
 }
+
+// resolveDatabases gives each lookup and relate that names no database of
+// its own the job's, once the job's options (and overrides) are read, so
+// code can always read Database.
+func (j *Job) resolveDatabases() {
+	if j.Database == "" {
+		j.Database = j.opts.Database
+	}
+	for i := range j.Lookups {
+		if j.Lookups[i].Database == "" {
+			j.Lookups[i].Database = j.Database
+		}
+	}
+	for i := range j.Relates {
+		if j.Relates[i].Database == "" {
+			j.Relates[i].Database = j.Database
+		}
+	}
+}
