@@ -38,7 +38,9 @@ func envJob(name string, ov map[string]string, opts Options) (*Job, error) {
 	if err := j.applyEnv(ov, opts.IndexPrefix); err != nil {
 		return nil, err
 	}
-	j.resolveDatabases()
+	if err := j.resolveDatabases(); err != nil {
+		return nil, err
+	}
 	return j, nil
 }
 

@@ -72,9 +72,20 @@ const allJobs jobdef.Kind = -1
 // JobOptions are every option of a job, in the manual's order.
 var JobOptions = []JobOption{
 	{Key: "collection", Env: "collection", Jobs: allJobs, value: textValue,
-		Accepts: "a collection name of the source database", Default: "the job name",
+		Accepts: "a collection name of the source database, or `db.collection` (split at the first dot when no `database` is given)", Default: "the job name",
 		Doc: "the source collection whose changes the job follows",
 		set: func(j *Job, v any) string { return setName(&j.Collection, v.(string), validCollection) }},
+	{Key: "database", Env: "database", Jobs: allJobs, value: textValue,
+		Accepts: "a MongoDB database name (1 to 63 bytes, none of `/\\. \"$` or NUL)", Default: "`MEILISTREAM_MONGODB_DATABASE`",
+		Doc:  "the source database of the collection; `collection` is then taken whole, dots and all",
+		form: validDatabase,
+		set: func(j *Job, v any) string {
+			if msg := setName(&j.Database, v.(string), validDatabase); msg != "" {
+				return msg
+			}
+			j.dbGiven = true
+			return ""
+		}},
 	{Key: "index", Env: "index", Jobs: jobdef.Search, value: textValue,
 		Accepts: "1 to 400 characters of A-Z a-z 0-9 _ - (with MEILISTREAM_INDEX_PREFIX before them)", Default: "the job name",
 		Doc:  "the Meilisearch index uid the job writes",
