@@ -346,3 +346,25 @@ func project(doc bson.Raw, p bson.D) bson.Raw {
 	}
 	return b
 }
+
+// Namespace is db.coll as MongoDB writes a namespace (a database name
+// holds no dot, so the first dot splits it again).
+func Namespace(db, coll string) string { return db + "." + coll }
+
+// Namespace is the dependency's collection with its database.
+func (d Dependency) Namespace() string { return Namespace(d.Database, d.Collection) }
+
+// Databases lists the databases j reads, its collection's and its
+// dependencies', sorted, without repeats ("" for one not resolved).
+func (j *Job) Databases() []string {
+	seen := map[string]bool{j.Database: true}
+	out := []string{j.Database}
+	for _, d := range j.Dependencies() {
+		if !seen[d.Database] {
+			seen[d.Database] = true
+			out = append(out, d.Database)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
