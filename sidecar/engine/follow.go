@@ -238,10 +238,10 @@ type follower struct {
 	// ownNS, stateNS are the namespaces of the job's collection and of the
 	// state collection: events are told apart by them (database.go).
 	ownNS, stateNS string
-	related      relatedKeys
-	relatedN     int
-	fan          *Fanout
-	fanPending   atomic.Int64
+	related        relatedKeys
+	relatedN       int
+	fan            *Fanout
+	fanPending     atomic.Int64
 	// relatedAllPending: a related collection went away; the next flush
 	// sends every document again.
 	relatedAllPending bool
