@@ -137,3 +137,25 @@ func TestOnlyTheMainDatabasesStateCollectionsAreRefused(t *testing.T) {
 		t.Fatalf("a relate on another database's collection of that name: %v", err)
 	}
 }
+
+// Two mirror jobs of two databases' collections of one name write two
+// replica collections by default (each its job's name); made to write one,
+// neither runs: the replica database is one, whatever the sources are.
+func TestMirrorsOfTwoDatabasesWritingOneCollectionAreRefused(t *testing.T) {
+	opts := transform.Options{Database: "app", Pool: 1}
+	set, err := transform.Load(writeFiles(t, map[string]string{
+		"shop_users.js": `module.exports = { collection: "shop.users", mirror: "shop_users" };`,
+		"crm_users.js":  `module.exports = { collection: "crm.users", mirror: "crm_users" };`,
+	}), opts)
+	if err != nil || len(set.Jobs()) != 2 {
+		t.Fatalf("two mirrors into two collections: %v", err)
+	}
+	set.Close()
+	_, err = transform.Load(writeFiles(t, map[string]string{
+		"shop_users.js": `module.exports = { collection: "shop.users", mirror: "users" };`,
+		"crm_users.js":  `module.exports = { collection: "crm.users", mirror: "users" };`,
+	}), opts)
+	if errs.CodeOf(err) != errs.ConfigInvalid || !strings.Contains(err.Error(), `"users" is also written by job`) {
+		t.Fatalf("two mirrors into one collection: %v", err)
+	}
+}

@@ -94,7 +94,7 @@ func cmdMirrored(ts *testscript.TestScript, neg bool, args []string) {
 	if job.Kind != jobdef.Mirror {
 		ts.Fatalf("mirrored: job %s is not a mirror job", job.Name)
 	}
-	source := scriptMongo(ts).Collection(job.Collection)
+	source := collIn(scriptMongo(ts), jobdef.Namespace(job.Database, job.Collection))
 	replica := scriptReplica(ts).Collection(job.Mirror)
 	deadline := time.Now().Add(*timeout)
 	var diff string
