@@ -209,7 +209,7 @@ func (e *Engine) newScanner(jc jobConfig, dst sink.Sink, stats *status.JobStats,
 		}
 	}
 	stats.Update(func(sn *status.JobSnapshot) {
-		sn.Scan = &status.ScanState{Key: job.Key, Interval: s.interval, SweepInterval: s.sweepEvery}
+		sn.Scan = &status.ScanState{Key: job.Key, IntervalSeconds: s.interval.Seconds(), SweepIntervalSeconds: s.sweepEvery.Seconds()}
 		sn.Scan.SetCursor(cursorText(from), cursorTime(from))
 	})
 	return s

@@ -269,24 +269,24 @@ type ScanState struct {
 	// LagSeconds the scan's lag: now less CursorTime (0 for a number key).
 	// A quiet collection's lag grows: it is the age of the last write
 	// followed, not of a write waiting.
-	CursorTime time.Time `json:"cursorTime,omitempty"`
-	LagSeconds float64   `json:"lagSeconds"`
-	// Interval and SweepInterval are the job's scanInterval and
-	// sweepInterval.
-	Interval      time.Duration `json:"interval"`
-	SweepInterval time.Duration `json:"sweepInterval"`
+	CursorTime time.Time `json:"cursor_time,omitempty"`
+	LagSeconds float64   `json:"lag_seconds"`
+	// IntervalSeconds and SweepIntervalSeconds are the job's scanInterval
+	// and sweepInterval.
+	IntervalSeconds      float64 `json:"interval_seconds"`
+	SweepIntervalSeconds float64 `json:"sweep_interval_seconds"`
 	// Passes counts the passes of the scan, Sweeps the complete sweeps of
 	// the destination's ids, SweptDeletes the ids they found gone;
 	// LastSweep is when the last sweep ended.
 	Passes       int64     `json:"passes"`
 	Sweeps       int64     `json:"sweeps"`
-	SweptDeletes int64     `json:"sweptDeletes"`
-	LastSweep    time.Time `json:"lastSweep,omitempty"`
+	SweptDeletes int64     `json:"swept_deletes"`
+	LastSweep    time.Time `json:"last_sweep,omitempty"`
 	// WithoutKey counts the documents without the key (or null), OtherType
 	// those whose key is of another type than the scan's: the scan never
 	// reads them (counted at each sweep).
-	WithoutKey int64 `json:"withoutKey"`
-	OtherType  int64 `json:"otherType"`
+	WithoutKey int64 `json:"without_key"`
+	OtherType  int64 `json:"other_type"`
 }
 
 // SetCursor sets the recorded cursor.
