@@ -208,6 +208,9 @@ func (e *Engine) newScanner(jc jobConfig, dst sink.Sink, stats *status.JobStats,
 			s.top = top
 		}
 	}
+	if len(job.Dependencies()) > 0 {
+		log.Warn("scan mode: a change to a looked-up (related) document is not followed: its dependents are sent again only when their own key changes, or by a reindex or `meilistream verify --repair` (docs/scan-mode.md)")
+	}
 	stats.Update(func(sn *status.JobSnapshot) {
 		sn.Scan = &status.ScanState{Key: job.Key, IntervalSeconds: s.interval.Seconds(), SweepIntervalSeconds: s.sweepEvery.Seconds()}
 		sn.Scan.SetCursor(cursorText(from), cursorTime(from))
@@ -871,4 +874,16 @@ func absentIDs(ctx context.Context, coll *mongo.Collection, ids []bson.RawValue)
 		}
 	}
 	return gone, nil
+}
+
+// ScanPosition reads a recorded position's token as a scan-mode job's
+// cursor: its text (relaxed Extended JSON of the key and _id, "" for none
+// yet), its key as a time when a date (zero otherwise), and false for a
+// change stream's resume token (`meilistream status` shows either).
+func ScanPosition(tok bson.Raw) (cursor string, at time.Time, ok bool) {
+	c, ok := scanCursorOf(tok)
+	if !ok {
+		return "", time.Time{}, false
+	}
+	return cursorText(c), cursorTime(c), true
 }
