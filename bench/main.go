@@ -148,6 +148,8 @@ func serve() {
 
 type config struct {
 	docs, changes, latency int
+	scan                   bool
+	scanInterval, scanIdle time.Duration
 	flush, settle          time.Duration
 	transform, sidecar     string
 	mongoURI, meiliURL     string
@@ -190,16 +192,19 @@ func run() error {
 	flag.BoolVar(&c.verify, "verify", false, "instead of the phases above, the verify workload: a sidecar reindexes the articles, then `meilistream verify` compares its index with the collection while it follows; reports documents verified per second and CPU per document beside the reindex's")
 	flag.BoolVar(&c.wait, "wait", false, "instead of the phases above, the read-your-writes workload: a holder and a standby sidecar on one job (-docs defaults to 2000); -latency writes one at a time, each timed until GET /wait for its operationTime returns on the holder and on the standby, and until searchable (polled), side by side (wait.go)")
 	flag.IntVar(&c.flood, "flood", 200, "with -wait, then as many writes again while this many more waiters (half on each sidecar) ask GET /wait for the latest write again and again: whether a flood of waits slows the pipeline")
+	flag.BoolVar(&c.scan, "scan", false, "instead of the phases above, the scan-mode workload: two sidecars side by side, one following the change stream and one in scan mode (mode scan, key "+scanKey+"), on the same collection; every write sets the key; reports CPU per change followed over -changes updates, write-to-searchable latency of -latency single writes and idle CPU, side by side (scan.go)")
+	flag.DurationVar(&c.scanInterval, "scan-interval", time.Second, "with -scan, the scan-mode sidecar's scanInterval")
+	flag.DurationVar(&c.scanIdle, "scan-idle", 10*time.Second, "with -scan, how long both sidecars are measured idle")
 	flag.StringVar(&c.against, "against", "", "another meilistream binary to run side by side with the first on the same collection and servers (its own index and state collection), so both meet the same load: an A/B comparison on a noisy machine")
 	flag.Parse()
 	modes := 0
-	for _, on := range []bool{c.unchanged, c.lookups, c.catchup, c.wait, c.verify} {
+	for _, on := range []bool{c.unchanged, c.lookups, c.catchup, c.wait, c.verify, c.scan} {
 		if on {
 			modes++
 		}
 	}
 	if modes > 1 {
-		return errors.New("-unchanged, -lookups, -catchup, -wait and -verify are workloads of their own: give one")
+		return errors.New("-unchanged, -lookups, -catchup, -wait, -verify and -scan are workloads of their own: give one")
 	}
 	if c.wait && !flagSet("docs") {
 		c.docs = 2000
@@ -327,6 +332,8 @@ func run() error {
 		return runWait(ctx, c, tmp, transforms, coll, ms, published)
 	case c.verify:
 		return runVerifyBench(ctx, c, tmp, transforms, ms, published)
+	case c.scan:
+		return runScan(ctx, c, tmp, transforms, coll, ms, published)
 	}
 
 	// The sidecar, and with -against the other one, run side by side: each
