@@ -355,6 +355,12 @@ func (f *follower) open(ctx context.Context) error {
 	if f.scan != nil {
 		if len(f.tok) == 0 {
 			f.tok = f.scan.cursor.token()
+		} else if c, ok := scanCursorOf(f.tok); ok && f.reader != nil {
+			// Reopened after an error: on from the last cursor taken in
+			// (the feed may have read past what it handed over), the
+			// window's documents sent again when next read.
+			f.scan.cursor = c
+			clear(f.scan.seen)
 		}
 		f.reader = stream.StartFeed(ctx, f.scan.feed(f.e.stateName), f.jc.ReadAhead)
 		return nil
