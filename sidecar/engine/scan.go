@@ -460,10 +460,15 @@ func (s *scanner) afterFilter(c scanCursor) bson.D {
 func (s *scanner) minusOverlap(key bson.RawValue) (any, bool) {
 	switch key.Type {
 	case bson.TypeDateTime:
-		if s.overlapMs <= 0 {
+		// A key ahead of this clock (one document dated in the future)
+		// would move every later pass past the writes of the present:
+		// the pass starts at now at the latest, reading the future's
+		// documents again (sent only when changed).
+		at := min(key.DateTime(), time.Now().UnixMilli())
+		if s.overlapMs <= 0 && at == key.DateTime() {
 			return nil, false
 		}
-		return bson.DateTime(key.DateTime() - s.overlapMs), true
+		return bson.DateTime(at - max(s.overlapMs, 0)), true
 	case bson.TypeInt32:
 		if s.overlapUnits <= 0 {
 			return nil, false

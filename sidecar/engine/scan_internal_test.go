@@ -105,3 +105,16 @@ func TestAnUnchangedReReadIsNotHandedOverAgain(t *testing.T) {
 		t.Fatalf("the window below its start is still remembered: %v", s.seen)
 	}
 }
+
+func TestAPassNeverStartsInTheFuture(t *testing.T) {
+	future := bson.NewDateTimeFromTime(time.Now().Add(24 * time.Hour))
+	for _, s := range []*scanner{{overlapMs: 10000}, {}} {
+		v, ok := s.minusOverlap(rawOf(t, future))
+		if !ok {
+			t.Fatalf("overlap %d ms: a cursor in the future starts a pass at it", s.overlapMs)
+		}
+		if got := v.(bson.DateTime).Time(); got.After(time.Now()) {
+			t.Fatalf("overlap %d ms: a pass starts at %s, in the future", s.overlapMs, got)
+		}
+	}
+}
