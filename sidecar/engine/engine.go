@@ -450,9 +450,6 @@ func (e *Engine) plan(ctx context.Context, job *transform.Job, l Lease, force, l
 		plan.reindex = true
 		return plan, nil
 	}
-	if scan && pos != nil {
-		plan.from, _ = scanCursorOf(pos.Token)
-	}
 	switch {
 	case pos == nil:
 		log.Info("no recorded position: reindexing")

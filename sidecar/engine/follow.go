@@ -48,11 +48,10 @@ type followPlan struct {
 	// ownMode is the reindex mode of the job as defined when the job run
 	// is a copy in another mode (Engine.RunReindexing); empty otherwise.
 	ownMode string
-	// scan: the job runs in scan mode (scan.go), from the recorded
-	// cursor from (none: from the greatest key when it reindexes, from
-	// the least otherwise).
+	// scan: the job runs in scan mode (scan.go), from the cursors of
+	// tok (none: from the greatest key when it reindexes, from the least
+	// otherwise).
 	scan bool
-	from scanCursor
 }
 
 // follow applies the job's change stream until ctx ends (nil, after a
@@ -70,15 +69,19 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	f.reset()
 	stats.LagReset()
 	if plan.scan {
-		f.scan = e.newScanner(jc, dst, stats, plan.from, log)
-		if plan.reindex {
-			if err := f.scan.init(ctx); err != nil {
-				return nil, closeOr(ctx, l, err)
-			}
+		f.scan = e.newScanner(jc, dst, stats, plan.tok, log)
+		if err := f.scan.start(ctx, plan.reindex); err != nil {
+			return nil, closeOr(ctx, l, err)
 		}
 	}
 	if err := f.open(ctx); err != nil {
 		return nil, closeOr(ctx, l, err)
+	}
+	if f.scan != nil && len(f.lastRecorded) == 0 {
+		// The cursors the scan starts from: what a reindex committed
+		// while a related change's fan-out is outstanding records, so
+		// that the change is read again after a restart.
+		f.lastRecorded = f.tok
 	}
 	defer func() { f.reader.Close() }() // the one open last: a resume or an error reopens it
 
@@ -354,13 +357,12 @@ func (f *follower) fanChain() *Chain {
 func (f *follower) open(ctx context.Context) error {
 	if f.scan != nil {
 		if len(f.tok) == 0 {
-			f.tok = f.scan.cursor.token()
-		} else if c, ok := scanCursorOf(f.tok); ok && f.reader != nil {
-			// Reopened after an error: on from the last cursor taken in
+			f.tok = f.scan.token()
+		} else if f.reader != nil {
+			// Reopened after an error: on from the last cursors taken in
 			// (the feed may have read past what it handed over), the
-			// window's documents sent again when next read.
-			f.scan.cursor = c
-			clear(f.scan.seen)
+			// windows' documents sent again when next read.
+			f.scan.reset(f.tok)
 		}
 		f.reader = stream.StartFeed(ctx, f.scan.feed(f.e.stateName), f.jc.ReadAhead)
 		return nil

@@ -69,14 +69,63 @@ func (c scanCursor) none() bool { return c.Key.Type == 0 }
 // change stream's resume token never has (its own is _data).
 const scanTokenField = "scan"
 
-// token is the cursor as a position's token: {scan: {key, id}}.
-func (c scanCursor) token() bson.Raw {
-	inner := bson.D{}
-	if !c.none() {
-		inner = bson.D{{Key: "key", Value: c.Key}, {Key: "id", Value: c.ID}}
+// token is the cursor as a position's token: {scan: {key, id}}, with
+// the related collections' cursors as rel: [{coll, key, id}] (an array:
+// a collection's name may hold a dot, which a field name may not).
+func (c scanCursor) token(related ...*place) bson.Raw {
+	d := bson.D{{Key: scanTokenField, Value: c.doc()}}
+	if len(related) > 0 {
+		rel := bson.A{}
+		for _, r := range related {
+			if !r.cursor.none() {
+				rel = append(rel, append(bson.D{{Key: "coll", Value: r.name}}, r.cursor.doc()...))
+			}
+		}
+		d = append(d, bson.E{Key: "rel", Value: rel})
 	}
-	b, _ := bson.Marshal(bson.D{{Key: scanTokenField, Value: inner}})
+	b, _ := bson.Marshal(d)
 	return b
+}
+
+func (c scanCursor) doc() bson.D {
+	if c.none() {
+		return bson.D{}
+	}
+	return bson.D{{Key: "key", Value: c.Key}, {Key: "id", Value: c.ID}}
+}
+
+// relatedCursorOf is the cursor of related collection name in a
+// position's token; none when it has none.
+func relatedCursorOf(tok bson.Raw, name string) scanCursor {
+	arr, ok := tok.Lookup("rel").ArrayOK()
+	if !ok {
+		return scanCursor{}
+	}
+	vals, _ := arr.Values()
+	for _, v := range vals {
+		d, ok := v.DocumentOK()
+		if !ok {
+			continue
+		}
+		if c, _ := d.Lookup("coll").StringValueOK(); c == name {
+			if k, err := d.LookupErr("key"); err == nil {
+				return scanCursor{Key: cloneValue(k), ID: cloneValue(d.Lookup("id"))}
+			}
+		}
+	}
+	return scanCursor{}
+}
+
+// place is where a scan of one collection stands: the job's own, or
+// one it looks up (main false: read whole, its events those of a related
+// collection).
+type place struct {
+	name   string
+	coll   *mongo.Collection // majority read concern, as the chains read
+	main   bool
+	cursor scanCursor
+	kind   keyKind
+	seen   map[string]seenDoc
 }
 
 // scanCursorOf reads a position's token as a scan cursor; false for a
@@ -152,7 +201,6 @@ func (k keyKind) bsonType() string {
 // one feed runs at a time.
 type scanner struct {
 	job   *transform.Job
-	coll  *mongo.Collection // majority read concern, as the chains read
 	db    string
 	dst   sink.Sink
 	log   hclog.Logger
@@ -167,9 +215,10 @@ type scanner struct {
 	// read for the cursor, then cut from what the transform sees.
 	top string
 
-	cursor    scanCursor
-	kind      keyKind
-	seen      map[string]seenDoc
+	place // the job's own collection
+	// related are the collections the job looks up, each scanned by the
+	// job's key too, so a change there sends its dependents again.
+	related   []*place
 	lastSweep time.Time
 	saidOther bool
 
@@ -185,15 +234,16 @@ type seenDoc struct {
 }
 
 // newScanner makes job's scanner from its recorded cursor.
-func (e *Engine) newScanner(jc jobConfig, dst sink.Sink, stats *status.JobStats, from scanCursor, log hclog.Logger) *scanner {
+func (e *Engine) newScanner(jc jobConfig, dst sink.Sink, stats *status.JobStats, fromTok bson.Raw, log hclog.Logger) *scanner {
+	from, _ := scanCursorOf(fromTok)
 	job := jc.job
 	ms, units, _ := jobdef.ScanOverlapOf(job.ScanOverlap)
 	s := &scanner{
 		job: job, db: e.source.Name(), dst: dst, log: log, stats: stats, e: e,
-		coll:  e.source.Collection(job.Collection, options.Collection().SetReadConcern(readconcern.Majority())),
+		place: place{name: job.Collection, main: true, cursor: from, kind: kindOf(from.Key), seen: map[string]seenDoc{},
+			coll: e.source.Collection(job.Collection, options.Collection().SetReadConcern(readconcern.Majority()))},
 		pageN: PartSize(jc.PageSize), interval: job.ScanInterval, sweepEvery: job.SweepInterval,
 		overlapMs: ms, overlapUnits: units,
-		cursor: from, kind: kindOf(from.Key), seen: map[string]seenDoc{},
 		lastSweep: time.Now(), poke: make(chan struct{}, 1),
 	}
 	if s.interval <= 0 {
@@ -208,8 +258,15 @@ func (e *Engine) newScanner(jc jobConfig, dst sink.Sink, stats *status.JobStats,
 			s.top = top
 		}
 	}
-	if len(job.Dependencies()) > 0 {
-		log.Warn("scan mode: a change to a looked-up (related) document is not followed: its dependents are sent again only when their own key changes, or by a reindex or `meilistream verify --repair` (docs/scan-mode.md)")
+	for _, name := range job.RelatedCollections() {
+		if name == job.Collection {
+			continue // its own documents' scan brings those changes
+		}
+		r := &place{name: name, seen: map[string]seenDoc{},
+			coll: e.source.Collection(name, options.Collection().SetReadConcern(readconcern.Majority()))}
+		r.cursor = relatedCursorOf(fromTok, name)
+		r.kind = kindOf(r.cursor.Key)
+		s.related = append(s.related, r)
 	}
 	stats.Update(func(sn *status.JobSnapshot) {
 		sn.Scan = &status.ScanState{Key: job.Key, IntervalSeconds: s.interval.Seconds(), SweepIntervalSeconds: s.sweepEvery.Seconds()}
@@ -225,6 +282,41 @@ func containsString(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// token is the position's token now: the cursors of every collection.
+func (s *scanner) token() bson.Raw { return s.cursor.token(s.related...) }
+
+// start sets the cursors a scan begins without: the job's own when it
+// reindexes now (init), a related collection's always (its changes before
+// now are in what the job's documents are joined with when sent).
+func (s *scanner) start(ctx context.Context, reindex bool) error {
+	if reindex {
+		if err := s.init(ctx, &s.place); err != nil {
+			return err
+		}
+	}
+	for _, r := range s.related {
+		if err := s.init(ctx, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reset puts the cursors back to tok's (a feed reopened after an error),
+// forgetting the windows' documents.
+func (s *scanner) reset(tok bson.Raw) {
+	if c, ok := scanCursorOf(tok); ok {
+		s.cursor = c
+	}
+	clear(s.seen)
+	for _, r := range s.related {
+		if c := relatedCursorOf(tok, r.name); !c.none() {
+			r.cursor = c
+		}
+		clear(r.seen)
+	}
 }
 
 // mark registers a chain's mark, handed over before any read that begins
@@ -254,7 +346,10 @@ func (s *scanner) takeMarks(state, job string) []bson.Raw {
 	// next read rather than judged unchanged against what may no longer be
 	// the destination's last write of them.
 	clear(s.seen)
-	tok := s.cursor.token()
+	for _, r := range s.related {
+		clear(r.seen)
+	}
+	tok := s.token()
 	out := make([]bson.Raw, len(marks))
 	for i, m := range marks {
 		out[i], _ = bson.Marshal(bson.D{
@@ -272,26 +367,26 @@ func (s *scanner) takeMarks(state, job string) []bson.Raw {
 // greatest key the collection holds, so the scan goes on from there while
 // the reindex reads everything up to it. Read before the reindex begins, so
 // a document written meanwhile has a greater key and is scanned.
-func (s *scanner) init(ctx context.Context) error {
-	if !s.cursor.none() {
+func (s *scanner) init(ctx context.Context, p *place) error {
+	if !p.cursor.none() {
 		return nil
 	}
 	for _, k := range []keyKind{keyDate, keyNumber} {
 		var doc bson.Raw
-		err := s.coll.FindOne(ctx, bson.D{{Key: s.job.Key, Value: bson.D{{Key: "$type", Value: k.bsonType()}}}},
+		err := p.coll.FindOne(ctx, bson.D{{Key: s.job.Key, Value: bson.D{{Key: "$type", Value: k.bsonType()}}}},
 			options.FindOne().SetSort(s.sortDesc()).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: s.job.Key, Value: 1}})).Decode(&doc)
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			continue
 		}
 		if err != nil {
-			return errs.Wrap(errs.Failed, s.job.Name, err, "scan: read the greatest %s of %s", s.job.Key, s.job.Collection)
+			return errs.Wrap(errs.Failed, s.job.Name, err, "scan: read the greatest %s of %s", s.job.Key, p.name)
 		}
 		key, err := doc.LookupErr(strings.Split(s.job.Key, ".")...)
 		if err != nil || kindOf(key) != k {
 			continue
 		}
-		s.cursor = scanCursor{Key: cloneValue(key), ID: cloneValue(doc.Lookup("_id"))}
-		s.kind = k
+		p.cursor = scanCursor{Key: cloneValue(key), ID: cloneValue(doc.Lookup("_id"))}
+		p.kind = k
 		return nil
 	}
 	return nil
@@ -317,10 +412,12 @@ func (s *scanner) feed(state string) stream.Feed {
 			}
 		}()
 		for {
-			if err := s.pass(ctx, state, send); err != nil {
-				return err
+			for _, p := range append([]*place{&s.place}, s.related...) {
+				if err := s.pass(ctx, state, p, send); err != nil {
+					return err
+				}
 			}
-			if err := send(nil, s.cursor.token()); err != nil {
+			if err := send(nil, s.token()); err != nil {
 				return err
 			}
 			s.stats.Update(func(sn *status.JobSnapshot) {
@@ -372,13 +469,13 @@ func (s *scanner) feed(state string) stream.Feed {
 // pass reads every document from the cursor less the overlap on, in pages
 // by (key, _id), handing each page over with the marks registered before
 // it was read.
-func (s *scanner) pass(ctx context.Context, state string, send func([]bson.Raw, bson.Raw) error) error {
-	filter := s.startFilter(ctx)
+func (s *scanner) pass(ctx context.Context, state string, p *place, send func([]bson.Raw, bson.Raw) error) error {
+	filter := s.startFilter(ctx, p)
 	if filter == nil {
 		return s.passMarks(state, send) // no document holds the key yet
 	}
 	for {
-		docs, err := s.find(ctx, filter)
+		docs, err := s.find(ctx, p, filter)
 		if err != nil {
 			return err
 		}
@@ -386,17 +483,17 @@ func (s *scanner) pass(ctx context.Context, state string, send func([]bson.Raw, 
 		var last scanCursor
 		for _, d := range docs {
 			key, err := d.LookupErr(strings.Split(s.job.Key, ".")...)
-			if err != nil || kindOf(key) != s.kind {
+			if err != nil || kindOf(key) != p.kind {
 				continue // the filter's type bracket holds only the kind
 			}
 			last = scanCursor{Key: key, ID: d.Lookup("_id")}
-			if cmpCursor(last, s.cursor) > 0 {
-				s.cursor = scanCursor{Key: cloneValue(key), ID: cloneValue(last.ID)}
+			if cmpCursor(last, p.cursor) > 0 {
+				p.cursor = scanCursor{Key: cloneValue(key), ID: cloneValue(last.ID)}
 			}
-			if !s.changed(d, key) {
+			if !s.changed(p, d, key) {
 				continue
 			}
-			evs = append(evs, s.docEvent(d, key))
+			evs = append(evs, s.docEvent(p, d, key))
 			if len(evs) >= scanEventBatch {
 				if err := send(evs, nil); err != nil {
 					return err
@@ -426,23 +523,23 @@ func (s *scanner) passMarks(state string, send func([]bson.Raw, bson.Raw) error)
 // startFilter is a pass's first page: from the cursor less the overlap
 // (inclusive), or, without an overlap, after the cursor; nil while no
 // document holds a date or number key (then each pass looks again).
-func (s *scanner) startFilter(ctx context.Context) bson.D {
-	if s.cursor.none() {
-		if s.kind == keyUnknown {
-			if err := s.init(ctx); err != nil || s.cursor.none() {
+func (s *scanner) startFilter(ctx context.Context, p *place) bson.D {
+	if p.cursor.none() {
+		if p.kind == keyUnknown {
+			if err := s.init(ctx, p); err != nil || p.cursor.none() {
 				return nil
 			}
 			// The first keys: from the least of them, since every one is
 			// newer than the reindex that found none.
-			s.cursor = scanCursor{}
+			p.cursor = scanCursor{}
 		}
-		return bson.D{{Key: s.job.Key, Value: bson.D{{Key: "$type", Value: s.kind.bsonType()}}}}
+		return bson.D{{Key: s.job.Key, Value: bson.D{{Key: "$type", Value: p.kind.bsonType()}}}}
 	}
-	from, ok := s.minusOverlap(s.cursor.Key)
+	from, ok := s.minusOverlap(p.cursor.Key)
 	if !ok {
-		return s.afterFilter(s.cursor)
+		return s.afterFilter(p.cursor)
 	}
-	s.prune(from)
+	s.prune(p, from)
 	return bson.D{{Key: s.job.Key, Value: bson.D{{Key: "$gte", Value: from}}}}
 }
 
@@ -489,14 +586,14 @@ func (s *scanner) minusOverlap(key bson.RawValue) (any, bool) {
 }
 
 // find reads one page.
-func (s *scanner) find(ctx context.Context, filter bson.D) ([]bson.Raw, error) {
+func (s *scanner) find(ctx context.Context, p *place, filter bson.D) ([]bson.Raw, error) {
 	opts := options.Find().SetSort(s.sortAsc()).SetLimit(int64(s.pageN)).SetBatchSize(int32(s.pageN))
-	if p := scanProjection(s.job); p != nil {
-		opts.SetProjection(p)
+	if proj := scanProjection(s.job); proj != nil && p.main {
+		opts.SetProjection(proj)
 	}
-	cur, err := s.coll.Find(ctx, filter, opts)
+	cur, err := p.coll.Find(ctx, filter, opts)
 	if err != nil {
-		return nil, errs.Wrap(errs.Failed, s.job.Name, err, "scan %s by %s", s.job.Collection, s.job.Key)
+		return nil, errs.Wrap(errs.Failed, s.job.Name, err, "scan %s by %s", p.name, s.job.Key)
 	}
 	defer cur.Close(ctx)
 	var docs []bson.Raw
@@ -504,7 +601,7 @@ func (s *scanner) find(ctx context.Context, filter bson.D) ([]bson.Raw, error) {
 		docs = append(docs, append(bson.Raw(nil), cur.Current...))
 	}
 	if err := cur.Err(); err != nil {
-		return nil, errs.Wrap(errs.Failed, s.job.Name, err, "scan %s by %s", s.job.Collection, s.job.Key)
+		return nil, errs.Wrap(errs.Failed, s.job.Name, err, "scan %s by %s", p.name, s.job.Key)
 	}
 	return docs, nil
 }
@@ -527,7 +624,7 @@ func scanProjection(job *transform.Job) bson.D {
 
 // changed says whether d is to be handed over: not a document of the
 // overlap window read again as it was last handed over.
-func (s *scanner) changed(d bson.Raw, key bson.RawValue) bool {
+func (s *scanner) changed(p *place, d bson.Raw, key bson.RawValue) bool {
 	if s.overlapMs <= 0 && s.overlapUnits <= 0 {
 		return true
 	}
@@ -535,19 +632,19 @@ func (s *scanner) changed(d bson.Raw, key bson.RawValue) bool {
 	_, _ = h.Write(d)
 	sum := h.Sum64()
 	k := keyOf(d.Lookup("_id"))
-	if old, ok := s.seen[k]; ok && old.sum == sum {
+	if old, ok := p.seen[k]; ok && old.sum == sum {
 		return false
 	}
-	if len(s.seen) >= scanSeenMax {
-		clear(s.seen)
+	if len(p.seen) >= scanSeenMax {
+		clear(p.seen)
 	}
-	s.seen[k] = seenDoc{key: cloneValue(key), sum: sum}
+	p.seen[k] = seenDoc{key: cloneValue(key), sum: sum}
 	return true
 }
 
 // prune forgets the documents of the window whose key fell below from.
-func (s *scanner) prune(from any) {
-	if len(s.seen) == 0 {
+func (s *scanner) prune(p *place, from any) {
+	if len(p.seen) == 0 {
 		return
 	}
 	var lo bson.RawValue
@@ -556,9 +653,9 @@ func (s *scanner) prune(from any) {
 		return
 	}
 	lo = bson.RawValue{Type: t, Value: b}
-	for k, v := range s.seen {
+	for k, v := range p.seen {
 		if cmpKey(v.key, lo) < 0 {
-			delete(s.seen, k)
+			delete(p.seen, k)
 		}
 	}
 }
@@ -566,9 +663,9 @@ func (s *scanner) prune(from any) {
 // docEvent is d as a replace event: the whole document, its resume token
 // the cursor after it, its wall time the key's when a date (the lag of a
 // scan counts from the write), never in the future.
-func (s *scanner) docEvent(d bson.Raw, key bson.RawValue) bson.Raw {
+func (s *scanner) docEvent(p *place, d bson.Raw, key bson.RawValue) bson.Raw {
 	doc := d
-	if s.top != "" {
+	if s.top != "" && p.main {
 		doc = withoutField(d, s.top)
 	}
 	wall := time.Now()
@@ -578,9 +675,9 @@ func (s *scanner) docEvent(d bson.Raw, key bson.RawValue) bson.Raw {
 		}
 	}
 	ev, _ := bson.Marshal(bson.D{
-		{Key: "_id", Value: s.cursor.token()},
+		{Key: "_id", Value: s.token()},
 		{Key: "operationType", Value: "replace"},
-		{Key: "ns", Value: bson.D{{Key: "db", Value: s.db}, {Key: "coll", Value: s.job.Collection}}},
+		{Key: "ns", Value: bson.D{{Key: "db", Value: s.db}, {Key: "coll", Value: p.name}}},
 		{Key: "documentKey", Value: bson.D{{Key: "_id", Value: d.Lookup("_id")}}},
 		{Key: "fullDocument", Value: doc},
 		{Key: "wallTime", Value: bson.NewDateTimeFromTime(wall)},
@@ -750,7 +847,7 @@ func (s *scanner) sweepPage(ctx context.Context, state string, ids []bson.RawVal
 		return errs.Wrap(errs.Failed, s.job.Name, err, "sweep: look up the destination's ids in %s", s.job.Collection)
 	}
 	evs := s.takeMarks(state, s.job.Name)
-	tok := s.cursor.token()
+	tok := s.token()
 	for _, id := range gone {
 		delete(s.seen, keyOf(id))
 		ev, _ := bson.Marshal(bson.D{

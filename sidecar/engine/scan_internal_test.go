@@ -87,20 +87,21 @@ func TestOverlapIsReadByTheKeysType(t *testing.T) {
 }
 
 func TestAnUnchangedReReadIsNotHandedOverAgain(t *testing.T) {
-	s := &scanner{overlapMs: 1000, seen: map[string]seenDoc{}}
+	s := &scanner{overlapMs: 1000, place: place{seen: map[string]seenDoc{}}}
+	p := &s.place
 	doc, _ := bson.Marshal(bson.D{{Key: "_id", Value: 1}, {Key: "k", Value: bson.DateTime(5000)}})
 	key := rawOf(t, bson.DateTime(5000))
-	if !s.changed(doc, key) {
+	if !s.changed(p, doc, key) {
 		t.Fatal("a first read judged unchanged")
 	}
-	if s.changed(doc, key) {
+	if s.changed(p, doc, key) {
 		t.Fatal("the same bytes read again judged changed")
 	}
 	other, _ := bson.Marshal(bson.D{{Key: "_id", Value: 1}, {Key: "k", Value: bson.DateTime(5000)}, {Key: "x", Value: 1}})
-	if !s.changed(other, key) {
+	if !s.changed(p, other, key) {
 		t.Fatal("a changed document judged unchanged")
 	}
-	s.prune(bson.DateTime(6000))
+	s.prune(p, bson.DateTime(6000))
 	if len(s.seen) != 0 {
 		t.Fatalf("the window below its start is still remembered: %v", s.seen)
 	}
@@ -116,5 +117,21 @@ func TestAPassNeverStartsInTheFuture(t *testing.T) {
 		if got := v.(bson.DateTime).Time(); got.After(time.Now()) {
 			t.Fatalf("overlap %d ms: a pass starts at %s, in the future", s.overlapMs, got)
 		}
+	}
+}
+
+func TestRelatedCursorsRideInTheToken(t *testing.T) {
+	main := scanCursor{Key: rawOf(t, bson.DateTime(1)), ID: rawOf(t, 1)}
+	users := &place{name: "us.ers", cursor: scanCursor{Key: rawOf(t, bson.DateTime(2)), ID: rawOf(t, "u")}}
+	none := &place{name: "tags"}
+	tok := main.token(users, none)
+	if got := relatedCursorOf(tok, "us.ers"); cmpCursor(got, users.cursor) != 0 {
+		t.Fatalf("related cursor read back as %+v from %s", got, tok)
+	}
+	if got := relatedCursorOf(tok, "tags"); !got.none() {
+		t.Fatalf("a related collection without a cursor read back as %+v", got)
+	}
+	if got, _ := scanCursorOf(tok); cmpCursor(got, main) != 0 {
+		t.Fatalf("the job's cursor read back as %+v", got)
 	}
 }
