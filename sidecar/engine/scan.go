@@ -661,17 +661,25 @@ func (s *scanner) prune(p *place, from any) {
 }
 
 // docEvent is d as a replace event: the whole document, its resume token
-// the cursor after it, its wall time the key's when a date (the lag of a
-// scan counts from the write), never in the future.
+// the cursor after it, its wall time the key's when a date (the job's lag
+// counts from the write), never in the future nor before the last
+// interval.
 func (s *scanner) docEvent(p *place, d bson.Raw, key bson.RawValue) bson.Raw {
 	doc := d
 	if s.top != "" && p.main {
 		doc = withoutField(d, s.top)
 	}
-	wall := time.Now()
+	// Clamped to the last interval before the read: an old key (a late
+	// write, the overlap, a first pass from the least key) is no sign of
+	// a lag of the job's, whose lag would then read months.
+	now := time.Now()
+	wall := now
 	if key.Type == bson.TypeDateTime {
 		if t := key.Time(); t.Before(wall) {
 			wall = t
+		}
+		if floor := now.Add(-s.interval); wall.Before(floor) {
+			wall = floor
 		}
 	}
 	ev, _ := bson.Marshal(bson.D{
