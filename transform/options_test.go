@@ -50,6 +50,7 @@ func TestCheckOverride(t *testing.T) {
 		"scan_interval":     {"100ms", "0s", `"0s" is not a positive Go duration`},
 		"sweep_interval":    {"5m", "often", `"often" is not a positive Go duration`},
 		"scan_overlap":      {"5000", "-1s", `"-1s" is not a Go duration or a plain number, 0 or more`},
+		"reindex_rate":      {"500", "0", `"0" is not a whole number from 1 to 100000`},
 	}
 	for _, o := range transform.EnvOptions() {
 		c, ok := cases[o]
