@@ -78,7 +78,7 @@ func (c scanCursor) token(related ...*place) bson.Raw {
 		rel := bson.A{}
 		for _, r := range related {
 			if !r.cursor.none() {
-				rel = append(rel, append(bson.D{{Key: "coll", Value: r.name}}, r.cursor.doc()...))
+				rel = append(rel, append(bson.D{{Key: "coll", Value: r.tokenName}}, r.cursor.doc()...))
 			}
 		}
 		d = append(d, bson.E{Key: "rel", Value: rel})
@@ -120,12 +120,17 @@ func relatedCursorOf(tok bson.Raw, name string) scanCursor {
 // one it looks up (main false: read whole, its events those of a related
 // collection).
 type place struct {
-	name   string
-	coll   *mongo.Collection // majority read concern, as the chains read
-	main   bool
-	cursor scanCursor
-	kind   keyKind
-	seen   map[string]seenDoc
+	name string // the collection
+	db   string // its database
+	// tokenName names it in a position's token: the collection in the
+	// main database, db.coll in another (a token recorded before jobs
+	// could read other databases names the collection alone).
+	tokenName string
+	coll      *mongo.Collection // majority read concern, as the chains read
+	main      bool
+	cursor    scanCursor
+	kind      keyKind
+	seen      map[string]seenDoc
 }
 
 // scanCursorOf reads a position's token as a scan cursor; false for a
@@ -240,8 +245,8 @@ func (e *Engine) newScanner(jc jobConfig, dst sink.Sink, stats *status.JobStats,
 	ms, units, _ := jobdef.ScanOverlapOf(job.ScanOverlap)
 	s := &scanner{
 		job: job, db: e.source.Name(), dst: dst, log: log, stats: stats, e: e,
-		place: place{name: job.Collection, main: true, cursor: from, kind: kindOf(from.Key), seen: map[string]seenDoc{},
-			coll: e.source.Collection(job.Collection, options.Collection().SetReadConcern(readconcern.Majority()))},
+		place: place{name: job.Collection, db: dbNamed(e.source, job.Database).Name(), main: true, cursor: from, kind: kindOf(from.Key), seen: map[string]seenDoc{},
+			coll: jobColl(e.source, &job.Job, options.Collection().SetReadConcern(readconcern.Majority()))},
 		pageN: PartSize(jc.PageSize), interval: job.ScanInterval, sweepEvery: job.SweepInterval,
 		overlapMs: ms, overlapUnits: units,
 		lastSweep: time.Now(), poke: make(chan struct{}, 1),
@@ -258,13 +263,20 @@ func (e *Engine) newScanner(jc jobConfig, dst sink.Sink, stats *status.JobStats,
 			s.top = top
 		}
 	}
-	for _, name := range job.RelatedCollections() {
-		if name == job.Collection {
+	seen := map[string]bool{}
+	for _, d := range resolvedDeps(&job.Job, e.source.Name()) {
+		ns := jobdef.Namespace(d.Database, d.Collection)
+		if seen[ns] || (d.Collection == job.Collection && d.Database == s.place.db) {
 			continue // its own documents' scan brings those changes
 		}
-		r := &place{name: name, seen: map[string]seenDoc{},
-			coll: e.source.Collection(name, options.Collection().SetReadConcern(readconcern.Majority()))}
-		r.cursor = relatedCursorOf(fromTok, name)
+		seen[ns] = true
+		db := dbNamed(e.source, d.Database)
+		r := &place{name: d.Collection, db: db.Name(), tokenName: d.Collection, seen: map[string]seenDoc{},
+			coll: db.Collection(d.Collection, options.Collection().SetReadConcern(readconcern.Majority()))}
+		if db.Name() != e.source.Name() {
+			r.tokenName = ns
+		}
+		r.cursor = relatedCursorOf(fromTok, r.tokenName)
 		r.kind = kindOf(r.cursor.Key)
 		s.related = append(s.related, r)
 	}
@@ -312,7 +324,7 @@ func (s *scanner) reset(tok bson.Raw) {
 	}
 	clear(s.seen)
 	for _, r := range s.related {
-		if c := relatedCursorOf(tok, r.name); !c.none() {
+		if c := relatedCursorOf(tok, r.tokenName); !c.none() {
 			r.cursor = c
 		}
 		clear(r.seen)
@@ -685,7 +697,7 @@ func (s *scanner) docEvent(p *place, d bson.Raw, key bson.RawValue) bson.Raw {
 	ev, _ := bson.Marshal(bson.D{
 		{Key: "_id", Value: s.token()},
 		{Key: "operationType", Value: "replace"},
-		{Key: "ns", Value: bson.D{{Key: "db", Value: s.db}, {Key: "coll", Value: p.name}}},
+		{Key: "ns", Value: bson.D{{Key: "db", Value: p.db}, {Key: "coll", Value: p.name}}},
 		{Key: "documentKey", Value: bson.D{{Key: "_id", Value: d.Lookup("_id")}}},
 		{Key: "fullDocument", Value: doc},
 		{Key: "wallTime", Value: bson.NewDateTimeFromTime(wall)},
@@ -861,7 +873,7 @@ func (s *scanner) sweepPage(ctx context.Context, state string, ids []bson.RawVal
 		ev, _ := bson.Marshal(bson.D{
 			{Key: "_id", Value: tok},
 			{Key: "operationType", Value: "delete"},
-			{Key: "ns", Value: bson.D{{Key: "db", Value: s.db}, {Key: "coll", Value: s.job.Collection}}},
+			{Key: "ns", Value: bson.D{{Key: "db", Value: s.place.db}, {Key: "coll", Value: s.job.Collection}}},
 			{Key: "documentKey", Value: bson.D{{Key: "_id", Value: id}}},
 			{Key: "wallTime", Value: bson.NewDateTimeFromTime(time.Now())},
 		})

@@ -122,8 +122,8 @@ func TestAPassNeverStartsInTheFuture(t *testing.T) {
 
 func TestRelatedCursorsRideInTheToken(t *testing.T) {
 	main := scanCursor{Key: rawOf(t, bson.DateTime(1)), ID: rawOf(t, 1)}
-	users := &place{name: "us.ers", cursor: scanCursor{Key: rawOf(t, bson.DateTime(2)), ID: rawOf(t, "u")}}
-	none := &place{name: "tags"}
+	users := &place{name: "us.ers", tokenName: "us.ers", cursor: scanCursor{Key: rawOf(t, bson.DateTime(2)), ID: rawOf(t, "u")}}
+	none := &place{name: "tags", tokenName: "tags"}
 	tok := main.token(users, none)
 	if got := relatedCursorOf(tok, "us.ers"); cmpCursor(got, users.cursor) != 0 {
 		t.Fatalf("related cursor read back as %+v from %s", got, tok)
