@@ -97,7 +97,9 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 			PageSize: jc.PageSize, ProgressInterval: jc.ProgressInterval, Engine: e,
 			Throttle: jc.throttle(dst),
 		}
-		if e.sharePlan(ctx, jc) {
+		// In scan mode no stream reads the claims' marks: the holder
+		// reads alone.
+		if !plan.scan && e.sharePlan(ctx, jc) {
 			o.Shared = jc.ReindexParallel
 		}
 		snap, err = startReindex(ctx, f.source(), o, plan.cp)
