@@ -546,16 +546,19 @@ func loadJobsWith(cfg config.Config, log hclog.Logger, opts transform.Options) (
 	return set, err
 }
 
-// runningHint adds to a RUNNING error of reindex or retry what to do:
-// in a deployment where a sidecar always runs, some pod always holds
-// the lease.
+// runningHint adds to a RUNNING error what to do. reindex, retry, pause,
+// resume and verify --repair catch it and ask the holder through the
+// state collection; what reaches a user names those commands, never a
+// way that stops the application (in the sidecar model some pod always
+// holds the lease).
 func runningHint(name string, err error) error {
 	if !errors.Is(err, errs.ErrRunning) {
 		return err
 	}
-	return errs.New(errs.Running, name, "another meilistream holds job %s's lease (%s); run this where no sidecar runs the job "+
-		"(scale the sidecars down, run it, scale them back up), or change the job's transform: the holder then reindexes by itself",
-		name, err.Error())
+	return errs.New(errs.Running, name, "another meilistream holds job %s's lease (%s); ask it instead: "+
+		"`meilistream reindex %s`, `meilistream pause %s`, `meilistream retry %s` and `meilistream verify %s --repair` "+
+		"send their request to the holder through the state collection",
+		name, err.Error(), name, name, name, name)
 }
 
 // leaseForEngine is a held lease as the engine takes it.
