@@ -130,3 +130,40 @@ func rawInt(n int64) bson.RawValue {
 	typ, b, _ := bson.MarshalValue(n)
 	return bson.RawValue{Type: typ, Value: b}
 }
+
+// An index nobody changes is walked in one read per page: the anchor of
+// each page is where the page before ended.
+func TestKeysWalkOfAStillIndexReadsEachPageOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := meilitest.Start(meilitest.Options{MasterKey: "key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	mc := NewClient(srv.URL(), "key")
+	defer mc.Close()
+	s := NewSink(mc, &jobdef.Job{Name: "still", Index: "still", PrimaryKey: "id"}, sink.Unguarded, nil).(*Sink)
+	if err := s.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ws []sink.Write
+	for i := int64(1); i <= 41; i++ {
+		ws = append(ws, sink.Write{SourceID: rawInt(i), Doc: map[string]any{"id": i}})
+	}
+	r, err := s.Send(ctx, sink.Batch{Writes: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fails, err := s.Wait(ctx, r); err != nil || len(fails) > 0 {
+		t.Fatal(fails, err)
+	}
+	before := srv.Requests("POST /indexes/{uid}/documents/fetch")
+	n := 0
+	if err := s.walkKeys(ctx, 4, func(ids []bson.RawValue) error { n += len(ids); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if reads := srv.Requests("POST /indexes/{uid}/documents/fetch") - before; n != 41 || reads != 11 {
+		t.Errorf("walked %d ids in %d reads, want 41 in 11", n, reads)
+	}
+}
