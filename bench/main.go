@@ -177,7 +177,7 @@ func run() error {
 	flag.StringVar(&c.mongoURI, "mongo", "", "use this MongoDB (replica set) instead of the test server")
 	flag.StringVar(&c.meiliURL, "meili", "", "use this Meilisearch instead of the test server")
 	flag.BoolVar(&c.verbose, "v", false, "show the sidecar's log")
-	flag.StringVar(&c.profile, "cpuprofile", "", "write CPU profiles of the sidecar process (reindex.pprof, follow.pprof) and its binary (meilistream) into this directory; builds the sidecar with a profiling hook (-sidecar is then not allowed)")
+	flag.StringVar(&c.profile, "cpuprofile", "", "write CPU profiles of the sidecar process (reindex.pprof, follow.pprof; with -verify, the verify process's first 5 s: verify.pprof) and its binary (meilistream) into this directory; builds the sidecar with a profiling hook (-sidecar is then not allowed)")
 	flag.BoolVar(&c.live, "live", true, "after the latency samples, edit the transform and time writes made during the reindex it starts until each is visible in the live index")
 	flag.DurationVar(&c.liveEvery, "live-every", 20*time.Millisecond, "with -live, one update this often while the reindex runs")
 	flag.BoolVar(&c.unchanged, "unchanged", false, "instead of the phases above, the workload of updates that cannot change a search document: -changes updates, 4 in 5 incrementing a counter the transform does not read, followed by three sidecars side by side (every update sent, skipUnchanged, skipUnchanged with fields); reports Meilisearch documents received and sidecar CPU per change")
