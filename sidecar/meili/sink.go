@@ -539,13 +539,21 @@ func (s *Sink) Keys(ctx context.Context, fn func(ids []bson.RawValue) error) err
 	return s.walkKeys(ctx, keysPage, fn)
 }
 
-// keysPage is how many ids a page of the id walk reads.
-const keysPage = 1000
+// keysPage is how many ids a page of the id walk reads; keysReach how
+// many pages either side of where the previous page's ids were it looks
+// for them (keysPlace); keysRestarts how often it reads the index again
+// from the start when they are not there before it gives up.
+const (
+	keysPage     = 1000
+	keysReach    = 16
+	keysRestarts = 3
+)
 
 func (s *Sink) walkKeys(ctx context.Context, page int64, fn func(ids []bson.RawValue) error) error {
 	var prev []string // the ids of the page yielded last, in order
 	var anchor string // the one of them the next page starts from
 	var offset int64  // where the first id after the anchor is, if nothing moved
+	restarts := 0
 	for {
 		start, limit := offset, page
 		if anchor != "" {
@@ -569,8 +577,12 @@ func (s *Sink) walkKeys(ctx context.Context, page int64, fn func(ids []bson.RawV
 				s.log.Debug("the index changed while its ids were read; going on from where the last ids read are now", "expected", offset-1, "found", at)
 				offset, anchor = at+1, k
 				if at < 0 {
-					// None of them is left: read it all again (a
-					// consumer sees some ids twice, none missing).
+					// None of them is left near where they were: read
+					// it all again (a consumer sees some ids twice,
+					// none missing), a few times at most.
+					if restarts++; restarts > keysRestarts {
+						return s.classify(errors.New("the index changed too much while its ids were read (none of a page's ids was found again near its place); run it again"), "list the documents of index "+s.uid)
+					}
 					prev, anchor, offset = nil, "", 0
 				}
 				continue
@@ -628,15 +640,16 @@ func (s *Sink) fetchKeys(ctx context.Context, offset, limit int64) ([]json.RawMe
 }
 
 // keysPlace finds where the ids of prev (a page read before) are now: the
-// position and id of the last of them the index still holds, -1 when it
-// holds none. It reads a window around where they were, doubling it
-// until it covers the whole index.
+// position and id of the last of them the index still holds, -1 when none
+// is within keysReach pages of where they were. It reads a window around
+// there, doubling it up to that reach (ids alone: a window of 16 pages
+// is some hundred KB).
 func (s *Sink) keysPlace(ctx context.Context, prev []string, near, page int64) (int64, string, error) {
 	rank := make(map[string]int, len(prev))
 	for i, k := range prev {
 		rank[k] = i
 	}
-	for w := page; ; w *= 2 {
+	for w := page; w <= keysReach*page; w *= 2 {
 		lo := max(0, near-w)
 		raws, err := s.fetchKeys(ctx, lo, near+w-lo+1)
 		if errors.Is(err, errNoIndex) {
@@ -658,6 +671,7 @@ func (s *Sink) keysPlace(ctx context.Context, prev []string, near, page int64) (
 			return -1, "", nil // the whole index read: none is left
 		}
 	}
+	return -1, "", nil
 }
 
 // sourceID is the source _id an index id stands for; false for one
