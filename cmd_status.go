@@ -154,6 +154,10 @@ func runStatus(ctx context.Context, inv *invocation) int {
 			if c := s.Reindex; c != nil {
 				row.Reindex = fmt.Sprint(c.Count)
 				notes = append(notes, fmt.Sprintf("%s: an unfinished reindex, checkpoint at %d documents: the job's next holder continues it", n, c.Count))
+				if c.Throttled != "" {
+					row.Reindex += ",throttled"
+					notes = append(notes, fmt.Sprintf("%s: reindex throttled (as of its checkpoint at %s): %s", n, statusTime(c.UpdatedAt), c.Throttled))
+				}
 			}
 			row.Errors = fmt.Sprint(s.Errors)
 		}
