@@ -95,6 +95,7 @@ type JobDefaults struct {
 	OnHistoryLost   string        // "reindex" | "fail"
 	BatchSize       int           // documents per batch
 	FlushInterval   time.Duration // longest wait before a partial batch is sent
+	Mode            string        // jobdef.ModeStream | ModeScan | ModeAuto
 }
 
 func (o Options) withDefaults() Options {
@@ -125,6 +126,9 @@ func (o Options) withDefaults() Options {
 	}
 	if d.FlushInterval <= 0 {
 		d.FlushInterval = jobdef.DefaultFlushInterval
+	}
+	if d.Mode == "" {
+		d.Mode = jobdef.DefaultMode
 	}
 	return o
 }

@@ -49,6 +49,10 @@ type followPlan struct {
 	// ownMode is the reindex mode of the job as defined when the job run
 	// is a copy in another mode (Engine.RunReindexing); empty otherwise.
 	ownMode string
+	// scan: the job runs in scan mode (scan.go), from the cursors of
+	// tok (none: from the greatest key when it reindexes, from the least
+	// otherwise).
+	scan bool
 }
 
 // follow applies the job's change stream until ctx ends (nil, after a
@@ -68,8 +72,20 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	}
 	f.reset()
 	stats.LagReset()
+	if plan.scan {
+		f.scan = e.newScanner(jc, dst, stats, plan.tok, log)
+		if err := f.scan.start(ctx, plan.reindex); err != nil {
+			return nil, closeOr(ctx, l, err)
+		}
+	}
 	if err := f.open(ctx); err != nil {
 		return nil, closeOr(ctx, l, err)
+	}
+	if f.scan != nil && len(f.lastRecorded) == 0 {
+		// The cursors the scan starts from: what a reindex committed
+		// while a related change's fan-out is outstanding records, so
+		// that the change is read again after a restart.
+		f.lastRecorded = f.tok
 	}
 	defer func() { f.reader.Close() }() // the one open last: a resume or an error reopens it
 
@@ -191,7 +207,17 @@ func (f *follower) source() Source {
 		Wait:    f.e.wait,
 		Blame:   func(ctx context.Context, err error) error { return leaseOr(ctx, f.l, err) },
 		Waiting: &f.waiting,
+		Marks:   f.marks(),
 	}
+}
+
+// marks is the chains' Source.Marks: the scanner's in scan mode, nil (a
+// mark written in the state collection) otherwise.
+func (f *follower) marks() func(string) {
+	if f.scan == nil {
+		return nil
+	}
+	return f.scan.mark
 }
 
 // follower is the follow loop's state.
@@ -203,6 +229,9 @@ type follower struct {
 	log    hclog.Logger
 	p      *delivery
 	reader *stream.Reader
+	// scan reads the collection by its key in scan mode (the reader's
+	// feed); nil in stream mode.
+	scan *scanner
 
 	pending      map[string]int // coalescing key -> index in items
 	items        []Item
@@ -337,6 +366,18 @@ func (f *follower) fanChain() *Chain {
 // open opens the stream after f.tok (at the present when empty), retrying
 // transient errors; stream.ErrHistoryLost when the history no longer holds f.tok.
 func (f *follower) open(ctx context.Context) error {
+	if f.scan != nil {
+		if len(f.tok) == 0 {
+			f.tok = f.scan.token()
+		} else if f.reader != nil {
+			// Reopened after an error: on from the last cursors taken in
+			// (the feed may have read past what it handed over), the
+			// windows' documents sent again when next read.
+			f.scan.reset(f.tok)
+		}
+		f.reader = stream.StartFeed(ctx, f.scan.feed(f.e.stateName), f.jc.ReadAhead)
+		return nil
+	}
 	for {
 		cs, err := stream.Open(ctx, f.e.source, &f.jc.job.Job, f.e.stateName, f.tok, f.large.Options()...)
 		if f.large.Unsplit(err) {
@@ -843,6 +884,7 @@ func (f *follower) recordAfter(tok bson.Raw, wall time.Time) func(ctx context.Co
 		f.lastRecorded, f.lastWall = tok, wall
 		f.recMu.Unlock()
 		f.lagc.recorded(tok)
+		f.scanRecorded(tok)
 		e.observePosition(jc.job.Name, wall)
 		stats.Update(func(s *status.JobSnapshot) { s.LastPosition = wall; s.RecordedAt = time.Now() })
 		e.observeLag(jc.job.Name, stats.Snapshot().LagSeconds)
@@ -979,4 +1021,21 @@ func (f *follower) invalidated(ctx context.Context, op string) error {
 		return leaseOr(ctx, f.l, err)
 	}
 	return errs.Wrap(errs.Failed, name, ErrInvalidated, "%s event on %s", op, f.jc.job.Collection)
+}
+
+// scanRecorded shows tok, just recorded, as a scan-mode job's cursor.
+func (f *follower) scanRecorded(tok bson.Raw) {
+	if f.scan == nil {
+		return
+	}
+	c, ok := scanCursorOf(tok)
+	if !ok {
+		return
+	}
+	text, at := cursorText(c), cursorTime(c)
+	f.stats.Update(func(s *status.JobSnapshot) {
+		if s.Scan != nil {
+			s.Scan.SetCursor(text, at)
+		}
+	})
 }
