@@ -76,8 +76,9 @@ func (l *Lease) renewPlain(ctx context.Context) (bool, error) {
 		{Key: "$max", Value: bson.D{{Key: "expiresAt", Value: now.Add(l.m.ttl)}}},
 		{Key: "$set", Value: bson.D{{Key: "ttlMs", Value: l.m.ttl.Milliseconds()}}},
 	}
-	opts := options.FindOneAndUpdate().SetReturnDocument(options.After).
-		SetProjection(bson.D{{Key: "expiresAt", Value: 1}})
+	// No projection: FerretDB's findAndModify refuses "fields"
+	// (NotImplemented); the whole lease document is small.
+	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
 	var d leaseDoc
 	err = l.m.coll.FindOneAndUpdate(ctx, filter, update, opts).Decode(&d)
 	return l.renewed(sent, d, err)

@@ -9,9 +9,9 @@
 // state collection are written without pipelines where the source has none
 // (lease package doc, "Without update pipelines").
 //
-// The probe writes one document of its own to the state collection,
-// {_id: {probe: "capabilities"}, at: <server date>}, shared by every
-// process: $expr and update pipelines are only judged by some servers
+// The probe writes one document of its own to the state collection, once
+// for the life of the collection, {_id: {probe: "capabilities"}, at:
+// <1970-01-01>}, shared by every process, and modifies nothing after: $expr and update pipelines are only judged by some servers
 // when a document matches (FerretDB evaluates $expr per document, so a
 // filter that matches nothing says nothing).
 package capability
@@ -132,6 +132,10 @@ const (
 // probeKey is the _id of the probe's own document in the state collection.
 var probeKey = bson.D{{Key: "probe", Value: "capabilities"}}
 
+// probeDate is the probe document's date: any date before the server's
+// clock does.
+var probeDate = time.Unix(0, 0).UTC()
+
 // Probe asks the server behind state (the state collection, in the source
 // database) what it can do. A capability the server refuses is recorded
 // in the Source with its answer; an error means the server could not be
@@ -168,8 +172,11 @@ func Probe(ctx context.Context, state *mongo.Collection) (Source, error) {
 		{UpdatePipelinesCap, &s.UpdatePipelines, tryUpdatePipeline},
 		{ExprNowCap, &s.ExprNow, tryExprNow},
 	}
+	// Written once for the life of the state collection: $setOnInsert
+	// leaves an existing document as it is, so a start adds nothing to the
+	// oplog (whose window the jobs' positions need).
 	if _, err := state.UpdateOne(ctx, bson.D{{Key: "_id", Value: probeKey}},
-		bson.D{{Key: "$currentDate", Value: bson.D{{Key: "at", Value: true}}}}, options.UpdateOne().SetUpsert(true)); err != nil {
+		bson.D{{Key: "$setOnInsert", Value: bson.D{{Key: "at", Value: probeDate}}}}, options.UpdateOne().SetUpsert(true)); err != nil {
 		return s, fmt.Errorf("write the capability probe's document in %s: %w", state.Name(), err)
 	}
 	for _, st := range steps {
@@ -211,11 +218,14 @@ func tryChangeStream(ctx context.Context, state *mongo.Collection) error {
 	return err
 }
 
-// tryUpdatePipeline sets the probe document's date with $$NOW through both
-// commands the state records use: findAndModify (leases) and update
-// (presence, requests). FerretDB refuses them with different answers.
+// tryUpdatePipeline runs an update pipeline with $$NOW on the probe
+// document through both commands the state records use: findAndModify
+// (leases) and update (presence, requests); FerretDB refuses them with
+// different answers. The pipeline keeps the date it finds ($$NOW is later
+// than probeDate), so the server modifies nothing and logs nothing.
 func tryUpdatePipeline(ctx context.Context, state *mongo.Collection) error {
-	set := mongo.Pipeline{{{Key: "$set", Value: bson.D{{Key: "at", Value: "$$NOW"}}}}}
+	keep := bson.D{{Key: "$cond", Value: bson.A{bson.D{{Key: "$lte", Value: bson.A{"$at", "$$NOW"}}}, "$at", "$$NOW"}}}
+	set := mongo.Pipeline{{{Key: "$set", Value: bson.D{{Key: "at", Value: keep}}}}}
 	if err := state.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: probeKey}}, set).Err(); err != nil {
 		return err
 	}
@@ -230,13 +240,13 @@ func tryUpdatePipeline(ctx context.Context, state *mongo.Collection) error {
 }
 
 // tryExprNow compares the probe document's date with $$NOW in a find's
-// $expr and in an aggregation's $project; the date was written by the
-// server before, so a server that judges it must find it due.
+// $expr and in an aggregation's $project; the date is long past, so a
+// server that judges it must find it due.
 func tryExprNow(ctx context.Context, state *mongo.Collection) error {
 	filter := bson.D{{Key: "_id", Value: probeKey}, {Key: "$expr", Value: bson.D{{Key: "$lte", Value: bson.A{"$at", "$$NOW"}}}}}
 	err := state.FindOne(ctx, filter).Err()
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return &Refusal{Message: "a find with $expr {$lte: [\"$at\", \"$$NOW\"]} did not match a date the server wrote before"}
+		return &Refusal{Message: "a find with $expr {$lte: [\"$at\", \"$$NOW\"]} did not match a date long past"}
 	}
 	if err != nil {
 		return err
@@ -256,7 +266,7 @@ func tryExprNow(ctx context.Context, state *mongo.Collection) error {
 		return err
 	}
 	if len(rows) != 1 || !rows[0].Due {
-		return &Refusal{Message: "an aggregation's $project {$lte: [\"$at\", \"$$NOW\"]} did not find a date the server wrote before due"}
+		return &Refusal{Message: "an aggregation's $project {$lte: [\"$at\", \"$$NOW\"]} did not find a date long past due"}
 	}
 	return nil
 }

@@ -1071,6 +1071,9 @@ func cmdFindAndModify(x *cmdCtx) (bson.D, error) {
 	q := x.doc("query")
 	sortSpec := x.doc("sort")
 	fields := x.doc("fields")
+	if fields != nil && x.s.opts.NoExpressions {
+		return nil, cmdErrf(238, "NotImplemented", "findAndModify: support for field \"fields\" with value %s is not implemented yet", formatValue(fields))
+	}
 	remove := x.boolOpt("remove")
 	returnNew := x.boolOpt("new")
 	upsert := x.boolOpt("upsert")

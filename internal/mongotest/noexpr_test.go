@@ -6,6 +6,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/mongotest"
 )
@@ -36,6 +37,10 @@ func TestNoExpressionsRefusesAsFerretDB(t *testing.T) {
 			func() error { _, err := coll.UpdateOne(c, byID, now); return err }},
 		{"an update pipeline in findAndModify", 238, "NotImplemented", "Aggregation pipelines are not supported yet",
 			func() error { return coll.FindOneAndUpdate(c, byID, now).Err() }},
+		{"a projection in findAndModify", 238, "NotImplemented", `findAndModify: support for field "fields" with value { x: 1 } is not implemented yet`,
+			func() error {
+				return coll.FindOneAndUpdate(c, byID, bson.D{{Key: "$set", Value: bson.D{{Key: "y", Value: 1}}}}, options.FindOneAndUpdate().SetProjection(bson.D{{Key: "x", Value: 1}})).Err()
+			}},
 		{"$expr with an operator", 238, "NotImplemented", "The operator $gt is not implemented yet",
 			func() error { return coll.FindOne(c, bson.D{{Key: "_id", Value: 1}, {Key: "$expr", Value: gt}}).Err() }},
 		{"an operator in $project", 238, "NotImplemented", "The operator $gt is not implemented yet",

@@ -81,6 +81,9 @@ type Options struct {
 	// prefixes the last with "Invalid $match :: caused by :: " (or the
 	// stage's name) and judges $expr only on a document the rest of the
 	// filter matched; here the whole command is refused at parse time.
+	// findAndModify's projection ("fields") is refused too, 238
+	// NotImplemented ("findAndModify: support for field \"fields\" with
+	// value ... is not implemented yet").
 	NoExpressions bool
 }
 
