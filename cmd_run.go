@@ -134,6 +134,11 @@ func runRun(ctx context.Context, inv *invocation) int {
 			if job, ok := d.Spec.(*transform.Job); ok && d.Err == nil {
 				if perr := jobProblem(cfg, job); perr != nil {
 					defs[i].Err = perr
+				} else if src, ok := w.prober.Known(); ok {
+					// Nor can one the source lacks what for.
+					if perr := sourceProblem(src, []*transform.Job{job}); perr != nil {
+						defs[i].Err = perr
+					}
 				}
 			}
 		}

@@ -164,8 +164,16 @@ func (w *wiring) probeSource(ctx context.Context, jobs []*transform.Job, log int
 		log.Warn("the source MongoDB takes no update pipelines or $$NOW expressions: leases, presence records and requests are written against a reading of the server's clock instead",
 			"server", src.Describe(), "answers", strings.Join(answers, "; "))
 	}
+	return sourceProblem(src, jobs)
+}
+
+// sourceProblem says what jobs lack on the source src: a CONFIG_INVALID
+// naming the jobs that follow a change stream, when it has none (see
+// capability.Source.Check); nil when nothing is missing.
+func sourceProblem(src capability.Source, jobs []*transform.Job) error {
 	var streamJobs []string
 	for _, j := range jobs {
+		// Every job follows a change stream: there is no other mode yet.
 		streamJobs = append(streamJobs, j.Name)
 	}
 	if err := src.Check(streamJobs, "MEILISTREAM_MONGODB_URI"); err != nil {

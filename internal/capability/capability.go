@@ -329,6 +329,14 @@ func (p *Prober) Source(ctx context.Context) (Source, error) {
 	return s, nil
 }
 
+// Known returns the probe's answer if one answered already, without
+// asking the server.
+func (p *Prober) Known() (Source, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.src, p.done
+}
+
 // Pipelines is a Form: whether the source takes update pipelines and
 // $$NOW expressions, probing first if needed.
 func (p *Prober) Pipelines(ctx context.Context) (bool, error) {
