@@ -55,6 +55,10 @@ type Source struct {
 	// Refusals holds the server's answer to each capability it lacks, in
 	// the order ChangeStreams, UpdatePipelines, ExprNow.
 	Refusals []Refusal
+	// Unprobed is, when the probe could not write its document (a user
+	// without write access), the server's answer to that write; then
+	// UpdatePipelines and ExprNow are assumed, not probed.
+	Unprobed string
 }
 
 // Refusal is a server's answer to a capability it lacks.
@@ -177,7 +181,24 @@ func Probe(ctx context.Context, state *mongo.Collection) (Source, error) {
 	// oplog (whose window the jobs' positions need).
 	if _, err := state.UpdateOne(ctx, bson.D{{Key: "_id", Value: probeKey}},
 		bson.D{{Key: "$setOnInsert", Value: bson.D{{Key: "at", Value: probeDate}}}}, options.UpdateOne().SetUpsert(true)); err != nil {
-		return s, fmt.Errorf("write the capability probe's document in %s: %w", state.Name(), err)
+		if !refused(err) {
+			return s, fmt.Errorf("write the capability probe's document in %s: %w", state.Name(), err)
+		}
+		// A user that may not write (meilistream status with a read-only
+		// user) writes no server-time record either: the probe of
+		// pipelines is moot, and its reads keep the form of every MongoDB
+		// since 4.2, as before the probe existed.
+		s.UpdatePipelines, s.ExprNow, s.Unprobed = true, true, asRefusal(err).String()
+		if err := tryChangeStream(ctx, state); err == nil {
+			s.ChangeStreams = true
+		} else if refused(err) {
+			r := asRefusal(err)
+			r.Capability = ChangeStreamsCap
+			s.Refusals = append(s.Refusals, *r)
+		} else {
+			return s, fmt.Errorf("probe the source MongoDB for %s: %w", ChangeStreamsCap, err)
+		}
+		return s, nil
 	}
 	for _, st := range steps {
 		err := st.try(ctx, state)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/meilistream/meilistream/internal/capability"
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/testutil"
@@ -93,3 +95,24 @@ func TestNowReadsTheServersClock(t *testing.T) {
 }
 
 func itoa(n int32) string { return strconv.Itoa(int(n)) }
+
+// A user that may not write (status with a read-only user) still gets an
+// answer: change streams probed, pipelines assumed as before the probe.
+func TestProbeWithoutWriteAccessAssumesPipelines(t *testing.T) {
+	_, client := testutil.StartMongo(t, mongotest.Options{Standalone: true})
+	ctx := testutil.Context(t, 30*time.Second)
+	err := client.Database("admin").RunCommand(ctx, bson.D{
+		{Key: "configureFailPoint", Value: "failCommand"}, {Key: "mode", Value: "alwaysOn"},
+		{Key: "data", Value: bson.D{{Key: "failCommands", Value: bson.A{"update"}}, {Key: "errorCode", Value: 13}}},
+	}).Err()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := capability.Probe(ctx, client.Database("probe").Collection("meilistream"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ChangeStreams || !s.Pipelines() || s.Unprobed == "" || !strings.Contains(s.Unprobed, "code 13") {
+		t.Errorf("got %+v, want no change streams, pipelines assumed, the refused write named", s)
+	}
+}
