@@ -37,7 +37,8 @@
 // insert race internally instead of failing with a duplicate key
 // (write_ops_exec.cpp shouldRetryDuplicateKeyException). findAndModify takes
 // an update pipeline, with upsert and $$NOW, since MongoDB 4.2 (SERVER-40397,
-// SERVER-40419), which is therefore the oldest server this works with. The returned
+// SERVER-40419), the oldest server this form works with (older ones, and
+// servers without pipelines, get the form below). The returned
 // document tells "taken" (our holder and nonce) from "held" (someone else's,
 // reported as RUNNING naming the holder and expiresAt). A duplicate key error
 // is still handled (retried once, then reported as held).
@@ -86,6 +87,11 @@
 //     would then match nothing), so no two holders overlap.
 //   - the epoch is still incremented in the acquiring write, so fencing is
 //     unchanged.
+//
+// The reading is one server's clock and the write lands on that server: a
+// standalone, FerretDB. A sharded cluster's mongos (whose hello would read
+// the router's clock, not the shard's) always takes pipelines, so it
+// never gets this form.
 //
 // # Epoch and fencing
 //
