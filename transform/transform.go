@@ -241,7 +241,11 @@ func (j *Job) applyWith(ctx context.Context, dst []byte, doc bson.Raw, op Operat
 	}
 	var out [1]Outcome
 	calls := []prepared{{doc: d, idv: idv, op: op, updateDesc: updateDesc, lookups: lookups, track: track, res: res}}
-	dst = j.rt.applyEach(ctx, j, dst, calls, out[:])
+	if floorBuild {
+		dst = j.floorEach(ctx, dst, calls, out[:])
+	} else {
+		dst = j.rt.applyEach(ctx, j, dst, calls, out[:])
+	}
 	if out[0].Err != nil {
 		return Result{}, dst, out[0].Err
 	}

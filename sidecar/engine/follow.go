@@ -203,10 +203,12 @@ type follower struct {
 	pending      map[string]int // coalescing key -> index in items
 	items        []Item
 	pendingBytes int
-	// flushT sends what is pending flushInterval after the first of it;
-	// flushArmed says it is running (armFlush).
+	// flushT sends what is pending flushInterval after the first of it
+	// was written (firstWall, its wall time); flushArmed says it is
+	// running (armFlush).
 	flushT     *time.Timer
 	flushArmed bool
+	firstWall  time.Time
 	lastTok    bson.Raw  // token of the last change in items
 	wall       time.Time // its wall time
 	tok        bson.Raw  // the last token read (event or idle): where to reopen
@@ -290,6 +292,7 @@ func (f *follower) reset() {
 	f.pending = make(map[string]int, f.jc.BatchSize)
 	f.items = make([]Item, 0, f.jc.BatchSize)
 	f.pendingBytes = 0
+	f.firstWall = time.Time{}
 }
 
 // chains are the chains whose windows are open: the reindex's, the
@@ -525,8 +528,29 @@ func (f *follower) armFlush() {
 	if f.flushArmed || f.unflushed() == 0 || f.flushT == nil {
 		return
 	}
-	f.flushT.Reset(f.jc.FlushInterval)
+	f.flushT.Reset(flushDelay(f.jc.FlushInterval, f.firstWall, len(f.items) > 0, time.Now()))
 	f.flushArmed = true
+}
+
+// flushDelay is how long the flush waits for more: flushInterval counted
+// from when the first pending change was written (its wall time, the
+// server's), not from when it was read, so the time the change spent on
+// its way (the stream's getMore, its pace, the server's lookup of the
+// full document) is not added to every batch's wait: under a steady flow
+// a change waits half an interval on average, plus that way. At most
+// half the interval is taken off, so a server clock behind the sidecar's
+// costs at worst batches of half the interval, never a flush per change;
+// a clock ahead, an event without wallTime, or work without a change
+// (related values) waits the whole interval.
+func flushDelay(interval time.Duration, firstWall time.Time, changes bool, now time.Time) time.Duration {
+	if !changes || firstWall.IsZero() {
+		return interval
+	}
+	age := now.Sub(firstWall)
+	if age <= 0 {
+		return interval
+	}
+	return interval - min(age, interval/2)
 }
 
 // counted adds the document changes read since the last call to the stats
@@ -655,9 +679,22 @@ func (f *follower) add(ev bson.Raw) error {
 	f.wall = eventWall(ev)
 	if len(f.items) == 1 {
 		f.stats.LagPending(f.wall)
+		f.firstWall = wallTimeOf(ev)
 	}
 	f.large.Saw(ev)
 	return nil
+}
+
+// wallTimeOf is a change event's wallTime (MongoDB 6.0 and later always
+// report it: SERVER-65022), zero when it has none: its clusterTime counts
+// whole seconds, too coarse to time a flush by.
+func wallTimeOf(ev bson.Raw) time.Time {
+	if w, err := ev.LookupErr("wallTime"); err == nil {
+		if dt, ok := w.DateTimeOK(); ok {
+			return time.UnixMilli(dt)
+		}
+	}
+	return time.Time{}
 }
 
 // eventWall is a change event's wall time (the server's).
