@@ -53,8 +53,8 @@
 // and values are plain operators over that reading T:
 //
 //   - Acquire: findAndModify with upsert, filter {_id, $or: [no expiresAt,
-//     expiresAt <= T]}, update $set holder, nonce, expiresAt = T + ttl,
-//     $inc epoch, $currentDate acquiredAt. A lease that is not free
+//     expiresAt <= T]}, update $set holder, nonce, acquiredAt = T,
+//     expiresAt = T + ttl, $inc epoch. A lease that is not free
 //     answers with a duplicate key (the filter is not a pure equality, so
 //     the upsert tries to insert the _id); the document read then names
 //     the holder (RUNNING).

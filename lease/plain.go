@@ -36,11 +36,13 @@ func (m *Manager) acquirePlain(ctx context.Context, name, nonce string) (*Lease,
 			{Key: "$set", Value: bson.D{
 				{Key: "holder", Value: m.holder},
 				{Key: "nonce", Value: nonce},
+				// The reading, not $currentDate: the lease lasts exactly
+				// the TTL from its acquisition, as in the pipeline form.
+				{Key: "acquiredAt", Value: now},
 				{Key: "expiresAt", Value: now.Add(m.ttl)},
 				{Key: "ttlMs", Value: m.ttl.Milliseconds()},
 			}},
 			{Key: "$inc", Value: bson.D{{Key: "epoch", Value: int64(1)}}},
-			{Key: "$currentDate", Value: bson.D{{Key: "acquiredAt", Value: true}}},
 		}
 		var d leaseDoc
 		err = m.coll.FindOneAndUpdate(ctx, filter, update, opts).Decode(&d)
