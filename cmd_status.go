@@ -15,6 +15,7 @@ import (
 	"github.com/meilistream/meilistream/internal/mongoerr"
 	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/lease"
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/stream"
 	"github.com/meilistream/meilistream/transform"
@@ -125,7 +126,9 @@ func runStatus(ctx context.Context, inv *invocation) int {
 		}
 		pos, lag, room, reindex, errCount := "none", "-", "-", "-", "0"
 		if s := r.state; s != nil {
-			if p := s.Position; p != nil {
+			if p := s.Position; p != nil && isScan(p.Token) {
+				pos, lag = scanPositionText(p.Token, now)
+			} else if p := s.Position; p != nil {
 				pos = p.WallTime.UTC().Format(time.RFC3339)
 				if winErr == nil {
 					room = headroomText(p.WallTime.Truncate(time.Second).Sub(window.Oldest))
@@ -229,12 +232,12 @@ const lagProbeTimeout = 5 * time.Second
 // change stream as the job does (its database's, filtered as the job's,
 // resumed after the token), skips the job's reindex watermarks, and stops
 // at the first change or an empty batch.
-func firstChangeAfter(ctx context.Context, db *mongo.Database, job *transform.Job, state string, token bson.Raw) (time.Time, error) {
+func firstChangeAfter(ctx context.Context, sourceDB *mongo.Database, job *transform.Job, state string, token bson.Raw) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, lagProbeTimeout)
 	defer cancel()
 	// Lean: without the documents, an event over 16 MB after the
 	// position reads like any other, whatever the server's version.
-	cs, err := stream.Open(ctx, db, &job.Job, state, token, stream.Lean())
+	cs, err := stream.Open(ctx, sourceDB, &job.Job, state, token, stream.Lean())
 	if err != nil {
 		return time.Time{}, streamProblem(err)
 	}
@@ -246,7 +249,8 @@ func firstChangeAfter(ctx context.Context, db *mongo.Database, job *transform.Jo
 			}
 			return time.Time{}, nil
 		}
-		if coll, _ := cs.Current.Lookup("ns", "coll").StringValueOK(); coll != state {
+		db, _ := cs.Current.Lookup("ns", "db").StringValueOK()
+		if coll, _ := cs.Current.Lookup("ns", "coll").StringValueOK(); coll != state || db != "" && db != sourceDB.Name() {
 			break
 		}
 	}
@@ -302,4 +306,21 @@ func joinedErrs(err error) []error {
 		return out
 	}
 	return []error{err}
+}
+
+func isScan(tok bson.Raw) bool { _, _, ok := engine.ScanPosition(tok); return ok }
+
+// scanPositionText is a scan-mode job's position for the table: its
+// cursor, and the scan's lag (now less the cursor's key, for a date key;
+// "-" for a number). A scan has no oplog, so no headroom.
+func scanPositionText(tok bson.Raw, now time.Time) (pos, lag string) {
+	cursor, at, _ := engine.ScanPosition(tok)
+	if cursor == "" {
+		cursor = "none yet"
+	}
+	lag = "-"
+	if !at.IsZero() {
+		lag = lagText(now.Sub(at))
+	}
+	return "scan " + cursor, lag
 }

@@ -158,6 +158,8 @@ func serve() {
 
 type config struct {
 	docs, changes, latency int
+	scan                   bool
+	scanInterval, scanIdle time.Duration
 	flush, settle          time.Duration
 	transform, sidecar     string
 	mongoURI, meiliURL     string
@@ -209,6 +211,9 @@ func run() error {
 	flag.BoolVar(&c.floorFirst, "floor-first", false, "with -floor, start the floor build first (the order the sidecars start and are polled in), so runs can swap it")
 	flag.IntVar(&c.background, "background", 0, "while the latency samples are taken, this many other updates a second (titles of other published articles), so each timed write meets batches as a busy collection makes them rather than a quiet stream")
 	flag.BoolVar(&c.identity, "identity", false, "the job without a transform function (the identity: each document indexed as it is) instead of -transform")
+	flag.BoolVar(&c.scan, "scan", false, "instead of the phases above, the scan-mode workload: two sidecars side by side, one following the change stream and one in scan mode (mode scan, key "+scanKey+"), on the same collection; every write sets the key; reports CPU per change followed over -changes updates, write-to-searchable latency of -latency single writes and idle CPU, side by side (scan.go)")
+	flag.DurationVar(&c.scanInterval, "scan-interval", time.Second, "with -scan, the scan-mode sidecar's scanInterval")
+	flag.DurationVar(&c.scanIdle, "scan-idle", 10*time.Second, "with -scan, how long both sidecars are measured idle")
 	flag.IntVar(&c.pods, "pods", 0, "instead of the phases above, the pods workload: K = 1 up to this many sidecar processes on one job reindex the articles, each trial into its own index (wall time, documents per second, CPU and MongoDB writes per document; with -against, the old binary's K = 1 beside the new one's; -docs defaults to 1000000; pods.go)")
 	flag.Float64Var(&c.cpuLimit, "cpu-limit", 0, "with -pods, the cores each sidecar may use, by a cgroup v1 cpu controller of its own (needs root; 0: no limit)")
 	flag.StringVar(&c.against, "against", "", "another meilistream binary to run side by side with the first on the same collection and servers (its own index and state collection), so both meet the same load: an A/B comparison on a noisy machine")
@@ -218,16 +223,16 @@ func run() error {
 		return printBreakdown(*breakdownOf)
 	}
 	modes := 0
-	for _, on := range []bool{c.unchanged, c.lookups, c.catchup, c.wait, c.verify, c.pods > 0} {
+	for _, on := range []bool{c.unchanged, c.lookups, c.catchup, c.wait, c.verify, c.scan, c.pods > 0} {
 		if on {
 			modes++
 		}
 	}
 	if modes > 1 {
-		return errors.New("-unchanged, -lookups, -catchup, -wait, -verify and -pods are workloads of their own: give one")
+		return errors.New("-unchanged, -lookups, -catchup, -wait, -verify, -scan and -pods are workloads of their own: give one")
 	}
 	if c.floor && modes > 0 {
-		return errors.New("-floor measures the default workload: drop -unchanged, -lookups, -catchup, -wait, -verify or -pods")
+		return errors.New("-floor measures the default workload: drop -unchanged, -lookups, -catchup, -wait, -verify, -scan or -pods")
 	}
 	if c.wait && !flagSet("docs") {
 		c.docs = 2000
@@ -376,6 +381,8 @@ func run() error {
 		return runWait(ctx, c, tmp, transforms, coll, ms, published)
 	case c.verify:
 		return runVerifyBench(ctx, c, tmp, transforms, ms, published)
+	case c.scan:
+		return runScan(ctx, c, tmp, transforms, coll, ms, published)
 	case c.pods > 0:
 		return runPods(ctx, c, tmp, transforms, db, ms, published)
 	}

@@ -91,6 +91,7 @@ type JobDefaults struct {
 	OnHistoryLost   string        // "reindex" | "fail"
 	BatchSize       int           // documents per batch
 	FlushInterval   time.Duration // longest wait before a partial batch is sent
+	Mode            string        // jobdef.ModeStream | ModeScan | ModeAuto
 }
 
 func (o Options) withDefaults() Options {
@@ -122,6 +123,9 @@ func (o Options) withDefaults() Options {
 	if d.FlushInterval <= 0 {
 		d.FlushInterval = jobdef.DefaultFlushInterval
 	}
+	if d.Mode == "" {
+		d.Mode = jobdef.DefaultMode
+	}
 	return o
 }
 
@@ -145,6 +149,9 @@ type Job struct {
 	keys    map[string]bool
 	env     map[string]string
 	envOnly bool
+	// dbGiven: the file or an override set `database`, so `collection` is
+	// a collection name whole, never db.collection.
+	dbGiven bool
 	// underscore says the file names `_`: its runtimes load Underscore as
 	// they are made (underscore.go).
 	underscore bool

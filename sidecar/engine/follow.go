@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,6 +49,10 @@ type followPlan struct {
 	// ownMode is the reindex mode of the job as defined when the job run
 	// is a copy in another mode (Engine.RunReindexing); empty otherwise.
 	ownMode string
+	// scan: the job runs in scan mode (scan.go), from the cursors of
+	// tok (none: from the greatest key when it reindexes, from the least
+	// otherwise).
+	scan bool
 }
 
 // follow applies the job's change stream until ctx ends (nil, after a
@@ -57,15 +62,30 @@ type followPlan struct {
 func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, plan followPlan, log hclog.Logger) (*Summary, error) {
 	jc := e.jobCfg(job)
 	jc.timeouts = newTimeouts(job.CallTimeout(), log)
-	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, tok: plan.tok, deps: job.Dependencies(), lastRecorded: plan.tok, lastWall: plan.since, ownMode: plan.ownMode, byHand: plan.untilReindexed}
+	main := e.source.Name()
+	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, tok: plan.tok, deps: resolvedDeps(&job.Job, main), lastRecorded: plan.tok, lastWall: plan.since, ownMode: plan.ownMode, byHand: plan.untilReindexed}
+	f.ownNS = jobdef.Namespace(cmp.Or(job.Database, main), job.Collection)
+	f.stateNS = jobdef.Namespace(main, e.stateName)
 	f.relatedColls = map[string]bool{}
-	for _, c := range job.RelatedCollections() {
-		f.relatedColls[c] = true
+	for _, d := range f.deps {
+		f.relatedColls[d.Namespace()] = true
 	}
 	f.reset()
 	stats.LagReset()
+	if plan.scan {
+		f.scan = e.newScanner(jc, dst, stats, plan.tok, log)
+		if err := f.scan.start(ctx, plan.reindex); err != nil {
+			return nil, closeOr(ctx, l, err)
+		}
+	}
 	if err := f.open(ctx); err != nil {
 		return nil, closeOr(ctx, l, err)
+	}
+	if f.scan != nil && len(f.lastRecorded) == 0 {
+		// The cursors the scan starts from: what a reindex committed
+		// while a related change's fan-out is outstanding records, so
+		// that the change is read again after a restart.
+		f.lastRecorded = f.tok
 	}
 	defer func() { f.reader.Close() }() // the one open last: a resume or an error reopens it
 
@@ -187,7 +207,17 @@ func (f *follower) source() Source {
 		Wait:    f.e.wait,
 		Blame:   func(ctx context.Context, err error) error { return leaseOr(ctx, f.l, err) },
 		Waiting: &f.waiting,
+		Marks:   f.marks(),
 	}
+}
+
+// marks is the chains' Source.Marks: the scanner's in scan mode, nil (a
+// mark written in the state collection) otherwise.
+func (f *follower) marks() func(string) {
+	if f.scan == nil {
+		return nil
+	}
+	return f.scan.mark
 }
 
 // follower is the follow loop's state.
@@ -199,6 +229,9 @@ type follower struct {
 	log    hclog.Logger
 	p      *delivery
 	reader *stream.Reader
+	// scan reads the collection by its key in scan mode (the reader's
+	// feed); nil in stream mode.
+	scan *scanner
 
 	pending      map[string]int // coalescing key -> index in items
 	items        []Item
@@ -232,12 +265,15 @@ type follower struct {
 	// reader sending the dependents again. fanPending counts the fan-out
 	// tasks not yet durable (the follow loop adds them, the pipe's wait
 	// stage ends them); no position is recorded while it is above zero.
-	deps         []jobdef.Dependency
-	relatedColls map[string]bool
-	related      relatedKeys
-	relatedN     int
-	fan          *Fanout
-	fanPending   atomic.Int64
+	deps         []jobdef.Dependency // their databases resolved (resolvedDeps)
+	relatedColls map[string]bool     // the namespaces (db.coll) of deps
+	// ownNS, stateNS are the namespaces of the job's collection and of the
+	// state collection: events are told apart by them (database.go).
+	ownNS, stateNS string
+	related        relatedKeys
+	relatedN       int
+	fan            *Fanout
+	fanPending     atomic.Int64
 	// relatedAllPending: a related collection went away; the next flush
 	// sends every document again.
 	relatedAllPending bool
@@ -330,6 +366,18 @@ func (f *follower) fanChain() *Chain {
 // open opens the stream after f.tok (at the present when empty), retrying
 // transient errors; stream.ErrHistoryLost when the history no longer holds f.tok.
 func (f *follower) open(ctx context.Context) error {
+	if f.scan != nil {
+		if len(f.tok) == 0 {
+			f.tok = f.scan.token()
+		} else if f.reader != nil {
+			// Reopened after an error: on from the last cursors taken in
+			// (the feed may have read past what it handed over), the
+			// windows' documents sent again when next read.
+			f.scan.reset(f.tok)
+		}
+		f.reader = stream.StartFeed(ctx, f.scan.feed(f.e.stateName), f.jc.ReadAhead)
+		return nil
+	}
 	for {
 		cs, err := stream.Open(ctx, f.e.source, &f.jc.job.Job, f.e.stateName, f.tok, f.large.Options()...)
 		if f.large.Unsplit(err) {
@@ -599,20 +647,20 @@ func (f *follower) add(ev bson.Raw) error {
 	if t, i, ok := ev.Lookup("clusterTime").TimestampOK(); ok {
 		f.readCT = bson.Timestamp{T: t, I: i}
 	}
-	coll, _ := ev.Lookup("ns", "coll").StringValueOK()
-	if coll != f.jc.job.Collection {
+	coll := namespaceOf(ev, "ns")
+	if coll != f.ownNS {
 		switch {
 		case op == "dropDatabase" || op == "invalidate":
 			return &invalidation{op: op}
 		case op == "rename":
-			if to, _ := ev.Lookup("to", "coll").StringValueOK(); to == f.jc.job.Collection {
+			if to := namespaceOf(ev, "to"); to == f.ownNS {
 				return &invalidation{op: op} // another collection renamed onto this one
 			}
-			if to, _ := ev.Lookup("to", "coll").StringValueOK(); f.relatedColls[coll] || f.relatedColls[to] {
+			if to := namespaceOf(ev, "to"); f.relatedColls[coll] || f.relatedColls[to] {
 				f.relatedAll(coll, op)
 			}
 			return nil
-		case coll == f.e.stateName:
+		case coll == f.stateNS:
 			if _, err := ev.LookupErr("documentKey", "_id", "wait"); err == nil {
 				return f.onWait(tok)
 			}
@@ -836,6 +884,7 @@ func (f *follower) recordAfter(tok bson.Raw, wall time.Time) func(ctx context.Co
 		f.lastRecorded, f.lastWall = tok, wall
 		f.recMu.Unlock()
 		f.lagc.recorded(tok)
+		f.scanRecorded(tok)
 		e.observePosition(jc.job.Name, wall)
 		stats.Update(func(s *status.JobSnapshot) { s.LastPosition = wall; s.RecordedAt = time.Now() })
 		e.observeLag(jc.job.Name, stats.Snapshot().LagSeconds)
@@ -972,4 +1021,21 @@ func (f *follower) invalidated(ctx context.Context, op string) error {
 		return leaseOr(ctx, f.l, err)
 	}
 	return errs.Wrap(errs.Failed, name, ErrInvalidated, "%s event on %s", op, f.jc.job.Collection)
+}
+
+// scanRecorded shows tok, just recorded, as a scan-mode job's cursor.
+func (f *follower) scanRecorded(tok bson.Raw) {
+	if f.scan == nil {
+		return
+	}
+	c, ok := scanCursorOf(tok)
+	if !ok {
+		return
+	}
+	text, at := cursorText(c), cursorTime(c)
+	f.stats.Update(func(s *status.JobSnapshot) {
+		if s.Scan != nil {
+			s.Scan.SetCursor(text, at)
+		}
+	})
 }
