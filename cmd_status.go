@@ -48,7 +48,7 @@ func runStatus(ctx context.Context, inv *invocation) int {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 
-	leases, err := lease.List(ctx, w.state)
+	leases, err := w.leases.List(ctx)
 	if err != nil {
 		return fail(inv.Stderr, err)
 	}
@@ -185,7 +185,7 @@ func runStatus(ctx context.Context, inv *invocation) int {
 	}
 	// Pods that leave a job to a pod with a newer transform (a rollout
 	// in progress): standing by, and why.
-	present, err := jobstate.ReadPresence(ctx, w.state)
+	present, err := jobstate.ReadPresence(ctx, w.state, w.prober.Pipelines)
 	if err != nil {
 		notes = append(notes, fmt.Sprintf("standbys unknown: %s", err))
 	}
