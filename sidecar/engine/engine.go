@@ -205,6 +205,10 @@ type Engine struct {
 	// srcClock is the source's newest cluster time, for the jobs' lag
 	// (lag.go).
 	srcClock sourceClock
+
+	// hubs: the one change stream per source database the jobs of this
+	// engine share (stream.Hub).
+	hubs *stream.Hubs
 }
 
 // New returns an engine reading jobs' collections from source and
@@ -228,6 +232,7 @@ func New(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Coll
 	if state != nil {
 		e.stateName = state.Name()
 	}
+	e.hubs = stream.NewHubs(e.stateName)
 	return e
 }
 

@@ -189,6 +189,15 @@ func (f *follower) source() Source {
 	}
 }
 
+// changes is what the follow loop reads its stream through: its share of
+// the stream of its database (stream.Sub), or, for a stream the job
+// cannot share (its declared fields, a lean stretch), a Reader of its own.
+type changes interface {
+	Items() <-chan stream.Item
+	Taken(stream.Item)
+	Close()
+}
+
 // follower is the follow loop's state.
 type follower struct {
 	e      *Engine
@@ -197,7 +206,7 @@ type follower struct {
 	stats  *status.JobStats
 	log    hclog.Logger
 	p      *delivery
-	reader *stream.Reader
+	reader changes
 
 	pending      map[string]int // coalescing key -> index in items
 	items        []Item
@@ -327,6 +336,20 @@ func (f *follower) fanChain() *Chain {
 // transient errors; stream.ErrHistoryLost when the history no longer holds f.tok.
 func (f *follower) open(ctx context.Context) error {
 	for {
+		if stream.Shareable(&f.jc.job.Job) && !f.large.Lean() {
+			sub, err := f.e.hubs.For(f.e.source).Join(ctx, &f.jc.job.Job, f.tok, stream.Pace(f.jc.FlushInterval), f.jc.ReadAhead, f.hurry)
+			if err == nil {
+				if len(f.tok) == 0 {
+					f.tok = append(bson.Raw(nil), sub.ResumeToken()...)
+				}
+				f.reader = sub
+				return nil
+			}
+			if err := f.openFailed(ctx, err); err != nil {
+				return err
+			}
+			continue
+		}
 		cs, err := stream.Open(ctx, f.e.source, &f.jc.job.Job, f.e.stateName, f.tok, f.large.Options()...)
 		if f.large.Unsplit(err) {
 			// A server before 7.0 and 6.0.9: events over 16 MB are read
@@ -341,25 +364,32 @@ func (f *follower) open(ctx context.Context) error {
 			f.reader = stream.Start(ctx, cs, stream.Pace(f.jc.FlushInterval), f.jc.ReadAhead, f.hurry)
 			return nil
 		}
-		if stream.IsHistoryLost(err) {
-			return stream.ErrHistoryLost
-		}
-		if stream.TooLarge(err) {
-			// The first batch met the event: the same as a getMore.
-			if err := f.tooLarge(ctx, err); err != nil {
-				return err
-			}
-			continue
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		f.retried("open change stream", err, f.attempt)
-		if err := sleep(ctx, backoff(f.jc.Config, f.attempt)); err != nil {
+		if err := f.openFailed(ctx, err); err != nil {
 			return err
 		}
-		f.attempt++
 	}
+}
+
+// openFailed acts on an error opening the stream: nil to try again
+// (after a backoff, or in a lean stretch), or the error that ends the
+// follow.
+func (f *follower) openFailed(ctx context.Context, err error) error {
+	if stream.IsHistoryLost(err) {
+		return stream.ErrHistoryLost
+	}
+	if stream.TooLarge(err) {
+		// The first batch met the event: the same as a getMore.
+		return f.tooLarge(ctx, err)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	f.retried("open change stream", err, f.attempt)
+	if err := sleep(ctx, backoff(f.jc.Config, f.attempt)); err != nil {
+		return err
+	}
+	f.attempt++
+	return nil
 }
 
 // hurry says whether a reindex's mark is on its way through the stream

@@ -58,6 +58,12 @@ type Item struct {
 	Token  bson.Raw   // an idle report: the post-batch resume token
 	Err    error      // the stream failed (the Reader then stops)
 	bytes  int        // of Events, released to the reader's budget once taken in
+	// from is the budget bytes go back to (nil: an item of a Hub, whose
+	// Sub counts them itself); after, the post-batch resume token when
+	// Events end a getMore batch: a position for the jobs of a shared
+	// stream that the batch had nothing for.
+	from  *budget.Bytes
+	after bson.Raw
 }
 
 // Filter is the $match of a job's change stream. The stream is
@@ -185,20 +191,32 @@ type Reader struct {
 	split      *assembly
 	before     bson.Raw
 	fragmented bool
+	// deliver, when set, takes the items instead of the channel (a Sub
+	// catching up queues them itself); caught, when set, is told of each
+	// idle report once handed over, and ends the reader by returning true
+	// (the Sub merged into its Hub's shared stream).
+	deliver func(Item)
+	caught  func(tok bson.Raw) bool
 }
 
 // Start starts reading cs: at most readAhead bytes of events handed over
 // and not yet Taken, and a pause of pace after a batch unless hurry says
 // a reader waits for what comes next.
 func Start(ctx context.Context, cs *mongo.ChangeStream, pace time.Duration, readAhead int, hurry func() bool) *Reader {
+	return start(ctx, cs, pace, readAhead, hurry, nil, nil)
+}
+
+func start(ctx context.Context, cs *mongo.ChangeStream, pace time.Duration, readAhead int, hurry func() bool, deliver func(Item), caught func(bson.Raw) bool) *Reader {
 	rctx, cancel := context.WithCancel(ctx)
 	r := &Reader{
-		items:  make(chan Item, 1),
-		cancel: cancel,
-		done:   make(chan struct{}),
-		budget: budget.New(readAhead),
-		hurry:  hurry,
-		before: append(bson.Raw(nil), cs.ResumeToken()...),
+		items:   make(chan Item, 1),
+		cancel:  cancel,
+		done:    make(chan struct{}),
+		budget:  budget.New(readAhead),
+		hurry:   hurry,
+		before:  append(bson.Raw(nil), cs.ResumeToken()...),
+		deliver: deliver,
+		caught:  caught,
 	}
 	if len(r.before) == 0 {
 		r.before = nil
@@ -231,6 +249,14 @@ func (r *Reader) Close() {
 
 func (r *Reader) read(ctx context.Context, cs *mongo.ChangeStream, pace time.Duration) {
 	send := func(it Item) bool {
+		if r.deliver != nil {
+			if ctx.Err() != nil {
+				r.budget.Release(it.bytes)
+				return false
+			}
+			r.deliver(it)
+			return true
+		}
 		select {
 		case r.items <- it:
 			return true
@@ -270,7 +296,11 @@ func (r *Reader) read(ctx context.Context, cs *mongo.ChangeStream, pace time.Dur
 				if r.budget.Acquire(ctx, size) != nil {
 					return
 				}
-				if !send(Item{Events: evs, bytes: size}) {
+				it := Item{Events: evs, bytes: size, from: r.budget}
+				if cs.RemainingBatchLength() == 0 && r.split == nil {
+					it.after = append(bson.Raw(nil), cs.ResumeToken()...)
+				}
+				if !send(it) {
 					return
 				}
 			}
@@ -301,6 +331,9 @@ func (r *Reader) read(ctx context.Context, cs *mongo.ChangeStream, pace time.Dur
 		}
 		r.before, r.fragmented = append(bson.Raw(nil), cs.ResumeToken()...), false
 		if !send(Item{Token: r.before}) {
+			return
+		}
+		if r.caught != nil && r.caught(r.before) {
 			return
 		}
 	}
