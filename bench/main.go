@@ -163,6 +163,8 @@ type config struct {
 	flood                  int
 	outage, docKB          int
 	verify                 bool
+	jobs, jobDocs          int
+	idle                   time.Duration
 }
 
 func run() error {
@@ -191,15 +193,18 @@ func run() error {
 	flag.BoolVar(&c.wait, "wait", false, "instead of the phases above, the read-your-writes workload: a holder and a standby sidecar on one job (-docs defaults to 2000); -latency writes one at a time, each timed until GET /wait for its operationTime returns on the holder and on the standby, and until searchable (polled), side by side (wait.go)")
 	flag.IntVar(&c.flood, "flood", 200, "with -wait, then as many writes again while this many more waiters (half on each sidecar) ask GET /wait for the latest write again and again: whether a flood of waits slows the pipeline")
 	flag.StringVar(&c.against, "against", "", "another meilistream binary to run side by side with the first on the same collection and servers (its own index and state collection), so both meet the same load: an A/B comparison on a noisy machine")
+	flag.IntVar(&c.jobs, "jobs", 0, "instead of the phases above, the many-jobs workload: this many identity jobs on small collections in one sidecar (and with -against the other binary, side by side, its own database); after -idle, the change streams open on the server, sockets, goroutines, RSS and idle CPU of each sidecar, then -latency writes, each to another collection, timed until searchable (jobs.go)")
+	flag.IntVar(&c.jobDocs, "jobs-docs", 10, "with -jobs, documents in each collection")
+	flag.DurationVar(&c.idle, "idle", 20*time.Second, "with -jobs, how long the idle CPU is counted")
 	flag.Parse()
 	modes := 0
-	for _, on := range []bool{c.unchanged, c.lookups, c.catchup, c.wait, c.verify} {
+	for _, on := range []bool{c.unchanged, c.lookups, c.catchup, c.wait, c.verify, c.jobs > 0} {
 		if on {
 			modes++
 		}
 	}
 	if modes > 1 {
-		return errors.New("-unchanged, -lookups, -catchup, -wait and -verify are workloads of their own: give one")
+		return errors.New("-unchanged, -lookups, -catchup, -wait, -verify and -jobs are workloads of their own: give one")
 	}
 	if c.wait && !flagSet("docs") {
 		c.docs = 2000
@@ -286,6 +291,9 @@ func run() error {
 	coll := db.Collection("articles")
 	_ = db.Drop(ctx)
 	ms := meilisearch.New(c.meiliURL, meilisearch.DisableRetries())
+	if c.jobs > 0 {
+		return runJobs(ctx, c, tmp, mc, ms)
+	}
 
 	article := articles.Article
 	switch {

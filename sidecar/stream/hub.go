@@ -155,7 +155,8 @@ type Sub struct {
 	mu     sync.Mutex
 	queue  []Item
 	bytes  int      // handed over (queued or in ch) and not yet Taken
-	pos    bson.Raw // the last token queued
+	pos    bson.Raw // the last position queued: where to resume
+	seen   bson.Raw // where the last event queued ends (Item.ends)
 	closed bool
 	wg     sync.WaitGroup // catch-ups starting or running
 }
@@ -178,7 +179,7 @@ func (h *Hub) Join(ctx context.Context, job *jobdef.Job, token bson.Raw, pace ti
 	if len(token) == 0 && len(h.pos) > 0 && len(h.members) > 0 {
 		token, direct = h.pos, true // the present, as the shared stream knows it
 	}
-	s.start, s.pos = token, token
+	s.start, s.pos, s.seen = token, token, token
 	if direct {
 		h.joining[s] = true
 		h.nudge()
@@ -195,7 +196,7 @@ func (h *Hub) Join(ctx context.Context, job *jobdef.Job, token bson.Raw, pace ti
 			return nil, err
 		}
 		s.start = append(bson.Raw(nil), cs.ResumeToken()...)
-		s.pos = s.start
+		s.pos, s.seen = s.start, s.start
 		s.wg.Add(1)
 		go s.reaped(start(sctx, cs, pace, readAhead, hurry, s.deliver, s.caught))
 		return s, nil
@@ -281,16 +282,20 @@ func (s *Sub) queueItem(it Item) {
 		return
 	}
 	if it.Token != nil && it.Events == nil && it.Err == nil {
+		s.pos, s.seen = it.Token, it.Token
 		if n := len(s.queue); n > 0 && s.queue[n-1].Token != nil && s.queue[n-1].Events == nil {
 			s.queue[n-1] = it
-			s.pos = it.Token
 			return
 		}
-		s.pos = it.Token
 	}
 	if n := len(it.Events); n > 0 {
 		if tok, ok := it.Events[n-1].Lookup("_id").DocumentOK(); ok {
 			s.pos = tok
+		}
+		if n <= len(it.ends) {
+			s.seen = it.ends[n-1]
+		} else {
+			s.seen = s.pos
 		}
 	}
 	s.bytes += it.bytes
@@ -320,7 +325,7 @@ func (s *Sub) caught(tok bson.Raw) bool {
 	if s.bytes > s.readAhead/2 {
 		return false
 	}
-	s.pos = tok
+	s.pos, s.seen = tok, tok
 	h.joining[s] = true
 	h.nudge()
 	return true
@@ -572,7 +577,7 @@ func (h *Hub) reopen(ctx context.Context) (*Reader, error) {
 		for s := range h.members {
 			s.mu.Lock()
 			if len(s.pos) == 0 {
-				s.pos = from
+				s.pos, s.seen = from, from
 			}
 			s.mu.Unlock()
 		}
@@ -649,7 +654,7 @@ func (h *Hub) distribute(it Item) {
 			h.pos = it.Token
 			for s := range h.members {
 				s.mu.Lock()
-				if TokenLess(s.pos, it.Token) {
+				if TokenLess(s.seen, it.Token) {
 					s.queueItem(Item{Token: it.Token})
 				}
 				s.mu.Unlock()
@@ -660,22 +665,34 @@ func (h *Hub) distribute(it Item) {
 	if h.stale {
 		h.index()
 	}
-	got := map[*Sub][]bson.Raw{}
+	type share struct{ evs, ends []bson.Raw }
+	got := map[*Sub]*share{}
 	var over []*Sub
-	for _, ev := range it.Events {
+	for i, ev := range it.Events {
 		tok, _ := ev.Lookup("_id").DocumentOK()
+		end := tok
+		if i < len(it.ends) {
+			end = it.ends[i]
+		}
 		for _, s := range h.route(ev) {
 			if !h.members[s] {
 				continue
 			}
-			s.mu.Lock()
-			pos := s.pos
-			if evs := got[s]; len(evs) > 0 {
-				pos, _ = evs[len(evs)-1].Lookup("_id").DocumentOK()
+			g := got[s]
+			var seen bson.Raw
+			if g != nil {
+				seen = g.ends[len(g.ends)-1]
+			} else {
+				s.mu.Lock()
+				seen = s.seen
+				s.mu.Unlock()
 			}
-			s.mu.Unlock()
-			if TokenLess(pos, tok) {
-				got[s] = append(got[s], ev)
+			if TokenLess(seen, end) {
+				if g == nil {
+					g = &share{}
+					got[s] = g
+				}
+				g.evs, g.ends = append(g.evs, ev), append(g.ends, end)
 			}
 		}
 		if len(tok) > 0 {
@@ -683,11 +700,11 @@ func (h *Hub) distribute(it Item) {
 		}
 	}
 	for s := range h.members {
-		evs := got[s]
+		g := got[s]
 		s.mu.Lock()
-		if len(evs) > 0 {
+		if g != nil {
 			size := 0
-			for _, ev := range evs {
+			for _, ev := range g.evs {
 				size += len(ev)
 			}
 			if s.bytes > 0 && s.bytes+size > s.readAhead {
@@ -695,9 +712,9 @@ func (h *Hub) distribute(it Item) {
 				// on from its own position, at its own pace.
 				over = append(over, s)
 			} else {
-				s.queueItem(Item{Events: evs, bytes: size})
+				s.queueItem(Item{Events: g.evs, ends: g.ends, bytes: size})
 			}
-		} else if len(it.after) > 0 && TokenLess(s.pos, it.after) {
+		} else if len(it.after) > 0 && TokenLess(s.seen, it.after) {
 			s.queueItem(Item{Token: it.after})
 		}
 		s.mu.Unlock()

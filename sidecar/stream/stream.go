@@ -64,6 +64,11 @@ type Item struct {
 	// stream that the batch had nothing for.
 	from  *budget.Bytes
 	after bson.Raw
+	// ends holds, for each event, the token where it ends in the stream:
+	// its _id, but for one put together from fragments, whose _id is the
+	// position before it (split.go), its last fragment's. A Hub tells by
+	// them what a job already had.
+	ends []bson.Raw
 }
 
 // Filter is the $match of a job's change stream. The stream is
@@ -276,6 +281,7 @@ func (r *Reader) read(ctx context.Context, cs *mongo.ChangeStream, pace time.Dur
 			// streams).
 			n := min(cs.RemainingBatchLength()+1, maxItemEvents)
 			evs := make([]bson.Raw, 0, n)
+			ends := make([]bson.Raw, 0, n)
 			size := 0
 			for {
 				ev := cs.Current[:len(cs.Current):len(cs.Current)]
@@ -285,7 +291,9 @@ func (r *Reader) read(ctx context.Context, cs *mongo.ChangeStream, pace time.Dur
 					return
 				}
 				if ev != nil {
+					end, _ := cs.Current.Lookup("_id").DocumentOK()
 					evs = append(evs, ev)
+					ends = append(ends, end)
 					size += len(ev)
 				}
 				if len(evs) == maxItemEvents || cs.RemainingBatchLength() == 0 || !cs.TryNext(ctx) {
@@ -296,8 +304,9 @@ func (r *Reader) read(ctx context.Context, cs *mongo.ChangeStream, pace time.Dur
 				if r.budget.Acquire(ctx, size) != nil {
 					return
 				}
-				it := Item{Events: evs, bytes: size, from: r.budget}
-				if cs.RemainingBatchLength() == 0 && r.split == nil {
+				it := Item{Events: evs, bytes: size, from: r.budget, ends: ends}
+				if cs.RemainingBatchLength() == 0 && r.split == nil && !r.fragmented {
+					// A fragment's token is never a position (split.go).
 					it.after = append(bson.Raw(nil), cs.ResumeToken()...)
 				}
 				if !send(it) {
