@@ -506,18 +506,30 @@ func (h *Hub) run() {
 	}
 }
 
-// stopShared closes the shared stream and hands on what it had read.
+// stopShared closes the shared stream once its getMore in flight
+// returned (Reader.Finish) and hands on what it read until then.
 func (h *Hub) stopShared(r *Reader) *Reader {
-	r.Close()
+	r.Finish()
+	take := func(it Item) {
+		if it.Err == nil {
+			h.distribute(it)
+			r.Taken(it)
+		}
+	}
 	for {
 		select {
 		case it := <-r.Items():
-			if it.Err == nil {
-				h.distribute(it)
-				r.Taken(it)
+			take(it)
+		case <-r.done:
+			for {
+				select {
+				case it := <-r.Items():
+					take(it)
+				default:
+					r.Close()
+					return nil
+				}
 			}
-		default:
-			return nil
 		}
 	}
 }

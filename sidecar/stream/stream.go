@@ -202,7 +202,18 @@ type Reader struct {
 	// (the Sub merged into its Hub's shared stream).
 	deliver func(Item)
 	caught  func(tok bson.Raw) bool
+	// finish, closed by Finish, ends the reader after its getMore in
+	// flight.
+	finish     chan struct{}
+	finishOnce sync.Once
 }
+
+// Finish ends the reader once the getMore in flight returned (at most
+// Await later), without interrupting it: a getMore cut short by closing
+// its connection can leave its cursor open on the server after the
+// killCursors that follows. The items read meanwhile still come; done is
+// closed when the stream is.
+func (r *Reader) Finish() { r.finishOnce.Do(func() { close(r.finish) }) }
 
 // Start starts reading cs: at most readAhead bytes of events handed over
 // and not yet Taken, and a pause of pace after a batch unless hurry says
@@ -222,6 +233,7 @@ func start(ctx context.Context, cs *mongo.ChangeStream, pace time.Duration, read
 		before:  append(bson.Raw(nil), cs.ResumeToken()...),
 		deliver: deliver,
 		caught:  caught,
+		finish:  make(chan struct{}),
 	}
 	if len(r.before) == 0 {
 		r.before = nil
@@ -271,6 +283,11 @@ func (r *Reader) read(ctx context.Context, cs *mongo.ChangeStream, pace time.Dur
 		}
 	}
 	for {
+		select {
+		case <-r.finish:
+			return
+		default:
+		}
 		started := time.Now()
 		if cs.TryNext(ctx) {
 			// The rest of the batch the driver holds, without another
