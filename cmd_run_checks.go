@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -32,14 +33,17 @@ func jobProblem(cfg config.Config, job *transform.Job) error {
 	case job.Kind == jobdef.Mirror && cfg.ReplicaURI == "":
 		return &errs.Error{Code: errs.ConfigInvalid, Job: job.Name, Setting: "MEILISTREAM_REPLICA_URI",
 			Msg: "a mirror job needs MEILISTREAM_REPLICA_URI (the MongoDB its collection " + job.Mirror + " is copied to)"}
-	case job.Collection == state || job.Collection == errColl:
+	case (job.Database == "" || job.Database == cfg.MongoDBDatabase) && (job.Collection == state || job.Collection == errColl):
+		// The same names in another database are collections like any
+		// other: the state collection is the main database's.
 		// It would index lease holders and positions, and every position
 		// it records would be a change for it to follow: it feeds itself.
 		return &errs.Error{Code: errs.ConfigInvalid, Job: job.Name, Setting: "MEILISTREAM_STATE_COLLECTION",
 			Msg: "the job's collection " + job.Collection + " is meilistream's own state (MEILISTREAM_STATE_COLLECTION is " + state +
 				", per-document errors go to " + errColl + "); point the job at another collection, or give meilistream another state collection"}
-	case job.Kind == jobdef.Mirror && sameCluster(cfg.MongoDBURI, cfg.ReplicaURI) && cfg.ReplicaDatabase == cfg.MongoDBDatabase &&
-		(job.Mirror == job.Collection || job.Mirror == state || job.Mirror == errColl):
+	case job.Kind == jobdef.Mirror && sameCluster(cfg.MongoDBURI, cfg.ReplicaURI) &&
+		(cfg.ReplicaDatabase == cmp.Or(job.Database, cfg.MongoDBDatabase) && job.Mirror == job.Collection ||
+			cfg.ReplicaDatabase == cfg.MongoDBDatabase && (job.Mirror == state || job.Mirror == errColl)):
 		return &errs.Error{Code: errs.ConfigInvalid, Job: job.Name, Setting: "MEILISTREAM_REPLICA_DATABASE",
 			Msg: "the job would mirror into " + cfg.ReplicaDatabase + "." + job.Mirror + ", which is its own source or meilistream's state on the same MongoDB; " +
 				"give the mirror another collection or MEILISTREAM_REPLICA_DATABASE"}

@@ -225,12 +225,12 @@ const lagProbeTimeout = 5 * time.Second
 // change stream as the job does (its database's, filtered as the job's,
 // resumed after the token), skips the job's reindex watermarks, and stops
 // at the first change or an empty batch.
-func firstChangeAfter(ctx context.Context, db *mongo.Database, job *transform.Job, state string, token bson.Raw) (time.Time, error) {
+func firstChangeAfter(ctx context.Context, sourceDB *mongo.Database, job *transform.Job, state string, token bson.Raw) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, lagProbeTimeout)
 	defer cancel()
 	// Lean: without the documents, an event over 16 MB after the
 	// position reads like any other, whatever the server's version.
-	cs, err := stream.Open(ctx, db, &job.Job, state, token, stream.Lean())
+	cs, err := stream.Open(ctx, sourceDB, &job.Job, state, token, stream.Lean())
 	if err != nil {
 		return time.Time{}, streamProblem(err)
 	}
@@ -242,7 +242,8 @@ func firstChangeAfter(ctx context.Context, db *mongo.Database, job *transform.Jo
 			}
 			return time.Time{}, nil
 		}
-		if coll, _ := cs.Current.Lookup("ns", "coll").StringValueOK(); coll != state {
+		db, _ := cs.Current.Lookup("ns", "db").StringValueOK()
+		if coll, _ := cs.Current.Lookup("ns", "coll").StringValueOK(); coll != state || db != "" && db != sourceDB.Name() {
 			break
 		}
 	}

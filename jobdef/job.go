@@ -43,9 +43,14 @@ func (k Kind) String() string {
 // sinks, the job state and the change stream read only this. Its fields
 // are read-only once loaded.
 type Job struct {
-	Name       string // the file name without ".js"
-	File       string // the file's path; "" for a job without a file
-	Collection string // source collection; default Name
+	Name string // the file name without ".js"
+	File string // the file's path; "" for a job without a file
+	// Database is the source database of Collection: the job's `database`
+	// (or the database part of a `collection` written db.collection),
+	// else MEILISTREAM_MONGODB_DATABASE. Always set once loaded. The
+	// state collection stays in the main database whatever it is.
+	Database   string
+	Collection string // source collection (of Database); default Name
 	Index      string // search: Meilisearch index uid; default Name; "" for a mirror
 	Mirror     string // mirror: destination collection in the replica; "" for a search job
 	PrimaryKey string // search: the index's primary key; default "id"

@@ -14,8 +14,11 @@ import (
 // matches to the transform, on ctx.lookups[Name], and on the document's
 // field As when set.
 type Lookup struct {
-	Name         string
-	From         string // a collection of the job's database
+	Name string
+	// Database is From's database: the lookup's own, else the job's
+	// Database. Always set once loaded.
+	Database     string
+	From         string // a collection of Database
 	LocalField   string // a field (dotted path) of the job's documents
 	ForeignField string // a field (dotted path) of From's documents
 	// Project is the projection of From's documents (nil: whole). An
@@ -38,7 +41,11 @@ type Lookup struct {
 // LocalField); relate is for dependencies a lookup cannot declare (a
 // monstache script reading other collections with findId).
 type Relate struct {
-	Namespace  string
+	// Database is Namespace's database: the database part of a namespace
+	// written db.collection (monstache's form), else the job's Database.
+	// Always set once loaded.
+	Database   string
+	Namespace  string // a collection of Database
 	SrcField   string
 	MatchField string
 }
@@ -48,6 +55,7 @@ type Relate struct {
 // a value of the changed document's Key field (_id for a reference by
 // id). Lookups and relates both make them (Dependencies).
 type Dependency struct {
+	Database   string // Collection's database
 	Collection string
 	Key        string // field of the changed document
 	Field      string // field of the job's documents
@@ -65,10 +73,10 @@ func (j *Job) Dependencies() []Dependency {
 		}
 	}
 	for _, l := range j.Lookups {
-		add(Dependency{Collection: l.From, Key: l.ForeignField, Field: l.LocalField})
+		add(Dependency{Database: l.Database, Collection: l.From, Key: l.ForeignField, Field: l.LocalField})
 	}
 	for _, r := range j.Relates {
-		add(Dependency{Collection: r.Namespace, Key: r.SrcField, Field: r.MatchField})
+		add(Dependency{Database: r.Database, Collection: r.Namespace, Key: r.SrcField, Field: r.MatchField})
 	}
 	return out
 }
@@ -337,4 +345,26 @@ func project(doc bson.Raw, p bson.D) bson.Raw {
 		return doc
 	}
 	return b
+}
+
+// Namespace is db.coll as MongoDB writes a namespace (a database name
+// holds no dot, so the first dot splits it again).
+func Namespace(db, coll string) string { return db + "." + coll }
+
+// Namespace is the dependency's collection with its database.
+func (d Dependency) Namespace() string { return Namespace(d.Database, d.Collection) }
+
+// Databases lists the databases j reads, its collection's and its
+// dependencies', sorted, without repeats ("" for one not resolved).
+func (j *Job) Databases() []string {
+	seen := map[string]bool{j.Database: true}
+	out := []string{j.Database}
+	for _, d := range j.Dependencies() {
+		if !seen[d.Database] {
+			seen[d.Database] = true
+			out = append(out, d.Database)
+		}
+	}
+	sort.Strings(out)
+	return out
 }

@@ -139,7 +139,8 @@ func New(o Options, guard sink.Guard) (*Sink, error) {
 }
 
 // ForJob returns the replica sink of a mirror job: its source collection
-// (job.Collection) in sourceDB, its destination (job.Mirror) in replicaDB.
+// (job.Collection) in its database (job.Database, else sourceDB), its
+// destination (job.Mirror) in replicaDB.
 // It is what the main package calls when it builds a job's sink; logger and
 // metrics (the job's) may be nil.
 func ForJob(replicaDB, sourceDB *mongo.Database, job *jobdef.Job, guard sink.Guard, logger hclog.Logger, metrics Metrics) (*Sink, error) {
@@ -151,6 +152,10 @@ func ForJob(replicaDB, sourceDB *mongo.Database, job *jobdef.Job, guard sink.Gua
 	}
 	if sourceDB == nil || job.Collection == "" || job.Mirror == "" {
 		return nil, errs.New(errs.ConfigInvalid, job.Name, "a mirror job needs a source and a destination collection")
+	}
+	if job.Database != "" && job.Database != sourceDB.Name() {
+		// The job's own source database; the replica's stays one.
+		sourceDB = sourceDB.Client().Database(job.Database)
 	}
 	return New(Options{
 		Job:     job.Name,

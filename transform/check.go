@@ -113,13 +113,26 @@ func CheckFiles(w io.Writer, paths []string, samplePath string, opts Options) er
 	return joinErrs(problems)
 }
 
-// describe is one line about a job for check.
+// describe is one line about a job for check. A collection of another
+// database than the main one (MEILISTREAM_MONGODB_DATABASE) is written
+// db.collection: the job's, and a lookup's or relate's of another database
+// than the job's.
 func (j *Job) describe() string {
 	var b strings.Builder
+	src := j.Collection
+	if j.Database != j.opts.Database {
+		src = jobdef.Namespace(j.Database, j.Collection)
+	}
+	in := func(db, coll string) string {
+		if db != j.Database {
+			return jobdef.Namespace(db, coll)
+		}
+		return coll
+	}
 	if j.Kind == jobdef.Mirror {
-		fmt.Fprintf(&b, "mirror %s -> replica collection %s", j.Collection, j.Mirror)
+		fmt.Fprintf(&b, "mirror %s -> replica collection %s", src, j.Mirror)
 	} else {
-		fmt.Fprintf(&b, "search %s -> index %s (%s)", j.Collection, j.Index, j.describeOptions())
+		fmt.Fprintf(&b, "search %s -> index %s (%s)", src, j.Index, j.describeOptions())
 	}
 	switch {
 	case j.Function:
@@ -135,10 +148,10 @@ func (j *Job) describe() string {
 		if l.Many {
 			many = ", many"
 		}
-		fmt.Fprintf(&b, ", lookup %s: %s.%s = %s%s", l.Name, l.From, l.ForeignField, l.LocalField, many)
+		fmt.Fprintf(&b, ", lookup %s: %s.%s = %s%s", l.Name, in(l.Database, l.From), l.ForeignField, l.LocalField, many)
 	}
 	for _, r := range j.Relates {
-		fmt.Fprintf(&b, ", relate %s.%s -> %s", r.Namespace, r.SrcField, r.MatchField)
+		fmt.Fprintf(&b, ", relate %s.%s -> %s", in(r.Database, r.Namespace), r.SrcField, r.MatchField)
 	}
 	if j.Fields != nil {
 		fmt.Fprintf(&b, ", fields %s", strings.Join(j.Fields, ", "))

@@ -28,7 +28,7 @@ func envVar(key, option string) string {
 // "mirror", and the identity transform.
 func envJob(name string, ov map[string]string, opts Options) (*Job, error) {
 	j := &Job{Job: jobdef.Job{
-		Name: name, Collection: name, Index: name, PrimaryKey: jobdef.DefaultPrimaryKey, Kind: jobdef.Search,
+		Name: name, Database: opts.Database, Collection: name, Index: name, PrimaryKey: jobdef.DefaultPrimaryKey, Kind: jobdef.Search,
 		Reindex: "swap", Sweep: true, Dates: "iso",
 		OnDocumentError: opts.Defaults.OnDocumentError, OnHistoryLost: opts.Defaults.OnHistoryLost,
 		BatchSize: opts.Defaults.BatchSize, FlushInterval: opts.Defaults.FlushInterval,
@@ -36,6 +36,9 @@ func envJob(name string, ov map[string]string, opts Options) (*Job, error) {
 	}, opts: opts, envOnly: true}
 	j.log = opts.Logger.With("job", name)
 	if err := j.applyEnv(ov, opts.IndexPrefix); err != nil {
+		return nil, err
+	}
+	if err := j.resolveDatabases(); err != nil {
 		return nil, err
 	}
 	return j, nil

@@ -300,7 +300,7 @@ func loadFile(ctx context.Context, path string, src []byte, opts Options, ov map
 	sum := sha256.Sum256(src)
 	j := &Job{Job: jobdef.Job{
 		Name: name, File: path, LegacyHash: hex.EncodeToString(sum[:]),
-		Collection: name, Index: name, PrimaryKey: jobdef.DefaultPrimaryKey, Kind: jobdef.Search,
+		Database: opts.Database, Collection: name, Index: name, PrimaryKey: jobdef.DefaultPrimaryKey, Kind: jobdef.Search,
 		Reindex: "swap", Sweep: true, Dates: "iso",
 		OnDocumentError: opts.Defaults.OnDocumentError, OnHistoryLost: opts.Defaults.OnHistoryLost,
 		BatchSize: opts.Defaults.BatchSize, FlushInterval: opts.Defaults.FlushInterval,
@@ -327,6 +327,9 @@ func loadFile(ctx context.Context, path string, src []byte, opts Options, ov map
 			return err
 		}
 		if err := j.applyEnv(ov, opts.IndexPrefix); err != nil {
+			return err
+		}
+		if err := j.resolveDatabases(); err != nil {
 			return err
 		}
 		if err := j.refusePrivate(); err != nil {
@@ -628,6 +631,17 @@ func validIndexUID(s string) string {
 func validPrimaryKey(s string) string {
 	if s == "" || len(s) > 255 || strings.ContainsAny(s, ".\x00") {
 		return fmt.Sprintf("%q is not a usable primary key (a field name without dots)", s)
+	}
+	return ""
+}
+
+// validDatabase checks a MongoDB database name: not empty, fewer than 64
+// bytes, none of / \ . space " $ nor NUL (MongoDB's "Naming
+// Restrictions" for Unix and Linux; the space, slash, backslash, quote and
+// NUL on every platform, mongod's namespace_string).
+func validDatabase(s string) string {
+	if s == "" || len(s) >= 64 || strings.ContainsAny(s, "/\\. \"$\x00") {
+		return fmt.Sprintf("%q is not a database name", s)
 	}
 	return ""
 }

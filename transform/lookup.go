@@ -8,6 +8,7 @@ import (
 	"github.com/dop251/goja"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/jobdef"
 )
 
@@ -116,6 +117,10 @@ func readLookup(v *vm, name string, val goja.Value) (jobdef.Lookup, string) {
 			if l.From, bad = str(); bad == "" {
 				bad = validCollection(l.From)
 			}
+		case "database":
+			if l.Database, bad = str(); bad == "" {
+				bad = validDatabase(l.Database)
+			}
 		case "localField":
 			if l.LocalField, bad = str(); bad == "" {
 				bad = validPath(k, l.LocalField)
@@ -141,7 +146,7 @@ func readLookup(v *vm, name string, val goja.Value) (jobdef.Lookup, string) {
 		case "project":
 			l.Project, bad = readProjection(v, f)
 		default:
-			bad = fmt.Sprintf("unknown key %q (known: from, localField, foreignField, project, many, as)", k)
+			bad = fmt.Sprintf("unknown key %q (known: from, database, localField, foreignField, project, many, as)", k)
 		}
 		if bad != "" {
 			return l, bad
@@ -267,7 +272,8 @@ func readRelate(val goja.Value, collection string) (jobdef.Relate, string) {
 		}
 		switch k {
 		case "namespace":
-			r.Namespace = collectionOf(s)
+			// monstache's db.collection; resolveDatabases splits it.
+			r.Namespace = s
 		case "withNamespace":
 			if w := collectionOf(s); w != collection {
 				return r, fmt.Sprintf("withNamespace %q: a job sends again its own collection's documents (%q); declare the relate in that collection's job", s, collection)
@@ -347,4 +353,73 @@ func readRelated(v *vm, val goja.Value) (map[string][]bson.Raw, string) {
 		out[coll] = docs
 	}
 	return out, ""
+}
+
+// resolveDatabases settles where the job, its lookups and its relates
+// read, once the job's options (and overrides) are read, so code can
+// always read their Database. A name written db.collection (`collection`,
+// a lookup's `from`, a relate's `namespace`) is split at its first dot
+// when no database is given beside it: MongoDB's database names hold no
+// dot, its collection names may, so "a.b.c" is collection "b.c" of
+// database "a", and a collection of the job's own database whose name
+// holds a dot is written with the database before it (or with
+// `database`).
+func (j *Job) resolveDatabases() error {
+	var problems []error
+	if !j.dbGiven {
+		if db, coll, dotted := strings.Cut(j.Collection, "."); dotted {
+			msg := validDatabase(db)
+			if msg == "" {
+				msg = validCollection(coll)
+			}
+			if msg != "" {
+				msg = fmt.Sprintf("%q is not db.collection: %s (with a `database` given, `collection` is taken whole)", j.Collection, msg)
+				if v, ok := j.env["collection"]; ok && v == j.Collection {
+					problems = append(problems, errs.New(errs.ConfigInvalid, j.Name, "%s: %s: %s", j.file(), envVar(EnvKey(j.Name), "collection"), msg))
+				} else {
+					problems = append(problems, configErr(j.Name, j.file(), "collection", "%s", msg))
+				}
+			} else {
+				j.Database, j.Collection = db, coll
+			}
+		}
+	}
+	if j.Database == "" {
+		j.Database = j.opts.Database
+	}
+	for i := range j.Lookups {
+		l := &j.Lookups[i]
+		if l.Database == "" {
+			if db, coll, dotted := strings.Cut(l.From, "."); dotted {
+				msg := validDatabase(db)
+				if msg == "" {
+					msg = validCollection(coll)
+				}
+				if msg != "" {
+					problems = append(problems, configErr(j.Name, j.file(), "lookups", "lookup %q: from %q is not db.collection: %s (with the lookup's `database` given, `from` is taken whole)", l.Name, l.From, msg))
+					continue
+				}
+				l.Database, l.From = db, coll
+			} else {
+				l.Database = j.Database
+			}
+		}
+	}
+	for i := range j.Relates {
+		r := &j.Relates[i]
+		if db, coll, dotted := strings.Cut(r.Namespace, "."); dotted {
+			msg := validDatabase(db)
+			if msg == "" {
+				msg = validCollection(coll)
+			}
+			if msg != "" {
+				problems = append(problems, configErr(j.Name, j.file(), "relate", "relate %d: namespace %q is not db.collection: %s", i+1, r.Namespace, msg))
+				continue
+			}
+			r.Database, r.Namespace = db, coll
+		} else {
+			r.Database = j.Database
+		}
+	}
+	return joinErrs(problems)
 }

@@ -163,7 +163,7 @@ func TestRelatesAndLookupsAreTheJobsDependencies(t *testing.T) {
   relate: [{ namespace: "app.comments", srcField: "articleId", matchField: "_id", keepSrc: true }],
 };`)
 	deps := j.Dependencies()
-	want := []jobdef.Dependency{{Collection: "users", Key: "_id", Field: "authorId"}, {Collection: "comments", Key: "articleId", Field: "_id"}}
+	want := []jobdef.Dependency{{Collection: "users", Key: "_id", Field: "authorId"}, {Database: "app", Collection: "comments", Key: "articleId", Field: "_id"}}
 	if len(deps) != 2 || deps[0] != want[0] || deps[1] != want[1] {
 		t.Fatalf("dependencies %+v, want %+v", deps, want)
 	}
@@ -204,7 +204,7 @@ func TestAMonstacheScriptCarriesItsRelates(t *testing.T) {
 };
 module.exports.relate = [{ namespace: "shop.customers", withNamespace: "shop.orders", matchField: "customerId" }];`)
 	deps := j.Dependencies()
-	want := jobdef.Dependency{Collection: "customers", Key: "_id", Field: "customerId"}
+	want := jobdef.Dependency{Database: "shop", Collection: "customers", Key: "_id", Field: "customerId"}
 	if !j.Function || len(deps) != 1 || deps[0] != want {
 		t.Fatalf("function %v, dependencies %+v, want [%+v]", j.Function, deps, want)
 	}

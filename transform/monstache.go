@@ -134,7 +134,7 @@ func (v *vm) read(fn string, c goja.FunctionCall) goja.Value {
 	// relate sends its dependents again when it changes; an update of the
 	// document itself must then be sent too, as before skipUnchanged).
 	v.reads.unknown = true
-	rc := readCall{fn: fn, db: j.opts.Database, coll: j.Collection}
+	rc := readCall{fn: fn, db: j.Database, coll: j.Collection}
 	if thrown := v.parseRead(&rc, c); thrown != nil {
 		panic(thrown)
 	}

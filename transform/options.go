@@ -72,9 +72,20 @@ const allJobs jobdef.Kind = -1
 // JobOptions are every option of a job, in the manual's order.
 var JobOptions = []JobOption{
 	{Key: "collection", Env: "collection", Jobs: allJobs, value: textValue,
-		Accepts: "a collection name of the source database", Default: "the job name",
+		Accepts: "a collection name of the source database, or `db.collection` (split at the first dot when no `database` is given)", Default: "the job name",
 		Doc: "the source collection whose changes the job follows",
 		set: func(j *Job, v any) string { return setName(&j.Collection, v.(string), validCollection) }},
+	{Key: "database", Env: "database", Jobs: allJobs, value: textValue,
+		Accepts: "a MongoDB database name (1 to 63 bytes, none of `/\\. \"$` or NUL)", Default: "`MEILISTREAM_MONGODB_DATABASE`",
+		Doc:  "the source database of the collection; `collection` is then taken whole, dots and all",
+		form: validDatabase,
+		set: func(j *Job, v any) string {
+			if msg := setName(&j.Database, v.(string), validDatabase); msg != "" {
+				return msg
+			}
+			j.dbGiven = true
+			return ""
+		}},
 	{Key: "index", Env: "index", Jobs: jobdef.Search, value: textValue,
 		Accepts: "1 to 400 characters of A-Z a-z 0-9 _ - (with MEILISTREAM_INDEX_PREFIX before them)", Default: "the job name",
 		Doc:  "the Meilisearch index uid the job writes",
@@ -149,10 +160,10 @@ var JobOptions = []JobOption{
 		Accepts: "an object of Meilisearch index settings", Default: "none: a reindex copies the live index's",
 		Doc: "index settings applied when the job starts and to the index of each reindex"},
 	{Key: "lookups", Jobs: allJobs, value: fileOnlyValue,
-		Accepts: "an object of lookups by name: `{from, localField, foreignField, project, many, as}`", Default: "none",
-		Doc: "documents of other collections joined in, one query per batch; a change to one sends its dependents again"},
+		Accepts: "an object of lookups by name: `{from, database, localField, foreignField, project, many, as}` (`from` may be `db.collection` when no `database` is given)", Default: "none",
+		Doc: "documents of other collections, of the job's database or another, joined in, one query per batch; a change to one sends its dependents again"},
 	{Key: "relate", Jobs: allJobs, value: fileOnlyValue,
-		Accepts: "an array of `{namespace, srcField, matchField}` (monstache's [[relate]])", Default: "none",
+		Accepts: "an array of `{namespace, srcField, matchField}` (monstache's [[relate]]; namespace `db.collection`, or a collection of the job's database)", Default: "none",
 		Doc: "a change to a document of namespace sends again the job's documents whose matchField equals its srcField"},
 	{Key: "related", Jobs: allJobs, value: fileOnlyValue,
 		Accepts: "an object of arrays of documents by collection, in MongoDB Extended JSON", Default: "none",

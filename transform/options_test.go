@@ -31,6 +31,7 @@ func TestJobOptionsAreOneConsistentTable(t *testing.T) {
 func TestCheckOverride(t *testing.T) {
 	cases := map[string]struct{ good, bad, says string }{
 		"collection":        {"books", "", ""},
+		"database":          {"shop", "a.b", `"a.b" is not a database name`},
 		"index":             {"books_v2", "a.b", `"a.b" is not a Meilisearch index uid`},
 		"primary_key":       {"id", "", ""},
 		"mirror":            {"books", "", ""},

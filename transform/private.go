@@ -15,10 +15,11 @@ import (
 // requests, and the errors collection's failed documents of every job. A
 // transform returns what it reads, so no transform may read them:
 //
-//   - a job whose lookups' from or relates' namespace names one is
-//     CONFIG_INVALID at load (so at check and at run): the job's database
-//     is the sidecar's (a job whose collection is one stops meilistream
-//     run at start, with the other settings a job cannot run without);
+//   - a job whose lookups' from or relates' namespace names one of the
+//     main database (MEILISTREAM_MONGODB_DATABASE) is CONFIG_INVALID at
+//     load (so at check and at run); a job whose collection is one stops
+//     meilistream run at start, with the other settings a job cannot run
+//     without;
 //   - findId, findOne, find and pipe naming one (collection, with the
 //     job's database or options.database the sidecar's), and a pipeline
 //     reaching one by $lookup, $graphLookup or $unionWith at any depth
@@ -46,16 +47,18 @@ func (j *Job) refusePrivate() error {
 		return nil
 	}
 	var problems []string
-	refuse := func(what, coll string) {
-		if p := j.opts.Private[coll]; p != "" {
+	// Only the main database's collections of those names are the
+	// sidecar's; in another database they are collections like any other.
+	refuse := func(what, db, coll string) {
+		if p := j.opts.privateColl(db, coll); p != "" {
 			problems = append(problems, fmt.Sprintf("%s %q is %s, which no job may read; name another collection", what, coll, p))
 		}
 	}
 	for _, l := range j.Lookups {
-		refuse(fmt.Sprintf("lookup %q: from", l.Name), l.From)
+		refuse(fmt.Sprintf("lookup %q: from", l.Name), l.Database, l.From)
 	}
 	for _, r := range j.Relates {
-		refuse("relate: namespace", r.Namespace)
+		refuse("relate: namespace", r.Database, r.Namespace)
 	}
 	if len(problems) == 0 {
 		return nil

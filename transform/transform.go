@@ -145,6 +145,9 @@ type Job struct {
 	keys    map[string]bool
 	env     map[string]string
 	envOnly bool
+	// dbGiven: the file or an override set `database`, so `collection` is
+	// a collection name whole, never db.collection.
+	dbGiven bool
 	// underscore says the file names `_`: its runtimes load Underscore as
 	// they are made (underscore.go).
 	underscore bool

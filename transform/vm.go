@@ -279,8 +279,8 @@ func (v *vm) install(j *Job, prog *goja.Program, con *consoleLimiter) error {
 			return fmt.Errorf("bootstrap: %w", err)
 		}
 		ns := j.Collection
-		if j.opts.Database != "" {
-			ns = j.opts.Database + "." + j.Collection
+		if j.Database != "" {
+			ns = j.Database + "." + j.Collection
 		}
 		v.ns = rt.ToValue(ns)
 	} else if o, ok := v.exports.(*goja.Object); ok {

@@ -228,7 +228,10 @@ func (cs *changeStream) inScope(ev *event) bool {
 	case ev.op == opNoop:
 		return false
 	case cs.cluster:
-		return ev.db != "admin" && ev.db != "config" && ev.db != "local"
+		// mongod leaves out the internal databases and, as a database
+		// stream does, every system.* collection (SERVER-34086,
+		// SERVER-35401).
+		return ev.db != "admin" && ev.db != "config" && ev.db != "local" && !strings.HasPrefix(ev.coll, "system.") || cs.renamedOnto(ev)
 	case cs.coll == "":
 		return ev.db == cs.db && !strings.HasPrefix(ev.coll, "system.") || cs.renamedOnto(ev)
 	default:
@@ -242,6 +245,9 @@ func (cs *changeStream) inScope(ev *event) bool {
 // change_stream_filter_helpers.cpp buildOperationFilter), and a
 // single-collection stream is invalidated by it (buildInvalidationFilter).
 func (cs *changeStream) renamedOnto(ev *event) bool {
+	if cs.cluster && ev.op == "rename" {
+		return ev.toDB != "admin" && ev.toDB != "config" && ev.toDB != "local" && !strings.HasPrefix(ev.toColl, "system.")
+	}
 	if ev.op != "rename" || ev.toDB != cs.db {
 		return false
 	}

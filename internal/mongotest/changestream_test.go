@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -864,5 +865,33 @@ func TestChangeStreamUpdateLookupAfterDelete(t *testing.T) {
 	}
 	if _, err := cs.Current.LookupErr("fullDocument"); err == nil {
 		t.Fatalf("a delete event has no fullDocument: %s", cs.Current)
+	}
+}
+
+// A cluster-wide stream (aggregate 1 on admin, allChangesForCluster) shows
+// every database's changes but the internal databases' and, as mongod's
+// whole-cluster streams do, none of a system.* collection's (SERVER-34086,
+// SERVER-35401).
+func TestAClusterStreamLeavesOutSystemCollections(t *testing.T) {
+	_, client := start(t)
+	ctx := context.Background()
+	cs, err := client.Watch(ctx, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(ctx)
+	for _, ns := range [][2]string{{"a", "system.js"}, {"a", "x"}, {"b", "y"}} {
+		if _, err := client.Database(ns[0]).Collection(ns[1]).InsertOne(ctx, bson.D{{Key: "_id", Value: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for len(got) < 2 && cs.Next(ctx) {
+		db, _ := cs.Current.Lookup("ns", "db").StringValueOK()
+		coll, _ := cs.Current.Lookup("ns", "coll").StringValueOK()
+		got = append(got, db+"."+coll)
+	}
+	if strings.Join(got, " ") != "a.x b.y" {
+		t.Fatalf("events of %v (err %v), want a.x b.y", got, cs.Err())
 	}
 }

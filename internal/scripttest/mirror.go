@@ -94,7 +94,7 @@ func cmdMirrored(ts *testscript.TestScript, neg bool, args []string) {
 	if job.Kind != jobdef.Mirror {
 		ts.Fatalf("mirrored: job %s is not a mirror job", job.Name)
 	}
-	source := scriptMongo(ts).Collection(job.Collection)
+	source := collIn(scriptMongo(ts), jobdef.Namespace(job.Database, job.Collection))
 	replica := scriptReplica(ts).Collection(job.Mirror)
 	deadline := time.Now().Add(*timeout)
 	var diff string
@@ -428,15 +428,19 @@ func cmdMongoRename(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(db.Client().Database("admin").RunCommand(ctx, cmd).Err())
 }
 
-// cmdMongoDropDatabase: mongo-drop-database drops the script's source
-// database (its state collection included).
+// cmdMongoDropDatabase: mongo-drop-database [DB] drops the script's source
+// database (its state collection included), or database DB.
 func cmdMongoDropDatabase(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 0 {
-		ts.Fatalf("usage: mongo-drop-database")
+	if neg || len(args) > 1 {
+		ts.Fatalf("usage: mongo-drop-database [DB]")
 	}
 	ctx, cancel := cmdCtx()
 	defer cancel()
-	ts.Check(scriptMongo(ts).Drop(ctx))
+	db := scriptMongo(ts)
+	if len(args) == 1 {
+		db = db.Client().Database(args[0])
+	}
+	ts.Check(db.Drop(ctx))
 }
 
 // cmdReplicaDelete: replica-delete COLL FILTER deletes the matching

@@ -34,6 +34,7 @@ import (
 	"github.com/meilistream/meilistream/internal/meilitest"
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/synccheck"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/transform"
 )
@@ -90,7 +91,7 @@ func pollCount(ts *testscript.TestScript, neg bool, args []string, cmd, what str
 	}
 	want, err := strconv.ParseInt(fs.Arg(2), 10, 64)
 	ts.Check(err)
-	coll := db(ts).Collection(fs.Arg(0))
+	coll := collIn(db(ts), fs.Arg(0))
 	filter := extJSON(ts, fs.Arg(1))
 	deadline := time.Now().Add(*timeout)
 	for {
@@ -333,7 +334,7 @@ func cmdMongo(ts *testscript.TestScript, neg bool, args []string) {
 func mongoOp(ts *testscript.TestScript, args []string) error {
 	ctx, cancel := cmdCtx()
 	defer cancel()
-	coll := scriptMongo(ts).Collection(args[1])
+	coll := collIn(scriptMongo(ts), args[1])
 	var err error
 	switch op, rest := args[0], args[2:]; {
 	case op == "insert" && len(rest) >= 1:
@@ -393,7 +394,7 @@ func cmdMongoBig(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	ctx, cancel := cmdCtx()
 	defer cancel()
-	coll := scriptMongo(ts).Collection(args[0])
+	coll := collIn(scriptMongo(ts), args[0])
 	// Another letter than the field holds, so that the field changes.
 	c := byte('a')
 	if raw, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw(); err == nil {
@@ -422,7 +423,7 @@ func cmdMongoSeed(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	ctx, cancel := cmdCtx()
 	defer cancel()
-	coll := scriptMongo(ts).Collection(args[0])
+	coll := collIn(scriptMongo(ts), args[0])
 	const chunk = 1000
 	docs := make([]any, 0, chunk)
 	for i := first; i < first+n; i++ {
@@ -598,6 +599,17 @@ func loadScriptJob(ts *testscript.TestScript, name string) *transform.Job {
 	// does (its findId, findOne, find, pipe), through the engine's Reader.
 	db := scriptMongo(ts)
 	opts := transform.Options{Pool: 1, Database: db.Name(), Reader: engine.New(db, nil, nil, engine.Config{}, nil, nil).Reader()}
+	// The job's overrides, as the sidecar applies them: one may move it
+	// to another database.
+	key := strings.ToUpper(transform.EnvKey(name))
+	for _, o := range transform.EnvOptions() {
+		if v := ts.Getenv("MEILISTREAM_JOB_" + key + "_" + strings.ToUpper(o)); v != "" {
+			if opts.Overrides == nil {
+				opts.Overrides = map[string]map[string]string{transform.EnvKey(name): {}}
+			}
+			opts.Overrides[transform.EnvKey(name)][o] = v
+		}
+	}
 	set, err := transform.Load(ts.MkAbs(dir), opts)
 	if set == nil {
 		ts.Fatalf("load transforms in %s: %v", dir, err)
@@ -623,7 +635,7 @@ func cmdSynced(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	job := loadScriptJob(ts, fs.Arg(0))
 	db := scriptMongo(ts)
-	coll := db.Collection(job.Collection)
+	coll := collIn(db, jobdef.Namespace(job.Database, job.Collection))
 	state := stateCollection(ts)
 	errorsColl := db.Collection(state + "_errors")
 	uid := ts.Getenv("MEILISTREAM_INDEX_PREFIX") + job.Index
@@ -741,7 +753,7 @@ func cmdMongoChurn(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	n, err := strconv.Atoi(fs.Arg(1))
 	ts.Check(err)
-	coll := scriptMongo(ts).Collection(fs.Arg(0))
+	coll := collIn(scriptMongo(ts), fs.Arg(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	size, err := coll.CountDocuments(ctx, bson.D{})
@@ -932,4 +944,14 @@ func cmdSigterm(ts *testscript.TestScript, neg bool, args []string) {
 	p, err := os.FindProcess(pid)
 	ts.Check(err)
 	ts.Check(p.Signal(syscall.SIGTERM))
+}
+
+// collIn is the collection name of db, or of another database when name
+// is written db.coll (a script names a job's other databases so; its
+// collections hold no dot).
+func collIn(db *mongo.Database, name string) *mongo.Collection {
+	if d, coll, dotted := strings.Cut(name, "."); dotted {
+		return db.Client().Database(d).Collection(coll)
+	}
+	return db.Collection(name)
 }

@@ -147,7 +147,7 @@ func cmdChurn(ts *testscript.TestScript, neg bool, args []string) {
 			cancel()
 			ts.Fatalf("churn: %s already churns", args[1])
 		}
-		coll := scriptMongo(ts).Collection(args[1])
+		coll := collIn(scriptMongo(ts), args[1])
 		go c.run(ctx, coll, lo, hi)
 		ts.Defer(func() { c.stop(); <-c.done; churns.Delete(key) })
 	case "stop":

@@ -62,7 +62,7 @@ func cmdMongoOptime(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	ctx, cancel := cmdCtx()
 	defer cancel()
-	op, err := scriptWrite(ctx, scriptMongo(ts).Collection(args[1]), id, args[3])
+	op, err := scriptWrite(ctx, collIn(scriptMongo(ts), args[1]), id, args[3])
 	ts.Check(err)
 	ts.Setenv(args[0], fmt.Sprintf("%d.%d", op.T, op.I))
 }

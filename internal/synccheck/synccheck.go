@@ -102,7 +102,11 @@ func Lookups(ctx context.Context, db *mongo.Database, job *transform.Job, doc bs
 				keys = append(keys, k)
 			}
 		}
-		cur, err := db.Collection(l.From).Find(ctx, l.Query(keys), opts)
+		in := db
+		if l.Database != "" && l.Database != db.Name() {
+			in = db.Client().Database(l.Database)
+		}
+		cur, err := in.Collection(l.From).Find(ctx, l.Query(keys), opts)
 		if err != nil {
 			return nil, fmt.Errorf("resolve lookup %s: %w", l.Name, err)
 		}

@@ -134,7 +134,7 @@ func (e *Engine) retryIDs(ctx context.Context, job *transform.Job, dst sink.Sink
 	p := e.newPipe(ctx, jc, dst, sink.NewGuard(l.Held), nil, log, false)
 	defer p.Abort(pipe.Closed)
 	sum, err := retryRun{
-		Store: e.store, Job: job.Name, Source: e.source.Collection(job.Collection), Find: retryFind(job), BatchSize: jc.BatchSize,
+		Store: e.store, Job: job.Name, Source: jobColl(e.source, &job.Job), Find: retryFind(job), BatchSize: jc.BatchSize,
 		Transform: func(ctx context.Context, ids []bson.RawValue, docs []bson.Raw) ([]sink.Write, []bson.RawValue, error) {
 			items := make([]Item, len(ids))
 			for i, id := range ids {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,10 +58,13 @@ type followPlan struct {
 func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, plan followPlan, log hclog.Logger) (*Summary, error) {
 	jc := e.jobCfg(job)
 	jc.timeouts = newTimeouts(job.CallTimeout(), log)
-	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, tok: plan.tok, deps: job.Dependencies(), lastRecorded: plan.tok, lastWall: plan.since, ownMode: plan.ownMode, byHand: plan.untilReindexed}
+	main := e.source.Name()
+	f := &follower{e: e, jc: jc, l: l, stats: stats, log: log, tok: plan.tok, deps: resolvedDeps(&job.Job, main), lastRecorded: plan.tok, lastWall: plan.since, ownMode: plan.ownMode, byHand: plan.untilReindexed}
+	f.ownNS = jobdef.Namespace(cmp.Or(job.Database, main), job.Collection)
+	f.stateNS = jobdef.Namespace(main, e.stateName)
 	f.relatedColls = map[string]bool{}
-	for _, c := range job.RelatedCollections() {
-		f.relatedColls[c] = true
+	for _, d := range f.deps {
+		f.relatedColls[d.Namespace()] = true
 	}
 	f.reset()
 	stats.LagReset()
@@ -238,12 +242,15 @@ type follower struct {
 	// reader sending the dependents again. fanPending counts the fan-out
 	// tasks not yet durable (the follow loop adds them, the pipe's wait
 	// stage ends them); no position is recorded while it is above zero.
-	deps         []jobdef.Dependency
-	relatedColls map[string]bool
-	related      relatedKeys
-	relatedN     int
-	fan          *Fanout
-	fanPending   atomic.Int64
+	deps         []jobdef.Dependency // their databases resolved (resolvedDeps)
+	relatedColls map[string]bool     // the namespaces (db.coll) of deps
+	// ownNS, stateNS are the namespaces of the job's collection and of the
+	// state collection: events are told apart by them (database.go).
+	ownNS, stateNS string
+	related        relatedKeys
+	relatedN       int
+	fan            *Fanout
+	fanPending     atomic.Int64
 	// relatedAllPending: a related collection went away; the next flush
 	// sends every document again.
 	relatedAllPending bool
@@ -604,20 +611,20 @@ func (f *follower) add(ev bson.Raw) error {
 	if t, i, ok := ev.Lookup("clusterTime").TimestampOK(); ok {
 		f.readCT = bson.Timestamp{T: t, I: i}
 	}
-	coll, _ := ev.Lookup("ns", "coll").StringValueOK()
-	if coll != f.jc.job.Collection {
+	coll := namespaceOf(ev, "ns")
+	if coll != f.ownNS {
 		switch {
 		case op == "dropDatabase" || op == "invalidate":
 			return &invalidation{op: op}
 		case op == "rename":
-			if to, _ := ev.Lookup("to", "coll").StringValueOK(); to == f.jc.job.Collection {
+			if to := namespaceOf(ev, "to"); to == f.ownNS {
 				return &invalidation{op: op} // another collection renamed onto this one
 			}
-			if to, _ := ev.Lookup("to", "coll").StringValueOK(); f.relatedColls[coll] || f.relatedColls[to] {
+			if to := namespaceOf(ev, "to"); f.relatedColls[coll] || f.relatedColls[to] {
 				f.relatedAll(coll, op)
 			}
 			return nil
-		case coll == f.e.stateName:
+		case coll == f.stateNS:
 			if _, err := ev.LookupErr("documentKey", "_id", "wait"); err == nil {
 				return f.onWait(tok)
 			}

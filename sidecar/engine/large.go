@@ -42,7 +42,7 @@ func (e *Engine) fillDocs(ctx context.Context, jc jobConfig, items []Item) error
 			want = append(want, i)
 		}
 	}
-	coll := e.source.Collection(jc.job.Collection)
+	coll := jobColl(e.source, &jc.job.Job)
 	for lo := 0; lo < len(want); lo += maxFillIDs {
 		part := want[lo:min(lo+maxFillIDs, len(want))]
 		in := make(bson.A, len(part))

@@ -27,14 +27,15 @@ const maxFanKeys = 10000
 // value is queried once).
 type relatedKeys map[string]map[string]bson.RawValue
 
-// Add notes the values the changed document of coll gives the job's
-// dependencies on coll, and returns how many are new: doc is the changed
+// Add notes the values the changed document of coll (a namespace,
+// db.coll) gives the job's dependencies on coll (their databases
+// resolved), and returns how many are new: doc is the changed
 // document (its new version, nil for a delete), before its previous
 // version when the stream has it, id its _id.
 func (rk relatedKeys) Add(deps []jobdef.Dependency, coll string, doc, before bson.Raw, id bson.RawValue) int {
 	n := 0
 	for _, d := range deps {
-		if d.Collection != coll {
+		if d.Namespace() != coll {
 			continue
 		}
 		var vals []bson.RawValue
@@ -110,7 +111,7 @@ func unreached(deps []jobdef.Dependency, coll, op string, doc, before, updateDes
 	}
 	var out []string
 	for _, d := range deps {
-		if d.Collection != coll || d.Key == "_id" || slices.Contains(out, d.Field) {
+		if d.Namespace() != coll || d.Key == "_id" || slices.Contains(out, d.Field) {
 			continue
 		}
 		if op == "update" && doc != nil && !touchesKey(updateDesc, d.Key) {

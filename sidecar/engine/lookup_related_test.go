@@ -15,10 +15,10 @@ import (
 // differ from the new.
 func TestUnreachedNamesTheDependenciesWhoseOldDependentsAreUnknown(t *testing.T) {
 	deps := []jobdef.Dependency{
-		{Collection: "users", Key: "email", Field: "authorEmail"},
-		{Collection: "users", Key: "_id", Field: "authorId"},
-		{Collection: "users", Key: "profile.handle", Field: "handle"},
-		{Collection: "tags", Key: "slug", Field: "tagSlugs"},
+		{Database: "app", Collection: "users", Key: "email", Field: "authorEmail"},
+		{Database: "app", Collection: "users", Key: "_id", Field: "authorId"},
+		{Database: "app", Collection: "users", Key: "profile.handle", Field: "handle"},
+		{Database: "app", Collection: "tags", Key: "slug", Field: "tagSlugs"},
 	}
 	doc := rawDoc(t, bson.D{{Key: "_id", Value: 1}, {Key: "email", Value: "a@x"}})
 	before := rawDoc(t, bson.D{{Key: "_id", Value: 1}, {Key: "email", Value: "b@x"}})
@@ -50,7 +50,7 @@ func TestUnreachedNamesTheDependenciesWhoseOldDependentsAreUnknown(t *testing.T)
 		{"an unreadable update description", "update", doc, nil, nil, []string{"authorEmail", "handle"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := unreached(deps, "users", tc.op, tc.doc, tc.before, tc.upd)
+			got := unreached(deps, "app.users", tc.op, tc.doc, tc.before, tc.upd)
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("unreached = %v, want %v", got, tc.want)
 			}

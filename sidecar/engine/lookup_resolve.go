@@ -52,7 +52,7 @@ func (b Bounds) withDefaults() Bounds {
 // ({foreignField: {$in: keys}}, projected, in _id order), whose results
 // are matched to each document as $lookup matches them.
 type lookupResolver struct {
-	Source *mongo.Database // the job's database, where the lookups' collections are
+	Source *mongo.Database // the main database; a lookup reads From in its own Database
 	Bounds Bounds
 	Log    hclog.Logger
 	// Wait sleeps before attempt (counted from 0) of a read that failed;
@@ -190,7 +190,7 @@ func (r *lookupResolver) lookupForeign(ctx context.Context, l jobdef.Lookup, b *
 	}
 	var out []bson.Raw
 	size := 0
-	coll := r.Source.Collection(l.From)
+	coll := dbNamed(r.Source, l.Database).Collection(l.From)
 	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}})
 	if p := l.Projection(); p != nil {
 		opts.SetProjection(p)

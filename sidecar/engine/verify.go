@@ -209,7 +209,7 @@ func (e *Engine) newVerifier(ctx context.Context, job *transform.Job, dst sink.S
 	}
 	v := &verifier{
 		e: e, jc: e.jobCfg(job), job: job, dst: dst, o: o, log: o.Log, sess: sess,
-		coll:    e.source.Collection(job.Collection, options.Collection().SetReadConcern(readconcern.Majority())),
+		coll:    jobColl(e.source, &job.Job, options.Collection().SetReadConcern(readconcern.Majority())),
 		rep:     &VerifyReport{Samples: map[DriftKind][]VerifySample{}, Followed: o.Followed},
 		start:   time.Now(),
 		pending: map[string]bool{},

@@ -25,7 +25,7 @@ import (
 // Source is where the chains of a job read and mark, and what they report
 // a failure with.
 type Source struct {
-	DB    *mongo.Database // the job's database
+	DB    *mongo.Database // the main database, the state collection's (the job's collection is in its own: jobColl)
 	State string          // the state collection, whose watermark documents the job's stream follows
 	Job   *transform.Job
 	Log   hclog.Logger
@@ -78,7 +78,7 @@ type Chunk struct {
 func newChain(src Source, what string) *Chain {
 	return &Chain{
 		src: src, what: what,
-		coll:    src.DB.Collection(src.Job.Collection, options.Collection().SetReadConcern(readconcern.Majority())),
+		coll:    jobColl(src.DB, &src.Job.Job, options.Collection().SetReadConcern(readconcern.Majority())),
 		nonce:   newNonce(),
 		chunks:  map[string]*Chunk{},
 		Changed: map[string]bool{},

@@ -126,7 +126,7 @@ func startReindex(ctx context.Context, src Source, o reindexOptions, cp *jobstat
 	}
 	s.done.Store(s.cp.Count)
 	s.win = newWindow(o.PageSize)
-	s.est, _ = src.DB.Collection(job.Collection).EstimatedDocumentCount(ctx)
+	s.est, _ = jobColl(src.DB, &job.Job).EstimatedDocumentCount(ctx)
 	// Error records: in place, a document written without error clears its
 	// record once durable; into a staged index, records are only known
 	// stale when the swap is done (then every record not made again by

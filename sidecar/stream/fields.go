@@ -101,8 +101,9 @@ func keep(job *jobdef.Job) bson.A {
 
 // trimStage is the $set stage that trims the fullDocument of the job's
 // collection's events to _id and the fields, in the document's order;
-// nil without fields.
-func trimStage(job *jobdef.Job) bson.D {
+// nil without fields. db, when not "", is the job's database, which a
+// cluster-wide stream must match too.
+func trimStage(job *jobdef.Job, db string) bson.D {
 	if job.StreamFields() == nil {
 		return nil
 	}
@@ -110,11 +111,15 @@ func trimStage(job *jobdef.Job) bson.D {
 		{Key: "input", Value: bson.D{{Key: "$objectToArray", Value: "$fullDocument"}}},
 		{Key: "cond", Value: bson.D{{Key: "$in", Value: bson.A{"$$this.k", bson.D{{Key: "$literal", Value: keep(job)}}}}}},
 	}}}}}
+	ifOwn := bson.A{
+		bson.D{{Key: "$eq", Value: bson.A{"$ns.coll", bson.D{{Key: "$literal", Value: job.Collection}}}}},
+		bson.D{{Key: "$eq", Value: bson.A{bson.D{{Key: "$type", Value: "$fullDocument"}}, "object"}}},
+	}
+	if db != "" {
+		ifOwn = append(bson.A{bson.D{{Key: "$eq", Value: bson.A{"$ns.db", bson.D{{Key: "$literal", Value: db}}}}}}, ifOwn...)
+	}
 	return bson.D{{Key: "$set", Value: bson.D{{Key: "fullDocument", Value: bson.D{{Key: "$cond", Value: bson.D{
-		{Key: "if", Value: bson.D{{Key: "$and", Value: bson.A{
-			bson.D{{Key: "$eq", Value: bson.A{"$ns.coll", bson.D{{Key: "$literal", Value: job.Collection}}}}},
-			bson.D{{Key: "$eq", Value: bson.A{bson.D{{Key: "$type", Value: "$fullDocument"}}, "object"}}},
-		}}}},
+		{Key: "if", Value: bson.D{{Key: "$and", Value: ifOwn}}},
 		{Key: "then", Value: trimmed},
 		{Key: "else", Value: "$fullDocument"},
 	}}}}}}}
@@ -138,7 +143,21 @@ func Projection(job *jobdef.Job) bson.D {
 // fields the stage trimming documents.
 func Pipeline(job *jobdef.Job, state string) []bson.D {
 	p := []bson.D{Filter(job, state)}
-	if t := trimStage(job); t != nil {
+	if t := trimStage(job, ""); t != nil {
+		p = append(p, t)
+	}
+	return p
+}
+
+// ClusterPipeline is Pipeline for a cluster-wide stream (Cluster): its
+// clauses name databases (ClusterFilter), stateDB the state collection's.
+func ClusterPipeline(job *jobdef.Job, stateDB, state string) []bson.D {
+	p := []bson.D{ClusterFilter(job, stateDB, state)}
+	db := job.Database
+	if db == "" {
+		db = stateDB
+	}
+	if t := trimStage(job, db); t != nil {
 		p = append(p, t)
 	}
 	return p

@@ -5,6 +5,9 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"slices"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,24 +83,91 @@ type Item struct {
 // matched for the job's collection (by name, and as a rename's target) and
 // the follow loop ends the job on them, as a collection stream's invalidate
 // would.
-func Filter(job *jobdef.Job, state string) bson.D {
+func Filter(job *jobdef.Job, state string) bson.D { return filter(job, "", state) }
+
+// Cluster says whether job's stream must be cluster-wide: when the job's
+// collection, or a collection it looks up or relates to, is in another
+// database than the state collection's (stateDB). The watermark, wait and
+// collection events must come through one stream, in one order, for the
+// reindex's reads between watermarks (the engine's package doc); a
+// database stream sees one database, and the state collection stays in
+// the main one. A job reading the main database alone keeps a database
+// stream.
+func Cluster(job *jobdef.Job, stateDB string) bool {
+	for _, db := range job.Databases() {
+		if db != "" && db != stateDB {
+			return true
+		}
+	}
+	return false
+}
+
+// ClusterFilter is Filter for a cluster-wide stream (Cluster): every
+// clause names its database too (ns.db, and to.db for a rename's target),
+// stateDB the state collection's. A cluster-wide stream is never
+// invalidated: a dropDatabase event of the job's database, or of the state
+// collection's, ends the job as a database stream's invalidate does.
+func ClusterFilter(job *jobdef.Job, stateDB, state string) bson.D {
+	return filter(job, stateDB, state)
+}
+
+// filter is Filter with stateDB "" (a database stream: no clause names a
+// database), ClusterFilter otherwise.
+func filter(job *jobdef.Job, stateDB, state string) bson.D {
+	in := func(db string, d bson.D) bson.D { return d }
+	jobDB := job.Database
+	if stateDB != "" {
+		if jobDB == "" {
+			jobDB = stateDB
+		}
+		in = func(db string, d bson.D) bson.D {
+			key := "ns.db"
+			if len(d) > 0 && strings.HasPrefix(d[0].Key, "to.") {
+				key = "to.db"
+			}
+			return append(bson.D{{Key: key, Value: db}}, d...)
+		}
+	}
 	or := bson.A{
-		collClause(job), // with fields: updates touching one of them (fields.go)
-		bson.D{{Key: "to.coll", Value: job.Collection}},
-		bson.D{{Key: "ns.coll", Value: state}, {Key: "documentKey._id.watermark", Value: job.Name}},
+		in(jobDB, collClause(job)), // with fields: updates touching one of them (fields.go)
+		in(jobDB, bson.D{{Key: "to.coll", Value: job.Collection}}),
+		in(stateDB, bson.D{{Key: "ns.coll", Value: state}, {Key: "documentKey._id.watermark", Value: job.Name}}),
 		// A waiter's mark (jobstate.MarkWait): read your writes.
-		bson.D{{Key: "ns.coll", Value: state}, {Key: "documentKey._id.wait", Value: job.Name}},
-		bson.D{{Key: "operationType", Value: bson.D{{Key: "$in", Value: bson.A{"dropDatabase", "invalidate"}}}}},
+		in(stateDB, bson.D{{Key: "ns.coll", Value: state}, {Key: "documentKey._id.wait", Value: job.Name}}),
+	}
+	if stateDB == "" {
+		or = append(or, bson.D{{Key: "operationType", Value: bson.D{{Key: "$in", Value: bson.A{"dropDatabase", "invalidate"}}}}})
+	} else {
+		dbs := bson.A{jobDB}
+		if stateDB != jobDB {
+			dbs = append(dbs, stateDB)
+		}
+		or = append(or, bson.D{{Key: "operationType", Value: "dropDatabase"}, {Key: "ns.db", Value: bson.D{{Key: "$in", Value: dbs}}}})
 	}
 	// The collections the job's lookups and relates read: a change there
 	// sends its dependents again.
-	if related := job.RelatedCollections(); len(related) > 0 {
-		in := make(bson.A, len(related))
-		for i, c := range related {
-			in[i] = c
+	byDB := map[string]bson.A{}
+	var dbs []string
+	for _, d := range job.Dependencies() {
+		db := d.Database
+		if stateDB == "" {
+			db = ""
+		} else if db == "" {
+			db = stateDB
 		}
-		or = append(or, bson.D{{Key: "ns.coll", Value: bson.D{{Key: "$in", Value: in}}}},
-			bson.D{{Key: "to.coll", Value: bson.D{{Key: "$in", Value: in}}}})
+		if _, ok := byDB[db]; !ok {
+			dbs = append(dbs, db)
+		}
+		if !slices.Contains(byDB[db], any(d.Collection)) {
+			byDB[db] = append(byDB[db], d.Collection)
+		}
+	}
+	sort.Strings(dbs)
+	for _, db := range dbs {
+		colls := byDB[db]
+		sort.Slice(colls, func(a, b int) bool { return colls[a].(string) < colls[b].(string) })
+		or = append(or, in(db, bson.D{{Key: "ns.coll", Value: bson.D{{Key: "$in", Value: colls}}}}),
+			in(db, bson.D{{Key: "to.coll", Value: bson.D{{Key: "$in", Value: colls}}}}))
 	}
 	return bson.D{{Key: "$match", Value: bson.D{{Key: "$or", Value: or}}}}
 }
@@ -137,8 +207,9 @@ func SplitLargeEvents() OpenOption { return func(o *openOptions) { o.split = tru
 func Lean() OpenOption { return func(o *openOptions) { o.lean = true } }
 
 // Open opens job's change stream on db after token, or at the present when
-// token is empty; state names the state collection (its watermark
-// documents).
+// token is empty; db is the state collection's database (the main one),
+// state names the state collection (its watermark documents). A job
+// reading another database gets a cluster-wide stream (Cluster).
 func Open(ctx context.Context, db *mongo.Database, job *jobdef.Job, state string, token bson.Raw, with ...OpenOption) (*mongo.ChangeStream, error) {
 	var o openOptions
 	for _, f := range with {
@@ -154,12 +225,25 @@ func Open(ctx context.Context, db *mongo.Database, job *jobdef.Job, state string
 	if len(token) > 0 {
 		opts.SetResumeAfter(token)
 	}
-	pipeline := mongo.Pipeline(Pipeline(job, state))
+	cluster := Cluster(job, db.Name())
+	var pipeline mongo.Pipeline
+	if cluster {
+		pipeline = mongo.Pipeline(ClusterPipeline(job, db.Name(), state))
+	} else {
+		pipeline = mongo.Pipeline(Pipeline(job, state))
+	}
 	if o.lean {
 		pipeline = append(pipeline, leanStage(job))
 	}
 	if o.split {
 		pipeline = append(pipeline, SplitStage) // last, as the server requires
+	}
+	if cluster {
+		// aggregate: 1 on admin with allChangesForCluster: the driver's
+		// Client.Watch. It needs find and changeStream on every database
+		// ({db: "", collection: ""}), where a database stream needs them
+		// on its database only.
+		return db.Client().Watch(ctx, pipeline, opts)
 	}
 	return db.Watch(ctx, pipeline, opts)
 }
