@@ -343,8 +343,12 @@ func (f *follower) fanChain() *Chain {
 // transient errors; stream.ErrHistoryLost when the history no longer holds f.tok.
 func (f *follower) open(ctx context.Context) error {
 	for {
-		if stream.Shareable(&f.jc.job.Job) && !stream.Cluster(&f.jc.job.Job, f.e.source.Name()) && !f.large.Lean() {
-			sub, err := f.e.hubs.For(f.e.source).Join(ctx, &f.jc.job.Job, f.tok, stream.Pace(f.jc.FlushInterval), f.jc.ReadAhead, f.hurry)
+		if stream.Shareable(&f.jc.job.Job) && !f.large.Lean() {
+			hub := f.e.hubs.For(f.e.source)
+			if stream.Cluster(&f.jc.job.Job, f.e.source.Name()) {
+				hub = f.e.hubs.Cluster(f.e.source)
+			}
+			sub, err := hub.Join(ctx, &f.jc.job.Job, f.tok, stream.Pace(f.jc.FlushInterval), f.jc.ReadAhead, f.hurry)
 			if err == nil {
 				if len(f.tok) == 0 {
 					f.tok = append(bson.Raw(nil), sub.ResumeToken()...)

@@ -3,6 +3,8 @@ package stream
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -87,8 +89,9 @@ type Hubs struct {
 }
 
 type hubKey struct {
-	client *mongo.Client
-	db     string
+	client  *mongo.Client
+	db      string
+	cluster bool
 }
 
 // NewHubs returns the Hubs of a process whose state collection is state.
@@ -97,12 +100,22 @@ func NewHubs(state string) *Hubs { return &Hubs{state: state, hubs: map[hubKey]*
 // For returns db's Hub, made on first use. A Hub's goroutine runs only
 // while it has jobs, so a Hubs needs no Close.
 func (hs *Hubs) For(db *mongo.Database) *Hub {
+	return hs.hub(hubKey{db.Client(), db.Name(), false}, db)
+}
+
+// Cluster returns the Hub of the cluster-wide stream of main's cluster,
+// for the jobs that read another database than main, the state
+// collection's (Cluster): their events are told apart by namespace.
+func (hs *Hubs) Cluster(main *mongo.Database) *Hub {
+	return hs.hub(hubKey{main.Client(), main.Name(), true}, main)
+}
+
+func (hs *Hubs) hub(key hubKey, db *mongo.Database) *Hub {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
-	key := hubKey{db.Client(), db.Name()}
 	h := hs.hubs[key]
 	if h == nil {
-		h = &Hub{db: db, state: hs.state, members: map[*Sub]bool{}, joining: map[*Sub]bool{}, wake: make(chan struct{}, 1)}
+		h = &Hub{db: db, cluster: key.cluster, state: hs.state, members: map[*Sub]bool{}, joining: map[*Sub]bool{}, wake: make(chan struct{}, 1)}
 		hs.hubs[key] = h
 	}
 	return h
@@ -111,8 +124,11 @@ func (hs *Hubs) For(db *mongo.Database) *Hub {
 // Hub shares one change stream of a database among the jobs a process
 // follows there (see the comment above CatchUpWindow).
 type Hub struct {
-	db    *mongo.Database
+	db    *mongo.Database // the stream's, or for a cluster-wide one the state collection's
 	state string
+	// cluster: a cluster-wide stream, whose clauses and routes name
+	// databases (namespaces, db.coll).
+	cluster bool
 
 	mu       sync.Mutex
 	members  map[*Sub]bool // served by the shared stream
@@ -399,11 +415,22 @@ func (h *Hub) open(ctx context.Context, jobs []*jobdef.Job, token bson.Raw) (*mo
 		if len(token) > 0 {
 			opts.SetResumeAfter(token)
 		}
-		pipeline := mongo.Pipeline{UnionFilter(jobs, h.state)}
+		var pipeline mongo.Pipeline
+		if h.cluster {
+			pipeline = mongo.Pipeline{ClusterUnionFilter(jobs, h.db.Name(), h.state)}
+		} else {
+			pipeline = mongo.Pipeline{UnionFilter(jobs, h.state)}
+		}
 		if split {
 			pipeline = append(pipeline, SplitStage)
 		}
-		cs, err := h.db.Watch(ctx, pipeline, opts)
+		var cs *mongo.ChangeStream
+		var err error
+		if h.cluster {
+			cs, err = h.db.Client().Watch(ctx, pipeline, opts)
+		} else {
+			cs, err = h.db.Watch(ctx, pipeline, opts)
+		}
 		if split && UnknownStage(err) {
 			h.mu.Lock()
 			h.noSplit = true
@@ -747,15 +774,50 @@ func (h *Hub) index() {
 	h.byColl, h.byName = map[string][]*Sub{}, map[string]*Sub{}
 	for s := range h.members {
 		h.byName[s.job.Name] = s
-		colls := append([]string{s.job.Collection}, s.job.RelatedCollections()...)
-		for i, c := range colls {
-			if i > 0 && c == s.job.Collection {
-				continue
-			}
+		for _, c := range h.colls(s.job) {
 			h.byColl[c] = append(h.byColl[c], s)
 		}
 	}
 	h.stale = false
+}
+
+// colls are the collections job's events come from, its own first, without
+// repeats: by name in a database stream, by namespace in a cluster-wide
+// one.
+func (h *Hub) colls(job *jobdef.Job) []string {
+	own := job.Collection
+	if h.cluster {
+		own = jobdef.Namespace(orDB(job.Database, h.db.Name()), job.Collection)
+	}
+	out := []string{own}
+	for _, d := range job.Dependencies() {
+		c := d.Collection
+		if h.cluster {
+			c = jobdef.Namespace(orDB(d.Database, h.db.Name()), d.Collection)
+		}
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func orDB(db, main string) string {
+	if db == "" {
+		return main
+	}
+	return db
+}
+
+// eventColl is the collection of an event's field at ("ns", "to") as
+// index keys it.
+func (h *Hub) eventColl(ev bson.Raw, at string) (string, bool) {
+	coll, ok := ev.Lookup(at, "coll").StringValueOK()
+	if !ok || !h.cluster {
+		return coll, ok
+	}
+	db, _ := ev.Lookup(at, "db").StringValueOK()
+	return jobdef.Namespace(db, coll), true
 }
 
 // route is the members whose Filter ev passes (Filter's clauses, by
@@ -763,14 +825,23 @@ func (h *Hub) index() {
 func (h *Hub) route(ev bson.Raw) []*Sub {
 	op, _ := ev.Lookup("operationType").StringValueOK()
 	if op == "dropDatabase" || op == "invalidate" {
+		// A cluster-wide stream passes the drop of a job's own database
+		// and of the state collection's (ClusterFilter).
+		db, _ := ev.Lookup("ns", "db").StringValueOK()
 		out := make([]*Sub, 0, len(h.members))
 		for s := range h.members {
-			out = append(out, s)
+			if !h.cluster || db == h.db.Name() || db == orDB(s.job.Database, h.db.Name()) {
+				out = append(out, s)
+			}
 		}
 		return out
 	}
-	coll, _ := ev.Lookup("ns", "coll").StringValueOK()
-	if coll == h.state {
+	coll, _ := h.eventColl(ev, "ns")
+	state := h.state
+	if h.cluster {
+		state = jobdef.Namespace(h.db.Name(), h.state)
+	}
+	if coll == state {
 		var out []*Sub
 		for _, k := range []string{"watermark", "wait"} {
 			if name, ok := ev.Lookup("documentKey", "_id", k).StringValueOK(); ok {
@@ -782,7 +853,7 @@ func (h *Hub) route(ev bson.Raw) []*Sub {
 		return out
 	}
 	out := h.byColl[coll]
-	if to, ok := ev.Lookup("to", "coll").StringValueOK(); ok && to != coll {
+	if to, ok := h.eventColl(ev, "to"); ok && to != coll {
 		for _, s := range h.byColl[to] {
 			if !containsSub(out, s) {
 				out = append(out[:len(out):len(out)], s)
@@ -799,4 +870,47 @@ func containsSub(subs []*Sub, s *Sub) bool {
 		}
 	}
 	return false
+}
+
+// ClusterUnionFilter is UnionFilter for a cluster-wide stream: an event
+// passes when it passes the ClusterFilter of one of jobs; stateDB is the
+// state collection's database.
+func ClusterUnionFilter(jobs []*jobdef.Job, stateDB, state string) bson.D {
+	byDB := map[string]bson.A{}
+	var dbs []string
+	seen := map[string]bool{}
+	add := func(db, coll string) {
+		db = orDB(db, stateDB)
+		if _, ok := byDB[db]; !ok {
+			dbs = append(dbs, db)
+		}
+		if ns := jobdef.Namespace(db, coll); !seen[ns] {
+			seen[ns] = true
+			byDB[db] = append(byDB[db], coll)
+		}
+	}
+	var names bson.A
+	drops := bson.A{stateDB}
+	for _, j := range jobs {
+		add(j.Database, j.Collection)
+		for _, d := range j.Dependencies() {
+			add(d.Database, d.Collection)
+		}
+		names = append(names, j.Name)
+		if db := orDB(j.Database, stateDB); !slices.Contains(drops, any(db)) {
+			drops = append(drops, db)
+		}
+	}
+	sort.Strings(dbs)
+	var or bson.A
+	for _, db := range dbs {
+		or = append(or,
+			bson.D{{Key: "ns.db", Value: db}, {Key: "ns.coll", Value: bson.D{{Key: "$in", Value: byDB[db]}}}},
+			bson.D{{Key: "to.db", Value: db}, {Key: "to.coll", Value: bson.D{{Key: "$in", Value: byDB[db]}}}})
+	}
+	or = append(or,
+		bson.D{{Key: "ns.db", Value: stateDB}, {Key: "ns.coll", Value: state}, {Key: "documentKey._id.watermark", Value: bson.D{{Key: "$in", Value: names}}}},
+		bson.D{{Key: "ns.db", Value: stateDB}, {Key: "ns.coll", Value: state}, {Key: "documentKey._id.wait", Value: bson.D{{Key: "$in", Value: names}}}},
+		bson.D{{Key: "operationType", Value: "dropDatabase"}, {Key: "ns.db", Value: bson.D{{Key: "$in", Value: drops}}}})
+	return bson.D{{Key: "$match", Value: bson.D{{Key: "$or", Value: or}}}}
 }

@@ -373,3 +373,34 @@ func TestTokenLess(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterHubTellsDatabasesApart: jobs on collections of one name in
+// two databases share the cluster-wide stream, and each reads its own
+// database's events only.
+func TestClusterHubTellsDatabasesApart(t *testing.T) {
+	_, client := testutil.StartMongo(t, mongotest.Options{})
+	main := client.Database("app")
+	ctx := testutil.Context(t, 60*time.Second)
+	h := NewHubs("meilistream").Cluster(main)
+	a := join(t, ctx, h, &jobdef.Job{Name: "a", Collection: "items", Database: "dba"}, nil, 0)
+	b := join(t, ctx, h, &jobdef.Job{Name: "b", Collection: "items", Database: "dbb"}, nil, 0)
+	for n := range 3 {
+		insert(t, ctx, client.Database("dba").Collection("items"), n)
+		insert(t, ctx, main.Collection("items"), n) // nobody's
+		insert(t, ctx, client.Database("dbb").Collection("items"), n)
+	}
+	a.until(ctx, 3)
+	b.until(ctx, 3)
+	settle(t, ctx, h, a, b)
+	insert(t, ctx, client.Database("dbb").Collection("items"), 3)
+	insert(t, ctx, client.Database("dba").Collection("items"), 3)
+	a.until(ctx, 4)
+	b.until(ctx, 4)
+	a.exactly(4)
+	b.exactly(4)
+	if n := openStreams(t, ctx, main); n != 1 {
+		t.Fatalf("%d change streams open, want the one cluster-wide stream", n)
+	}
+	a.sub.Close()
+	b.sub.Close()
+}
