@@ -460,7 +460,20 @@ func engineConfig(cfg config.Config) engine.Config {
 		PresenceInterval: cfg.Lease / 3,
 		VerifyInterval:   cfg.VerifyInterval,
 		VerifyRate:       cfg.VerifyRate,
+		ReindexRate:      cfg.ReindexRate,
+		// 0 turns a brake off here; the engine takes 0 as its default.
+		ReindexMaxReadLatency: offIfZero(cfg.ReindexMaxReadLatency),
+		ReindexMaxTasks:       offIfZero(cfg.ReindexMaxTasks),
 	}
+}
+
+// offIfZero is a brake's bound for the engine: a variable's 0 (never
+// brake) is negative there, where 0 is the default.
+func offIfZero[T int | time.Duration](v T) T {
+	if v == 0 {
+		return -1
+	}
+	return v
 }
 
 // sinkFactory builds each job's destination: the Meilisearch sink for a

@@ -156,6 +156,10 @@ func runStatus(ctx context.Context, inv *invocation) int {
 			}
 			if c := s.Reindex; c != nil {
 				reindex = fmt.Sprintf("checkpoint at %d documents", c.Count)
+				if c.Throttled != "" {
+					reindex += ", throttled"
+					notes = append(notes, fmt.Sprintf("%s: reindex throttled (as of its checkpoint at %s): %s", n, c.UpdatedAt.UTC().Format(time.RFC3339), c.Throttled))
+				}
 			}
 			errCount = fmt.Sprint(s.Errors)
 		}

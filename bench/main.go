@@ -53,6 +53,16 @@
 //     and on the standby, and until the document is searchable (polled as
 //     the latency figure is), all three at once: the same writes, side by
 //     side (wait.go);
+//   - with -pods K, instead: K = 1 up to K sidecar processes on one job
+//     reindex the articles, each trial into its own index and state
+//     collection, each process held to -cpu-limit cores by a cgroup v1
+//     cpu group of its own (the output says when it cannot be, and that
+//     its figures are then not comparable): wall time, documents per
+//     second and the speed-up over K = 1, CPU per document of the K
+//     together, and the writes and bytes per document the state
+//     collections took in the test MongoDB's history (serverStatus's
+//     mongotest.oplog); -against runs the old binary's K = 1 beside the
+//     new one's (pods.go);
 //   - live reindex (with -live > 0): the transform file is edited, which
 //     starts a swap reindex; meanwhile an update every -live-every is
 //     timed from MongoDB until it is visible in the live index (median,
@@ -163,6 +173,8 @@ type config struct {
 	flood                  int
 	outage, docKB          int
 	verify                 bool
+	pods                   int
+	cpuLimit               float64
 	jobs, jobDocs          int
 	idle                   time.Duration
 }
@@ -192,22 +204,27 @@ func run() error {
 	flag.BoolVar(&c.verify, "verify", false, "instead of the phases above, the verify workload: a sidecar reindexes the articles, then `meilistream verify` compares its index with the collection while it follows; reports documents verified per second and CPU per document beside the reindex's")
 	flag.BoolVar(&c.wait, "wait", false, "instead of the phases above, the read-your-writes workload: a holder and a standby sidecar on one job (-docs defaults to 2000); -latency writes one at a time, each timed until GET /wait for its operationTime returns on the holder and on the standby, and until searchable (polled), side by side (wait.go)")
 	flag.IntVar(&c.flood, "flood", 200, "with -wait, then as many writes again while this many more waiters (half on each sidecar) ask GET /wait for the latest write again and again: whether a flood of waits slows the pipeline")
+	flag.IntVar(&c.pods, "pods", 0, "instead of the phases above, the pods workload: K = 1 up to this many sidecar processes on one job reindex the articles, each trial into its own index (wall time, documents per second, CPU and MongoDB writes per document; with -against, the old binary's K = 1 beside the new one's; -docs defaults to 1000000; pods.go)")
+	flag.Float64Var(&c.cpuLimit, "cpu-limit", 0, "with -pods, the cores each sidecar may use, by a cgroup v1 cpu controller of its own (needs root; 0: no limit)")
 	flag.StringVar(&c.against, "against", "", "another meilistream binary to run side by side with the first on the same collection and servers (its own index and state collection), so both meet the same load: an A/B comparison on a noisy machine")
 	flag.IntVar(&c.jobs, "jobs", 0, "instead of the phases above, the many-jobs workload: this many identity jobs on small collections in one sidecar (and with -against the other binary, side by side, its own database); after -idle, the change streams open on the server, sockets, goroutines, RSS and idle CPU of each sidecar, then -latency writes, each to another collection, timed until searchable (jobs.go)")
 	flag.IntVar(&c.jobDocs, "jobs-docs", 10, "with -jobs, documents in each collection")
 	flag.DurationVar(&c.idle, "idle", 20*time.Second, "with -jobs, how long the idle CPU is counted")
 	flag.Parse()
 	modes := 0
-	for _, on := range []bool{c.unchanged, c.lookups, c.catchup, c.wait, c.verify, c.jobs > 0} {
+	for _, on := range []bool{c.unchanged, c.lookups, c.catchup, c.wait, c.verify, c.pods > 0, c.jobs > 0} {
 		if on {
 			modes++
 		}
 	}
 	if modes > 1 {
-		return errors.New("-unchanged, -lookups, -catchup, -wait, -verify and -jobs are workloads of their own: give one")
+		return errors.New("-unchanged, -lookups, -catchup, -wait, -verify, -pods and -jobs are workloads of their own: give one")
 	}
 	if c.wait && !flagSet("docs") {
 		c.docs = 2000
+	}
+	if c.pods > 0 && !flagSet("docs") {
+		c.docs = 1000000 // the issue's measure: a million articles
 	}
 	if c.catchup && !flagSet("docs") {
 		c.docs = c.outage
@@ -335,6 +352,8 @@ func run() error {
 		return runWait(ctx, c, tmp, transforms, coll, ms, published)
 	case c.verify:
 		return runVerifyBench(ctx, c, tmp, transforms, ms, published)
+	case c.pods > 0:
+		return runPods(ctx, c, tmp, transforms, db, ms, published)
 	}
 
 	// The sidecar, and with -against the other one, run side by side: each
@@ -887,7 +906,12 @@ func sidecarEnv(c config, r *sidecar, transforms string) []string {
 }
 
 func (r *sidecar) start(ctx context.Context, env []string, verbose bool) error {
-	r.cmd = exec.CommandContext(ctx, r.bin, "run")
+	return r.startCmd(ctx, exec.CommandContext(ctx, r.bin, "run"), env, verbose)
+}
+
+// startCmd starts cmd, which runs the sidecar, as r's process.
+func (r *sidecar) startCmd(ctx context.Context, cmd *exec.Cmd, env []string, verbose bool) error {
+	r.cmd = cmd
 	r.cmd.Env = append(os.Environ(), env...)
 	r.cmd.Cancel = func() error { return r.cmd.Process.Signal(os.Interrupt) }
 	r.cmd.WaitDelay = 30 * time.Second

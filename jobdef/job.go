@@ -85,6 +85,11 @@ type Job struct {
 	// (as `meilistream verify` does) every MEILISTREAM_VERIFY_INTERVAL;
 	// VerifyRepair: and repairs what differs.
 	Verify, VerifyRepair bool
+	// ReindexRate bounds the documents per second the job's reindex
+	// reads, across all pods (the file's reindexRate or
+	// MEILISTREAM_JOB_<NAME>_REINDEX_RATE); 0: MEILISTREAM_REINDEX_RATE.
+	// It is not in Hash: it changes no document.
+	ReindexRate int
 	// Fields are the top-level fields the transform reads, as the file
 	// (or MEILISTREAM_JOB_<NAME>_FIELDS) declares them; nil: every field.
 	// The change stream then drops, at the server, updates touching none

@@ -125,8 +125,9 @@ func (j *Job) applyEnv(ov map[string]string, prefix string) error {
 	// index.
 	// Nor do verify and verify_repair, which only read it back (and write
 	// what the transform gives anyway).
+	// Nor does reindex_rate, which only paces a reindex.
 	hashed := slices.DeleteFunc(slices.Clone(options), func(o string) bool {
-		return o == "skip_unchanged" || o == "verify" || o == "verify_repair"
+		return o == "skip_unchanged" || o == "verify" || o == "verify_repair" || o == "reindex_rate"
 	})
 	if len(hashed) > 0 || j.envOnly || prefix != "" {
 		j.Hash = j.envHash(j.Hash, hashed, ov, prefix)

@@ -310,7 +310,12 @@ func regexpOffsets(prog *ast.Program, shift int) map[int]int {
 // index in place, so they are kept out of the hash that says the
 // documents must be rebuilt (the job's SettingsHash says they changed).
 // Settings built elsewhere (a variable, a function) stay in the hash: a
-// change there reindexes, as any other change of the code does.
+// change there reindexes, as any other change of the code does. The
+// other unhashedKeys are left out alike: they change how fast a reindex
+// goes, never a document (a changed value restarts the job, which
+// resumes its reindex).
+var unhashedKeys = map[string]bool{"settings": true, "reindexRate": true}
+
 func settingsRanges(prog *ast.Program, shift int) [][2]int {
 	var out [][2]int
 	walkAST(prog, func(v reflect.Value) bool {
@@ -320,7 +325,7 @@ func settingsRanges(prog *ast.Program, shift int) [][2]int {
 		}
 		if obj, ok := a.Right.(*ast.ObjectLiteral); ok {
 			for _, p := range obj.Value {
-				if pk, ok := p.(*ast.PropertyKeyed); ok && !pk.Computed && propertyName(pk.Key) == "settings" {
+				if pk, ok := p.(*ast.PropertyKeyed); ok && !pk.Computed && unhashedKeys[propertyName(pk.Key)] {
 					out = append(out, [2]int{int(pk.Idx0()) - 1 - shift, int(pk.Idx1()) - 1 - shift})
 				}
 			}

@@ -221,3 +221,55 @@ func TestSettingsAreOutOfTheHashAndInTheSettingsHash(t *testing.T) {
 		t.Error("a change of code outside module.exports' settings literal kept the hash")
 	}
 }
+
+// A reindex's rate changes no document: neither the file's reindexRate
+// nor MEILISTREAM_JOB_<NAME>_REINDEX_RATE rebuilds the index, but an edit
+// of it makes a new Job (the supervisor restarts it at the new rate).
+func TestTheReindexRateIsOutOfTheHash(t *testing.T) {
+	const base = `module.exports = {
+  index: "users",
+  reindexRate: 500,
+  transform(doc) { return { name: doc.name }; },
+};
+`
+	b := loadJob(t, base)
+	if b.ReindexRate != 500 {
+		t.Fatalf("reindexRate %d, want 500", b.ReindexRate)
+	}
+	for name, src := range map[string]string{
+		"another rate":    strings.Replace(base, "500", "2000", 1),
+		"the rate gone":   strings.Replace(base, "  reindexRate: 500,\n", "", 1),
+		"the rate at end": strings.Replace(strings.Replace(base, "  reindexRate: 500,\n", "", 1), "  transform(", "  reindexRate: 9,\n  transform(", 1),
+	} {
+		if j := loadJob(t, src); j.Hash != b.Hash {
+			t.Errorf("%s: the document hash changed (a reindex)", name)
+		}
+	}
+	dir := writeFiles(t, map[string]string{"a.js": base})
+	hash := func(ov map[string]string) string {
+		set, err := transform.Load(dir, transform.Options{Pool: 1, Overrides: map[string]map[string]string{"a": ov}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(set.Close)
+		if r := set.Job("a").ReindexRate; ov != nil && r != 70 {
+			t.Fatalf("MEILISTREAM_JOB_A_REINDEX_RATE=70 gave rate %d", r)
+		}
+		return set.Job("a").Hash
+	}
+	if hash(nil) != hash(map[string]string{"reindex_rate": "70"}) {
+		t.Error("MEILISTREAM_JOB_A_REINDEX_RATE changed the hash")
+	}
+	set, err := transform.Load(dir, transform.Options{Pool: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(set.Close)
+	if err := os.WriteFile(filepath.Join(dir, "a.js"), []byte(strings.Replace(base, "500", "2000", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	next, err := set.Reload()
+	if err != nil || next.Job("a") == set.Job("a") || next.Job("a").ReindexRate != 2000 {
+		t.Fatalf("an edit of reindexRate kept the running Job (%v)", err)
+	}
+}

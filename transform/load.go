@@ -155,7 +155,7 @@ func load(ctx context.Context, paths []string, opts Options, prev *Set) (*Set, e
 			}
 			continue
 		}
-		if old := prev.Job(name); old != nil && old.Hash == j.Hash && old.SettingsHash == j.SettingsHash && old.File == j.File {
+		if old := prev.Job(name); old != nil && old.Hash == j.Hash && old.SettingsHash == j.SettingsHash && old.ReindexRate == j.ReindexRate && old.File == j.File {
 			// Only comments or spacing changed: the same meaning, so the
 			// job that runs (a supervisor restarts on a new Hash only)
 			// stays the Set's, and the new one is not kept.

@@ -46,6 +46,7 @@ func TestCheckOverride(t *testing.T) {
 		"verify":            {"true", "yes", `"yes" is not a boolean`},
 		"verify_repair":     {"true", "1x", `"1x" is not a boolean`},
 		"fields":            {"title, body,tags", "title,a.b", `"a.b" is not a top-level field name (no dots)`},
+		"reindex_rate":      {"500", "0", `"0" is not a whole number from 1 to 100000`},
 	}
 	for _, o := range transform.EnvOptions() {
 		c, ok := cases[o]

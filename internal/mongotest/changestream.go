@@ -81,6 +81,7 @@ func (s *Server) appendEvent(x *cmdCtx, ev *event) {
 		}
 	}
 	s.oplog = append(s.oplog, ev)
+	s.countWrite(ev)
 	s.dirty = true
 	if x != nil {
 		x.opTime = ev.ts
@@ -952,4 +953,60 @@ func splitEvent(doc bson.D, tok bson.D, maxFrag int) ([][]byte, []bson.D, error)
 		frags[i] = encodeDoc(g)
 	}
 	return frags, toks, nil
+}
+
+// nsWrites is what the writes of one namespace added to the history.
+type nsWrites struct{ ops, bytes int64 }
+
+// countWrite counts ev in its namespace's writes: its payload is what
+// mongod's oplog entry carries beside its fixed fields, the inserted or
+// replacement document, an update's description of what changed (mongod
+// logs a diff, not the post-image), a deleted document's _id.
+func (s *Server) countWrite(ev *event) {
+	if ev.evNS == nil || ev.coll == "" {
+		return
+	}
+	var n int
+	switch ev.op {
+	case "insert", "replace":
+		n = len(ev.doc)
+	case "update":
+		if ev.evExtra != nil {
+			b, _ := bson.Marshal(ev.upd)
+			n = len(b)
+		}
+	case "delete":
+		b, _ := bson.Marshal(bson.D{{Key: "_id", Value: ev.id}})
+		n = len(b)
+	default:
+		return
+	}
+	if s.written == nil {
+		s.written = map[string]*nsWrites{}
+	}
+	w := s.written[ev.db+"."+ev.coll]
+	if w == nil {
+		w = &nsWrites{}
+		s.written[ev.db+"."+ev.coll] = w
+	}
+	w.ops++
+	w.bytes += int64(n)
+}
+
+// writeMetrics is serverStatus's mongotest.oplog: per namespace, the
+// writes and their payload bytes since the server started.
+func (s *Server) writeMetrics() bson.D {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := make([]string, 0, len(s.written))
+	for ns := range s.written {
+		names = append(names, ns)
+	}
+	sort.Strings(names)
+	out := make(bson.D, 0, len(names))
+	for _, ns := range names {
+		w := s.written[ns]
+		out = append(out, bson.E{Key: ns, Value: bson.D{{Key: "ops", Value: w.ops}, {Key: "bytes", Value: w.bytes}}})
+	}
+	return out
 }

@@ -394,7 +394,10 @@ func cmdServerStatus(x *cmdCtx) (bson.D, error) {
 	if !x.s.opts.Standalone {
 		out = append(out, bson.E{Key: "repl", Value: bson.D{{Key: "setName", Value: ReplicaSetName}, {Key: "isWritablePrimary", Value: true}}})
 	}
-	return append(out, bson.E{Key: "metrics", Value: x.s.cursorMetrics()}), nil
+	out = append(out, bson.E{Key: "metrics", Value: x.s.cursorMetrics()})
+	// mongotest's own: what each namespace's writes added to the
+	// history, for benchmarks measuring what the sidecar costs MongoDB.
+	return append(out, bson.E{Key: "mongotest", Value: bson.D{{Key: "oplog", Value: x.s.writeMetrics()}}}), nil
 }
 
 func cmdReplSetGetStatus(x *cmdCtx) (bson.D, error) {

@@ -51,7 +51,12 @@
 //   - serverStatus holds host, version, process, localTime, repl and the
 //     cursor metrics only; metrics.changeStreams.cursor (open.total,
 //     open.pinned, totalOpened) is reported whatever Options.Version says
-//     (mongod added it after 8.0).
+//     (mongod added it after 8.0). It adds a section mongod does not
+//     have, mongotest.oplog: by namespace ("db.coll"), the writes since
+//     the start (ops) and their payload bytes (bytes: an inserted or
+//     replacement document, an update's description, a deleted _id),
+//     about what each write adds to mongod's oplog past its fixed
+//     fields; the benchmark reads it.
 //   - $currentOp lists only itself and the cursors (in use: "getmore"
 //     ops; with idleCursors, "idleCursor" entries), not other running
 //     commands, idle connections or sessions; its options other than

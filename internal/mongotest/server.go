@@ -127,6 +127,10 @@ type Server struct {
 	noopSeen int64
 	notify   chan struct{}
 	dirty    bool
+	// written counts, by namespace, the writes appended to the history
+	// and their payload bytes (serverStatus's mongotest.oplog; the write
+	// lock guards it).
+	written map[string]*nsWrites
 
 	clockOffset atomic.Int64
 

@@ -341,3 +341,31 @@ func TestCurrentOpListsChangeStreamCursors(t *testing.T) {
 		t.Errorf("$currentOp off admin: %v", err)
 	}
 }
+
+func TestServerStatusCountsWhatEachNamespaceWrote(t *testing.T) {
+	_, client := start(t, mongotest.Options{})
+	c := ctx(t)
+	coll := client.Database("db").Collection("things")
+	if _, err := coll.InsertOne(c, bson.D{{Key: "_id", Value: 1}, {Key: "name", Value: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coll.UpdateOne(c, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "$set", Value: bson.D{{Key: "name", Value: "b"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coll.DeleteOne(c, bson.D{{Key: "_id", Value: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	var s struct {
+		Mongotest struct {
+			Oplog map[string]struct{ Ops, Bytes int64 } `bson:"oplog"`
+		} `bson:"mongotest"`
+	}
+	if err := client.Database("admin").RunCommand(c, bson.D{{Key: "serverStatus", Value: 1}}).Decode(&s); err != nil {
+		t.Fatal(err)
+	}
+	w := s.Mongotest.Oplog["db.things"]
+	// The document (29 bytes), the update's description, the _id (14).
+	if w.Ops != 3 || w.Bytes <= 29+14 {
+		t.Fatalf("db.things wrote %+v, want 3 ops of more than 43 bytes (all: %+v)", w, s.Mongotest.Oplog)
+	}
+}

@@ -127,6 +127,15 @@ type Config struct {
 	// documents per second it reads doing so.
 	VerifyInterval time.Duration `koanf:"verify_interval"`
 	VerifyRate     int           `koanf:"verify_rate"`
+	// ReindexRate bounds the documents per second a job's reindex reads
+	// across all pods (0: no bound; a job's reindexRate wins);
+	// ReindexMaxReadLatency and ReindexMaxTasks are the bounds past which
+	// the brake slows a reindex's chunks: the smoothed time of a chunk
+	// read from MongoDB, the job's tasks enqueued in Meilisearch (0: that
+	// brake off).
+	ReindexRate           int           `koanf:"reindex_rate"`
+	ReindexMaxReadLatency time.Duration `koanf:"reindex_max_read_latency"`
+	ReindexMaxTasks       int           `koanf:"reindex_max_tasks"`
 
 	// Jobs holds the per-job overrides MEILISTREAM_JOB_<NAME>_<OPTION>,
 	// keyed by job name (lower case) then option (lower case, e.g.
@@ -159,6 +168,10 @@ func Default() Config {
 		LogFormat:        DefaultLogFormat,
 		VerifyInterval:   engine.DefaultVerifyInterval,
 		VerifyRate:       engine.DefaultVerifyRate,
+
+		// The reindex brake's bounds (engine.ThrottleConfig).
+		ReindexMaxReadLatency: engine.DefaultReindexMaxReadLatency,
+		ReindexMaxTasks:       engine.DefaultReindexMaxTasks,
 	}
 }
 
@@ -203,6 +216,9 @@ var Variables = []Variable{
 	{Key: "log_format", Accepts: "json or text (default json)"},
 	{Key: "verify_interval", Accepts: "a positive Go duration, e.g. 24h (default 24h)"},
 	{Key: "verify_rate", Accepts: "a whole number of documents per second from 1 to 1000000 (default 500)"},
+	{Key: "reindex_rate", Accepts: "a whole number of documents per second from 0 to 1000000, across all pods, 0 meaning no bound (default 0)"},
+	{Key: "reindex_max_read_latency", Accepts: "a Go duration up to 1m, or 0 to never brake for it (default 500ms)"},
+	{Key: "reindex_max_tasks", Accepts: "a whole number of tasks from 0 to 100000, 0 meaning never brake for them (default 6)"},
 }
 
 // Removed lists the variables earlier releases read and this one does not,
@@ -623,6 +639,15 @@ func (c *Config) validate(ps *problems, requireServers bool) {
 	}
 	if c.VerifyRate < 1 || c.VerifyRate > 1000000 {
 		bad("verify_rate", "%d is out of range", c.VerifyRate)
+	}
+	if c.ReindexRate < 0 || c.ReindexRate > 1000000 {
+		bad("reindex_rate", "%d is out of range", c.ReindexRate)
+	}
+	if c.ReindexMaxReadLatency < 0 || c.ReindexMaxReadLatency > time.Minute {
+		bad("reindex_max_read_latency", "%s is out of range", c.ReindexMaxReadLatency)
+	}
+	if c.ReindexMaxTasks < 0 || c.ReindexMaxTasks > 100000 {
+		bad("reindex_max_tasks", "%d is out of range", c.ReindexMaxTasks)
 	}
 	if c.TransformPool < 0 || c.TransformPool > 1024 {
 		bad("transform_pool", "%d is out of range", c.TransformPool)

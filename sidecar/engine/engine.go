@@ -86,6 +86,13 @@ type Config struct {
 	// documents per second it reads (default 500).
 	VerifyInterval time.Duration
 	VerifyRate     int
+	// ReindexRate bounds the documents per second a job's reindex reads
+	// across all pods (a job's own ReindexRate wins); 0: no bound.
+	// ReindexMaxReadLatency and ReindexMaxTasks are the bounds of the
+	// throttle's brake (ThrottleConfig: 0 their defaults, negative never).
+	ReindexRate           int
+	ReindexMaxReadLatency time.Duration
+	ReindexMaxTasks       int
 	// WatchdogAnswer is the least time a job's watchdog allows the
 	// destination to answer a batch (default DefaultWatchdogAnswer; see
 	// watchdog.go for the bound).
@@ -286,6 +293,9 @@ func (e *Engine) jobCfg(job *transform.Job) jobConfig {
 	}
 	if job.OnDocumentError != "" {
 		c.OnDocumentError = job.OnDocumentError
+	}
+	if job.ReindexRate > 0 {
+		c.ReindexRate = job.ReindexRate
 	}
 	return jobConfig{Config: c, job: job}
 }

@@ -103,6 +103,10 @@ func newEnvOn(t *testing.T, opts mongotest.Options) *env {
 		cfg: engine.Config{
 			BatchSize: 100, PageSize: 200, FlushInterval: 20 * time.Millisecond,
 			PositionInterval: 100 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryCap: 100 * time.Millisecond,
+			// The brake reads a loaded machine's slowness as a busy
+			// server's and slows the reindexes these tests wait for;
+			// throttle_internal_test.go tests it with a clock of its own.
+			ReindexMaxReadLatency: -1, ReindexMaxTasks: -1,
 		},
 		log: hclog.New(&hclog.LoggerOptions{Level: testLogLevel(), Output: testWriter{t}}),
 	}

@@ -79,6 +79,7 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 		snap, err = startReindex(ctx, f.source(), reindexOptions{
 			Store: e.store, Lease: l, Dest: dst, Stats: stats, Observer: e.obs,
 			PageSize: jc.PageSize, ProgressInterval: jc.ProgressInterval,
+			Throttle: jc.throttle(dst),
 		}, plan.cp)
 		if err != nil {
 			return nil, closeOr(ctx, l, err)

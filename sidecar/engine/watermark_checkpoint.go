@@ -25,6 +25,9 @@ type checkpointer struct {
 	win      *window
 	failPipe func(error)
 	written  func(count int64)
+	// throttled says what slows the chunks now, written with the
+	// checkpoint (jobstate.Checkpoint.Throttled).
+	throttled func() string
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -39,10 +42,10 @@ type checkpointer struct {
 	closed bool
 }
 
-func newCheckpointer(ctx context.Context, store *jobstate.Store, job string, l jobstate.Fence, cp *jobstate.Checkpoint, win *window, failPipe func(error), written func(int64)) *checkpointer {
+func newCheckpointer(ctx context.Context, store *jobstate.Store, job string, l jobstate.Fence, cp *jobstate.Checkpoint, win *window, failPipe func(error), throttled func() string, written func(int64)) *checkpointer {
 	ctx, cancel := context.WithCancelCause(ctx)
 	c := &checkpointer{
-		store: store, job: job, l: l, cp: cp, win: win, failPipe: failPipe, written: written,
+		store: store, job: job, l: l, cp: cp, win: win, failPipe: failPipe, written: written, throttled: throttled,
 		ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), done: make(chan struct{}),
 		lastID: cp.LastID, count: cp.Count,
 	}
@@ -72,6 +75,9 @@ func (c *checkpointer) loop() {
 		c.mu.Unlock()
 		if docs > 0 {
 			c.cp.LastID, c.cp.Count = last, count
+			if c.throttled != nil {
+				c.cp.Throttled = c.throttled()
+			}
 			if err := c.store.WriteCheckpoint(c.ctx, c.job, c.l, c.cp); err != nil {
 				if c.ctx.Err() != nil {
 					err = context.Cause(c.ctx)

@@ -40,6 +40,7 @@ type reindexOptions struct {
 	Observer         reindexObserver
 	PageSize         int           // documents read ahead of the checkpoint at most
 	ProgressInterval time.Duration // how often the progress is logged and published
+	Throttle         *Throttle     // paces the chunks; nil: unbounded
 }
 
 // Reindex is one reindex, run by its goroutine beside the follow loop: it
@@ -68,6 +69,10 @@ type Reindex struct {
 	skipped atomic.Int64
 	bad     atomic.Int64
 	removed atomic.Int64
+
+	// What the throttle slows the chunks for, as last shown (throttle.go).
+	thrMu sync.Mutex
+	shown ThrottleState
 
 	cancel    context.CancelCauseFunc
 	stopped   chan struct{}
@@ -224,7 +229,7 @@ func (s *Reindex) StagedSink() sink.Sink {
 // fail p. What becomes durable is checkpointed from now on (Durable).
 func (s *Reindex) Begin(ctx context.Context, p *pipe.Pipe) {
 	name := s.src.Job.Name
-	s.ckp = newCheckpointer(ctx, s.opts.Store, name, s.opts.Lease, s.cp, s.win, p.Fail, func(n int64) {
+	s.ckp = newCheckpointer(ctx, s.opts.Store, name, s.opts.Lease, s.cp, s.win, p.Fail, s.throttled, func(n int64) {
 		s.done.Store(n)
 		s.opts.Stats.Update(func(st *status.JobSnapshot) { st.Reindex.Done = n })
 		s.opts.Observer.ObserveReindexProgress(name, n, s.est)
@@ -232,6 +237,7 @@ func (s *Reindex) Begin(ctx context.Context, p *pipe.Pipe) {
 	ctx, s.cancel = context.WithCancelCause(ctx)
 	go func() {
 		defer close(s.stopped)
+		defer s.unthrottled()
 		if err := s.read(ctx, p); err != nil && ctx.Err() == nil {
 			p.Fail(err)
 		}
@@ -269,7 +275,7 @@ func (s *Reindex) read(ctx context.Context, p *pipe.Pipe) error {
 		if err := s.win.acquire(ctx, p, size); err != nil {
 			return err
 		}
-		c, err := s.readChunk(sctx, nil, last, size)
+		c, err := s.readThrottled(sctx, last, size)
 		if err != nil {
 			return err
 		}
@@ -286,6 +292,9 @@ func (s *Reindex) read(ctx context.Context, p *pipe.Pipe) error {
 		}
 		if end {
 			break
+		}
+		if err := s.pace(ctx, c.N); err != nil {
+			return err
 		}
 	}
 	if !s.sweep {

@@ -71,6 +71,10 @@ type Metrics struct {
 	// meilistream_stalls_total counts the times it became so.
 	JobStalled *prometheus.GaugeVec
 	Stalls     *prometheus.CounterVec
+	// meilistream_reindex_throttled{reason}: 1 while the job's reindex
+	// chunks are slowed for reason (rate, mongodb_latency,
+	// meilisearch_backlog), 0 for the others; present once a reindex ran.
+	ReindexThrottled *prometheus.GaugeVec
 	// meilistream_waits_total{status}: GET /wait answers for the job, by
 	// HTTP status (read your writes)
 	Waits *prometheus.CounterVec
@@ -162,6 +166,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Stalls:     counter("stalls_total", "Times the job's pending work stopped moving for longer than its watchdog's bound.", job),
 		Waits:      counter("waits_total", "GET /wait answers for the job by HTTP status: 200 durable, 504 timed out, 503 no holder, 429 too many.", with("status")),
 		kinds:      map[string]string{},
+		ReindexThrottled: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "reindex_throttled",
+			Help: "1 while the job's reindex reads its chunks slower than it could, by reason: rate (MEILISTREAM_REINDEX_RATE), mongodb_latency or meilisearch_backlog (the brake); 0 for the other reasons."}, with("reason")),
 	}
 	m.live = newStatusCollector(ns, m)
 	reg.MustRegister(m.DocumentsIndexed, m.DocumentsDeleted, m.DocumentsSkipped, m.Errors,
@@ -169,6 +175,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes, m.DDLEvents,
 		m.JobRestarts, m.StallHandOvers, m.TransformErrors, m.TransformStale, m.SourceReads, m.SourceReadTime, m.live,
 		m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes, m.JobStalled, m.Stalls, m.Waits, m.VerifyDrift, m.VerifyLast)
+	reg.MustRegister(m.ReindexThrottled)
 	return m
 }
 
@@ -480,7 +487,7 @@ func (m *Metrics) deleteSeries(job string) {
 		m.LeaseHeld, m.LeaseEpoch, m.ReindexDone, m.ReindexTotal, m.Reindexes,
 		m.DDLEvents, m.JobRestarts, m.StallHandOvers, m.TransformErrors, m.TransformStale,
 		m.SourceReads, m.SourceReadTime, m.DocumentsUnchanged, m.MeiliTasks, m.MeiliBytes,
-		m.JobStalled, m.Stalls, m.Waits, m.VerifyDrift, m.VerifyLast,
+		m.JobStalled, m.Stalls, m.Waits, m.VerifyDrift, m.VerifyLast, m.ReindexThrottled,
 	} {
 		v.DeletePartialMatch(l)
 	}

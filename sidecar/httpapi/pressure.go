@@ -11,6 +11,7 @@ import "github.com/meilistream/meilistream/sidecar/engine"
 var (
 	_ engine.UnchangedObserver = (*Metrics)(nil)
 	_ engine.QueueObserver     = (*Metrics)(nil)
+	_ engine.ThrottleObserver  = (*Metrics)(nil)
 )
 
 // Unchanged counts n updates not sent: they could not change the
@@ -38,3 +39,26 @@ func (m *Metrics) ObserveUnchanged(job, kind string, n int) { m.Job(job, kind).U
 func (m *Metrics) ObserveQueue(job string, tasks int, bytes int64) {
 	m.Job(job, "").Queue(tasks, bytes)
 }
+
+// throttleReasons are the reasons of meilistream_reindex_throttled, each
+// a series from the job's first reindex on.
+var throttleReasons = []string{engine.ThrottleRate, engine.ThrottleLatency, engine.ThrottleBacklog}
+
+// Throttled sets what slows the job's reindex: 1 for reason, 0 for the
+// others ("": none).
+func (j *JobMetrics) Throttled(reason string) {
+	if j == nil {
+		return
+	}
+	for _, r := range throttleReasons {
+		v := 0.0
+		if r == reason {
+			v = 1
+		}
+		j.m.ReindexThrottled.WithLabelValues(j.job, j.kind, r).Set(v)
+	}
+}
+
+// ObserveThrottle sets what slows the job's reindex
+// (engine.ThrottleObserver).
+func (m *Metrics) ObserveThrottle(job, reason string) { m.Job(job, "").Throttled(reason) }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/httpapi"
 )
 
@@ -65,4 +66,30 @@ func TestPressureMetricsArePerPipeline(t *testing.T) {
 	var none *httpapi.Metrics
 	none.ObserveUnchanged("articles", "search", 1)
 	none.ObserveQueue("articles", 1, 1)
+}
+
+func TestTheThrottledGaugeSaysTheOneReason(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := httpapi.NewMetrics(reg)
+	m.Declare("articles", "search")
+	m.ObserveThrottle("articles", engine.ThrottleLatency)
+	got := series(t, reg, "meilistream_reindex_throttled")
+	want := map[string]float64{
+		"meilistream_reindex_throttled,kind=search,pipeline=articles,reason=meilisearch_backlog": 0,
+		"meilistream_reindex_throttled,kind=search,pipeline=articles,reason=mongodb_latency":     1,
+		"meilistream_reindex_throttled,kind=search,pipeline=articles,reason=rate":                0,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("series %v, want %v", got, want)
+	}
+	m.ObserveThrottle("articles", "")
+	for k, v := range series(t, reg, "meilistream_reindex_throttled") {
+		if v != 0 {
+			t.Errorf("no longer throttled: %s = %v", k, v)
+		}
+	}
+	m.Job("articles", "search").Forget()
+	if got := series(t, reg, "meilistream_reindex_throttled"); len(got) != 0 {
+		t.Fatalf("after Forget: %v", got)
+	}
 }

@@ -25,7 +25,7 @@ import (
 //	 staleJoins: [<dependency fields whose joins may be old>],
 //	 leaseEpoch: <int64>, updatedAt: <server date>}
 //	{_id: {reindex: <job>}, startedAt, hash, inPlace, destination, lastId,
-//	 count, swapping, leaseEpoch, updatedAt}
+//	 count, swapping, throttled, leaseEpoch, updatedAt}
 //	{_id: {watermark: <job>}, mark: <a running reindex's latest mark>}
 //
 // The position's hash is the transform the destination was last rebuilt
@@ -120,9 +120,13 @@ type Checkpoint struct {
 	// never resumed: the reindex starts over, which is safe because
 	// Meilisearch runs tasks in enqueue order, so a pending swap is applied
 	// before the fresh staged index is created.
-	Swapping bool      `bson:"swapping,omitempty"`
-	Epoch    int64     `bson:"leaseEpoch"`
-	Updated  time.Time `bson:"updatedAt"`
+	Swapping bool `bson:"swapping,omitempty"`
+	// Throttled says what slowed the reindex's chunks when the checkpoint
+	// was written ("mongodb latency 850ms > 500ms"), "" if nothing: for
+	// `meilistream status`, which reads MongoDB only.
+	Throttled string    `bson:"throttled,omitempty"`
+	Epoch     int64     `bson:"leaseEpoch"`
+	Updated   time.Time `bson:"updatedAt"`
 }
 
 func posKey(job string) bson.D { return bson.D{{Key: "position", Value: job}} }
@@ -208,7 +212,7 @@ func (s *Store) fencedUpdate(ctx context.Context, job string, l Fence, id bson.D
 var (
 	positionFields = []string{"token", "wallTime"}
 	// startToken is cleared too: checkpoints of earlier versions had it.
-	checkpointFields = []string{"startToken", "startedAt", "hash", "inPlace", "destination", "lastId", "count", "swapping"}
+	checkpointFields = []string{"startToken", "startedAt", "hash", "inPlace", "destination", "lastId", "count", "swapping", "throttled"}
 )
 
 // Stamp writes l's epoch into the job's state documents (creating them
@@ -429,6 +433,7 @@ func (s *Store) WriteCheckpoint(ctx context.Context, job string, l Fence, c *Che
 		{Key: "destination", Value: c.Destination},
 		{Key: "count", Value: c.Count},
 		{Key: "swapping", Value: c.Swapping},
+		{Key: "throttled", Value: c.Throttled},
 	}
 	if c.LastID.Type != 0 {
 		set = append(set, bson.E{Key: "lastId", Value: c.LastID})
@@ -488,6 +493,9 @@ type ReindexState struct {
 	Count     int64  // documents read up to it
 	Epoch     int64
 	UpdatedAt time.Time
+	// Throttled is what slowed the chunks when the checkpoint was
+	// written, "" if nothing (Checkpoint.Throttled).
+	Throttled string
 }
 
 // ReadState returns every job that has a position, a checkpoint or error
@@ -526,6 +534,7 @@ func ReadState(ctx context.Context, state, errorsColl *mongo.Collection) ([]JobS
 			InPlace    bool          `bson:"inPlace"`
 			LastID     bson.RawValue `bson:"lastId"`
 			Count      int64         `bson:"count"`
+			Throttled  string        `bson:"throttled"`
 			Epoch      int64         `bson:"leaseEpoch"`
 			Updated    time.Time     `bson:"updatedAt"`
 			Definition struct {
@@ -542,7 +551,7 @@ func ReadState(ctx context.Context, state, errorsColl *mongo.Collection) ([]JobS
 			get(d.ID.Position).Position = &PositionState{WallTime: d.WallTime, Hash: d.Hash, Previous: d.Previous, HashSince: d.HashSince,
 				Epoch: d.Epoch, UpdatedAt: d.Updated, Token: append(bson.Raw(nil), d.Token...), Collection: d.Definition.Collection}
 		case d.ID.Reindex != "" && d.Hash != "":
-			r := &ReindexState{StartedAt: d.StartedAt, Hash: d.Hash, InPlace: d.InPlace, Count: d.Count, Epoch: d.Epoch, UpdatedAt: d.Updated}
+			r := &ReindexState{StartedAt: d.StartedAt, Hash: d.Hash, InPlace: d.InPlace, Count: d.Count, Epoch: d.Epoch, UpdatedAt: d.Updated, Throttled: d.Throttled}
 			if d.LastID.Type != 0 {
 				r.LastID = d.LastID.String()
 			}

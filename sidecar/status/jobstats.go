@@ -121,6 +121,8 @@ type ReindexProgress struct {
 	ETA       time.Duration `json:"eta"`       // remaining at Rate; 0: not known (or nothing remains, see Done)
 	Started   time.Time     `json:"started"`
 	Resumed   bool          `json:"resumed"` // continued from a checkpoint
+	// Throttled is what slows the chunks down now; nil when nothing does.
+	Throttled *Throttled `json:"throttled,omitempty"`
 }
 
 // NewJobStats returns empty stats.

@@ -175,6 +175,23 @@ type Reindex struct {
 	Rate          *float64 `json:"rate"`           // documents per second in this run; null until measured
 	ETASeconds    *float64 `json:"eta_seconds"`    // remaining at Rate; null until known
 	Resumed       bool     `json:"resumed"`        // continued from a checkpoint
+	// Throttled is what slows the chunks down now; absent when nothing
+	// does (the reindex reads as fast as the servers answer).
+	Throttled *Throttled `json:"throttled,omitempty"`
+}
+
+// Throttled says why a reindex's chunks are slowed down: Reason is
+// "rate" (MEILISTREAM_REINDEX_RATE or the job's reindexRate),
+// "mongodb_latency" or "meilisearch_backlog" (the brake), Message says it
+// for a person ("mongodb latency 850ms > 500ms", "meilisearch backlog 9
+// tasks > 6", "easing off after ..." while a braked rate climbs back),
+// Rate is the documents per second the chunks go at, Since when Reason
+// began.
+type Throttled struct {
+	Reason  string    `json:"reason"`
+	Message string    `json:"message"`
+	Rate    float64   `json:"rate"`
+	Since   time.Time `json:"since"`
 }
 
 // Counters are a job's document totals since this process started.

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"errors"
 	"sort"
+	"strconv"
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/transform"
@@ -18,7 +19,7 @@ import (
 func JobDefs(jobs []*transform.Job, loadErr error) (defs []JobDef, other []error) {
 	have := map[string]bool{}
 	for _, j := range jobs {
-		defs = append(defs, JobDef{Name: j.Name, Kind: j.Kind.String(), Hash: j.Hash + j.SettingsHash, Spec: j})
+		defs = append(defs, JobDef{Name: j.Name, Kind: j.Kind.String(), Hash: restartKey(j), Spec: j})
 		have[j.Name] = true
 	}
 	for _, err := range flatten(loadErr) {
@@ -58,4 +59,15 @@ func flatten(err error) []error {
 		return out
 	}
 	return []error{err}
+}
+
+// restartKey changes when a loaded job must restart: its Hash (a
+// reindex), its settings (applied at start), or its reindex rate (which
+// a restart resumes the reindex at).
+func restartKey(j *transform.Job) string {
+	k := j.Hash + j.SettingsHash
+	if j.ReindexRate > 0 {
+		k += "/rate=" + strconv.Itoa(j.ReindexRate)
+	}
+	return k
 }

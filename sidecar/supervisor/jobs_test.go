@@ -52,3 +52,31 @@ func TestJobDefs(t *testing.T) {
 		}
 	})
 }
+
+// A changed reindexRate keeps the transform hash (nothing to rebuild) but
+// restarts the job: its definition's Hash, what the supervisor compares,
+// changes with it.
+func TestAReindexRateChangeRestartsButKeepsTheHash(t *testing.T) {
+	def := func(src string) (supervisor.JobDef, *transform.Job) {
+		t.Helper()
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "a.js"), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		set, err := transform.Load(dir, transform.Options{Pool: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(set.Close)
+		defs, _ := supervisor.JobDefs(set.Jobs(), nil)
+		return defs[0], set.Job("a")
+	}
+	slow, sj := def(`module.exports = { reindexRate: 100, transform(doc) { return { t: doc.t }; } };`)
+	fast, fj := def(`module.exports = { reindexRate: 900, transform(doc) { return { t: doc.t }; } };`)
+	if sj.Hash != fj.Hash {
+		t.Error("the reindex rate changed the transform hash (a rebuild)")
+	}
+	if slow.Hash == fast.Hash {
+		t.Error("a changed reindex rate would not restart the job")
+	}
+}

@@ -134,7 +134,7 @@ func verifyStatus(v status.VerifyProgress) *status.Verify {
 // reindexStatus is a reindex's progress as /status shows it: the rate
 // and the time left null until measured (status.ReindexProgress).
 func reindexStatus(r status.ReindexProgress) *status.Reindex {
-	out := &status.Reindex{Done: r.Done, TotalEstimate: r.Estimated, Resumed: r.Resumed}
+	out := &status.Reindex{Done: r.Done, TotalEstimate: r.Estimated, Resumed: r.Resumed, Throttled: r.Throttled}
 	if r.Rate > 0 {
 		rate := r.Rate
 		out.Rate = &rate
