@@ -514,6 +514,7 @@ func transformOptions(cfg config.Config, log hclog.Logger) transform.Options {
 			OnHistoryLost:   cfg.OnHistoryLost,
 			BatchSize:       cfg.BatchSize,
 			FlushInterval:   cfg.FlushInterval,
+			Mode:            cfg.Mode,
 		},
 		Overrides:   cfg.Jobs,
 		IndexPrefix: cfg.IndexPrefix,

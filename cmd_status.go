@@ -15,6 +15,7 @@ import (
 	"github.com/meilistream/meilistream/internal/mongoerr"
 	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/lease"
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/stream"
 	"github.com/meilistream/meilistream/transform"
@@ -125,7 +126,9 @@ func runStatus(ctx context.Context, inv *invocation) int {
 		}
 		pos, lag, room, reindex, errCount := "none", "-", "-", "-", "0"
 		if s := r.state; s != nil {
-			if p := s.Position; p != nil {
+			if p := s.Position; p != nil && isScan(p.Token) {
+				pos, lag = scanPositionText(p.Token, now)
+			} else if p := s.Position; p != nil {
 				pos = p.WallTime.UTC().Format(time.RFC3339)
 				if winErr == nil {
 					room = headroomText(p.WallTime.Truncate(time.Second).Sub(window.Oldest))
@@ -303,4 +306,21 @@ func joinedErrs(err error) []error {
 		return out
 	}
 	return []error{err}
+}
+
+func isScan(tok bson.Raw) bool { _, _, ok := engine.ScanPosition(tok); return ok }
+
+// scanPositionText is a scan-mode job's position for the table: its
+// cursor, and the scan's lag (now less the cursor's key, for a date key;
+// "-" for a number). A scan has no oplog, so no headroom.
+func scanPositionText(tok bson.Raw, now time.Time) (pos, lag string) {
+	cursor, at, _ := engine.ScanPosition(tok)
+	if cursor == "" {
+		cursor = "none yet"
+	}
+	lag = "-"
+	if !at.IsZero() {
+		lag = lagText(now.Sub(at))
+	}
+	return "scan " + cursor, lag
 }

@@ -158,6 +158,8 @@ func serve() {
 
 type config struct {
 	docs, changes, latency int
+	scan                   bool
+	scanInterval, scanIdle time.Duration
 	flush, settle          time.Duration
 	transform, sidecar     string
 	mongoURI, meiliURL     string
@@ -173,6 +175,9 @@ type config struct {
 	flood                  int
 	outage, docKB          int
 	verify                 bool
+	floor, floorFirst      bool
+	identity               bool
+	background             int
 	pods                   int
 	cpuLimit               float64
 	jobs, jobDocs          int
@@ -204,21 +209,35 @@ func run() error {
 	flag.BoolVar(&c.verify, "verify", false, "instead of the phases above, the verify workload: a sidecar reindexes the articles, then `meilistream verify` compares its index with the collection while it follows; reports documents verified per second and CPU per document beside the reindex's")
 	flag.BoolVar(&c.wait, "wait", false, "instead of the phases above, the read-your-writes workload: a holder and a standby sidecar on one job (-docs defaults to 2000); -latency writes one at a time, each timed until GET /wait for its operationTime returns on the holder and on the standby, and until searchable (polled), side by side (wait.go)")
 	flag.IntVar(&c.flood, "flood", 200, "with -wait, then as many writes again while this many more waiters (half on each sidecar) ask GET /wait for the latest write again and again: whether a flood of waits slows the pipeline")
+	flag.BoolVar(&c.floor, "floor", false, "also run the floor build side by side (go build -tags floor: the same engine with the transform of articles.js compiled in Go in place of goja, see transform/floor.go) and print each sidecar's cost as a ratio to it")
+	flag.BoolVar(&c.floorFirst, "floor-first", false, "with -floor, start the floor build first (the order the sidecars start and are polled in), so runs can swap it")
+	flag.IntVar(&c.background, "background", 0, "while the latency samples are taken, this many other updates a second (titles of other published articles), so each timed write meets batches as a busy collection makes them rather than a quiet stream")
+	flag.BoolVar(&c.identity, "identity", false, "the job without a transform function (the identity: each document indexed as it is) instead of -transform")
+	flag.BoolVar(&c.scan, "scan", false, "instead of the phases above, the scan-mode workload: two sidecars side by side, one following the change stream and one in scan mode (mode scan, key "+scanKey+"), on the same collection; every write sets the key; reports CPU per change followed over -changes updates, write-to-searchable latency of -latency single writes and idle CPU, side by side (scan.go)")
+	flag.DurationVar(&c.scanInterval, "scan-interval", time.Second, "with -scan, the scan-mode sidecar's scanInterval")
+	flag.DurationVar(&c.scanIdle, "scan-idle", 10*time.Second, "with -scan, how long both sidecars are measured idle")
 	flag.IntVar(&c.pods, "pods", 0, "instead of the phases above, the pods workload: K = 1 up to this many sidecar processes on one job reindex the articles, each trial into its own index (wall time, documents per second, CPU and MongoDB writes per document; with -against, the old binary's K = 1 beside the new one's; -docs defaults to 1000000; pods.go)")
 	flag.Float64Var(&c.cpuLimit, "cpu-limit", 0, "with -pods, the cores each sidecar may use, by a cgroup v1 cpu controller of its own (needs root; 0: no limit)")
 	flag.StringVar(&c.against, "against", "", "another meilistream binary to run side by side with the first on the same collection and servers (its own index and state collection), so both meet the same load: an A/B comparison on a noisy machine")
 	flag.IntVar(&c.jobs, "jobs", 0, "instead of the phases above, the many-jobs workload: this many identity jobs on small collections in one sidecar (and with -against the other binary, side by side, its own database); after -idle, the change streams open on the server, sockets, goroutines, RSS and idle CPU of each sidecar, then -latency writes, each to another collection, timed until searchable (jobs.go)")
 	flag.IntVar(&c.jobDocs, "jobs-docs", 10, "with -jobs, documents in each collection")
 	flag.DurationVar(&c.idle, "idle", 20*time.Second, "with -jobs, how long the idle CPU is counted")
+	breakdownOf := flag.String("breakdown", "", "only print the parts (transform, conversion, encoding, driver, HTTP, GC...) of the CPU profiles a -cpuprofile run wrote into this directory, and exit")
 	flag.Parse()
+	if *breakdownOf != "" {
+		return printBreakdown(*breakdownOf)
+	}
 	modes := 0
-	for _, on := range []bool{c.unchanged, c.lookups, c.catchup, c.wait, c.verify, c.pods > 0, c.jobs > 0} {
+	for _, on := range []bool{c.unchanged, c.lookups, c.catchup, c.wait, c.verify, c.scan, c.pods > 0, c.jobs > 0} {
 		if on {
 			modes++
 		}
 	}
 	if modes > 1 {
-		return errors.New("-unchanged, -lookups, -catchup, -wait, -verify, -pods and -jobs are workloads of their own: give one")
+		return errors.New("-unchanged, -lookups, -catchup, -wait, -verify, -scan, -pods and -jobs are workloads of their own: give one")
+	}
+	if c.floor && modes > 0 {
+		return errors.New("-floor measures the default workload: drop -unchanged, -lookups, -catchup, -wait, -verify, -scan, -pods or -jobs")
 	}
 	if c.wait && !flagSet("docs") {
 		c.docs = 2000
@@ -276,7 +295,8 @@ func run() error {
 		build = append(build, "-overlay", overlay)
 		c.sidecar = filepath.Join(c.profile, "meilistream")
 	}
-	if c.sidecar == "" || c.profile != "" {
+	built := c.sidecar == "" || c.profile != ""
+	if built {
 		if c.sidecar == "" {
 			c.sidecar = filepath.Join(tmp, "meilistream")
 		}
@@ -287,11 +307,24 @@ func run() error {
 			return fmt.Errorf("go build: %w", err)
 		}
 	}
+	var floorBin string
+	if c.floor {
+		floorBin = filepath.Join(tmp, "meilistream-floor")
+		fmt.Fprintln(os.Stderr, "building the floor (go build -tags floor) ...")
+		b := exec.CommandContext(ctx, "go", "build", "-tags", "floor", "-o", floorBin, ".")
+		b.Stderr = os.Stderr
+		if err := b.Run(); err != nil {
+			return fmt.Errorf("go build -tags floor: %w", err)
+		}
+	}
 	transforms := filepath.Join(tmp, "transforms")
 	if err := os.Mkdir(transforms, 0o755); err != nil {
 		return err
 	}
 	src, err := os.ReadFile(c.transform)
+	if c.identity {
+		src, err = []byte(identityJS), nil
+	}
 	if err != nil {
 		return err
 	}
@@ -341,6 +374,10 @@ func run() error {
 		}
 	}
 
+	if c.identity {
+		published = c.docs // the identity indexes drafts too
+	}
+
 	switch {
 	case c.unchanged:
 		return runUnchanged(ctx, c, tmp, transforms, coll, ms, published)
@@ -352,6 +389,8 @@ func run() error {
 		return runWait(ctx, c, tmp, transforms, coll, ms, published)
 	case c.verify:
 		return runVerifyBench(ctx, c, tmp, transforms, ms, published)
+	case c.scan:
+		return runScan(ctx, c, tmp, transforms, coll, ms, published)
 	case c.pods > 0:
 		return runPods(ctx, c, tmp, transforms, db, ms, published)
 	}
@@ -359,15 +398,30 @@ func run() error {
 	// The sidecar, and with -against the other one, run side by side: each
 	// its own index and state collection, the same collection and servers
 	// and the same moment's load on the machine.
+	// With -floor the floor build runs beside them, first or last.
 	runs := []*sidecar{{label: "", bin: c.sidecar, prefix: "bench_", state: "meilistream"}}
-	if c.against != "" {
+	if c.against != "" || c.floor {
 		runs[0].label = c.sidecar
+		if built {
+			runs[0].label = "meilistream (go build .)"
+		}
+	}
+	if c.against != "" {
 		runs = append(runs, &sidecar{label: c.against, bin: c.against, prefix: "benchb_", state: "meilistream_b"})
+	}
+	var floor *sidecar
+	if c.floor {
+		floor = &sidecar{label: "floor (go build -tags floor)", bin: floorBin, prefix: "benchf_", state: "meilistream_f", isFloor: true}
+		if c.floorFirst {
+			runs = append([]*sidecar{floor}, runs...)
+		} else {
+			runs = append(runs, floor)
+		}
 	}
 	for i, r := range runs {
 		r.ready = filepath.Join(tmp, fmt.Sprintf("ready%d", i))
 		var extra []string
-		if c.profile != "" && i == 0 {
+		if c.profile != "" && r.bin == c.sidecar {
 			extra = append(extra, profileDirEnv+"="+c.profile)
 		}
 		if err := launch(ctx, c, ms, r, transforms, extra...); err != nil {
@@ -398,7 +452,11 @@ func run() error {
 	}); err != nil {
 		return fail(fmt.Errorf("start: %w", err))
 	}
-	toggleProfile(c, runs[0].pid) // start reindex.pprof
+	profiled := runs[0]
+	if profiled.isFloor {
+		profiled = runs[1]
+	}
+	toggleProfile(c, profiled.pid) // start reindex.pprof
 	load0 := loadavg()
 	for _, r := range runs {
 		r.begin()
@@ -406,7 +464,7 @@ func run() error {
 	if err := waitReindexed(ctx, ms, runs, published); err != nil {
 		return fail(fmt.Errorf("reindex: %w", err))
 	}
-	toggleProfile(c, runs[0].pid) // stop reindex.pprof
+	toggleProfile(c, profiled.pid) // stop reindex.pprof
 	if err := waitFor(ctx, runs, time.Minute, nil, func() (bool, error) {
 		for _, r := range runs {
 			addr, _ := os.ReadFile(r.ready)
@@ -428,7 +486,7 @@ func run() error {
 		return fail(ctx.Err())
 	}
 	n := min(c.changes, published)
-	toggleProfile(c, runs[0].pid) // start follow.pprof
+	toggleProfile(c, profiled.pid) // start follow.pprof
 	for _, r := range runs {
 		r.begin()
 	}
@@ -439,9 +497,16 @@ func run() error {
 	if err := waitFollowed(ctx, ms, runs, n > 0, last, "follow"); err != nil {
 		return fail(fmt.Errorf("follow: %w", err))
 	}
-	toggleProfile(c, runs[0].pid) // stop follow.pprof
+	toggleProfile(c, profiled.pid) // stop follow.pprof
 
-	// Latency: one write at a time, until searchable (in every index).
+	// Latency: one write at a time, until searchable (in every index),
+	// with -background a steady stream of other writes meanwhile.
+	stopBackground := background(ctx, c, coll)
+	const batchesMetric = "meilistream_batch_documents_count"
+	latStart := time.Now()
+	for _, r := range runs {
+		r.latBatches = r.metrics(batchesMetric)[batchesMetric]
+	}
 	var lat []time.Duration
 	for k := 0; k < c.latency; k++ {
 		id := 1 + (k*7919)%c.docs
@@ -454,20 +519,36 @@ func run() error {
 			bson.D{{Key: "$set", Value: bson.D{{Key: "title", Value: mark}}}}); err != nil {
 			return fail(err)
 		}
-		for _, r := range runs {
-			for {
+		// Each index is polled in turn until it shows the write: each
+		// sidecar's own latency, and the write's (the last of them).
+		seen := make([]bool, len(runs))
+		for left := len(runs); left > 0; {
+			for i, r := range runs {
+				if seen[i] {
+					continue
+				}
 				ok, err := titleIs(ctx, ms, r.uid, id, mark)
 				if err != nil {
 					return fail(err)
 				}
 				if ok {
-					break
+					seen[i] = true
+					r.lat = append(r.lat, time.Since(t))
+					left--
 				}
+			}
+			if left > 0 {
 				time.Sleep(time.Millisecond)
 			}
 		}
 		lat = append(lat, time.Since(t))
 	}
+
+	latWall := time.Since(latStart)
+	for _, r := range runs {
+		r.latBatches = r.metrics(batchesMetric)[batchesMetric] - r.latBatches
+	}
+	bgRate := stopBackground()
 
 	// Live reindex: an edited transform starts a swap reindex in each
 	// sidecar; writes made meanwhile are timed until visible in each live
@@ -488,9 +569,20 @@ func run() error {
 	if c.profile != "" {
 		fmt.Fprintf(os.Stderr, "profiles: go tool pprof -top %[1]s/meilistream %[1]s/reindex.pprof (and follow.pprof)\n", c.profile)
 	}
+	if c.profile != "" {
+		defer func() {
+			if err := printBreakdown(c.profile); err != nil {
+				fmt.Fprintln(os.Stderr, "breakdown:", err)
+			}
+		}()
+	}
 	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
-	fmt.Printf("meilistream bench: %d articles (~1 KB BSON each, %d published), %d followed updates, %d latency samples, flushInterval %s, %d CPUs, load average %s at the start, %s at the end\n",
-		c.docs, published, n, len(lat), c.flush, runtime.NumCPU(), load0, loadavg())
+	bg := ""
+	if c.background > 0 {
+		bg = fmt.Sprintf(" (beside %.0f other updates a second, of -background %d)", bgRate, c.background)
+	}
+	fmt.Printf("meilistream bench: %d articles (~1 KB BSON each, %d published), %d followed updates, %d latency samples%s, flushInterval %s, %d CPUs, load average %s at the start, %s at the end\n",
+		c.docs, published, n, len(lat), bg, c.flush, runtime.NumCPU(), load0, loadavg())
 	for _, r := range runs {
 		if r.label != "" {
 			fmt.Printf("%s (side by side with the other):\n", r.label)
@@ -529,6 +621,17 @@ func run() error {
 		}
 		fmt.Printf("latency: write to searchable%s median %s, p99 %s (flushInterval %s)\n",
 			what, lat[len(lat)/2].Round(time.Millisecond), lat[min(len(lat)-1, len(lat)*99/100)].Round(time.Millisecond), c.flush)
+		for _, r := range runs {
+			if len(runs) == 1 {
+				break
+			}
+			l := r.lat
+			sort.Slice(l, func(a, b int) bool { return l[a] < l[b] })
+			fmt.Printf("latency of %s alone: median %s, p99 %s; %.2f batches a second meanwhile\n", r.label, l[len(l)/2].Round(time.Millisecond), l[min(len(l)-1, len(l)*99/100)].Round(time.Millisecond), r.latBatches/latWall.Seconds())
+		}
+	}
+	if floor != nil {
+		printFloorRatios(runs, floor, c.docs, published, n)
 	}
 	for _, r := range runs {
 		if len(r.stale) == 0 {
@@ -695,6 +798,10 @@ func liveReindex(ctx context.Context, c config, coll *mongo.Collection, ms meili
 type sidecar struct {
 	label, bin, prefix, state string
 	uid, ready                string
+	isFloor                   bool // the floor build (-floor)
+	// lat: each latency sample, until this sidecar's index showed it.
+	lat        []time.Duration
+	latBatches float64 // batches made durable while they were taken
 
 	cmd    *exec.Cmd
 	pid    int

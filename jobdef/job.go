@@ -1,7 +1,9 @@
 package jobdef
 
 import (
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +19,24 @@ const (
 	DefaultFlushInterval   = time.Second
 	DefaultPrimaryKey      = "id"
 	DefaultMaxMirrorBytes  = 16 << 20 // MongoDB's maxBsonObjectSize
+	DefaultMode            = ModeStream
+	DefaultKey             = "updatedAt"
+	DefaultScanInterval    = 5 * time.Second
+	DefaultSweepInterval   = 5 * time.Minute
+	DefaultScanOverlap     = "10s"
+)
+
+// The modes of a job: how it learns of the collection's changes.
+const (
+	// ModeStream follows the change stream (a replica set, a sharded
+	// cluster).
+	ModeStream = "stream"
+	// ModeScan reads the collection by an update key every scanInterval
+	// and sweeps the destination's ids for deletes every sweepInterval:
+	// for a source without change streams (a standalone mongod).
+	ModeScan = "scan"
+	// ModeAuto is the stream when the source has one, the scan otherwise.
+	ModeAuto = "auto"
 )
 
 // Kind says where a job writes.
@@ -67,8 +87,19 @@ type Job struct {
 	Dates           string
 	OnDocumentError string // "skip" | "fail"
 	OnHistoryLost   string // "reindex" | "fail"
-	BatchSize       int
-	FlushInterval   time.Duration
+	// Mode is ModeStream, ModeScan or ModeAuto (the engine decides at
+	// start which of the first two it runs).
+	Mode string
+	// Key is the field a scan-mode job reads the collection by (a date,
+	// or a number that grows with every write); ScanInterval the pause
+	// between two passes of the scan, SweepInterval between two sweeps of
+	// the destination's ids for deletes; ScanOverlap, as written, how far
+	// behind its cursor each pass starts again (ScanOverlapOf reads it).
+	Key                         string
+	ScanInterval, SweepInterval time.Duration
+	ScanOverlap                 string
+	BatchSize                   int
+	FlushInterval               time.Duration
 	// Timeout limits one transform call of this job (the file's
 	// transformTimeout); 0 means transform.Options.Timeout.
 	Timeout time.Duration
@@ -139,4 +170,28 @@ func (j *Job) StreamFields() []string {
 		}
 	}
 	return out
+}
+
+// ScanOverlapOf reads a scanOverlap as written: for a date key, a Go
+// duration ("10s"), or a plain number of milliseconds; for a number key,
+// a plain number of the key's own units ("5000" for a key in
+// milliseconds), or a duration counted in seconds ("10s" is 10, for a key
+// in seconds). It returns the overlap in milliseconds for dates (ms) and in
+// key units for numbers (units), and false when s is neither form or is
+// negative.
+func ScanOverlapOf(s string) (ms int64, units float64, ok bool) {
+	if s == "" {
+		s = DefaultScanOverlap
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		if f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+			return 0, 0, false
+		}
+		return int64(f), f, true
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, 0, false
+	}
+	return d.Milliseconds(), d.Seconds(), true
 }

@@ -28,14 +28,20 @@ import (
 // What only the configuration can fix is CONFIG_INVALID, saying what to do;
 // a server that cannot be reached is FAILED (the supervisor retries).
 func Check(ctx context.Context, job string, source, replica *mongo.Collection) error {
+	return check(ctx, job, source, replica, false)
+}
+
+// check is Check; with scans (a job of mode scan or auto, which reads a
+// standalone source by its key) the source need not have change streams.
+func check(ctx context.Context, job string, source, replica *mongo.Collection, scans bool) error {
 	src, err := hello(ctx, source.Database().Client())
 	if err != nil {
 		return errs.Wrap(errs.Failed, job, err, "reach the source MongoDB")
 	}
-	if !src.replicated() {
+	if !src.replicated() && !scans {
 		return errs.New(errs.ConfigInvalid, job,
 			"the source MongoDB is a standalone server: mirror jobs follow its change stream, which only a replica set or a sharded cluster has; "+
-				"convert it to a one-node replica set (start mongod with --replSet rs0 and run rs.initiate() once; see docs/mirror-jobs.md)")
+				"convert it to a one-node replica set (start mongod with --replSet rs0 and run rs.initiate() once; see docs/mirror-jobs.md), or give the job mode: \"scan\" (docs/scan-mode.md)")
 	}
 	rep, err := hello(ctx, replica.Database().Client())
 	if err != nil && mongoerr.AuthFailed(err) {

@@ -78,6 +78,9 @@ type Options struct {
 	// Replica is the destination collection in the replica MongoDB. The sink
 	// writes to it with majority write concern whatever its own options say.
 	Replica *mongo.Collection
+	// Scans says the job may read its source without a change stream
+	// (mode scan or auto): a standalone source is then no reason to refuse.
+	Scans bool
 	// Logger is the job's logger; nil discards.
 	Logger hclog.Logger
 	// Metrics counts DDL events (the job's metrics); nil counts nothing.
@@ -94,6 +97,7 @@ type Options struct {
 // resumable because every write is an idempotent upsert).
 type Sink struct {
 	job      string
+	scans    bool // Options.Scans
 	source   *mongo.Collection
 	replica  *mongo.Collection // with majority write concern
 	log      hclog.Logger
@@ -128,6 +132,7 @@ func New(o Options, guard sink.Guard) (*Sink, error) {
 		options.Collection().SetWriteConcern(writeconcern.Majority()))
 	return &Sink{
 		job:      o.Job,
+		scans:    o.Scans,
 		source:   o.Source,
 		replica:  replica,
 		log:      o.Logger,
@@ -161,6 +166,7 @@ func ForJob(replicaDB, sourceDB *mongo.Database, job *jobdef.Job, guard sink.Gua
 		Job:     job.Name,
 		Source:  sourceDB.Collection(job.Collection),
 		Replica: replicaDB.Collection(job.Mirror),
+		Scans:   job.Mode == jobdef.ModeScan || job.Mode == jobdef.ModeAuto,
 		Logger:  logger,
 		Metrics: metrics,
 	}, guard)
@@ -171,7 +177,7 @@ func ForJob(replicaDB, sourceDB *mongo.Database, job *jobdef.Job, guard sink.Gua
 // errors are CONFIG_INVALID when only the configuration can fix them, FAILED
 // when a server could not be reached (try again later).
 func (s *Sink) Prepare(ctx context.Context) error {
-	return Check(ctx, s.job, s.source, s.replica)
+	return check(ctx, s.job, s.source, s.replica, s.scans)
 }
 
 // receipt carries the documents the replica refused: a replica's writes are

@@ -539,6 +539,9 @@ func (j *Job) ApplyEach(ctx context.Context, dst []byte, in []Input, out []Outco
 	if j.rt == nil {
 		return dst
 	}
+	if floorBuild {
+		return j.floorEach(ctx, dst, calls, out)
+	}
 	return j.rt.applyEach(ctx, j, dst, calls, out)
 }
 

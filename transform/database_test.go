@@ -1,6 +1,8 @@
 package transform_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"testing"
 
@@ -106,6 +108,20 @@ func TestMovingAJobToAnotherDatabaseChangesItsHash(t *testing.T) {
 	byFile := loadJob(t, `module.exports = { collection: "shop.orders" };`, transform.Options{Database: "app", Pool: 1})
 	if base.Hash == moved.Hash || base.Hash == byFile.Hash {
 		t.Fatalf("hash unchanged by a move: %s, override %s, file %s", base.Hash, moved.Hash, byFile.Hash)
+	}
+	// A collection written with a dot read the main database's collection
+	// of that whole name before jobs named databases: the same file, read
+	// now as db.collection, is not the job its old position was recorded
+	// for, by either hash.
+	dotted := `module.exports = { collection: "shop.orders" };`
+	sum := sha256.Sum256([]byte(dotted))
+	if byFile.LegacyHash == hex.EncodeToString(sum[:]) {
+		t.Fatal("a db.collection job takes a position recorded for its file's bytes as its own")
+	}
+	plain := loadJob(t, src, transform.Options{Database: "app", Pool: 1})
+	sum = sha256.Sum256([]byte(src))
+	if plain.LegacyHash != hex.EncodeToString(sum[:]) || plain.Hash != base.Hash {
+		t.Fatal("a job of the main database changed its hashes")
 	}
 }
 

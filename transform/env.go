@@ -32,7 +32,8 @@ func envJob(name string, ov map[string]string, opts Options) (*Job, error) {
 		Reindex: "swap", Sweep: true, Dates: "iso",
 		OnDocumentError: opts.Defaults.OnDocumentError, OnHistoryLost: opts.Defaults.OnHistoryLost,
 		BatchSize: opts.Defaults.BatchSize, FlushInterval: opts.Defaults.FlushInterval,
-		SkipUnchanged: true,
+		SkipUnchanged: true, Mode: opts.Defaults.Mode, Key: jobdef.DefaultKey,
+		ScanInterval: jobdef.DefaultScanInterval, SweepInterval: jobdef.DefaultSweepInterval, ScanOverlap: jobdef.DefaultScanOverlap,
 	}, opts: opts, envOnly: true}
 	j.log = opts.Logger.With("job", name)
 	if err := j.applyEnv(ov, opts.IndexPrefix); err != nil {

@@ -66,12 +66,19 @@ type lazyEntry struct {
 var _ goja.DynamicObject = (*lazyDoc)(nil)
 
 func (v *vm) lazy(doc []byte, depth int) (*goja.Object, error) {
+	o, _, err := v.lazyDoc(doc, depth)
+	return o, err
+}
+
+// lazyDoc is lazy, also returning the lazyDoc behind the object (which
+// asLazy would find at the cost of an allocation).
+func (v *vm) lazyDoc(doc []byte, depth int) (*goja.Object, *lazyDoc, error) {
 	length, _, ok := bsoncore.ReadLength(doc)
 	if !ok || length < 5 || int(length) > len(doc) {
-		return nil, errMalformed
+		return nil, nil, errMalformed
 	}
 	d := &lazyDoc{v: v, raw: doc[4 : length-1], depth: depth}
-	return v.rt.NewDynamicObject(d), nil
+	return v.rt.NewDynamicObject(d), d, nil
 }
 
 func (d *lazyDoc) entry(key string) *lazyEntry {

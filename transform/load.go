@@ -304,7 +304,8 @@ func loadFile(ctx context.Context, path string, src []byte, opts Options, ov map
 		Reindex: "swap", Sweep: true, Dates: "iso",
 		OnDocumentError: opts.Defaults.OnDocumentError, OnHistoryLost: opts.Defaults.OnHistoryLost,
 		BatchSize: opts.Defaults.BatchSize, FlushInterval: opts.Defaults.FlushInterval,
-		SkipUnchanged: true,
+		SkipUnchanged: true, Mode: opts.Defaults.Mode, Key: jobdef.DefaultKey,
+		ScanInterval: jobdef.DefaultScanInterval, SweepInterval: jobdef.DefaultSweepInterval, ScanOverlap: jobdef.DefaultScanOverlap,
 	}, opts: opts, det: &determinism{}}
 	j.log = opts.Logger.With("job", name)
 	fileName := filepath.Base(path)

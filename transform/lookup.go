@@ -1,6 +1,8 @@
 package transform
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"sort"
 	"strings"
@@ -421,5 +423,36 @@ func (j *Job) resolveDatabases() error {
 			r.Database = j.Database
 		}
 	}
+	if len(problems) == 0 {
+		j.hashDatabases()
+	}
 	return joinErrs(problems)
+}
+
+// hashDatabases puts in the job's hashes the databases it reads beyond the
+// main one: the job's, when not the main database, and a lookup's or
+// relate's, when not the job's. A file's tokens already hold what it
+// writes, and the overrides are already hashed; this covers what a
+// reading of the same text changes: a `collection` written with a dot
+// read the main database's collection of that whole name before jobs
+// named databases, and now names a database, so the job must rebuild from
+// there rather than take the old position as its own.
+func (j *Job) hashDatabases() {
+	var extra strings.Builder
+	if j.Database != j.opts.Database {
+		fmt.Fprintf(&extra, "\x00database=%s", j.Database)
+	}
+	for _, d := range j.Dependencies() {
+		if d.Database != j.Database {
+			fmt.Fprintf(&extra, "\x00dependency=%s", d.Namespace())
+		}
+	}
+	if extra.Len() == 0 {
+		return
+	}
+	rehash := func(base string) string {
+		sum := sha256.Sum256([]byte(base + extra.String()))
+		return hex.EncodeToString(sum[:])
+	}
+	j.Hash, j.LegacyHash = rehash(j.Hash), rehash(j.LegacyHash)
 }

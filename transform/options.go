@@ -160,6 +160,28 @@ var JobOptions = []JobOption{
 		Accepts: fmt.Sprintf("up to %d top-level field names, without dots or a leading `$` (a variable: separated by commas)", maxFields), Default: "none: every field",
 		Doc: "the fields the transform reads: the server drops updates touching none of them, and trims every document the transform sees to them and `_id`",
 		set: func(j *Job, v any) string { return setFields(j, v.([]string)) }},
+	{Key: "mode", Env: "mode", Jobs: allJobs, value: choiceValue, choices: []string{jobdef.ModeStream, jobdef.ModeScan, jobdef.ModeAuto},
+		Accepts: "stream, scan or auto", Default: "`MEILISTREAM_MODE`",
+		Doc: "how the job learns of changes: the change stream, a scan of the collection by `key` (a source without change streams, such as a standalone mongod; see docs/scan-mode.md), or the stream when the source has one and the scan otherwise",
+		set: func(j *Job, v any) string { j.Mode = v.(string); return "" }},
+	{Key: "key", Env: "key", Jobs: allJobs, value: textValue,
+		Accepts: "a field path (dots allowed) whose value is a date, or a number that grows with every write", Default: "`\"" + jobdef.DefaultKey + "\"`",
+		Doc:  "scan mode: the field every write of the application sets, which the scan reads the collection by",
+		form: keyForm,
+		set:  func(j *Job, v any) string { return setName(&j.Key, v.(string), keyForm) }},
+	{Key: "scanInterval", Env: "scan_interval", Jobs: allJobs, value: durationValue,
+		Accepts: "a positive Go duration, e.g. 5s", Default: "`5s`",
+		Doc: "scan mode: the pause between two passes of the scan",
+		set: func(j *Job, v any) string { j.ScanInterval = v.(time.Duration); return "" }},
+	{Key: "sweepInterval", Env: "sweep_interval", Jobs: allJobs, value: durationValue,
+		Accepts: "a positive Go duration, e.g. 5m", Default: "`5m`",
+		Doc: "scan mode: how often the destination's ids are compared with the collection's, deleting what the collection no longer holds",
+		set: func(j *Job, v any) string { j.SweepInterval = v.(time.Duration); return "" }},
+	{Key: "scanOverlap", Env: "scan_overlap", Jobs: allJobs, value: textValue,
+		Accepts: "a Go duration or a plain number, 0 or more", Default: "`\"" + jobdef.DefaultScanOverlap + "\"`",
+		Doc:  "scan mode: how far behind its cursor each pass reads again, for writes that land late with an older key: for a date key a duration (a plain number: milliseconds), for a number key that many of its units (a duration: its seconds)",
+		form: overlapForm,
+		set:  func(j *Job, v any) string { return setName(&j.ScanOverlap, v.(string), overlapForm) }},
 	{Key: "settings", Jobs: jobdef.Search, value: fileOnlyValue,
 		Accepts: "an object of Meilisearch index settings", Default: "none: a reindex copies the live index's",
 		Doc: "index settings applied when the job starts and to the index of each reindex"},
@@ -454,4 +476,29 @@ func JobOptionsMarkdown() string {
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s |\n", o.Key, env, jobs, o.Accepts, o.Default, o.Doc)
 	}
 	return b.String()
+}
+
+// keyForm checks a scan key: a field path MongoDB can sort by.
+func keyForm(v string) string {
+	switch {
+	case v == "":
+		return "an empty field path"
+	case strings.HasPrefix(v, "$") || strings.Contains(v, ".$"):
+		return fmt.Sprintf("%q starts a path element with '$'", clipText(v, maxKeyText))
+	case strings.HasPrefix(v, ".") || strings.HasSuffix(v, ".") || strings.Contains(v, ".."):
+		return fmt.Sprintf("%q has an empty path element", clipText(v, maxKeyText))
+	case strings.ContainsRune(v, 0):
+		return "a field path holding a NUL"
+	case v == "_id":
+		return "_id is not an update key (it never changes; the scan orders by it already)"
+	}
+	return ""
+}
+
+// overlapForm checks a scanOverlap (jobdef.ScanOverlapOf).
+func overlapForm(v string) string {
+	if _, _, ok := jobdef.ScanOverlapOf(v); !ok || v == "" {
+		return strconv.Quote(v) + " is not a Go duration or a plain number, 0 or more"
+	}
+	return ""
 }

@@ -46,6 +46,11 @@ func TestCheckOverride(t *testing.T) {
 		"verify":            {"true", "yes", `"yes" is not a boolean`},
 		"verify_repair":     {"true", "1x", `"1x" is not a boolean`},
 		"fields":            {"title, body,tags", "title,a.b", `"a.b" is not a top-level field name (no dots)`},
+		"mode":              {"scan", "poll", `"poll" is not a choice`},
+		"key":               {"meta.updatedAt", "$when", `"$when" starts a path element with '$'`},
+		"scan_interval":     {"100ms", "0s", `"0s" is not a positive Go duration`},
+		"sweep_interval":    {"5m", "often", `"often" is not a positive Go duration`},
+		"scan_overlap":      {"5000", "-1s", `"-1s" is not a Go duration or a plain number, 0 or more`},
 		"reindex_rate":      {"500", "0", `"0" is not a whole number from 1 to 100000`},
 	}
 	for _, o := range transform.EnvOptions() {

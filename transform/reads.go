@@ -195,7 +195,17 @@ func (r *callReads) everything() {
 // the document's localField: a call that read them (ctx.lookups, or the
 // field the matches are set to) read that field too.
 func (r *callReads) result(j *Job) *Reads {
-	out := &Reads{Fields: slices.Clone(r.fields), All: r.all, Context: r.context, Unknown: r.unknown || j.det.seen()}
+	// The Reads and its fields in one allocation, for the few fields a
+	// transform reads.
+	var out *Reads
+	if len(r.fields) <= len(readsWithFields{}.fields) {
+		rf := &readsWithFields{}
+		out = &rf.Reads
+		out.Fields = append(rf.fields[:0:len(rf.fields)], r.fields...)
+	} else {
+		out = &Reads{Fields: slices.Clone(r.fields)}
+	}
+	out.All, out.Context, out.Unknown = r.all, r.context, r.unknown || j.det.seen()
 	var keys []string // the localFields of the lookups read
 	for _, l := range j.Lookups {
 		if r.lookups || r.all || l.As != "" && slices.Contains(r.fields, l.As) {
@@ -215,6 +225,12 @@ func (r *callReads) result(j *Job) *Reads {
 	}
 	r.on, r.doc = false, nil
 	return out
+}
+
+// readsWithFields holds a Reads and room for its fields.
+type readsWithFields struct {
+	Reads
+	fields [10]string
 }
 
 // determinism is a job's memory of its transform asking for the clock or

@@ -91,6 +91,7 @@ type JobDefaults struct {
 	OnHistoryLost   string        // "reindex" | "fail"
 	BatchSize       int           // documents per batch
 	FlushInterval   time.Duration // longest wait before a partial batch is sent
+	Mode            string        // jobdef.ModeStream | ModeScan | ModeAuto
 }
 
 func (o Options) withDefaults() Options {
@@ -121,6 +122,9 @@ func (o Options) withDefaults() Options {
 	}
 	if d.FlushInterval <= 0 {
 		d.FlushInterval = jobdef.DefaultFlushInterval
+	}
+	if d.Mode == "" {
+		d.Mode = jobdef.DefaultMode
 	}
 	return o
 }
@@ -244,7 +248,11 @@ func (j *Job) applyWith(ctx context.Context, dst []byte, doc bson.Raw, op Operat
 	}
 	var out [1]Outcome
 	calls := []prepared{{doc: d, idv: idv, op: op, updateDesc: updateDesc, lookups: lookups, track: track, res: res}}
-	dst = j.rt.applyEach(ctx, j, dst, calls, out[:])
+	if floorBuild {
+		dst = j.floorEach(ctx, dst, calls, out[:])
+	} else {
+		dst = j.rt.applyEach(ctx, j, dst, calls, out[:])
+	}
 	if out[0].Err != nil {
 		return Result{}, dst, out[0].Err
 	}

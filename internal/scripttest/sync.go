@@ -310,8 +310,9 @@ func extJSONArray(ts *testscript.TestScript, s string) bson.A {
 
 // cmdMongo: mongo insert COLL DOC... | update COLL FILTER UPDATE |
 // replace COLL FILTER DOC | delete COLL FILTER | drop COLL, on the script's
-// database, documents in relaxed Extended JSON (UPDATE may be a pipeline,
-// [...]). update and delete apply to every match.
+// database (COLL written db.coll: on database db), documents in relaxed
+// Extended JSON (UPDATE may be a pipeline, [...]). update and delete apply
+// to every match.
 func cmdMongo(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 2 {
 		ts.Fatalf("usage: mongo insert|update|replace|delete|drop COLL [JSON...]")

@@ -20,6 +20,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/connstring"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/transform"
@@ -97,6 +98,9 @@ type Config struct {
 	OnHistoryLost string `koanf:"on_history_lost"`
 	// OnDocumentError is "skip" or "fail".
 	OnDocumentError string `koanf:"on_document_error"`
+	// Mode is every job's mode its file and MEILISTREAM_JOB_<NAME>_MODE
+	// leave unset: "stream", "scan" or "auto" (docs/scan-mode.md).
+	Mode string `koanf:"mode"`
 	// TransformTimeout limits one transform call.
 	TransformTimeout time.Duration `koanf:"transform_timeout"`
 	// TransformPool is the number of JavaScript runtimes per job; 0 means
@@ -159,6 +163,7 @@ func Default() Config {
 		PageSize:         engine.DefaultPageSize,
 		OnHistoryLost:    engine.DefaultOnHistoryLost,
 		OnDocumentError:  engine.DefaultOnDocumentError,
+		Mode:             jobdef.DefaultMode,
 		TransformTimeout: transform.DefaultTimeout,
 		TransformMemory:  transform.DefaultMemoryLimit >> 20,
 		HTTPAddr:         DefaultHTTPAddr,
@@ -205,6 +210,7 @@ var Variables = []Variable{
 	{Key: "page_size", Accepts: "a whole number from 1 to 100000 (default 2000)"},
 	{Key: "on_history_lost", Accepts: "reindex or fail (default reindex)"},
 	{Key: "on_document_error", Accepts: "skip or fail (default skip)"},
+	{Key: "mode", Accepts: "stream, scan or auto: every job's mode unless its file or MEILISTREAM_JOB_<NAME>_MODE says (default stream)"},
 	{Key: "transform_timeout", Accepts: "a positive Go duration up to 1m, e.g. 1s (default 1s)"},
 	{Key: "transform_pool", Accepts: "a whole number from 0 to 1024, 0 meaning GOMAXPROCS, the container's CPU limit (default 0)"},
 	{Key: "transform_memory", Accepts: "a whole number of MiB from 0 to 1048576, 0 meaning no bound (default 64)"},
@@ -660,6 +666,9 @@ func (c *Config) validate(ps *problems, requireServers bool) {
 	}
 	if c.OnDocumentError != "skip" && c.OnDocumentError != "fail" {
 		bad("on_document_error", "%q is not a choice", c.OnDocumentError)
+	}
+	if c.Mode != jobdef.ModeStream && c.Mode != jobdef.ModeScan && c.Mode != jobdef.ModeAuto {
+		bad("mode", "%q is not a choice", c.Mode)
 	}
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		bad("http_addr", "%q is not host:port", c.HTTPAddr)

@@ -216,6 +216,10 @@ type Engine struct {
 	// hubs: the one change stream per source database the jobs of this
 	// engine share (stream.Hub).
 	hubs *stream.Hubs
+
+	// scanIndexSaid: the jobs whose missing scan index was warned of
+	// (scan.go); modeSaid, the auto jobs whose pick was said (mode.go).
+	scanIndexSaid, modeSaid sync.Map
 }
 
 // New returns an engine reading jobs' collections from source and
@@ -365,13 +369,17 @@ func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l L
 	if err := retryPrepare(ctx, dst, e.cfg, log, prepared); err != nil {
 		return nil, closeOr(ctx, l, err)
 	}
+	scan, err := e.scanMode(ctx, job, stats, log)
+	if err != nil {
+		return nil, closeOr(ctx, l, err)
+	}
 	var (
 		lost      bool     // the history was lost: reindex afresh from the present
 		lostSince bson.Raw // the position recorded when it was
 	)
 	// asked: a running job's holder was asked to reindex (pause.go).
 	for {
-		plan, err := e.plan(ctx, job, l, force, lost, log)
+		plan, err := e.plan(ctx, job, l, force, lost, scan, log)
 		if err != nil {
 			return nil, closeOr(ctx, l, err)
 		}
@@ -413,8 +421,8 @@ func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l L
 // A checkpoint is resumed only with the position recorded beside it: the
 // staged index holds every change up to that position, and the stream
 // replays the rest.
-func (e *Engine) plan(ctx context.Context, job *transform.Job, l Lease, force, lost bool, log hclog.Logger) (followPlan, error) {
-	plan := followPlan{untilReindexed: force}
+func (e *Engine) plan(ctx context.Context, job *transform.Job, l Lease, force, lost, scan bool, log hclog.Logger) (followPlan, error) {
+	plan := followPlan{untilReindexed: force, scan: scan}
 	if lost {
 		plan.reindex = true
 		return plan, nil
@@ -442,6 +450,20 @@ func (e *Engine) plan(ctx context.Context, job *transform.Job, l Lease, force, l
 	}
 	if cp != nil && legacyOf(job, cp.Hash) {
 		cp.Hash = job.Hash // rewritten with the next checkpoint
+	}
+	if pos != nil && isScanToken(pos.Token) != scan {
+		// The position is the other mode's: a scan's cursor is no resume
+		// token, and a resume token no cursor. Start afresh (a stream at
+		// the present, a scan from the greatest key) with a reindex, which
+		// covers what the old position did not.
+		if scan {
+			log.Info("the recorded position is a change stream's and the job now scans: reindexing, then scanning from the greatest " + job.Key)
+		} else {
+			log.Info("the recorded position is a scan's and the job now follows the change stream: reindexing, following from the present")
+		}
+		plan.tok, plan.cp = nil, nil
+		plan.reindex = true
+		return plan, nil
 	}
 	switch {
 	case pos == nil:

@@ -49,6 +49,10 @@ type followPlan struct {
 	// ownMode is the reindex mode of the job as defined when the job run
 	// is a copy in another mode (Engine.RunReindexing); empty otherwise.
 	ownMode string
+	// scan: the job runs in scan mode (scan.go), from the cursors of
+	// tok (none: from the greatest key when it reindexes, from the least
+	// otherwise).
+	scan bool
 }
 
 // follow applies the job's change stream until ctx ends (nil, after a
@@ -68,8 +72,20 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	}
 	f.reset()
 	stats.LagReset()
+	if plan.scan {
+		f.scan = e.newScanner(jc, dst, stats, plan.tok, log)
+		if err := f.scan.start(ctx, plan.reindex); err != nil {
+			return nil, closeOr(ctx, l, err)
+		}
+	}
 	if err := f.open(ctx); err != nil {
 		return nil, closeOr(ctx, l, err)
+	}
+	if f.scan != nil && len(f.lastRecorded) == 0 {
+		// The cursors the scan starts from: what a reindex committed
+		// while a related change's fan-out is outstanding records, so
+		// that the change is read again after a restart.
+		f.lastRecorded = f.tok
 	}
 	defer func() { f.reader.Close() }() // the one open last: a resume or an error reopens it
 
@@ -191,6 +207,7 @@ func (f *follower) source() Source {
 		Wait:    f.e.wait,
 		Blame:   func(ctx context.Context, err error) error { return leaseOr(ctx, f.l, err) },
 		Waiting: &f.waiting,
+		Marks:   f.marks(),
 	}
 }
 
@@ -203,6 +220,15 @@ type changes interface {
 	Close()
 }
 
+// marks is the chains' Source.Marks: the scanner's in scan mode, nil (a
+// mark written in the state collection) otherwise.
+func (f *follower) marks() func(string) {
+	if f.scan == nil {
+		return nil
+	}
+	return f.scan.mark
+}
+
 // follower is the follow loop's state.
 type follower struct {
 	e      *Engine
@@ -212,14 +238,19 @@ type follower struct {
 	log    hclog.Logger
 	p      *delivery
 	reader changes
+	// scan reads the collection by its key in scan mode (the reader's
+	// feed); nil in stream mode.
+	scan *scanner
 
 	pending      map[string]int // coalescing key -> index in items
 	items        []Item
 	pendingBytes int
-	// flushT sends what is pending flushInterval after the first of it;
-	// flushArmed says it is running (armFlush).
+	// flushT sends what is pending flushInterval after the first of it
+	// was written (firstWall, its wall time); flushArmed says it is
+	// running (armFlush).
 	flushT     *time.Timer
 	flushArmed bool
+	firstWall  time.Time
 	lastTok    bson.Raw  // token of the last change in items
 	wall       time.Time // its wall time
 	tok        bson.Raw  // the last token read (event or idle): where to reopen
@@ -306,6 +337,7 @@ func (f *follower) reset() {
 	f.pending = make(map[string]int, f.jc.BatchSize)
 	f.items = make([]Item, 0, f.jc.BatchSize)
 	f.pendingBytes = 0
+	f.firstWall = time.Time{}
 }
 
 // chains are the chains whose windows are open: the reindex's, the
@@ -343,6 +375,18 @@ func (f *follower) fanChain() *Chain {
 // open opens the stream after f.tok (at the present when empty), retrying
 // transient errors; stream.ErrHistoryLost when the history no longer holds f.tok.
 func (f *follower) open(ctx context.Context) error {
+	if f.scan != nil {
+		if len(f.tok) == 0 {
+			f.tok = f.scan.token()
+		} else if f.reader != nil {
+			// Reopened after an error: on from the last cursors taken in
+			// (the feed may have read past what it handed over), the
+			// windows' documents sent again when next read.
+			f.scan.reset(f.tok)
+		}
+		f.reader = stream.StartFeed(ctx, f.scan.feed(f.e.stateName), f.jc.ReadAhead)
+		return nil
+	}
 	for {
 		if stream.Shareable(&f.jc.job.Job) && !f.large.Lean() {
 			hub := f.e.hubs.For(f.e.source)
@@ -566,8 +610,29 @@ func (f *follower) armFlush() {
 	if f.flushArmed || f.unflushed() == 0 || f.flushT == nil {
 		return
 	}
-	f.flushT.Reset(f.jc.FlushInterval)
+	f.flushT.Reset(flushDelay(f.jc.FlushInterval, f.firstWall, len(f.items) > 0, time.Now()))
 	f.flushArmed = true
+}
+
+// flushDelay is how long the flush waits for more: flushInterval counted
+// from when the first pending change was written (its wall time, the
+// server's), not from when it was read, so the time the change spent on
+// its way (the stream's getMore, its pace, the server's lookup of the
+// full document) is not added to every batch's wait: under a steady flow
+// a change waits half an interval on average, plus that way. At most
+// half the interval is taken off, so a server clock behind the sidecar's
+// costs at worst batches of half the interval, never a flush per change;
+// a clock ahead, an event without wallTime, or work without a change
+// (related values) waits the whole interval.
+func flushDelay(interval time.Duration, firstWall time.Time, changes bool, now time.Time) time.Duration {
+	if !changes || firstWall.IsZero() {
+		return interval
+	}
+	age := now.Sub(firstWall)
+	if age <= 0 {
+		return interval
+	}
+	return interval - min(age, interval/2)
 }
 
 // counted adds the document changes read since the last call to the stats
@@ -696,9 +761,22 @@ func (f *follower) add(ev bson.Raw) error {
 	f.wall = eventWall(ev)
 	if len(f.items) == 1 {
 		f.stats.LagPending(f.wall)
+		f.firstWall = wallTimeOf(ev)
 	}
 	f.large.Saw(ev)
 	return nil
+}
+
+// wallTimeOf is a change event's wallTime (MongoDB 6.0 and later always
+// report it: SERVER-65022), zero when it has none: its clusterTime counts
+// whole seconds, too coarse to time a flush by.
+func wallTimeOf(ev bson.Raw) time.Time {
+	if w, err := ev.LookupErr("wallTime"); err == nil {
+		if dt, ok := w.DateTimeOK(); ok {
+			return time.UnixMilli(dt)
+		}
+	}
+	return time.Time{}
 }
 
 // eventWall is a change event's wall time (the server's).
@@ -840,6 +918,7 @@ func (f *follower) recordAfter(tok bson.Raw, wall time.Time) func(ctx context.Co
 		f.lastRecorded, f.lastWall = tok, wall
 		f.recMu.Unlock()
 		f.lagc.recorded(tok)
+		f.scanRecorded(tok)
 		e.observePosition(jc.job.Name, wall)
 		stats.Update(func(s *status.JobSnapshot) { s.LastPosition = wall; s.RecordedAt = time.Now() })
 		e.observeLag(jc.job.Name, stats.Snapshot().LagSeconds)
@@ -976,4 +1055,21 @@ func (f *follower) invalidated(ctx context.Context, op string) error {
 		return leaseOr(ctx, f.l, err)
 	}
 	return errs.Wrap(errs.Failed, name, ErrInvalidated, "%s event on %s", op, f.jc.job.Collection)
+}
+
+// scanRecorded shows tok, just recorded, as a scan-mode job's cursor.
+func (f *follower) scanRecorded(tok bson.Raw) {
+	if f.scan == nil {
+		return
+	}
+	c, ok := scanCursorOf(tok)
+	if !ok {
+		return
+	}
+	text, at := cursorText(c), cursorTime(c)
+	f.stats.Update(func(s *status.JobSnapshot) {
+		if s.Scan != nil {
+			s.Scan.SetCursor(text, at)
+		}
+	})
 }

@@ -135,7 +135,13 @@ func (f *follower) enterPause(at time.Time) error {
 	if err := f.flush(); err != nil {
 		return err
 	}
-	f.reader.Close()
+	if f.scan == nil {
+		// A scan's feed stays open, held back by the loop taking nothing
+		// from it: closing it could lose what it handed over last (a
+		// chain's mark among it), which a stream reopened after its last
+		// token reads again but a scan does not.
+		f.reader.Close()
+	}
 	f.paused, f.pausedAt, f.pauseWarned = true, at, time.Now()
 	f.pausedNow.Store(true)
 	f.stats.SetPhase(status.PhasePaused)
@@ -156,9 +162,11 @@ func (f *follower) resumeAsked(ctx context.Context, r *retryRequest) error {
 	f.paused = false
 	f.pausedNow.Store(false)
 	f.dog.resumed()
-	if err := f.open(ctx); err != nil {
-		r.Finish("", err)
-		return err
+	if f.scan == nil {
+		if err := f.open(ctx); err != nil {
+			r.Finish("", err)
+			return err
+		}
 	}
 	if f.snap != nil {
 		f.stats.SetPhase(status.PhaseReindexing)

@@ -213,6 +213,7 @@ func (f *follower) finish(tok bson.Raw, wall time.Time) error {
 			return err
 		}
 		f.lagc.recorded(tok)
+		f.scanRecorded(tok)
 		// Every document is the new transform's, with its joins of
 		// the reindex: the joins marked stale before it began are not.
 		if err := stale.forget(ctx, e.store, jc.job.Name, l, staleBase); err != nil {

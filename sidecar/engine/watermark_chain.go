@@ -39,6 +39,11 @@ type Source struct {
 	// yet taken by the follow loop (the stream reader hurries while it is
 	// above zero).
 	Waiting *atomic.Int32
+	// Marks, when set, takes the chains' marks in process instead of
+	// their being written in the state collection: a scan-mode job has no
+	// stream to bring them back, and its scanner hands each over before
+	// the events of any read begun after it (scan.go).
+	Marks func(mark string)
 }
 
 // A Chain is one goroutine's series of reads of the job's collection, each
@@ -118,6 +123,10 @@ func (c *Chain) mark(ctx context.Context, marks *mongo.Collection, ch *Chunk) er
 	c.chunks[m] = ch
 	c.mu.Unlock()
 	c.src.Waiting.Add(1)
+	if c.src.Marks != nil {
+		c.src.Marks(m)
+		return nil
+	}
 	filter := bson.D{{Key: "_id", Value: watermarkKey(c.src.Job.Name)}}
 	update := bson.D{{Key: "$set", Value: bson.D{{Key: "mark", Value: m}}}}
 	for attempt := 0; ; attempt++ {

@@ -9,7 +9,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/jobdef"
@@ -327,32 +326,10 @@ func (s *Reindex) readSweep(ctx, sctx context.Context, marks *mongo.Collection, 
 	return s.mark(sctx, marks, &Chunk{Final: true, Last: last})
 }
 
-// absent returns the ids of ids that the collection does not hold.
+// absent returns the ids of ids that the collection does not hold (the
+// walk a scan-mode job's sweep shares: absentIDs).
 func (s *Reindex) absent(ctx context.Context, ids []bson.RawValue) ([]bson.RawValue, error) {
-	in := make(bson.A, len(ids))
-	for i, id := range ids {
-		in[i] = id
-	}
-	cur, err := s.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}},
-		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
-	if err != nil {
-		return nil, err
-	}
-	defer cur.Close(ctx)
-	have := make(map[string]bool, len(ids))
-	for cur.Next(ctx) {
-		have[jobdef.IDKey(cur.Current.Lookup("_id"))] = true
-	}
-	if err := cur.Err(); err != nil {
-		return nil, err
-	}
-	var gone []bson.RawValue
-	for _, id := range ids {
-		if !have[jobdef.IDKey(id)] {
-			gone = append(gone, bson.RawValue{Type: id.Type, Value: append([]byte(nil), id.Value...)})
-		}
-	}
-	return gone, nil
+	return absentIDs(ctx, s.coll, ids)
 }
 
 // progress logs and publishes the reindex's progress every

@@ -584,6 +584,10 @@ type statusCollector struct {
 	// meilistream_position_age_seconds, meilistream_oplog_headroom_seconds
 	// and meilistream_oplog_window_seconds: from the source's status only.
 	ageDesc, roomDesc, windowDesc *prometheus.Desc
+	// meilistream_job_mode, meilistream_scan_lag_seconds and
+	// meilistream_scan_cursor_timestamp_seconds: from the source's status
+	// only.
+	modeDesc, scanLagDesc, cursorDesc *prometheus.Desc
 
 	mu    sync.Mutex
 	src   status.Source
@@ -608,6 +612,14 @@ func newStatusCollector(ns string, m *Metrics) *statusCollector {
 		windowDesc: prometheus.NewDesc(ns+"_oplog_window_seconds",
 			"The source's oplog window: newest minus oldest entry of local.oplog.rs (needs read on the local database). Absent while unknown.",
 			nil, nil),
+		modeDesc: prometheus.NewDesc(ns+"_job_mode", "1 for how the job learns of changes in this process (stream or scan; a job of mode auto shows its pick), 0 for the other.",
+			[]string{LabelPipeline, "kind", "mode"}, nil),
+		scanLagDesc: prometheus.NewDesc(ns+"_scan_lag_seconds",
+			"A scan-mode job with a date key: now less the key of its recorded cursor (a quiet collection's grows: it is the age of the last write followed). Present while this process holds the job.",
+			[]string{LabelPipeline, "kind"}, nil),
+		cursorDesc: prometheus.NewDesc(ns+"_scan_cursor_timestamp_seconds",
+			"A scan-mode job with a date key: its recorded cursor's key (Unix seconds). Present while this process holds the job.",
+			[]string{LabelPipeline, "kind"}, nil),
 		state: map[string]string{},
 		lag:   map[string]float64{},
 	}
@@ -645,6 +657,9 @@ func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.ageDesc
 	ch <- c.roomDesc
 	ch <- c.windowDesc
+	ch <- c.modeDesc
+	ch <- c.scanLagDesc
+	ch <- c.cursorDesc
 }
 
 // Collect implements prometheus.Collector. The source is asked without
@@ -654,6 +669,8 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	type row struct {
 		job, kind, state string
 		lag, age, room   *float64
+		mode             string
+		scan             *status.ScanState
 	}
 	var rows []row
 	c.mu.Lock()
@@ -669,7 +686,7 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Unlock()
 	if src != nil {
 		for _, j := range src.Status() {
-			r := row{job: j.Name, kind: j.Kind, state: j.State, lag: j.LagSeconds, age: j.PositionAgeSeconds, room: j.HeadroomSeconds}
+			r := row{job: j.Name, kind: j.Kind, state: j.State, lag: j.LagSeconds, age: j.PositionAgeSeconds, room: j.HeadroomSeconds, mode: j.Mode, scan: j.Scan}
 			if r.age == nil && j.PositionTime != nil && holding(j.State) {
 				// The oplog window is not known (or not yet read): the
 				// holder still says how old its position is, by its
@@ -711,6 +728,19 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if r.room != nil {
 			ch <- prometheus.MustNewConstMetric(c.roomDesc, prometheus.GaugeValue, *r.room, r.job, kind)
+		}
+		if r.mode != "" {
+			for _, m := range []string{"stream", "scan"} {
+				v := 0.0
+				if m == r.mode {
+					v = 1
+				}
+				ch <- prometheus.MustNewConstMetric(c.modeDesc, prometheus.GaugeValue, v, r.job, kind, m)
+			}
+		}
+		if r.scan != nil && !r.scan.CursorTime.IsZero() {
+			ch <- prometheus.MustNewConstMetric(c.scanLagDesc, prometheus.GaugeValue, r.scan.LagSeconds, r.job, kind)
+			ch <- prometheus.MustNewConstMetric(c.cursorDesc, prometheus.GaugeValue, float64(r.scan.CursorTime.UnixMilli())/1000, r.job, kind)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -201,10 +202,35 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	if err := s.ready(r.Context()); err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprint(w, s.scrub(fmt.Sprintf("not ready: %v\n", err)))
+		fmt.Fprint(w, s.scrub(fmt.Sprintf("not ready: %v\n", err)+s.scanLines()))
 		return
 	}
-	fmt.Fprintln(w, "ok")
+	fmt.Fprint(w, "ok\n"+s.scrub(s.scanLines()))
+}
+
+// scanLines are /readyz's lines after its verdict for the scan-mode jobs
+// this process holds: the mode, the recorded cursor and the scan's lag
+// (never a reason to be unready: a quiet collection's cursor ages).
+func (s *Server) scanLines() string {
+	if s.opts.Status == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, j := range s.opts.Status.Status() {
+		if j.Scan == nil {
+			continue
+		}
+		cursor := j.Scan.Cursor
+		if cursor == "" {
+			cursor = "none yet"
+		}
+		fmt.Fprintf(&b, "job %s: mode scan by %s, cursor %s", j.Name, j.Scan.Key, cursor)
+		if !j.Scan.CursorTime.IsZero() {
+			fmt.Fprintf(&b, ", scan lag %.1fs", j.Scan.LagSeconds)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {

@@ -59,6 +59,12 @@ type VerifyProgress struct {
 // JobSnapshot is a copy of a JobStats at one instant.
 type JobSnapshot struct {
 	Phase Phase `json:"phase"`
+	// Mode is how the job learns of changes: "stream" or "scan" (the one
+	// a job of mode auto picked); "" before the job first ran here.
+	Mode string `json:"mode,omitempty"`
+	// Scan is a scan-mode job's cursor, lag and counts; nil in stream
+	// mode.
+	Scan *ScanState `json:"scan,omitempty"`
 	// Reindex progress; meaningful while Phase is reindexing, kept after.
 	Reindex ReindexProgress `json:"reindex"`
 	// LastPosition is the cluster wall time of the last recorded position
@@ -136,6 +142,13 @@ func (j *JobStats) Snapshot() JobSnapshot {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	s := j.s
+	if s.Scan != nil {
+		sc := *s.Scan
+		if !sc.CursorTime.IsZero() {
+			sc.LagSeconds = max(time.Since(sc.CursorTime).Seconds(), 0)
+		}
+		s.Scan = &sc
+	}
 	// A reindex follows the stream too: the lag is the live index's.
 	s.LagSeconds, s.LagKnown = 0, j.streaming && s.Phase != PhaseIdle
 	if s.LagKnown {
@@ -244,4 +257,41 @@ func (j *JobStats) Add(indexed, deleted, skipped, errors int64) {
 		s.Skipped += skipped
 		s.Errors += errors
 	})
+}
+
+// ScanState is what a scan-mode job shows of its scan.
+type ScanState struct {
+	// Key is the field the scan reads the collection by.
+	Key string `json:"key"`
+	// Cursor is the recorded cursor, the (key, _id) every document before
+	// which is durable in the destination, in relaxed Extended JSON; ""
+	// before the first.
+	Cursor string `json:"cursor"`
+	// CursorTime is the cursor's key when a date (zero otherwise), and
+	// LagSeconds the scan's lag: now less CursorTime (0 for a number key).
+	// A quiet collection's lag grows: it is the age of the last write
+	// followed, not of a write waiting.
+	CursorTime time.Time `json:"cursor_time,omitempty"`
+	LagSeconds float64   `json:"lag_seconds"`
+	// IntervalSeconds and SweepIntervalSeconds are the job's scanInterval
+	// and sweepInterval.
+	IntervalSeconds      float64 `json:"interval_seconds"`
+	SweepIntervalSeconds float64 `json:"sweep_interval_seconds"`
+	// Passes counts the passes of the scan, Sweeps the complete sweeps of
+	// the destination's ids, SweptDeletes the ids they found gone;
+	// LastSweep is when the last sweep ended.
+	Passes       int64     `json:"passes"`
+	Sweeps       int64     `json:"sweeps"`
+	SweptDeletes int64     `json:"swept_deletes"`
+	LastSweep    time.Time `json:"last_sweep,omitempty"`
+	// WithoutKey counts the documents without the key (or null), OtherType
+	// those whose key is of another type than the scan's: the scan never
+	// reads them (counted at each sweep).
+	WithoutKey int64 `json:"without_key"`
+	OtherType  int64 `json:"other_type"`
+}
+
+// SetCursor sets the recorded cursor.
+func (s *ScanState) SetCursor(text string, at time.Time) {
+	s.Cursor, s.CursorTime = text, at
 }

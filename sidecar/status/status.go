@@ -96,6 +96,13 @@ type Job struct {
 	Holder string `json:"holder,omitempty"`
 	// Epoch is the lease's epoch (incremented at every takeover).
 	Epoch int64 `json:"epoch,omitempty"`
+	// Mode is how the job learns of changes in this process, "stream" or
+	// "scan" (the pick of a job of mode auto); empty before it ran here.
+	Mode string `json:"mode,omitempty"`
+	// Scan is a scan-mode job's scan while this process holds it: its
+	// recorded cursor, the scan's lag (now less the cursor's key, for a
+	// date key), the documents it cannot read (ScanState).
+	Scan *ScanState `json:"scan,omitempty"`
 	// LagSeconds is the job's lag, one definition everywhere (this field,
 	// meilistream_follow_lag_seconds, the log): the age of the oldest
 	// change its stream delivered that is not yet durable in the

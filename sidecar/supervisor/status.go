@@ -82,6 +82,10 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 	if st.State == status.Following || st.State == status.Reindexing {
 		st.Queue = es.Queue
 	}
+	st.Mode = es.Mode
+	if holdingState(st.State) {
+		st.Scan = es.Scan
+	}
 	if st.State == status.Reindexing {
 		st.Reindex = reindexStatus(es.Reindex)
 	}
@@ -267,4 +271,13 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// holdingState says whether a job in state runs in this process.
+func holdingState(state string) bool {
+	switch state {
+	case status.Following, status.Reindexing, status.Paused, status.Unavailable:
+		return true
+	}
+	return false
 }
