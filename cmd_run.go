@@ -226,12 +226,28 @@ func (s *supervisedJobs) Job(name string) (known, held bool) {
 	return false, false
 }
 
+// idleConnTime is how long an unused connection to the source stays
+// open, unless the URI says (maxIdleTimeMS): the jobs of a process share
+// one change stream per database, so once their start is over (each
+// reindex and catch-up read on its own connection) a quiet process needs
+// few connections, and the driver's default keeps every one for good.
+const idleConnTime = 30 * time.Second
+
+// sourceOptions are the source client's options from uri.
+func sourceOptions(uri string) *options.ClientOptions {
+	o := options.Client().ApplyURI(uri).SetAppName("meilistream")
+	if o.MaxConnIdleTime == nil {
+		o.SetMaxConnIdleTime(idleConnTime)
+	}
+	return o
+}
+
 // connect builds the clients (the driver connects lazily: a server down at
 // start makes the jobs retry, it does not stop the process) and the engine.
 func connect(ctx context.Context, cfg config.Config, log hclog.Logger) (*wiring, error) {
 	w := &wiring{cfg: cfg, scrub: config.NewScrubber(cfg.Secrets()), registry: httpapi.NewRegistry(buildVersion())}
 	w.metrics = httpapi.NewMetrics(w.registry)
-	client, err := mongo.Connect(options.Client().ApplyURI(cfg.MongoDBURI).SetAppName("meilistream"))
+	client, err := mongo.Connect(sourceOptions(cfg.MongoDBURI))
 	if err != nil {
 		return nil, errs.Wrap(errs.ConfigInvalid, "", err, "MEILISTREAM_MONGODB_URI")
 	}

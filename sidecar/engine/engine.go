@@ -218,6 +218,10 @@ type Engine struct {
 	// (lag.go).
 	srcClock sourceClock
 
+	// hubs: the one change stream per source database the jobs of this
+	// engine share (stream.Hub).
+	hubs *stream.Hubs
+
 	// scanIndexSaid: the jobs whose missing scan index was warned of
 	// (scan.go); modeSaid, the auto jobs whose pick was said (mode.go).
 	scanIndexSaid, modeSaid sync.Map
@@ -245,6 +249,7 @@ func New(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Coll
 	if state != nil {
 		e.stateName = state.Name()
 	}
+	e.hubs = stream.NewHubs(e.stateName)
 	return e
 }
 
