@@ -118,11 +118,11 @@ func (w *wiring) askHolder(ctx context.Context, inv *invocation, job *transform.
 	var err error
 	switch kind {
 	case "":
-		id, err = jobstate.RequestRetry(ctx, w.state, job.Name, w.leases.Holder(), wait+time.Minute)
+		id, err = jobstate.RequestRetry(ctx, w.state, job.Name, w.leases.Holder(), wait+time.Minute, w.prober.Pipelines)
 	case jobstate.RepairKind:
-		id, err = jobstate.RequestRepair(ctx, w.state, job.Name, w.leases.Holder(), wait+time.Minute, ids)
+		id, err = jobstate.RequestRepair(ctx, w.state, job.Name, w.leases.Holder(), wait+time.Minute, ids, w.prober.Pipelines)
 	default:
-		id, err = jobstate.RequestOf(ctx, w.state, job.Name, w.leases.Holder(), wait+time.Minute, kind, mode)
+		id, err = jobstate.RequestOf(ctx, w.state, job.Name, w.leases.Holder(), wait+time.Minute, kind, mode, w.prober.Pipelines)
 	}
 	if err != nil {
 		return nil, err

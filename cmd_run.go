@@ -16,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/meilistream/meilistream/internal/capability"
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/mongoerr"
 	"github.com/meilistream/meilistream/jobdef"
@@ -61,6 +62,9 @@ func runRun(ctx context.Context, inv *invocation) int {
 	// A setting a job needs that is missing, or a job on meilistream's own
 	// state, stops the start: no restart of a job fixes either.
 	if err := jobProblems(cfg, set.Jobs()); err != nil {
+		return fail(inv.Stderr, err)
+	}
+	if err := w.probeSource(ctx, set.Jobs(), log); err != nil {
 		return fail(inv.Stderr, err)
 	}
 	if err := w.checkMeiliKey(ctx, set.Jobs(), log); err != nil {
@@ -131,6 +135,11 @@ func runRun(ctx context.Context, inv *invocation) int {
 			if job, ok := d.Spec.(*transform.Job); ok && d.Err == nil {
 				if perr := jobProblem(cfg, job); perr != nil {
 					defs[i].Err = perr
+				} else if src, ok := w.prober.Known(); ok {
+					// Nor can one the source lacks what for.
+					if perr := sourceProblem(src, []*transform.Job{job}); perr != nil {
+						defs[i].Err = perr
+					}
 				}
 			}
 		}
@@ -173,15 +182,18 @@ func runRun(ctx context.Context, inv *invocation) int {
 // wiring is what the server-facing commands share: clients, the lease
 // manager, the engine, metrics.
 type wiring struct {
-	cfg      config.Config
-	scrub    *config.Scrubber // the configuration's secrets, masked in error text
-	client   *mongo.Client
-	source   *mongo.Database
-	state    *mongo.Collection
-	errColl  *mongo.Collection
-	meili    *meili.Client // nil without MEILISTREAM_MEILI_URL
-	replica  *mongo.Client // nil without MEILISTREAM_REPLICA_URI
-	leases   *lease.Manager
+	cfg     config.Config
+	scrub   *config.Scrubber // the configuration's secrets, masked in error text
+	client  *mongo.Client
+	source  *mongo.Database
+	state   *mongo.Collection
+	errColl *mongo.Collection
+	meili   *meili.Client // nil without MEILISTREAM_MEILI_URL
+	replica *mongo.Client // nil without MEILISTREAM_REPLICA_URI
+	leases  *lease.Manager
+	// prober asks the source once what it can do (capability package):
+	// the leases and the job state's records take its answer.
+	prober   *capability.Prober
 	engine   *engine.Engine
 	metrics  *httpapi.Metrics
 	registry *prometheus.Registry
@@ -215,12 +227,28 @@ func (s *supervisedJobs) Job(name string) (known, held bool) {
 	return false, false
 }
 
+// idleConnTime is how long an unused connection to the source stays
+// open, unless the URI says (maxIdleTimeMS): the jobs of a process share
+// one change stream per database, so once their start is over (each
+// reindex and catch-up read on its own connection) a quiet process needs
+// few connections, and the driver's default keeps every one for good.
+const idleConnTime = 30 * time.Second
+
+// sourceOptions are the source client's options from uri.
+func sourceOptions(uri string) *options.ClientOptions {
+	o := options.Client().ApplyURI(uri).SetAppName("meilistream")
+	if o.MaxConnIdleTime == nil {
+		o.SetMaxConnIdleTime(idleConnTime)
+	}
+	return o
+}
+
 // connect builds the clients (the driver connects lazily: a server down at
 // start makes the jobs retry, it does not stop the process) and the engine.
 func connect(ctx context.Context, cfg config.Config, log hclog.Logger) (*wiring, error) {
 	w := &wiring{cfg: cfg, scrub: config.NewScrubber(cfg.Secrets()), registry: httpapi.NewRegistry(buildVersion())}
 	w.metrics = httpapi.NewMetrics(w.registry)
-	client, err := mongo.Connect(options.Client().ApplyURI(cfg.MongoDBURI).SetAppName("meilistream"))
+	client, err := mongo.Connect(sourceOptions(cfg.MongoDBURI))
 	if err != nil {
 		return nil, errs.Wrap(errs.ConfigInvalid, "", err, "MEILISTREAM_MONGODB_URI")
 	}
@@ -254,15 +282,17 @@ func connect(ctx context.Context, cfg config.Config, log hclog.Logger) (*wiring,
 			_ = rc.Disconnect(ctx)
 		})
 	}
-	w.leases, err = lease.New(w.state, lease.Holder(), lease.Options{TTL: cfg.Lease, Logger: log.Named("lease")})
+	w.prober = capability.NewProber(w.state)
+	w.leases, err = lease.New(w.state, lease.Holder(), lease.Options{TTL: cfg.Lease, Logger: log.Named("lease"), Form: w.prober.Pipelines})
 	if err != nil {
 		w.close()
 		return nil, err
 	}
-	w.waiter = durable.New(durable.Options{Jobs: &w.jobs, Source: durable.MongoSource{State: w.state}, Log: log.Named("wait")})
+	w.waiter = durable.New(durable.Options{Jobs: &w.jobs, Source: durable.MongoSource{State: w.state, Leases: w.leases}, Log: log.Named("wait")})
 	w.closeFns = append(w.closeFns, w.waiter.Close)
 	ec := engineConfig(cfg)
 	ec.Process = w.leases.Holder()
+	ec.Form = w.prober.Pipelines
 	ec.Durable = w.waiter.Advance
 	w.engine = engine.New(w.source, w.state, w.errColl, ec, w.metrics, log.Named("engine"))
 	return w, nil
@@ -329,7 +359,7 @@ func (w *wiring) headroom(ctx context.Context) (supervisor.Headroom, error) {
 // holders reads who holds each job's lease (unexpired), for /status of
 // standing-by jobs.
 func (w *wiring) holders(ctx context.Context) (map[string]string, error) {
-	infos, err := lease.List(ctx, w.state)
+	infos, err := w.leases.List(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -346,7 +376,7 @@ func (w *wiring) holders(ctx context.Context) (map[string]string, error) {
 // the distinct processes of the live presence records (each pod keeps one
 // per job it runs, holder or standby, refreshed by the server's clock).
 func (w *wiring) peers(ctx context.Context) (int, error) {
-	present, err := jobstate.ReadPresence(ctx, w.state)
+	present, err := jobstate.ReadPresence(ctx, w.state, w.prober.Pipelines)
 	if err != nil {
 		return 0, err
 	}
@@ -562,16 +592,19 @@ func loadJobsWith(cfg config.Config, log hclog.Logger, opts transform.Options) (
 	return set, err
 }
 
-// runningHint adds to a RUNNING error of reindex or retry what to do:
-// in a deployment where a sidecar always runs, some pod always holds
-// the lease.
+// runningHint adds to a RUNNING error what to do. reindex, retry, pause,
+// resume and verify --repair catch it and ask the holder through the
+// state collection; what reaches a user names those commands, never a
+// way that stops the application (in the sidecar model some pod always
+// holds the lease).
 func runningHint(name string, err error) error {
 	if !errors.Is(err, errs.ErrRunning) {
 		return err
 	}
-	return errs.New(errs.Running, name, "another meilistream holds job %s's lease (%s); run this where no sidecar runs the job "+
-		"(scale the sidecars down, run it, scale them back up), or change the job's transform: the holder then reindexes by itself",
-		name, err.Error())
+	return errs.New(errs.Running, name, "another meilistream holds job %s's lease (%s); ask it instead: "+
+		"`meilistream reindex %s`, `meilistream pause %s`, `meilistream retry %s` and `meilistream verify %s --repair` "+
+		"send their request to the holder through the state collection",
+		name, err.Error(), name, name, name, name)
 }
 
 // leaseForEngine is a held lease as the engine takes it.

@@ -12,6 +12,7 @@ import (
 	"github.com/meilisearch/meilisearch-go"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/connstring"
 
+	"github.com/meilistream/meilistream/internal/capability"
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/config"
@@ -131,4 +132,60 @@ func (w *wiring) checkMeiliKey(ctx context.Context, jobs []*transform.Job, log i
 		log.Warn("Meilisearch did not answer at start; the search jobs retry until it does", "error", w.scrub.Scrub(redactedErr(err)))
 		return nil
 	}
+}
+
+// probeSource asks the source MongoDB, before the jobs touch it, what it
+// can do (capability.Probe), within reachTimeout, and says what that means:
+// a source without change streams stops the start (CONFIG_INVALID naming
+// the server's answer and what to do) when any job follows a change
+// stream; a source without update pipelines or $$NOW expressions gets the
+// leases and the job state's records in the form without them, said once.
+// A source that does not answer yet is no error: the jobs keep trying, and
+// the leases ask the probe again before their first write.
+func (w *wiring) probeSource(ctx context.Context, jobs []*transform.Job, log interface {
+	Info(string, ...any)
+	Warn(string, ...any)
+}) error {
+	pctx, cancel := context.WithTimeout(ctx, reachTimeout)
+	defer cancel()
+	src, err := w.prober.Source(pctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Warn("cannot ask the source MongoDB what it can do yet; the jobs keep trying, and the probe runs again before the first lease",
+				"error", w.scrub.Scrub(redactedErr(err)))
+		}
+		return nil
+	}
+	log.Info("source MongoDB", "server", src.Describe(), "change_streams", src.ChangeStreams,
+		"update_pipelines", src.UpdatePipelines, "expr_now", src.ExprNow)
+	if !src.Pipelines() {
+		var answers []string
+		for _, r := range src.Refusals {
+			if r.Capability != capability.ChangeStreamsCap {
+				answers = append(answers, r.Capability+": "+r.String())
+			}
+		}
+		log.Warn("the source MongoDB takes no update pipelines or $$NOW expressions: leases, presence records and requests are written against a reading of the server's clock instead",
+			"server", src.Describe(), "answers", strings.Join(answers, "; "))
+	}
+	return sourceProblem(src, jobs)
+}
+
+// sourceProblem says what jobs lack on the source src: a CONFIG_INVALID
+// naming the jobs in mode stream, which follow a change stream, when it has
+// none (see
+// capability.Source.Check); nil when nothing is missing.
+func sourceProblem(src capability.Source, jobs []*transform.Job) error {
+	var streamJobs []string
+	for _, j := range jobs {
+		// A scan needs no change stream, and auto scans where there is none.
+		if j.Mode != jobdef.ModeStream {
+			continue
+		}
+		streamJobs = append(streamJobs, j.Name)
+	}
+	if err := src.Check(streamJobs, "MEILISTREAM_MONGODB_URI"); err != nil {
+		return errs.New(errs.ConfigInvalid, "", "%s", err)
+	}
+	return nil
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -46,7 +48,7 @@ func runStatus(ctx context.Context, inv *invocation) int {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 
-	leases, err := lease.List(ctx, w.state)
+	leases, err := w.leases.List(ctx)
 	if err != nil {
 		return fail(inv.Stderr, err)
 	}
@@ -107,31 +109,28 @@ func runStatus(ctx context.Context, inv *invocation) int {
 	if winErr != nil {
 		notes = append(notes, "headroom unknown: "+w.scrub.Scrub(winErr.Error()))
 	} else {
-		notes = append(notes, "oplog window: "+window.Newest.Sub(window.Oldest).String()+" (headroom: how long a job can stay stopped before it cannot resume)")
+		notes = append(notes, "oplog window: "+window.Newest.Sub(window.Oldest).Truncate(time.Second).String()+" (headroom: how long a job can stay stopped before it cannot resume)")
 	}
-	tw := tabwriter.NewWriter(inv.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tHOLDER\tEPOCH\tLEASE\tPOSITION\tLAG\tHEADROOM\tREINDEX\tERRORS")
+	var table []statusRow
 	for _, n := range names {
 		r := rows[n]
-		holder, epoch, until := "-", "-", "-"
+		row := statusRow{Job: n, State: "free"}
+		held := false
 		if l := r.lease; l != nil {
-			epoch = fmt.Sprint(l.Epoch)
-			switch {
-			case l.Holder == "" || l.Expired:
-				holder, until = "-", "free"
-			default:
-				holder = l.Holder
-				until = "until " + l.ExpiresAt.UTC().Format(time.RFC3339)
+			row.Epoch = fmt.Sprint(l.Epoch)
+			if l.Holder != "" && !l.Expired {
+				held = true
+				row.State, row.Holder, row.Expires = "held", l.Holder, statusTime(l.ExpiresAt)
 			}
 		}
-		pos, lag, room, reindex, errCount := "none", "-", "-", "-", "0"
+		row.Errors = "0"
 		if s := r.state; s != nil {
 			if p := s.Position; p != nil && isScan(p.Token) {
-				pos, lag = scanPositionText(p.Token, now)
+				row.Position, row.Lag = scanPositionText(p.Token, now)
 			} else if p := s.Position; p != nil {
-				pos = p.WallTime.UTC().Format(time.RFC3339)
+				row.Position = statusTime(p.WallTime)
 				if winErr == nil {
-					room = headroomText(p.WallTime.Truncate(time.Second).Sub(window.Oldest))
+					row.Headroom = headroomText(p.WallTime.Truncate(time.Second).Sub(window.Oldest))
 				}
 				job := r.job
 				if job == nil {
@@ -144,50 +143,49 @@ func runStatus(ctx context.Context, inv *invocation) int {
 				since, err := firstChangeAfter(ctx, w.source, job, inv.Config.StateCollection, p.Token)
 				switch {
 				case err != nil:
-					lag = "?"
+					row.Lag = "?"
 					notes = append(notes, fmt.Sprintf("%s: lag unknown: %s", n, err))
 				case since.IsZero():
-					lag = "0s"
+					row.Lag = "0s"
 				default:
-					lag = lagText(now.Sub(since))
+					row.Lag = lagText(now.Sub(since))
 				}
-				if r.lease == nil || r.lease.Holder == "" || r.lease.Expired {
-					// Nobody follows: the lag is as of now, and grows
-					// with every change until a pod takes the job.
-					lag += " (no holder)"
+				if !held {
+					notes = append(notes, fmt.Sprintf("%s: no holder: its lag is as of now, and grows with every change until a pod takes the job", n))
 				}
 			}
 			if c := s.Reindex; c != nil {
-				reindex = fmt.Sprintf("checkpoint at %d documents", c.Count)
+				row.Reindex = fmt.Sprint(c.Count)
+				notes = append(notes, fmt.Sprintf("%s: an unfinished reindex, checkpoint at %d documents: the job's next holder continues it", n, c.Count))
 				if c.Throttled != "" {
-					reindex += ", throttled"
-					notes = append(notes, fmt.Sprintf("%s: reindex throttled (as of its checkpoint at %s): %s", n, c.UpdatedAt.UTC().Format(time.RFC3339), c.Throttled))
+					row.Reindex += ",throttled"
+					notes = append(notes, fmt.Sprintf("%s: reindex throttled (as of its checkpoint at %s): %s", n, statusTime(c.UpdatedAt), c.Throttled))
 				}
 			}
-			errCount = fmt.Sprint(s.Errors)
+			row.Errors = fmt.Sprint(s.Errors)
 		}
-		name := n
 		if p, err := jobstate.ReadPause(ctx, w.state, n); err != nil {
 			notes = append(notes, fmt.Sprintf("%s: paused or not unknown: %s", n, err))
 		} else if p != nil {
-			name += " (paused)"
-			notes = append(notes, fmt.Sprintf("%s: paused since %s by %s: sends nothing, its position ages; `meilistream resume %s` resumes it", n, p.PausedAt.UTC().Format(time.RFC3339), p.PausedBy, n))
+			row.State = "paused"
+			notes = append(notes, fmt.Sprintf("%s: paused since %s by %s: sends nothing, its position ages; `meilistream resume %s` resumes it", n, statusTime(p.PausedAt), p.PausedBy, n))
 		}
 		switch {
 		case broken[n]:
-			name += " (transform fails to load)"
+			row.State = "load-error"
 			notes = append(notes, fmt.Sprintf("%s: its transform file does not load (\"meilistream check\" says why); a running sidecar keeps the version it loaded last", n))
 		case !r.known:
-			name += " (no transform)"
+			row.State = "no-transform"
+			notes = append(notes, fmt.Sprintf("%s: no transform file or variable declares this job: its state is left from an earlier one", n))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, holder, epoch, until, pos, lag, room, reindex, errCount)
+		table = append(table, row)
 	}
-	if err := tw.Flush(); err != nil {
+	if err := writeStatusTable(inv.Stdout, table); err != nil {
 		return fail(inv.Stderr, errs.Wrap(errs.Failed, "", err, "write status"))
 	}
 	// Pods that leave a job to a pod with a newer transform (a rollout
 	// in progress): standing by, and why.
-	present, err := jobstate.ReadPresence(ctx, w.state)
+	present, err := jobstate.ReadPresence(ctx, w.state, w.prober.Pipelines)
 	if err != nil {
 		notes = append(notes, fmt.Sprintf("standbys unknown: %s", err))
 	}
@@ -201,6 +199,37 @@ func runStatus(ctx context.Context, inv *invocation) int {
 	}
 	return exitOK
 }
+
+// statusRow is one job's line of `meilistream status`, each cell one word
+// (a column splits on blanks as it lines up on screen); "" prints as "-".
+type statusRow struct {
+	Job, State, Holder, Epoch, Expires, Position, Lag, Headroom, Reindex, Errors string
+}
+
+// statusHeader names statusRow's cells, in order.
+const statusHeader = "JOB\tSTATE\tHOLDER\tEPOCH\tEXPIRES\tPOSITION\tLAG\tHEADROOM\tREINDEX\tERRORS"
+
+// writeStatusTable prints the rows under statusHeader in aligned columns.
+func writeStatusTable(w io.Writer, rows []statusRow) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, statusHeader)
+	for _, r := range rows {
+		cells := []string{r.Job, r.State, r.Holder, r.Epoch, r.Expires, r.Position, r.Lag, r.Headroom, r.Reindex, r.Errors}
+		for i, c := range cells {
+			if c = strings.Join(strings.Fields(c), "_"); c == "" {
+				c = "-"
+			}
+			cells[i] = c
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	return tw.Flush()
+}
+
+// statusTime is how status shows a point in time: server time in UTC, to
+// the second, RFC 3339, in the table and in the notes alike; spans (lag,
+// headroom, the oplog window) are Go durations to the second.
+func statusTime(t time.Time) string { return t.UTC().Truncate(time.Second).Format(time.RFC3339) }
 
 // headroomText renders a headroom to the second; "lost" once the
 // position is older than the oplog's oldest entry.
@@ -316,11 +345,11 @@ func isScan(tok bson.Raw) bool { _, _, ok := engine.ScanPosition(tok); return ok
 func scanPositionText(tok bson.Raw, now time.Time) (pos, lag string) {
 	cursor, at, _ := engine.ScanPosition(tok)
 	if cursor == "" {
-		cursor = "none yet"
+		cursor = "none-yet"
 	}
 	lag = "-"
 	if !at.IsZero() {
 		lag = lagText(now.Sub(at))
 	}
-	return "scan " + cursor, lag
+	return "scan:" + cursor, lag // one word, as every cell
 }

@@ -13,7 +13,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
-	"github.com/meilistream/meilistream/lease"
 	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/sink"
@@ -134,7 +133,7 @@ func verifyFail(stderr io.Writer, job string, err error) int {
 // followed says whether a process holds the job's lease now (its holder
 // follows the job).
 func (w *wiring) followed(ctx context.Context, name string) (bool, error) {
-	infos, err := lease.List(ctx, w.state)
+	infos, err := w.leases.List(ctx)
 	if err != nil {
 		return false, err
 	}

@@ -50,12 +50,25 @@ func TestDashboardAndAlertsUseTheMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	served := map[string]bool{}
+	labels := map[string]map[string]bool{} // each series' label names
 	for _, mf := range mfs {
-		served[mf.GetName()] = true
+		names := []string{mf.GetName()}
 		if mf.GetType().String() == "HISTOGRAM" {
 			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-				served[mf.GetName()+suffix] = true
+				names = append(names, mf.GetName()+suffix)
 			}
+		}
+		for _, n := range names {
+			served[n] = true
+			labels[n] = map[string]bool{}
+			for _, m := range mf.GetMetric() {
+				for _, lp := range m.GetLabel() {
+					labels[n][lp.GetName()] = true
+				}
+			}
+		}
+		if mf.GetType().String() == "HISTOGRAM" {
+			labels[mf.GetName()+"_bucket"]["le"] = true
 		}
 	}
 
@@ -95,10 +108,36 @@ func TestDashboardAndAlertsUseTheMetrics(t *testing.T) {
 	}
 	name := regexp.MustCompile(`meilistream_[a-z_]+`)
 	jobLabel := regexp.MustCompile(`[{,(]\s*job\s*(=|!=|=~|!~)|by \(([^)]*\b)?job\b`)
+	// The labels a query names are the series' own: the drift of a
+	// verify is `drift` in the sidecar, the dashboard and the alerts
+	// alike (`kind` is the job's kind on every series).
+	selector := regexp.MustCompile(`(meilistream_[a-z_]+)\{([^}]*)\}`)
+	selectorKey := regexp.MustCompile(`([a-z_]+)\s*(=~|!~|!=|=)`)
+	byClause := regexp.MustCompile(`\b(?:by|without) \(([^)]*)\)`)
 	for _, e := range exprs {
 		for _, n := range name.FindAllString(e, -1) {
 			if !served[n] {
 				t.Errorf("%s is not a series the sidecar serves (in %s)", n, e)
+			}
+		}
+		for _, m := range selector.FindAllStringSubmatch(e, -1) {
+			for _, k := range selectorKey.FindAllStringSubmatch(m[2], -1) {
+				if served[m[1]] && !labels[m[1]][k[1]] {
+					t.Errorf("%s has no label %s (in %s)", m[1], k[1], e)
+				}
+			}
+		}
+		for _, m := range byClause.FindAllStringSubmatch(e, -1) {
+			for _, l := range strings.Split(m[1], ",") {
+				l = strings.TrimSpace(l)
+				// Labels of the scrape target, which Prometheus adds.
+				found := l == "pod" || l == "instance" || l == "namespace"
+				for _, n := range name.FindAllString(e, -1) {
+					found = found || labels[n][l]
+				}
+				if l != "" && !found {
+					t.Errorf("no series of %s has the label %s it groups by", e, l)
+				}
 			}
 		}
 		if jobLabel.MatchString(e) || strings.Contains(e, "exported_job") {

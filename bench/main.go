@@ -180,6 +180,8 @@ type config struct {
 	background             int
 	pods                   int
 	cpuLimit               float64
+	jobs, jobDocs          int
+	idle                   time.Duration
 }
 
 func run() error {
@@ -194,7 +196,7 @@ func run() error {
 	flag.StringVar(&c.mongoURI, "mongo", "", "use this MongoDB (replica set) instead of the test server")
 	flag.StringVar(&c.meiliURL, "meili", "", "use this Meilisearch instead of the test server")
 	flag.BoolVar(&c.verbose, "v", false, "show the sidecar's log")
-	flag.StringVar(&c.profile, "cpuprofile", "", "write CPU profiles of the sidecar process (reindex.pprof, follow.pprof) and its binary (meilistream) into this directory; builds the sidecar with a profiling hook (-sidecar is then not allowed)")
+	flag.StringVar(&c.profile, "cpuprofile", "", "write CPU profiles of the sidecar process (reindex.pprof, follow.pprof; with -verify, the verify process's first 5 s: verify.pprof) and its binary (meilistream) into this directory; builds the sidecar with a profiling hook (-sidecar is then not allowed)")
 	flag.BoolVar(&c.live, "live", true, "after the latency samples, edit the transform and time writes made during the reindex it starts until each is visible in the live index")
 	flag.DurationVar(&c.liveEvery, "live-every", 20*time.Millisecond, "with -live, one update this often while the reindex runs")
 	flag.BoolVar(&c.unchanged, "unchanged", false, "instead of the phases above, the workload of updates that cannot change a search document: -changes updates, 4 in 5 incrementing a counter the transform does not read, followed by three sidecars side by side (every update sent, skipUnchanged, skipUnchanged with fields); reports Meilisearch documents received and sidecar CPU per change")
@@ -217,22 +219,25 @@ func run() error {
 	flag.IntVar(&c.pods, "pods", 0, "instead of the phases above, the pods workload: K = 1 up to this many sidecar processes on one job reindex the articles, each trial into its own index (wall time, documents per second, CPU and MongoDB writes per document; with -against, the old binary's K = 1 beside the new one's; -docs defaults to 1000000; pods.go)")
 	flag.Float64Var(&c.cpuLimit, "cpu-limit", 0, "with -pods, the cores each sidecar may use, by a cgroup v1 cpu controller of its own (needs root; 0: no limit)")
 	flag.StringVar(&c.against, "against", "", "another meilistream binary to run side by side with the first on the same collection and servers (its own index and state collection), so both meet the same load: an A/B comparison on a noisy machine")
+	flag.IntVar(&c.jobs, "jobs", 0, "instead of the phases above, the many-jobs workload: this many identity jobs on small collections in one sidecar (and with -against the other binary, side by side, its own database); after -idle, the change streams open on the server, sockets, goroutines, RSS and idle CPU of each sidecar, then -latency writes, each to another collection, timed until searchable (jobs.go)")
+	flag.IntVar(&c.jobDocs, "jobs-docs", 10, "with -jobs, documents in each collection")
+	flag.DurationVar(&c.idle, "idle", 20*time.Second, "with -jobs, how long the idle CPU is counted")
 	breakdownOf := flag.String("breakdown", "", "only print the parts (transform, conversion, encoding, driver, HTTP, GC...) of the CPU profiles a -cpuprofile run wrote into this directory, and exit")
 	flag.Parse()
 	if *breakdownOf != "" {
 		return printBreakdown(*breakdownOf)
 	}
 	modes := 0
-	for _, on := range []bool{c.unchanged, c.lookups, c.catchup, c.wait, c.verify, c.scan, c.pods > 0} {
+	for _, on := range []bool{c.unchanged, c.lookups, c.catchup, c.wait, c.verify, c.scan, c.pods > 0, c.jobs > 0} {
 		if on {
 			modes++
 		}
 	}
 	if modes > 1 {
-		return errors.New("-unchanged, -lookups, -catchup, -wait, -verify, -scan and -pods are workloads of their own: give one")
+		return errors.New("-unchanged, -lookups, -catchup, -wait, -verify, -scan, -pods and -jobs are workloads of their own: give one")
 	}
 	if c.floor && modes > 0 {
-		return errors.New("-floor measures the default workload: drop -unchanged, -lookups, -catchup, -wait, -verify, -scan or -pods")
+		return errors.New("-floor measures the default workload: drop -unchanged, -lookups, -catchup, -wait, -verify, -scan, -pods or -jobs")
 	}
 	if c.wait && !flagSet("docs") {
 		c.docs = 2000
@@ -336,6 +341,9 @@ func run() error {
 	coll := db.Collection("articles")
 	_ = db.Drop(ctx)
 	ms := meilisearch.New(c.meiliURL, meilisearch.DisableRetries())
+	if c.jobs > 0 {
+		return runJobs(ctx, c, tmp, mc, ms)
+	}
 
 	article := articles.Article
 	switch {

@@ -71,6 +71,9 @@ func runVerifyBench(ctx context.Context, c config, tmp, transforms string, ms me
 		"MEILISTREAM_STATE_COLLECTION="+r.state,
 		"MEILISTREAM_LOG_LEVEL=warn",
 	)
+	if c.profile != "" {
+		cmd.Env = append(cmd.Env, profileDirEnv+"="+c.profile)
+	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	r.begin()

@@ -37,10 +37,61 @@
 // insert race internally instead of failing with a duplicate key
 // (write_ops_exec.cpp shouldRetryDuplicateKeyException). findAndModify takes
 // an update pipeline, with upsert and $$NOW, since MongoDB 4.2 (SERVER-40397,
-// SERVER-40419), which is therefore the oldest server this works with. The returned
+// SERVER-40419), the oldest server this form works with (older ones, and
+// servers without pipelines, get the form below). The returned
 // document tells "taken" (our holder and nonce) from "held" (someone else's,
 // reported as RUNNING naming the holder and expiresAt). A duplicate key error
 // is still handled (retried once, then reported as held).
+//
+// # Without update pipelines
+//
+// A source without update pipelines or $$NOW expressions (FerretDB 1.24;
+// MongoDB before 4.2) gets the same leases in another form, chosen by the
+// capability probe at start (Options.Form; replica sets keep the form
+// above). Each write is preceded by a read of the server's own clock,
+// hello's localTime, the clock mongod reads for $$NOW; the write's filter
+// and values are plain operators over that reading T:
+//
+//   - Acquire: findAndModify with upsert, filter {_id, $or: [no expiresAt,
+//     expiresAt <= T]}, update $set holder, nonce, acquiredAt = T,
+//     expiresAt = T + ttl, $inc epoch. A lease that is not free
+//     answers with a duplicate key (the filter is not a pure equality, so
+//     the upsert tries to insert the _id); the document read then names
+//     the holder (RUNNING).
+//   - Renew: filter {_id, holder, nonce, expiresAt > T}, update $max
+//     expiresAt = T + ttl.
+//   - Release: $currentDate expiresAt, $unset holder and nonce (the epoch
+//     stays, as above).
+//   - List and HeldBy: the clock is read, then the documents; expired is
+//     expiresAt <= T.
+//
+// It is still server time: T is the server's clock, and no process clock
+// is compared with a server time. It is still safe, because T is read
+// before the write applies and the server's clock only moves forward
+// between the two, so a stale reading only ever errs one way:
+//
+//   - a taker sees a lease free only if it expired by T, hence by the time
+//     the write applies; a stale T keeps a lease held a little longer (the
+//     taker is conservative, never early). The test of "free" and the take
+//     are one atomic findAndModify on the document, as in the pipeline
+//     form.
+//   - the expiry T + ttl is at most the server's now + ttl: the holder's
+//     lease is shorter by a round trip, never longer. The holder's give-up
+//     rule counts 3/4 of the TTL from before the clock read, so it still
+//     stops first.
+//   - $max keeps expiresAt monotone: a renewal computed from an older
+//     reading never moves the expiry back.
+//   - a renewal whose reading predates an expiry it lands after may extend
+//     a lease that lapsed unnoticed; that is harmless, because nobody took
+//     it (a takeover changes holder and nonce, and the renewal's filter
+//     would then match nothing), so no two holders overlap.
+//   - the epoch is still incremented in the acquiring write, so fencing is
+//     unchanged.
+//
+// The reading is one server's clock and the write lands on that server: a
+// standalone, FerretDB. A sharded cluster's mongos (whose hello would read
+// the router's clock, not the shard's) always takes pipelines, so it
+// never gets this form.
 //
 // # Epoch and fencing
 //

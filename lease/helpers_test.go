@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/meilistream/meilistream/internal/capability"
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/lease"
@@ -23,13 +24,32 @@ type env struct {
 	t    testing.TB
 	srv  *mongotest.Server
 	coll *mongo.Collection
+	form capability.Form // the managers' Options.Form unless they set one
 }
 
 var dbNameUnsafe = regexp.MustCompile(`[^A-Za-z0-9_]`)
 
-func newEnv(t testing.TB) *env {
+func newEnv(t testing.TB) *env { return newEnvWith(t, mongotest.Options{}) }
+
+// forEachForm runs test in both forms of the leases: with update
+// pipelines (the nil Form, every MongoDB since 4.2) and without them, on
+// a server refusing them as FerretDB does, the form chosen by the
+// capability probe as in production.
+func forEachForm(t *testing.T, test func(t *testing.T, e *env)) {
+	t.Run("with update pipelines", func(t *testing.T) { test(t, newEnv(t)) })
+	t.Run("without update pipelines", func(t *testing.T) {
+		e := newEnvWith(t, mongotest.Options{NoExpressions: true})
+		e.form = capability.NewProber(e.coll).Pipelines
+		if ok, err := e.form(ctxT(t)); err != nil || ok {
+			t.Fatalf("the probe says pipelines %v (%v) of a server refusing them", ok, err)
+		}
+		test(t, e)
+	})
+}
+
+func newEnvWith(t testing.TB, opts mongotest.Options) *env {
 	t.Helper()
-	srv, client := testutil.StartMongo(t, mongotest.Options{})
+	srv, client := testutil.StartMongo(t, opts)
 	db := dbNameUnsafe.ReplaceAllString(t.Name(), "_")
 	if len(db) > 60 {
 		db = db[:60]
@@ -42,6 +62,9 @@ func ctxT(t testing.TB) context.Context { return testutil.Context(t, 30*time.Sec
 // manager returns a Manager for a distinct holder.
 func (e *env) manager(holder string, opts lease.Options) *lease.Manager {
 	e.t.Helper()
+	if opts.Form == nil {
+		opts.Form = e.form
+	}
 	m, err := lease.New(e.coll, holder, opts)
 	if err != nil {
 		e.t.Fatalf("lease.New(%s): %v", holder, err)

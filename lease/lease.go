@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/meilistream/meilistream/internal/capability"
 	"github.com/meilistream/meilistream/internal/errs"
 )
 
@@ -48,6 +49,10 @@ type Options struct {
 	WaitBase, WaitCap time.Duration
 	// Logger receives standby and loss messages; default: discard.
 	Logger hclog.Logger
+	// Form says whether the source takes update pipelines with $$NOW;
+	// where it does not, the leases are written in the form without them
+	// (package doc, "Without update pipelines"). nil: pipelines.
+	Form capability.Form
 }
 
 // Holder returns this process's holder identity, "host:pid:random". It is
@@ -78,6 +83,7 @@ type Manager struct {
 	log    hclog.Logger
 	now    func() time.Time // process clock: scheduling and the holder's own give-up rule only
 	jitter func() float64   // uniform in [0,1)
+	form   capability.Form
 }
 
 // New returns a Manager taking leases as holder in coll (the state
@@ -121,7 +127,7 @@ func New(coll *mongo.Collection, holder string, opts Options) (*Manager, error) 
 	}
 	return &Manager{
 		coll: coll, holder: holder, ttl: ttl, base: base, cap: wcap,
-		log: log, now: time.Now, jitter: randFloat,
+		log: log, now: time.Now, jitter: randFloat, form: opts.Form,
 	}, nil
 }
 
@@ -173,7 +179,14 @@ func (m *Manager) acquire(ctx context.Context, name string) (*Lease, *heldError,
 	if name == "" {
 		return nil, nil, errs.New(errs.ConfigInvalid, "", "empty lease name")
 	}
+	pipelines, err := m.form.Pipelines(ctx)
+	if err != nil {
+		return nil, nil, errs.Wrap(errs.Failed, name, err, "acquire lease")
+	}
 	nonce := randomHex(16)
+	if !pipelines {
+		return m.acquirePlain(ctx, name, nonce)
+	}
 	ttlMs := m.ttl.Milliseconds()
 	// take: the document is new (no expiresAt) or expired by the server clock.
 	// Written out rather than relying on "missing < date" in $lte so a reader
@@ -195,7 +208,6 @@ func (m *Manager) acquire(ctx context.Context, name string) (*Lease, *heldError,
 	}}}}
 	opts := options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)
 	var d leaseDoc
-	var err error
 	for attempt := 0; attempt < 2; attempt++ {
 		sent := m.now()
 		err = m.coll.FindOneAndUpdate(ctx, key(name), pipeline, opts).Decode(&d)
@@ -314,6 +326,13 @@ func (l *Lease) filter() bson.D {
 // renew extends the lease once. held=false with a nil error means the server
 // says it is not ours any more (definitive); an error means we do not know.
 func (l *Lease) renew(ctx context.Context) (held bool, err error) {
+	pipelines, err := l.m.form.Pipelines(ctx)
+	if err != nil {
+		return false, err
+	}
+	if !pipelines {
+		return l.renewPlain(ctx)
+	}
 	sent := l.m.now()
 	// Not an upsert, so $expr is allowed here: a lease that expired is not
 	// renewed even if nobody took it, because another holder may have
@@ -327,6 +346,11 @@ func (l *Lease) renew(ctx context.Context) (held bool, err error) {
 		SetProjection(bson.D{{Key: "expiresAt", Value: 1}})
 	var d leaseDoc
 	err = l.m.coll.FindOneAndUpdate(ctx, filter, update, opts).Decode(&d)
+	return l.renewed(sent, d, err)
+}
+
+// renewed records the answer to a renewal sent at sent.
+func (l *Lease) renewed(sent time.Time, d leaseDoc, err error) (bool, error) {
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return false, nil
 	}
@@ -408,9 +432,16 @@ func (l *Lease) Release(ctx context.Context) error {
 	if done {
 		return nil
 	}
-	update := mongo.Pipeline{
+	pipelines, err := l.m.form.Pipelines(ctx)
+	if err != nil {
+		return errs.Wrap(errs.Failed, l.name, err, "release lease")
+	}
+	var update any = mongo.Pipeline{
 		{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: "$$NOW"}}}},
 		{{Key: "$unset", Value: bson.A{"holder", "nonce"}}},
+	}
+	if !pipelines {
+		update = releasePlain
 	}
 	if _, err := l.m.coll.UpdateOne(ctx, l.filter(), update); err != nil {
 		return errs.Wrap(errs.Failed, l.name, err, "release lease")

@@ -93,7 +93,10 @@ func TestHolderIsHostPidRandomAndStable(t *testing.T) {
 }
 
 func TestAcquireByConcurrentContendersHasExactlyOneWinner(t *testing.T) {
-	e := newEnv(t)
+	forEachForm(t, testAcquireByConcurrentContendersHasExactlyOneWinner)
+}
+
+func testAcquireByConcurrentContendersHasExactlyOneWinner(t *testing.T, e *env) {
 	const contenders, rounds = 20, 25
 	for _, sameHolder := range []bool{false, true} {
 		t.Run(fmt.Sprintf("same holder %v", sameHolder), func(t *testing.T) {
@@ -166,7 +169,10 @@ func TestAcquireByConcurrentContendersHasExactlyOneWinner(t *testing.T) {
 }
 
 func TestCrashedHolderKeepsNameUntilServerExpiry(t *testing.T) {
-	e := newEnv(t)
+	forEachForm(t, testCrashedHolderKeepsNameUntilServerExpiry)
+}
+
+func testCrashedHolderKeepsNameUntilServerExpiry(t *testing.T, e *env) {
 	a := e.manager("a:1:x", lease.Options{})
 	b := e.manager("b:2:y", lease.Options{})
 	la := e.acquire(a, "job") // a then "crashes": no Keep, no Release
@@ -210,7 +216,10 @@ func TestCrashedHolderKeepsNameUntilServerExpiry(t *testing.T) {
 }
 
 func TestTakenOverHolderLearnsAtNextRenewal(t *testing.T) {
-	e := newEnv(t)
+	forEachForm(t, testTakenOverHolderLearnsAtNextRenewal)
+}
+
+func testTakenOverHolderLearnsAtNextRenewal(t *testing.T, e *env) {
 	opts := lease.Options{TTL: time.Second} // renew every 333ms of real time
 	a := e.manager("a:1:x", opts)
 	b := e.manager("b:2:y", lease.Options{}) // a long lease: the test must not outlive it
@@ -259,7 +268,10 @@ func TestTakenOverHolderLearnsAtNextRenewal(t *testing.T) {
 }
 
 func TestEpochsStrictlyIncreaseAcrossTakeoversAndReleases(t *testing.T) {
-	e := newEnv(t)
+	forEachForm(t, testEpochsStrictlyIncreaseAcrossTakeoversAndReleases)
+}
+
+func testEpochsStrictlyIncreaseAcrossTakeoversAndReleases(t *testing.T, e *env) {
 	ms := []*lease.Manager{e.manager("a:1:x", lease.Options{}), e.manager("b:2:y", lease.Options{}), e.manager("c:3:z", lease.Options{})}
 	var last int64
 	for i := range 12 {
@@ -279,7 +291,10 @@ func TestEpochsStrictlyIncreaseAcrossTakeoversAndReleases(t *testing.T) {
 }
 
 func TestReleaseFreesOnlyItsOwnLeaseAndAtOnce(t *testing.T) {
-	e := newEnv(t)
+	forEachForm(t, testReleaseFreesOnlyItsOwnLeaseAndAtOnce)
+}
+
+func testReleaseFreesOnlyItsOwnLeaseAndAtOnce(t *testing.T, e *env) {
 	a := e.manager("a:1:x", lease.Options{})
 	b := e.manager("b:2:y", lease.Options{})
 	var never *lease.Lease
@@ -316,8 +331,9 @@ func TestReleaseFreesOnlyItsOwnLeaseAndAtOnce(t *testing.T) {
 	}
 }
 
-func TestConfirmRenewsByServerClock(t *testing.T) {
-	e := newEnv(t)
+func TestConfirmRenewsByServerClock(t *testing.T) { forEachForm(t, testConfirmRenewsByServerClock) }
+
+func testConfirmRenewsByServerClock(t *testing.T, e *env) {
 	a := e.manager("a:1:x", lease.Options{})
 	la := e.acquire(a, "job")
 	first := la.ExpiresAt()
@@ -341,8 +357,9 @@ func TestConfirmRenewsByServerClock(t *testing.T) {
 	}
 }
 
-func TestKeepRenewsAndStops(t *testing.T) {
-	e := newEnv(t)
+func TestKeepRenewsAndStops(t *testing.T) { forEachForm(t, testKeepRenewsAndStops) }
+
+func testKeepRenewsAndStops(t *testing.T, e *env) {
 	a := e.manager("a:1:x", lease.Options{TTL: time.Second})
 	la := e.acquire(a, "job")
 	work, stop := la.Keep(context.Background())
@@ -385,7 +402,10 @@ func TestKeepRenewsAndStops(t *testing.T) {
 }
 
 func TestKeepSurvivesTransientFailures(t *testing.T) {
-	e := newEnv(t)
+	forEachForm(t, testKeepSurvivesTransientFailures)
+}
+
+func testKeepSurvivesTransientFailures(t *testing.T, e *env) {
 	// 3s: after dropped connections the driver needs about a second to
 	// find the server again (its monitor's next check), and the holder
 	// gives up after 3/4 of the TTL.
@@ -419,7 +439,10 @@ func TestKeepSurvivesTransientFailures(t *testing.T) {
 }
 
 func TestHolderThatCannotRenewGivesUpBeforeServerExpiry(t *testing.T) {
-	e := newEnv(t)
+	forEachForm(t, testHolderThatCannotRenewGivesUpBeforeServerExpiry)
+}
+
+func testHolderThatCannotRenewGivesUpBeforeServerExpiry(t *testing.T, e *env) {
 	// The server clock at the moment the holder gives up, taken as it logs
 	// the loss (checking after the fact would add the test's own latency).
 	var (
@@ -470,7 +493,10 @@ func TestHolderThatCannotRenewGivesUpBeforeServerExpiry(t *testing.T) {
 }
 
 func TestStandbyTakesOverWithinOneRenewalPeriod(t *testing.T) {
-	e := newEnv(t)
+	forEachForm(t, testStandbyTakesOverWithinOneRenewalPeriod)
+}
+
+func testStandbyTakesOverWithinOneRenewalPeriod(t *testing.T, e *env) {
 	var logs logBuf
 	// The standby polls every 0.75-1s (cap = TTL/3), so right after it
 	// logged it is asleep long enough for a holder change to happen in
@@ -539,8 +565,9 @@ func TestStandbyTakesOverWithinOneRenewalPeriod(t *testing.T) {
 	}
 }
 
-func TestWaitEndsWithItsContext(t *testing.T) {
-	e := newEnv(t)
+func TestWaitEndsWithItsContext(t *testing.T) { forEachForm(t, testWaitEndsWithItsContext) }
+
+func testWaitEndsWithItsContext(t *testing.T, e *env) {
 	a := e.manager("a:1:x", lease.Options{})
 	b := e.manager("b:2:y", lease.Options{WaitBase: 10 * time.Millisecond})
 	e.acquire(a, "job")
@@ -554,7 +581,10 @@ func TestWaitEndsWithItsContext(t *testing.T) {
 }
 
 func TestProcessClockSkewChangesNothing(t *testing.T) {
-	e := newEnv(t)
+	forEachForm(t, testProcessClockSkewChangesNothing)
+}
+
+func testProcessClockSkewChangesNothing(t *testing.T, e *env) {
 	opts := lease.Options{TTL: time.Second}
 	a := e.manager("a:1:x", opts)
 	b := e.manager("b:2:y", lease.Options{})                                       // no Keep: a long lease so a slow test cannot outlive it
@@ -585,8 +615,9 @@ func TestProcessClockSkewChangesNothing(t *testing.T) {
 	}
 }
 
-func TestListShowsLeasesWithoutNonce(t *testing.T) {
-	e := newEnv(t)
+func TestListShowsLeasesWithoutNonce(t *testing.T) { forEachForm(t, testListShowsLeasesWithoutNonce) }
+
+func testListShowsLeasesWithoutNonce(t *testing.T, e *env) {
 	a := e.manager("a:1:x", lease.Options{})
 	held := e.acquire(a, "held")
 	old := e.acquire(a, "lapsed")
@@ -603,9 +634,14 @@ func TestListShowsLeasesWithoutNonce(t *testing.T) {
 	if _, err := e.coll.InsertOne(ctxT(t), bson.D{{Key: "_id", Value: bson.D{{Key: "position", Value: "held"}}}}); err != nil {
 		t.Fatal(err)
 	}
-	infos, err := lease.List(ctxT(t), e.coll)
+	infos, err := a.List(ctxT(t))
 	if err != nil {
 		t.Fatalf("List: %v", err)
+	}
+	for name, want := range map[string]string{"held": "a:1:x", "lapsed": "", "released": "", "never": ""} {
+		if got, err := a.HeldBy(ctxT(t), name); err != nil || got != want {
+			t.Errorf("HeldBy(%s) = %q, %v; want %q", name, got, err, want)
+		}
 	}
 	if len(infos) != 3 {
 		t.Fatalf("List = %+v, want 3 leases", infos)
@@ -633,7 +669,10 @@ func TestListShowsLeasesWithoutNonce(t *testing.T) {
 }
 
 func TestFencedWritesRefuseADeposedHolder(t *testing.T) {
-	e := newEnv(t)
+	forEachForm(t, testFencedWritesRefuseADeposedHolder)
+}
+
+func testFencedWritesRefuseADeposedHolder(t *testing.T, e *env) {
 	a := e.manager("a:1:x", lease.Options{})
 	b := e.manager("b:2:y", lease.Options{})
 	pos := bson.D{{Key: "_id", Value: bson.D{{Key: "position", Value: "job"}}}}
@@ -705,7 +744,10 @@ func TestDuplicateKeyOnAcquireIsRetriedThenHeld(t *testing.T) {
 }
 
 func TestHolderPausedPastItsDeadlineGivesUpEvenIfTheServerWouldRenew(t *testing.T) {
-	e := newEnv(t)
+	forEachForm(t, testHolderPausedPastItsDeadlineGivesUpEvenIfTheServerWouldRenew)
+}
+
+func testHolderPausedPastItsDeadlineGivesUpEvenIfTheServerWouldRenew(t *testing.T, e *env) {
 	a := e.manager("a:1:x", lease.Options{TTL: time.Second})
 	var pause atomic.Int64 // how far the process clock jumped: a pause of the whole process
 	lease.SetClock(a, func() time.Time { return time.Now().Add(time.Duration(pause.Load())) })
@@ -734,8 +776,9 @@ func TestHolderPausedPastItsDeadlineGivesUpEvenIfTheServerWouldRenew(t *testing.
 	}
 }
 
-func TestTransientErrorsAreNotLosses(t *testing.T) {
-	e := newEnv(t)
+func TestTransientErrorsAreNotLosses(t *testing.T) { forEachForm(t, testTransientErrorsAreNotLosses) }
+
+func testTransientErrorsAreNotLosses(t *testing.T, e *env) {
 	failFindAndModify := func(times int32) {
 		e.srv.FailCommand(bson.D{
 			{Key: "configureFailPoint", Value: "failCommand"},
@@ -786,7 +829,10 @@ func TestTransientErrorsAreNotLosses(t *testing.T) {
 }
 
 func TestKeepEndsWithItsParentContextAndTheLeaseStaysHeld(t *testing.T) {
-	e := newEnv(t)
+	forEachForm(t, testKeepEndsWithItsParentContextAndTheLeaseStaysHeld)
+}
+
+func testKeepEndsWithItsParentContextAndTheLeaseStaysHeld(t *testing.T, e *env) {
 	a := e.manager("a:1:x", lease.Options{TTL: time.Second})
 	la := e.acquire(a, "job")
 	parent, cancel := context.WithCancelCause(context.Background())
@@ -812,7 +858,10 @@ func TestKeepEndsWithItsParentContextAndTheLeaseStaysHeld(t *testing.T) {
 // timer: a process continued after a freeze past its give-up deadline is
 // told at its first request, and the lease is lost from then on.
 func TestHeldGivesUpAtTheDeadlineByTheProcessClock(t *testing.T) {
-	e := newEnv(t)
+	forEachForm(t, testHeldGivesUpAtTheDeadlineByTheProcessClock)
+}
+
+func testHeldGivesUpAtTheDeadlineByTheProcessClock(t *testing.T, e *env) {
 	a := e.manager("a:1:x", lease.Options{TTL: 4 * time.Second})
 	var jump atomic.Int64
 	lease.SetClock(a, func() time.Time { return time.Now().Add(time.Duration(jump.Load())) })

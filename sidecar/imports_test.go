@@ -31,6 +31,8 @@ var forbidden = map[string][]string{
 	"sidecar/httpapi":    {"sidecar/supervisor", "sidecar/meili", "replicate"},
 	"sidecar/durable":    {"sidecar/engine", "sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "sidecar/config", "replicate", "github.com/prometheus/"},
 	"sidecar/config":     {"sidecar/supervisor", "sidecar/httpapi", "sidecar/meili", "replicate"},
+	// A leaf the leases and the job state ask: of this module, nothing.
+	"internal/capability": {"sidecar/", "lease", "transform", "jobdef", "replicate", "internal/errs", "github.com/prometheus/"},
 }
 
 // What a job is, the sinks, the job state and the change stream do not

@@ -346,13 +346,23 @@ func (v *vm) hand(r *run) (finished bool) {
 // pool hands out vms, creating up to size of them on demand. An abandoned
 // vm moves from its slot to one of size zombie slots while its goroutine
 // runs on; with those all taken it keeps its slot, so at most 2*size
-// goroutines of a job run JavaScript at once.
+// goroutines of a job run JavaScript at once. A vm left idle for
+// idleRuntime is let go (its runtime and goroutine): a process holding
+// hundreds of jobs, most of them quiet, keeps runtimes for the busy ones
+// only, and a quiet job's next change makes one again (a module
+// evaluated anew, as for any runtime of the pool).
 type pool struct {
 	mk      func(context.Context) (*vm, error)
 	idle    chan *vm
 	sem     chan struct{}
 	zombies chan struct{}
+
+	mu   sync.Mutex
+	trim *time.Timer // armed while a vm is idle
 }
+
+// idleRuntime is how long a pool keeps a vm nobody uses.
+var idleRuntime = time.Minute
 
 func newPool(size int, mk func(context.Context) (*vm, error)) *pool {
 	return &pool{mk: mk, idle: make(chan *vm, size), sem: make(chan struct{}, size), zombies: make(chan struct{}, size)}
@@ -387,7 +397,43 @@ func (p *pool) get(ctx context.Context) (*vm, error) {
 	}
 }
 
-func (p *pool) put(v *vm) { p.idle <- v }
+func (p *pool) put(v *vm) {
+	v.idleAt = time.Now()
+	p.idle <- v
+	p.armTrim()
+}
+
+func (p *pool) armTrim() {
+	p.mu.Lock()
+	if p.trim == nil {
+		p.trim = time.AfterFunc(idleRuntime, p.trimIdle)
+	}
+	p.mu.Unlock()
+}
+
+// trimIdle lets go the vms idle for idleRuntime, and checks again later
+// while some are idle for less.
+func (p *pool) trimIdle() {
+	p.mu.Lock()
+	p.trim = nil
+	p.mu.Unlock()
+	kept := 0
+	for range len(p.idle) {
+		select {
+		case v := <-p.idle:
+			if time.Since(v.idleAt) >= idleRuntime {
+				p.discard(v)
+			} else {
+				p.idle <- v
+				kept++
+			}
+		default:
+		}
+	}
+	if kept > 0 {
+		p.armTrim()
+	}
+}
 
 // discard forgets a vm that must not be reused (interrupted, spoiled);
 // its goroutine ends and gives its slot back.

@@ -85,7 +85,16 @@ func CheckFiles(w io.Writer, paths []string, samplePath string, opts Options) er
 				}
 			}
 			res, err := j.apply(ctx, doc, OpInsert, nil, j.ResolveSamples(doc, j.Related))
+			var none *noMongoDB
 			switch {
+			case errors.As(err, &none):
+				// Not the transform's fault: the rest of the check
+				// stands, and the sample is reported as not run.
+				fmt.Fprintf(w, "%s: not run: %s", label, none.Error())
+				if h := j.opts.NoReaderHint; h != "" {
+					fmt.Fprintf(w, "; %s", h)
+				}
+				fmt.Fprintln(w)
 			case err != nil:
 				fmt.Fprintf(w, "%s: error: %s\n", label, errs.Format(err))
 				problems = append(problems, err)

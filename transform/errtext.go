@@ -75,8 +75,14 @@ func exceptionText(ex *goja.Exception) (text string) {
 		}
 	}
 	msg = clipText(msg, maxErrorText)
-	if p := exceptionLine(ex); p != "" {
+	p, in := exceptionLine(ex), underscoreCalled(ex)
+	switch {
+	case p != "" && in != "":
+		return fmt.Sprintf("%s (line %s, in Underscore's %s)", msg, p, in)
+	case p != "":
 		return fmt.Sprintf("%s (line %s)", msg, p)
+	case in != "":
+		return fmt.Sprintf("%s (in Underscore's %s)", msg, in)
 	}
 	return msg
 }
@@ -92,11 +98,13 @@ func isInterrupt(r any) bool {
 }
 
 // exceptionLine is "line:column" of where ex was thrown in the file, ""
-// if not in it.
+// if not in it. Thrown inside the bundled Underscore, it is the line of
+// the file that called Underscore: the library's own lines say nothing
+// about the script (underscoreCalled names the function).
 func exceptionLine(ex *goja.Exception) string {
 	for _, f := range ex.Stack() {
 		p := f.Position()
-		if p.Filename == "" || strings.HasPrefix(p.Filename, "meilistream:") {
+		if p.Filename == "" || p.Filename == underscoreFile || strings.HasPrefix(p.Filename, "meilistream:") {
 			continue
 		}
 		col := p.Column
@@ -106,6 +114,26 @@ func exceptionLine(ex *goja.Exception) string {
 		return fmt.Sprintf("%d:%d", p.Line, col)
 	}
 	return ""
+}
+
+// underscoreCalled names the Underscore function the script called when
+// ex was thrown inside the library ("_.reduce"), else "": the library's
+// frame nearest the script's, since the library calls itself.
+func underscoreCalled(ex *goja.Exception) string {
+	name := ""
+	for _, f := range ex.Stack() {
+		p := f.Position()
+		switch {
+		case p.Filename == underscoreFile:
+			if n := underscoreFuncAt(p.Line); n != "" {
+				name = n
+			}
+		case p.Filename == "" || strings.HasPrefix(p.Filename, "meilistream:"):
+		default:
+			return name // the script's frame: what it called last
+		}
+	}
+	return name
 }
 
 // exceptionPlace is ":line:column" after a file name, or "".

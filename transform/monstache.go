@@ -76,6 +76,19 @@ type ReadOptions struct {
 // Reader).
 var ErrQuery = errors.New("the server refused the query")
 
+// ErrNoMongoDB is under the failure of a call that reads MongoDB (findId,
+// findOne, find, pipe) where there is none to read (Options.Reader is
+// nil: meilistream check without the source's address).
+var ErrNoMongoDB = errors.New("no MongoDB to read")
+
+// noMongoDB is ErrNoMongoDB naming the read global called.
+type noMongoDB struct{ fn string }
+
+func (e *noMongoDB) Error() string {
+	return e.fn + ": the transform reads MongoDB, and there is no MongoDB to read here"
+}
+func (e *noMongoDB) Is(target error) bool { return target == ErrNoMongoDB }
+
 // ReadStat is one findId, findOne, find or pipe call, for the metrics
 // (Options.OnRead).
 type ReadStat struct {
@@ -138,16 +151,22 @@ func (v *vm) read(fn string, c goja.FunctionCall) goja.Value {
 	if thrown := v.parseRead(&rc, c); thrown != nil {
 		panic(thrown)
 	}
+	r := j.opts.Reader
+	if r == nil {
+		// One message for every read global, before any question of
+		// which database: without a MongoDB there is nothing to ask.
+		// It fails the call whatever the script does: a result made
+		// from a caught read would show what the job never writes.
+		err := &errs.Error{Code: errs.TransformFailed, Job: j.Name, Err: &noMongoDB{fn: fn}}
+		v.readFail = err
+		panic(v.rt.NewGoError(err))
+	}
 	if rc.db == "" {
 		panic(v.rt.NewTypeError("%s: no database: give options.database (the job's source database is not known here)", fn))
 	}
 	if err := j.refuseRead(&rc); err != nil {
 		v.readFail = err
 		panic(v.rt.NewGoError(err))
-	}
-	r := j.opts.Reader
-	if r == nil {
-		panic(v.rt.NewGoError(fmt.Errorf("%s: there is no MongoDB to read here (meilistream check runs transforms without one)", fn)))
 	}
 	ctx, cancel, ok := v.guard.readContext()
 	if !ok {

@@ -420,7 +420,33 @@ func TestReadStats(t *testing.T) {
 func TestReadWhereNotAvailable(t *testing.T) {
 	j := loadJob(t, `module.exports = function(doc) { return findId(doc._id); }`, transform.Options{Database: "test"})
 	_, err := apply(t, j, bson.D{{Key: "_id", Value: 1}})
-	wantErr(t, err, errs.TransformFailed, "findId: there is no MongoDB to read here")
+	wantErr(t, err, errs.TransformFailed, "findId: the transform reads MongoDB, and there is no MongoDB to read here")
+	if !errors.Is(err, transform.ErrNoMongoDB) {
+		t.Errorf("%v: want ErrNoMongoDB under it", err)
+	}
+
+	// Every read global says the same, with a database given or not (no
+	// question of which database arises without a MongoDB), and a script
+	// that catches the throw still fails: its result would be made up.
+	for _, c := range []struct{ call, opts string }{
+		{"findId(doc._id)", ""},
+		{"findOne({a: 1})", ""},
+		{"find({a: 1})", ""},
+		{"pipe([{$match: {}}])", ""},
+		{"pipe([{$match: {}}], {database: 'x'})", "x"},
+		{"(function () { try { return find({}); } catch (e) { return []; } })()", ""},
+	} {
+		j := loadJob(t, `module.exports = function(doc) { return {r: `+c.call+`}; }`, transform.Options{})
+		_, err := apply(t, j, bson.D{{Key: "_id", Value: 1}})
+		fn := c.call[:strings.IndexAny(c.call, "(")]
+		if fn == "" {
+			fn = "find"
+		}
+		wantErr(t, err, errs.TransformFailed, fn+": the transform reads MongoDB, and there is no MongoDB to read here")
+		if !errors.Is(err, transform.ErrNoMongoDB) {
+			t.Errorf("%s: %v: want ErrNoMongoDB under it", c.call, err)
+		}
+	}
 
 	j = readerJob(t, `module.exports = {transform(doc) { return findId(doc._id); }};`, &fakeReader{})
 	_, err = apply(t, j, bson.D{{Key: "_id", Value: 1}})

@@ -63,9 +63,13 @@ type Options struct {
 	// index uid; the job's Hash covers it.
 	IndexPrefix string
 	// Reader serves the findId, findOne, find and pipe globals of
-	// monstache-style function transforms (monstache.go); nil: they throw,
-	// saying there is no MongoDB to read (meilistream check).
+	// monstache-style function transforms (monstache.go); nil: the call
+	// fails with ErrNoMongoDB, whatever the script does with the throw
+	// (meilistream check without a MongoDB).
 	Reader Reader
+	// NoReaderHint is what Check says to do to run a sample whose
+	// transform reads MongoDB when Reader is nil.
+	NoReaderHint string
 	// OnRead, when set, is called after each of those calls, on the
 	// transform's goroutine (keep it cheap): the metrics' hook.
 	OnRead func(ReadStat)

@@ -4,6 +4,8 @@ import (
 	_ "embed"
 	"errors"
 	"regexp"
+	"sort"
+	"strings"
 
 	"github.com/dop251/goja"
 )
@@ -46,7 +48,51 @@ const (
 
 // underscoreProgram is compiled once per process; each runtime that reads
 // `_` runs it once (see vm.underscore).
-var underscoreProgram = goja.MustCompile("underscore.js", underscorePrefix+underscoreSrc+underscoreSuffix, false)
+var underscoreProgram = goja.MustCompile(underscoreFile, underscorePrefix+underscoreSrc+underscoreSuffix, false)
+
+// underscoreFile is the file name the library's frames carry in a stack:
+// no transform file has it (they all end in .js), so a job named
+// underscore is still its own file.
+const underscoreFile = "underscore.js (bundled)"
+
+// underscoreDef matches a line of the library that defines one of its
+// functions at the top of its module (`  _.reduce = _.foldl = function`,
+// `  var each = _.each = _.forEach = function`): the first name is the
+// one its documentation uses.
+var underscoreDef = regexp.MustCompile(`^  (?:var \w+ = )?_\.(\w+) *=`)
+
+// underscoreDefs are the lines (1-based, as a stack's positions) where
+// the library defines each function, in order; underscoreLines is how
+// many lines the library has.
+var underscoreDefs, underscoreLines = func() (defs []underscoreFunc, n int) {
+	lines := strings.Split(underscoreSrc, "\n")
+	for i, l := range lines {
+		if m := underscoreDef.FindStringSubmatch(l); m != nil {
+			defs = append(defs, underscoreFunc{line: i + 1, name: m[1]})
+		}
+	}
+	return defs, len(lines)
+}()
+
+type underscoreFunc struct {
+	line int
+	name string
+}
+
+// underscoreFuncAt names the library's function holding line ("_.reduce"),
+// or "" outside them. Each of its functions and the helpers they use
+// follow their definition line, so the nearest definition at or above the
+// line is the function (or the one a helper serves).
+func underscoreFuncAt(line int) string {
+	if line > underscoreLines {
+		return ""
+	}
+	i := sort.Search(len(underscoreDefs), func(i int) bool { return underscoreDefs[i].line > line })
+	if i == 0 {
+		return ""
+	}
+	return "_." + underscoreDefs[i-1].name
+}
 
 // installUnderscore defines the global `_` of v's runtime as an accessor
 // that loads Underscore the first time it is read: most transforms never

@@ -8,6 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/transform"
 )
 
 // monstache's documented global script (rwynn/monstache-site, advanced.md,
@@ -116,5 +117,34 @@ func TestUnderscoreReachedWithoutItsName(t *testing.T) {
 	res := mustApply(t, j, bson.D{{Key: "_id", Value: 1}})
 	if res.Doc["v"] != "1.4.4" {
 		t.Fatalf("v = %v", res.Doc["v"])
+	}
+}
+
+// An error thrown inside the bundled Underscore points at the script's
+// line that called it and names the function, not the library's line; a
+// callback of the script throwing keeps its own line; a job named
+// underscore is its own file still.
+func TestUnderscoreErrorPointsAtTheScript(t *testing.T) {
+	for _, c := range []struct{ file, src, want string }{
+		{"job.js", "module.exports = function(doc) {\n  var x = 1;\n  return {r: _.reduce([], function (a, b) { return a + b; })};\n}",
+			"transform: job.js: TypeError: No initial value (line 3:22, in Underscore's _.reduce)"},
+		// The library calls itself (invoke through map and each): the
+		// function named is the one the script called.
+		{"job.js", "module.exports = function(doc) {\n  return {r: _.invoke([1], \"nope\")};\n}",
+			"(line 2:22, in Underscore's _.invoke)"},
+		{"job.js", "module.exports = function(doc) {\n  return {r: _.map([1], function (v) {\n    throw new Error(\"no \" + v);\n  })};\n}",
+			"transform: job.js: Error: no 1 (line 3:11)"},
+		{"underscore.js", "module.exports = function(doc) {\n\n  return {r: _.reduce([], function (a, b) { return a + b; })};\n}",
+			"transform: underscore.js: TypeError: No initial value (line 3:22, in Underscore's _.reduce)"},
+	} {
+		set, err := transform.Load(writeFiles(t, map[string]string{c.file: c.src}), transform.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = apply(t, set.Jobs()[0], bson.D{{Key: "_id", Value: 1}})
+		set.Close()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want %q", c.file, err, c.want)
+		}
 	}
 }

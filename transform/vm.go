@@ -120,6 +120,7 @@ type vm struct {
 	// closing work ends the goroutine, which then gives slot back (its
 	// pool's) and closes exited.
 	work   chan func()
+	idleAt time.Time // put back into its pool (pool.trimIdle)
 	done   chan struct{}
 	exited chan struct{}
 	slot   chan struct{}

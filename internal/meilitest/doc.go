@@ -90,11 +90,12 @@
 //     form; not CONTAINS, STARTS WITH or _geo. String equality ignores case
 //     but does no other normalization. Syntax error messages are close to,
 //     not identical with, Meilisearch's.
-//   - Fetch order is insertion order (a replaced document keeps its place),
-//     a stand-in for Meilisearch's internal docid order, which is also not
-//     id order; Meilisearch also gives a new document the smallest docid a
-//     deleted one freed (milli's AvailableIds), so there a document added
-//     while paging with offset may appear on a page already read. fields selects top-level attributes only. displayedAttributes
+//   - Fetch order is Meilisearch's internal docid order, not id order: a
+//     replaced document keeps its docid, a new one takes the smallest one
+//     a deleted document freed in an earlier batch (milli's AvailableIds),
+//     else the next; so a document added while paging with offset may
+//     appear on a page already read, and a delete shifts the pages after
+//     it. fields selects top-level attributes only. displayedAttributes
 //     applies to search hits only, not to document fetches.
 //   - Settings are stored and returned but, except filterable, sortable,
 //     searchable and displayed attributes and pagination.maxTotalHits, have

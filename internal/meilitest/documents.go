@@ -287,9 +287,7 @@ func (s *Server) applyDocuments(uid string, docs [][]field, pkParam string, upda
 		case old == nil && skipCreation:
 			continue
 		case old == nil:
-			d := &doc{id: id, fields: fields}
-			ix.docs[id] = d
-			ix.list = append(ix.list, d)
+			ix.add(&doc{id: id, fields: fields})
 		case update:
 			old.fields = mergeFields(old.fields, fields)
 		default:
@@ -583,8 +581,9 @@ func anyID(v any) string {
 	}
 }
 
-// browse answers {"results","offset","limit","total"} in insertion order
-// (Meilisearch's is internal docid order; replaced documents keep theirs).
+// browse answers {"results","offset","limit","total"} in internal docid
+// order, as Meilisearch does (replaced documents keep theirs; a new one
+// takes the smallest a deleted one freed: index.add).
 func (s *Server) browse(w http.ResponseWriter, uid string, bq browseQuery) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -789,9 +788,7 @@ func (s *Server) handleDeleteAll(w http.ResponseWriter, r *http.Request) {
 			return errIndexNotFound(uid)
 		}
 		t.setDetail("deletedDocuments", len(ix.docs))
-		ix.docs = map[string]*doc{}
-		ix.list = nil
-		ix.dead = 0
+		ix.clearDocs()
 		ix.updatedAt = time.Now().UTC()
 		return nil
 	}

@@ -1,6 +1,7 @@
 package meilitest
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -17,9 +18,43 @@ type index struct {
 	createdAt  time.Time
 	updatedAt  time.Time
 	docs       map[string]*doc
-	list       []*doc // insertion order; holds deleted docs until compact
+	list       []*doc // internal docid order; holds deleted docs until compact
 	dead       int    // deleted docs still in list
 	settings   map[string]json.RawMessage
+	// free are the docids deleted documents gave back (ascending), next
+	// the one after the highest ever given: a new document takes the
+	// smallest free one, as milli's AvailableIds gives them
+	// (crates/milli/src/update/available_ids.rs: the ids under the
+	// highest one not in documents_ids, then those above it), computed
+	// from the index as it stands before a batch, so ids freed by a
+	// batch are given again from the next one on (compact).
+	free []uint32
+	next uint32
+}
+
+// add appends d to the index with the docid Meilisearch would give it,
+// at its place in docid order.
+func (ix *index) add(d *doc) {
+	if len(ix.free) > 0 {
+		d.docid, ix.free = ix.free[0], ix.free[1:]
+	} else {
+		d.docid = ix.next
+		ix.next++
+	}
+	ix.docs[d.id] = d
+	i, _ := slices.BinarySearchFunc(ix.list, d.docid, func(e *doc, id uint32) int {
+		return cmp.Compare(e.docid, id)
+	})
+	ix.list = slices.Insert(ix.list, i, d)
+}
+
+// clearDocs empties the index: milli's ClearDocuments empties
+// documents_ids, so docids start again from 0.
+func (ix *index) clearDocs() {
+	ix.docs = map[string]*doc{}
+	ix.list = nil
+	ix.dead = 0
+	ix.free, ix.next = nil, 0
 }
 
 func newIndex(uid string) *index {
@@ -34,7 +69,7 @@ func (ix *index) remove(d *doc) {
 	ix.dead++
 }
 
-// compact drops deleted documents from the insertion-order list.
+// compact drops deleted documents from the list and frees their docids.
 func (ix *index) compact() {
 	if ix.dead == 0 {
 		return
@@ -43,8 +78,11 @@ func (ix *index) compact() {
 	for _, d := range ix.list {
 		if !d.dead {
 			live = append(live, d)
+		} else {
+			ix.free = append(ix.free, d.docid)
 		}
 	}
+	slices.Sort(ix.free)
 	clear(ix.list[len(live):])
 	ix.list = live
 	ix.dead = 0

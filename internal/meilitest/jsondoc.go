@@ -18,6 +18,7 @@ type field struct {
 
 type doc struct {
 	id     string // the external id (a string, or an integer in decimal)
+	docid  uint32 // the internal id: the order of fetches (index.add)
 	dead   bool   // deleted; dropped from index.list at the next compaction
 	fields []field
 }

@@ -791,3 +791,32 @@ func TestTrailingSlashes(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Documents come back in internal docid order: a replaced document keeps
+// its docid, a new one takes the smallest a deleted one freed in an
+// earlier batch (milli's AvailableIds, crates/milli/src/update/
+// available_ids.rs), else the next; clearing the index starts again at 0.
+func TestFetchOrderIsDocidOrderWithFreedDocidsGivenAgain(t *testing.T) {
+	_, c := start(t, meilitest.Options{})
+	ctx := ctxT(t)
+	ix := c.Index("order")
+	pk := "id"
+	ids := func() []any {
+		var out []any
+		for _, d := range fetchAll(t, ix, nil) {
+			out = append(out, d["id"])
+		}
+		return out
+	}
+	succeeded(t, c)(ix.AddDocuments(ctx, []movie{{ID: "a"}, {ID: "b"}, {ID: "c"}, {ID: "d"}}, &meilisearch.DocumentOptions{PrimaryKey: &pk}))
+	succeeded(t, c)(ix.DeleteDocuments(ctx, []string{"b", "c"}, nil))
+	succeeded(t, c)(ix.AddDocuments(ctx, []movie{{ID: "e"}, {ID: "a", Title: "again"}, {ID: "f"}, {ID: "g"}}, nil))
+	if got, want := fmt.Sprint(ids()), "[a e f d g]"; got != want {
+		t.Errorf("order %s, want %s (e and f in the docids b and c freed, a kept its own)", got, want)
+	}
+	succeeded(t, c)(ix.DeleteAllDocuments(ctx, nil))
+	succeeded(t, c)(ix.AddDocuments(ctx, []movie{{ID: "z"}, {ID: "y"}}, nil))
+	if got, want := fmt.Sprint(ids()), "[z y]"; got != want {
+		t.Errorf("after clearing: %s, want %s", got, want)
+	}
+}

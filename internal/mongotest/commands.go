@@ -201,7 +201,7 @@ func (s *Server) runCommand(c *conn, cmd bson.D) (bson.D, bool) {
 	}
 
 	if reply == nil {
-		x.ec = &evalCtx{now: s.now(), clusterTime: s.clusterTime()}
+		x.ec = &evalCtx{now: s.now(), clusterTime: s.clusterTime(), noExpr: s.opts.NoExpressions}
 		var err error
 		reply, err = h(x)
 		if err != nil {

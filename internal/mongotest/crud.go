@@ -947,6 +947,19 @@ func cmdUpdate(x *cmdCtx) (bson.D, error) {
 	if err != nil {
 		return nil, err
 	}
+	if x.s.opts.NoExpressions {
+		// FerretDB checks the statements' types while it parses the
+		// command: the whole command is refused, before any write.
+		for _, st := range stmts {
+			if sd, ok := asDocument(st); ok {
+				if u, _ := docGet(sd, "u"); u != nil {
+					if _, pipeline := u.(bson.A); pipeline {
+						return nil, cmdErrf(14, "TypeMismatch", "BSON field 'update.updates.u' is the wrong type 'array', expected type 'object'")
+					}
+				}
+			}
+		}
+	}
 	ordered := isOrdered(x)
 	s := x.s
 	s.lockWrite()
@@ -1058,6 +1071,9 @@ func cmdFindAndModify(x *cmdCtx) (bson.D, error) {
 	q := x.doc("query")
 	sortSpec := x.doc("sort")
 	fields := x.doc("fields")
+	if fields != nil && x.s.opts.NoExpressions {
+		return nil, cmdErrf(238, "NotImplemented", "findAndModify: support for field \"fields\" with value %s is not implemented yet", formatValue(fields))
+	}
 	remove := x.boolOpt("remove")
 	returnNew := x.boolOpt("new")
 	upsert := x.boolOpt("upsert")
@@ -1111,6 +1127,9 @@ func cmdFindAndModify(x *cmdCtx) (bson.D, error) {
 			return nil, err
 		}
 		return bson.D{{Key: "lastErrorObject", Value: bson.D{{Key: "n", Value: int32(1)}}}, {Key: "value", Value: v}}, nil
+	}
+	if _, pipeline := u.(bson.A); pipeline && s.opts.NoExpressions {
+		return nil, cmdErrf(238, "NotImplemented", "Aggregation pipelines are not supported yet")
 	}
 	cu, err := compileUpdate(u, x.ec)
 	if err != nil {

@@ -17,7 +17,11 @@
 // With Options.Standalone it answers as a standalone mongod instead (no
 // replica set in hello, no cluster time, change streams refused with
 // 40573, transactions with 20, w above 1 with 2; see Options.Standalone),
-// for trying what a source without change streams does.
+// for trying what a source without change streams does. With
+// Options.NoExpressions it refuses update pipelines, expression operators
+// and findAndModify's projection with FerretDB 1.24.2's answers (see
+// Options.NoExpressions), for the forms of the server-time records that do
+// without them.
 //
 // serverStatus reports the open cursors as mongod's metrics.cursor does,
 // and the change-stream cursors alone under metrics.changeStreams.cursor;

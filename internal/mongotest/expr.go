@@ -25,6 +25,9 @@ type evalCtx struct {
 	// foreign reads the documents of another collection of the command's
 	// database ($lookup's from); nil where no stage may read one.
 	foreign func(coll string) []bson.D
+	// noExpr refuses the expression operators FerretDB 1.24 lacks (see
+	// Options.NoExpressions).
+	noExpr bool
 }
 
 func (ec *evalCtx) setErr(err error) {
@@ -89,6 +92,9 @@ func (ec *evalCtx) compile(v any, scope []string) (exprFn, error) {
 		if len(x) > 0 && strings.HasPrefix(x[0].Key, "$") {
 			if len(x) != 1 {
 				return nil, exprErr(15983, "an expression specification must contain exactly one field, the name of the expression. Found %d fields in %s", len(x), formatValue(x))
+			}
+			if ec.noExpr && x[0].Key != "$sum" && x[0].Key != "$type" {
+				return nil, cmdErrf(238, "NotImplemented", "The operator %s is not implemented yet", x[0].Key)
 			}
 			return ec.compileOp(x[0].Key, x[0].Value, scope)
 		}

@@ -70,6 +70,21 @@ type Options struct {
 	// periodic no-op is written (there is no oplog). URI then names no
 	// replica set.
 	Standalone bool
+	// NoExpressions makes the server refuse what FerretDB 1.24.2 (SQLite
+	// backend) refuses of the aggregation expression language, with its
+	// answers: an update pipeline is 14 TypeMismatch ("BSON field
+	// 'update.updates.u' is the wrong type 'array', expected type
+	// 'object'") in update and 238 NotImplemented ("Aggregation pipelines
+	// are not supported yet") in findAndModify; an expression operator
+	// other than $sum and $type, in $expr or an aggregation stage, is 238
+	// NotImplemented ("The operator $gt is not implemented yet"). FerretDB
+	// prefixes the last with "Invalid $match :: caused by :: " (or the
+	// stage's name) and judges $expr only on a document the rest of the
+	// filter matched; here the whole command is refused at parse time.
+	// findAndModify's projection ("fields") is refused too, 238
+	// NotImplemented ("findAndModify: support for field \"fields\" with
+	// value ... is not implemented yet").
+	NoExpressions bool
 }
 
 // DefaultVersion is the MongoDB version the server answers as unless

@@ -117,11 +117,14 @@ type ownServers struct {
 var scriptOwnServers sync.Map // *testscript.TestScript -> *ownServers
 
 // cmdOwnServers: own-servers [-task-delay D] [-proxy-body-limit N]
-// [-mongo-version V] [-mongo-standalone] starts a MongoDB and a Meilisearch
+// [-mongo-version V] [-mongo-standalone] [-mongo-no-expressions] starts a
+// MongoDB and a Meilisearch
 // test server for this script alone (with -proxy-body-limit, behind a proxy
 // that answers larger bodies with an HTML 413, as nginx's
 // client_max_body_size; with -mongo-version, MongoDB answering as that
-// version; with -mongo-standalone, as a standalone mongod) and points the script's
+// version; with -mongo-standalone, as a standalone mongod; with
+// -mongo-no-expressions, refusing update pipelines and $$NOW expressions as
+// FerretDB does) and points the script's
 // MEILISTREAM_MONGODB_URI and MEILISTREAM_MEILI_URL at them: fault
 // injection (dropped connections, a moved clock, failing requests) must not
 // disturb the scripts running beside it. It needs the in-process servers:
@@ -133,13 +136,14 @@ func cmdOwnServers(ts *testscript.TestScript, neg bool, args []string) {
 	proxyLimit := fs.Int64("proxy-body-limit", 0, "meilitest ProxyBodyLimit")
 	version := fs.String("mongo-version", "", "mongotest Version")
 	standalone := fs.Bool("mongo-standalone", false, "mongotest Standalone")
+	noExpr := fs.Bool("mongo-no-expressions", false, "mongotest NoExpressions")
 	if neg || fs.Parse(args) != nil || fs.NArg() != 0 {
-		ts.Fatalf("usage: own-servers [-task-delay D] [-proxy-body-limit N] [-mongo-version V] [-mongo-standalone]")
+		ts.Fatalf("usage: own-servers [-task-delay D] [-proxy-body-limit N] [-mongo-version V] [-mongo-standalone] [-mongo-no-expressions]")
 	}
 	if _, ok := scriptOwnServers.Load(ts); ok {
 		ts.Fatalf("own-servers: already started")
 	}
-	ms, err := mongotest.Start(mongotest.Options{Version: *version, Standalone: *standalone})
+	ms, err := mongotest.Start(mongotest.Options{Version: *version, Standalone: *standalone, NoExpressions: *noExpr})
 	ts.Check(err)
 	key := ts.Getenv("MEILISTREAM_MEILI_API_KEY")
 	ml, err := meilitest.Start(meilitest.Options{MasterKey: key, TaskDelay: *delay, ProxyBodyLimit: *proxyLimit})

@@ -12,7 +12,12 @@ import (
 
 // MongoSource is the Source of the jobs whose state and leases are in
 // State (the state collection).
-type MongoSource struct{ State *mongo.Collection }
+type MongoSource struct {
+	State *mongo.Collection
+	// Leases, when set, judges the leases in the form the source takes
+	// (lease.Manager.HeldBy); nil: with $$NOW.
+	Leases *lease.Manager
+}
 
 var _ Source = MongoSource{}
 
@@ -28,6 +33,11 @@ func (m MongoSource) Recorded(ctx context.Context, job string) (bson.Timestamp, 
 	if err != nil {
 		return d, false, err
 	}
-	h, err := lease.HeldBy(ctx, m.State, job)
+	var h string
+	if m.Leases != nil {
+		h, err = m.Leases.HeldBy(ctx, job)
+	} else {
+		h, err = lease.HeldBy(ctx, m.State, job)
+	}
 	return d, h != "", err
 }

@@ -57,13 +57,13 @@ func (e *Engine) handleDocErrors(ctx context.Context, jc jobConfig, stats *statu
 		stats.Add(0, 0, 0, 1)
 		e.observeDocError(jc.job.Name, code)
 		if jc.OnDocumentError == "fail" {
-			e.log.Error("document failed; stopping the job (onDocumentError: fail)", "job", jc.job.Name, "id", IDString(b.ID), "op", string(b.Op), "code", code, "error", msg)
+			e.log.Error("document failed; stopping the job (onDocumentError: fail)", "job", jc.job.Name, "id", IDString(b.ID), "op", b.OpLabel(), "code", code, "error", msg)
 			return &errs.Error{Code: errs.CodeOf(b.Err), Job: jc.job.Name, Err: &docFailed{
-				msg:   fmt.Sprintf("document _id %s (%s): %s; fix the transform or the document; onDocumentError is fail, so the job stops (the document is recorded in the errors collection: `meilistream retry %s` after a fix)", IDString(b.ID), b.Op, msg, jc.job.Name),
+				msg:   fmt.Sprintf("document _id %s (%s): %s; fix the transform or the document; onDocumentError is fail, so the job stops (the document is recorded in the errors collection: `meilistream retry %s` after a fix)", IDString(b.ID), b.OpLabel(), msg, jc.job.Name),
 				cause: b.Err,
 			}}
 		}
-		e.log.Warn("document left out", "job", jc.job.Name, "id", IDString(b.ID), "op", string(b.Op), "code", code, "error", msg)
+		e.log.Warn("document left out", "job", jc.job.Name, "id", IDString(b.ID), "op", b.OpLabel(), "code", code, "error", msg)
 	}
 	return nil
 }
@@ -103,7 +103,7 @@ func (e *Engine) Retry(ctx context.Context, job *transform.Job, dst sink.Sink, l
 	if err != nil {
 		return RetrySummary{}, leaseOr(ctx, l, err)
 	}
-	return e.retryIDs(ctx, job, dst, l, ids, start)
+	return e.retryIDs(ctx, job, dst, l, ids, start, OpRetry)
 }
 
 // Repair writes the documents of ids again under l, read from the
@@ -114,14 +114,14 @@ func (e *Engine) Repair(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	start := time.Now()
 	ctx, stop := leaseContext(ctx, l)
 	defer stop()
-	sum, err := e.retryIDs(ctx, job, dst, l, ids, start)
+	sum, err := e.retryIDs(ctx, job, dst, l, ids, start, OpRepair)
 	// Most repaired documents had no record to clear: count what became
 	// durable.
 	sum.Written = sum.Durable - sum.Gone
 	return sum, err
 }
 
-func (e *Engine) retryIDs(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, ids []bson.RawValue, start time.Time) (RetrySummary, error) {
+func (e *Engine) retryIDs(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, ids []bson.RawValue, start time.Time, again string) (RetrySummary, error) {
 	jc := e.jobCfg(job)
 	jc.OnDocumentError = "skip" // a retry never stops on the document it is retrying
 	log := e.log.With("job", job.Name)
@@ -138,7 +138,7 @@ func (e *Engine) retryIDs(ctx context.Context, job *transform.Job, dst sink.Sink
 		Transform: func(ctx context.Context, ids []bson.RawValue, docs []bson.Raw) ([]sink.Write, []bson.RawValue, error) {
 			items := make([]Item, len(ids))
 			for i, id := range ids {
-				items[i] = Item{ID: id, Doc: docs[i], Op: transform.OpReindex}
+				items[i] = Item{ID: id, Doc: docs[i], Op: transform.OpReindex, Again: again}
 			}
 			lk, err := e.lookups(ctx, jc, items)
 			if err != nil {

@@ -48,6 +48,14 @@ type retryRequest struct {
 	err  error
 }
 
+// again is what the request's documents are read again for (Item.Again).
+func (r *retryRequest) again() string {
+	if r.req != nil && r.req.Kind == jobstate.RepairKind {
+		return OpRepair
+	}
+	return OpRetry
+}
+
 // Kind is what the request asks: "" (a retry of the recorded documents),
 // jobstate.PauseKind, ResumeKind or ReindexKind.
 func (r *retryRequest) Kind() string { return r.req.Kind }

@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/meilistream/meilistream/internal/capability"
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
@@ -78,6 +79,10 @@ type Config struct {
 	// (its lease holder identity): its own presence records are not
 	// another process's.
 	Process string
+	// Form says whether the source takes update pipelines and $$NOW; the
+	// job state's server-time records (presence, requests) are written
+	// without them where it does not (nil: it does).
+	Form capability.Form
 	// PresenceInterval is how often a process refreshes its presence
 	// record of each job it runs (KeepPresence); a record counts as live
 	// for three of them (default 10s: a third of the default lease, the
@@ -225,6 +230,10 @@ type Engine struct {
 	// (reindex_shared.go).
 	claimsDone atomic.Int64
 
+	// hubs: the one change stream per source database the jobs of this
+	// engine share (stream.Hub).
+	hubs *stream.Hubs
+
 	// scanIndexSaid: the jobs whose missing scan index was warned of
 	// (scan.go); modeSaid, the auto jobs whose pick was said (mode.go).
 	scanIndexSaid, modeSaid sync.Map
@@ -246,11 +255,13 @@ func New(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Coll
 		return sleep(ctx, backoff(cfg, attempt))
 	}
 	store := jobstate.New(state, errorsColl, wait)
+	store.SetForm(cfg.Form)
 	e := &Engine{source: source, store: store, cfg: cfg, obs: obs, log: logger, wait: wait,
 		resolver: &lookupResolver{Source: source, Bounds: lookupBounds, Log: logger, Wait: wait}}
 	if state != nil {
 		e.stateName = state.Name()
 	}
+	e.hubs = stream.NewHubs(e.stateName)
 	return e
 }
 

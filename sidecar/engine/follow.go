@@ -217,6 +217,15 @@ func (f *follower) source() Source {
 	}
 }
 
+// changes is what the follow loop reads its stream through: its share of
+// the stream of its database (stream.Sub), or, for a stream the job
+// cannot share (its declared fields, a lean stretch), a Reader of its own.
+type changes interface {
+	Items() <-chan stream.Item
+	Taken(stream.Item)
+	Close()
+}
+
 // marks is the chains' Source.Marks: the scanner's in scan mode, nil (a
 // mark written in the state collection) otherwise.
 func (f *follower) marks() func(string) {
@@ -234,7 +243,7 @@ type follower struct {
 	stats  *status.JobStats
 	log    hclog.Logger
 	p      *delivery
-	reader *stream.Reader
+	reader changes
 	// scan reads the collection by its key in scan mode (the reader's
 	// feed); nil in stream mode.
 	scan *scanner
@@ -388,6 +397,24 @@ func (f *follower) open(ctx context.Context) error {
 		return nil
 	}
 	for {
+		if stream.Shareable(&f.jc.job.Job) && !f.large.Lean() {
+			hub := f.e.hubs.For(f.e.source)
+			if stream.Cluster(&f.jc.job.Job, f.e.source.Name()) {
+				hub = f.e.hubs.Cluster(f.e.source)
+			}
+			sub, err := hub.Join(ctx, &f.jc.job.Job, f.tok, stream.Pace(f.jc.FlushInterval), f.jc.ReadAhead, f.hurry)
+			if err == nil {
+				if len(f.tok) == 0 {
+					f.tok = append(bson.Raw(nil), sub.ResumeToken()...)
+				}
+				f.reader = sub
+				return nil
+			}
+			if err := f.openFailed(ctx, err); err != nil {
+				return err
+			}
+			continue
+		}
 		cs, err := stream.Open(ctx, f.e.source, &f.jc.job.Job, f.e.stateName, f.tok, f.large.Options()...)
 		if f.large.Unsplit(err) {
 			// A server before 7.0 and 6.0.9: events over 16 MB are read
@@ -402,25 +429,32 @@ func (f *follower) open(ctx context.Context) error {
 			f.reader = stream.Start(ctx, cs, stream.Pace(f.jc.FlushInterval), f.jc.ReadAhead, f.hurry)
 			return nil
 		}
-		if stream.IsHistoryLost(err) {
-			return stream.ErrHistoryLost
-		}
-		if stream.TooLarge(err) {
-			// The first batch met the event: the same as a getMore.
-			if err := f.tooLarge(ctx, err); err != nil {
-				return err
-			}
-			continue
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		f.retried("open change stream", err, f.attempt)
-		if err := sleep(ctx, backoff(f.jc.Config, f.attempt)); err != nil {
+		if err := f.openFailed(ctx, err); err != nil {
 			return err
 		}
-		f.attempt++
 	}
+}
+
+// openFailed acts on an error opening the stream: nil to try again
+// (after a backoff, or in a lean stretch), or the error that ends the
+// follow.
+func (f *follower) openFailed(ctx context.Context, err error) error {
+	if stream.IsHistoryLost(err) {
+		return stream.ErrHistoryLost
+	}
+	if stream.TooLarge(err) {
+		// The first batch met the event: the same as a getMore.
+		return f.tooLarge(ctx, err)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	f.retried("open change stream", err, f.attempt)
+	if err := sleep(ctx, backoff(f.jc.Config, f.attempt)); err != nil {
+		return err
+	}
+	f.attempt++
+	return nil
 }
 
 // hurry says whether a reindex's mark is on its way through the stream

@@ -16,7 +16,7 @@ import (
 // answer.
 func (e *env) ask(kind, mode string) *jobstate.RetryRequest {
 	e.t.Helper()
-	id, err := jobstate.RequestOf(e.ctx, e.state, "items", "cli:1:x", time.Minute, kind, mode)
+	id, err := jobstate.RequestOf(e.ctx, e.state, "items", "cli:1:x", time.Minute, kind, mode, nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -22,7 +22,13 @@ type Item struct {
 	ID  bson.RawValue // its _id
 	Key string        // jobdef.IDKey(ID), when the caller computed it
 	Op  transform.Operation
-	Upd bson.Raw // updateDescription, or nil
+	// Again is why a document is read again from the collection: OpRetry
+	// (retry, or the engine's own retry of a call out of time) or OpRepair
+	// (verify --repair); empty for the stream and a reindex. The
+	// transform sees such a document as ctx.operation "reindex" (it was
+	// read from the collection, not from an event); logs name Again.
+	Again string
+	Upd   bson.Raw // updateDescription, or nil
 	// LookupErr: its lookups matched more than a document may hold
 	// (lookupResolver); the document is not transformed.
 	LookupErr error
@@ -36,9 +42,25 @@ type Item struct {
 
 // DocError is a per-document failure found while transforming.
 type DocError struct {
-	ID  bson.RawValue
-	Op  transform.Operation
-	Err error
+	ID    bson.RawValue
+	Op    transform.Operation
+	Again string // the Item's
+	Err   error
+}
+
+// Why a document is read again (Item.Again), as logs and messages name it.
+const (
+	OpRetry  = "retry"
+	OpRepair = "repair"
+)
+
+// OpLabel is what logs name the operation of the failed document: the
+// stream's event, reindex, or why it was read again.
+func (d DocError) OpLabel() string {
+	if d.Again != "" {
+		return d.Again
+	}
+	return string(d.Op)
 }
 
 // docBytes is a guess at a search document's JSON size, to size the
@@ -160,7 +182,7 @@ func Transform(ctx context.Context, job *transform.Job, items []Item, lookups []
 		case 1:
 			skipped++
 		case 2:
-			bad = append(bad, DocError{ID: items[i].ID, Op: items[i].Op, Err: errsAt[i]})
+			bad = append(bad, DocError{ID: items[i].ID, Op: items[i].Op, Again: items[i].Again, Err: errsAt[i]})
 		case 3:
 			continue // unchanged: nothing to send
 		}

@@ -79,11 +79,13 @@ func (f *follower) submitRetryPage(c *Chunk, changed map[string]bool) error {
 	var items []Item
 	var superseded []bson.RawValue // the stream's to write: counted by what it did
 	goneIDs := map[string]bool{}
+	again := r.again()
 	for _, it := range c.Items {
 		if changed[keyOf(it.ID)] {
 			superseded = append(superseded, it.ID)
 			continue
 		}
+		it.Again = again
 		items = append(items, it)
 	}
 	for _, id := range c.Gone {
@@ -93,7 +95,7 @@ func (f *follower) submitRetryPage(c *Chunk, changed map[string]bool) error {
 			continue
 		}
 		goneIDs[k] = true
-		items = append(items, Item{ID: id, Op: transform.OpReindex}) // no document: a delete
+		items = append(items, Item{ID: id, Op: transform.OpReindex, Again: again}) // no document: a delete
 	}
 	// A document failing again is recorded, whatever onDocumentError says:
 	// a retry never stops the job on the document it retries.

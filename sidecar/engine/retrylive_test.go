@@ -42,7 +42,7 @@ func TestRetryWhileFollowingGoesThroughTheJobInOrder(t *testing.T) {
 		return r.stats.Snapshot().Phase == status.PhaseFollowing && n == 42
 	})
 
-	id, err := jobstate.RequestRetry(e.ctx, e.state, "items", "cli:1:x", time.Minute)
+	id, err := jobstate.RequestRetry(e.ctx, e.state, "items", "cli:1:x", time.Minute, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

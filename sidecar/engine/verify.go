@@ -359,6 +359,23 @@ func (v *verifier) find(ctx context.Context, filter bson.D, opts *options.FindOp
 	return found, cur.Err()
 }
 
+// findKeys says which of ids the collection holds, reading their _ids
+// alone: the walk of the destination's ids needs no document, nor a copy
+// of one (the key is made from the reply in place).
+func (v *verifier) findKeys(ctx context.Context, ids bson.A) (map[string]bool, error) {
+	cur, err := v.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(int32(len(ids))))
+	if err != nil {
+		return nil, err
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	found := make(map[string]bool, len(ids))
+	for cur.Next(ctx) {
+		found[jobdef.IDKey(cur.Current.Lookup("_id"))] = true
+	}
+	return found, cur.Err()
+}
+
 // opTime is the cluster time of the session's last read.
 func (v *verifier) opTime() bson.Timestamp {
 	if t := v.sess.OperationTime(); t != nil {
@@ -429,11 +446,10 @@ func (v *verifier) walkDestination(ctx context.Context) error {
 			in[i] = id
 		}
 		sctx := mongo.NewSessionContext(ctx, v.sess)
-		var found map[string]bson.Raw
+		var found map[string]bool
 		for attempt := 0; ; attempt++ {
 			var err error
-			found, err = v.find(sctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}},
-				options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+			found, err = v.findKeys(sctx, in)
 			if err == nil {
 				break
 			}
@@ -446,7 +462,7 @@ func (v *verifier) walkDestination(ctx context.Context) error {
 		}
 		at := v.opTime()
 		for _, id := range ids {
-			if found[jobdef.IDKey(id)] == nil {
+			if !found[jobdef.IDKey(id)] {
 				v.candidate(Item{ID: id}, at, verifyResult{kind: DriftExtra})
 			}
 		}

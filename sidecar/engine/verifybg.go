@@ -152,7 +152,7 @@ func (f *follower) observeVerify(p *jobstate.VerifyPass) {
 // stream), and waits for the answer: how many it made durable.
 func (e *Engine) repairByRequest(ctx context.Context, job string, ids []bson.RawValue) (int64, error) {
 	state := e.source.Collection(e.stateName)
-	id, err := jobstate.RequestRepair(ctx, state, job, e.cfg.Process, verifyRepairWait+time.Minute, ids)
+	id, err := jobstate.RequestRepair(ctx, state, job, e.cfg.Process, verifyRepairWait+time.Minute, ids, e.cfg.Form)
 	if err != nil {
 		return 0, err
 	}

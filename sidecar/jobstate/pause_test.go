@@ -69,7 +69,7 @@ func TestRequestOfKeepsKindModeAndNote(t *testing.T) {
 	state := client.Database("app").Collection("meilistream")
 	s := New(state, nil, func(context.Context, int) error { return nil })
 
-	id, err := RequestOf(ctx, state, "books", "cli:1:a", time.Minute, ReindexKind, "inplace")
+	id, err := RequestOf(ctx, state, "books", "cli:1:a", time.Minute, ReindexKind, "inplace", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/meilistream/meilistream/internal/capability"
 	"github.com/meilistream/meilistream/internal/errs"
 )
 
@@ -47,13 +48,27 @@ type Presence struct {
 // with hash, waiting for the reason given ("" when it is not), live for
 // live from now by the server's clock.
 func (s *Store) MarkPresent(ctx context.Context, job, process, hash, waiting string, live time.Duration) error {
+	now, err := readClock(ctx, s.state, s.form)
+	if err != nil {
+		return errs.Wrap(errs.Failed, job, err, "record that this process runs the job")
+	}
+	if now != nil {
+		update := bson.D{
+			{Key: "$set", Value: bson.D{{Key: "hash", Value: hash}, {Key: "waiting", Value: waiting}, {Key: "liveUntil", Value: now.Add(live)}}},
+			{Key: "$currentDate", Value: bson.D{{Key: "at", Value: true}}},
+		}
+		if _, err := s.state.UpdateOne(ctx, bson.D{{Key: "_id", Value: presenceKey(job, process)}}, update, options.UpdateOne().SetUpsert(true)); err != nil {
+			return errs.Wrap(errs.Failed, job, err, "record that this process runs the job")
+		}
+		return nil
+	}
 	set := bson.D{
 		{Key: "hash", Value: bson.D{{Key: "$literal", Value: hash}}},
 		{Key: "waiting", Value: bson.D{{Key: "$literal", Value: waiting}}},
 		{Key: "at", Value: "$$NOW"},
 		{Key: "liveUntil", Value: bson.D{{Key: "$add", Value: bson.A{"$$NOW", live.Milliseconds()}}}},
 	}
-	_, err := s.state.UpdateOne(ctx, bson.D{{Key: "_id", Value: presenceKey(job, process)}},
+	_, err = s.state.UpdateOne(ctx, bson.D{{Key: "_id", Value: presenceKey(job, process)}},
 		mongo.Pipeline{{{Key: "$set", Value: set}}}, options.UpdateOne().SetUpsert(true))
 	if err != nil {
 		return errs.Wrap(errs.Failed, job, err, "record that this process runs the job")
@@ -77,7 +92,7 @@ func (s *Store) LiveWithHash(ctx context.Context, job, hash, process string) ([]
 		{Key: "_id.process", Value: bson.D{{Key: "$ne", Value: process}}},
 		{Key: "hash", Value: hash},
 	}
-	out, err := readPresence(ctx, s.state, filter)
+	out, err := readPresence(ctx, s.state, filter, s.form)
 	if err != nil {
 		return nil, errs.Wrap(errs.Failed, job, err, "read which processes run the job")
 	}
@@ -85,9 +100,10 @@ func (s *Store) LiveWithHash(ctx context.Context, job, hash, process string) ([]
 }
 
 // ReadPresence returns every live presence record of the state collection,
-// sorted by job then process, for `meilistream status`.
-func ReadPresence(ctx context.Context, state *mongo.Collection) ([]Presence, error) {
-	out, err := readPresence(ctx, state, bson.D{{Key: "_id.presence", Value: bson.D{{Key: "$exists", Value: true}}}})
+// sorted by job then process, for `meilistream status`, in the form the
+// source takes (form).
+func ReadPresence(ctx context.Context, state *mongo.Collection, form capability.Form) ([]Presence, error) {
+	out, err := readPresence(ctx, state, bson.D{{Key: "_id.presence", Value: bson.D{{Key: "$exists", Value: true}}}}, form)
 	if err != nil {
 		return nil, errs.Wrap(errs.Failed, "", err, "read which processes run the jobs")
 	}
@@ -96,9 +112,13 @@ func ReadPresence(ctx context.Context, state *mongo.Collection) ([]Presence, err
 
 // readPresence reads the live records matching filter: liveUntil is
 // compared with the server's clock ($$NOW in $expr, MongoDB 4.2+), never
-// this process's.
-func readPresence(ctx context.Context, state *mongo.Collection, filter bson.D) ([]Presence, error) {
-	filter = append(filter[:len(filter):len(filter)], bson.E{Key: "$expr", Value: bson.D{{Key: "$gt", Value: bson.A{"$liveUntil", "$$NOW"}}}})
+// this process's (without pipelines, a reading of it: see readClock).
+func readPresence(ctx context.Context, state *mongo.Collection, filter bson.D, form capability.Form) ([]Presence, error) {
+	live, err := beforeClock(ctx, state, form, "$gt", "liveUntil")
+	if err != nil {
+		return nil, err
+	}
+	filter = append(filter[:len(filter):len(filter)], live)
 	cur, err := state.Find(ctx, filter)
 	if err != nil {
 		return nil, err

@@ -5,16 +5,41 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/meilistream/meilistream/internal/capability"
 	"github.com/meilistream/meilistream/internal/mongotest"
 	"github.com/meilistream/meilistream/internal/testutil"
 )
 
+// forEachForm runs test in both forms of the server-time records: with
+// update pipelines and $$NOW (a nil Form), and on a server refusing them
+// as FerretDB does, in the form the capability probe then chooses.
+func forEachForm(t *testing.T, test func(t *testing.T, srv *mongotest.Server, client *mongo.Client, form capability.Form)) {
+	t.Run("with update pipelines", func(t *testing.T) {
+		srv, client := testutil.StartMongo(t, mongotest.Options{})
+		test(t, srv, client, nil)
+	})
+	t.Run("without update pipelines", func(t *testing.T) {
+		srv, client := testutil.StartMongo(t, mongotest.Options{NoExpressions: true})
+		form := capability.NewProber(client.Database("app").Collection("meilistream")).Pipelines
+		if ok, err := form(testutil.Context(t, 30*time.Second)); err != nil || ok {
+			t.Fatalf("the probe says pipelines %v (%v) of a server refusing them", ok, err)
+		}
+		test(t, srv, client, form)
+	})
+}
+
 func TestPresenceCountsOnlyOtherLiveProcessesWithTheHash(t *testing.T) {
+	forEachForm(t, testPresenceCountsOnlyOtherLiveProcessesWithTheHash)
+}
+
+func testPresenceCountsOnlyOtherLiveProcessesWithTheHash(t *testing.T, srv *mongotest.Server, client *mongo.Client, form capability.Form) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, client := testutil.StartMongo(t, mongotest.Options{})
 	db := client.Database("app")
 	s := New(db.Collection("meilistream"), nil, func(context.Context, int) error { return nil })
+	s.SetForm(form)
 
 	for _, p := range []struct{ process, hash string }{{"pod-a", "new"}, {"pod-b", "old"}, {"pod-c", "new"}} {
 		if err := s.MarkPresent(ctx, "books", p.process, p.hash, "", 30*time.Second); err != nil {
@@ -57,7 +82,7 @@ func TestPresenceCountsOnlyOtherLiveProcessesWithTheHash(t *testing.T) {
 		if err := s.RemovePresence(ctx, "books", "pod-a"); err != nil {
 			t.Fatal(err)
 		}
-		all, err := ReadPresence(ctx, db.Collection("meilistream"))
+		all, err := ReadPresence(ctx, db.Collection("meilistream"), form)
 		if err != nil {
 			t.Fatal(err)
 		}

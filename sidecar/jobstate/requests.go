@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/meilistream/meilistream/internal/capability"
 	"github.com/meilistream/meilistream/internal/errs"
 )
 
@@ -86,15 +87,15 @@ const (
 // RequestOf writes a pending request of kind (PauseKind, ResumeKind,
 // ReindexKind with mode) for job, as RequestRetry does, and returns its
 // id.
-func RequestOf(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration, kind, mode string) (string, error) {
-	return request(ctx, state, job, requestedBy, ttl, bson.D{{Key: "kind", Value: kind}, {Key: "mode", Value: mode}})
+func RequestOf(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration, kind, mode string, form capability.Form) (string, error) {
+	return request(ctx, state, job, requestedBy, ttl, bson.D{{Key: "kind", Value: kind}, {Key: "mode", Value: mode}}, form)
 }
 
 // RequestRetry writes a pending retry request for job on behalf of
 // requestedBy, expiring ttl from now by the server's clock, and returns
 // its id.
-func RequestRetry(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration) (string, error) {
-	return request(ctx, state, job, requestedBy, ttl, nil)
+func RequestRetry(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration, form capability.Form) (string, error) {
+	return request(ctx, state, job, requestedBy, ttl, nil, form)
 }
 
 // RepairKind is the kind of a request of verify --repair.
@@ -103,19 +104,37 @@ const RepairKind = "repair"
 // RequestRepair writes a pending repair request for job: the holder writes
 // ids again (or deletes them) as a retry does. ids are bounded by the
 // caller (a request is one document of at most 16 MB).
-func RequestRepair(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration, ids []bson.RawValue) (string, error) {
+func RequestRepair(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration, ids []bson.RawValue, form capability.Form) (string, error) {
 	in := make(bson.A, len(ids))
 	for i, id := range ids {
 		in[i] = id
 	}
-	return request(ctx, state, job, requestedBy, ttl, bson.D{{Key: "kind", Value: RepairKind}, {Key: "ids", Value: in}})
+	return request(ctx, state, job, requestedBy, ttl, bson.D{{Key: "kind", Value: RepairKind}, {Key: "ids", Value: in}}, form)
 }
 
-// request writes a pending request with the fields extra besides.
-func request(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration, extra bson.D) (string, error) {
+// request writes a pending request with the fields extra besides, in the
+// form the source takes (form).
+func request(ctx context.Context, state *mongo.Collection, job, requestedBy string, ttl time.Duration, extra bson.D, form capability.Form) (string, error) {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
+	now, err := readClock(ctx, state, form)
+	if err != nil {
+		return "", errs.Wrap(errs.Failed, job, err, "write the request to the job's holder")
+	}
+	if now != nil {
+		set := bson.D{
+			{Key: "state", Value: RequestPending},
+			{Key: "requestedBy", Value: requestedBy},
+			{Key: "expiresAt", Value: now.Add(ttl)},
+		}
+		set = append(set, extra...)
+		update := bson.D{{Key: "$set", Value: set}, {Key: "$currentDate", Value: bson.D{{Key: "requestedAt", Value: true}}}}
+		if _, err := state.UpdateOne(ctx, bson.D{{Key: "_id", Value: requestKey(job, id)}}, update, options.UpdateOne().SetUpsert(true)); err != nil {
+			return "", errs.Wrap(errs.Failed, job, err, "write the request to the job's holder")
+		}
+		return id, nil
+	}
 	set := bson.D{
 		{Key: "state", Value: RequestPending},
 		{Key: "requestedBy", Value: bson.D{{Key: "$literal", Value: requestedBy}}},
@@ -125,7 +144,7 @@ func request(ctx context.Context, state *mongo.Collection, job, requestedBy stri
 	for _, e := range extra {
 		set = append(set, bson.E{Key: e.Key, Value: bson.D{{Key: "$literal", Value: e.Value}}})
 	}
-	_, err := state.UpdateOne(ctx, bson.D{{Key: "_id", Value: requestKey(job, id)}},
+	_, err = state.UpdateOne(ctx, bson.D{{Key: "_id", Value: requestKey(job, id)}},
 		mongo.Pipeline{{{Key: "$set", Value: set}}}, options.UpdateOne().SetUpsert(true))
 	if err != nil {
 		return "", errs.Wrap(errs.Failed, job, err, "write the request to the job's holder")
@@ -201,13 +220,17 @@ func DeleteRequest(ctx context.Context, state *mongo.Collection, job, id string)
 // pending, or running under an earlier lease epoch (its holder went away),
 // for holder at epoch; nil when there is none.
 func (s *Store) ClaimRetry(ctx context.Context, job, holder string, epoch int64) (*RetryRequest, error) {
+	live, err := s.before(ctx, "$gt", "expiresAt")
+	if err != nil {
+		return nil, errs.Wrap(errs.Failed, job, err, "take a retry request")
+	}
 	filter := bson.D{
 		{Key: "_id.retry", Value: job},
 		{Key: "$or", Value: bson.A{
 			bson.D{{Key: "state", Value: RequestPending}},
 			bson.D{{Key: "state", Value: RequestRunning}, {Key: "epoch", Value: bson.D{{Key: "$lt", Value: epoch}}}},
 		}},
-		{Key: "$expr", Value: bson.D{{Key: "$gt", Value: bson.A{"$expiresAt", "$$NOW"}}}},
+		live,
 	}
 	update := bson.D{
 		{Key: "$set", Value: bson.D{{Key: "state", Value: RequestRunning}, {Key: "holder", Value: holder}, {Key: "epoch", Value: epoch}}},
@@ -215,7 +238,7 @@ func (s *Store) ClaimRetry(ctx context.Context, job, holder string, epoch int64)
 	}
 	opts := options.FindOneAndUpdate().SetSort(bson.D{{Key: "requestedAt", Value: 1}}).SetReturnDocument(options.After)
 	var d requestDoc
-	err := s.state.FindOneAndUpdate(ctx, filter, update, opts).Decode(&d)
+	err = s.state.FindOneAndUpdate(ctx, filter, update, opts).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
 	}
@@ -253,10 +276,11 @@ func (s *Store) FinishRetry(ctx context.Context, r *RetryRequest) error {
 // DropExpiredRequests deletes the requests of job whose time is up: their
 // client no longer waits for them.
 func (s *Store) DropExpiredRequests(ctx context.Context, job string) error {
-	filter := bson.D{
-		{Key: "_id.retry", Value: job},
-		{Key: "$expr", Value: bson.D{{Key: "$lte", Value: bson.A{"$expiresAt", "$$NOW"}}}},
+	expired, err := s.before(ctx, "$lte", "expiresAt")
+	if err != nil {
+		return errs.Wrap(errs.Failed, job, err, "delete expired retry requests")
 	}
+	filter := bson.D{{Key: "_id.retry", Value: job}, expired}
 	if _, err := s.state.DeleteMany(ctx, filter); err != nil {
 		return errs.Wrap(errs.Failed, job, err, "delete expired retry requests")
 	}

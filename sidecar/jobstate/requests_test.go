@@ -6,24 +6,29 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/meilistream/meilistream/internal/capability"
 	"github.com/meilistream/meilistream/internal/mongotest"
-	"github.com/meilistream/meilistream/internal/testutil"
 )
 
 func TestRetryRequestIsTakenOnceAnsweredAndBounded(t *testing.T) {
+	forEachForm(t, testRetryRequestIsTakenOnceAnsweredAndBounded)
+}
+
+func testRetryRequestIsTakenOnceAnsweredAndBounded(t *testing.T, srv *mongotest.Server, client *mongo.Client, form capability.Form) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, client := testutil.StartMongo(t, mongotest.Options{})
 	state := client.Database("app").Collection("meilistream")
 	s := New(state, nil, func(context.Context, int) error { return nil })
+	s.SetForm(form)
 
-	first, err := RequestRetry(ctx, state, "books", "cli:1:a", time.Minute)
+	first, err := RequestRetry(ctx, state, "books", "cli:1:a", time.Minute, form)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv.AdvanceClock(time.Millisecond) // requestedAt orders them
-	second, err := RequestRetry(ctx, state, "books", "cli:2:b", time.Minute)
+	second, err := RequestRetry(ctx, state, "books", "cli:2:b", time.Minute, form)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +77,7 @@ func TestRetryRequestIsTakenOnceAnsweredAndBounded(t *testing.T) {
 		if ok, err := WithdrawRequest(ctx, state, "books", second); err != nil || ok {
 			t.Fatalf("withdrew a taken request: %v %v", ok, err)
 		}
-		id, err := RequestRetry(ctx, state, "books", "cli:3:c", time.Minute)
+		id, err := RequestRetry(ctx, state, "books", "cli:3:c", time.Minute, form)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +90,7 @@ func TestRetryRequestIsTakenOnceAnsweredAndBounded(t *testing.T) {
 	})
 
 	t.Run("expired requests are neither taken nor kept", func(t *testing.T) {
-		id, err := RequestRetry(ctx, state, "books", "cli:4:d", time.Second)
+		id, err := RequestRetry(ctx, state, "books", "cli:4:d", time.Second, form)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/meilistream/meilistream/internal/capability"
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/jobdef"
 )
@@ -62,7 +63,14 @@ type Store struct {
 	state   *mongo.Collection
 	errColl *mongo.Collection // nil: per-document errors are not kept
 	pause   func(ctx context.Context, attempt int) error
+	form    capability.Form // nil: the source takes update pipelines and $$NOW
 }
+
+// SetForm says, before the store is used, whether the source takes update
+// pipelines and $$NOW (nil: it does); where it does not, the presence
+// records and requests are written and judged against a reading of the
+// server's clock (see readClock).
+func (s *Store) SetForm(f capability.Form) { s.form = f }
 
 // New returns the store over state and errorsColl (normally state's name +
 // "_errors"; nil keeps no per-document errors). A state write that fails

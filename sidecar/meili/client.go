@@ -198,9 +198,12 @@ func NewClientWithOptions(baseURL, apiKey string, o Options) *Client {
 			}
 			return bodyConn{c}, nil
 		},
+		// Each job's batches and task polls take a connection while
+		// they run; a process of hundreds of mostly quiet jobs keeps
+		// fewer of them open between bursts.
 		MaxIdleConns:          100,
-		MaxIdleConnsPerHost:   100,
-		IdleConnTimeout:       90 * time.Second,
+		MaxIdleConnsPerHost:   16,
+		IdleConnTimeout:       30 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: 1 * time.Second,
 		DisableCompression:    true,

@@ -522,31 +522,91 @@ func (s *Sink) Wait(ctx context.Context, rc sink.Receipt) ([]sink.DocFailure, er
 
 // Keys pages through the index's ids (its primary key only) and yields the
 // source _ids they stand for.
+//
+// Meilisearch pages its documents by offset in its internal docid order
+// (not the primary key's; sorting needs sortableAttributes, a settings
+// change). A document keeps its docid, so the order of the documents that
+// stay is fixed; but a delete before the offset shifts the pages after it
+// back, and a new document may take a freed docid before it (milli's
+// AvailableIds), shifting them on. Paging by offset alone could then skip
+// a document. So each page after the first is read from the last id of
+// the page before (the anchor): when the page does not start with it,
+// the walk finds where the previous page's ids are now (keysPlace) and
+// goes on after the last one still there. Each page is one read of the
+// index, so the ids after the anchor in it are all the documents after
+// it then: a document the index held for the whole walk is yielded.
 func (s *Sink) Keys(ctx context.Context, fn func(ids []bson.RawValue) error) error {
-	const page = 1000
-	for offset := int64(0); ; offset += page {
-		raws, err := s.api.fetchIDs(ctx, s.uid, s.pk, offset, page)
+	return s.walkKeys(ctx, keysPage, fn)
+}
+
+// keysPage is how many ids a page of the id walk reads; keysReach how
+// many pages either side of where the previous page's ids were it looks
+// for them (keysPlace); keysRestarts how often it reads the index again
+// from the start when they are not there before it gives up.
+const (
+	keysPage     = 1000
+	keysReach    = 16
+	keysRestarts = 3
+)
+
+func (s *Sink) walkKeys(ctx context.Context, page int64, fn func(ids []bson.RawValue) error) error {
+	var prev []string // the ids of the page yielded last, in order
+	var anchor string // the one of them the next page starts from
+	var offset int64  // where the first id after the anchor is, if nothing moved
+	restarts := 0
+	for {
+		start, limit := offset, page
+		if anchor != "" {
+			start, limit = offset-1, page+1 // from the anchor
+		}
+		raws, err := s.fetchKeys(ctx, start, limit)
+		if errors.Is(err, errNoIndex) {
+			return nil
+		}
 		if err != nil {
-			if isCode(err, "index_not_found") {
-				return nil
+			return err
+		}
+		if anchor != "" {
+			if len(raws) == 0 || string(raws[0]) != anchor {
+				// Something moved before the anchor: find the previous
+				// page's ids again and read from the last one there.
+				at, k, err := s.keysPlace(ctx, prev, offset-1, page)
+				if err != nil {
+					return err
+				}
+				s.log.Debug("the index changed while its ids were read; going on from where the last ids read are now", "expected", offset-1, "found", at)
+				offset, anchor = at+1, k
+				if at < 0 {
+					// None of them is left near where they were: read
+					// it all again (a consumer sees some ids twice,
+					// none missing), a few times at most.
+					if restarts++; restarts > keysRestarts {
+						return s.classify(errors.New("the index changed too much while its ids were read (none of a page's ids was found again near its place); run it again"), "list the documents of index "+s.uid)
+					}
+					prev, anchor, offset = nil, "", 0
+				}
+				continue
 			}
-			return s.classify(err, "list the documents of index "+s.uid)
+			raws = raws[1:]
 		}
 		ids := make([]bson.RawValue, 0, len(raws))
+		seen := make(map[string]bool, len(prev))
+		for _, k := range prev {
+			seen[k] = true
+		}
+		next := make([]string, 0, len(raws))
 		for _, raw := range raws {
 			if raw == nil {
 				continue
 			}
-			v, ok := decodeID(raw)
-			if !ok {
-				continue
+			k := string(raw)
+			next = append(next, k)
+			if seen[k] {
+				continue // the previous page's, met again after a move
 			}
-			id, err := jobdef.ParseIndexID(v)
-			if err != nil {
-				s.log.Warn("index holds an id meilistream does not write; leaving it", "id", cut(string(raw), 600))
-				continue
+			if id, ok := s.sourceID(raw); ok {
+				ids = append(ids, id)
 			}
-			ids = append(ids, id)
 		}
 		if err := fn(ids); err != nil {
 			return err
@@ -554,7 +614,79 @@ func (s *Sink) Keys(ctx context.Context, fn func(ids []bson.RawValue) error) err
 		if int64(len(raws)) < page {
 			return nil
 		}
+		offset += int64(len(raws))
+		prev, anchor = next, ""
+		if last := raws[len(raws)-1]; last != nil {
+			anchor = string(last)
+		}
+		// else a document without the primary key (Meilisearch holds
+		// none; an index of another key might) cannot anchor the next
+		// page: that step pages by offset alone.
 	}
+}
+
+// errNoIndex: the walked index does not exist (nothing to yield).
+var errNoIndex = errors.New("no index")
+
+func (s *Sink) fetchKeys(ctx context.Context, offset, limit int64) ([]json.RawMessage, error) {
+	raws, err := s.api.fetchIDs(ctx, s.uid, s.pk, offset, limit)
+	if err != nil {
+		if isCode(err, "index_not_found") {
+			return nil, errNoIndex
+		}
+		return nil, s.classify(err, "list the documents of index "+s.uid)
+	}
+	return raws, nil
+}
+
+// keysPlace finds where the ids of prev (a page read before) are now: the
+// position and id of the last of them the index still holds, -1 when none
+// is within keysReach pages of where they were. It reads a window around
+// there, doubling it up to that reach (ids alone: a window of 16 pages
+// is some hundred KB).
+func (s *Sink) keysPlace(ctx context.Context, prev []string, near, page int64) (int64, string, error) {
+	rank := make(map[string]int, len(prev))
+	for i, k := range prev {
+		rank[k] = i
+	}
+	for w := page; w <= keysReach*page; w *= 2 {
+		lo := max(0, near-w)
+		raws, err := s.fetchKeys(ctx, lo, near+w-lo+1)
+		if errors.Is(err, errNoIndex) {
+			return -1, "", nil
+		}
+		if err != nil {
+			return 0, "", err
+		}
+		best, at := -1, int64(-1)
+		for i, raw := range raws {
+			if r, ok := rank[string(raw)]; ok && raw != nil && r > best {
+				best, at = r, lo+int64(i)
+			}
+		}
+		if at >= 0 {
+			return at, prev[best], nil
+		}
+		if lo == 0 && int64(len(raws)) < near+w-lo+1 {
+			return -1, "", nil // the whole index read: none is left
+		}
+	}
+	return -1, "", nil
+}
+
+// sourceID is the source _id an index id stands for; false for one
+// meilistream does not write (left alone, said in the log).
+func (s *Sink) sourceID(raw json.RawMessage) (bson.RawValue, bool) {
+	v, ok := decodeID(raw)
+	if !ok {
+		return bson.RawValue{}, false
+	}
+	id, err := jobdef.ParseIndexID(v)
+	if err != nil {
+		s.log.Warn("index holds an id meilistream does not write; leaving it", "id", cut(string(raw), 600))
+		return bson.RawValue{}, false
+	}
+	return id, true
 }
 
 // Stage returns the target of a reindex: with reindex: inplace the live

@@ -61,6 +61,17 @@ type Item struct {
 	Token  bson.Raw   // an idle report: the post-batch resume token
 	Err    error      // the stream failed (the Reader then stops)
 	bytes  int        // of Events, released to the reader's budget once taken in
+	// from is the budget bytes go back to (nil: an item of a Hub, whose
+	// Sub counts them itself); after, the post-batch resume token when
+	// Events end a getMore batch: a position for the jobs of a shared
+	// stream that the batch had nothing for.
+	from  *budget.Bytes
+	after bson.Raw
+	// ends holds, for each event, the token where it ends in the stream:
+	// its _id, but for one put together from fragments, whose _id is the
+	// position before it (split.go), its last fragment's. A Hub tells by
+	// them what a job already had.
+	ends []bson.Raw
 }
 
 // Filter is the $match of a job's change stream. The stream is
@@ -269,20 +280,44 @@ type Reader struct {
 	split      *assembly
 	before     bson.Raw
 	fragmented bool
+	// deliver, when set, takes the items instead of the channel (a Sub
+	// catching up queues them itself); caught, when set, is told of each
+	// idle report once handed over, and ends the reader by returning true
+	// (the Sub merged into its Hub's shared stream).
+	deliver func(Item)
+	caught  func(tok bson.Raw) bool
+	// finish, closed by Finish, ends the reader after its getMore in
+	// flight.
+	finish     chan struct{}
+	finishOnce sync.Once
 }
+
+// Finish ends the reader once the getMore in flight returned (at most
+// Await later), without interrupting it: a getMore cut short by closing
+// its connection can leave its cursor open on the server after the
+// killCursors that follows. The items read meanwhile still come; done is
+// closed when the stream is.
+func (r *Reader) Finish() { r.finishOnce.Do(func() { close(r.finish) }) }
 
 // Start starts reading cs: at most readAhead bytes of events handed over
 // and not yet Taken, and a pause of pace after a batch unless hurry says
 // a reader waits for what comes next.
 func Start(ctx context.Context, cs *mongo.ChangeStream, pace time.Duration, readAhead int, hurry func() bool) *Reader {
+	return start(ctx, cs, pace, readAhead, hurry, nil, nil)
+}
+
+func start(ctx context.Context, cs *mongo.ChangeStream, pace time.Duration, readAhead int, hurry func() bool, deliver func(Item), caught func(bson.Raw) bool) *Reader {
 	rctx, cancel := context.WithCancel(ctx)
 	r := &Reader{
-		items:  make(chan Item, 1),
-		cancel: cancel,
-		done:   make(chan struct{}),
-		budget: budget.New(readAhead),
-		hurry:  hurry,
-		before: append(bson.Raw(nil), cs.ResumeToken()...),
+		items:   make(chan Item, 1),
+		cancel:  cancel,
+		done:    make(chan struct{}),
+		budget:  budget.New(readAhead),
+		hurry:   hurry,
+		before:  append(bson.Raw(nil), cs.ResumeToken()...),
+		deliver: deliver,
+		caught:  caught,
+		finish:  make(chan struct{}),
 	}
 	if len(r.before) == 0 {
 		r.before = nil
@@ -315,6 +350,14 @@ func (r *Reader) Close() {
 
 func (r *Reader) read(ctx context.Context, cs *mongo.ChangeStream, pace time.Duration) {
 	send := func(it Item) bool {
+		if r.deliver != nil {
+			if ctx.Err() != nil {
+				r.budget.Release(it.bytes)
+				return false
+			}
+			r.deliver(it)
+			return true
+		}
 		select {
 		case r.items <- it:
 			return true
@@ -324,6 +367,11 @@ func (r *Reader) read(ctx context.Context, cs *mongo.ChangeStream, pace time.Dur
 		}
 	}
 	for {
+		select {
+		case <-r.finish:
+			return
+		default:
+		}
 		started := time.Now()
 		if cs.TryNext(ctx) {
 			// The rest of the batch the driver holds, without another
@@ -334,6 +382,7 @@ func (r *Reader) read(ctx context.Context, cs *mongo.ChangeStream, pace time.Dur
 			// streams).
 			n := min(cs.RemainingBatchLength()+1, maxItemEvents)
 			evs := make([]bson.Raw, 0, n)
+			ends := make([]bson.Raw, 0, n)
 			size := 0
 			for {
 				ev := cs.Current[:len(cs.Current):len(cs.Current)]
@@ -343,7 +392,9 @@ func (r *Reader) read(ctx context.Context, cs *mongo.ChangeStream, pace time.Dur
 					return
 				}
 				if ev != nil {
+					end, _ := cs.Current.Lookup("_id").DocumentOK()
 					evs = append(evs, ev)
+					ends = append(ends, end)
 					size += len(ev)
 				}
 				if len(evs) == maxItemEvents || cs.RemainingBatchLength() == 0 || !cs.TryNext(ctx) {
@@ -354,7 +405,12 @@ func (r *Reader) read(ctx context.Context, cs *mongo.ChangeStream, pace time.Dur
 				if r.budget.Acquire(ctx, size) != nil {
 					return
 				}
-				if !send(Item{Events: evs, bytes: size}) {
+				it := Item{Events: evs, bytes: size, from: r.budget, ends: ends}
+				if cs.RemainingBatchLength() == 0 && r.split == nil && !r.fragmented {
+					// A fragment's token is never a position (split.go).
+					it.after = append(bson.Raw(nil), cs.ResumeToken()...)
+				}
+				if !send(it) {
 					return
 				}
 			}
@@ -385,6 +441,9 @@ func (r *Reader) read(ctx context.Context, cs *mongo.ChangeStream, pace time.Dur
 		}
 		r.before, r.fragmented = append(bson.Raw(nil), cs.ResumeToken()...), false
 		if !send(Item{Token: r.before}) {
+			return
+		}
+		if r.caught != nil && r.caught(r.before) {
 			return
 		}
 	}

@@ -192,6 +192,6 @@ func historyLostForGood(job, onHistoryLost string, err error) error {
 		return err
 	}
 	return MarkFatal(advise(errs.WithJob(job, err),
-		"to repair it, run `meilistream reindex %s` where no sidecar runs the job (scale the sidecars down, run it, scale them back up), "+
+		"to repair it, run `meilistream reindex %s` (from any pod, or a laptop with the same variables: it takes the free lease, or asks the sidecar holding it), "+
 			"or set onHistoryLost: \"reindex\" (the transform file, MEILISTREAM_JOB_<NAME>_ON_HISTORY_LOST or MEILISTREAM_ON_HISTORY_LOST=reindex) so the job reindexes by itself", job))
 }

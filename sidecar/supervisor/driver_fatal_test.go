@@ -25,7 +25,7 @@ func TestHistoryLostForGood(t *testing.T) {
 		t.Fatalf("fail + HISTORY_LOST = %v, want it marked fatal with its code", got)
 	}
 	want := "HISTORY_LOST books: the recorded position is older than the server's change history (onHistoryLost: fail): change stream history lost; " +
-		"to repair it, run `meilistream reindex books` where no sidecar runs the job"
+		"to repair it, run `meilistream reindex books` (from any pod"
 	if msg := errs.Format(got); !strings.HasPrefix(msg, want) || !strings.Contains(msg, `onHistoryLost: "reindex"`) ||
 		!strings.Contains(msg, "MEILISTREAM_ON_HISTORY_LOST=reindex") || strings.Count(msg, "HISTORY_LOST books") != 1 {
 		t.Errorf("message = %q, want the engine's message once, then the fix", msg)
