@@ -81,10 +81,12 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	if err := f.open(ctx); err != nil {
 		return nil, closeOr(ctx, l, err)
 	}
-	if f.scan != nil && len(f.lastRecorded) == 0 {
-		// The cursors the scan starts from: what a reindex committed
-		// while a related change's fan-out is outstanding records, so
-		// that the change is read again after a restart.
+	if len(f.lastRecorded) == 0 {
+		// Where the stream (or the scan's cursors) starts, on a first
+		// run: what a reindex committed while a related change's
+		// fan-out is outstanding records, so that the change, read
+		// after this token, is read again after a restart. Left empty,
+		// that commit had no position to record and failed the job.
 		f.lastRecorded = f.tok
 	}
 	defer func() { f.reader.Close() }() // the one open last: a resume or an error reopens it
