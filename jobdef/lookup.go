@@ -48,6 +48,11 @@ type Relate struct {
 	Namespace  string // a collection of Database
 	SrcField   string
 	MatchField string
+	// WithDatabase is the database part of monstache's withNamespace
+	// (the namespace whose documents are sent again), "" when it names
+	// none: it must be the job's own, checked once the job's database
+	// is settled.
+	WithDatabase string
 }
 
 // Dependency is one way a change elsewhere reaches the job: a change to a

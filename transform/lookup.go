@@ -280,6 +280,9 @@ func readRelate(val goja.Value, collection string) (jobdef.Relate, string) {
 			if w := collectionOf(s); w != collection {
 				return r, fmt.Sprintf("withNamespace %q: a job sends again its own collection's documents (%q); declare the relate in that collection's job", s, collection)
 			}
+			if db, _, dotted := strings.Cut(s, "."); dotted && collectionOf(s) != s {
+				r.WithDatabase = db
+			}
 		case "srcField":
 			r.SrcField = s
 		case "matchField":
@@ -421,6 +424,9 @@ func (j *Job) resolveDatabases() error {
 			r.Database, r.Namespace = db, coll
 		} else {
 			r.Database = j.Database
+		}
+		if r.WithDatabase != "" && j.Database != "" && r.WithDatabase != j.Database {
+			problems = append(problems, configErr(j.Name, j.file(), "relate", "relate %d: withNamespace names database %q, but the job reads %s.%s; a job sends again its own collection's documents: name its database, or declare the relate in the job of %s.%s", i+1, r.WithDatabase, j.Database, j.Collection, r.WithDatabase, j.Collection))
 		}
 	}
 	if len(problems) == 0 {

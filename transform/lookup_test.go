@@ -144,6 +144,7 @@ func TestBadLookupsAreConfigErrors(t *testing.T) {
 		{`lookups: { a: { from: "users", localField: "x", foreignField: "_id", as: "t" }, b: { from: "tags", localField: "y", foreignField: "_id", as: "t" } }`, "both set the field"},
 		{`relate: [{ namespace: "app.comments", withNamespace: "app.other", srcField: "articleId" }]`, "withNamespace"},
 		{`relate: [{ srcField: "articleId" }]`, "namespace"},
+		{`database: "shop", relate: [{ namespace: "shop.comments", withNamespace: "blog.articles", srcField: "articleId" }]`, `withNamespace names database "blog"`},
 	} {
 		path := filepath.Join(t.TempDir(), "articles.js")
 		src := "module.exports = { " + c.src + " };"
@@ -214,5 +215,21 @@ module.exports.lookups = {};`)
 	_, err := transform.LoadFile(filepath.Join(t.TempDir(), "orders.js"), src, transform.Options{})
 	if err == nil || !strings.Contains(err.Error(), "namespace") || !strings.Contains(err.Error(), `key "lookups"`) {
 		t.Fatalf("load: %v", err)
+	}
+}
+
+// monstache's withNamespace names the job's own namespace: its database,
+// when given, is checked against the job's once that is settled.
+func TestWithNamespaceOfTheJobsOwnDatabaseIsAccepted(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "articles.js")
+	src := `module.exports = { relate: [{ namespace: "shop.comments", withNamespace: "shop.articles", srcField: "articleId" }] };`
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := transform.LoadFile(path, []byte(src), transform.Options{Database: "shop"}); err != nil {
+		t.Fatalf("withNamespace of the job's own database: %v", err)
+	}
+	if _, err := transform.LoadFile(path, []byte(src), transform.Options{Database: "blog"}); err == nil || !strings.Contains(err.Error(), `withNamespace names database "shop"`) {
+		t.Fatalf("withNamespace of another database than the job's: %v", err)
 	}
 }
