@@ -270,7 +270,7 @@ func TestEveryAnswerIsClassified(t *testing.T) {
 // internal error or a canceled task is retried.
 func TestFailedTasksAreClassified(t *testing.T) {
 	f := startFront(t, meilitest.Options{MasterKey: "key"})
-	client := meili.NewClientWithOptions(f.URL, "key", short)
+	client := meili.NewClientWithOptions(f.URL, "key", roomy)
 	job := &jobdef.Job{Name: "items", Index: "items", PrimaryKey: "id"}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -24,6 +24,11 @@ import (
 var short = meili.Options{RequestTimeout: 300 * time.Millisecond, PollTimeout: 300 * time.Millisecond,
 	PollPatience: time.Second, UploadRate: 1 << 30}
 
+// roomy are deadlines no answer of the test server meets, however busy
+// the machine: for tests of what an answer means, not of when it comes.
+var roomy = meili.Options{RequestTimeout: 30 * time.Second, PollTimeout: 30 * time.Second,
+	PollPatience: 30 * time.Second, UploadRate: 1 << 30}
+
 // silentListener accepts connections and never answers: reads nothing,
 // writes nothing, until the test ends.
 func silentListener(t *testing.T) string {
