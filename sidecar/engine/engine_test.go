@@ -197,10 +197,10 @@ func (e *env) freshItems() *mongo.Collection {
 }
 
 // equal waits until the index holds exactly transform(collection) minus the
-// recorded errors.
+// recorded errors (up to hangBound).
 func (e *env) equal(job *transform.Job) {
 	e.t.Helper()
-	if err := synccheck.Eventually(e.ctx, 60*time.Second, e.coll, e.errs, job, e.mc, "items"); err != nil {
+	if err := synccheck.Eventually(e.ctx, hangBound, e.coll, e.errs, job, e.mc, "items"); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -252,11 +252,16 @@ func (r *running) wait(t *testing.T) error {
 	}
 }
 
-// until polls cond for up to a minute: long enough for a loaded machine
-// under the race detector, and only a failing test waits it out.
+// hangBound is how long a test waits for what must come: a bound for a
+// hung test, never a measure of speed. A fan-out of ten thousand
+// dependents took over a minute on a machine loaded twentyfold, so it is
+// three; only a failing test waits it out.
+const hangBound = 3 * time.Minute
+
+// until polls cond for up to hangBound.
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	testutil.Until(t, 60*time.Second, what, cond, nil)
+	testutil.Until(t, hangBound, what, cond, nil)
 }
 
 // positionHash is the hash of the job's recorded position, "" when it has

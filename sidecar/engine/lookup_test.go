@@ -189,7 +189,7 @@ func TestKilledInTheMiddleOfAFanOutSendsEveryDependentOnRestart(t *testing.T) {
 		if err == nil || !errors.Is(err, errs.ErrLeaseLost) && ctx.Err() == nil {
 			t.Logf("killed run ended with %v", err)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(hangBound):
 		t.Fatal("the killed run did not end")
 	}
 	if d, _ := e.indexHolds("Ada Lovelace"); d == 10000 {
