@@ -116,11 +116,13 @@ func TestNativeWorkIsBounded(t *testing.T) {
 func TestATimeoutIsTriedAgain(t *testing.T) {
 	var logs bytes.Buffer
 	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Debug})
-	// The transform spins until a wall-clock time 250 ms away: the first
-	// two tries (100 ms each) run out of time, the third one returns.
+	// The transform spins until a wall-clock time 2.5 s away: the first
+	// two tries (1 s each) run out of time, the third one returns. The
+	// first try need only start within 1.5 s, which a loaded machine
+	// keeps to.
 	j := loadJob(t, `module.exports = { transform(doc) { while (Date.now() < doc.until) {} return { ok: true }; } };`,
-		transform.Options{Pool: 1, Timeout: 100 * time.Millisecond, Logger: log})
-	res, err := apply(t, j, bson.D{{Key: "_id", Value: 1}, {Key: "until", Value: time.Now().Add(250 * time.Millisecond).UnixMilli()}})
+		transform.Options{Pool: 1, Timeout: time.Second, Logger: log})
+	res, err := apply(t, j, bson.D{{Key: "_id", Value: 1}, {Key: "until", Value: time.Now().Add(2500 * time.Millisecond).UnixMilli()}})
 	if err != nil || res.Doc["ok"] != true {
 		t.Fatalf("got %v, %v", res.Doc, err)
 	}
