@@ -500,24 +500,33 @@ func List(ctx context.Context, coll *mongo.Collection) ([]Info, error) {
 	if err != nil {
 		return nil, errs.Wrap(errs.Failed, "", err, "list leases")
 	}
-	var rows []struct {
-		ID struct {
-			Lease string `bson:"lease"`
-		} `bson:"_id"`
-		Holder     string    `bson:"holder"`
-		Epoch      int64     `bson:"epoch"`
-		AcquiredAt time.Time `bson:"acquiredAt"`
-		ExpiresAt  time.Time `bson:"expiresAt"`
-		Expired    bool      `bson:"expired"`
-	}
+	var rows []leaseRow
 	if err := cur.All(ctx, &rows); err != nil {
 		return nil, errs.Wrap(errs.Failed, "", err, "list leases")
 	}
+	return infos(rows, func(r leaseRow) bool { return r.Expired }), nil
+}
+
+// leaseRow is a lease document as List reads it; Expired is the server's
+// judgement where an update pipeline could make it ($$NOW).
+type leaseRow struct {
+	ID struct {
+		Lease string `bson:"lease"`
+	} `bson:"_id"`
+	Holder     string    `bson:"holder"`
+	Epoch      int64     `bson:"epoch"`
+	AcquiredAt time.Time `bson:"acquiredAt"`
+	ExpiresAt  time.Time `bson:"expiresAt"`
+	Expired    bool      `bson:"expired"`
+}
+
+// infos are rows as List returns them, by name, each judged by expired.
+func infos(rows []leaseRow, expired func(leaseRow) bool) []Info {
 	out := make([]Info, 0, len(rows))
 	for _, r := range rows {
 		out = append(out, Info{Name: r.ID.Lease, Holder: r.Holder, Epoch: r.Epoch,
-			AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt, Expired: r.Expired})
+			AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt, Expired: expired(r)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+	return out
 }

@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"errors"
-	"sort"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -112,25 +111,11 @@ func (m *Manager) List(ctx context.Context) ([]Info, error) {
 	if err != nil {
 		return nil, errs.Wrap(errs.Failed, "", err, "list leases")
 	}
-	var rows []struct {
-		ID struct {
-			Lease string `bson:"lease"`
-		} `bson:"_id"`
-		Holder     string    `bson:"holder"`
-		Epoch      int64     `bson:"epoch"`
-		AcquiredAt time.Time `bson:"acquiredAt"`
-		ExpiresAt  time.Time `bson:"expiresAt"`
-	}
+	var rows []leaseRow
 	if err := cur.All(ctx, &rows); err != nil {
 		return nil, errs.Wrap(errs.Failed, "", err, "list leases")
 	}
-	out := make([]Info, 0, len(rows))
-	for _, r := range rows {
-		out = append(out, Info{Name: r.ID.Lease, Holder: r.Holder, Epoch: r.Epoch,
-			AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt, Expired: !r.ExpiresAt.After(now)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+	return infos(rows, func(r leaseRow) bool { return !r.ExpiresAt.After(now) }), nil
 }
 
 // HeldBy is the package's HeldBy in the form the source takes.
