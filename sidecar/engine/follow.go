@@ -399,7 +399,7 @@ func (f *follower) open(ctx context.Context) error {
 		return nil
 	}
 	for {
-		if stream.Shareable(&f.jc.job.Job) && !f.large.Lean() {
+		if !f.large.Lean() {
 			hub := f.e.hubs.For(f.e.source)
 			if stream.Cluster(&f.jc.job.Job, f.e.source.Name()) {
 				hub = f.e.hubs.Cluster(f.e.source)

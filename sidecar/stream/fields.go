@@ -48,8 +48,11 @@ func fieldsRegex(fields []string) string {
 
 // updateClause is what an event of the job's collection must match: with
 // fields, not an update, or an update touching one of them; nil without.
-func updateClause(job *jobdef.Job) bson.D {
-	fields := job.StreamFields()
+func updateClause(job *jobdef.Job) bson.D { return updateClauseOf(job.StreamFields()) }
+
+// updateClauseOf is updateClause for the fields a stream keeps of one
+// collection (nil: every event).
+func updateClauseOf(fields []string) bson.D {
 	if fields == nil {
 		return nil
 	}
@@ -90,10 +93,10 @@ func collClause(job *jobdef.Job) bson.D {
 	return d
 }
 
-// keep is the array of the names a trimmed document keeps.
-func keep(job *jobdef.Job) bson.A {
+// keepOf is the array of the names a document trimmed to fields keeps.
+func keepOf(fields []string) bson.A {
 	a := bson.A{"_id"}
-	for _, f := range job.StreamFields() {
+	for _, f := range fields {
 		a = append(a, f)
 	}
 	return a
@@ -104,25 +107,37 @@ func keep(job *jobdef.Job) bson.A {
 // nil without fields. db, when not "", is the job's database, which a
 // cluster-wide stream must match too.
 func trimStage(job *jobdef.Job, db string) bson.D {
-	if job.StreamFields() == nil {
+	fields := job.StreamFields()
+	if fields == nil {
 		return nil
 	}
-	trimmed := bson.D{{Key: "$arrayToObject", Value: bson.D{{Key: "$filter", Value: bson.D{
-		{Key: "input", Value: bson.D{{Key: "$objectToArray", Value: "$fullDocument"}}},
-		{Key: "cond", Value: bson.D{{Key: "$in", Value: bson.A{"$$this.k", bson.D{{Key: "$literal", Value: keep(job)}}}}}},
-	}}}}}
+	return bson.D{{Key: "$set", Value: bson.D{{Key: "fullDocument", Value: bson.D{{Key: "$cond", Value: bson.D{
+		{Key: "if", Value: isOf(db, job.Collection)},
+		{Key: "then", Value: trimmedTo(fields)},
+		{Key: "else", Value: "$fullDocument"},
+	}}}}}}}
+}
+
+// isOf is the expression true of an event of collection coll (of database
+// db, when not "") that carries a document.
+func isOf(db, coll string) bson.D {
 	ifOwn := bson.A{
-		bson.D{{Key: "$eq", Value: bson.A{"$ns.coll", bson.D{{Key: "$literal", Value: job.Collection}}}}},
+		bson.D{{Key: "$eq", Value: bson.A{"$ns.coll", bson.D{{Key: "$literal", Value: coll}}}}},
 		bson.D{{Key: "$eq", Value: bson.A{bson.D{{Key: "$type", Value: "$fullDocument"}}, "object"}}},
 	}
 	if db != "" {
 		ifOwn = append(bson.A{bson.D{{Key: "$eq", Value: bson.A{"$ns.db", bson.D{{Key: "$literal", Value: db}}}}}}, ifOwn...)
 	}
-	return bson.D{{Key: "$set", Value: bson.D{{Key: "fullDocument", Value: bson.D{{Key: "$cond", Value: bson.D{
-		{Key: "if", Value: bson.D{{Key: "$and", Value: ifOwn}}},
-		{Key: "then", Value: trimmed},
-		{Key: "else", Value: "$fullDocument"},
-	}}}}}}}
+	return bson.D{{Key: "$and", Value: ifOwn}}
+}
+
+// trimmedTo is the event's fullDocument cut to _id and fields, in the
+// document's order.
+func trimmedTo(fields []string) bson.D {
+	return bson.D{{Key: "$arrayToObject", Value: bson.D{{Key: "$filter", Value: bson.D{
+		{Key: "input", Value: bson.D{{Key: "$objectToArray", Value: "$fullDocument"}}},
+		{Key: "cond", Value: bson.D{{Key: "$in", Value: bson.A{"$$this.k", bson.D{{Key: "$literal", Value: keepOf(fields)}}}}}},
+	}}}}}
 }
 
 // Projection is the projection of the job's reads of its collection (a

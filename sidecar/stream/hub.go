@@ -4,7 +4,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -73,12 +72,6 @@ func tokenData(t bson.Raw) string {
 	// mongod writes the hex in upper case; compare case-blind regardless.
 	return strings.ToUpper(s)
 }
-
-// Shareable says whether job's stream can be a Hub's: one whose pipeline
-// is its Filter alone. A job that declares its fields has the server trim
-// its documents and drop its updates (fields.go), which a stream shared
-// with other jobs cannot do for it: it reads a stream of its own.
-func Shareable(job *jobdef.Job) bool { return job.StreamFields() == nil }
 
 // Hubs holds the Hub of each source database of a process. The zero
 // value is not usable; NewHubs makes one.
@@ -165,6 +158,7 @@ type Sub struct {
 	cancel    context.CancelFunc
 	start     bson.Raw
 	ch        chan Item
+	narrowing narrowing // what its job's own stream drops and trims
 
 	// mu guards the rest; the Hub's mu, when both are held, is taken
 	// first.
@@ -189,6 +183,12 @@ func (h *Hub) Join(ctx context.Context, job *jobdef.Job, token bson.Raw, pace ti
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	s := &Sub{h: h, job: job, pace: pace, readAhead: readAhead, hurry: hurry, ctx: sctx, cancel: cancel, ch: make(chan Item, 1)}
+	stateDB := ""
+	if h.cluster {
+		stateDB = h.db.Name()
+	}
+	own := reads(job, stateDB)
+	s.narrowing = narrowing{coll: h.colls(job)[0], updates: own.updates, trim: own.trim}
 	token = append(bson.Raw(nil), token...)
 	h.mu.Lock()
 	direct := len(token) > 0 && (len(h.members)+len(h.joining) == 0 || len(h.pos) == 0 || near(token, h.pos))
@@ -416,10 +416,15 @@ func (h *Hub) open(ctx context.Context, jobs []*jobdef.Job, token bson.Raw) (*mo
 			opts.SetResumeAfter(token)
 		}
 		var pipeline mongo.Pipeline
+		stateDB := ""
 		if h.cluster {
-			pipeline = mongo.Pipeline{ClusterUnionFilter(jobs, h.db.Name(), h.state)}
+			stateDB = h.db.Name()
+			pipeline = mongo.Pipeline{ClusterUnionFilter(jobs, stateDB, h.state)}
 		} else {
 			pipeline = mongo.Pipeline{UnionFilter(jobs, h.state)}
+		}
+		if t := unionTrim(unionReads(jobs, stateDB)); t != nil {
+			pipeline = append(pipeline, t)
 		}
 		if split {
 			pipeline = append(pipeline, SplitStage)
@@ -442,30 +447,20 @@ func (h *Hub) open(ctx context.Context, jobs []*jobdef.Job, token bson.Raw) (*mo
 }
 
 // UnionFilter is the $match of a stream shared by jobs: an event passes
-// when it passes the Filter of one of them.
+// when it passes the Filter of one of them (for a collection, as the
+// widest of its jobs needs: unionReads).
 func UnionFilter(jobs []*jobdef.Job, state string) bson.D {
-	var colls, names bson.A
-	seen := map[string]bool{}
-	addColl := func(c string) {
-		if !seen[c] {
-			seen[c] = true
-			colls = append(colls, c)
-		}
-	}
+	var names bson.A
 	for _, j := range jobs {
-		addColl(j.Collection)
-		for _, c := range j.RelatedCollections() {
-			addColl(c)
-		}
 		names = append(names, j.Name)
 	}
-	return bson.D{{Key: "$match", Value: bson.D{{Key: "$or", Value: bson.A{
-		bson.D{{Key: "ns.coll", Value: bson.D{{Key: "$in", Value: colls}}}},
-		bson.D{{Key: "to.coll", Value: bson.D{{Key: "$in", Value: colls}}}},
+	or := collClauses(unionReads(jobs, ""))
+	or = append(or,
 		bson.D{{Key: "ns.coll", Value: state}, {Key: "documentKey._id.watermark", Value: bson.D{{Key: "$in", Value: names}}}},
 		bson.D{{Key: "ns.coll", Value: state}, {Key: "documentKey._id.wait", Value: bson.D{{Key: "$in", Value: names}}}},
 		bson.D{{Key: "operationType", Value: bson.D{{Key: "$in", Value: bson.A{"dropDatabase", "invalidate"}}}}},
-	}}}}}
+	)
+	return bson.D{{Key: "$match", Value: bson.D{{Key: "$or", Value: or}}}}
 }
 
 // run is the Hub's goroutine: while it has jobs, it reads the shared
@@ -713,8 +708,13 @@ func (h *Hub) distribute(it Item) {
 		if i < len(it.ends) {
 			end = it.ends[i]
 		}
+		coll, _ := h.eventColl(ev, "ns")
 		for _, s := range h.route(ev) {
 			if !h.members[s] {
+				continue
+			}
+			sev, ok := s.narrowing.narrow(coll, ev)
+			if !ok {
 				continue
 			}
 			g := got[s]
@@ -731,7 +731,7 @@ func (h *Hub) distribute(it Item) {
 					g = &share{}
 					got[s] = g
 				}
-				g.evs, g.ends = append(g.evs, ev), append(g.ends, end)
+				g.evs, g.ends = append(g.evs, sev), append(g.ends, end)
 			}
 		}
 		if len(tok) > 0 {
@@ -876,38 +876,15 @@ func containsSub(subs []*Sub, s *Sub) bool {
 // passes when it passes the ClusterFilter of one of jobs; stateDB is the
 // state collection's database.
 func ClusterUnionFilter(jobs []*jobdef.Job, stateDB, state string) bson.D {
-	byDB := map[string]bson.A{}
-	var dbs []string
-	seen := map[string]bool{}
-	add := func(db, coll string) {
-		db = orDB(db, stateDB)
-		if _, ok := byDB[db]; !ok {
-			dbs = append(dbs, db)
-		}
-		if ns := jobdef.Namespace(db, coll); !seen[ns] {
-			seen[ns] = true
-			byDB[db] = append(byDB[db], coll)
-		}
-	}
 	var names bson.A
 	drops := bson.A{stateDB}
 	for _, j := range jobs {
-		add(j.Database, j.Collection)
-		for _, d := range j.Dependencies() {
-			add(d.Database, d.Collection)
-		}
 		names = append(names, j.Name)
 		if db := orDB(j.Database, stateDB); !slices.Contains(drops, any(db)) {
 			drops = append(drops, db)
 		}
 	}
-	sort.Strings(dbs)
-	var or bson.A
-	for _, db := range dbs {
-		or = append(or,
-			bson.D{{Key: "ns.db", Value: db}, {Key: "ns.coll", Value: bson.D{{Key: "$in", Value: byDB[db]}}}},
-			bson.D{{Key: "to.db", Value: db}, {Key: "to.coll", Value: bson.D{{Key: "$in", Value: byDB[db]}}}})
-	}
+	or := collClauses(unionReads(jobs, stateDB))
 	or = append(or,
 		bson.D{{Key: "ns.db", Value: stateDB}, {Key: "ns.coll", Value: state}, {Key: "documentKey._id.watermark", Value: bson.D{{Key: "$in", Value: names}}}},
 		bson.D{{Key: "ns.db", Value: stateDB}, {Key: "ns.coll", Value: state}, {Key: "documentKey._id.wait", Value: bson.D{{Key: "$in", Value: names}}}},
