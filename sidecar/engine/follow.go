@@ -341,9 +341,13 @@ type follower struct {
 	lagc *lagClock
 }
 
+// reset starts the next batch, its buffers sized to the last one's (at
+// least a few entries, at most a batch): an idle job, most of a process
+// holding hundreds, holds little, and a busy one does not grow them again.
 func (f *follower) reset() {
-	f.pending = make(map[string]int, f.jc.BatchSize)
-	f.items = make([]Item, 0, f.jc.BatchSize)
+	n := min(f.jc.BatchSize, max(16, len(f.items)))
+	f.pending = make(map[string]int, n)
+	f.items = make([]Item, 0, n)
 	f.pendingBytes = 0
 	f.firstWall = time.Time{}
 }
