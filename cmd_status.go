@@ -134,11 +134,13 @@ func runStatus(ctx context.Context, inv *invocation) int {
 				}
 				job := r.job
 				if job == nil {
+					// No file declares the job: the source its position was
+					// recorded for, the main database when none was.
 					coll := p.Collection
 					if coll == "" {
 						coll = n
 					}
-					job = &transform.Job{Job: jobdef.Job{Name: n, Collection: coll}}
+					job = &transform.Job{Job: jobdef.Job{Name: n, Database: p.Database, Collection: coll}}
 				}
 				since, err := firstChangeAfter(ctx, w.source, job, inv.Config.StateCollection, p.Token)
 				switch {

@@ -622,7 +622,7 @@ func (jr *jobRuntime) applyEach(ctx context.Context, j *Job, dst []byte, calls [
 				// it whatever the load of the machine.
 				err = errs.New(errs.TransformFailed, j.Name, "the transform did not finish within %s (it was still in a built-in function %s later, and was abandoned)", timeout, abandonGrace)
 				if v.guard.overMemory() {
-					err = memoryErr(j)
+					err = memoryErr(j, true)
 				}
 			}
 			out[r.cur] = Outcome{Err: err}
@@ -682,9 +682,7 @@ func (jr *jobRuntime) applyEach(ctx context.Context, j *Job, dst []byte, calls [
 			}
 			var err error = errs.Wrap(errs.TransformFailed, j.Name, ErrTimeout, "the transform did not finish within %s", timeout)
 			if overMemory {
-				// Not a timeout: trying it again later would only grow the
-				// heap again.
-				err = memoryErr(j)
+				err = memoryErr(j, false)
 			}
 			out[r.cur] = Outcome{Err: err}
 			r.cur++

@@ -253,8 +253,21 @@ func (w *memWatch) cleanUp(v *vm) {
 	runtime.GC()
 }
 
+// ErrMemory is the cause of a document's TRANSFORM_FAILED when the memory
+// bound stopped its call on every try (errors.Is). The bound is on the
+// process's heap, which the job's other calls and the rest of the process
+// share, so the stop may pass: the engine tries such a document again
+// later, as it does one out of time (ErrTimeout). A call the bound could
+// not stop, abandoned in a built-in, is not one of them.
+var ErrMemory = errors.New("other work sharing the heap may have grown it, or the transform needs more than the bound for this document")
+
 // memoryErr is the document's error when its call was stopped by the
-// bound.
-func memoryErr(j *Job) error {
-	return errs.New(errs.TransformFailed, j.Name, "the transform call was stopped: the heap grew by more than %d MiB while it ran, the memory bound of a call (MEILISTREAM_TRANSFORM_MEMORY)", j.memoryLimit()>>20)
+// bound; abandoned: the call did not return to JavaScript, so it was left
+// running in a built-in.
+func memoryErr(j *Job, abandoned bool) error {
+	const msg = "the transform call was stopped: the heap grew by more than %d MiB while it ran, the memory bound of a call (MEILISTREAM_TRANSFORM_MEMORY)"
+	if abandoned {
+		return errs.New(errs.TransformFailed, j.Name, msg+", and it was still in a built-in function %s later, so it was abandoned", j.memoryLimit()>>20, abandonGrace)
+	}
+	return errs.Wrap(errs.TransformFailed, j.Name, ErrMemory, msg, j.memoryLimit()>>20)
 }

@@ -2,6 +2,7 @@ package transform_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"runtime"
@@ -113,6 +114,11 @@ func TestACallThatGrowsTheHeapPastTheBoundFailsItsDocument(t *testing.T) {
 	for i, err := range errsOf {
 		if errs.CodeOf(err) != errs.TransformFailed || !strings.Contains(err.Error(), "MEILISTREAM_TRANSFORM_MEMORY") {
 			t.Errorf("document %d (%s): %v; want TRANSFORM_FAILED saying the memory bound", i, kinds[i%len(kinds)], err)
+		}
+		// ErrMemory tells the engine to try the document again later; a
+		// call abandoned in a built-in is not to be tried again.
+		if abandoned := strings.Contains(err.Error(), "abandoned"); errors.Is(err, transform.ErrMemory) == abandoned {
+			t.Errorf("document %d (%s): %v; ErrMemory %v, abandoned %v: want ErrMemory exactly when not abandoned", i, kinds[i%len(kinds)], err, errors.Is(err, transform.ErrMemory), abandoned)
 		}
 	}
 	// A document that keeps within it is transformed as before.

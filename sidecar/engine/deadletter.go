@@ -29,10 +29,11 @@ func (e *Engine) prepareItems(ctx context.Context, jc jobConfig, stats *status.J
 		return nil, 0, nil, err
 	}
 	e.reportUnchanged(sk, jc.job.Name, stats)
+	// Before the record: a document given up records why.
+	jc.timeouts.note(items, bad)
 	if err := e.handleDocErrors(ctx, jc, stats, set, bad); err != nil {
 		return nil, 0, nil, err
 	}
-	jc.timeouts.note(items, bad)
 	for _, b := range bad {
 		made.Add(b.ID)
 	}

@@ -81,8 +81,10 @@ func TestTimedOutDocumentsAreDueAgainUntilGivenUp(t *testing.T) {
 	if r == nil || len(r.IDs) != 1 || r.Limit != 200*time.Millisecond {
 		t.Fatalf("after the second backoff: %+v; want document 2 under 200ms", r)
 	}
+	var last []DocError
 	for range maxTimeoutRetries - 1 {
-		to.note(nil, []DocError{{ID: intID(2), Err: timedOutErr()}})
+		last = []DocError{{ID: intID(2), Err: timedOutErr()}}
+		to.note(nil, last)
 		to.take(time.Now().Add(time.Hour))
 	}
 	if n := logs.count("ran out of time on every automatic attempt"); n != 1 {
@@ -90,5 +92,72 @@ func TestTimedOutDocumentsAreDueAgainUntilGivenUp(t *testing.T) {
 	}
 	if r := to.take(time.Now().Add(24 * time.Hour)); r != nil {
 		t.Fatalf("tried again after the last attempt: %d ids", len(r.IDs))
+	}
+	err := last[0].Err
+	want := "the transform ran out of time on all 4 attempts, 3 of them automatic, the last under 400ms; raise transformTimeout or lighten the transform, then `meilistream retry items`"
+	if !strings.Contains(err.Error(), want) || !errors.Is(err, transform.ErrTimeout) {
+		t.Fatalf("recorded when given up: %v; want it saying %q", err, want)
+	}
+}
+
+func memoryErr() error {
+	return errs.Wrap(errs.TransformFailed, "items", transform.ErrMemory, "the transform call was stopped: the heap grew by more than 16 MiB while it ran, the memory bound of a call (MEILISTREAM_TRANSFORM_MEMORY)")
+}
+
+// Documents stopped by the memory bound are due again on the schedule of
+// those out of time, under the job's own limit (time was not what they
+// lacked), and given up after maxTimeoutRetries, their error then saying
+// how many attempts the bound stopped and what to raise; one abandoned in
+// a built-in is not tried again, and they make no burst of timeouts.
+func TestDocumentsStoppedByTheMemoryBoundAreDueAgainUntilGivenUp(t *testing.T) {
+	defer func(was time.Duration) { timeoutRetryBase = was }(timeoutRetryBase)
+	timeoutRetryBase = time.Second
+	logs := &logBuf{}
+	to := newTimeouts(50*time.Millisecond, hclog.New(&hclog.LoggerOptions{Output: logs}))
+
+	var bad []DocError
+	for i := int32(0); i < timeoutBurst; i++ {
+		bad = append(bad, DocError{ID: intID(i), Err: memoryErr()})
+	}
+	abandoned := errs.New(errs.TransformFailed, "items", "the transform call was stopped: the heap grew by more than 16 MiB while it ran, the memory bound of a call (MEILISTREAM_TRANSFORM_MEMORY), and it was still in a built-in function 500ms later, so it was abandoned")
+	bad = append(bad, DocError{ID: intID(99), Err: abandoned})
+	to.note(nil, bad)
+	if n := logs.count("in a burst"); n != 0 {
+		t.Fatalf("memory stops logged as a burst of timeouts %d times", n)
+	}
+	if r := to.take(time.Now()); r != nil {
+		t.Fatalf("due at once: %d ids; want after the backoff", len(r.IDs))
+	}
+	r := to.take(time.Now().Add(2 * time.Second))
+	if r == nil || len(r.IDs) != timeoutBurst || r.Limit != 50*time.Millisecond {
+		t.Fatalf("after the first backoff: %+v; want %d ids (not the abandoned one) under the job's 50ms limit", r, timeoutBurst)
+	}
+	// Document 0 succeeds; 1 fails otherwise; 2 is stopped again.
+	to.note([]Item{{ID: intID(0)}, {ID: intID(1)}, {ID: intID(2)}}, []DocError{{ID: intID(1), Err: errors.New("boom")}, {ID: intID(2), Err: memoryErr()}})
+	if r := to.take(time.Now().Add(2 * time.Second)); r != nil {
+		t.Fatalf("the second backoff is longer than the first: %d ids due", len(r.IDs))
+	}
+	r = to.take(time.Now().Add(10 * time.Second))
+	if r == nil || len(r.IDs) != 1 || r.Limit != 50*time.Millisecond {
+		t.Fatalf("after the second backoff: %+v; want document 2 under 50ms", r)
+	}
+	var last []DocError
+	for range maxTimeoutRetries - 1 {
+		last = []DocError{{ID: intID(2), Err: memoryErr()}}
+		to.note(nil, last)
+		to.take(time.Now().Add(time.Hour))
+	}
+	if n := logs.count("stopped by the transform memory bound on every automatic attempt"); n != 1 {
+		t.Fatalf("given up said %d times, want once", n)
+	}
+	if r := to.take(time.Now().Add(24 * time.Hour)); r != nil {
+		t.Fatalf("tried again after the last attempt: %d ids", len(r.IDs))
+	}
+	// What is recorded for it says how often the bound stopped it and
+	// what to do.
+	err := last[0].Err
+	want := "the memory bound stopped the transform on all 4 attempts, 3 of them automatic; raise MEILISTREAM_TRANSFORM_MEMORY or lighten the transform, then `meilistream retry items`"
+	if !strings.Contains(err.Error(), want) || errs.CodeOf(err) != errs.TransformFailed || !errors.Is(err, transform.ErrMemory) {
+		t.Fatalf("recorded when given up: %v (%s); want TRANSFORM_FAILED saying %q", err, errs.CodeOf(err), want)
 	}
 }

@@ -378,6 +378,7 @@ func Definition(job *jobdef.Job) map[string]string {
 	// hash does not cover) must not be named as the cause of a reindex.
 	d := map[string]string{
 		"kind":       job.Kind.String(),
+		"database":   job.Database,
 		"collection": job.Collection,
 		"fields":     fieldsText(job.Fields),
 	}
@@ -487,8 +488,10 @@ type PositionState struct {
 	// Token is the resume token: `meilistream status` reads the stream
 	// after it to tell how far behind the job is.
 	Token bson.Raw
-	// Collection is the source collection the position was recorded for
-	// (from the recorded definition; "" when none was recorded).
+	// Database and Collection are the source the position was recorded
+	// for (from the recorded definition; "" when none was recorded): what
+	// `meilistream status` reads for a job whose file is gone.
+	Database   string
 	Collection string
 }
 
@@ -546,6 +549,7 @@ func ReadState(ctx context.Context, state, errorsColl *mongo.Collection) ([]JobS
 			Epoch      int64         `bson:"leaseEpoch"`
 			Updated    time.Time     `bson:"updatedAt"`
 			Definition struct {
+				Database   string `bson:"database"`
 				Collection string `bson:"collection"`
 			} `bson:"definition"`
 		}
@@ -557,7 +561,7 @@ func ReadState(ctx context.Context, state, errorsColl *mongo.Collection) ([]JobS
 		switch {
 		case d.ID.Position != "" && len(d.Token) > 0:
 			get(d.ID.Position).Position = &PositionState{WallTime: d.WallTime, Hash: d.Hash, Previous: d.Previous, HashSince: d.HashSince,
-				Epoch: d.Epoch, UpdatedAt: d.Updated, Token: append(bson.Raw(nil), d.Token...), Collection: d.Definition.Collection}
+				Epoch: d.Epoch, UpdatedAt: d.Updated, Token: append(bson.Raw(nil), d.Token...), Database: d.Definition.Database, Collection: d.Definition.Collection}
 		case d.ID.Reindex != "" && d.Hash != "":
 			r := &ReindexState{StartedAt: d.StartedAt, Hash: d.Hash, InPlace: d.InPlace, Count: d.Count, Epoch: d.Epoch, UpdatedAt: d.Updated, Throttled: d.Throttled}
 			if d.LastID.Type != 0 {
