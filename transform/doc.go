@@ -114,9 +114,11 @@
 // limit (its document fails with TRANSFORM_FAILED, the job goes on with a
 // fresh runtime, and the match gives up in the background within
 // MaxTimeout). So is any call still in a built-in half a second past its
-// limit; such a call is not tried again. Beyond these bounds goja has no
-// memory limit: a transform that allocates in a loop (s += s) can use
-// what memory it reaches within its time limit, so keep transforms to pure
+// limit; such a call is not tried again. goja counts no allocation, so
+// memory is bounded from outside (memory.go): a transform that allocates
+// in a loop (s += s) is stopped once the heap grows past
+// MEILISTREAM_TRANSFORM_MEMORY, its document failing with ErrMemory and
+// tried again later, as one out of time is. Keep transforms to pure
 // functions of the document.
 //
 // # Module state
