@@ -26,6 +26,11 @@ type retryRequests struct {
 	Lease   jobstate.Fence // the holder's lease: its epoch is written into a request taken
 	Poll    time.Duration
 	Log     hclog.Logger
+	// Kick, when not nil, says a request arrived; while Watched says the
+	// job reads the arrivals, it asks only every RetryFallback polls
+	// otherwise.
+	Kick    <-chan struct{}
+	Watched func() bool
 }
 
 // retryRequest is one retry request taken by the holder: IDs are the recorded
@@ -139,7 +144,7 @@ func (q retryRequests) Serve(ctx context.Context, to chan<- *retryRequest) (stop
 // take is Serve's loop; it returns the request it was serving when ctx
 // ended, if any.
 func (q retryRequests) take(ctx context.Context, to chan<- *retryRequest) *retryRequest {
-	t := time.NewTicker(q.Poll)
+	t := time.NewTimer(0) // at once: what arrived before the job started
 	defer t.Stop()
 	var swept time.Time
 	failing := false
@@ -148,6 +153,7 @@ func (q retryRequests) take(ctx context.Context, to chan<- *retryRequest) *retry
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-q.Kick:
 		}
 		if time.Since(swept) >= time.Minute {
 			swept = time.Now()
@@ -161,6 +167,7 @@ func (q retryRequests) take(ctx context.Context, to chan<- *retryRequest) *retry
 				q.Log.Warn("looking for retry requests failed; trying again", "error", err)
 			}
 			failing = err != nil
+			t.Reset(q.wait())
 			continue
 		}
 		failing = false
@@ -175,6 +182,7 @@ func (q retryRequests) take(ctx context.Context, to chan<- *retryRequest) *retry
 			ids, err := q.Store.DocErrorIDs(ctx, q.Job)
 			if err != nil {
 				q.answer(r, err)
+				t.Reset(q.wait())
 				continue
 			}
 			r.IDs = distinctIDs(ids)
@@ -193,7 +201,17 @@ func (q retryRequests) take(ctx context.Context, to chan<- *retryRequest) *retry
 		case <-ctx.Done():
 			return r
 		}
+		// Others may have arrived meanwhile, their arrivals read once.
+		t.Reset(0)
 	}
+}
+
+// wait is how long take waits before it asks again for a request.
+func (q retryRequests) wait() time.Duration {
+	if q.Kick != nil && q.Watched != nil && q.Watched() {
+		return q.Poll * RetryFallback
+	}
+	return q.Poll
 }
 
 // answer writes r's outcome into its request: done with the counts, or

@@ -164,7 +164,7 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	if len(f.deps) > 0 {
 		f.startFan()
 	}
-	f.retries = make(chan *retryRequest)
+	f.retries, f.retryKick = make(chan *retryRequest), make(chan struct{}, 1)
 	stopRetries := f.serveRetries(ctx)
 	defer stopRetries()
 	if job.Verify && !plan.untilReindexed {
@@ -311,6 +311,9 @@ type follower struct {
 	// `pause`, `resume` and `reindex` (retrylive.go, pause.go).
 	pctx    context.Context
 	retries chan *retryRequest
+	// retryKick tells the request taker that the stream read a request's
+	// arrival (kickRetries).
+	retryKick chan struct{}
 	// paused: the stream is closed until a resume (pause.go), since
 	// pausedAt; pauseWarned is when the log last said so.
 	paused                bool
@@ -712,6 +715,10 @@ func (f *follower) add(ev bson.Raw) error {
 		case coll == f.stateNS:
 			if _, err := ev.LookupErr("documentKey", "_id", "wait"); err == nil {
 				return f.onWait(tok)
+			}
+			if _, err := ev.LookupErr("documentKey", "_id", "retry"); err == nil {
+				f.kickRetries()
+				return nil
 			}
 			return f.onMark(ev, op, tok)
 		case f.relatedColls[coll]:

@@ -109,3 +109,39 @@ func intRange(from, to int) []any {
 	}
 	return out
 }
+
+// A job reading its change stream takes a request when the stream reads
+// its arrival, and one left before the job started when it starts: it
+// does not wait for a poll (here ten minutes away).
+func TestARequestIsTakenWhenItArrivesNotAtTheNextPoll(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.Process = "pod-a"
+	e.cfg.RetryPoll = 10 * time.Minute
+	e.insert(0, 20, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	before, err := jobstate.RequestRetry(e.ctx, e.state, "items", "cli:1:x", time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.run(job, l)
+	e.settled(job)
+	answered := func(id string) func() bool {
+		return func() bool {
+			got, err := jobstate.ReadRequest(e.ctx, e.state, "items", id)
+			return err == nil && got != nil && got.State == jobstate.RequestDone
+		}
+	}
+	until(t, "the request left before the start answered", answered(before))
+	until(t, "following", func() bool { return r.stats.Snapshot().Phase == status.PhaseFollowing })
+	for range 2 {
+		id, err := jobstate.RequestRetry(e.ctx, e.state, "items", "cli:1:x", time.Hour, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		until(t, "the request written while following answered", answered(id))
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -458,6 +458,7 @@ func UnionFilter(jobs []*jobdef.Job, state string) bson.D {
 	or = append(or,
 		bson.D{{Key: "ns.coll", Value: state}, {Key: "documentKey._id.watermark", Value: bson.D{{Key: "$in", Value: names}}}},
 		bson.D{{Key: "ns.coll", Value: state}, {Key: "documentKey._id.wait", Value: bson.D{{Key: "$in", Value: names}}}},
+		bson.D{{Key: "ns.coll", Value: state}, {Key: "documentKey._id.retry", Value: bson.D{{Key: "$in", Value: names}}}, {Key: "operationType", Value: "insert"}},
 		bson.D{{Key: "operationType", Value: bson.D{{Key: "$in", Value: bson.A{"dropDatabase", "invalidate"}}}}},
 	)
 	return bson.D{{Key: "$match", Value: bson.D{{Key: "$or", Value: or}}}}
@@ -843,7 +844,7 @@ func (h *Hub) route(ev bson.Raw) []*Sub {
 	}
 	if coll == state {
 		var out []*Sub
-		for _, k := range []string{"watermark", "wait"} {
+		for _, k := range []string{"watermark", "wait", "retry"} {
 			if name, ok := ev.Lookup("documentKey", "_id", k).StringValueOK(); ok {
 				if s := h.byName[name]; s != nil {
 					out = append(out, s)
@@ -888,6 +889,7 @@ func ClusterUnionFilter(jobs []*jobdef.Job, stateDB, state string) bson.D {
 	or = append(or,
 		bson.D{{Key: "ns.db", Value: stateDB}, {Key: "ns.coll", Value: state}, {Key: "documentKey._id.watermark", Value: bson.D{{Key: "$in", Value: names}}}},
 		bson.D{{Key: "ns.db", Value: stateDB}, {Key: "ns.coll", Value: state}, {Key: "documentKey._id.wait", Value: bson.D{{Key: "$in", Value: names}}}},
+		bson.D{{Key: "ns.db", Value: stateDB}, {Key: "ns.coll", Value: state}, {Key: "documentKey._id.retry", Value: bson.D{{Key: "$in", Value: names}}}, {Key: "operationType", Value: "insert"}},
 		bson.D{{Key: "operationType", Value: "dropDatabase"}, {Key: "ns.db", Value: bson.D{{Key: "$in", Value: drops}}}})
 	return bson.D{{Key: "$match", Value: bson.D{{Key: "$or", Value: or}}}}
 }

@@ -134,6 +134,9 @@ func filter(job *jobdef.Job, stateDB, state string) bson.D {
 		in(stateDB, bson.D{{Key: "ns.coll", Value: state}, {Key: "documentKey._id.watermark", Value: job.Name}}),
 		// A waiter's mark (jobstate.MarkWait): read your writes.
 		in(stateDB, bson.D{{Key: "ns.coll", Value: state}, {Key: "documentKey._id.wait", Value: job.Name}}),
+		// A request's arrival (jobstate.RequestRetry and the others): the
+		// holder takes it at once instead of asking for one every second.
+		in(stateDB, bson.D{{Key: "ns.coll", Value: state}, {Key: "documentKey._id.retry", Value: job.Name}, {Key: "operationType", Value: "insert"}}),
 	}
 	if stateDB == "" {
 		or = append(or, bson.D{{Key: "operationType", Value: bson.D{{Key: "$in", Value: bson.A{"dropDatabase", "invalidate"}}}}})
