@@ -1,6 +1,9 @@
 package jobdef
 
-import "encoding/json"
+import (
+	"bytes"
+	"encoding/json"
+)
 
 // JSONField is one member of a JSON object: its key, and its value's
 // bytes as they are in the object.
@@ -55,12 +58,12 @@ func EachJSONField(b []byte, fn func(key string, raw []byte) bool) bool {
 		if i >= len(b) || b[i] != '"' {
 			return false
 		}
-		end, escaped := stringEnd(b, i)
+		end := stringEnd(b, i)
 		if end < 0 {
 			return false
 		}
 		key := string(b[i+1 : end-1])
-		if escaped {
+		if bytes.IndexByte(b[i+1:end-1], '\\') >= 0 {
 			if json.Unmarshal(b[i:end], &key) != nil {
 				return false
 			}
@@ -131,19 +134,26 @@ func skipSpace(b []byte, i int) int {
 }
 
 // stringEnd returns the index after the string starting at b[i] (a
-// quote), and whether it holds an escape; -1 when it does not end.
-func stringEnd(b []byte, i int) (int, bool) {
-	escaped := false
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			escaped = true
-			j++
-		case '"':
-			return j + 1, escaped
+// quote); -1 when it does not end. It jumps from quote to quote: a quote
+// ends the string unless an odd run of backslashes stands before it (each
+// pair is an escaped backslash), so the bytes between are never looked at
+// one by one.
+func stringEnd(b []byte, i int) int {
+	for j := i + 1; ; {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			return -1
 		}
+		q := j + k
+		n := 0
+		for q-1-n > i && b[q-1-n] == '\\' {
+			n++
+		}
+		if n%2 == 0 {
+			return q + 1
+		}
+		j = q + 1
 	}
-	return -1, false
 }
 
 // valueEnd returns the index after the JSON value starting at b[i]; -1
@@ -155,14 +165,13 @@ func valueEnd(b []byte, i int) int {
 	}
 	switch b[i] {
 	case '"':
-		end, _ := stringEnd(b, i)
-		return end
+		return stringEnd(b, i)
 	case '{', '[':
 		depth := 0
 		for j := i; j < len(b); j++ {
 			switch b[j] {
 			case '"':
-				end, _ := stringEnd(b, j)
+				end := stringEnd(b, j)
 				if end < 0 {
 					return -1
 				}

@@ -1,8 +1,11 @@
 package jobdef_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/meilistream/meilistream/jobdef"
 )
@@ -58,4 +61,84 @@ func TestJSONElementsAndMember(t *testing.T) {
 	if _, ok := jobdef.JSONMember([]byte(`{"a":1}`), "id"); ok {
 		t.Fatal("JSONMember found a member that is not there")
 	}
+}
+
+// jsonStrings are JSON string tokens whose end a scan can mistake: quotes
+// after odd and even runs of backslashes, escapes of either spelled in
+// \u form, and the same inside nested values.
+func jsonStrings() []string {
+	tokens := []string{
+		`""`, `"\""`, `"\\"`, `"\\\""`, `"\\\\"`, `"a\"b\\\"c\\"`, `"\/"`,
+		`"\u0022"`, `"\u005c"`, `"\u005C\""`, `"\\u0022"`, `"\ud83d\ude00"`, `"é\"ü"`,
+		`"\"\"\"\""`, `"x\\\\\\\\\"y\\\\\\\\"`,
+	}
+	for n := 0; n <= 40; n++ {
+		run := strings.Repeat(`\`, n)
+		for _, s := range []string{run, run + `"`, `"` + run, run + `"` + run + `"`, "a" + run + "\u00e9" + run} {
+			b, err := json.Marshal(s)
+			if err != nil {
+				panic(err)
+			}
+			tokens = append(tokens, string(b))
+		}
+	}
+	return tokens
+}
+
+func TestJSONFieldsFindsAStringsEndPastEveryEscape(t *testing.T) {
+	for _, tok := range jsonStrings() {
+		for _, in := range []string{
+			`{` + tok + `:` + tok + `,"after":1}`,
+			`{"a":[` + tok + `,{` + tok + `:` + tok + `}],` + tok + `:"}"}`,
+			`{"a":` + tok + `}`,
+		} {
+			fieldsAsTheDecoder(t, []byte(in))
+		}
+		// Cut before its closing quote, the string does not end.
+		open := `{"a":` + tok[:len(tok)-1]
+		if _, ok := jobdef.JSONFields([]byte(open + `}`)); ok {
+			t.Errorf("JSONFields(%s}) split an object whose string does not end", open)
+		}
+	}
+}
+
+// fieldsAsTheDecoder checks JSONFields' split of the JSON object in
+// against encoding/json's: the same keys (decoded), the same raw values.
+func fieldsAsTheDecoder(t *testing.T, in []byte) {
+	t.Helper()
+	var want map[string]json.RawMessage
+	if err := json.Unmarshal(in, &want); err != nil {
+		t.Fatalf("encoding/json refused %s: %v", in, err)
+	}
+	fields, ok := jobdef.JSONFields(in)
+	if !ok {
+		t.Fatalf("JSONFields(%s) refused it", in)
+	}
+	got := make(map[string]json.RawMessage, len(fields))
+	for _, f := range fields {
+		got[f.Key] = f.Raw // the last of a key, as the decoder keeps it
+	}
+	if len(got) != len(want) {
+		t.Fatalf("JSONFields(%s) = %d keys, want %d", in, len(got), len(want))
+	}
+	for k, raw := range want {
+		if string(got[k]) != string(raw) {
+			t.Errorf("JSONFields(%s): %q = %s, want %s", in, k, got[k], raw)
+		}
+	}
+}
+
+func FuzzJSONFields(f *testing.F) {
+	for _, tok := range jsonStrings() {
+		f.Add([]byte(`{` + tok + `:[` + tok + `],"b":{"c":` + tok + `}}`))
+	}
+	f.Add([]byte(` {"id":1,"n":-1.5e3,"ok":true,"no":null,"o":{}} `))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		// Where the decoder's answer is defined alike: a valid object of
+		// valid UTF-8 (the decoder replaces invalid bytes in keys).
+		if !utf8.Valid(in) || !json.Valid(in) || bytes.TrimLeft(in, " \t\r\n")[0] != '{' {
+			return
+		}
+		fieldsAsTheDecoder(t, in)
+	})
 }
