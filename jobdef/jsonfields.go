@@ -46,6 +46,41 @@ func JSONMember(b []byte, key string) (raw []byte, ok bool) {
 // until fn returns false; false when b is not an object it can split
 // (as far as it read).
 func EachJSONField(b []byte, fn func(key string, raw []byte) bool) bool {
+	return walkObject(b, func(key string, i int) (int, bool) {
+		end := valueEnd(b, i)
+		if end < 0 {
+			return -1, false
+		}
+		return end, fn(key, b[i:end])
+	})
+}
+
+// JSONMemberElements splits the array that is member key of the JSON
+// object b (the first, if b holds it twice) into its elements' bytes, in
+// the same pass that finds it: the array is read once, not skipped and
+// then split. ok is false when b holds no such member, it is not an array
+// that splits, or b cannot be split as far as the member.
+func JSONMemberElements(b []byte, key string) (elems [][]byte, ok bool) {
+	walkObject(b, func(k string, i int) (int, bool) {
+		if k != key {
+			return valueEnd(b, i), true
+		}
+		var end int
+		elems, end = splitArray(b, i)
+		ok = end >= 0
+		return end, false
+	})
+	if !ok {
+		return nil, false
+	}
+	return elems, true
+}
+
+// walkObject walks the members of the JSON object b: member gets each key
+// and where its value starts, and returns the index after the value (-1
+// when it does not end) and whether to go on. false when b is not an
+// object it can split as far as it read.
+func walkObject(b []byte, member func(key string, i int) (end int, more bool)) bool {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false
@@ -73,11 +108,11 @@ func EachJSONField(b []byte, fn func(key string, raw []byte) bool) bool {
 			return false
 		}
 		i = skipSpace(b, i+1)
-		vend := valueEnd(b, i)
+		vend, more := member(key, i)
 		if vend < 0 {
 			return false
 		}
-		if !fn(key, b[i:vend]) {
+		if !more {
 			return true
 		}
 		i = skipSpace(b, vend)
@@ -99,28 +134,39 @@ func EachJSONField(b []byte, fn func(key string, raw []byte) bool) bool {
 // split. The elements slice b.
 func JSONElements(b []byte) (elems [][]byte, ok bool) {
 	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '[' {
+	elems, end := splitArray(b, i)
+	if end < 0 || skipSpace(b, end) != len(b) {
 		return nil, false
+	}
+	return elems, true
+}
+
+// splitArray splits the JSON array starting at b[i] into its elements'
+// bytes and returns the index after it; -1 when there is no array there
+// that splits.
+func splitArray(b []byte, i int) (elems [][]byte, end int) {
+	if i >= len(b) || b[i] != '[' {
+		return nil, -1
 	}
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == ']' {
-		return [][]byte{}, skipSpace(b, i+1) == len(b)
+		return [][]byte{}, i + 1
 	}
 	for {
 		end := valueEnd(b, i)
 		if end < 0 {
-			return nil, false
+			return nil, -1
 		}
 		elems = append(elems, b[i:end])
 		i = skipSpace(b, end)
 		if i >= len(b) {
-			return nil, false
+			return nil, -1
 		}
 		if b[i] == ']' {
-			return elems, skipSpace(b, i+1) == len(b)
+			return elems, i + 1
 		}
 		if b[i] != ',' {
-			return nil, false
+			return nil, -1
 		}
 		i = skipSpace(b, i+1)
 	}

@@ -140,5 +140,60 @@ func FuzzJSONFields(f *testing.F) {
 			return
 		}
 		fieldsAsTheDecoder(t, in)
+		fields, _ := jobdef.JSONFields(in)
+		seen := map[string]int{}
+		for _, f := range fields {
+			seen[f.Key]++
+		}
+		for _, f := range fields {
+			if seen[f.Key] == 1 && f.Raw[0] == '[' {
+				elementsAsTheDecoder(t, in, f.Key)
+			}
+		}
 	})
+}
+
+// elementsAsTheDecoder checks JSONMemberElements' split of the array
+// member key of the JSON object in against encoding/json's.
+func elementsAsTheDecoder(t *testing.T, in []byte, key string) {
+	t.Helper()
+	var page map[string]json.RawMessage
+	if err := json.Unmarshal(in, &page); err != nil {
+		t.Fatalf("encoding/json refused %s: %v", in, err)
+	}
+	var want []json.RawMessage
+	if err := json.Unmarshal(page[key], &want); err != nil {
+		t.Fatalf("encoding/json refused %q of %s: %v", key, in, err)
+	}
+	elems, ok := jobdef.JSONMemberElements(in, key)
+	if !ok {
+		t.Fatalf("JSONMemberElements(%s, %q) refused it", in, key)
+	}
+	if len(elems) != len(want) {
+		t.Fatalf("JSONMemberElements(%s, %q) = %d elements, want %d", in, key, len(elems), len(want))
+	}
+	for i := range want {
+		if string(elems[i]) != string(want[i]) {
+			t.Errorf("JSONMemberElements(%s, %q)[%d] = %s, want %s", in, key, i, elems[i], want[i])
+		}
+	}
+}
+
+func TestJSONMemberElementsSplitsTheArrayItFinds(t *testing.T) {
+	for _, in := range []string{
+		`{"results":[],"offset":0,"limit":20,"total":0}`,
+		`{"results":[{"id":"1","t":"a]\"}"},{"id":2,"a":[1,[2]]}],"total":2}`,
+		` { "offset" : 0 , "results" : [ {"results":[9]} , "x,]" , 3 ] } `,
+		`{"a":{"results":[1]},"results":[2,3]}`,
+	} {
+		elementsAsTheDecoder(t, []byte(in), "results")
+	}
+	for _, bad := range []string{
+		`{"offset":0}`, `{"results":{}}`, `{"results":"[]"}`, `{"results":[1,]}`, `{"results":[1`,
+		`{"a":{"results":[1]}}`, `{"x":"y,"results":[1]}`, `[{"results":[1]}]`,
+	} {
+		if elems, ok := jobdef.JSONMemberElements([]byte(bad), "results"); ok {
+			t.Errorf("JSONMemberElements(%s) = %q", bad, elems)
+		}
+	}
 }
