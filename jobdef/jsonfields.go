@@ -32,12 +32,13 @@ func JSONFields(b []byte) (fields []JSONField, ok bool) {
 // (the first, if b holds it twice); ok is false when b holds none or
 // cannot be split.
 func JSONMember(b []byte, key string) (raw []byte, ok bool) {
-	EachJSONField(b, func(k string, r []byte) bool {
-		if k == key {
-			raw, ok = r, true
-			return false
+	walkObject(b, func(k []byte, i int) (int, bool) {
+		end := valueEnd(b, i)
+		if end >= 0 && string(k) == key {
+			raw, ok = b[i:end], true
+			return end, false
 		}
-		return true
+		return end, true
 	})
 	return raw, ok
 }
@@ -46,12 +47,12 @@ func JSONMember(b []byte, key string) (raw []byte, ok bool) {
 // until fn returns false; false when b is not an object it can split
 // (as far as it read).
 func EachJSONField(b []byte, fn func(key string, raw []byte) bool) bool {
-	return walkObject(b, func(key string, i int) (int, bool) {
+	return walkObject(b, func(key []byte, i int) (int, bool) {
 		end := valueEnd(b, i)
 		if end < 0 {
 			return -1, false
 		}
-		return end, fn(key, b[i:end])
+		return end, fn(string(key), b[i:end])
 	})
 }
 
@@ -61,8 +62,8 @@ func EachJSONField(b []byte, fn func(key string, raw []byte) bool) bool {
 // then split. ok is false when b holds no such member, it is not an array
 // that splits, or b cannot be split as far as the member.
 func JSONMemberElements(b []byte, key string) (elems [][]byte, ok bool) {
-	walkObject(b, func(k string, i int) (int, bool) {
-		if k != key {
+	walkObject(b, func(k []byte, i int) (int, bool) {
+		if string(k) != key {
 			return valueEnd(b, i), true
 		}
 		var end int
@@ -79,8 +80,10 @@ func JSONMemberElements(b []byte, key string) (elems [][]byte, ok bool) {
 // walkObject walks the members of the JSON object b: member gets each key
 // and where its value starts, and returns the index after the value (-1
 // when it does not end) and whether to go on. false when b is not an
-// object it can split as far as it read.
-func walkObject(b []byte, member func(key string, i int) (end int, more bool)) bool {
+// object it can split as far as it read. The key is b's own bytes unless
+// it holds an escape (then decoded), so finding a member by its key
+// allocates nothing; member must not keep it.
+func walkObject(b []byte, member func(key []byte, i int) (end int, more bool)) bool {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false
@@ -97,11 +100,13 @@ func walkObject(b []byte, member func(key string, i int) (end int, more bool)) b
 		if end < 0 {
 			return false
 		}
-		key := string(b[i+1 : end-1])
-		if bytes.IndexByte(b[i+1:end-1], '\\') >= 0 {
-			if json.Unmarshal(b[i:end], &key) != nil {
+		key := b[i+1 : end-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			var k string
+			if json.Unmarshal(b[i:end], &k) != nil {
 				return false
 			}
+			key = []byte(k)
 		}
 		i = skipSpace(b, end)
 		if i >= len(b) || b[i] != ':' {

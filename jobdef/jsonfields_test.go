@@ -197,3 +197,22 @@ func TestJSONMemberElementsSplitsTheArrayItFinds(t *testing.T) {
 		}
 	}
 }
+
+// Finding a member compares keys where they are: verify finds the primary
+// key of every document it reads back, and most members come before it.
+func TestJSONMemberAllocatesNothing(t *testing.T) {
+	doc := []byte(`{"title":"Dune","body":"a \"quoted\" word","tags":["sf","novel"],"n":3,"id":"7"}`)
+	var raw []byte
+	allocs := testing.AllocsPerRun(100, func() {
+		raw, _ = jobdef.JSONMember(doc, "id")
+	})
+	if string(raw) != `"7"` {
+		t.Fatalf("JSONMember = %s", raw)
+	}
+	if allocs != 0 {
+		t.Fatalf("%v allocations to find a member", allocs)
+	}
+	if raw, ok := jobdef.JSONMember([]byte(`{"i\u0064x":1,"i\u0064":"8"}`), "id"); !ok || string(raw) != `"8"` {
+		t.Fatalf("JSONMember of an escaped key = %s, %v", raw, ok)
+	}
+}
