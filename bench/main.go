@@ -239,6 +239,11 @@ func run() error {
 	if c.floor && modes > 0 {
 		return errors.New("-floor measures the default workload: drop -unchanged, -lookups, -catchup, -wait, -verify, -scan, -pods or -jobs")
 	}
+	if c.against != "" && modes > 0 && c.pods == 0 && c.jobs == 0 {
+		// The other workloads run one binary; an -against they ignored
+		// would make a run of one binary look like a comparison.
+		return errors.New("-against runs beside the default, -pods and -jobs workloads only: for the others run each binary with -sidecar in turn")
+	}
 	if c.wait && !flagSet("docs") {
 		c.docs = 2000
 	}

@@ -386,11 +386,11 @@ func (c *Client) do(ctx context.Context, rq request) ([]byte, error) {
 		return nil, c.noAnswer(ctx, rctx, rq, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	b, tooLarge, err := readAnswer(resp)
 	if err != nil {
 		return nil, c.noAnswer(ctx, rctx, rq, err)
 	}
-	if len(b) > maxAnswer {
+	if tooLarge {
 		return nil, &Error{Method: rq.method, Path: pathOnly(rq.path), Status: resp.StatusCode,
 			Err: errors.New("the answer is larger than 32 MiB: not Meilisearch's")}
 	}
@@ -402,6 +402,28 @@ func (c *Client) do(ctx context.Context, rq request) ([]byte, error) {
 		c.holdUntil(time.Now().Add(e.retryAfter))
 	}
 	return nil, e
+}
+
+// readAnswer reads resp's body, tooLarge when it is over maxAnswer. A
+// body of a given length is read into one buffer of that length: a page
+// of documents read back is megabytes, and growing a buffer to it copies
+// it again and again. A length over maxAnswer is refused before anything
+// is allocated or read, as a length is only the other side's word.
+func readAnswer(resp *http.Response) (b []byte, tooLarge bool, err error) {
+	if n := resp.ContentLength; n > maxAnswer {
+		return nil, true, nil
+	} else if n >= 0 {
+		b = make([]byte, n)
+		if _, err := io.ReadFull(resp.Body, b); err != nil {
+			return nil, false, err
+		}
+		return b, false, nil
+	}
+	b, err = io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	if err != nil {
+		return nil, false, err
+	}
+	return b, len(b) > maxAnswer, nil
 }
 
 // noAnswer is the error of a request that got no (whole) answer: the
