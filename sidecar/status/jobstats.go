@@ -40,6 +40,9 @@ type JobStats struct {
 	// read (or not made durable), in seconds, as the engine last measured
 	// it against the source's cluster time (LagUnread).
 	unread float64
+	// started is closed when the phase next becomes following or paused
+	// (Started); nil until asked for.
+	started chan struct{}
 }
 
 // VerifyProgress is a job's background verify: the pass under way
@@ -226,8 +229,36 @@ func (j *JobStats) SetPhase(p Phase) {
 		if p == PhaseIdle {
 			j.streaming = false
 		}
+		if startedPhase(p) && j.started != nil {
+			close(j.started)
+			j.started = nil
+		}
 	})
 }
+
+// Started returns a channel closed once the engine follows the job's
+// source or holds it paused: its start (preparing the destination, opening
+// the stream, a reindex) is over. The channel is closed already when the
+// phase is one of those now; a nil *JobStats never closes it.
+func (j *JobStats) Started() <-chan struct{} {
+	if j == nil {
+		return nil
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if startedPhase(j.s.Phase) {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	if j.started == nil {
+		j.started = make(chan struct{})
+	}
+	return j.started
+}
+
+// startedPhase says whether p comes after a job's start.
+func startedPhase(p Phase) bool { return p == PhaseFollowing || p == PhasePaused }
 
 // SetError records err (when not nil) as the last error.
 func (j *JobStats) SetError(err error) {

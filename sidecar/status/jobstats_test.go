@@ -81,3 +81,36 @@ func TestALongErrorIsKeptCut(t *testing.T) {
 		t.Fatalf("a short error kept as %q", got)
 	}
 }
+
+// Started tells the end of a run's start: it closes when the engine
+// follows or is paused, not while it reindexes, and at once when it
+// already follows.
+func TestStartedClosesWhenTheJobFollowsOrIsPaused(t *testing.T) {
+	closed := func(c <-chan struct{}) bool {
+		select {
+		case <-c:
+			return true
+		default:
+			return false
+		}
+	}
+	for _, p := range []status.Phase{status.PhaseFollowing, status.PhasePaused} {
+		j := status.NewJobStats()
+		c := j.Started()
+		j.SetPhase(status.PhaseReindexing)
+		if closed(c) {
+			t.Errorf("%s: closed while reindexing", p)
+		}
+		j.SetPhase(p)
+		if !closed(c) {
+			t.Errorf("%s: not closed", p)
+		}
+		if !closed(j.Started()) {
+			t.Errorf("%s: asked again meanwhile, not closed at once", p)
+		}
+		j.SetPhase(status.PhaseIdle)
+		if closed(j.Started()) {
+			t.Errorf("%s: the next run's closed before it follows", p)
+		}
+	}
+}

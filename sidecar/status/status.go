@@ -58,10 +58,14 @@ const (
 	// Paused: the job holds its lease and its position and sends nothing
 	// until `meilistream resume` (the pause is recorded in MongoDB).
 	Paused = "paused"
+	// Queued: the job holds its lease (renewed as usual) and waits for
+	// the jobs of this process that are starting to follow, since at most
+	// a few start at once (supervisor.Config.MaxStarts).
+	Queued = "queued"
 )
 
 // States lists every Job.State, in the order a job meets them.
-var States = []string{Starting, Unavailable, Standby, Reindexing, Following, Paused, Stalled, Restarting, Failed, Stopping, Stopped}
+var States = []string{Starting, Queued, Unavailable, Standby, Reindexing, Following, Paused, Stalled, Restarting, Failed, Stopping, Stopped}
 
 // Job is one job in GET /status (a JSON array under "jobs"). Field
 // names are snake_case and stable: operators script against them.
@@ -71,7 +75,8 @@ type Job struct {
 	// Kind is "search" (into Meilisearch) or "mirror" (into the replica).
 	Kind string `json:"kind"`
 	// State is one of: "starting" (asking for its lease, or preparing its
-	// destination), "unavailable" (holding the lease, its destination
+	// destination), "queued" (holding its lease, waiting for other jobs of
+	// this process to finish starting), "unavailable" (holding the lease, its destination
 	// cannot be prepared: see LastError and Attempts, retried with
 	// backoff),
 	// "standby" (another process holds the lease, or, see Waiting, this

@@ -32,3 +32,29 @@ func TestPreparedAttemptsShowInStatus(t *testing.T) {
 		t.Errorf("after success: %+v, want starting again, no attempts, the last error kept", js)
 	}
 }
+
+// A job whose destination fails to prepare gives its start slot up while
+// the engine retries: a Meilisearch that is down must not keep the
+// process's other jobs queued.
+func TestAFailedPrepareFreesTheStartSlot(t *testing.T) {
+	st := &SupervisedJob{Name: "people", Kind: "search", Stats: status.NewJobStats(), m: noMetrics{}}
+	sup := New(Config{MaxStarts: 1})
+	defer sup.Close(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := sup.takeStart(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	st.prepared(nil)
+	if n := len(sup.starts); n != 1 {
+		t.Fatalf("after a prepare that succeeded: %d slots taken, want 1 (the job still starts)", n)
+	}
+	st.prepared(errs.Wrap(errs.Failed, "people", errors.New("connection refused"), "read index people"))
+	if n := len(sup.starts); n != 0 {
+		t.Errorf("after a prepare that failed: %d slots taken, want 0", n)
+	}
+	st.prepared(errors.New("again"))
+	if n := len(sup.starts); n != 0 {
+		t.Errorf("after a second failure: %d slots taken, want 0", n)
+	}
+}

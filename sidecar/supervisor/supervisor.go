@@ -22,6 +22,7 @@ import (
 // "reindexing" or "following" through the job's stats.
 const (
 	StateStarting   = status.Starting   // loaded, asking for its lease or preparing its destination
+	StateQueued     = status.Queued     // holds the lease, waits for a start slot (Config.MaxStarts)
 	StateStandby    = status.Standby    // waiting for the lease another process holds
 	StateRunning    = "running"         // holds the lease, the engine runs
 	StateRestarting = status.Restarting // the last run failed; waiting for the next try
@@ -36,6 +37,10 @@ const (
 	DefaultRestartMin = time.Second
 	DefaultRestartMax = time.Minute
 )
+
+// DefaultMaxStarts is how many jobs of a process may be in their start
+// at once (Config.MaxStarts).
+const DefaultMaxStarts = 8
 
 // DefaultStallAfter is how far behind the change stream a following job
 // may fall before /readyz reports it stalled.
@@ -226,6 +231,15 @@ type Config struct {
 	// under a quarter of the window is logged at warn.
 	Headroom         func(ctx context.Context) (Headroom, error)
 	HeadroomInterval time.Duration
+	// MaxStarts is how many jobs may be in their start at once (default
+	// DefaultMaxStarts): from taking the lease to following or being
+	// paused, which is when a job prepares its destination (index
+	// settings), reads its state, opens its change stream and reindexes.
+	// Hundreds of jobs starting together would wait on MongoDB's
+	// connection pool and Meilisearch's task queue all at once; the others
+	// hold their leases meanwhile, shown "queued". A job whose destination
+	// fails to prepare gives its slot up while it retries with backoff.
+	MaxStarts int
 }
 
 // Supervisor runs every job in its own goroutine: standby (waiting for the
@@ -252,6 +266,8 @@ type Supervisor struct {
 	bal    balancer   // the other pods, guarded by mu
 
 	fatal chan error // the first job error marked fatal; see Fatal
+
+	starts chan struct{} // one token per job in its start, cfg.MaxStarts at most
 }
 
 // ErrFatal marks a run's error after which the job must not run again in
@@ -321,6 +337,9 @@ type SupervisedJob struct {
 	progressAt   time.Time
 	retriesAt    int64
 	stalls       int
+	// slot is the start slot of the current run (nil before the first):
+	// a failure to prepare the destination frees it.
+	slot *startSlot
 }
 
 // SupervisedSnapshot is a copy of a SupervisedJob at one instant.
@@ -384,6 +403,9 @@ func New(cfg Config) *Supervisor {
 	if cfg.HoldOff <= 0 {
 		cfg.HoldOff = DefaultHoldOff
 	}
+	if cfg.MaxStarts <= 0 {
+		cfg.MaxStarts = DefaultMaxStarts
+	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Supervisor{
 		cfg:    cfg,
@@ -392,6 +414,7 @@ func New(cfg Config) *Supervisor {
 		cancel: cancel,
 		jobs:   map[string]*supervised{},
 		fatal:  make(chan error, 1),
+		starts: make(chan struct{}, cfg.MaxStarts),
 	}
 	if cfg.Holders != nil {
 		s.wg.Add(1)
@@ -863,6 +886,11 @@ func (a *advised) Unwrap() error { return a.err }
 func (s *Supervisor) runHeld(ctx context.Context, j *supervised, h HeldLease) (err error) {
 	kctx, stop := h.Keep(ctx)
 	defer stop()
+	slot, err := s.takeStart(kctx, j.stats)
+	if err != nil {
+		return errs.WithJob(j.def.Name, err)
+	}
+	defer slot.free()
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.Error("job panicked", "job", j.def.Name, "panic", r, "stack", string(debug.Stack()))
@@ -1028,6 +1056,12 @@ func (j *SupervisedJob) setTransformErr(err error) bool {
 // and counts an attempt, shown in /status while the job is "starting"; a
 // success ends the count.
 func (j *SupervisedJob) prepared(err error) {
+	if err != nil {
+		j.mu.Lock()
+		slot := j.slot
+		j.mu.Unlock()
+		slot.free()
+	}
 	if err == nil {
 		j.mu.Lock()
 		j.attempts = 0

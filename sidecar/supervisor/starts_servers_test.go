@@ -1,0 +1,178 @@
+package supervisor_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/meilistream/meilistream/internal/meilitest"
+	"github.com/meilistream/meilistream/internal/mongotest"
+	"github.com/meilistream/meilistream/internal/testutil"
+	"github.com/meilistream/meilistream/lease"
+	"github.com/meilistream/meilistream/sidecar/engine"
+	"github.com/meilistream/meilistream/sidecar/meili"
+	"github.com/meilistream/meilistream/sidecar/sink"
+	"github.com/meilistream/meilistream/sidecar/status"
+	"github.com/meilistream/meilistream/sidecar/supervisor"
+	"github.com/meilistream/meilistream/transform"
+)
+
+// Fifty jobs of one process start against the test servers through a
+// MongoDB client of five connections: each reindexes its collection and
+// follows, and no operation gave up waiting for a connection of the pool
+// (the jobs start a few at a time, not all fifty at once).
+func TestFiftyJobsStartThroughAPoolOfFive(t *testing.T) {
+	const jobs, docs = 50, 3
+	var timedOut, waiting, mostWaiting atomic.Int32
+	pool := &event.PoolMonitor{Event: func(e *event.PoolEvent) {
+		switch e.Type {
+		case event.ConnectionCheckOutStarted:
+			n := waiting.Add(1)
+			for m := mostWaiting.Load(); n > m && !mostWaiting.CompareAndSwap(m, n); m = mostWaiting.Load() {
+			}
+		case event.ConnectionCheckOutFailed:
+			waiting.Add(-1)
+			if e.Reason == event.ReasonTimedOut {
+				timedOut.Add(1)
+			}
+		case event.ConnectionCheckedOut:
+			waiting.Add(-1)
+		}
+	}}
+	_, client := testutil.StartMongo(t, mongotest.Options{}, options.Client().SetMaxPoolSize(5).SetPoolMonitor(pool))
+	mm, err := meilitest.Start(meilitest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mm.Close() })
+	// A bound for a hang, not a speed.
+	ctx := testutil.Context(t, 2*time.Minute)
+	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testLog{t}})
+	db := client.Database("app")
+	state := db.Collection("meilistream")
+	dir := t.TempDir()
+	var loaded []*transform.Job
+	for i := range jobs {
+		name := fmt.Sprintf("items%02d", i)
+		var rows []any
+		for n := range docs {
+			rows = append(rows, bson.M{"_id": n, "title": fmt.Sprintf("%s %d", name, n)})
+		}
+		if _, err := db.Collection(name).InsertMany(ctx, rows); err != nil {
+			t.Fatal(err)
+		}
+		src := fmt.Sprintf(`module.exports = { collection: %q, index: %q, transform(doc) { return { title: doc.title }; } };`, name, name)
+		path := filepath.Join(dir, name+".js")
+		j, err := transform.LoadFile(path, []byte(src), transform.Options{Defaults: transform.JobDefaults{BatchSize: 100, FlushInterval: 20 * time.Millisecond}, MemoryLimit: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		loaded = append(loaded, j)
+	}
+	leases, err := lease.New(state, "test:1:a", lease.Options{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := engine.New(db, state, db.Collection("meilistream_errors"), engine.Config{
+		BatchSize: 100, PageSize: 200, FlushInterval: 20 * time.Millisecond,
+		PositionInterval: 100 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryCap: 100 * time.Millisecond,
+		ReindexMaxReadLatency: -1, ReindexMaxTasks: -1,
+	}, nil, log)
+	mc := meili.NewClient(mm.URL(), "")
+	d := &startCounter{EngineDriver: &supervisor.EngineDriver{Leases: leases, Engine: eng, Sinks: func(job *transform.Job, guard sink.Guard) (sink.Sink, error) {
+		return meili.NewSink(mc, &job.Job, guard, log), nil
+	}}}
+	s := supervisor.New(supervisor.Config{Driver: d, Logger: log, Holder: "test:1:a"})
+	defer closeSupervisor(t, s)
+	defs, other := supervisor.JobDefs(loaded, nil)
+	if len(other) > 0 {
+		t.Fatal(other)
+	}
+	began := time.Now()
+	s.Apply(defs)
+	describe := func() string {
+		n := map[string]int{}
+		var last string
+		for _, j := range s.Status() {
+			n[j.State]++
+			if j.LastError != nil {
+				last = j.Name + ": " + j.LastError.Code + ": " + j.LastError.Message
+			}
+		}
+		return fmt.Sprintf("states %v, pool timeouts %d, last error %q", n, timedOut.Load(), last)
+	}
+	testutil.Until(t, time.Minute, "every job reindexed and follows", func() bool {
+		for _, j := range s.Status() {
+			if j.State != status.Following || j.Counters.Indexed != docs {
+				return false
+			}
+		}
+		return true
+	}, describe)
+	took := time.Since(began)
+	for _, j := range s.Status() {
+		if j.Restarts != 0 || j.LastError != nil {
+			t.Errorf("%s restarted %d times, last error %+v", j.Name, j.Restarts, j.LastError)
+		}
+	}
+	if n := timedOut.Load(); n != 0 {
+		t.Errorf("%d operations gave up waiting for a connection of the pool", n)
+	}
+	d.mu.Lock()
+	starting := d.most
+	d.mu.Unlock()
+	if starting > supervisor.DefaultMaxStarts {
+		t.Errorf("%d jobs were starting at once, more than %d", starting, supervisor.DefaultMaxStarts)
+	}
+	t.Logf("all following after %s; at most %d jobs starting and %d operations waiting for a connection at once", took.Round(time.Millisecond), starting, mostWaiting.Load())
+}
+
+// testLog writes the log of a test to its output.
+type testLog struct{ t *testing.T }
+
+func (w testLog) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+// startCounter is the engine's driver, counting, as each run begins, the
+// runs in their start: begun, not ended, and not following or paused in
+// the engine's figures. A slot freed by a job that follows is freed after
+// its phase says so, so the count never sees a job that gave its slot up.
+type startCounter struct {
+	*supervisor.EngineDriver
+	mu      sync.Mutex
+	running map[string]*status.JobStats
+	most    int
+}
+
+func (d *startCounter) Run(ctx context.Context, def supervisor.JobDef, h supervisor.HeldLease, st *supervisor.SupervisedJob) error {
+	d.mu.Lock()
+	n := 1
+	for _, o := range d.running {
+		if p := o.Snapshot().Phase; p != status.PhaseFollowing && p != status.PhasePaused {
+			n++
+		}
+	}
+	d.most = max(d.most, n)
+	if d.running == nil {
+		d.running = map[string]*status.JobStats{}
+	}
+	d.running[def.Name] = st.Stats
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.running, def.Name)
+		d.mu.Unlock()
+	}()
+	return d.EngineDriver.Run(ctx, def, h, st)
+}
