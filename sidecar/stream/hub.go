@@ -471,6 +471,7 @@ func UnionFilter(jobs []*jobdef.Job, state string) bson.D {
 func (h *Hub) run() {
 	ctx := context.Background()
 	var r *Reader
+	var jobs map[*Sub]bool // the members r's filter was made for
 	defer func() {
 		if r != nil {
 			r.Close()
@@ -491,10 +492,11 @@ func (h *Hub) run() {
 				if sleep(ctx, joinDelay) != nil {
 					return
 				}
-				r = h.stopShared(r)
+				h.retire(r, jobs)
+				r = nil
 			}
 			var err error
-			r, err = h.reopen(ctx)
+			r, jobs, err = h.reopen(ctx)
 			if err != nil {
 				if attempt++; attempt >= 5 {
 					// Each job then retries, and says so, as with a
@@ -522,46 +524,53 @@ func (h *Hub) run() {
 				}
 				continue
 			}
-			h.distribute(it)
+			h.distribute(it, jobs)
 			r.Taken(it)
 		case <-h.wake:
 		}
 	}
 }
 
-// stopShared closes the shared stream once its getMore in flight
-// returned (Reader.Finish) and hands on what it read until then.
-func (h *Hub) stopShared(r *Reader) *Reader {
+// retire closes a shared stream once its getMore in flight returned
+// (Reader.Finish: cutting it short can leave its cursor open on the
+// server), handing on what it read until then, while the next one opens
+// beside it: a join waits for no getMore. The next one opens from the
+// lowest position a job needs, so it reads again whatever this one still
+// hands on, and a job takes an event only after its position: each of
+// them once, in order, whichever stream hands it first.
+func (h *Hub) retire(r *Reader, jobs map[*Sub]bool) {
 	r.Finish()
 	take := func(it Item) {
 		if it.Err == nil {
-			h.distribute(it)
+			h.distribute(it, jobs)
 			r.Taken(it)
 		}
 	}
-	for {
-		select {
-		case it := <-r.Items():
-			take(it)
-		case <-r.done:
-			for {
-				select {
-				case it := <-r.Items():
-					take(it)
-				default:
-					r.Close()
-					return nil
+	go func() {
+		for {
+			select {
+			case it := <-r.Items():
+				take(it)
+			case <-r.done:
+				for {
+					select {
+					case it := <-r.Items():
+						take(it)
+					default:
+						r.Close()
+						return
+					}
 				}
 			}
 		}
-	}
+	}()
 }
 
 // reopen opens the shared stream for the members and the joiners (who
 // become members) from the lowest of their positions. A position the
 // history no longer holds is the joiners': they catch up on their own and
 // the shared stream opens from its own position.
-func (h *Hub) reopen(ctx context.Context) (*Reader, error) {
+func (h *Hub) reopen(ctx context.Context) (*Reader, map[*Sub]bool, error) {
 	h.mu.Lock()
 	for s := range h.joining {
 		h.members[s] = true
@@ -573,7 +582,9 @@ func (h *Hub) reopen(ctx context.Context) (*Reader, error) {
 	pace, readAhead := time.Duration(-1), 0
 	first := true
 	var hurries []func() bool
+	served := make(map[*Sub]bool, len(h.members)) // the jobs the filter is made for
 	for s := range h.members {
+		served[s] = true
 		jobs = append(jobs, s.job)
 		s.mu.Lock()
 		if first || TokenLess(s.pos, from) {
@@ -591,7 +602,7 @@ func (h *Hub) reopen(ctx context.Context) (*Reader, error) {
 	own := h.pos
 	h.mu.Unlock()
 	if len(jobs) == 0 {
-		return nil, errNoMembers
+		return nil, nil, errNoMembers
 	}
 	cs, err := h.open(ctx, jobs, from)
 	if err != nil && IsHistoryLost(err) && len(own) > 0 && TokenLess(from, own) {
@@ -602,7 +613,7 @@ func (h *Hub) reopen(ctx context.Context) (*Reader, error) {
 		if IsHistoryLost(err) || TooLarge(err) {
 			h.fail(err)
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	h.mu.Lock()
 	h.opened++
@@ -629,7 +640,7 @@ func (h *Hub) reopen(ctx context.Context) (*Reader, error) {
 		}
 		return false
 	}
-	return start(ctx, cs, max(pace, 0), readAhead, hurry, nil, nil), nil
+	return start(ctx, cs, max(pace, 0), readAhead, hurry, nil, nil), served, nil
 }
 
 var errNoMembers = errorString("no job on the shared stream")
@@ -678,16 +689,24 @@ func (h *Hub) fail(err error) {
 	h.stale = true
 }
 
-// distribute hands one item of the shared stream to the members: each
-// event to those whose Filter it passes and whose position it is after,
-// and the batch's post-batch token (or an idle report) to the others.
-func (h *Hub) distribute(it Item) {
+// distribute hands one item of the shared stream to the members it
+// serves (those its filter was made for: a stream retired while the next
+// opens has not read for the jobs that joined since, and its post-batch
+// tokens say nothing of theirs): each event to those whose Filter it
+// passes and whose position it is after, and the batch's post-batch
+// token (or an idle report) to the others.
+func (h *Hub) distribute(it Item, served map[*Sub]bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if it.Events == nil {
 		if len(it.Token) > 0 {
-			h.pos = it.Token
+			if TokenLess(h.pos, it.Token) {
+				h.pos = it.Token
+			}
 			for s := range h.members {
+				if !served[s] {
+					continue
+				}
 				s.mu.Lock()
 				if TokenLess(s.seen, it.Token) {
 					s.queueItem(Item{Token: it.Token})
@@ -711,7 +730,7 @@ func (h *Hub) distribute(it Item) {
 		}
 		coll, _ := h.eventColl(ev, "ns")
 		for _, s := range h.route(ev) {
-			if !h.members[s] {
+			if !h.members[s] || !served[s] {
 				continue
 			}
 			sev, ok := s.narrowing.narrow(coll, ev)
@@ -735,11 +754,14 @@ func (h *Hub) distribute(it Item) {
 				g.evs, g.ends = append(g.evs, sev), append(g.ends, end)
 			}
 		}
-		if len(tok) > 0 {
+		if len(tok) > 0 && TokenLess(h.pos, tok) {
 			h.pos = tok
 		}
 	}
 	for s := range h.members {
+		if !served[s] {
+			continue
+		}
 		g := got[s]
 		s.mu.Lock()
 		if g != nil {
