@@ -233,3 +233,103 @@ func TestSharedReindexOfAPausedJobIsClaimedOnlyOnceResumed(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// `meilistream pause` in the middle of a shared reindex: a chunk held by
+// a stalled claimant keeps the reindex from ending, so the pause lands
+// mid-reindex. While paused, the standby stops claiming (it says so) and
+// the stalled claim, once lapsed, is claimable by nobody; resumed, the
+// reindex converges exactly and leaves no chunk or result.
+func TestSharedReindexPausedMidwayStopsClaimingAndEndsExactOnceResumed(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.PageSize = 100
+	e.cfg.ReindexParallel = 3
+	e.cfg.RetryPoll = 20 * time.Millisecond
+	e.insert(0, 1500, nil)
+	job := e.job(itemsJS)
+	st := jobstate.New(e.state, e.errs, func(context.Context, int) error { return nil })
+	var standbyLog testutil.SyncBuffer
+	testLog := e.log
+	e.log = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: io.MultiWriter(&standbyLog, testWriter{t})})
+	standby, stop := e.helper(job, "test:2:b")
+	defer stop()
+	e.log = testLog
+
+	// A third process claims one chunk and renews its claim until the
+	// pause is answered; then it stops, and its claim lapses once the
+	// server's clock is moved past it (the job's lease does not).
+	const stallTTL = testTTL / 2
+	stalled := make(chan *jobstate.Claim, 1)
+	go func() {
+		for e.ctx.Err() == nil {
+			c, err := st.ClaimChunk(e.ctx, "items", job.Hash, "test:3:stalled", stallTTL, 0)
+			if err == nil && c != nil {
+				stalled <- c
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	e.cfg.Process = "test:1:a"
+	r := e.run(job, e.acquire())
+	var c *jobstate.Claim
+	select {
+	case c = <-stalled:
+	case <-e.ctx.Done():
+		t.Fatal("no chunk was claimed")
+	}
+	renewing, renewed := make(chan struct{}), make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-renewing:
+				renewed <- nil
+				return
+			case <-tick.C:
+				if err := st.RenewClaim(e.ctx, c, stallTTL); err != nil {
+					renewed <- err
+					return
+				}
+			}
+		}
+	}()
+	until(t, "the standby doing chunks", func() bool { return engine.ClaimsDone(standby) > 0 })
+
+	if got := e.ask(jobstate.PauseKind, ""); got.State != jobstate.RequestDone {
+		t.Fatalf("pause answered %+v", got)
+	}
+	close(renewing)
+	if err := <-renewed; err != nil {
+		t.Fatalf("the stalled claim, renewed until the pause: %v", err)
+	}
+	const pausedSaid = "the job is paused: no chunk of its shared reindex is claimed"
+	until(t, "the standby finding the job paused, its claims in flight done", func() bool {
+		n, err := e.state.CountDocuments(e.ctx, bson.M{"_id.chunk": "items", "owner": "test:2:b", "slot": bson.M{"$exists": true}})
+		return err == nil && n == 0 && strings.Contains(standbyLog.String(), pausedSaid)
+	})
+	done := engine.ClaimsDone(standby)
+	// The stalled claim lapses by the server's clock: its chunk would be
+	// claimable, but the job is paused.
+	e.mongo.AdvanceClock(stallTTL + time.Second)
+	if p, err := st.ClaimChunk(e.ctx, "items", job.Hash, "test:4:probe", time.Minute, 0); !errors.Is(err, jobstate.ErrPaused) || p != nil {
+		t.Fatalf("a claim while paused: %+v %v, want ErrPaused", p, err)
+	}
+	if n := engine.ClaimsDone(standby); n != done {
+		t.Fatalf("the standby did %d chunks while paused", n-done)
+	}
+
+	if got := e.ask(jobstate.ResumeKind, ""); got.State != jobstate.RequestDone {
+		t.Fatalf("resume answered %+v", got)
+	}
+	e.settled(job)
+	if err := st.WriteChunkResult(e.ctx, c, &jobstate.ChunkResult{}); !errors.Is(err, jobstate.ErrClaimLost) {
+		t.Fatalf("the stalled claimant's result after the takeover: %v", err)
+	}
+	if n, m, err := st.ChunkCounts(e.ctx, "items"); err != nil || n != 0 || m != 0 {
+		t.Fatalf("left after the reindex: %d chunks, %d results (%v)", n, m, err)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
