@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -556,22 +557,14 @@ func (e *Engine) claimLoop(ctx context.Context, job *transform.Job, sh *sharedRe
 	done := 0
 	for ctx.Err() == nil {
 		c, err := e.store.ClaimChunk(ctx, job.Name, job.Hash, e.cfg.Process, e.slotTTL(), minAge)
-		if errors.Is(err, jobstate.ErrPaused) {
+		if notePause(log, job.Name, paused, c, err) {
 			// The holder applies nothing while paused: a claim now would
 			// only leave its result waiting in the chunks collection.
-			if paused.CompareAndSwap(false, true) {
-				log.Info("the job is paused: no chunk of its shared reindex is claimed here until `meilistream resume " + job.Name + "`")
-			}
 			if sleep(ctx, poll) != nil {
 				return
 			}
 			poll = min(2*poll, claimPollLast)
 			continue
-		}
-		// A claim, or chunks all taken, says the pause record was read
-		// and is gone.
-		if ((err == nil && c != nil) || errors.Is(err, jobstate.ErrSlotsBusy)) && paused.CompareAndSwap(true, false) {
-			log.Info("the job is no longer paused: claiming chunks of its shared reindex again")
 		}
 		if errors.Is(err, jobstate.ErrSlotsBusy) {
 			// A reindex runs: a slot frees as soon as a chunk is done.
@@ -603,6 +596,24 @@ func (e *Engine) claimLoop(ctx context.Context, job *transform.Job, sh *sharedRe
 		}
 		poll = min(2*poll, claimPollLast)
 	}
+}
+
+// notePause says whether ClaimChunk's answer (c, err) was that the job is
+// paused, and logs, once for the process's claimants (paused), when they
+// stop for a pause and when they go on.
+func notePause(log hclog.Logger, job string, paused *atomic.Bool, c *jobstate.Claim, err error) bool {
+	if errors.Is(err, jobstate.ErrPaused) {
+		if paused.CompareAndSwap(false, true) {
+			log.Info("the job is paused: no chunk of its shared reindex is claimed here until `meilistream resume " + job + "`")
+		}
+		return true
+	}
+	// A claim, or chunks all taken, says the pause record was read and is
+	// gone; no chunk at all says nothing of it.
+	if ((err == nil && c != nil) || errors.Is(err, jobstate.ErrSlotsBusy)) && paused.CompareAndSwap(true, false) {
+		log.Info("the job is no longer paused: claiming chunks of its shared reindex again")
+	}
+	return false
 }
 
 // doClaim does claim c: the low mark, the read by _id, the transform and
