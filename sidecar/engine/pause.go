@@ -27,7 +27,10 @@ import (
 // put it, and ages (meilistream_position_age_seconds): a resume reopens
 // the stream there, which the oplog must still hold. Nothing is sent
 // while paused: reindex chunks and retried pages wait for the stream's
-// marks, and the stream is not read.
+// marks, and the stream is not read. The claimants of a shared reindex,
+// the holder's and the standbys', read the same pause record before each
+// claim and claim nothing while it is there (a claim in flight finishes),
+// so no result waits in the chunks collection for a resume.
 //
 // A reindex asked of the holder ends the follow cleanly (flushed and
 // recorded) and starts it again with a reindex interleaved, as one the

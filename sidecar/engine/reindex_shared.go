@@ -7,8 +7,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -509,11 +511,12 @@ func (e *Engine) HelpReindex(ctx context.Context, job *transform.Job, stats *sta
 func (e *Engine) startClaims(ctx context.Context, job *transform.Job, sh *sharedReindex, n int, stats *status.JobStats) func() {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	paused := new(atomic.Bool) // the process's claimants said the job is paused
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			e.claimLoop(ctx, job, sh, stats)
+			e.claimLoop(ctx, job, sh, stats, paused)
 		}()
 	}
 	return func() { cancel(); wg.Wait() }
@@ -537,8 +540,10 @@ const (
 )
 
 // claimLoop is one claimant: it claims a chunk, does it, and again; with
-// nothing to claim it polls, backing off.
-func (e *Engine) claimLoop(ctx context.Context, job *transform.Job, sh *sharedReindex, stats *status.JobStats) {
+// nothing to claim, or the job paused, it polls, backing off. paused is
+// shared by the process's claimants of job, so that one of them says when
+// they stop for a pause and when they go on.
+func (e *Engine) claimLoop(ctx context.Context, job *transform.Job, sh *sharedReindex, stats *status.JobStats, paused *atomic.Bool) {
 	log := e.log.With("job", job.Name)
 	poll := claimPollFirst
 	// The holder leaves the chunks to the standbys while they keep up:
@@ -552,6 +557,15 @@ func (e *Engine) claimLoop(ctx context.Context, job *transform.Job, sh *sharedRe
 	done := 0
 	for ctx.Err() == nil {
 		c, err := e.store.ClaimChunk(ctx, job.Name, job.Hash, e.cfg.Process, e.slotTTL(), minAge)
+		if notePause(log, job.Name, paused, c, err) {
+			// The holder applies nothing while paused: a claim now would
+			// only leave its result waiting in the chunks collection.
+			if sleep(ctx, poll) != nil {
+				return
+			}
+			poll = min(2*poll, claimPollLast)
+			continue
+		}
 		if errors.Is(err, jobstate.ErrSlotsBusy) {
 			// A reindex runs: a slot frees as soon as a chunk is done.
 			poll = claimPollFirst
@@ -582,6 +596,24 @@ func (e *Engine) claimLoop(ctx context.Context, job *transform.Job, sh *sharedRe
 		}
 		poll = min(2*poll, claimPollLast)
 	}
+}
+
+// notePause says whether ClaimChunk's answer (c, err) was that the job is
+// paused, and logs, once for the process's claimants (paused), when they
+// stop for a pause and when they go on.
+func notePause(log hclog.Logger, job string, paused *atomic.Bool, c *jobstate.Claim, err error) bool {
+	if errors.Is(err, jobstate.ErrPaused) {
+		if paused.CompareAndSwap(false, true) {
+			log.Info("the job is paused: no chunk of its shared reindex is claimed here until `meilistream resume " + job + "`")
+		}
+		return true
+	}
+	// A claim, or chunks all taken, says the pause record was read and is
+	// gone; no chunk at all says nothing of it.
+	if ((err == nil && c != nil) || errors.Is(err, jobstate.ErrSlotsBusy)) && paused.CompareAndSwap(true, false) {
+		log.Info("the job is no longer paused: claiming chunks of its shared reindex again")
+	}
+	return false
 }
 
 // doClaim does claim c: the low mark, the read by _id, the transform and

@@ -3,12 +3,14 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/meilistream/meilistream/bench/articles"
@@ -157,5 +159,177 @@ func TestReindexMongoCostAloneAndShared(t *testing.T) {
 		n, size, alone.entries, alone.bytes, shared.entries, shared.bytes)
 	if shared.bytes > 2*size+alone.bytes+200 {
 		t.Errorf("a shared reindex writes %.0f bytes per document: more than its result once, its _ids and its marks", shared.bytes)
+	}
+}
+
+// A paused job's shared reindex is left alone by every claimant, the
+// holder's own and a standby's: the chunks the holder published wait,
+// unclaimed, and no result piles up in the chunks collection. Resumed, the
+// claimants take them again and the reindex converges exactly.
+func TestSharedReindexOfAPausedJobIsClaimedOnlyOnceResumed(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.PageSize = 100
+	e.cfg.ReindexParallel = 3
+	e.cfg.RetryPoll = 20 * time.Millisecond
+	e.insert(0, 1500, nil)
+	job := e.job(itemsJS)
+	l := e.acquire()
+	st := jobstate.New(e.state, e.errs, func(context.Context, int) error { return nil })
+	if err := st.RecordPause(e.ctx, "items", l, "cli:1:x"); err != nil {
+		t.Fatal(err)
+	}
+	var holderLog, standbyLog testutil.SyncBuffer
+	testLog := e.log
+	e.log = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: &standbyLog})
+	standby, stop := e.helper(job, "test:2:b")
+	defer stop()
+	e.log = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: io.MultiWriter(&holderLog, testWriter{t})})
+	e.cfg.Process = "test:1:a"
+	r := e.run(job, l)
+	e.log = testLog
+
+	const pausedSaid = "the job is paused: no chunk of its shared reindex is claimed"
+	claimed := func() (int64, int64) {
+		n, err := e.state.CountDocuments(e.ctx, bson.M{"_id.chunk": "items", "$or": bson.A{
+			bson.M{"slot": bson.M{"$exists": true}}, bson.M{"submitted": true}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, results, err := st.ChunkCounts(e.ctx, "items")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n, results
+	}
+	// Both processes' claimants met the published chunks and the pause
+	// (or, not honouring it, claimed).
+	until(t, "the claimants finding the job paused", func() bool {
+		if n, results := claimed(); n > 0 || results > 0 {
+			return true
+		}
+		return strings.Contains(standbyLog.String(), pausedSaid) && strings.Contains(holderLog.String(), pausedSaid)
+	})
+	if n, results := claimed(); n > 0 || results > 0 || engine.ClaimsDone(standby) > 0 {
+		t.Fatalf("while paused: %d chunks claimed or done, %d results, %d done by the standby", n, results, engine.ClaimsDone(standby))
+	}
+	if chunks, _, err := st.ChunkCounts(e.ctx, "items"); err != nil || chunks == 0 {
+		t.Fatalf("no chunk published while paused (%v): the claimants had nothing to refuse", err)
+	}
+
+	if got := e.ask(jobstate.ResumeKind, ""); got.State != jobstate.RequestDone {
+		t.Fatalf("resume answered %+v", got)
+	}
+	e.settled(job)
+	if n := engine.ClaimsDone(standby); n == 0 {
+		t.Fatal("the standby did no chunk once resumed")
+	}
+	until(t, "the standby saying it claims again", func() bool {
+		return strings.Contains(standbyLog.String(), "no longer paused: claiming chunks")
+	})
+	if n, m, err := st.ChunkCounts(e.ctx, "items"); err != nil || n != 0 || m != 0 {
+		t.Fatalf("left after the reindex: %d chunks, %d results (%v)", n, m, err)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// `meilistream pause` in the middle of a shared reindex: a chunk held by
+// a stalled claimant keeps the reindex from ending, so the pause lands
+// mid-reindex. While paused, the standby stops claiming (it says so) and
+// the stalled claim, once lapsed, is claimable by nobody; resumed, the
+// reindex converges exactly and leaves no chunk or result.
+func TestSharedReindexPausedMidwayStopsClaimingAndEndsExactOnceResumed(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.PageSize = 100
+	e.cfg.ReindexParallel = 3
+	e.cfg.RetryPoll = 20 * time.Millisecond
+	e.insert(0, 1500, nil)
+	job := e.job(itemsJS)
+	st := jobstate.New(e.state, e.errs, func(context.Context, int) error { return nil })
+	var standbyLog testutil.SyncBuffer
+	testLog := e.log
+	e.log = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: io.MultiWriter(&standbyLog, testWriter{t})})
+	standby, stop := e.helper(job, "test:2:b")
+	defer stop()
+	e.log = testLog
+
+	// A third process claims one chunk and renews its claim until the
+	// pause is answered; then it stops, and its claim lapses once the
+	// server's clock is moved past it (the job's lease does not).
+	const stallTTL = testTTL / 2
+	stalled := make(chan *jobstate.Claim, 1)
+	go func() {
+		for e.ctx.Err() == nil {
+			c, err := st.ClaimChunk(e.ctx, "items", job.Hash, "test:3:stalled", stallTTL, 0)
+			if err == nil && c != nil {
+				stalled <- c
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	e.cfg.Process = "test:1:a"
+	r := e.run(job, e.acquire())
+	var c *jobstate.Claim
+	select {
+	case c = <-stalled:
+	case <-e.ctx.Done():
+		t.Fatal("no chunk was claimed")
+	}
+	renewing, renewed := make(chan struct{}), make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-renewing:
+				renewed <- nil
+				return
+			case <-tick.C:
+				if err := st.RenewClaim(e.ctx, c, stallTTL); err != nil {
+					renewed <- err
+					return
+				}
+			}
+		}
+	}()
+	until(t, "the standby doing chunks", func() bool { return engine.ClaimsDone(standby) > 0 })
+
+	if got := e.ask(jobstate.PauseKind, ""); got.State != jobstate.RequestDone {
+		t.Fatalf("pause answered %+v", got)
+	}
+	close(renewing)
+	if err := <-renewed; err != nil {
+		t.Fatalf("the stalled claim, renewed until the pause: %v", err)
+	}
+	const pausedSaid = "the job is paused: no chunk of its shared reindex is claimed"
+	until(t, "the standby finding the job paused, its claims in flight done", func() bool {
+		n, err := e.state.CountDocuments(e.ctx, bson.M{"_id.chunk": "items", "owner": "test:2:b", "slot": bson.M{"$exists": true}})
+		return err == nil && n == 0 && strings.Contains(standbyLog.String(), pausedSaid)
+	})
+	done := engine.ClaimsDone(standby)
+	// The stalled claim lapses by the server's clock: its chunk would be
+	// claimable, but the job is paused.
+	e.mongo.AdvanceClock(stallTTL + time.Second)
+	if p, err := st.ClaimChunk(e.ctx, "items", job.Hash, "test:4:probe", time.Minute, 0); !errors.Is(err, jobstate.ErrPaused) || p != nil {
+		t.Fatalf("a claim while paused: %+v %v, want ErrPaused", p, err)
+	}
+	if n := engine.ClaimsDone(standby); n != done {
+		t.Fatalf("the standby did %d chunks while paused", n-done)
+	}
+
+	if got := e.ask(jobstate.ResumeKind, ""); got.State != jobstate.RequestDone {
+		t.Fatalf("resume answered %+v", got)
+	}
+	e.settled(job)
+	if err := st.WriteChunkResult(e.ctx, c, &jobstate.ChunkResult{}); !errors.Is(err, jobstate.ErrClaimLost) {
+		t.Fatalf("the stalled claimant's result after the takeover: %v", err)
+	}
+	if n, m, err := st.ChunkCounts(e.ctx, "items"); err != nil || n != 0 || m != 0 {
+		t.Fatalf("left after the reindex: %d chunks, %d results (%v)", n, m, err)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
 	}
 }

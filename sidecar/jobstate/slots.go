@@ -59,6 +59,12 @@ var ErrClaimLost = errors.New("the chunk's slot lease was taken over")
 // reindex runs, worth asking again soon.
 var ErrSlotsBusy = errors.New("every slot of the shared reindex is held")
 
+// ErrPaused is returned by ClaimChunk when the job has chunks but is
+// paused (its pause record, the one its holder reads): the holder applies
+// no result while paused, so a claim would only leave one waiting in the
+// chunks collection.
+var ErrPaused = errors.New("the job is paused")
+
 // MaxChunkResultBytes bounds a chunk's result document, well under the
 // 16 MB MongoDB stores: a larger result is recorded as tooLarge and the
 // holder transforms the chunk itself.
@@ -197,7 +203,8 @@ func (s *Store) ReapClaims(ctx context.Context, job string) (int64, error) {
 // unclaimed, unsubmitted chunk of the job published for hash at least
 // minAge ago (the server's clock) in one of its free slots, leased for
 // ttl from the server's now: nil, nil when the job has no chunk,
-// ErrSlotsBusy when it has some but none to claim now.
+// ErrPaused when it has some but is paused, ErrSlotsBusy when it has
+// some but none to claim now.
 func (s *Store) ClaimChunk(ctx context.Context, job, hash, owner string, ttl, minAge time.Duration) (*Claim, error) {
 	// With no chunk (no shared reindex runs: nearly always) one read
 	// answers: an idle claimant costs MongoDB that alone.
@@ -207,6 +214,13 @@ func (s *Store) ClaimChunk(ctx context.Context, job, hash, owner string, ttl, mi
 	}
 	if n == 0 {
 		return nil, nil
+	}
+	// Read only when there are chunks, so that an idle claimant still
+	// costs one read a poll.
+	if p, err := s.ReadPause(ctx, job); err != nil {
+		return nil, err
+	} else if p != nil {
+		return nil, ErrPaused
 	}
 	if _, err := s.reap(ctx, job); err != nil {
 		return nil, errs.Wrap(errs.Failed, job, err, "reap the lapsed slot leases of the shared reindex")

@@ -88,6 +88,24 @@ func TestClaimsOfAnotherTransformHashFindNothing(t *testing.T) {
 	}
 }
 
+func TestAPausedJobsChunksAreNotClaimedUntilResumed(t *testing.T) {
+	ctx, s, _ := testStore(t)
+	publish(t, ctx, s, 2, 4)
+	if err := s.RecordPause(ctx, "items", epochLease(1), "cli"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.ClaimChunk(ctx, "items", "h1", "a", time.Minute, 0)
+	if !errors.Is(err, ErrPaused) || c != nil {
+		t.Fatalf("a claim of a paused job's chunk: %+v %v, want ErrPaused", c, err)
+	}
+	if err := s.ClearPause(ctx, "items", epochLease(1)); err != nil {
+		t.Fatal(err)
+	}
+	if c, err = s.ClaimChunk(ctx, "items", "h1", "a", time.Minute, 0); err != nil || c == nil {
+		t.Fatalf("a claim once resumed: %+v %v", c, err)
+	}
+}
+
 func TestALapsedClaimIsReapedAndItsResultIgnored(t *testing.T) {
 	ctx, s, _ := testStore(t)
 	publish(t, ctx, s, 1, 1)
