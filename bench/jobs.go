@@ -28,14 +28,20 @@ import (
 // idleCursors: tailable cursors of its namespace). Then -latency writes,
 // each to the next collection in a shuffled order (a trickle over all of
 // them), each timed from insertOne until the document is searchable in
-// every sidecar's index, polled.
+// every sidecar's index, polled. With -jobs-databases D, job i reads the
+// collection of its name in the i mod D-th of D databases: the main one
+// and D-1 others (MEILISTREAM_JOB_<NAME>_DATABASE).
 
 // jobsRun is one sidecar's part of the -jobs workload.
 type jobsRun struct {
 	*sidecar
-	db  *mongo.Database
+	db  *mongo.Database // the main database
+	dbs []*mongo.Database
 	lat []time.Duration
 }
+
+// dbOf is the database of job i's collection.
+func (r *jobsRun) dbOf(i int) *mongo.Database { return r.dbs[i%len(r.dbs)] }
 
 func runJobs(ctx context.Context, c config, tmp string, mc *mongo.Client, ms meilisearch.ServiceManager) error {
 	n := c.jobs
@@ -55,15 +61,21 @@ func runJobs(ctx context.Context, c config, tmp string, mc *mongo.Client, ms mei
 		runs = append(runs, &jobsRun{sidecar: &sidecar{label: c.against, bin: c.against, prefix: "jobsb_", state: "meilistream"}, db: mc.Database("benchjobs_b")})
 	}
 	for _, r := range runs {
-		_ = r.db.Drop(ctx)
-		fmt.Fprintf(os.Stderr, "seeding %d collections of %d documents in %s ...\n", n, c.jobDocs, r.db.Name())
+		r.dbs = []*mongo.Database{r.db}
+		for d := 1; d < max(c.jobDBs, 1); d++ {
+			r.dbs = append(r.dbs, mc.Database(fmt.Sprintf("%s_%d", r.db.Name(), d)))
+		}
+		for _, db := range r.dbs {
+			_ = db.Drop(ctx)
+		}
+		fmt.Fprintf(os.Stderr, "seeding %d collections of %d documents in %s (and %d other databases) ...\n", n, c.jobDocs, r.db.Name(), len(r.dbs)-1)
 		for i := range n {
 			docs := make([]any, c.jobDocs)
 			for k := range docs {
 				docs[k] = bson.D{{Key: "_id", Value: int32(k)}, {Key: "title", Value: fmt.Sprintf("doc %d of %s", k, jobName(i))}}
 			}
 			if len(docs) > 0 {
-				if _, err := r.db.Collection(jobName(i)).InsertMany(ctx, docs); err != nil {
+				if _, err := r.dbOf(i).Collection(jobName(i)).InsertMany(ctx, docs); err != nil {
 					return err
 				}
 			}
@@ -75,6 +87,11 @@ func runJobs(ctx context.Context, c config, tmp string, mc *mongo.Client, ms mei
 		r.ready = filepath.Join(tmp, fmt.Sprintf("jobsready%d", i))
 		env := sidecarEnv(c, r.sidecar, transforms)
 		env = append(env, "MEILISTREAM_MONGODB_DATABASE="+r.db.Name())
+		for j := range n {
+			if db := r.dbOf(j); db != r.db {
+				env = append(env, "MEILISTREAM_JOB_"+strings.ToUpper(jobName(j))+"_DATABASE="+db.Name())
+			}
+		}
 		if err := r.start(ctx, env, c.verbose); err != nil {
 			return err
 		}
@@ -124,9 +141,13 @@ func runJobs(ctx context.Context, c config, tmp string, mc *mongo.Client, ms mei
 	idles := make([]idle, len(runs))
 	for i, r := range runs {
 		p := r.end()
-		streams, err := changeStreams(ctx, mc, r.db.Name())
-		if err != nil {
-			return fail(err)
+		streams := 0
+		for _, db := range r.dbs {
+			k, err := changeStreams(ctx, mc, db.Name())
+			if err != nil {
+				return fail(err)
+			}
+			streams += k
 		}
 		idles[i] = idle{cpu: p.cpu, rss: rss(r.pid), sockets: sockets(r.pid), goroutines: int(r.metrics("go_goroutines")["go_goroutines"]), streams: streams, allStreams: all}
 	}
@@ -136,11 +157,12 @@ func runJobs(ctx context.Context, c config, tmp string, mc *mongo.Client, ms mei
 	// sidecar.
 	order := rand.Perm(n)
 	for k := range c.latency {
-		coll := jobName(order[k%n])
+		j := order[k%n]
+		coll := jobName(j)
 		id := int32(c.jobDocs + k)
 		t := time.Now()
 		for _, r := range runs {
-			if _, err := r.db.Collection(coll).InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "title", Value: "trickle"}}); err != nil {
+			if _, err := r.dbOf(j).Collection(coll).InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "title", Value: "trickle"}}); err != nil {
 				return fail(err)
 			}
 		}
@@ -168,7 +190,7 @@ func runJobs(ctx context.Context, c config, tmp string, mc *mongo.Client, ms mei
 		}
 	}
 
-	fmt.Printf("jobs: %d identity jobs on %d-document collections, one database per sidecar; idle %s, then %d writes (one at a time, each to another collection)\n", n, c.jobDocs, c.idle, c.latency)
+	fmt.Printf("jobs: %d identity jobs on %d-document collections in %d source databases per sidecar; idle %s, then %d writes (one at a time, each to another collection)\n", n, c.jobDocs, max(c.jobDBs, 1), c.idle, c.latency)
 	fmt.Printf("%-34s %8s %8s %8s %8s %9s %10s %9s %9s %9s\n", "sidecar", "streams", "sockets", "gorout.", "RSS MB", "RSS/job", "idle CPU %", "CPU%/job", "p50", "p99")
 	for i, r := range runs {
 		d := idles[i]
@@ -180,7 +202,7 @@ func runJobs(ctx context.Context, c config, tmp string, mc *mongo.Client, ms mei
 		fmt.Printf("%-34s %8d %8d %8d %8.1f %8.2fM %10.3f %9.4f %9s %9s\n", shortLabel(label), d.streams, d.sockets, d.goroutines, mb(d.rss), mb(d.rss)/float64(n), pct, pct/float64(n),
 			quantile(r.lat, 0.5).Round(100*time.Microsecond), quantile(r.lat, 0.99).Round(100*time.Microsecond))
 	}
-	fmt.Printf("change streams open on the server in all: %d\n", idles[0].allStreams)
+	fmt.Printf("change streams open on the server in all: %d (a cluster-wide one, for jobs beyond the main database, is on admin and counted only here)\n", idles[0].allStreams)
 	for _, r := range runs {
 		if err := r.stop(); err != nil {
 			return fmt.Errorf("sidecar %s: %w", r.label, err)

@@ -180,7 +180,7 @@ type config struct {
 	background             int
 	pods                   int
 	cpuLimit               float64
-	jobs, jobDocs          int
+	jobs, jobDocs, jobDBs  int
 	idle                   time.Duration
 }
 
@@ -221,6 +221,7 @@ func run() error {
 	flag.StringVar(&c.against, "against", "", "another meilistream binary to run side by side with the first on the same collection and servers (its own index and state collection), so both meet the same load: an A/B comparison on a noisy machine")
 	flag.IntVar(&c.jobs, "jobs", 0, "instead of the phases above, the many-jobs workload: this many identity jobs on small collections in one sidecar (and with -against the other binary, side by side, its own database); after -idle, the change streams open on the server, sockets, goroutines, RSS and idle CPU of each sidecar, then -latency writes, each to another collection, timed until searchable (jobs.go)")
 	flag.IntVar(&c.jobDocs, "jobs-docs", 10, "with -jobs, documents in each collection")
+	flag.IntVar(&c.jobDBs, "jobs-databases", 1, "with -jobs, the source databases the collections are spread over in turn (the first the main one, the others named by each job's database option)")
 	flag.DurationVar(&c.idle, "idle", 20*time.Second, "with -jobs, how long the idle CPU is counted")
 	breakdownOf := flag.String("breakdown", "", "only print the parts (transform, conversion, encoding, driver, HTTP, GC...) of the CPU profiles a -cpuprofile run wrote into this directory, and exit")
 	flag.Parse()
