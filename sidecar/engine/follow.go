@@ -509,6 +509,11 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 				}
 			}
 		case it := <-items:
+			if it.Err == nil {
+				// The stream is open and read: the job's start is over,
+				// its reindex (if any) going on with it.
+				f.stats.MarkStarted()
+			}
 			switch {
 			case it.Err != nil:
 				f.reader.Close()

@@ -43,6 +43,8 @@ type JobStats struct {
 	// started is closed when the phase next becomes following or paused
 	// (Started); nil until asked for.
 	started chan struct{}
+	// startedRun: MarkStarted since the phase was last idle.
+	startedRun bool
 }
 
 // VerifyProgress is a job's background verify: the pass under way
@@ -228,6 +230,7 @@ func (j *JobStats) SetPhase(p Phase) {
 		s.Phase = p
 		if p == PhaseIdle {
 			j.streaming = false
+			j.startedRun = false // a new run, whose start is ahead
 		}
 		if startedPhase(p) && j.started != nil {
 			close(j.started)
@@ -237,16 +240,20 @@ func (j *JobStats) SetPhase(p Phase) {
 }
 
 // Started returns a channel closed once the engine follows the job's
-// source or holds it paused: its start (preparing the destination, opening
-// the stream, a reindex) is over. The channel is closed already when the
-// phase is one of those now; a nil *JobStats never closes it.
+// source (MarkStarted, or the phase following) or holds it paused: its
+// start (preparing the destination, reading its state, opening the
+// stream) is over. A reindex at start goes on past it: a process holding
+// more large collections than start slots reindexes them all at once
+// rather than keeping some queued for hours, their leases held. The
+// channel is closed already when the start is over now; a nil *JobStats
+// never closes it.
 func (j *JobStats) Started() <-chan struct{} {
 	if j == nil {
 		return nil
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if startedPhase(j.s.Phase) {
+	if startedPhase(j.s.Phase) || j.startedRun {
 		c := make(chan struct{})
 		close(c)
 		return c
@@ -255,6 +262,24 @@ func (j *JobStats) Started() <-chan struct{} {
 		j.started = make(chan struct{})
 	}
 	return j.started
+}
+
+// MarkStarted says the engine read the job's stream: its start is over
+// (Started), though a reindex may go on.
+func (j *JobStats) MarkStarted() {
+	if j == nil {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.startedRun {
+		return
+	}
+	j.startedRun = true
+	if j.started != nil {
+		close(j.started)
+		j.started = nil
+	}
 }
 
 // startedPhase says whether p comes after a job's start.

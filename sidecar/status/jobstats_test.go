@@ -114,3 +114,33 @@ func TestStartedClosesWhenTheJobFollowsOrIsPaused(t *testing.T) {
 		}
 	}
 }
+
+// A reindex at start goes on past the job's start: once the engine read
+// the stream (MarkStarted), Started is closed while the phase is still
+// reindexing, and the next run's start is ahead again.
+func TestStartedClosesOnceTheStreamIsReadThoughTheReindexGoesOn(t *testing.T) {
+	closed := func(c <-chan struct{}) bool {
+		select {
+		case <-c:
+			return true
+		default:
+			return false
+		}
+	}
+	j := status.NewJobStats()
+	j.SetPhase(status.PhaseIdle)
+	c := j.Started()
+	j.SetPhase(status.PhaseReindexing)
+	if closed(c) {
+		t.Fatal("closed before the stream was read")
+	}
+	j.MarkStarted()
+	if !closed(c) || !closed(j.Started()) {
+		t.Fatal("not closed once the stream was read")
+	}
+	j.MarkStarted() // again: no double close
+	j.SetPhase(status.PhaseIdle)
+	if closed(j.Started()) {
+		t.Fatal("the next run's closed before its stream was read")
+	}
+}

@@ -8,8 +8,9 @@ import (
 )
 
 // startSlot is one of Config.MaxStarts, held by one run of a job from
-// before it starts until it follows or is paused, its destination fails to
-// prepare, or the run ends, whichever comes first.
+// before it starts until it reads its stream or is paused
+// (status.JobStats.Started), its destination fails to prepare, or the run
+// ends, whichever comes first.
 type startSlot struct {
 	sem   chan struct{}
 	once  sync.Once
@@ -30,7 +31,7 @@ func (s *startSlot) free() {
 // takeStart waits, showing the job queued, for one of the start slots,
 // and returns it once taken; the error is ctx's cause when ctx ended first
 // (the lease lost, the job stopped or given back). The slot is freed when
-// the engine says the job follows or is paused, and when ctx ends: a run
+// the engine says the job's start is over, and when ctx ends: a run
 // cancelled while still starting gives its slot to the next job before it
 // has finished stopping, so a start that hangs cannot keep the others
 // queued. The caller frees it too when the run returns.

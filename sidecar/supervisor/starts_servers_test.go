@@ -145,8 +145,8 @@ func (w testLog) Write(p []byte) (int, error) {
 }
 
 // startCounter is the engine's driver, counting, as each run begins, the
-// runs in their start: begun, not ended, and not following or paused in
-// the engine's figures. A slot freed by a job that follows is freed after
+// runs in their start: begun, not ended, and not started in the engine's
+// figures (JobStats.Started: the stream read, or following or paused). A slot freed by a job that follows is freed after
 // its phase says so, so the count never sees a job that gave its slot up.
 type startCounter struct {
 	*supervisor.EngineDriver
@@ -159,7 +159,9 @@ func (d *startCounter) Run(ctx context.Context, def supervisor.JobDef, h supervi
 	d.mu.Lock()
 	n := 1
 	for _, o := range d.running {
-		if p := o.Snapshot().Phase; p != status.PhaseFollowing && p != status.PhasePaused {
+		select {
+		case <-o.Started():
+		default:
 			n++
 		}
 	}
@@ -175,4 +177,75 @@ func (d *startCounter) Run(ctx context.Context, def supervisor.JobDef, h supervi
 		d.mu.Unlock()
 	}()
 	return d.EngineDriver.Run(ctx, def, h, st)
+}
+
+// A reindex at start goes on past the job's start slot: with one slot, a
+// job whose reindex takes long (held to 20 documents a second) leaves the
+// slot once its stream is read, and a job started after it follows while
+// the first still reindexes, instead of waiting queued, its lease held,
+// until the long reindex ends.
+func TestALongReindexDoesNotKeepTheNextJobQueued(t *testing.T) {
+	_, client := testutil.StartMongo(t, mongotest.Options{})
+	mm, err := meilitest.Start(meilitest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mm.Close() })
+	ctx := testutil.Context(t, 2*time.Minute)
+	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testLog{t}})
+	db := client.Database("app")
+	state := db.Collection("meilistream")
+	dir := t.TempDir()
+	load := func(name string, docs int) *transform.Job {
+		var rows []any
+		for n := range docs {
+			rows = append(rows, bson.M{"_id": n, "title": fmt.Sprintf("%s %d", name, n)})
+		}
+		if _, err := db.Collection(name).InsertMany(ctx, rows); err != nil {
+			t.Fatal(err)
+		}
+		src := fmt.Sprintf(`module.exports = { collection: %q, index: %q, transform(doc) { return { title: doc.title }; } };`, name, name)
+		j, err := transform.LoadFile(filepath.Join(dir, name+".js"), []byte(src), transform.Options{Defaults: transform.JobDefaults{BatchSize: 100, FlushInterval: 20 * time.Millisecond}, MemoryLimit: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	big, small := load("big", 2000), load("small", 3)
+	leases, err := lease.New(state, "test:1:a", lease.Options{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := engine.New(db, state, db.Collection("meilistream_errors"), engine.Config{
+		BatchSize: 100, PageSize: 100, FlushInterval: 20 * time.Millisecond,
+		PositionInterval: 100 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryCap: 100 * time.Millisecond,
+		ReindexMaxReadLatency: -1, ReindexMaxTasks: -1, ReindexRate: 20,
+	}, nil, log)
+	mc := meili.NewClient(mm.URL(), "")
+	d := &supervisor.EngineDriver{Leases: leases, Engine: eng, Sinks: func(job *transform.Job, guard sink.Guard) (sink.Sink, error) {
+		return meili.NewSink(mc, &job.Job, guard, log), nil
+	}}
+	s := supervisor.New(supervisor.Config{Driver: d, Logger: log, Holder: "test:1:a", MaxStarts: 1})
+	defer closeSupervisor(t, s)
+	stateOf := func(name string) string {
+		for _, j := range s.Status() {
+			if j.Name == name {
+				return j.State
+			}
+		}
+		return ""
+	}
+	defs, _ := supervisor.JobDefs([]*transform.Job{big}, nil)
+	s.Apply(defs)
+	testutil.Until(t, time.Minute, "the big job reindexing", func() bool {
+		return stateOf("big") == status.Reindexing
+	}, nil)
+	defs, _ = supervisor.JobDefs([]*transform.Job{big, small}, nil)
+	s.Apply(defs)
+	testutil.Until(t, time.Minute, "the small job following", func() bool {
+		return stateOf("small") == status.Following
+	}, func() string { return fmt.Sprintf("small %s, big %s", stateOf("small"), stateOf("big")) })
+	if st := stateOf("big"); st != status.Reindexing {
+		t.Fatalf("the big job's reindex is over (%s): the test proves nothing; make it longer", st)
+	}
 }

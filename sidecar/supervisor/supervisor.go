@@ -232,9 +232,10 @@ type Config struct {
 	Headroom         func(ctx context.Context) (Headroom, error)
 	HeadroomInterval time.Duration
 	// MaxStarts is how many jobs may be in their start at once (default
-	// DefaultMaxStarts): from taking the lease to following or being
-	// paused, which is when a job prepares its destination (index
-	// settings), reads its state, opens its change stream and reindexes.
+	// DefaultMaxStarts): from taking the lease to reading its change
+	// stream or being paused, which is when a job prepares its
+	// destination (index settings), reads its state and opens its stream
+	// (a reindex at start goes on past it: status.JobStats.Started).
 	// Hundreds of jobs starting together would wait on MongoDB's
 	// connection pool and Meilisearch's task queue all at once; the others
 	// hold their leases meanwhile, shown "queued". A job whose destination
