@@ -46,6 +46,14 @@ func startServer(t *testing.T) (*mongotest.Server, *mongo.Client) {
 
 func newPair(t *testing.T) *pair {
 	t.Helper()
+	// A second: the tests of an unavailable replica retry within their
+	// context's bound.
+	return newPairTimeout(t, time.Second)
+}
+
+// newPairTimeout is newPair with writes bounded by timeout.
+func newPairTimeout(t *testing.T, timeout time.Duration) *pair {
+	t.Helper()
 	p := &pair{logs: &testutil.SyncBuffer{}, metrics: &countingMetrics{}}
 	var src, rep *mongo.Client
 	p.srcServer, src = startServer(t)
@@ -55,7 +63,7 @@ func newPair(t *testing.T) *pair {
 	logger := hclog.New(&hclog.LoggerOptions{Output: p.logs, Level: hclog.Debug})
 	s, err := replicate.New(replicate.Options{
 		Job: "articles", Source: p.source, Replica: p.replica, Logger: logger, Metrics: p.metrics,
-		WriteTimeout: time.Second, KeysPageSize: 3,
+		WriteTimeout: timeout, KeysPageSize: 3,
 	}, sink.NewGuard(func() error {
 		if err := p.lost.Load(); err != nil {
 			return *err
@@ -784,7 +792,9 @@ func TestSendTopLevelDollarFields(t *testing.T) {
 // added when the document has none); one larger is refused alone, saying
 // so, and does not take the batch with it.
 func TestSendDocumentsUpToTheReplicaLimit(t *testing.T) {
-	p := newPair(t)
+	// The default bound: a 16 MB write under -race on a loaded machine
+	// can take more than a second.
+	p := newPairTimeout(t, replicate.DefaultWriteTimeout)
 	const limit = 16 * 1024 * 1024
 	empty := raw(t, bson.D{{Key: "_id", Value: int32(1)}, {Key: "b", Value: bson.Binary{Data: []byte{}}}})
 	fits := make([]byte, limit-len(empty)) // exactly the limit
