@@ -138,18 +138,18 @@ func (s liveKillSink) Wait(ctx context.Context, r sink.Receipt) ([]sink.DocFailu
 	return s.Sink.Wait(ctx, r)
 }
 
-// A process killed in the middle of the fan-out of a related change (ten
-// thousand dependents) has recorded no position past that change: the
+// A process killed in the middle of the fan-out of a related change (two
+// thousand dependents, ten pages) has recorded no position past that change: the
 // next run reads it again, sends every dependent, and the index is the
 // transform of the joined collections exactly.
 func TestKilledInTheMiddleOfAFanOutSendsEveryDependentOnRestart(t *testing.T) {
 	e := newEnv(t, 0)
 	e.cfg.PageSize, e.cfg.BatchSize = 200, 200
 	e.seedJoined(0)
-	docs := make([]any, 10100)
+	docs := make([]any, 2100)
 	for i := range docs {
 		author := 1
-		if i >= 10000 {
+		if i >= 2000 {
 			author = 2 // not sent again by the rename: their own changes go on meanwhile
 		}
 		docs[i] = bson.M{"_id": i, "title": fmt.Sprintf("item %d", i), "authorId": author, "tagIds": bson.A{}}
@@ -165,11 +165,11 @@ func TestKilledInTheMiddleOfAFanOutSendsEveryDependentOnRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The rename sends all ten thousand again; the process dies after
+	// The rename sends all two thousand again; the process dies after
 	// about half of them were sent.
 	eng := e.engine()
 	ctx, cancel := context.WithCancel(e.ctx)
-	k := &killer{killAt: 5000, kill: cancel}
+	k := &killer{killAt: 1000, kill: cancel}
 	done := make(chan error, 1)
 	st := status.NewJobStats()
 	go func() { done <- eng.Run(ctx, job, liveKillSink{e.sink(job, l), k}, l, st, nil) }()
@@ -178,7 +178,7 @@ func TestKilledInTheMiddleOfAFanOutSendsEveryDependentOnRestart(t *testing.T) {
 	// Changes of their own to documents the rename does not touch, while
 	// the fan-out runs: once durable they would record positions past the
 	// rename, were the fan-out not holding positions back.
-	for i := 10000; i < 10100 && !k.isDead(); i++ {
+	for i := 2000; i < 2100 && !k.isDead(); i++ {
 		e.ok(e.coll.UpdateOne(e.ctx, bson.M{"_id": i}, bson.M{"$set": bson.M{"title": fmt.Sprintf("changed %d", i)}}))
 	}
 	select {
@@ -192,7 +192,7 @@ func TestKilledInTheMiddleOfAFanOutSendsEveryDependentOnRestart(t *testing.T) {
 	case <-time.After(hangBound):
 		t.Fatal("the killed run did not end")
 	}
-	if d, _ := e.indexHolds("Ada Lovelace"); d == 10000 {
+	if d, _ := e.indexHolds("Ada Lovelace"); d == 2000 {
 		t.Fatal("every dependent was sent before the kill: the test needs the kill in the middle")
 	}
 
