@@ -523,7 +523,7 @@ func (j *Job) ApplyEach(ctx context.Context, dst []byte, in []Input, out []Outco
 	calls := make([]prepared, len(in))
 	for i, x := range in {
 		c := &calls[i]
-		c.op, c.updateDesc, c.lookups, c.track = x.Op, x.UpdateDesc, x.Lookups, x.Op == OpUpdate && j.SkipUnchanged
+		c.op, c.updateDesc, c.lookups, c.track = x.Op, x.UpdateDesc, x.Lookups, j.tracks(x.Op, x.UpdateDesc)
 		doc, idv, res, err := j.prepare(x.Doc, x.Lookups)
 		if err != nil {
 			out[i], c.skip = Outcome{Err: err}, true

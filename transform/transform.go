@@ -182,7 +182,8 @@ type Result struct {
 	// also when Skip is true, for the delete.
 	ID any
 	// Reads is what the call read of its input, for an update of a job
-	// with SkipUnchanged (nil otherwise): see Reads.UnchangedBy.
+	// with SkipUnchanged that has its updateDescription (nil otherwise):
+	// see Reads.UnchangedBy.
 	Reads *Reads
 	// JSON is the search document as Meilisearch receives it: a JSON
 	// object, primary key set. Nil for mirror.
@@ -238,7 +239,16 @@ func (j *Job) ApplyTo(ctx context.Context, dst []byte, doc bson.Raw, op Operatio
 // for none), on ctx.lookups and, for a lookup with As (or every lookup of
 // an identity job), on the document.
 func (j *Job) ApplyWith(ctx context.Context, dst []byte, doc bson.Raw, op Operation, updateDesc bson.Raw, lookups jobdef.LookupResults) (Result, []byte, error) {
-	return j.applyWith(ctx, dst, doc, op, updateDesc, lookups, op == OpUpdate && j.SkipUnchanged)
+	return j.applyWith(ctx, dst, doc, op, updateDesc, lookups, j.tracks(op, updateDesc))
+}
+
+// tracks says whether a call of op with updateDesc keeps what it reads
+// (Result.Reads): an update of a job with skipUnchanged, with its
+// updateDescription. Without one the engine cannot tell what the update
+// touched (UnchangedBy is false), so the write is sent whatever the call
+// read, and keeping its reads would buy nothing.
+func (j *Job) tracks(op Operation, updateDesc bson.Raw) bool {
+	return op == OpUpdate && j.SkipUnchanged && len(updateDesc) > 0
 }
 
 // applyWith is ApplyWith, keeping what the call reads when track is set.
