@@ -260,17 +260,19 @@ func (j *Job) applyWith(ctx context.Context, dst []byte, doc bson.Raw, op Operat
 	if j.rt == nil {
 		return j.identityGuarded(dst, d, idv, res)
 	}
-	var out [1]Outcome
-	calls := []prepared{{doc: d, idv: idv, op: op, updateDesc: updateDesc, lookups: lookups, track: track, res: res}}
+	c := prepared{doc: d, idv: idv, op: op, updateDesc: updateDesc, lookups: lookups, track: track, res: res}
+	var o Outcome
 	if floorBuild {
-		dst = j.floorEach(ctx, dst, calls, out[:])
+		var out [1]Outcome
+		dst = j.floorEach(ctx, dst, []prepared{c}, out[:])
+		o = out[0]
 	} else {
-		dst = j.rt.applyEach(ctx, j, dst, calls, out[:])
+		o, dst = j.rt.applyOne(ctx, j, dst, c)
 	}
-	if out[0].Err != nil {
-		return Result{}, dst, out[0].Err
+	if o.Err != nil {
+		return Result{}, dst, o.Err
 	}
-	return out[0].Result, dst, nil
+	return o.Result, dst, nil
 }
 
 // identity is the result of a job without a transform (and of a transform

@@ -83,6 +83,7 @@ type jobRuntime struct {
 	pool    *pool
 	console *consoleLimiter
 	mem     *memWatch // nil: no memory bound
+	singles sync.Pool // of *single
 }
 
 // vm is one goja runtime with the file's module evaluated in it. It is used
@@ -120,8 +121,13 @@ type vm struct {
 	exited chan struct{}
 	slot   chan struct{}
 	runReq func()
-	req    callReq
-	out    []byte // the document a call wrote
+	// runEach runs eachRun as hand-off eachGen (hand sets them): one
+	// function for every hand-off, not one made for each.
+	runEach func()
+	eachRun *run
+	eachGen int
+	req     callReq
+	out     []byte // the document a call wrote
 	// crash is a panic that escaped what the goroutine ran (a bug).
 	crash any
 	// stop is set with every interrupt: built-ins that loop check it.
