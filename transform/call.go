@@ -154,6 +154,11 @@ func (v *vm) start() {
 	v.done = make(chan struct{}, 1)
 	v.exited = make(chan struct{})
 	v.runReq = v.runCall
+	v.runEach = func() {
+		r := v.eachRun
+		v.eachRun = nil
+		v.each(r, v.eachGen)
+	}
 	go v.serve()
 }
 
@@ -324,9 +329,9 @@ func (v *vm) hand(r *run) (finished bool) {
 		}
 	}
 	r.mu.Lock()
-	gen := r.gen
+	v.eachRun, v.eachGen = r, r.gen
 	r.mu.Unlock()
-	v.work <- func() { v.each(r, gen) }
+	v.work <- v.runEach
 	select {
 	case <-v.done:
 		return true
@@ -523,7 +528,7 @@ func (j *Job) ApplyEach(ctx context.Context, dst []byte, in []Input, out []Outco
 	calls := make([]prepared, len(in))
 	for i, x := range in {
 		c := &calls[i]
-		c.op, c.updateDesc, c.lookups, c.track = x.Op, x.UpdateDesc, x.Lookups, x.Op == OpUpdate && j.SkipUnchanged
+		c.op, c.updateDesc, c.lookups, c.track = x.Op, x.UpdateDesc, x.Lookups, j.tracks(x.Op, x.UpdateDesc)
 		doc, idv, res, err := j.prepare(x.Doc, x.Lookups)
 		if err != nil {
 			out[i], c.skip = Outcome{Err: err}, true
@@ -572,12 +577,45 @@ func (j *Job) prepare(doc bson.Raw, lookups jobdef.LookupResults) (bson.Raw, bso
 	return doc, idv, res, nil
 }
 
+// single is a run of one call with room for it, kept by its jobRuntime
+// for the next: a call of ApplyTo or ApplyWith then allocates none of
+// them.
+type single struct {
+	r     run
+	calls [1]prepared
+	out   [1]Outcome
+}
+
+// applyOne runs c as applyEach would.
+func (jr *jobRuntime) applyOne(ctx context.Context, j *Job, dst []byte, c prepared) (Outcome, []byte) {
+	s, _ := jr.singles.Get().(*single)
+	if s == nil {
+		s = new(single)
+	}
+	s.calls[0] = c
+	s.r = run{ctx: ctx, job: j, timeout: j.timeoutIn(ctx), calls: s.calls[:], out: s.out[:], dst: dst}
+	dst = jr.runCalls(&s.r)
+	o := s.out[0]
+	if s.r.gen != 0 {
+		// A vm abandoned in the call may still look at the run: it is
+		// not to be reused.
+		return o, dst
+	}
+	*s = single{}
+	jr.singles.Put(s)
+	return o, dst
+}
+
 // applyEach runs calls (those not skipped) on the pool's runtimes, a
 // series at a time. A call that ran out of time is tried again on a fresh
 // runtime, up to maxTimeoutRetries times; the calls after it go on there.
 func (jr *jobRuntime) applyEach(ctx context.Context, j *Job, dst []byte, calls []prepared, out []Outcome) []byte {
-	timeout := j.timeoutIn(ctx)
-	r := &run{ctx: ctx, job: j, timeout: timeout, calls: calls, out: out, dst: dst}
+	return jr.runCalls(&run{ctx: ctx, job: j, timeout: j.timeoutIn(ctx), calls: calls, out: out, dst: dst})
+}
+
+// runCalls is applyEach's work on its run r.
+func (jr *jobRuntime) runCalls(r *run) []byte {
+	ctx, j, calls, out, timeout := r.ctx, r.job, r.calls, r.out, r.timeout
 	tries, triesAt := 0, -1 // times calls[triesAt] ran out of time
 	for {
 		for r.cur < len(calls) && calls[r.cur].skip {

@@ -134,8 +134,8 @@
 //
 // # What a call reads
 //
-// For an update of a job with skipUnchanged (the default), Apply keeps what
-// the call read (Result.Reads): the top-level fields of the document it
+// For an update of a job with skipUnchanged (the default) that comes with
+// its updateDescription, Apply keeps what the call read (Result.Reads): the top-level fields of the document it
 // asked for, tested or wrote, whether the whole document counts (it was
 // enumerated or returned, less the fields deleted before anything saw
 // them), and whether it read ctx.operation or ctx.updateDescription (a

@@ -16,8 +16,9 @@ import (
 // a transform is a function of what it reads, so a call on the document
 // before an update that touched none of it takes the same path, reads the
 // same values and returns the same thing. Apply sets it on Result for an
-// update (OpUpdate) of a job with skipUnchanged on; it is nil otherwise
-// (nothing known: every change counts).
+// update (OpUpdate) with its updateDescription, of a job with
+// skipUnchanged on; it is nil otherwise (nothing known: every change
+// counts).
 type Reads struct {
 	// Fields are the top-level fields of the document the call asked for:
 	// read, tested (`in`, hasOwnProperty) or written, whether the document
@@ -151,9 +152,9 @@ func (r *Reads) read(f string) bool {
 }
 
 // callReads is what the call running on a vm reads of its document and
-// ctx, while on (an update of a job with skipUnchanged). The top-level
-// lazyDoc of the call and the call's ctx report to it; it lives on the vm
-// and is reused, call after call.
+// ctx, while on (Job.tracks). The top-level lazyDoc of the call and the
+// call's ctx report to it; it lives on the vm and is reused, call after
+// call.
 type callReads struct {
 	on      bool
 	all     bool

@@ -138,6 +138,11 @@ func TestReadsAreOnlyKeptForUpdatesOfJobsThatSkip(t *testing.T) {
 			t.Errorf("%s: reads %+v, err %v; want none", op, res.Reads, err)
 		}
 	}
+	// Without its updateDescription an update cannot be judged (UnchangedBy
+	// is false whatever was read): nothing is kept.
+	if res, err := j.Apply(ctx, marshal(t, article), transform.OpUpdate, nil); err != nil || res.Reads != nil {
+		t.Errorf("an update without its updateDescription: reads %+v, err %v; want none", res.Reads, err)
+	}
 	off := loadJob(t, `module.exports = { skipUnchanged: false, transform(doc) { return {t: doc.title}; } };`)
 	if res, err := off.Apply(ctx, marshal(t, article), transform.OpUpdate, updated(t, []string{"views"})); err != nil || res.Reads != nil {
 		t.Errorf("skipUnchanged false: reads %+v, err %v; want none", res.Reads, err)

@@ -182,7 +182,8 @@ type Result struct {
 	// also when Skip is true, for the delete.
 	ID any
 	// Reads is what the call read of its input, for an update of a job
-	// with SkipUnchanged (nil otherwise): see Reads.UnchangedBy.
+	// with SkipUnchanged that has its updateDescription (nil otherwise):
+	// see Reads.UnchangedBy.
 	Reads *Reads
 	// JSON is the search document as Meilisearch receives it: a JSON
 	// object, primary key set. Nil for mirror.
@@ -238,7 +239,16 @@ func (j *Job) ApplyTo(ctx context.Context, dst []byte, doc bson.Raw, op Operatio
 // for none), on ctx.lookups and, for a lookup with As (or every lookup of
 // an identity job), on the document.
 func (j *Job) ApplyWith(ctx context.Context, dst []byte, doc bson.Raw, op Operation, updateDesc bson.Raw, lookups jobdef.LookupResults) (Result, []byte, error) {
-	return j.applyWith(ctx, dst, doc, op, updateDesc, lookups, op == OpUpdate && j.SkipUnchanged)
+	return j.applyWith(ctx, dst, doc, op, updateDesc, lookups, j.tracks(op, updateDesc))
+}
+
+// tracks says whether a call of op with updateDesc keeps what it reads
+// (Result.Reads): an update of a job with skipUnchanged, with its
+// updateDescription. Without one the engine cannot tell what the update
+// touched (UnchangedBy is false), so the write is sent whatever the call
+// read, and keeping its reads would buy nothing.
+func (j *Job) tracks(op Operation, updateDesc bson.Raw) bool {
+	return op == OpUpdate && j.SkipUnchanged && len(updateDesc) > 0
 }
 
 // applyWith is ApplyWith, keeping what the call reads when track is set.
@@ -250,17 +260,19 @@ func (j *Job) applyWith(ctx context.Context, dst []byte, doc bson.Raw, op Operat
 	if j.rt == nil {
 		return j.identityGuarded(dst, d, idv, res)
 	}
-	var out [1]Outcome
-	calls := []prepared{{doc: d, idv: idv, op: op, updateDesc: updateDesc, lookups: lookups, track: track, res: res}}
+	c := prepared{doc: d, idv: idv, op: op, updateDesc: updateDesc, lookups: lookups, track: track, res: res}
+	var o Outcome
 	if floorBuild {
-		dst = j.floorEach(ctx, dst, calls, out[:])
+		var out [1]Outcome
+		dst = j.floorEach(ctx, dst, []prepared{c}, out[:])
+		o = out[0]
 	} else {
-		dst = j.rt.applyEach(ctx, j, dst, calls, out[:])
+		o, dst = j.rt.applyOne(ctx, j, dst, c)
 	}
-	if out[0].Err != nil {
-		return Result{}, dst, out[0].Err
+	if o.Err != nil {
+		return Result{}, dst, o.Err
 	}
-	return out[0].Result, dst, nil
+	return o.Result, dst, nil
 }
 
 // identity is the result of a job without a transform (and of a transform

@@ -83,6 +83,7 @@ type jobRuntime struct {
 	pool    *pool
 	console *consoleLimiter
 	mem     *memWatch // nil: no memory bound
+	singles sync.Pool // of *single
 }
 
 // vm is one goja runtime with the file's module evaluated in it. It is used
@@ -98,11 +99,6 @@ type vm struct {
 	dateArg  [1]goja.Value // date's argument, reused (no slice per Date)
 	protos   struct{ oid, dec, bin, ts, re, opaque *goja.Object }
 	ctxs     map[Operation]*goja.Object
-	// trackedCtxs are the ctx of tracked calls without an
-	// updateDescription or lookups, one per operation, made on first use:
-	// such a ctx holds nothing of its call (its reads go to the vm's one
-	// callReads, as every tracked ctx's do), so one serves them all.
-	trackedCtxs map[Operation]*goja.Object
 	// bareSeesUpdate: the monstache-style function can see its updateDesc
 	// argument (seesArgument), so a tracked call counts as reading it.
 	bareSeesUpdate bool
@@ -125,8 +121,13 @@ type vm struct {
 	exited chan struct{}
 	slot   chan struct{}
 	runReq func()
-	req    callReq
-	out    []byte // the document a call wrote
+	// runEach runs eachRun as hand-off eachGen (hand sets them): one
+	// function for every hand-off, not one made for each.
+	runEach func()
+	eachRun *run
+	eachGen int
+	req     callReq
+	out     []byte // the document a call wrote
 	// crash is a panic that escaped what the goroutine ran (a bug).
 	crash any
 	// stop is set with every interrupt: built-ins that loop check it.
@@ -328,20 +329,6 @@ func (v *vm) ctx(j *Job, op Operation) (*goja.Object, error) {
 	return c, nil
 }
 
-// trackedCtx is the ctx of a tracked call of op without an
-// updateDescription or lookups (base: op's frozen ctx).
-func (v *vm) trackedCtx(base *goja.Object, op Operation) *goja.Object {
-	if c := v.trackedCtxs[op]; c != nil {
-		return c
-	}
-	if v.trackedCtxs == nil {
-		v.trackedCtxs = make(map[Operation]*goja.Object, 1)
-	}
-	c := v.rt.NewDynamicObject(&updateCtx{base: base, reads: &v.reads})
-	v.trackedCtxs[op] = c
-	return c
-}
-
 // updateCtx is the ctx of a call with an updateDescription (most of
 // follow's calls): a new object for each such call, since a transform may
 // keep its ctx. It is a host object because a plain one with its four
@@ -351,10 +338,10 @@ func (v *vm) trackedCtx(base *goja.Object, op Operation) *goja.Object {
 // unlike them it cannot be passed to Object.freeze (a TypeError too). Its
 // other fields are read from the frozen ctx of the same operation.
 //
-// A call whose reads are tracked (an update of a job with skipUnchanged)
-// always gets one, with or without an updateDescription (then it has no
-// such key, as the frozen ctx), so that reading the operation or the
-// updateDescription, or enumerating ctx, is seen (reads).
+// A call whose reads are tracked always gets one, so that reading the
+// operation or the updateDescription, or enumerating ctx, is seen
+// (reads); without an updateDescription (check's reads of a sample) it
+// has no such key, as the frozen ctx.
 type updateCtx struct {
 	base    *goja.Object
 	ud      goja.Value // nil: none
@@ -525,9 +512,7 @@ func (v *vm) run(j *Job, dst []byte, doc bson.Raw, idv bson.RawValue, op Operati
 		if cerr != nil {
 			return Result{}, dst, runErr(j, "transform", cerr)
 		}
-		if updateDesc == nil && tracked != nil && len(j.Lookups) == 0 {
-			c = v.trackedCtx(c, op)
-		} else if updateDesc != nil || tracked != nil || len(j.Lookups) > 0 {
+		if updateDesc != nil || tracked != nil || len(j.Lookups) > 0 {
 			cc := &updateCtx{base: c, reads: tracked}
 			if updateDesc != nil {
 				if cc.ud, err = in.doc(updateDesc, 0); err != nil {
