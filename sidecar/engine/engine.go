@@ -197,6 +197,13 @@ type Lease interface {
 	Held() error
 }
 
+// lossContext is implemented by a Lease whose loss is also a context,
+// cancelled when Lost closes (lease.Lease); fakes in tests may offer only
+// Lost.
+type lossContext interface {
+	Context() context.Context
+}
+
 // Engine runs search and mirror jobs: reindex and follow over a Sink. One
 // Engine serves every job; it holds no per-job state between calls (that
 // lives in MongoDB, see sidecar/jobstate).
@@ -572,8 +579,16 @@ func (e *Engine) KeepPresence(job *transform.Job) *Presence {
 // error as its cause as soon as the lease is lost: a loss is noticed when
 // the renewal says so (a process continued after a freeze may reach a
 // request first: the sinks' guard, sink.Guard, stops that one).
+//
+// A lease that offers its loss as a context (lossContext, as lease.Lease
+// does) is waited on with context.AfterFunc, which holds no goroutine
+// while the lease lasts: every running job has several such contexts.
 func leaseContext(ctx context.Context, l Lease) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
+	if lc, ok := l.(lossContext); ok {
+		unhook := context.AfterFunc(lc.Context(), func() { cancel(leaseErr(l)) })
+		return ctx, func() { unhook(); cancel(context.Canceled) }
+	}
 	go func() {
 		select {
 		case <-l.Lost():
