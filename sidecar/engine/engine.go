@@ -218,6 +218,9 @@ type Engine struct {
 	log       hclog.Logger
 	// resolver resolves the jobs' declared lookups on the prepare stage.
 	resolver *lookupResolver
+	// presence keeps the process's presence records of its jobs, all from
+	// one loop (presences).
+	presence *presences
 	// wait sleeps before attempt (from 0) of a read or write tried again.
 	wait func(ctx context.Context, attempt int) error
 
@@ -269,6 +272,7 @@ func New(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Coll
 		e.stateName = state.Name()
 	}
 	e.hubs = stream.NewHubs(e.stateName)
+	e.presence = newPresences(store, cfg.Process, cfg.PresenceInterval, logger)
 	return e
 }
 
@@ -569,10 +573,11 @@ func (e *Engine) Older(ctx context.Context, job *transform.Job) error {
 }
 
 // KeepPresence starts keeping this process's presence record of job (with
-// job's hash), refreshed every PresenceInterval, until the returned
-// Presence is closed: the rollout rule reads it in the other processes.
+// job's hash), written at once and refreshed every PresenceInterval with
+// the process's other records, until the returned Presence is closed: the
+// rollout rule reads it in the other processes.
 func (e *Engine) KeepPresence(job *transform.Job) *Presence {
-	return keepPresence(e.store, job, e.cfg.Process, e.cfg.PresenceInterval, e.log)
+	return e.presence.keep(job)
 }
 
 // leaseContext derives a context cancelled with the lease's LEASE_LOST
