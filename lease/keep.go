@@ -27,13 +27,8 @@ func (l *Lease) Keep(ctx context.Context) (context.Context, func()) {
 		defer l.keeps.Done()
 		defer close(done)
 		// Cancel the work as soon as the lease ends, whoever ends it.
-		go func() {
-			select {
-			case <-l.ended:
-				cancel(l.Err())
-			case <-kctx.Done():
-			}
-		}()
+		unhook := context.AfterFunc(l.held, func() { cancel(context.Cause(l.held)) })
+		defer unhook()
 		l.keepLoop(kctx)
 		if err := l.Err(); err != nil {
 			cancel(err) // before stop can cancel it with a plainer cause

@@ -244,17 +244,22 @@ type Lease struct {
 	mu        sync.Mutex
 	expiresAt time.Time // server time, from the last successful write
 	lastOK    time.Time // process clock when the last successful acquire/renewal was sent
-	ended     chan struct{}
-	endErr    error // LEASE_LOST: why it is no longer held
-	released  bool  // Release's write succeeded (or there was nothing to release)
-	keeps     sync.WaitGroup
+	// held is cancelled, with endErr as its cause, when the lease ends:
+	// whoever waits for the loss registers on it (context.AfterFunc)
+	// rather than parking a goroutine per wait.
+	held     context.Context
+	endHeld  context.CancelCauseFunc
+	endErr   error // LEASE_LOST: why it is no longer held
+	released bool  // Release's write succeeded (or there was nothing to release)
+	keeps    sync.WaitGroup
 }
 
 func newLease(m *Manager, name, nonce string, d leaseDoc, sent time.Time) *Lease {
+	held, end := context.WithCancelCause(context.Background())
 	return &Lease{
 		m: m, name: name, holder: d.Holder, nonce: nonce, epoch: d.Epoch,
 		acquiredAt: d.AcquiredAt, expiresAt: d.ExpiresAt, lastOK: sent,
-		ended: make(chan struct{}),
+		held: held, endHeld: end,
 	}
 }
 
@@ -282,7 +287,13 @@ func (l *Lease) ExpiresAt() time.Time {
 
 // Lost returns a channel closed once the lease is no longer held: lost
 // (taken over, expired, or unprovable) or released. Err says which.
-func (l *Lease) Lost() <-chan struct{} { return l.ended }
+func (l *Lease) Lost() <-chan struct{} { return l.held.Done() }
+
+// Context returns a context that is cancelled once the lease is no longer
+// held, with the LEASE_LOST *errs.Error (Err) as its context.Cause. It has
+// no deadline and carries no values; it is meant for context.AfterFunc,
+// which costs no goroutine while the lease lasts.
+func (l *Lease) Context() context.Context { return l.held }
 
 // Err returns nil while the lease is held, then the LEASE_LOST *errs.Error
 // saying why it is not.
@@ -308,7 +319,7 @@ func (l *Lease) end(reason error) bool {
 		return false
 	}
 	l.endErr = reason
-	close(l.ended)
+	l.endHeld(reason)
 	return true
 }
 

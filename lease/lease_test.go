@@ -248,6 +248,9 @@ func testTakenOverHolderLearnsAtNextRenewal(t *testing.T, e *env) {
 	default:
 		t.Fatal("Lost() not closed")
 	}
+	if c := context.Cause(la.Context()); c != la.Err() || !errors.Is(c, errs.ErrLeaseLost) {
+		t.Fatalf("the lease's context ended with %v, want its Err %v", c, la.Err())
+	}
 	if err := la.Confirm(ctxT(t)); !errors.Is(err, errs.ErrLeaseLost) {
 		t.Fatalf("Confirm of a lost lease: %v", err)
 	}
@@ -303,6 +306,9 @@ func testReleaseFreesOnlyItsOwnLeaseAndAtOnce(t *testing.T, e *env) {
 	}
 
 	la := e.acquire(a, "job")
+	if la.Context().Err() != nil {
+		t.Fatal("the context of a held lease is cancelled")
+	}
 	if err := la.Release(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -310,6 +316,9 @@ func testReleaseFreesOnlyItsOwnLeaseAndAtOnce(t *testing.T, e *env) {
 	case <-la.Lost():
 	default:
 		t.Fatal("Lost() not closed by Release")
+	}
+	if c := context.Cause(la.Context()); !errors.Is(c, errs.ErrLeaseLost) {
+		t.Fatalf("the released lease's context ended with %v, want LEASE_LOST", c)
 	}
 	// Released means free now, not at the old expiry.
 	lb := e.acquire(b, "job")

@@ -197,6 +197,13 @@ type Lease interface {
 	Held() error
 }
 
+// lossContext is implemented by a Lease whose loss is also a context,
+// cancelled when Lost closes (lease.Lease); fakes in tests may offer only
+// Lost.
+type lossContext interface {
+	Context() context.Context
+}
+
 // Engine runs search and mirror jobs: reindex and follow over a Sink. One
 // Engine serves every job; it holds no per-job state between calls (that
 // lives in MongoDB, see sidecar/jobstate).
@@ -211,6 +218,9 @@ type Engine struct {
 	log       hclog.Logger
 	// resolver resolves the jobs' declared lookups on the prepare stage.
 	resolver *lookupResolver
+	// presence keeps the process's presence records of its jobs, all from
+	// one loop (presences).
+	presence *presences
 	// wait sleeps before attempt (from 0) of a read or write tried again.
 	wait func(ctx context.Context, attempt int) error
 
@@ -262,6 +272,7 @@ func New(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Coll
 		e.stateName = state.Name()
 	}
 	e.hubs = stream.NewHubs(e.stateName)
+	e.presence = newPresences(store, cfg.Process, cfg.PresenceInterval, logger)
 	return e
 }
 
@@ -562,18 +573,27 @@ func (e *Engine) Older(ctx context.Context, job *transform.Job) error {
 }
 
 // KeepPresence starts keeping this process's presence record of job (with
-// job's hash), refreshed every PresenceInterval, until the returned
-// Presence is closed: the rollout rule reads it in the other processes.
+// job's hash), written at once and refreshed every PresenceInterval with
+// the process's other records, until the returned Presence is closed: the
+// rollout rule reads it in the other processes.
 func (e *Engine) KeepPresence(job *transform.Job) *Presence {
-	return keepPresence(e.store, job, e.cfg.Process, e.cfg.PresenceInterval, e.log)
+	return e.presence.keep(job)
 }
 
 // leaseContext derives a context cancelled with the lease's LEASE_LOST
 // error as its cause as soon as the lease is lost: a loss is noticed when
 // the renewal says so (a process continued after a freeze may reach a
 // request first: the sinks' guard, sink.Guard, stops that one).
+//
+// A lease that offers its loss as a context (lossContext, as lease.Lease
+// does) is waited on with context.AfterFunc, which holds no goroutine
+// while the lease lasts: every running job has several such contexts.
 func leaseContext(ctx context.Context, l Lease) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
+	if lc, ok := l.(lossContext); ok {
+		unhook := context.AfterFunc(lc.Context(), func() { cancel(leaseErr(l)) })
+		return ctx, func() { unhook(); cancel(context.Canceled) }
+	}
 	go func() {
 		select {
 		case <-l.Lost():

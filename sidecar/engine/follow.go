@@ -125,19 +125,9 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 		return f.fanPending.Load(), f.waiting.Load()
 	})
 	f.p.dog = f.dog
-	wctx, wstop := context.WithCancel(ctx)
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		e.watch(wctx, f.dog, job.Name, stats, log)
-	}()
+	defer e.watch(ctx, f.dog, job.Name, stats, log)()
 	f.lagc = newLagClock(f.tok)
-	clocked := make(chan struct{})
-	go func() {
-		defer close(clocked)
-		e.clock(wctx, f.lagc, f.dog, stats)
-	}()
-	defer func() { wstop(); <-watched; <-clocked }()
+	defer e.clock(ctx, f.lagc, f.dog, stats)()
 	set, err := loadSet(ctx, e.store, job.Name, e.obs)
 	if err != nil {
 		f.p.Abort(err)

@@ -147,18 +147,12 @@ func (e *Engine) sourceTime(ctx context.Context) (bson.Timestamp, bool) {
 	return c.ts, ok
 }
 
-// clock keeps the job's unread lag in stats until ctx ends: every
+// clock keeps the job's unread lag in stats until ctx ends or stop is
+// called: every
 // lagInterval the source's newest cluster time against what is durable.
 // A source that does not answer keeps the last time it gave.
-func (e *Engine) clock(ctx context.Context, c *lagClock, w *watchdog, stats *status.JobStats) {
-	t := time.NewTicker(lagInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+func (e *Engine) clock(ctx context.Context, c *lagClock, w *watchdog, stats *status.JobStats) (stop func()) {
+	return ticking(ctx, lagInterval, func(time.Time) {
 		qctx, cancel := context.WithTimeout(ctx, 2*lagInterval)
 		ts, ok := e.sourceTime(qctx)
 		cancel()
@@ -170,5 +164,5 @@ func (e *Engine) clock(ctx context.Context, c *lagClock, w *watchdog, stats *sta
 			c.mu.Unlock()
 		}
 		stats.LagUnread(c.unread(w.idleNow()))
-	}
+	}, nil)
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/internal/testutil"
@@ -209,4 +211,71 @@ func TestAbandonedStagedIndexIsDeletedWhenTheReindexStartsOver(t *testing.T) {
 			t.Fatal("want items_v2 alone, without staged indexes")
 		}
 	})
+}
+
+// A process keeps all of its jobs' presence records from one loop: many
+// kept records cost no goroutine each, each record is still written at once
+// and refreshed every interval by the server's clock, and one closed record
+// is deleted while the others go on being refreshed.
+func TestAProcessRefreshesAllItsPresenceRecordsFromOneLoop(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.Process = "pod-a"
+	e.cfg.PresenceInterval = 200 * time.Millisecond
+	eng := e.engine()
+	base := e.job(itemsJS)
+	const jobs = 40
+	before := runtime.NumGoroutine()
+	var kept []*engine.Presence
+	for i := range jobs {
+		job := *base
+		job.Name = fmt.Sprintf("items%02d", i)
+		kept = append(kept, eng.KeepPresence(&job))
+	}
+	defer func() {
+		for _, p := range kept {
+			p.Close()
+		}
+	}()
+	records := func(filter bson.D) int64 {
+		n, _ := e.state.CountDocuments(e.ctx, append(bson.D{{Key: "_id.process", Value: "pod-a"}}, filter...))
+		return n
+	}
+	var n int64
+	testutil.Until(t, hangBound, "every job's record written", func() bool {
+		n = records(nil)
+		return n == jobs
+	}, func() string { return fmt.Sprintf("%d of %d records", n, jobs) })
+	if grown := runtime.NumGoroutine() - before; grown >= jobs/2 {
+		t.Fatalf("%d goroutines more for %d kept presence records, want a few for the process", grown, jobs)
+	}
+
+	// Refreshed: every record's server date moves past the moment all
+	// were first seen.
+	var at struct {
+		At time.Time `bson:"at"`
+	}
+	if err := e.state.FindOne(e.ctx, bson.D{{Key: "_id.process", Value: "pod-a"}},
+		options.FindOne().SetSort(bson.D{{Key: "at", Value: -1}})).Decode(&at); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Until(t, hangBound, "every record refreshed", func() bool {
+		n = records(bson.D{{Key: "at", Value: bson.D{{Key: "$gt", Value: at.At}}}})
+		return n == jobs
+	}, func() string { return fmt.Sprintf("%d of %d records refreshed", n, jobs) })
+
+	kept[0].Close()
+	if got := records(bson.D{{Key: "_id.presence", Value: "items00"}}); got != 0 {
+		t.Fatalf("%d records of a closed presence", got)
+	}
+	if err := e.state.FindOne(e.ctx, bson.D{{Key: "_id.process", Value: "pod-a"}},
+		options.FindOne().SetSort(bson.D{{Key: "at", Value: -1}})).Decode(&at); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Until(t, hangBound, "the other records refreshed after one closed", func() bool {
+		n = records(bson.D{{Key: "at", Value: bson.D{{Key: "$gt", Value: at.At}}}})
+		return n == jobs-1
+	}, func() string { return fmt.Sprintf("%d of %d records refreshed", n, jobs-1) })
+	if got := records(bson.D{{Key: "_id.presence", Value: "items00"}}); got != 0 {
+		t.Fatalf("a closed presence's record written again (%d)", got)
+	}
 }

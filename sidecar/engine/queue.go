@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"time"
 
 	"github.com/meilistream/meilistream/sidecar/sink"
@@ -27,23 +28,6 @@ func (e *Engine) watchQueue(job string, dst sink.Sink, stats *status.JobStats) (
 			o.ObserveQueue(job, tasks, bytes)
 		}
 	}
-	done, ended := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(ended)
-		t := time.NewTicker(lagInterval)
-		defer t.Stop()
-		for {
-			publish()
-			select {
-			case <-t.C:
-			case <-done:
-				publish()
-				return
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-ended
-	}
+	publish()
+	return ticking(context.Background(), lagInterval, func(time.Time) { publish() }, publish)
 }

@@ -154,37 +154,30 @@ func (w *watchdog) pendingText(fan int64, marks int32) string {
 	return strings.Join(parts, ", ")
 }
 
-// watch runs the job's watchdog until ctx ends, telling stats, the
-// observer and the log what it finds; at its end the job is no longer
-// stalled.
-func (e *Engine) watch(ctx context.Context, w *watchdog, job string, stats *status.JobStats, log hclog.Logger) {
-	t := time.NewTicker(watchInterval)
-	defer t.Stop()
-	defer func() {
+// watch runs the job's watchdog until ctx ends or stop is called, telling
+// stats, the observer and the log what it finds; at its end the job is no
+// longer stalled.
+func (e *Engine) watch(ctx context.Context, w *watchdog, job string, stats *status.JobStats, log hclog.Logger) (stop func()) {
+	check := func(now time.Time) {
+		st, changed := w.check(now)
+		stats.Update(func(s *status.JobSnapshot) { s.Stall = st })
+		if !changed {
+			return
+		}
+		e.obs.ObserveWatchdog(job, st != nil)
+		if st != nil {
+			log.Warn("job stalled: its pending work has not moved; check the destination and the source (/status shows what is pending)",
+				"pending", st.Pending, "since", st.Since.UTC().Format(time.RFC3339Nano), "bound", time.Duration(st.BoundSeconds*float64(time.Second)))
+		} else {
+			log.Info("job no longer stalled: its pending work moves again")
+		}
+	}
+	return ticking(ctx, watchInterval, check, func() {
 		if stats.Snapshot().Stall != nil {
 			stats.Update(func(s *status.JobSnapshot) { s.Stall = nil })
 			e.obs.ObserveWatchdog(job, false)
 		}
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			st, changed := w.check(now)
-			stats.Update(func(s *status.JobSnapshot) { s.Stall = st })
-			if !changed {
-				continue
-			}
-			e.obs.ObserveWatchdog(job, st != nil)
-			if st != nil {
-				log.Warn("job stalled: its pending work has not moved; check the destination and the source (/status shows what is pending)",
-					"pending", st.Pending, "since", st.Since.UTC().Format(time.RFC3339Nano), "bound", time.Duration(st.BoundSeconds*float64(time.Second)))
-			} else {
-				log.Info("job no longer stalled: its pending work moves again")
-			}
-		}
-	}
+	})
 }
 
 // Submit hands fl to the pipe, reporting it to the watchdog, and its

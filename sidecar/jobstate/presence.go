@@ -48,29 +48,52 @@ type Presence struct {
 // with hash, waiting for the reason given ("" when it is not), live for
 // live from now by the server's clock.
 func (s *Store) MarkPresent(ctx context.Context, job, process, hash, waiting string, live time.Duration) error {
+	return s.MarkPresentAll(ctx, process, []Mark{{Job: job, Hash: hash, Waiting: waiting}}, live)
+}
+
+// Mark is what a presence record says of one job: the hash this process
+// runs it with and why it stands by ("" when it does not).
+type Mark struct {
+	Job, Hash, Waiting string
+}
+
+// MarkPresentAll writes process's presence records of every job in marks,
+// each as MarkPresent would, in one unordered bulk write: a process
+// refreshes all of its records at once. A failure names the job when
+// there is one.
+func (s *Store) MarkPresentAll(ctx context.Context, process string, marks []Mark, live time.Duration) error {
+	if len(marks) == 0 {
+		return nil
+	}
+	job := ""
+	if len(marks) == 1 {
+		job = marks[0].Job
+	}
 	now, err := readClock(ctx, s.state, s.form)
 	if err != nil {
 		return errs.Wrap(errs.Failed, job, err, "record that this process runs the job")
 	}
-	if now != nil {
-		update := bson.D{
-			{Key: "$set", Value: bson.D{{Key: "hash", Value: hash}, {Key: "waiting", Value: waiting}, {Key: "liveUntil", Value: now.Add(live)}}},
-			{Key: "$currentDate", Value: bson.D{{Key: "at", Value: true}}},
+	models := make([]mongo.WriteModel, 0, len(marks))
+	for _, m := range marks {
+		var update any
+		if now != nil {
+			update = bson.D{
+				{Key: "$set", Value: bson.D{{Key: "hash", Value: m.Hash}, {Key: "waiting", Value: m.Waiting}, {Key: "liveUntil", Value: now.Add(live)}}},
+				{Key: "$currentDate", Value: bson.D{{Key: "at", Value: true}}},
+			}
+		} else {
+			update = mongo.Pipeline{{{Key: "$set", Value: bson.D{
+				{Key: "hash", Value: bson.D{{Key: "$literal", Value: m.Hash}}},
+				{Key: "waiting", Value: bson.D{{Key: "$literal", Value: m.Waiting}}},
+				{Key: "at", Value: "$$NOW"},
+				{Key: "liveUntil", Value: bson.D{{Key: "$add", Value: bson.A{"$$NOW", live.Milliseconds()}}}},
+			}}}}
 		}
-		if _, err := s.state.UpdateOne(ctx, bson.D{{Key: "_id", Value: presenceKey(job, process)}}, update, options.UpdateOne().SetUpsert(true)); err != nil {
-			return errs.Wrap(errs.Failed, job, err, "record that this process runs the job")
-		}
-		return nil
+		models = append(models, mongo.NewUpdateOneModel().
+			SetFilter(bson.D{{Key: "_id", Value: presenceKey(m.Job, process)}}).
+			SetUpdate(update).SetUpsert(true))
 	}
-	set := bson.D{
-		{Key: "hash", Value: bson.D{{Key: "$literal", Value: hash}}},
-		{Key: "waiting", Value: bson.D{{Key: "$literal", Value: waiting}}},
-		{Key: "at", Value: "$$NOW"},
-		{Key: "liveUntil", Value: bson.D{{Key: "$add", Value: bson.A{"$$NOW", live.Milliseconds()}}}},
-	}
-	_, err = s.state.UpdateOne(ctx, bson.D{{Key: "_id", Value: presenceKey(job, process)}},
-		mongo.Pipeline{{{Key: "$set", Value: set}}}, options.UpdateOne().SetUpsert(true))
-	if err != nil {
+	if _, err := s.state.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
 		return errs.Wrap(errs.Failed, job, err, "record that this process runs the job")
 	}
 	return nil
