@@ -543,6 +543,12 @@ const (
 // nothing to claim, or the job paused, it polls, backing off. paused is
 // shared by the process's claimants of job, so that one of them says when
 // they stop for a pause and when they go on.
+//
+// A chunk's last steps (its result, its high mark, its slot given back)
+// are round trips to MongoDB that need none of the process's CPU: they go
+// on while the claimant claims, reads and transforms its next chunk, one
+// chunk's at a time. The claimant then holds two slots for a moment, each
+// by a claim of its own, so the slot index still bounds the claims.
 func (e *Engine) claimLoop(ctx context.Context, job *transform.Job, sh *sharedReindex, stats *status.JobStats, paused *atomic.Bool) {
 	log := e.log.With("job", job.Name)
 	poll := claimPollFirst
@@ -555,6 +561,32 @@ func (e *Engine) claimLoop(ctx context.Context, job *transform.Job, sh *sharedRe
 	}
 	var said time.Time
 	done := 0
+	warn := func(err error) {
+		if err != nil && !errors.Is(err, jobstate.ErrClaimLost) && ctx.Err() == nil && time.Since(said) > time.Minute {
+			said = time.Now()
+			log.Warn("a chunk of the shared reindex could not be done here; another process will", "error", err)
+		}
+	}
+	// finishing is the last steps of the claimant's previous chunk, under
+	// way: its seq, and its error once they are over.
+	var finishing chan error
+	var finishingSeq int64
+	finished := func(err error) {
+		finishing = nil
+		if err != nil {
+			warn(err)
+			return
+		}
+		stats.Update(func(s *status.JobSnapshot) { s.Chunks++ })
+		if done++; done == 1 {
+			log.Info("did a chunk of the job's shared reindex", "seq", finishingSeq)
+		}
+	}
+	defer func() {
+		if finishing != nil {
+			finished(<-finishing)
+		}
+	}()
 	for ctx.Err() == nil {
 		c, err := e.store.ClaimChunk(ctx, job.Name, job.Hash, e.cfg.Process, e.slotTTL(), minAge)
 		if notePause(log, job.Name, paused, c, err) {
@@ -567,30 +599,38 @@ func (e *Engine) claimLoop(ctx context.Context, job *transform.Job, sh *sharedRe
 			continue
 		}
 		if errors.Is(err, jobstate.ErrSlotsBusy) {
-			// A reindex runs: a slot frees as soon as a chunk is done.
+			// A reindex runs: a slot frees as soon as a chunk is done,
+			// the claimant's own previous one among them.
 			poll = claimPollFirst
-			if sleep(ctx, claimPollBusy) != nil {
+			t := time.NewTimer(claimPollBusy)
+			select {
+			case <-ctx.Done():
+				t.Stop()
 				return
+			case err := <-finishing:
+				finished(err)
+			case <-t.C:
 			}
+			t.Stop()
 			continue
 		}
 		if err == nil && c != nil {
 			poll = claimPollFirst
-			err = e.doClaim(ctx, job, sh, c)
+			var finish func() error
+			finish, err = e.doClaim(ctx, job, sh, c)
 			if err == nil {
-				stats.Update(func(s *status.JobSnapshot) { s.Chunks++ })
-				if done++; done == 1 {
-					log.Info("did a chunk of the job's shared reindex", "seq", c.Seq)
+				if finishing != nil {
+					finished(<-finishing)
 				}
+				finishing, finishingSeq = make(chan error, 1), c.Seq
+				go func(ch chan<- error) { ch <- finish() }(finishing)
+				continue
 			}
-			if err == nil || errors.Is(err, jobstate.ErrClaimLost) {
+			if errors.Is(err, jobstate.ErrClaimLost) {
 				continue
 			}
 		}
-		if err != nil && ctx.Err() == nil && time.Since(said) > time.Minute {
-			said = time.Now()
-			log.Warn("a chunk of the shared reindex could not be done here; another process will", "error", err)
-		}
+		warn(err)
 		if sleep(ctx, poll) != nil {
 			return
 		}
@@ -616,12 +656,13 @@ func notePause(log hclog.Logger, job string, paused *atomic.Bool, c *jobstate.Cl
 	return false
 }
 
-// doClaim does claim c: the low mark, the read by _id, the transform and
-// its encoding, the result (fenced), the high mark. The claim is renewed
-// meanwhile; lost, the work stops and writes no high mark.
-func (e *Engine) doClaim(ctx context.Context, job *transform.Job, sh *sharedReindex, c *jobstate.Claim) (err error) {
+// doClaim does claim c up to its transform: the low mark, the read by _id,
+// the transform and its encoding. It returns the rest, to be called once:
+// the result (fenced), the high mark, the slot given back. The claim is
+// renewed until the rest is over; lost, the work stops and writes no high
+// mark.
+func (e *Engine) doClaim(ctx context.Context, job *transform.Job, sh *sharedReindex, c *jobstate.Claim) (finish func() error, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	renewed := make(chan struct{})
 	go func() {
 		defer close(renewed)
@@ -639,31 +680,46 @@ func (e *Engine) doClaim(ctx context.Context, job *transform.Job, sh *sharedRein
 			}
 		}
 	}()
-	defer func() { cancel(nil); <-renewed }()
-	defer func() {
+	var end func()
+	// over ends the claim's work: the session, the slot given back when
+	// the chunk was not done (another claim does it at once), the renewal.
+	over := func(err error) error {
+		if end != nil {
+			end()
+		}
 		if err != nil && !errors.Is(err, jobstate.ErrClaimLost) {
 			_ = e.store.ReleaseClaim(context.WithoutCancel(ctx), c)
 		}
-	}()
+		cancel(nil)
+		<-renewed
+		return err
+	}
 	src := Source{DB: e.source, State: e.stateName, Job: job, Log: e.log.With("job", job.Name), Wait: e.wait,
 		Blame: func(_ context.Context, err error) error { return err }}
 	ch := newChain(src, "shared reindex")
-	sctx, marks, end, err := ch.session(ctx)
+	sctx, marks, endSession, err := ch.session(ctx)
 	if err != nil {
-		return err
+		return nil, over(err)
 	}
-	defer end()
+	end = endSession
 	if err := writeMark(sctx, marks, job.Name, claimMark(c.Run, c.Seq, c.Token, "lo")); err != nil {
-		return orCause(ctx, err)
+		return nil, over(orCause(ctx, err))
 	}
 	read, err := ch.readIDs(sctx, c.IDs)
 	if err != nil {
-		return orCause(ctx, err)
+		return nil, over(orCause(ctx, err))
 	}
 	r, err := e.transformChunk(ctx, job, read.Items)
 	if err != nil {
-		return orCause(ctx, err)
+		return nil, over(orCause(ctx, err))
 	}
+	return func() error { return over(e.submitClaim(ctx, sctx, marks, job, sh, c, r)) }, nil
+}
+
+// submitClaim hands claim c's result r over: kept in memory for the
+// holder's own claim, else written to MongoDB (fenced), then the high
+// mark in the claim's session, then its slot is given back.
+func (e *Engine) submitClaim(ctx, sctx context.Context, marks *mongo.Collection, job *transform.Job, sh *sharedReindex, c *jobstate.Claim, r *jobstate.ChunkResult) error {
 	if sh != nil && sh.run == c.Run {
 		if err := e.store.CheckClaim(ctx, c); err != nil {
 			return err
