@@ -126,6 +126,19 @@ func (e *Engine) sharePlan(ctx context.Context, jc jobConfig) bool {
 // for other pods running its transform, to share what is left of it.
 const shareCheckEvery = time.Second
 
+// sharedChunkSize is how many documents a chunk of a shared reindex
+// holds: two pages. A chunk costs some fifteen round trips to MongoDB
+// whatever its size (its claim, two marks, its result, its slot given
+// back; the holder's publish, read and delete of it), which on a busy
+// server take longer than a claimant at a sidecar's usual CPU limit
+// takes to transform half a page: with two pages they are a small part
+// of each chunk's time. Search documents of up to 2 KB keep a result of
+// the default page size under jobstate.MaxChunkResultBytes; larger ones want a
+// smaller page (a result too large is transformed by the holder itself).
+func sharedChunkSize(pageSize int) int {
+	return max(1, 2*pageSize)
+}
+
 // join says whether the reindex is to be shared from its next chunk on:
 // another live pod runs the job's transform (its presence record) and the
 // slot index is there. Asked at most every shareCheckEvery; a pod that
@@ -150,7 +163,7 @@ func (sh *sharedReindex) join(ctx context.Context) bool {
 	// chunk waits published while its last is handed over.
 	w := sh.s.win
 	w.mu.Lock()
-	w.max = max(w.max, 2*sh.parallel*PartSize(sh.s.opts.PageSize))
+	w.max = max(w.max, 2*sh.parallel*sharedChunkSize(sh.s.opts.PageSize))
 	close(w.wake)
 	w.wake = make(chan struct{})
 	w.mu.Unlock()
@@ -304,7 +317,7 @@ func (s *Reindex) readShared(ctx, sctx context.Context, marks *mongo.Collection,
 	sh.stopLocal = sh.e.startClaims(ctx, s.src.Job, sh, 1, s.opts.Stats)
 	defer sh.stopLocal()
 	walk := &Chain{src: s.src, coll: s.coll, what: "reindex", idsOnly: true}
-	size := PartSize(s.opts.PageSize)
+	size := sharedChunkSize(s.opts.PageSize)
 	for seq := int64(0); ; {
 		if err := s.win.acquire(ctx, p, size); err != nil {
 			return err
