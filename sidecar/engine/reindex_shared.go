@@ -513,7 +513,11 @@ func (e *Engine) HelpReindex(ctx context.Context, job *transform.Job, stats *sta
 	if e.jobCfg(job).ReindexParallel <= 1 || e.cfg.Process == "" {
 		return
 	}
-	stop := e.startClaims(ctx, job, nil, 2, stats)
+	// One claimant: it transforms one chunk at a time, and writes the one
+	// before meanwhile. A second one would split the process's CPU (a
+	// sidecar's limit is a fraction of a core) between two chunks and hold
+	// their slots twice as long, slots the other pods could use.
+	stop := e.startClaims(ctx, job, nil, 1, stats)
 	<-ctx.Done()
 	stop()
 }
