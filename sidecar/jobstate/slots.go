@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/meilistream/meilistream/internal/errs"
 )
@@ -156,10 +158,7 @@ func (s *Store) PublishChunk(ctx context.Context, l Fence, c SharedChunk) error 
 	if err := l.Err(); err != nil {
 		return err
 	}
-	ids := make(bson.A, len(c.IDs))
-	for i, id := range c.IDs {
-		ids[i] = id
-	}
+	ids := rawArray(c.IDs)
 	set := bson.D{
 		{Key: "job", Value: bson.D{{Key: "$literal", Value: c.Job}}}, {Key: "hash", Value: bson.D{{Key: "$literal", Value: c.Hash}}},
 		{Key: "parallel", Value: c.Parallel}, {Key: "ids", Value: bson.D{{Key: "$literal", Value: ids}}},
@@ -171,6 +170,21 @@ func (s *Store) PublishChunk(ctx context.Context, l Fence, c SharedChunk) error 
 		return errs.Wrap(errs.Failed, c.Job, err, "publish chunk %d of the shared reindex", c.Seq)
 	}
 	return nil
+}
+
+// rawArray is ids as one BSON array, copied value by value: a chunk's
+// thousands of _ids encoded by reflection, one interface value each, cost
+// the holder a sixth of its CPU in a shared reindex.
+func rawArray(ids []bson.RawValue) bson.RawValue {
+	at, b := bsoncore.AppendArrayStart(make([]byte, 0, 16+len(ids)*24))
+	for i, id := range ids {
+		// An element: its type, its key (the index) as a C string, its value.
+		b = append(b, byte(id.Type))
+		b = strconv.AppendInt(b, int64(i), 10)
+		b = append(append(b, 0), id.Value...)
+	}
+	b, _ = bsoncore.AppendArrayEnd(b, at)
+	return bson.RawValue{Type: bson.TypeArray, Value: b}
 }
 
 // reap frees the job's claims whose lease lapsed by the server's clock.
@@ -377,7 +391,7 @@ func (s *Store) CheckClaim(ctx context.Context, c *Claim) error {
 // per write, cheap to encode for the claimant and to decode for the
 // holder.
 func resultDoc(c *Claim, r *ChunkResult) bson.D {
-	ids := make(bson.A, len(r.Writes))
+	ids := make([]bson.RawValue, len(r.Writes))
 	kinds := make([]byte, len(r.Writes))
 	var size int
 	for _, w := range r.Writes {
@@ -402,7 +416,7 @@ func resultDoc(c *Claim, r *ChunkResult) bson.D {
 	}
 	return bson.D{
 		{Key: "_id", Value: resultKey(c.Job, c.Run, c.Seq, c.Token)},
-		{Key: "ids", Value: ids}, {Key: "kinds", Value: bson.Binary{Data: kinds}}, {Key: "body", Value: bson.Binary{Data: body}},
+		{Key: "ids", Value: rawArray(ids)}, {Key: "kinds", Value: bson.Binary{Data: kinds}}, {Key: "body", Value: bson.Binary{Data: body}},
 		{Key: "errors", Value: bad}, {Key: "skipped", Value: r.Skipped}, {Key: "tooLarge", Value: r.TooLarge},
 	}
 }
