@@ -126,6 +126,19 @@ func (e *Engine) sharePlan(ctx context.Context, jc jobConfig) bool {
 // for other pods running its transform, to share what is left of it.
 const shareCheckEvery = time.Second
 
+// sharedChunkSize is how many documents a chunk of a shared reindex
+// holds: two pages. A chunk costs some fifteen round trips to MongoDB
+// whatever its size (its claim, two marks, its result, its slot given
+// back; the holder's publish, read and delete of it), which on a busy
+// server take longer than a claimant at a sidecar's usual CPU limit
+// takes to transform half a page: with two pages they are a small part
+// of each chunk's time. Search documents of up to 2 KB keep a result of
+// the default page size under jobstate.MaxChunkResultBytes; larger ones want a
+// smaller page (a result too large is transformed by the holder itself).
+func sharedChunkSize(pageSize int) int {
+	return max(1, 2*pageSize)
+}
+
 // join says whether the reindex is to be shared from its next chunk on:
 // another live pod runs the job's transform (its presence record) and the
 // slot index is there. Asked at most every shareCheckEvery; a pod that
@@ -150,7 +163,7 @@ func (sh *sharedReindex) join(ctx context.Context) bool {
 	// chunk waits published while its last is handed over.
 	w := sh.s.win
 	w.mu.Lock()
-	w.max = max(w.max, 2*sh.parallel*PartSize(sh.s.opts.PageSize))
+	w.max = max(w.max, 2*sh.parallel*sharedChunkSize(sh.s.opts.PageSize))
 	close(w.wake)
 	w.wake = make(chan struct{})
 	w.mu.Unlock()
@@ -304,7 +317,7 @@ func (s *Reindex) readShared(ctx, sctx context.Context, marks *mongo.Collection,
 	sh.stopLocal = sh.e.startClaims(ctx, s.src.Job, sh, 1, s.opts.Stats)
 	defer sh.stopLocal()
 	walk := &Chain{src: s.src, coll: s.coll, what: "reindex", idsOnly: true}
-	size := PartSize(s.opts.PageSize)
+	size := sharedChunkSize(s.opts.PageSize)
 	for seq := int64(0); ; {
 		if err := s.win.acquire(ctx, p, size); err != nil {
 			return err
@@ -500,7 +513,11 @@ func (e *Engine) HelpReindex(ctx context.Context, job *transform.Job, stats *sta
 	if e.jobCfg(job).ReindexParallel <= 1 || e.cfg.Process == "" {
 		return
 	}
-	stop := e.startClaims(ctx, job, nil, 2, stats)
+	// One claimant: it transforms one chunk at a time, and writes the one
+	// before meanwhile. A second one would split the process's CPU (a
+	// sidecar's limit is a fraction of a core) between two chunks and hold
+	// their slots twice as long, slots the other pods could use.
+	stop := e.startClaims(ctx, job, nil, 1, stats)
 	<-ctx.Done()
 	stop()
 }
@@ -543,6 +560,12 @@ const (
 // nothing to claim, or the job paused, it polls, backing off. paused is
 // shared by the process's claimants of job, so that one of them says when
 // they stop for a pause and when they go on.
+//
+// A chunk's last steps (its result, its high mark, its slot given back)
+// are round trips to MongoDB that need none of the process's CPU: they go
+// on while the claimant claims, reads and transforms its next chunk, one
+// chunk's at a time. The claimant then holds two slots for a moment, each
+// by a claim of its own, so the slot index still bounds the claims.
 func (e *Engine) claimLoop(ctx context.Context, job *transform.Job, sh *sharedReindex, stats *status.JobStats, paused *atomic.Bool) {
 	log := e.log.With("job", job.Name)
 	poll := claimPollFirst
@@ -555,6 +578,32 @@ func (e *Engine) claimLoop(ctx context.Context, job *transform.Job, sh *sharedRe
 	}
 	var said time.Time
 	done := 0
+	warn := func(err error) {
+		if err != nil && !errors.Is(err, jobstate.ErrClaimLost) && ctx.Err() == nil && time.Since(said) > time.Minute {
+			said = time.Now()
+			log.Warn("a chunk of the shared reindex could not be done here; another process will", "error", err)
+		}
+	}
+	// finishing is the last steps of the claimant's previous chunk, under
+	// way: its seq, and its error once they are over.
+	var finishing chan error
+	var finishingSeq int64
+	finished := func(err error) {
+		finishing = nil
+		if err != nil {
+			warn(err)
+			return
+		}
+		stats.Update(func(s *status.JobSnapshot) { s.Chunks++ })
+		if done++; done == 1 {
+			log.Info("did a chunk of the job's shared reindex", "seq", finishingSeq)
+		}
+	}
+	defer func() {
+		if finishing != nil {
+			finished(<-finishing)
+		}
+	}()
 	for ctx.Err() == nil {
 		c, err := e.store.ClaimChunk(ctx, job.Name, job.Hash, e.cfg.Process, e.slotTTL(), minAge)
 		if notePause(log, job.Name, paused, c, err) {
@@ -567,30 +616,38 @@ func (e *Engine) claimLoop(ctx context.Context, job *transform.Job, sh *sharedRe
 			continue
 		}
 		if errors.Is(err, jobstate.ErrSlotsBusy) {
-			// A reindex runs: a slot frees as soon as a chunk is done.
+			// A reindex runs: a slot frees as soon as a chunk is done,
+			// the claimant's own previous one among them.
 			poll = claimPollFirst
-			if sleep(ctx, claimPollBusy) != nil {
+			t := time.NewTimer(claimPollBusy)
+			select {
+			case <-ctx.Done():
+				t.Stop()
 				return
+			case err := <-finishing:
+				finished(err)
+			case <-t.C:
 			}
+			t.Stop()
 			continue
 		}
 		if err == nil && c != nil {
 			poll = claimPollFirst
-			err = e.doClaim(ctx, job, sh, c)
+			var finish func() error
+			finish, err = e.doClaim(ctx, job, sh, c)
 			if err == nil {
-				stats.Update(func(s *status.JobSnapshot) { s.Chunks++ })
-				if done++; done == 1 {
-					log.Info("did a chunk of the job's shared reindex", "seq", c.Seq)
+				if finishing != nil {
+					finished(<-finishing)
 				}
+				finishing, finishingSeq = make(chan error, 1), c.Seq
+				go func(ch chan<- error) { ch <- finish() }(finishing)
+				continue
 			}
-			if err == nil || errors.Is(err, jobstate.ErrClaimLost) {
+			if errors.Is(err, jobstate.ErrClaimLost) {
 				continue
 			}
 		}
-		if err != nil && ctx.Err() == nil && time.Since(said) > time.Minute {
-			said = time.Now()
-			log.Warn("a chunk of the shared reindex could not be done here; another process will", "error", err)
-		}
+		warn(err)
 		if sleep(ctx, poll) != nil {
 			return
 		}
@@ -616,12 +673,13 @@ func notePause(log hclog.Logger, job string, paused *atomic.Bool, c *jobstate.Cl
 	return false
 }
 
-// doClaim does claim c: the low mark, the read by _id, the transform and
-// its encoding, the result (fenced), the high mark. The claim is renewed
-// meanwhile; lost, the work stops and writes no high mark.
-func (e *Engine) doClaim(ctx context.Context, job *transform.Job, sh *sharedReindex, c *jobstate.Claim) (err error) {
+// doClaim does claim c up to its transform: the low mark, the read by _id,
+// the transform and its encoding. It returns the rest, to be called once:
+// the result (fenced), the high mark, the slot given back. The claim is
+// renewed until the rest is over; lost, the work stops and writes no high
+// mark.
+func (e *Engine) doClaim(ctx context.Context, job *transform.Job, sh *sharedReindex, c *jobstate.Claim) (finish func() error, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	renewed := make(chan struct{})
 	go func() {
 		defer close(renewed)
@@ -639,31 +697,46 @@ func (e *Engine) doClaim(ctx context.Context, job *transform.Job, sh *sharedRein
 			}
 		}
 	}()
-	defer func() { cancel(nil); <-renewed }()
-	defer func() {
+	var end func()
+	// over ends the claim's work: the session, the slot given back when
+	// the chunk was not done (another claim does it at once), the renewal.
+	over := func(err error) error {
+		if end != nil {
+			end()
+		}
 		if err != nil && !errors.Is(err, jobstate.ErrClaimLost) {
 			_ = e.store.ReleaseClaim(context.WithoutCancel(ctx), c)
 		}
-	}()
+		cancel(nil)
+		<-renewed
+		return err
+	}
 	src := Source{DB: e.source, State: e.stateName, Job: job, Log: e.log.With("job", job.Name), Wait: e.wait,
 		Blame: func(_ context.Context, err error) error { return err }}
 	ch := newChain(src, "shared reindex")
-	sctx, marks, end, err := ch.session(ctx)
+	sctx, marks, endSession, err := ch.session(ctx)
 	if err != nil {
-		return err
+		return nil, over(err)
 	}
-	defer end()
+	end = endSession
 	if err := writeMark(sctx, marks, job.Name, claimMark(c.Run, c.Seq, c.Token, "lo")); err != nil {
-		return orCause(ctx, err)
+		return nil, over(orCause(ctx, err))
 	}
 	read, err := ch.readIDs(sctx, c.IDs)
 	if err != nil {
-		return orCause(ctx, err)
+		return nil, over(orCause(ctx, err))
 	}
 	r, err := e.transformChunk(ctx, job, read.Items)
 	if err != nil {
-		return orCause(ctx, err)
+		return nil, over(orCause(ctx, err))
 	}
+	return func() error { return over(e.submitClaim(ctx, sctx, marks, job, sh, c, r)) }, nil
+}
+
+// submitClaim hands claim c's result r over: kept in memory for the
+// holder's own claim, else written to MongoDB (fenced), then the high
+// mark in the claim's session, then its slot is given back.
+func (e *Engine) submitClaim(ctx, sctx context.Context, marks *mongo.Collection, job *transform.Job, sh *sharedReindex, c *jobstate.Claim, r *jobstate.ChunkResult) error {
 	if sh != nil && sh.run == c.Run {
 		if err := e.store.CheckClaim(ctx, c); err != nil {
 			return err
