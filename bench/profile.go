@@ -37,8 +37,9 @@ import (
 
 // The heap at the process's peak: every 10 ms the memory the runtime holds
 // from the system (mapped, less what it gave back) is read; at each new
-// peak (by 1 MiB) the heap profile and the memory classes are written
-// again, so what is left is the peak's. The heap profile is as of the
+// peak (by 2 MiB, at most every 200 ms: writing a profile allocates too,
+// and so moves the peak it measures) the heap profile and the memory
+// classes are written again, so what is left is the peak's. The heap profile is as of the
 // last collection (what was live), the classes as of the peak (live plus
 // the garbage the collector's goal lets accumulate).
 func init() {
@@ -46,9 +47,9 @@ func init() {
 	if dir == "" || len(os.Args) < 2 || os.Args[1] != "run" {
 		return
 	}
-	// One sample every 16 KB allocated rather than 512 KB: the live heap
-	// is some tens of megabytes, in objects of a few kilobytes.
-	runtime.MemProfileRate = 16 << 10
+	// One sample every 64 KB allocated rather than 512 KB: the live heap
+	// is some megabytes, in objects of a few kilobytes.
+	runtime.MemProfileRate = 64 << 10
 	began := time.Now()
 	var names []string
 	for _, d := range metrics.All() {
@@ -76,6 +77,7 @@ func init() {
 	}
 	go func() {
 		var peak uint64
+		var wrote time.Time
 		for range time.Tick(10 * time.Millisecond) {
 			metrics.Read(s)
 			var total, released uint64
@@ -87,10 +89,10 @@ func init() {
 					released = v.Value.Uint64()
 				}
 			}
-			if total-released < peak+1<<20 {
+			if total-released < peak+2<<20 || time.Since(wrote) < 200*time.Millisecond {
 				continue
 			}
-			peak = total - released
+			peak, wrote = total-released, time.Now()
 			write("peak-heap.pprof", func(f *os.File) error { return pprof.Lookup("heap").WriteTo(f, 0) })
 			write("peak-mem.txt", func(f *os.File) error {
 				fmt.Fprintf(f, "held (total less released) %.1f MiB, %s after the start\n", float64(peak)/(1<<20), time.Since(began).Round(time.Millisecond))
