@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"runtime/debug"
+	"runtime/metrics"
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
@@ -31,8 +32,9 @@ const (
 
 // tuneGC applies the GC defaults above; provider says the container's
 // memory limit (memlimit.FromCgroup in main). It returns the soft memory
-// limit in effect (math.MaxInt64 for none).
-func tuneGC(provider memlimit.Provider, refresh time.Duration) int64 {
+// limit in effect (math.MaxInt64 for none), and the heap follower when
+// none is set by the environment or a container (gcfollow.go).
+func tuneGC(provider memlimit.Provider, refresh time.Duration) (int64, *heapFollower) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}
@@ -43,7 +45,18 @@ func tuneGC(provider memlimit.Provider, refresh time.Duration) int64 {
 	// An error (no cgroup here, an unreadable one, a bad AUTOMEMLIMIT)
 	// leaves the limit as it was: none, unless GOMEMLIMIT set one.
 	_, _ = memlimit.Set(opts...)
-	return debug.SetMemoryLimit(-1)
+	limit := debug.SetMemoryLimit(-1)
+	_, auto := os.LookupEnv("AUTOMEMLIMIT")
+	if limit != math.MaxInt64 || os.Getenv("GOMEMLIMIT") != "" || auto {
+		return limit, nil
+	}
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	gc := s[0].Value.Uint64()
+	if gc == 0 || gc > math.MaxInt32 {
+		return limit, nil // GOGC=off: the environment paces the collector
+	}
+	return limit, followHeap(int(gc))
 }
 
 // memoryLimitText renders a soft memory limit for the start's log line.
