@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"runtime/debug"
-	"runtime/metrics"
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
@@ -32,9 +31,8 @@ const (
 
 // tuneGC applies the GC defaults above; provider says the container's
 // memory limit (memlimit.FromCgroup in main). It returns the soft memory
-// limit in effect (math.MaxInt64 for none), and the heap follower when
-// none is set by the environment or a container (gcfollow.go).
-func tuneGC(provider memlimit.Provider, refresh time.Duration) (int64, *heapFollower) {
+// limit in effect (math.MaxInt64 for none).
+func tuneGC(provider memlimit.Provider, refresh time.Duration) int64 {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}
@@ -45,18 +43,7 @@ func tuneGC(provider memlimit.Provider, refresh time.Duration) (int64, *heapFoll
 	// An error (no cgroup here, an unreadable one, a bad AUTOMEMLIMIT)
 	// leaves the limit as it was: none, unless GOMEMLIMIT set one.
 	_, _ = memlimit.Set(opts...)
-	limit := debug.SetMemoryLimit(-1)
-	_, auto := os.LookupEnv("AUTOMEMLIMIT")
-	if limit != math.MaxInt64 || os.Getenv("GOMEMLIMIT") != "" || auto {
-		return limit, nil
-	}
-	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
-	metrics.Read(s)
-	gc := s[0].Value.Uint64()
-	if gc == 0 || gc > math.MaxInt32 {
-		return limit, nil // GOGC=off: the environment paces the collector
-	}
-	return limit, followHeap(int(gc))
+	return debug.SetMemoryLimit(-1)
 }
 
 // memoryLimitText renders a soft memory limit for the start's log line.
