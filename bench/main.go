@@ -165,6 +165,7 @@ type config struct {
 	mongoURI, meiliURL     string
 	verbose                bool
 	profile, against       string
+	memprofile             string
 	live                   bool
 	liveEvery              time.Duration
 	unchanged              bool
@@ -197,6 +198,7 @@ func run() error {
 	flag.StringVar(&c.meiliURL, "meili", "", "use this Meilisearch instead of the test server")
 	flag.BoolVar(&c.verbose, "v", false, "show the sidecar's log")
 	flag.StringVar(&c.profile, "cpuprofile", "", "write CPU profiles of the sidecar process (reindex.pprof, follow.pprof; with -verify, the verify process's first 5 s: verify.pprof) and its binary (meilistream) into this directory; builds the sidecar with a profiling hook (-sidecar is then not allowed)")
+	flag.StringVar(&c.memprofile, "memprofile", "", "write the sidecar's heap profile and memory classes at its peak (peak-heap.pprof, peak-mem.txt) and its binary (meilistream) into this directory; builds the sidecar with a profiling hook (-sidecar is then not allowed)")
 	flag.BoolVar(&c.live, "live", true, "after the latency samples, edit the transform and time writes made during the reindex it starts until each is visible in the live index")
 	flag.DurationVar(&c.liveEvery, "live-every", 20*time.Millisecond, "with -live, one update this often while the reindex runs")
 	flag.BoolVar(&c.unchanged, "unchanged", false, "instead of the phases above, the workload of updates that cannot change a search document: -changes updates, 4 in 5 incrementing a counter the transform does not read, followed by three sidecars side by side (every update sent, skipUnchanged, skipUnchanged with fields); reports Meilisearch documents received and sidecar CPU per change")
@@ -284,24 +286,29 @@ func run() error {
 		}
 	}
 	var build []string
-	if c.profile != "" {
+	if c.profile != "" || c.memprofile != "" {
 		if c.sidecar != "" {
-			return errors.New("-cpuprofile builds the sidecar itself: drop -sidecar")
+			return errors.New("-cpuprofile and -memprofile build the sidecar themselves: drop -sidecar")
 		}
-		if err := os.MkdirAll(c.profile, 0o755); err != nil {
-			return err
-		}
-		if c.profile, err = filepath.Abs(c.profile); err != nil {
-			return err
+		for _, dir := range []*string{&c.memprofile, &c.profile} {
+			if *dir == "" {
+				continue
+			}
+			if err := os.MkdirAll(*dir, 0o755); err != nil {
+				return err
+			}
+			if *dir, err = filepath.Abs(*dir); err != nil {
+				return err
+			}
+			c.sidecar = filepath.Join(*dir, "meilistream")
 		}
 		overlay, err := profileOverlay(tmp)
 		if err != nil {
 			return err
 		}
 		build = append(build, "-overlay", overlay)
-		c.sidecar = filepath.Join(c.profile, "meilistream")
 	}
-	built := c.sidecar == "" || c.profile != ""
+	built := c.sidecar == "" || c.profile != "" || c.memprofile != ""
 	if built {
 		if c.sidecar == "" {
 			c.sidecar = filepath.Join(tmp, "meilistream")
@@ -429,6 +436,9 @@ func run() error {
 		var extra []string
 		if c.profile != "" && r.bin == c.sidecar {
 			extra = append(extra, profileDirEnv+"="+c.profile)
+		}
+		if c.memprofile != "" && r.bin == c.sidecar {
+			extra = append(extra, memProfileDirEnv+"="+c.memprofile)
 		}
 		if err := launch(ctx, c, ms, r, transforms, extra...); err != nil {
 			return err

@@ -12,6 +12,10 @@ import (
 // not a MEILISTREAM_ variable: the sidecar refuses unknown ones.
 const profileDirEnv = "BENCH_CPUPROFILE_DIR"
 
+// memProfileDirEnv names the directory the heap hook writes into (with
+// -memprofile).
+const memProfileDirEnv = "BENCH_MEMPROFILE_DIR"
+
 // profileHook is added to the sidecar's main package with go build
 // -overlay when -cpuprofile is given, so the product carries no profiling
 // code: each SIGUSR1 starts the next CPU profile (reindex.pprof, then
@@ -20,13 +24,86 @@ const profileDirEnv = "BENCH_CPUPROFILE_DIR"
 const profileHook = `package main
 
 import (
+	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"syscall"
 	"time"
 )
+
+// The heap at the process's peak: every 10 ms the memory the runtime holds
+// from the system (mapped, less what it gave back) is read; at each new
+// peak (by 2 MiB, at most every 200 ms: writing a profile allocates too,
+// and so moves the peak it measures) the heap profile and the memory
+// classes are written again, so what is left is the peak's. The heap profile is as of the
+// last collection (what was live), the classes as of the peak (live plus
+// the garbage the collector's goal lets accumulate).
+func init() {
+	dir := os.Getenv("` + memProfileDirEnv + `")
+	if dir == "" || len(os.Args) < 2 || os.Args[1] != "run" {
+		return
+	}
+	// One sample every 64 KB allocated rather than 512 KB: the live heap
+	// is some megabytes, in objects of a few kilobytes.
+	runtime.MemProfileRate = 64 << 10
+	began := time.Now()
+	var names []string
+	for _, d := range metrics.All() {
+		if d.Kind == metrics.KindUint64 && (filepath.Dir(d.Name) == "/memory/classes" ||
+			filepath.Dir(d.Name) == "/memory/classes/heap" || d.Name == "/gc/heap/goal:bytes" || d.Name == "/gc/heap/live:bytes" ||
+			filepath.Dir(d.Name) == "/memory/classes/metadata" || filepath.Dir(d.Name) == "/memory/classes/os-stacks") {
+			names = append(names, d.Name)
+		}
+	}
+	s := make([]metrics.Sample, len(names))
+	for i, n := range names {
+		s[i].Name = n
+	}
+	write := func(name string, f func(*os.File) error) {
+		tmp := filepath.Join(dir, name+".tmp")
+		out, err := os.Create(tmp)
+		if err != nil {
+			panic(err)
+		}
+		if err := f(out); err != nil {
+			panic(err)
+		}
+		out.Close()
+		os.Rename(tmp, filepath.Join(dir, name))
+	}
+	go func() {
+		var peak uint64
+		var wrote time.Time
+		for range time.Tick(10 * time.Millisecond) {
+			metrics.Read(s)
+			var total, released uint64
+			for _, v := range s {
+				switch v.Name {
+				case "/memory/classes/total:bytes":
+					total = v.Value.Uint64()
+				case "/memory/classes/heap/released:bytes":
+					released = v.Value.Uint64()
+				}
+			}
+			if total-released < peak+2<<20 || time.Since(wrote) < 200*time.Millisecond {
+				continue
+			}
+			peak, wrote = total-released, time.Now()
+			write("peak-heap.pprof", func(f *os.File) error { return pprof.Lookup("heap").WriteTo(f, 0) })
+			write("peak-mem.txt", func(f *os.File) error {
+				fmt.Fprintf(f, "held (total less released) %.1f MiB, %s after the start\n", float64(peak)/(1<<20), time.Since(began).Round(time.Millisecond))
+				for _, v := range s {
+					fmt.Fprintf(f, "%-50s %8.1f MiB\n", v.Name, float64(v.Value.Uint64())/(1<<20))
+				}
+				return nil
+			})
+		}
+	}()
+}
 
 func init() {
 	dir := os.Getenv("` + profileDirEnv + `")

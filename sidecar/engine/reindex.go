@@ -123,6 +123,7 @@ func (f *follower) submitChunk(c *Chunk, changed map[string]bool, tok bson.Raw, 
 			clear = set.Candidates(writes, failedIDs(bd))
 		}
 		snap.Prepared(sk, len(bd))
+		detachIDs(writes)
 		fl.Batch = sink.Batch{Writes: writes}
 		items = nil
 		return nil
@@ -135,11 +136,15 @@ func (f *follower) submitChunk(c *Chunk, changed map[string]bool, tok bson.Raw, 
 		record = f.recordAfter(tok, wall)
 		f.posReq = time.Now()
 	}
+	// What the checkpoint needs of the chunk, without its documents: the
+	// flight is held until durable, and its documents are slices of the
+	// driver's reply, which the transform is done with once prepared.
+	done := &Chunk{Last: c.Last, N: c.N}
 	fl.Durable = func(ctx context.Context, fl *pipe.Flight) error {
 		if err := set.Cleared(ctx, fl, clear); err != nil {
 			return err
 		}
-		snap.Durable(fl, c)
+		snap.Durable(fl, done)
 		if record == nil {
 			return nil
 		}
@@ -238,4 +243,25 @@ func (f *follower) finish(tok bson.Raw, wall time.Time) error {
 	}
 	f.committed = true
 	return f.p.Submit(&pipe.Flight{Ctl: commit})
+}
+
+// detachIDs copies the source _ids of writes into one buffer of their own.
+// They are slices of the driver's reply, which holds the whole documents
+// read: a flight keeps its writes until durable (resends, refusals,
+// cleared errors), and would keep the reply alive with them.
+func detachIDs(writes []sink.Write) {
+	n := 0
+	for i := range writes {
+		n += len(writes[i].SourceID.Value)
+	}
+	buf := make([]byte, 0, n)
+	for i := range writes {
+		v := &writes[i].SourceID
+		if v.Value == nil {
+			continue
+		}
+		at := len(buf)
+		buf = append(buf, v.Value...)
+		v.Value = buf[at:len(buf):len(buf)]
+	}
 }

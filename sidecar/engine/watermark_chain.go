@@ -224,7 +224,11 @@ func (c *Chain) readAfter(ctx context.Context, filter bson.D, last bson.RawValue
 	ch.Final = final
 	ch.N = len(ch.Items)
 	if ch.N > 0 {
-		ch.Last = ch.Items[ch.N-1].ID
+		// A copy: the next read and the checkpoint keep the last _id
+		// after the chunk's documents are gone, and a slice of the
+		// driver's reply would keep the whole reply (a megabyte a chunk)
+		// alive with it.
+		ch.Last = cloneValue(ch.Items[ch.N-1].ID)
 	}
 	return ch, nil
 }
