@@ -36,6 +36,13 @@ func loadJob(t testing.TB, src string, opts ...transform.Options) *transform.Job
 	if o.Pool == 0 {
 		o.Pool = 2
 	}
+	if o.MemoryLimit == 0 {
+		// No memory bound unless the test asks for one: the bound is on
+		// the growth of the process's heap, which the package's other
+		// tests share, and a call of a test about its time would be
+		// stopped for their allocations.
+		o.MemoryLimit = -1
+	}
 	set, err := transform.Load(writeFiles(t, map[string]string{"job.js": src}), o)
 	if err != nil {
 		t.Fatalf("load: %v", err)

@@ -94,7 +94,8 @@ func TestNativeRecursionIsBounded(t *testing.T) {
 	} };`
 	for name, code := range cases {
 		t.Run(name, func(t *testing.T) {
-			j := loadJob(t, strings.Replace(src, "%s", code, 1), transform.Options{Timeout: 20 * time.Second})
+			// The memory bound, as users have it: these allocate.
+			j := loadJob(t, strings.Replace(src, "%s", code, 1), transform.Options{Timeout: 20 * time.Second, MemoryLimit: transform.DefaultMemoryLimit})
 			res, err := apply(t, j, bson.D{{Key: "_id", Value: 1}})
 			if err != nil {
 				wantErr(t, err, errs.TransformFailed)

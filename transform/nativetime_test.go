@@ -91,7 +91,8 @@ func TestNativeWorkIsBounded(t *testing.T) {
 	} };`
 	for name, code := range cases {
 		t.Run(name, func(t *testing.T) {
-			j := loadJob(t, strings.Replace(src, "%s", code, 1), transform.Options{Timeout: 300 * time.Millisecond})
+			// The memory bound, as users have it: these allocate.
+			j := loadJob(t, strings.Replace(src, "%s", code, 1), transform.Options{Timeout: 300 * time.Millisecond, MemoryLimit: transform.DefaultMemoryLimit})
 			res, err := timed(t, j, bson.D{{Key: "_id", Value: 1}}, 8*time.Second)
 			if err != nil {
 				if strings.Contains(err.Error(), "MEILISTREAM_TRANSFORM_MEMORY") {
