@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,31 +17,109 @@ const Mask = "xxxxx"
 // query options that look like secrets (secretOption). It works on the
 // text, not net/url, because MongoDB URIs list several hosts
 // ("h1:27017,h2:27017"), which net/url refuses; and it masks what any of
-// the parsers that may read the URI would take for the password
-// (userInfoEnd), so that a password holding an unescaped '?', '#' or '@'
-// never shows.
+// the parsers that may read the URI would take for a secret (secretSpans),
+// so that a password holding an unescaped '?', '#' or '@', or a query the
+// parsers find in different places, never shows.
 func redactURL(s string) string {
 	scheme, rest, ok := cutScheme(s)
-	head := ""
-	if end := userInfoEnd(rest); ok && end >= 0 {
-		user := rest[:end]
-		if u, _, hasPass := strings.Cut(user, ":"); hasPass {
-			user = u + ":" + Mask
-		}
-		head, rest = user+"@", rest[end+1:]
+	var b strings.Builder
+	b.WriteString(scheme)
+	at := 0
+	for _, sp := range merged(secretSpans(rest, ok)) {
+		b.WriteString(rest[at:sp.lo])
+		b.WriteString(Mask)
+		at = sp.hi
 	}
-	// The query: from the first '?' after the user info, as both parsers
-	// read it (a '#' in a value stays in the masked value).
-	if q := strings.IndexByte(rest, '?'); q >= 0 {
-		parts := strings.Split(rest[q+1:], "&")
-		for i, p := range parts {
-			if name, _, hasValue := strings.Cut(p, "="); hasValue && secretOption(name) {
-				parts[i] = name + "=" + Mask
+	b.WriteString(rest[at:])
+	return b.String()
+}
+
+// span is a part of a URI's text, rest[lo:hi].
+type span struct{ lo, hi int }
+
+// secretSpans returns the parts of rest (a URI after its scheme; auth:
+// it had one, so it may hold a user info) that either parser reads as a
+// secret, each parser's apart (merged joins them). Two parsers read the URIs of
+// the configuration, and they disagree:
+//
+//   - the MongoDB driver (x/mongo/driver/connstring, parser.parse) takes
+//     everything before the first '@' of the whole string as the user
+//     info, so "mongodb://u:p?a#ss@h/db" has the password "p?a#ss", and
+//     reads the options from the first '?' after it;
+//   - Go's net/url (the Meilisearch client) cuts the fragment at the first
+//     '#', the query at the first '?', the authority at the first '/', and
+//     takes the user info up to the last '@' of that authority; so in
+//     "a://?token=@" it reads the option token with the value "@", where
+//     the driver reads a user name.
+//
+// Each one's password and secret option values are masked.
+func secretSpans(rest string, auth bool) []span {
+	var out []span
+	password := func(end int) {
+		if c := strings.IndexByte(rest[:end], ':'); c >= 0 {
+			out = append(out, span{c + 1, end})
+		}
+	}
+	query := func(lo, hi int) {
+		for lo <= hi {
+			end := strings.IndexByte(rest[lo:hi], '&')
+			if end < 0 {
+				end = hi
+			} else {
+				end += lo
 			}
+			if eq := strings.IndexByte(rest[lo:end], '='); eq >= 0 && secretOption(rest[lo:lo+eq]) {
+				out = append(out, span{lo + eq + 1, end})
+			}
+			lo = end + 1
 		}
-		rest = rest[:q+1] + strings.Join(parts, "&")
 	}
-	return scheme + head + rest
+	driver, netURL := -1, -1
+	if auth {
+		driver, netURL = userInfoEnds(rest)
+	}
+	// The driver: its user info, then the options from the first '?'
+	// after it (a '#' in a value stays in the masked value).
+	start := 0
+	if driver >= 0 {
+		password(driver)
+		start = driver + 1
+	}
+	if q := strings.IndexByte(rest[start:], '?'); q >= 0 {
+		query(start+q+1, len(rest))
+	}
+	// net/url: its user info, then the query from the first '?' to the
+	// first '#'.
+	if netURL >= 0 {
+		password(netURL)
+	}
+	body := rest
+	if f := strings.IndexByte(body, '#'); f >= 0 {
+		body = body[:f]
+	}
+	if q := strings.IndexByte(body, '?'); q >= 0 {
+		query(q+1, len(body))
+	}
+	return out
+}
+
+// merged is spans in order, the empty ones left out and those that
+// overlap or touch joined.
+func merged(spans []span) []span {
+	s := slices.Clone(spans)
+	sort.Slice(s, func(a, b int) bool { return s[a].lo < s[b].lo })
+	var out []span
+	for _, sp := range s {
+		if sp.lo >= sp.hi {
+			continue
+		}
+		if n := len(out); n > 0 && sp.lo <= out[n-1].hi {
+			out[n-1].hi = max(out[n-1].hi, sp.hi)
+			continue
+		}
+		out = append(out, sp)
+	}
+	return out
 }
 
 // cutScheme splits a URI after its "scheme://", or after a leading "//"
@@ -73,28 +152,8 @@ func isScheme(s string) bool {
 	return s != ""
 }
 
-// userInfoEnd returns the index in rest (a URI after "scheme://") of the
-// '@' that ends its user info, or -1 when it has none. Two parsers read
-// the URIs of the configuration, and they disagree:
-//
-//   - the MongoDB driver (x/mongo/driver/connstring, parser.parse) takes
-//     everything before the first '@' of the whole string as the user info,
-//     so "mongodb://u:p?a#ss@h/db" has the password "p?a#ss";
-//   - Go's net/url (the Meilisearch client) cuts the fragment at the first
-//     '#', the query at the first '?', the authority at the first '/', and
-//     takes the user info up to the last '@' of that authority.
-//
-// The later of the two is taken, so whichever parser reads the URI, its
-// password is inside what is masked; and what a person meant as the
-// password ("https://u:p#w@h", which net/url reads as a fragment) is
-// masked too.
-func userInfoEnd(rest string) int {
-	driver, netURL := userInfoEnds(rest)
-	return max(driver, netURL)
-}
-
 // userInfoEnds returns where each parser ends the user info of rest (-1:
-// none), see userInfoEnd.
+// none), see secretSpans.
 func userInfoEnds(rest string) (driver, netURL int) {
 	authority := rest
 	if i := strings.IndexAny(authority, "#?/"); i >= 0 {
@@ -121,8 +180,8 @@ func secretOption(name string) bool {
 }
 
 // uriSecrets returns the secrets a URI holds, as they may be printed: the
-// password of its user info (as either parser reads it, see userInfoEnd)
-// and the values of its secret options, each raw and unescaped.
+// password of its user info and the values of its secret options, as
+// either parser reads them (secretSpans), each raw and unescaped.
 func uriSecrets(uri string) []string {
 	var out []string
 	add := func(s string) {
@@ -138,27 +197,11 @@ func uriSecrets(uri string) []string {
 		}
 	}
 	_, rest, ok := cutScheme(uri)
-	driver, netURL := userInfoEnds(rest)
-	for _, end := range []int{driver, netURL} {
-		if !ok || end < 0 {
-			continue
-		}
-		if _, pass, ok := strings.Cut(rest[:end], ":"); ok {
-			add(pass)
-		}
-	}
-	start := 0
-	if end := userInfoEnd(rest); ok && end >= 0 {
-		start = end + 1
-	}
-	if q := strings.IndexByte(rest[start:], '?'); q >= 0 {
-		for _, kv := range strings.Split(rest[start+q+1:], "&") {
-			if name, value, ok := strings.Cut(kv, "="); ok && secretOption(name) {
-				add(value)
-				if v, _, cut := strings.Cut(value, "#"); cut {
-					add(v)
-				}
-			}
+	for _, sp := range secretSpans(rest, ok) {
+		v := rest[sp.lo:sp.hi]
+		add(v)
+		if v, _, cut := strings.Cut(v, "#"); cut {
+			add(v)
 		}
 	}
 	return out
