@@ -54,17 +54,7 @@ func TestSharedReindexConvergesWithAStandbyAndAStalledClaimant(t *testing.T) {
 	st := jobstate.New(e.state, e.errs, func(context.Context, int) error { return nil })
 
 	// A third process claims one chunk and stops there.
-	stalled := make(chan *jobstate.Claim, 1)
-	go func() {
-		for e.ctx.Err() == nil {
-			c, err := st.ClaimChunk(e.ctx, "items", job.Hash, "test:3:stalled", testTTL/2, 0)
-			if err == nil && c != nil {
-				stalled <- c
-				return
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}()
+	stalled := claimOne(e, st, job.Hash, testTTL/2)
 	e.cfg.Process = "test:1:a"
 	r := e.run(job, e.acquire())
 	var wg sync.WaitGroup
@@ -258,17 +248,7 @@ func TestSharedReindexPausedMidwayStopsClaimingAndEndsExactOnceResumed(t *testin
 	// pause is answered; then it stops, and its claim lapses once the
 	// server's clock is moved past it (the job's lease does not).
 	const stallTTL = testTTL / 2
-	stalled := make(chan *jobstate.Claim, 1)
-	go func() {
-		for e.ctx.Err() == nil {
-			c, err := st.ClaimChunk(e.ctx, "items", job.Hash, "test:3:stalled", stallTTL, 0)
-			if err == nil && c != nil {
-				stalled <- c
-				return
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}()
+	stalled := claimOne(e, st, job.Hash, stallTTL)
 	e.cfg.Process = "test:1:a"
 	r := e.run(job, e.acquire())
 	var c *jobstate.Claim
@@ -332,4 +312,22 @@ func TestSharedReindexPausedMidwayStopsClaimingAndEndsExactOnceResumed(t *testin
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// claimOne claims one chunk of the job items for a third process,
+// "test:3:stalled", under ttl, as soon as one is published, and hands
+// over its claim.
+func claimOne(e *env, st *jobstate.Store, hash string, ttl time.Duration) <-chan *jobstate.Claim {
+	claimed := make(chan *jobstate.Claim, 1)
+	go func() {
+		for e.ctx.Err() == nil {
+			c, err := st.ClaimChunk(e.ctx, "items", hash, "test:3:stalled", ttl, 0)
+			if err == nil && c != nil {
+				claimed <- c
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return claimed
 }

@@ -82,18 +82,20 @@ func TestALongErrorIsKeptCut(t *testing.T) {
 	}
 }
 
-// Started tells the end of a run's start: it closes when the engine
-// follows or is paused, not while it reindexes, and at once when it
-// already follows.
-func TestStartedClosesWhenTheJobFollowsOrIsPaused(t *testing.T) {
-	closed := func(c <-chan struct{}) bool {
-		select {
-		case <-c:
-			return true
-		default:
-			return false
-		}
+// closed says whether c is closed, without waiting.
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
+}
+
+// Started tells the end of a run's start: it closes when the engine
+// follows or is paused, not while it reindexes (its stream not yet read),
+// and at once when it already follows.
+func TestStartedClosesWhenTheJobFollowsOrIsPaused(t *testing.T) {
 	for _, p := range []status.Phase{status.PhaseFollowing, status.PhasePaused} {
 		j := status.NewJobStats()
 		c := j.Started()
@@ -119,14 +121,6 @@ func TestStartedClosesWhenTheJobFollowsOrIsPaused(t *testing.T) {
 // the stream (MarkStarted), Started is closed while the phase is still
 // reindexing, and the next run's start is ahead again.
 func TestStartedClosesOnceTheStreamIsReadThoughTheReindexGoesOn(t *testing.T) {
-	closed := func(c <-chan struct{}) bool {
-		select {
-		case <-c:
-			return true
-		default:
-			return false
-		}
-	}
 	j := status.NewJobStats()
 	j.SetPhase(status.PhaseIdle)
 	c := j.Started()

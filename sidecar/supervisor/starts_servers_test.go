@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/meilitest"
@@ -48,50 +49,13 @@ func TestFiftyJobsStartThroughAPoolOfFive(t *testing.T) {
 			waiting.Add(-1)
 		}
 	}}
-	_, client := testutil.StartMongo(t, mongotest.Options{}, options.Client().SetMaxPoolSize(5).SetPoolMonitor(pool))
-	mm, err := meilitest.Start(meilitest.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mm.Close() })
-	// A bound for a hang, not a speed.
-	ctx := testutil.Context(t, 2*time.Minute)
-	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testLog{t}})
-	db := client.Database("app")
-	state := db.Collection("meilistream")
-	dir := t.TempDir()
+	sv := startServers(t, options.Client().SetMaxPoolSize(5).SetPoolMonitor(pool))
 	var loaded []*transform.Job
 	for i := range jobs {
-		name := fmt.Sprintf("items%02d", i)
-		var rows []any
-		for n := range docs {
-			rows = append(rows, bson.M{"_id": n, "title": fmt.Sprintf("%s %d", name, n)})
-		}
-		if _, err := db.Collection(name).InsertMany(ctx, rows); err != nil {
-			t.Fatal(err)
-		}
-		src := fmt.Sprintf(`module.exports = { collection: %q, index: %q, transform(doc) { return { title: doc.title }; } };`, name, name)
-		path := filepath.Join(dir, name+".js")
-		j, err := transform.LoadFile(path, []byte(src), transform.Options{Defaults: transform.JobDefaults{BatchSize: 100, FlushInterval: 20 * time.Millisecond}, MemoryLimit: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		loaded = append(loaded, j)
+		loaded = append(loaded, sv.load(fmt.Sprintf("items%02d", i), docs))
 	}
-	leases, err := lease.New(state, "test:1:a", lease.Options{TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng := engine.New(db, state, db.Collection("meilistream_errors"), engine.Config{
-		BatchSize: 100, PageSize: 200, FlushInterval: 20 * time.Millisecond,
-		PositionInterval: 100 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryCap: 100 * time.Millisecond,
-		ReindexMaxReadLatency: -1, ReindexMaxTasks: -1,
-	}, nil, log)
-	mc := meili.NewClient(mm.URL(), "")
-	d := &startCounter{EngineDriver: &supervisor.EngineDriver{Leases: leases, Engine: eng, Sinks: func(job *transform.Job, guard sink.Guard) (sink.Sink, error) {
-		return meili.NewSink(mc, &job.Job, guard, log), nil
-	}}}
-	s := supervisor.New(supervisor.Config{Driver: d, Logger: log, Holder: "test:1:a"})
+	d := &startCounter{EngineDriver: sv.driver(engine.Config{PageSize: 200})}
+	s := supervisor.New(supervisor.Config{Driver: d, Logger: sv.log, Holder: "test:1:a"})
 	defer closeSupervisor(t, s)
 	defs, other := supervisor.JobDefs(loaded, nil)
 	if len(other) > 0 {
@@ -134,6 +98,75 @@ func TestFiftyJobsStartThroughAPoolOfFive(t *testing.T) {
 		t.Errorf("%d jobs were starting at once, more than %d", starting, supervisor.DefaultMaxStarts)
 	}
 	t.Logf("all following after %s; at most %d jobs starting and %d operations waiting for a connection at once, %d gave up waiting", took.Round(time.Millisecond), starting, mostWaiting.Load(), timedOut.Load())
+}
+
+// servers are the test MongoDB and Meilisearch of a test, its database
+// "app" and a folder for its transform files.
+type servers struct {
+	t   *testing.T
+	ctx context.Context
+	log hclog.Logger
+	db  *mongo.Database
+	mm  *meilitest.Server
+	dir string
+}
+
+func startServers(t *testing.T, opts ...*options.ClientOptions) *servers {
+	t.Helper()
+	_, client := testutil.StartMongo(t, mongotest.Options{}, opts...)
+	mm, err := meilitest.Start(meilitest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mm.Close() })
+	return &servers{
+		t: t,
+		// A bound for a hang, not a speed.
+		ctx: testutil.Context(t, 2*time.Minute),
+		log: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testLog{t}}),
+		db:  client.Database("app"), mm: mm, dir: t.TempDir(),
+	}
+}
+
+// load seeds collection name with docs titled documents and loads the job
+// indexing their titles into the index of that name.
+func (sv *servers) load(name string, docs int) *transform.Job {
+	t := sv.t
+	t.Helper()
+	var rows []any
+	for n := range docs {
+		rows = append(rows, bson.M{"_id": n, "title": fmt.Sprintf("%s %d", name, n)})
+	}
+	if _, err := sv.db.Collection(name).InsertMany(sv.ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	src := fmt.Sprintf(`module.exports = { collection: %q, index: %q, transform(doc) { return { title: doc.title }; } };`, name, name)
+	j, err := transform.LoadFile(filepath.Join(sv.dir, name+".js"), []byte(src), transform.Options{Defaults: transform.JobDefaults{BatchSize: 100, FlushInterval: 20 * time.Millisecond}, MemoryLimit: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// driver is the engine's driver on the servers, its leases held by
+// "test:1:a"; cfg's PageSize and ReindexRate are kept, the rest set for
+// a quick test.
+func (sv *servers) driver(cfg engine.Config) *supervisor.EngineDriver {
+	t := sv.t
+	t.Helper()
+	state := sv.db.Collection("meilistream")
+	leases, err := lease.New(state, "test:1:a", lease.Options{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.BatchSize, cfg.FlushInterval = 100, 20*time.Millisecond
+	cfg.PositionInterval, cfg.RetryBase, cfg.RetryCap = 100*time.Millisecond, 10*time.Millisecond, 100*time.Millisecond
+	cfg.ReindexMaxReadLatency, cfg.ReindexMaxTasks = -1, -1
+	eng := engine.New(sv.db, state, sv.db.Collection("meilistream_errors"), cfg, nil, sv.log)
+	mc := meili.NewClient(sv.mm.URL(), "")
+	return &supervisor.EngineDriver{Leases: leases, Engine: eng, Sinks: func(job *transform.Job, guard sink.Guard) (sink.Sink, error) {
+		return meili.NewSink(mc, &job.Job, guard, sv.log), nil
+	}}
 }
 
 // testLog writes the log of a test to its output.
@@ -185,47 +218,10 @@ func (d *startCounter) Run(ctx context.Context, def supervisor.JobDef, h supervi
 // the first still reindexes, instead of waiting queued, its lease held,
 // until the long reindex ends.
 func TestALongReindexDoesNotKeepTheNextJobQueued(t *testing.T) {
-	_, client := testutil.StartMongo(t, mongotest.Options{})
-	mm, err := meilitest.Start(meilitest.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mm.Close() })
-	ctx := testutil.Context(t, 2*time.Minute)
-	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testLog{t}})
-	db := client.Database("app")
-	state := db.Collection("meilistream")
-	dir := t.TempDir()
-	load := func(name string, docs int) *transform.Job {
-		var rows []any
-		for n := range docs {
-			rows = append(rows, bson.M{"_id": n, "title": fmt.Sprintf("%s %d", name, n)})
-		}
-		if _, err := db.Collection(name).InsertMany(ctx, rows); err != nil {
-			t.Fatal(err)
-		}
-		src := fmt.Sprintf(`module.exports = { collection: %q, index: %q, transform(doc) { return { title: doc.title }; } };`, name, name)
-		j, err := transform.LoadFile(filepath.Join(dir, name+".js"), []byte(src), transform.Options{Defaults: transform.JobDefaults{BatchSize: 100, FlushInterval: 20 * time.Millisecond}, MemoryLimit: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return j
-	}
-	big, small := load("big", 2000), load("small", 3)
-	leases, err := lease.New(state, "test:1:a", lease.Options{TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng := engine.New(db, state, db.Collection("meilistream_errors"), engine.Config{
-		BatchSize: 100, PageSize: 100, FlushInterval: 20 * time.Millisecond,
-		PositionInterval: 100 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryCap: 100 * time.Millisecond,
-		ReindexMaxReadLatency: -1, ReindexMaxTasks: -1, ReindexRate: 20,
-	}, nil, log)
-	mc := meili.NewClient(mm.URL(), "")
-	d := &supervisor.EngineDriver{Leases: leases, Engine: eng, Sinks: func(job *transform.Job, guard sink.Guard) (sink.Sink, error) {
-		return meili.NewSink(mc, &job.Job, guard, log), nil
-	}}
-	s := supervisor.New(supervisor.Config{Driver: d, Logger: log, Holder: "test:1:a", MaxStarts: 1})
+	sv := startServers(t)
+	big, small := sv.load("big", 2000), sv.load("small", 3)
+	d := sv.driver(engine.Config{PageSize: 100, ReindexRate: 20})
+	s := supervisor.New(supervisor.Config{Driver: d, Logger: sv.log, Holder: "test:1:a", MaxStarts: 1})
 	defer closeSupervisor(t, s)
 	stateOf := func(name string) string {
 		for _, j := range s.Status() {
