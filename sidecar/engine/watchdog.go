@@ -160,16 +160,18 @@ func (w *watchdog) pendingText(fan int64, marks int32) string {
 func (e *Engine) watch(ctx context.Context, w *watchdog, job string, stats *status.JobStats, log hclog.Logger) (stop func()) {
 	check := func(now time.Time) {
 		st, changed := w.check(now)
-		stats.Update(func(s *status.JobSnapshot) { s.Stall = st })
-		if !changed {
-			return
-		}
-		e.obs.ObserveWatchdog(job, st != nil)
-		if st != nil {
+		// The log first: whoever sees the new state in /status or the
+		// metric finds its line already written.
+		switch {
+		case changed && st != nil:
 			log.Warn("job stalled: its pending work has not moved; check the destination and the source (/status shows what is pending)",
 				"pending", st.Pending, "since", st.Since.UTC().Format(time.RFC3339Nano), "bound", time.Duration(st.BoundSeconds*float64(time.Second)))
-		} else {
+		case changed:
 			log.Info("job no longer stalled: its pending work moves again")
+		}
+		stats.Update(func(s *status.JobSnapshot) { s.Stall = st })
+		if changed {
+			e.obs.ObserveWatchdog(job, st != nil)
 		}
 	}
 	return ticking(ctx, watchInterval, check, func() {
