@@ -12,21 +12,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/jobdef"
 )
-
-// rv makes a bson.RawValue of any Go value the driver marshals.
-func rv(t testing.TB, v any) bson.RawValue {
-	t.Helper()
-	if v == nil {
-		return bson.RawValue{Type: bson.TypeNull}
-	}
-	typ, data, err := bson.MarshalValue(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bson.RawValue{Type: typ, Value: data}
-}
 
 func TestIndexIDForms(t *testing.T) {
 	oid, _ := bson.ObjectIDFromHex("65f1c0a2b3c4d5e6f7a8b9c0")
@@ -57,7 +45,7 @@ func TestIndexIDForms(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := jobdef.IndexID(rv(t, tc.id))
+			got, err := jobdef.IndexID(testutil.RawValue(t, tc.id))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -73,7 +61,7 @@ func TestOtherIDsAreEncodedBSON(t *testing.T) {
 	for _, id := range []any{1.5, math.NaN(), math.Inf(1), float64(1 << 60), dec, bson.Binary{Subtype: 4, Data: bytes.Repeat([]byte{1}, 16)},
 		bson.D{{Key: "a", Value: 1}, {Key: "b", Value: "x"}}, bson.A{1, 2}, true, nil, bson.DateTime(0), bson.MinKey{}, bson.MaxKey{},
 		bson.Timestamp{T: 1, I: 2}, bson.Regex{Pattern: "a", Options: "i"}, bson.Symbol("s"), bson.Undefined{}} {
-		got, err := jobdef.IndexID(rv(t, id))
+		got, err := jobdef.IndexID(testutil.RawValue(t, id))
 		if err != nil {
 			t.Fatalf("%v: %v", id, err)
 		}
@@ -86,7 +74,7 @@ func TestOtherIDsAreEncodedBSON(t *testing.T) {
 
 func TestAnIDTooLongForMeilisearchIsNotADocument(t *testing.T) {
 	for _, id := range []any{strings.Repeat("é", 300), strings.Repeat("_", 511), bson.D{{Key: "k", Value: strings.Repeat("x", 400)}}} {
-		_, err := jobdef.IndexID(rv(t, id))
+		_, err := jobdef.IndexID(testutil.RawValue(t, id))
 		wantErr(t, err, errs.NotADocument, "too long")
 	}
 }
@@ -129,7 +117,7 @@ func idCorpus(t testing.TB) []bson.RawValue {
 		strings.Repeat("é", 150)}
 	var out []bson.RawValue
 	for _, v := range vals {
-		out = append(out, rv(t, v))
+		out = append(out, testutil.RawValue(t, v))
 	}
 	return out
 }

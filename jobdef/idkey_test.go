@@ -9,6 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
+	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/jobdef"
 )
 
@@ -61,12 +62,12 @@ func TestIDKeyIsMongoDBsIdentityOfIDs(t *testing.T) {
 	owner := map[string]int{}
 	for g, group := range groups {
 		for _, v := range group {
-			k := jobdef.IDKey(rv(t, v))
+			k := jobdef.IDKey(testutil.RawValue(t, v))
 			if other, ok := owner[k]; ok && other != g {
 				t.Errorf("%#v (group %d) has the key of group %d", v, g, other)
 			}
 			owner[k] = g
-			if k0 := jobdef.IDKey(rv(t, group[0])); k != k0 {
+			if k0 := jobdef.IDKey(testutil.RawValue(t, group[0])); k != k0 {
 				t.Errorf("%#v and %#v are one _id to MongoDB, keys differ", v, group[0])
 			}
 		}
@@ -78,7 +79,7 @@ func TestIDKeyIsMongoDBsIdentityOfIDs(t *testing.T) {
 func TestIDKeyRoundTripsThroughTheIndexID(t *testing.T) {
 	for _, group := range idKeyGroups(t) {
 		for _, v := range group {
-			id := rv(t, v)
+			id := testutil.RawValue(t, v)
 			x, err := jobdef.IndexID(id)
 			if err != nil {
 				continue // not an indexable _id
@@ -221,7 +222,7 @@ func FuzzIDKey(f *testing.F) {
 	var vals []bson.RawValue
 	for _, group := range idKeyGroups(f) {
 		for _, v := range group {
-			vals = append(vals, rv(f, v))
+			vals = append(vals, testutil.RawValue(f, v))
 		}
 	}
 	for i := 0; i+1 < len(vals); i++ {
@@ -258,7 +259,7 @@ func validValue(t byte, data []byte) (bsoncore.Value, bool) {
 		return v, false
 	}
 	if v.Type == bsoncore.TypeEmbeddedDocument || v.Type == bsoncore.TypeArray {
-		if !wellFormed(v.Data) {
+		if !testutil.WellFormedBSON(v.Data) {
 			return v, false
 		}
 	}

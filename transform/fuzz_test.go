@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/meilistream/meilistream/internal/errs"
+	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/transform"
 )
 
@@ -108,7 +109,7 @@ func FuzzDocument(f *testing.F) {
 	ctx := context.Background()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		doc := bson.Raw(data)
-		if !wellFormed(data) {
+		if !testutil.WellFormedBSON(data) {
 			return
 		}
 		check := func(res transform.Result, err error) transform.Result {
@@ -152,45 +153,6 @@ func FuzzDocument(f *testing.F) {
 			t.Fatalf("mirror changed the document:\n got %v\nwant %v", s.Raw, doc)
 		}
 	})
-}
-
-// wellFormed validates a document at every level (the driver's Validate
-// does not check nested terminators); MongoDB only ever sends such.
-func wellFormed(d []byte) bool {
-	if bsoncore.Document(d).Validate() != nil {
-		return false
-	}
-	l, _, ok := bsoncore.ReadLength(d)
-	if !ok || int(l) != len(d) || d[len(d)-1] != 0 {
-		return false
-	}
-	els, err := bsoncore.Document(d).Elements()
-	if err != nil {
-		return false
-	}
-	for _, el := range els {
-		v := el.Value()
-		switch v.Type {
-		case bsoncore.TypeEmbeddedDocument, bsoncore.TypeArray:
-			if !wellFormed(v.Data) {
-				return false
-			}
-		case bsoncore.TypeCodeWithScope:
-			_, scope, ok := v.CodeWithScopeOK()
-			if !ok || !wellFormed(scope) {
-				return false
-			}
-		case bsoncore.TypeBoolean:
-			if v.Data[0] > 1 {
-				return false
-			}
-		case bsoncore.TypeString, bsoncore.TypeSymbol, bsoncore.TypeJavaScript:
-			if len(v.Data) < 5 || v.Data[len(v.Data)-1] != 0 {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 func indexKeys(d bson.Raw) bool {

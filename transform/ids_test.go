@@ -7,23 +7,12 @@ import (
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/meilistream/meilistream/internal/testutil"
 )
 
 // The _ids the transform tests feed documents with, as the id tests of
 // jobdef make them.
-
-// rv makes a bson.RawValue of any Go value the driver marshals.
-func rv(t testing.TB, v any) bson.RawValue {
-	t.Helper()
-	if v == nil {
-		return bson.RawValue{Type: bson.TypeNull}
-	}
-	typ, data, err := bson.MarshalValue(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bson.RawValue{Type: typ, Value: data}
-}
 
 // externalID is the id as Meilisearch stores it: an integer becomes its
 // decimal string, so 5 and "5" are one document there.
@@ -47,7 +36,7 @@ func idCorpus(t testing.TB) []bson.RawValue {
 		strings.Repeat("é", 150)}
 	var out []bson.RawValue
 	for _, v := range vals {
-		out = append(out, rv(t, v))
+		out = append(out, testutil.RawValue(t, v))
 	}
 	return out
 }
