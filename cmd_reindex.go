@@ -9,6 +9,7 @@ import (
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/jobdef"
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/sink"
 	"github.com/meilistream/meilistream/transform"
@@ -104,7 +105,12 @@ func runReindex(ctx context.Context, inv *invocation, f reindexFlags) int {
 		if err != nil {
 			return err
 		}
-		sum, err := w.engine.Reindex(ctx, run, dst, l, nil)
+		var sum engine.Summary
+		if run != job {
+			sum, err = w.engine.ReindexAsked(ctx, run, job, dst, l, nil)
+		} else {
+			sum, err = w.engine.Reindex(ctx, run, dst, l, nil)
+		}
 		if err != nil {
 			return err
 		}
@@ -153,7 +159,13 @@ func (w *wiring) reindexByHolder(ctx context.Context, inv *invocation, job *tran
 		}
 		pos, err := w.engine.Position(ctx, job.Name)
 		if err == nil && pos != nil && pos.ReindexedAt.After(r.Started) {
-			return fmt.Sprintf("reindexed %s: recorded by %s at %s\n", job.Name, r.Holder, pos.ReindexedAt.UTC().Format(time.RFC3339)), nil
+			at := pos.ReindexedAt.UTC().Format(time.RFC3339)
+			if pos.Epoch != r.Epoch {
+				// The holder that took the request lost the job, and the
+				// one after it went on with the reindex.
+				return fmt.Sprintf("reindexed %s: recorded at %s by the job's next holder (lease epoch %d); %s, which took the request, lost the job meanwhile\n", job.Name, at, pos.Epoch, r.Holder), nil
+			}
+			return fmt.Sprintf("reindexed %s: recorded by %s at %s\n", job.Name, r.Holder, at), nil
 		}
 		if time.Now().After(deadline) {
 			return "", errs.New(errs.Failed, job.Name, "the reindex did not finish within %s (--timeout); it goes on in the sidecar: see `meilistream status`", f.timeout)

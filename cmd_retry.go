@@ -172,8 +172,8 @@ func (w *wiring) askHolder(ctx context.Context, inv *invocation, job *transform.
 			}
 			return nil, errs.New(code, job.Name, "the job's holder %s did not finish the %s: %s", r.Holder, what, r.Error)
 		case r.State == jobstate.RequestPending && now.After(claimBy) && withdraw():
-			return nil, errs.New(errs.Failed, job.Name, "another process holds job %s's lease but took no %s request within %s: it may still be starting, or be a `meilistream reindex` or an earlier meilistream release; "+
-				"try again, or run %s where no sidecar runs the job", job.Name, what, min(wait, retryClaimWait), what)
+			return nil, errs.New(errs.Failed, job.Name, "another process holds job %s's lease but took no %s request within %s (withdrawn): it may still be starting (try again once `meilistream status` shows the job held), "+
+				"be a `meilistream reindex` run by hand (try again once it ends), or run an earlier meilistream release, which takes no requests (roll the sidecars out to this one, then try again)", job.Name, what, min(wait, retryClaimWait))
 		case now.After(deadline):
 			return nil, errs.New(errs.Failed, job.Name, "the job's holder %s did not answer the %s within %s (--wait); it goes on: %s", r.Holder, what, wait, after)
 		}

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"strings"
@@ -176,5 +180,83 @@ func TestKustomizationsApplyEveryManifest(t *testing.T) {
 				t.Errorf("%s/%s is not in its kustomization.yaml: kubectl apply -k would leave it out", dir, n)
 			}
 		}
+	}
+}
+
+// TestTheImageAndComposeCheckTheSidecarsHealth: the image's HEALTHCHECK
+// and the compose sidecar's healthcheck run a command the binary has (the
+// distroless image has no shell or curl for anything else), which passes
+// while the sidecar answers 200 and fails once it does not; and the
+// Kubernetes example's PodDisruptionBudget selects the Deployment's pods.
+func TestTheImageAndComposeCheckTheSidecarsHealth(t *testing.T) {
+	read := func(name string) string {
+		t.Helper()
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	command := func(where, list string) []string {
+		t.Helper()
+		var argv []string
+		if err := json.Unmarshal([]byte(list), &argv); err != nil || len(argv) < 3 || argv[0] != "CMD" || argv[1] != "/usr/local/bin/meilistream" {
+			t.Fatalf("%s: health check %s, want [\"CMD\", \"/usr/local/bin/meilistream\", ...]", where, list)
+		}
+		return argv[2:]
+	}
+	checks := map[string][]string{}
+	if m := regexp.MustCompile(`(?m)^HEALTHCHECK (?:.*\\\n)*\s*CMD (\[.*\])$`).FindStringSubmatch(read("Dockerfile")); m == nil {
+		t.Error("Dockerfile: no HEALTHCHECK")
+	} else {
+		checks["Dockerfile"] = command("Dockerfile", `["CMD", `+strings.TrimPrefix(m[1], "["))
+	}
+	compose := read("docker-compose.yml")
+	sidecar := regexp.MustCompile(`(?ms)^  meilistream:\n(.*?)(?:^  \S|^\S|\z)`).FindStringSubmatch(compose)
+	if sidecar == nil {
+		t.Fatal("docker-compose.yml: no meilistream service")
+	}
+	if m := regexp.MustCompile(`(?m)^    healthcheck:\n      test: (\[.*\])$`).FindStringSubmatch(sidecar[1]); m == nil {
+		t.Error("docker-compose.yml: the meilistream service has no healthcheck")
+	} else {
+		checks["docker-compose.yml"] = command("docker-compose.yml", m[1])
+	}
+
+	healthy := true
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !healthy {
+			http.Error(w, "not ready: Meilisearch (MEILISTREAM_MEILI_URL) unreachable", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	}))
+	defer srv.Close()
+	t.Setenv("MEILISTREAM_HTTP_ADDR", strings.TrimPrefix(srv.URL, "http://"))
+	for where, args := range checks {
+		for _, h := range []bool{true, false} {
+			healthy = h
+			var out, errOut bytes.Buffer
+			code := run(context.Background(), args, nil, &out, &errOut)
+			if want := map[bool]int{true: exitOK, false: exitFailed}[h]; code != want {
+				t.Errorf("%s: %q with the sidecar answering %s: exit %d, want %d (%s%s)", where, args, map[bool]string{true: "200", false: "503"}[h], code, want, out.String(), errOut.String())
+			}
+		}
+	}
+
+	labels := func(text, under string) string {
+		t.Helper()
+		m := regexp.MustCompile(`(?m)^` + under + `\n((?:\s+\w+: \S+\n)+)`).FindStringSubmatch(text)
+		if m == nil {
+			t.Fatalf("no %q", under)
+		}
+		return strings.Join(strings.Fields(m[1]), " ")
+	}
+	pdb := read("examples/kubernetes/pdb.yaml")
+	if !strings.Contains(pdb, "kind: PodDisruptionBudget") {
+		t.Fatal("examples/kubernetes/pdb.yaml is no PodDisruptionBudget")
+	}
+	pods := labels(read("examples/kubernetes/deployment.yaml"), `  template:\n    metadata:\n      labels:`)
+	if sel := labels(pdb, `    matchLabels:`); sel != pods {
+		t.Errorf("the PodDisruptionBudget selects %q, the Deployment's pods are labelled %q", sel, pods)
 	}
 }

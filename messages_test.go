@@ -16,7 +16,9 @@ import (
 // run in the application's pods, so scaling them down stops the
 // application: a message says which command asks the job's holder
 // instead (reindex, pause, resume, retry and verify --repair do).
-var scaleDown = regexp.MustCompile(`(?i)scal(e|ing)\b[^.;]{0,40}\bdown`)
+// "Run it where no sidecar runs the job" is the same advice in other
+// words.
+var scaleDown = regexp.MustCompile(`(?i)scal(e|ing)\b[^.;]{0,40}\bdown|\bwhere no sidecar (runs|holds)\b`)
 
 // TestNoMessageSaysScaleDown reads every string literal of the module's
 // code (tests aside) for such advice.
@@ -72,12 +74,13 @@ func TestScaleDownMatchesTheAdvice(t *testing.T) {
 		"run it where no sidecar runs the job (scale the sidecars down, run it, scale them back up)",
 		"Scale down the deployment first",
 		"scaling the sidecars down",
+		"try again, or run %s where no sidecar runs the job",
 	} {
 		if !scaleDown.MatchString(s) {
 			t.Errorf("not caught: %q", s)
 		}
 	}
-	for _, s := range []string{"the scale of the index. Shut down", "gc scale; slow down"} {
+	for _, s := range []string{"the scale of the index. Shut down", "gc scale; slow down", "no sidecar holds the job's lease, so nothing makes its changes durable"} {
 		if scaleDown.MatchString(s) {
 			t.Errorf("caught, though no advice: %q", s)
 		}

@@ -23,8 +23,8 @@ import (
 )
 
 // TestTheWalkthroughDoesWhatItSays runs README.md's walkthrough as written:
-// its data, its transform, the output `check` prints, the searches and what
-// they find, the live change (as devstack's update makes it) and the
+// its data (in a folder git ignores), its transform, the output `check`
+// prints, the log lines `run` prints, the searches and what they find, the live change (as devstack's update makes it) and the
 // transform edit of step 8, against the test servers, with the real
 // `meilistream run`. A step whose promise the sidecar does not keep fails
 // here, naming the step.
@@ -47,9 +47,15 @@ func TestTheWalkthroughDoesWhatItSays(t *testing.T) {
 	data := grab("data", `(?s)cat > try/data/books.ndjson <<'EOF'\n(.*?)\nEOF`)[1]
 	js := grab("transform", "(?s)\\*\\*3\\.\\*\\*.*?```js\n(.*?)```")[1]
 	checkOut := grab("check output", `\$ \./meilistream check try/transforms\n(.*)\n`)[1]
+	logLines := strings.Split(grab("step 5's log", "(?s)\\*\\*5\\.\\*\\*.*?```\n\\$ [^\n]*\n(.*?)\n```")[1], "\n")
 	update := grab("live change", "`go run ./internal/devstack update (\\w+) '(.+?)' '(.+?)'`")
 	newBody := grab("new transform body", "(?s)\\*\\*8\\.\\*\\*.*?with `(return \\{.*?\\};)` and save")[1]
 	newBody = strings.Join(strings.Fields(newBody), " ")
+
+	// Step 1's files, made in the clone, stay out of git.
+	if ignore, err := os.ReadFile(".gitignore"); err != nil || !regexp.MustCompile(`(?m)^/?try/?$`).Match(ignore) {
+		t.Errorf("step 1: .gitignore does not ignore try/ (%v)", err)
+	}
 
 	mg, err := mongotest.Start(mongotest.Options{})
 	if err != nil {
@@ -143,6 +149,17 @@ func TestTheWalkthroughDoesWhatItSays(t *testing.T) {
 	until("step 6: the search finds The Left Hand of Darkness alone", `{"q":"le guin"}`, func(h []map[string]any) bool {
 		return titles(h) == "The Left Hand of Darkness" && h[0]["id"] == float64(1)
 	})
+	// Step 5: the log shows the lines the README shows, after their time
+	// ("..." stands for what varies), by now; no time in it is year one.
+	for _, line := range logLines {
+		re := regexp.MustCompile(`(?m)^(?:\S+ )?` + strings.ReplaceAll(regexp.QuoteMeta(line), regexp.QuoteMeta("..."), ".*") + `$`)
+		if !re.MatchString(logs.String()) {
+			t.Errorf("step 5: the log has no line like %q\n%s", line, logs.String())
+		}
+	}
+	if strings.Contains(logs.String(), "0001-01-01") {
+		t.Errorf("step 5: the log prints year one\n%s", logs.String())
+	}
 	// Step 7: the live change, as devstack's update makes it.
 	var filter, change bson.D
 	if bson.UnmarshalExtJSON([]byte(update[2]), false, &filter) != nil || bson.UnmarshalExtJSON([]byte(update[3]), false, &change) != nil {

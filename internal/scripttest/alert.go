@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -24,7 +25,8 @@ func init() {
 // /metrics (MEILISTREAM_READY_FILE) until it fires (or, negated, until it
 // does not), so the documented rule is tested against what the sidecar
 // serves. It evaluates the rules' own shape, AGG by (LABELS) (SELECTOR)
-// OP NUMBER with AGG max, min or sum, at one instant ("for:" is the
+// OP NUMBER with AGG max, min or sum, the NUMBER possibly a share of a
+// series (NUMBER * scalar(max(SELECTOR))), at one instant ("for:" is the
 // alert manager's, not evaluated); any other expression fails the script
 // rather than pass unexamined.
 func cmdAlertFires(ts *testscript.TestScript, neg bool, args []string) {
@@ -82,42 +84,62 @@ type alertRule struct {
 	name    string
 	match   []labelMatch
 	bound   float64
+	// of, when set, makes the bound a share of a series: bound *
+	// scalar(max(of)), as the headroom rule compares with the window.
+	of *alertRule
 }
 
 type labelMatch struct {
 	key, op, value string
 }
 
-var ruleRE = regexp.MustCompile(`^(max|min|sum) by \(([a-z_, ]*)\) \(([a-z_:]+)(\{[^}]*\})?\) (==|!=|>=|<=|>|<) (-?[0-9.]+)$`)
+var ruleRE = regexp.MustCompile(`^(max|min|sum) by \(([a-z_, ]*)\) \(([a-z_:]+)(\{[^}]*\})?\) (==|!=|>=|<=|>|<) (-?[0-9.]+)(?: \* scalar\(max\(([a-z_:]+)(\{[^}]*\})?\)\))?$`)
 
 func parseRule(expr string) (*alertRule, error) {
 	m := ruleRE.FindStringSubmatch(strings.TrimSpace(expr))
 	if m == nil {
-		return nil, fmt.Errorf("cannot evaluate %q: only AGG by (LABELS) (SELECTOR) OP NUMBER", expr)
+		return nil, fmt.Errorf("cannot evaluate %q: only AGG by (LABELS) (SELECTOR) OP NUMBER [* scalar(max(SELECTOR))]", expr)
 	}
 	r := &alertRule{agg: m[1], name: m[3], op: m[5]}
+	if m[7] != "" {
+		r.of = &alertRule{agg: "max", name: m[7]}
+		var err error
+		if r.of.match, err = parseMatchers(m[8]); err != nil {
+			return nil, err
+		}
+	}
 	for _, l := range strings.Split(m[2], ",") {
 		if l = strings.TrimSpace(l); l != "" {
 			r.by = append(r.by, l)
 		}
 	}
-	if m[4] != "" {
-		for _, part := range strings.Split(strings.Trim(m[4], "{}"), ",") {
-			mm := regexp.MustCompile(`^\s*([a-z_]+)\s*(=~|!=|=)\s*"([^"]*)"\s*$`).FindStringSubmatch(part)
-			if mm == nil {
-				return nil, fmt.Errorf("cannot read the matcher %q", part)
-			}
-			r.match = append(r.match, labelMatch{mm[1], mm[2], mm[3]})
-		}
-	}
 	var err error
+	if r.match, err = parseMatchers(m[4]); err != nil {
+		return nil, err
+	}
 	r.bound, err = strconv.ParseFloat(m[6], 64)
 	return r, err
 }
 
-// eval applies the rule: true when any group's aggregate passes the
-// comparison; groups says each group's value.
-func (r *alertRule) eval(series []sample) (bool, map[string]float64) {
+// parseMatchers reads a selector's {label="value", ...}, "" for none.
+func parseMatchers(sel string) ([]labelMatch, error) {
+	if sel == "" {
+		return nil, nil
+	}
+	var out []labelMatch
+	for _, part := range strings.Split(strings.Trim(sel, "{}"), ",") {
+		mm := regexp.MustCompile(`^\s*([a-z_]+)\s*(=~|!=|=)\s*"([^"]*)"\s*$`).FindStringSubmatch(part)
+		if mm == nil {
+			return nil, fmt.Errorf("cannot read the matcher %q", part)
+		}
+		out = append(out, labelMatch{mm[1], mm[2], mm[3]})
+	}
+	return out, nil
+}
+
+// groupsOf aggregates the rule's series by its labels: each group's
+// value (the key "" when it groups by none).
+func (r *alertRule) groupsOf(series []sample) map[string]float64 {
 	groups := map[string]float64{}
 	for _, s := range series {
 		if s.name != r.name || !r.matches(s.labels) {
@@ -141,21 +163,42 @@ func (r *alertRule) eval(series []sample) (bool, map[string]float64) {
 		}
 		groups[k] = v
 	}
+	return groups
+}
+
+// eval applies the rule: true when any group's aggregate passes the
+// comparison; groups says each group's value.
+func (r *alertRule) eval(series []sample) (bool, map[string]float64) {
+	groups := r.groupsOf(series)
+	bound := r.bound
+	if r.of != nil {
+		// scalar() of nothing is NaN, which no comparison passes.
+		of := r.of.groupsOf(series)
+		v, ok := of[""]
+		if !ok {
+			v = math.NaN()
+		}
+		bound *= v
+		groups["(bound)"] = bound
+	}
 	fires := false
-	for _, v := range groups {
+	for k, v := range groups {
+		if k == "(bound)" {
+			continue
+		}
 		switch r.op {
 		case "==":
-			fires = fires || v == r.bound
+			fires = fires || v == bound
 		case "!=":
-			fires = fires || v != r.bound
+			fires = fires || v != bound
 		case ">":
-			fires = fires || v > r.bound
+			fires = fires || v > bound
 		case "<":
-			fires = fires || v < r.bound
+			fires = fires || v < bound
 		case ">=":
-			fires = fires || v >= r.bound
+			fires = fires || v >= bound
 		case "<=":
-			fires = fires || v <= r.bound
+			fires = fires || v <= bound
 		}
 	}
 	return fires, groups

@@ -416,6 +416,12 @@ func (e *Engine) run(ctx context.Context, job *transform.Job, dst sink.Sink, l L
 			return nil, closeOr(ctx, l, err)
 		}
 		plan.ownMode = own
+		if m := askedModeLeft(job, plan, own, force); m != "" {
+			// Run in the job's mode, a reindex another mode was asked
+			// for would start over; the caller runs it in that mode.
+			log.Info("a reindex asked by meilistream reindex was left unfinished: going on with it in the mode asked", "mode", m, "done", plan.cp.Count)
+			return nil, &ModeAsked{Job: job.Name, Mode: m}
+		}
 		if asked && !plan.reindex {
 			log.Info("reindexing, asked by meilistream reindex", "mode", reindexMode(job))
 			plan.reindex = true
@@ -522,6 +528,29 @@ func (e *Engine) plan(ctx context.Context, job *transform.Job, l Lease, force, l
 		plan.reindex = true
 	}
 	return plan, nil
+}
+
+// askedModeLeft returns the mode of the unfinished reindex plan resumes
+// when `meilistream reindex --inplace` or `--swap` asked for it in
+// another mode than job's, as Run runs it (not a copy already in another
+// mode, not `meilistream reindex` by hand, whose flags choose); "" when
+// there is none. Its holder died or restarted: going on with it in the
+// job's mode would start over (startReindex keeps only a checkpoint of
+// the job's mode), staging an index the operator chose not to hold twice,
+// or reading everything again.
+func askedModeLeft(job *transform.Job, plan followPlan, own string, force bool) string {
+	cp := plan.cp
+	if own != "" || force || !plan.reindex || cp == nil || !cp.Asked || cp.Swapping || cp.Hash != job.Hash {
+		return ""
+	}
+	mode := "swap"
+	if cp.InPlace {
+		mode = "inplace"
+	}
+	if mode == reindexMode(job) || mode == "swap" && job.Kind == jobdef.Mirror {
+		return ""
+	}
+	return mode
 }
 
 // legacyOf says whether h is job's hash as an earlier release computed it

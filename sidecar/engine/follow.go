@@ -98,6 +98,7 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 			Store: e.store, Lease: l, Dest: dst, Stats: stats, Observer: e.obs,
 			PageSize: jc.PageSize, ProgressInterval: jc.ProgressInterval, Engine: e,
 			Throttle: jc.throttle(dst),
+			Asked:    plan.ownMode != "" && plan.ownMode != reindexMode(job),
 		}
 		// In scan mode no stream reads the claims' marks: the holder
 		// reads alone.

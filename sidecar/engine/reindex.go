@@ -20,8 +20,20 @@ import (
 // Cancelling ctx stops it cleanly (error: ctx's cause); a later Reindex or
 // Run resumes from the checkpoint.
 func (e *Engine) Reindex(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats) (Summary, error) {
+	return e.reindex(ctx, job, dst, l, stats, "")
+}
+
+// ReindexAsked is Reindex of job, a copy of original in the mode
+// `meilistream reindex --inplace` or `--swap` asked (dst built from it):
+// its checkpoint records the mode as asked, so a sidecar that goes on
+// with it after an interruption does it in that mode.
+func (e *Engine) ReindexAsked(ctx context.Context, job, original *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats) (Summary, error) {
+	return e.reindex(ctx, job, dst, l, stats, reindexMode(original))
+}
+
+func (e *Engine) reindex(ctx context.Context, job *transform.Job, dst sink.Sink, l Lease, stats *status.JobStats, own string) (Summary, error) {
 	e.setKind(job.Name, job.Kind.String())
-	sum, err := e.run(ctx, job, dst, l, stats, true, "", nil)
+	sum, err := e.run(ctx, job, dst, l, stats, true, own, nil)
 	stats.SetPhase(status.PhaseIdle)
 	if err == nil && sum == nil {
 		err = context.Cause(ctx)

@@ -45,6 +45,9 @@ type reindexOptions struct {
 	PageSize         int           // documents read ahead of the checkpoint at most
 	ProgressInterval time.Duration // how often the progress is logged and published
 	Throttle         *Throttle     // paces the chunks; nil: unbounded
+	// Asked: the job is a copy in the mode `meilistream reindex --inplace`
+	// or `--swap` asked, which a fresh checkpoint records.
+	Asked bool
 }
 
 // Reindex is one reindex, run by its goroutine beside the follow loop: it
@@ -132,7 +135,7 @@ func startReindex(ctx context.Context, src Source, o reindexOptions, cp *jobstat
 			return nil, errs.Wrap(errs.Failed, job.Name, err, "stage the reindex")
 		}
 		s.staged = staged
-		s.cp = &jobstate.Checkpoint{StartedAt: time.Now(), Hash: job.Hash, InPlace: inPlace, Destination: jobstate.Destination(&job.Job)}
+		s.cp = &jobstate.Checkpoint{StartedAt: time.Now(), Hash: job.Hash, InPlace: inPlace, Asked: o.Asked, Destination: jobstate.Destination(&job.Job)}
 		if err := o.Store.WriteCheckpoint(ctx, job.Name, o.Lease, s.cp); err != nil {
 			return nil, err
 		}

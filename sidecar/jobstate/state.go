@@ -113,6 +113,12 @@ type Checkpoint struct {
 	StartedAt time.Time `bson:"startedAt"`
 	Hash      string    `bson:"hash"`
 	InPlace   bool      `bson:"inPlace"`
+	// Asked says that InPlace is the mode `meilistream reindex --inplace`
+	// or `--swap` asked, not the job's: whoever goes on with the reindex
+	// (a restart, the standby taking the job over) goes on in that mode,
+	// since starting over in the job's would stage an index the operator
+	// chose not to hold twice, or read everything again.
+	Asked bool `bson:"asked,omitempty"`
 	// Destination is the index uid (or replica collection) the reindex
 	// rebuilds: a swap reindex stages next to it (the Meilisearch sink's
 	// <uid>__reindex), so a reindex that starts over for another
@@ -220,7 +226,7 @@ func (s *Store) fencedUpdate(ctx context.Context, job string, l Fence, id bson.D
 var (
 	positionFields = []string{"token", "wallTime"}
 	// startToken is cleared too: checkpoints of earlier versions had it.
-	checkpointFields = []string{"startToken", "startedAt", "hash", "inPlace", "destination", "lastId", "count", "swapping", "throttled"}
+	checkpointFields = []string{"startToken", "startedAt", "hash", "inPlace", "asked", "destination", "lastId", "count", "swapping", "throttled"}
 )
 
 // Stamp writes l's epoch into the job's state documents (creating them
@@ -439,6 +445,7 @@ func (s *Store) WriteCheckpoint(ctx context.Context, job string, l Fence, c *Che
 		{Key: "startedAt", Value: c.StartedAt},
 		{Key: "hash", Value: c.Hash},
 		{Key: "inPlace", Value: c.InPlace},
+		{Key: "asked", Value: c.Asked},
 		{Key: "destination", Value: c.Destination},
 		{Key: "count", Value: c.Count},
 		{Key: "swapping", Value: c.Swapping},
