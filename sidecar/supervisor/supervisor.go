@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -938,6 +941,11 @@ func (s *Supervisor) backoff(ctx context.Context, log hclog.Logger, st *Supervis
 		// reindexes what the collection then holds), not an error to page
 		// anyone about.
 		log.Warn("source collection dropped or renamed: restarting the job, which reindexes what the collection now holds", "error", err, "in", in)
+	case failures == 1 && transient(err):
+		// One timed-out or dropped exchange with a server is the weather
+		// of a busy cluster, not a failure to page anyone about: the next
+		// attempt usually passes. The second in a row is an error.
+		log.Warn("job could not reach a server, trying again", "error", err, "in", in)
 	default:
 		log.Error("job failed, restarting", "error", err, "restarts", failures, "in", in)
 	}
@@ -949,6 +957,15 @@ func (s *Supervisor) backoff(ctx context.Context, log hclog.Logger, st *Supervis
 	case <-t.C:
 		return true
 	}
+}
+
+// transient reports an error that a network timeout or a dropped
+// connection caused, as the drivers wrap them (a net.Error, or a
+// deadline that ran out).
+func transient(err error) bool {
+	var ne net.Error
+	return (errors.As(err, &ne) && ne.Timeout()) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // RestartDelay is the wait before the n-th consecutive restart (n >= 1):
