@@ -544,8 +544,9 @@ func (e *Engine) startClaims(ctx context.Context, job *transform.Job, sh *shared
 // the reindex that long at most.
 func (e *Engine) slotTTL() time.Duration { return max(e.cfg.PresenceInterval, 300*time.Millisecond) }
 
-// Polls of a claimant finding nothing to claim back off from the first to
-// the last.
+// Polls of a claimant that failed, finds the job paused, or (the
+// holder's own) finds no chunk yet back off from the first to the last; a
+// standby's claimant finding no chunk waits for the process's chunk watch.
 // While every slot is held, a claimant asks every claimPollBusy.
 // holderClaimAge is how long a chunk waits for a standby before the
 // holder's own claimant takes it.
@@ -646,6 +647,18 @@ func (e *Engine) claimLoop(ctx context.Context, job *transform.Job, sh *sharedRe
 			if errors.Is(err, jobstate.ErrClaimLost) {
 				continue
 			}
+		}
+		if err == nil && c == nil && sh == nil {
+			// No shared reindex runs: a standby waits for the process's
+			// one watch to see chunks of the job published.
+			poll = claimPollFirst
+			if finishing != nil {
+				finished(<-finishing)
+			}
+			if e.chunks.wait(ctx, job.Name, job.Hash) != nil {
+				return
+			}
+			continue
 		}
 		warn(err)
 		if sleep(ctx, poll) != nil {

@@ -565,3 +565,33 @@ func (s *Store) ChunkCounts(ctx context.Context, job string) (chunks, results in
 func newToken() string {
 	return fmt.Sprintf("%016x", rand.Uint64())
 }
+
+// JobsWithChunks returns which of jobs (job name -> the transform hash
+// its claimants run) have chunks published for that hash: one read
+// whatever the number of jobs, so that a process standing by for many
+// jobs learns of a shared reindex promptly at the cost of one read a
+// poll, not one per job.
+func (s *Store) JobsWithChunks(ctx context.Context, jobs map[string]string) (map[string]bool, error) {
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	or := make(bson.A, 0, len(jobs))
+	for job, hash := range jobs {
+		or = append(or, bson.D{{Key: "_id.chunk", Value: job}, {Key: "hash", Value: hash}})
+	}
+	res := s.state.Distinct(ctx, "_id.chunk", bson.D{{Key: "$or", Value: or}})
+	if err := res.Err(); errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	} else if err != nil {
+		return nil, errs.Wrap(errs.Failed, "", err, "look for chunks of shared reindexes to claim")
+	}
+	var names []string
+	if err := res.Decode(&names); err != nil {
+		return nil, errs.Wrap(errs.Failed, "", err, "look for chunks of shared reindexes to claim")
+	}
+	out := make(map[string]bool, len(names))
+	for _, n := range names {
+		out[n] = true
+	}
+	return out, nil
+}
