@@ -55,8 +55,9 @@ import (
 // land in change order.
 //
 // A result whose window saw a change of a related collection (its
-// lookups may be older than the stream's), one too large to store, or one
-// that is not there (its claim was taken over after its high mark) is not
+// lookups may be older than the stream's), one with a write too large to
+// store (a result larger than a MongoDB document is stored in parts), or
+// one that is not there (its claim was taken over after its high mark) is not
 // used: the holder reads the chunk's documents by _id at the high mark and
 // transforms them itself, as a lean stream's documents are (a read after
 // the mark, later changes of the same ids coming after it through the
@@ -132,9 +133,9 @@ const shareCheckEvery = time.Second
 // back; the holder's publish, read and delete of it), which on a busy
 // server take longer than a claimant at a sidecar's usual CPU limit
 // takes to transform half a page: with two pages they are a small part
-// of each chunk's time. Search documents of up to 2 KB keep a result of
-// the default page size under jobstate.MaxChunkResultBytes; larger ones want a
-// smaller page (a result too large is transformed by the holder itself).
+// of each chunk's time. A result larger than a MongoDB document holds is
+// stored in several (jobstate.MaxChunkResultBytes each), so larger
+// documents need no smaller page.
 func sharedChunkSize(pageSize int) int {
 	return max(1, 2*pageSize)
 }
@@ -411,6 +412,7 @@ func (f *follower) submitShared(c *sharedChunk, w *sharedWindow, token string, t
 		var bad []DocError
 		var sk int
 		if r == nil || r.TooLarge || w.related {
+			stats.Update(func(s *status.JobSnapshot) { s.ChunksRedone++ })
 			items := make([]Item, 0, len(c.ids))
 			for _, id := range c.ids {
 				if !w.changed[keyOf(id)] {

@@ -411,3 +411,34 @@ func (noFence) Err() error   { return nil }
 func rawInt(n int32) bson.RawValue {
 	return bson.RawValue{Type: bson.TypeInt32, Value: bsoncore.AppendInt32(nil, n)}
 }
+
+// A chunk whose result passes what one MongoDB document holds goes
+// through the shared path all the same, in several result documents: a
+// standby's results are applied, none transformed again by the holder,
+// and the index ends as transform(collection).
+func TestSharedReindexOfLargeDocumentsAppliesTheStandbysResults(t *testing.T) {
+	e := newEnv(t, 0)
+	// Chunks of sixteen search documents of 780 KB (a transform's result
+	// is at most 1 MB of JSON): results of 12.5 MB.
+	e.cfg.PageSize = 8
+	e.cfg.ReindexParallel = 2
+	body := strings.Repeat("large ", 130_000)
+	for i := 0; i < 64; i++ {
+		e.ok(e.coll.InsertOne(e.ctx, bson.M{"_id": i, "title": body, "n": i}))
+	}
+	job := e.job(itemsJS)
+	standby, stop := e.helper(job, "test:2:b")
+	defer stop()
+	e.cfg.Process = "test:1:a"
+	r := e.run(job, e.acquire())
+	e.settled(job)
+	if n := engine.ClaimsDone(standby); n == 0 {
+		t.Fatal("the standby did no chunk")
+	}
+	if n := r.stats.Snapshot().ChunksRedone; n != 0 {
+		t.Fatalf("the holder transformed %d chunks again: want the standby's results applied", n)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
