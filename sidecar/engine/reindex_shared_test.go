@@ -442,3 +442,62 @@ func TestSharedReindexOfLargeDocumentsAppliesTheStandbysResults(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A claimant that has just done a chunk claims its next one in the slot
+// it gave back, without reaping first: of six chunks done one after the
+// other, only the first two claims (no slot given back yet) reap.
+func TestAClaimantClaimsItsNextChunkInTheSlotItGaveBack(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.ReindexParallel = 2
+	e.insert(0, 12, nil)
+	job := e.job(itemsJS)
+	var mu sync.Mutex
+	var reaps, claims int
+	reapsAtClaim := map[int]int{}
+	mon := &event.CommandMonitor{
+		Started: func(_ context.Context, ev *event.CommandStartedEvent) {
+			if ev.CommandName == "update" && strings.Contains(ev.Command.String(), `"$unset"`) && strings.Contains(ev.Command.String(), `"$lt"`) {
+				mu.Lock()
+				reaps++
+				mu.Unlock()
+			}
+		},
+		Succeeded: func(_ context.Context, ev *event.CommandSucceededEvent) {
+			if ev.CommandName == "findAndModify" && ev.Reply.Lookup("value").Type == bson.TypeEmbeddedDocument {
+				mu.Lock()
+				claims++
+				reapsAtClaim[claims] = reaps
+				mu.Unlock()
+			}
+		},
+	}
+	client, err := mongo.Connect(options.Client().ApplyURI(e.mongo.URI()).SetMonitor(mon))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Disconnect(context.Background()) })
+	cfg := e.cfg
+	cfg.Process = "test:2:b"
+	eng := engine.New(client.Database("app"), client.Database("app").Collection("meilistream"), e.errs, cfg, nil, e.log)
+	st := jobstate.New(e.state, e.errs, func(context.Context, int) error { return nil })
+	if err := st.EnsureSlotIndex(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for seq := 0; seq < 6; seq++ {
+		if err := st.PublishChunk(e.ctx, noFence{}, jobstate.SharedChunk{Job: "items", Run: "r", Seq: int64(seq), Hash: job.Hash, Parallel: 2,
+			IDs: []bson.RawValue{rawInt(int32(2 * seq)), rawInt(int32(2*seq + 1))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); eng.HelpReindex(ctx, job, nil) }()
+	defer func() { cancel(); <-done }()
+	testutil.Until(t, 2*time.Minute, "six chunks claimed", func() bool { mu.Lock(); defer mu.Unlock(); return claims >= 6 },
+		func() string { mu.Lock(); defer mu.Unlock(); return fmt.Sprintf("%d claims, %d reaps", claims, reaps) })
+	mu.Lock()
+	defer mu.Unlock()
+	if n := reapsAtClaim[6]; n > 2 {
+		t.Fatalf("%d reaps before the sixth claim (%v): want only the first two claims to reap", n, reapsAtClaim)
+	}
+}

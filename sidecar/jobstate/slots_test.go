@@ -79,6 +79,53 @@ func TestClaimsTakeAtMostParallelSlotsAtOnce(t *testing.T) {
 	}
 }
 
+// A claim in a given slot takes the next chunk in it when the slot is
+// free, finds nothing (for ClaimChunk to say why) when another claim
+// holds it or every chunk is taken, and claims nothing while paused.
+func TestAClaimInASlotTakesItOnlyWhenFree(t *testing.T) {
+	ctx, s, _ := testStore(t)
+	publish(t, ctx, s, 3, 2)
+	a, err := s.ClaimChunk(ctx, "items", "h1", "a", time.Minute, 0)
+	if err != nil || a == nil {
+		t.Fatal(a, err)
+	}
+	if c, err := s.ClaimInSlot(ctx, "items", "h1", "b", a.Slot, time.Minute, 0); err != nil || c != nil {
+		t.Fatalf("a claim in slot %d, held: %+v %v", a.Slot, c, err)
+	}
+	if err := s.SubmitClaim(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.ClaimInSlot(ctx, "items", "h1", "a", a.Slot, time.Minute, 0)
+	if err != nil || b == nil || b.Slot != a.Slot || b.Seq == a.Seq {
+		t.Fatalf("a claim in slot %d, given back: %+v %v", a.Slot, b, err)
+	}
+	if c, err := s.ClaimInSlot(ctx, "items", "h0", "old", 1-a.Slot, time.Minute, 0); err != nil || c != nil {
+		t.Fatalf("a process with another transform claimed %+v (%v)", c, err)
+	}
+	if err := s.RecordPause(ctx, "items", epochLease(1), "cli"); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.ClaimInSlot(ctx, "items", "h1", "a", 1-a.Slot, time.Minute, 0); !errors.Is(err, ErrPaused) || c != nil {
+		t.Fatalf("a claim of a paused job's chunk: %+v %v, want ErrPaused", c, err)
+	}
+	if err := s.ClearPause(ctx, "items", epochLease(1)); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.ClaimInSlot(ctx, "items", "h1", "a", 2, time.Minute, 0); err != nil || c != nil {
+		t.Fatalf("a claim in a slot past the run's parallel: %+v %v", c, err)
+	}
+	c, err := s.ClaimInSlot(ctx, "items", "h1", "a", 1-a.Slot, time.Minute, 0)
+	if err != nil || c == nil {
+		t.Fatalf("the last chunk: %+v %v", c, err)
+	}
+	if err := s.SubmitClaim(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := s.ClaimInSlot(ctx, "items", "h1", "a", c.Slot, time.Minute, 0); err != nil || d != nil {
+		t.Fatalf("every chunk taken: %+v %v", d, err)
+	}
+}
+
 func TestClaimsOfAnotherTransformHashFindNothing(t *testing.T) {
 	ctx, s, _ := testStore(t)
 	publish(t, ctx, s, 2, 4)
