@@ -548,7 +548,7 @@ func (e *Engine) startClaims(ctx context.Context, job *transform.Job, sh *shared
 
 // slotTTL is how long a claim lasts without renewal: a third of the job's
 // lease (the presence's cadence), so a claimant stopped mid-chunk delays
-// the reindex that long at most.
+// the reindex that long, and until a claim reaps it (claimShortFor).
 func (e *Engine) slotTTL() time.Duration { return max(e.cfg.PresenceInterval, 300*time.Millisecond) }
 
 // Polls of a claimant that failed, finds the job paused, or (the
