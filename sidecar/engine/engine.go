@@ -239,6 +239,9 @@ type Engine struct {
 	// claimsDone counts the chunks of shared reindexes this process did
 	// (reindex_shared.go).
 	claimsDone atomic.Int64
+	// chunks tells the process's idle claimants when their job has
+	// chunks to claim (chunkwatch.go).
+	chunks *chunkWatch
 
 	// hubs: the one change stream per source database the jobs of this
 	// engine share (stream.Hub).
@@ -273,6 +276,7 @@ func New(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Coll
 	}
 	e.hubs = stream.NewHubs(e.stateName)
 	e.presence = newPresences(store, cfg.Process, cfg.PresenceInterval, logger)
+	e.chunks = newChunkWatch(store, chunkWatchEvery)
 	return e
 }
 

@@ -55,8 +55,9 @@ import (
 // land in change order.
 //
 // A result whose window saw a change of a related collection (its
-// lookups may be older than the stream's), one too large to store, or one
-// that is not there (its claim was taken over after its high mark) is not
+// lookups may be older than the stream's), one with a write too large to
+// store (a result larger than a MongoDB document is stored in parts), or
+// one that is not there (its claim was taken over after its high mark) is not
 // used: the holder reads the chunk's documents by _id at the high mark and
 // transforms them itself, as a lean stream's documents are (a read after
 // the mark, later changes of the same ids coming after it through the
@@ -123,8 +124,13 @@ func (e *Engine) sharePlan(ctx context.Context, jc jobConfig) bool {
 }
 
 // shareCheckEvery is how often a reindex read by its holder alone looks
-// for other pods running its transform, to share what is left of it.
-const shareCheckEvery = time.Second
+// for other pods running its transform, to share what is left of it (one
+// read of the job's presence records). Pods of a rollout start together,
+// and a holder that took the lease a moment before its standbys wrote
+// their presence would read alone until its next look: at a sidecar's CPU
+// limit a second of that is a fifth of a 100 000-document reindex
+// shared by three.
+const shareCheckEvery = 200 * time.Millisecond
 
 // sharedChunkSize is how many documents a chunk of a shared reindex
 // holds: two pages. A chunk costs some fifteen round trips to MongoDB
@@ -132,9 +138,9 @@ const shareCheckEvery = time.Second
 // back; the holder's publish, read and delete of it), which on a busy
 // server take longer than a claimant at a sidecar's usual CPU limit
 // takes to transform half a page: with two pages they are a small part
-// of each chunk's time. Search documents of up to 2 KB keep a result of
-// the default page size under jobstate.MaxChunkResultBytes; larger ones want a
-// smaller page (a result too large is transformed by the holder itself).
+// of each chunk's time. A result larger than a MongoDB document holds is
+// stored in several (jobstate.MaxChunkResultBytes each), so larger
+// documents need no smaller page.
 func sharedChunkSize(pageSize int) int {
 	return max(1, 2*pageSize)
 }
@@ -411,6 +417,7 @@ func (f *follower) submitShared(c *sharedChunk, w *sharedWindow, token string, t
 		var bad []DocError
 		var sk int
 		if r == nil || r.TooLarge || w.related {
+			stats.Update(func(s *status.JobSnapshot) { s.ChunksRedone++ })
 			items := make([]Item, 0, len(c.ids))
 			for _, id := range c.ids {
 				if !w.changed[keyOf(id)] {
@@ -541,11 +548,12 @@ func (e *Engine) startClaims(ctx context.Context, job *transform.Job, sh *shared
 
 // slotTTL is how long a claim lasts without renewal: a third of the job's
 // lease (the presence's cadence), so a claimant stopped mid-chunk delays
-// the reindex that long at most.
+// the reindex that long, and until a claim reaps it (claimShortFor).
 func (e *Engine) slotTTL() time.Duration { return max(e.cfg.PresenceInterval, 300*time.Millisecond) }
 
-// Polls of a claimant finding nothing to claim back off from the first to
-// the last.
+// Polls of a claimant that failed, finds the job paused, or (the
+// holder's own) finds no chunk yet back off from the first to the last; a
+// standby's claimant finding no chunk waits for the process's chunk watch.
 // While every slot is held, a claimant asks every claimPollBusy.
 // holderClaimAge is how long a chunk waits for a standby before the
 // holder's own claimant takes it.
@@ -555,6 +563,12 @@ const (
 	claimPollBusy  = 50 * time.Millisecond
 	holderClaimAge = 500 * time.Millisecond
 )
+
+// claimShortFor is how long after a claim the long way (ClaimChunk, which
+// reaps the lapsed claims) a claimant claims its next chunks the short way
+// (jobstate.ClaimInSlot): a third of the slot lease, its renewal cadence,
+// so a claim stopped mid-chunk is reaped within 4/3 of a slot lease.
+func (e *Engine) claimShortFor() time.Duration { return e.slotTTL() / 3 }
 
 // claimLoop is one claimant: it claims a chunk, does it, and again; with
 // nothing to claim, or the job paused, it polls, backing off. paused is
@@ -588,24 +602,43 @@ func (e *Engine) claimLoop(ctx context.Context, job *transform.Job, sh *sharedRe
 	// way: its seq, and its error once they are over.
 	var finishing chan error
 	var finishingSeq int64
-	finished := func(err error) {
+	// finished takes the previous chunk's end: whether it was done (its
+	// slot given back).
+	finished := func(err error) bool {
 		finishing = nil
 		if err != nil {
 			warn(err)
-			return
+			return false
 		}
 		stats.Update(func(s *status.JobSnapshot) { s.Chunks++ })
 		if done++; done == 1 {
 			log.Info("did a chunk of the job's shared reindex", "seq", finishingSeq)
 		}
+		return true
 	}
 	defer func() {
 		if finishing != nil {
 			finished(<-finishing)
 		}
 	}()
+	// The slot of the claimant's chunk before the one finishing, given
+	// back (-1: none), and when the claimant last claimed the long way.
+	free, prevSlot := -1, -1
+	var reaped time.Time
 	for ctx.Err() == nil {
-		c, err := e.store.ClaimChunk(ctx, job.Name, job.Hash, e.cfg.Process, e.slotTTL(), minAge)
+		var c *jobstate.Claim
+		var err error
+		if free >= 0 && time.Since(reaped) < e.claimShortFor() {
+			// Between two chunks, CPU the claimant could spend on the next
+			// one waits for the claim: five round trips to a busy MongoDB
+			// took a fifth of a chunk's transform.
+			c, err = e.store.ClaimInSlot(ctx, job.Name, job.Hash, e.cfg.Process, free, e.slotTTL(), minAge)
+		}
+		if c == nil && err == nil {
+			reaped = time.Now()
+			c, err = e.store.ClaimChunk(ctx, job.Name, job.Hash, e.cfg.Process, e.slotTTL(), minAge)
+		}
+		free = -1
 		if notePause(log, job.Name, paused, c, err) {
 			// The holder applies nothing while paused: a claim now would
 			// only leave its result waiting in the chunks collection.
@@ -637,15 +670,29 @@ func (e *Engine) claimLoop(ctx context.Context, job *transform.Job, sh *sharedRe
 			finish, err = e.doClaim(ctx, job, sh, c)
 			if err == nil {
 				if finishing != nil {
-					finished(<-finishing)
+					if finished(<-finishing) {
+						free = prevSlot
+					}
 				}
-				finishing, finishingSeq = make(chan error, 1), c.Seq
+				finishing, finishingSeq, prevSlot = make(chan error, 1), c.Seq, c.Slot
 				go func(ch chan<- error) { ch <- finish() }(finishing)
 				continue
 			}
 			if errors.Is(err, jobstate.ErrClaimLost) {
 				continue
 			}
+		}
+		if err == nil && c == nil && sh == nil {
+			// No shared reindex runs: a standby waits for the process's
+			// one watch to see chunks of the job published.
+			poll = claimPollFirst
+			if finishing != nil {
+				finished(<-finishing)
+			}
+			if e.chunks.wait(ctx, job.Name, job.Hash) != nil {
+				return
+			}
+			continue
 		}
 		warn(err)
 		if sleep(ctx, poll) != nil {

@@ -3,15 +3,22 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/meilistream/meilistream/bench/articles"
 	"github.com/meilistream/meilistream/internal/testutil"
@@ -330,4 +337,167 @@ func claimOne(e *env, st *jobstate.Store, hash string, ttl time.Duration) <-chan
 		}
 	}()
 	return claimed
+}
+
+// A process standing by for many jobs asks MongoDB whether any has chunks
+// in one read a poll for all of them, not one per job, and claims a
+// chunk published later: idle, twenty jobs' standbys cost the watch's
+// reads, and the per-job chunk query is sent once per job (its first
+// claim) until a chunk is there.
+func TestAStandbyOfManyJobsLooksForChunksInOneReadForAll(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.ReindexParallel = 3
+	var finds, watches atomic.Int64
+	mon := &event.CommandMonitor{Started: func(_ context.Context, ev *event.CommandStartedEvent) {
+		switch {
+		case ev.CommandName == "find" && strings.Contains(ev.Command.String(), `"_id.chunk"`):
+			finds.Add(1)
+		case ev.CommandName == "distinct":
+			watches.Add(1)
+		}
+	}}
+	client, err := mongo.Connect(options.Client().ApplyURI(e.mongo.URI()).SetMonitor(mon))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Disconnect(context.Background()) })
+	cfg := e.cfg
+	cfg.Process = "test:2:b"
+	eng := engine.New(client.Database("app"), client.Database("app").Collection("meilistream"), e.errs, cfg, nil, e.log)
+	const jobs = 20
+	ctx, cancel := context.WithCancel(e.ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	var last *transform.Job
+	for i := 0; i < jobs; i++ {
+		path := filepath.Join(t.TempDir(), fmt.Sprintf("items%d.js", i))
+		job, err := transform.LoadFile(path, []byte(itemsJS), transform.Options{MemoryLimit: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = job
+		wg.Add(1)
+		go func() { defer wg.Done(); eng.HelpReindex(ctx, job, nil) }()
+	}
+	// Until the standbys have made 60 reads, at most one chunk query per
+	// job (each claimant's first) is among them.
+	testutil.Until(t, 2*time.Minute, "60 reads for chunks", func() bool { return finds.Load()+watches.Load() >= 60 },
+		func() string { return fmt.Sprintf("%d chunk queries, %d watch reads", finds.Load(), watches.Load()) })
+	if f := finds.Load(); f > jobs+2 {
+		t.Fatalf("%d chunk queries and %d watch reads from %d idle standbys: want at most one chunk query a job", f, watches.Load(), jobs)
+	}
+	// A chunk published for the last job is claimed by its standby.
+	st := jobstate.New(e.state, e.errs, func(context.Context, int) error { return nil })
+	if err := st.EnsureSlotIndex(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PublishChunk(e.ctx, noFence{}, jobstate.SharedChunk{Job: last.Name, Run: "r", Seq: 0, Hash: last.Hash, Parallel: 3,
+		IDs: []bson.RawValue{rawInt(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Until(t, 2*time.Minute, "the chunk claimed by the standby", func() bool {
+		n, _ := e.state.CountDocuments(e.ctx, bson.M{"_id.chunk": last.Name, "owner": "test:2:b"})
+		m, _ := e.state.CountDocuments(e.ctx, bson.M{"_id.chunk": last.Name, "submitted": true})
+		return n+m > 0
+	}, nil)
+}
+
+// noFence is a lease that always holds, for chunks published by a test.
+type noFence struct{}
+
+func (noFence) Epoch() int64 { return 1 }
+func (noFence) Err() error   { return nil }
+
+func rawInt(n int32) bson.RawValue {
+	return bson.RawValue{Type: bson.TypeInt32, Value: bsoncore.AppendInt32(nil, n)}
+}
+
+// A chunk whose result passes what one MongoDB document holds goes
+// through the shared path all the same, in several result documents: a
+// standby's results are applied, none transformed again by the holder,
+// and the index ends as transform(collection).
+func TestSharedReindexOfLargeDocumentsAppliesTheStandbysResults(t *testing.T) {
+	e := newEnv(t, 0)
+	// Chunks of sixteen search documents of 780 KB (a transform's result
+	// is at most 1 MB of JSON): results of 12.5 MB.
+	e.cfg.PageSize = 8
+	e.cfg.ReindexParallel = 2
+	body := strings.Repeat("large ", 130_000)
+	for i := 0; i < 64; i++ {
+		e.ok(e.coll.InsertOne(e.ctx, bson.M{"_id": i, "title": body, "n": i}))
+	}
+	job := e.job(itemsJS)
+	standby, stop := e.helper(job, "test:2:b")
+	defer stop()
+	e.cfg.Process = "test:1:a"
+	r := e.run(job, e.acquire())
+	e.settled(job)
+	if n := engine.ClaimsDone(standby); n == 0 {
+		t.Fatal("the standby did no chunk")
+	}
+	if n := r.stats.Snapshot().ChunksRedone; n != 0 {
+		t.Fatalf("the holder transformed %d chunks again: want the standby's results applied", n)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A claimant that has just done a chunk claims its next one in the slot
+// it gave back, without reaping first: of six chunks done one after the
+// other, only the first two claims (no slot given back yet) reap.
+func TestAClaimantClaimsItsNextChunkInTheSlotItGaveBack(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.ReindexParallel = 2
+	e.insert(0, 12, nil)
+	job := e.job(itemsJS)
+	var mu sync.Mutex
+	var reaps, claims int
+	reapsAtClaim := map[int]int{}
+	mon := &event.CommandMonitor{
+		Started: func(_ context.Context, ev *event.CommandStartedEvent) {
+			if ev.CommandName == "update" && strings.Contains(ev.Command.String(), `"$unset"`) && strings.Contains(ev.Command.String(), `"$lt"`) {
+				mu.Lock()
+				reaps++
+				mu.Unlock()
+			}
+		},
+		Succeeded: func(_ context.Context, ev *event.CommandSucceededEvent) {
+			if ev.CommandName == "findAndModify" && ev.Reply.Lookup("value").Type == bson.TypeEmbeddedDocument {
+				mu.Lock()
+				claims++
+				reapsAtClaim[claims] = reaps
+				mu.Unlock()
+			}
+		},
+	}
+	client, err := mongo.Connect(options.Client().ApplyURI(e.mongo.URI()).SetMonitor(mon))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Disconnect(context.Background()) })
+	cfg := e.cfg
+	cfg.Process = "test:2:b"
+	eng := engine.New(client.Database("app"), client.Database("app").Collection("meilistream"), e.errs, cfg, nil, e.log)
+	st := jobstate.New(e.state, e.errs, func(context.Context, int) error { return nil })
+	if err := st.EnsureSlotIndex(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for seq := 0; seq < 6; seq++ {
+		if err := st.PublishChunk(e.ctx, noFence{}, jobstate.SharedChunk{Job: "items", Run: "r", Seq: int64(seq), Hash: job.Hash, Parallel: 2,
+			IDs: []bson.RawValue{rawInt(int32(2 * seq)), rawInt(int32(2*seq + 1))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); eng.HelpReindex(ctx, job, nil) }()
+	defer func() { cancel(); <-done }()
+	testutil.Until(t, 2*time.Minute, "six chunks claimed", func() bool { mu.Lock(); defer mu.Unlock(); return claims >= 6 },
+		func() string { mu.Lock(); defer mu.Unlock(); return fmt.Sprintf("%d claims, %d reaps", claims, reaps) })
+	mu.Lock()
+	defer mu.Unlock()
+	if n := reapsAtClaim[6]; n > 2 {
+		t.Fatalf("%d reaps before the sixth claim (%v): want only the first two claims to reap", n, reapsAtClaim)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -42,7 +43,13 @@ import (
 //
 //	{_id: {job, run, seq, token}, ids: [<_id>...], kinds: <binary>,
 //	 body: <binary>, errors: [{id, op, code, msg}], skipped: <n>,
-//	 tooLarge: <bool>}
+//	 tooLarge: <bool>, parts: <n>}
+//
+// A result larger than MaxChunkResultBytes is split in parts of at most
+// that size, each a document: the first under the key above, with parts
+// its number of parts and tooLarge true (a holder of a version that
+// reads one document takes it as a result to transform itself, never as
+// the whole result), the others under {job, run, seq, token, part: i}.
 //
 // The holder deletes a chunk's documents (descriptor and results) once
 // what it took from them is durable, and every chunk of another run when
@@ -67,10 +74,16 @@ var ErrSlotsBusy = errors.New("every slot of the shared reindex is held")
 // chunks collection.
 var ErrPaused = errors.New("the job is paused")
 
-// MaxChunkResultBytes bounds a chunk's result document, well under the
-// 16 MB MongoDB stores: a larger result is recorded as tooLarge and the
-// holder transforms the chunk itself.
+// MaxChunkResultBytes bounds each document of a chunk's result, well
+// under the 16 MB MongoDB stores: a larger result is split in parts of at
+// most this size. Only a result with one write that alone passes it is
+// recorded as tooLarge, and the holder transforms that chunk itself.
 const MaxChunkResultBytes = 8 << 20
+
+// resultPartOverhead is what a result document's fields other than its
+// writes and errors take, with room to spare: its key, the field names,
+// skipped, tooLarge and parts.
+const resultPartOverhead = 1 << 10
 
 // SharedChunk is one published chunk of a shared reindex.
 type SharedChunk struct {
@@ -112,8 +125,9 @@ type ChunkResult struct {
 	Writes  []ChunkWrite
 	Errors  []ChunkError
 	Skipped int
-	// TooLarge: the result would not fit MaxChunkResultBytes; it holds
-	// nothing and the holder transforms the chunk itself.
+	// TooLarge: one of the result's writes alone would not fit
+	// MaxChunkResultBytes; it holds nothing and the holder transforms the
+	// chunk itself.
 	TooLarge bool
 }
 
@@ -121,8 +135,14 @@ func chunkKey(job, run string, seq int64) bson.D {
 	return bson.D{{Key: "chunk", Value: job}, {Key: "run", Value: run}, {Key: "seq", Value: seq}}
 }
 
-func resultKey(job, run string, seq int64, token string) bson.D {
-	return bson.D{{Key: "job", Value: job}, {Key: "run", Value: run}, {Key: "seq", Value: seq}, {Key: "token", Value: token}}
+// resultKey is the key of part part of a claim's result: the first part
+// has no part field.
+func resultKey(job, run string, seq int64, token string, part int) bson.D {
+	k := bson.D{{Key: "job", Value: job}, {Key: "run", Value: run}, {Key: "seq", Value: seq}, {Key: "token", Value: token}}
+	if part > 0 {
+		k = append(k, bson.E{Key: "part", Value: part})
+	}
+	return k
 }
 
 // chunks is the results collection beside the state collection.
@@ -265,6 +285,30 @@ func (s *Store) ClaimChunk(ctx context.Context, job, hash, owner string, ttl, mi
 	return nil, ErrSlotsBusy // every free slot went to others
 }
 
+// ClaimInSlot is ClaimChunk's short way for a claimant that has just
+// done a chunk of job, while a shared reindex runs: it reads the pause
+// record, then claims the first chunk it could take in slot (the slot of
+// the claimant's chunk before, given back), in two round trips instead of
+// ClaimChunk's five. nil, nil when that slot is another claim's or no
+// chunk is there to take: ClaimChunk then says which, and reaps. It
+// reaps nothing itself: a caller uses it only for a moment after a
+// ClaimChunk, so lapsed claims are still reaped that often.
+func (s *Store) ClaimInSlot(ctx context.Context, job, hash, owner string, slot int, ttl, minAge time.Duration) (*Claim, error) {
+	if p, err := s.ReadPause(ctx, job); err != nil {
+		return nil, err
+	} else if p != nil {
+		return nil, ErrPaused
+	}
+	c, err := s.claimFirst(ctx, job, hash, owner, newToken(), slot, ttl, minAge)
+	if mongo.IsDuplicateKeyError(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, errs.Wrap(errs.Failed, job, err, "claim a chunk of the shared reindex")
+	}
+	return c, nil
+}
+
 // claimFirst claims, in one write, the first chunk of job a claim could
 // take (published for hash at least minAge ago, unclaimed, unsubmitted)
 // in slot: nil when there is none; a duplicate key error when the slot
@@ -275,6 +319,9 @@ func (s *Store) claimFirst(ctx context.Context, job, hash, owner, token string, 
 		{Key: "_id.chunk", Value: job}, {Key: "hash", Value: hash},
 		{Key: "slot", Value: bson.D{{Key: "$exists", Value: false}}},
 		{Key: "submitted", Value: bson.D{{Key: "$ne", Value: true}}},
+		// A slot the chunk's run has (a claimant's slot of a run before
+		// may be past this one's parallel).
+		{Key: "parallel", Value: bson.D{{Key: "$gt", Value: slot}}},
 		{Key: "$expr", Value: bson.D{{Key: "$lte", Value: bson.A{"$publishedAt", bson.D{{Key: "$subtract", Value: bson.A{"$$NOW", minAge.Milliseconds()}}}}}}},
 	}
 	set := bson.D{
@@ -348,28 +395,72 @@ func (s *Store) RenewClaim(ctx context.Context, c *Claim, ttl time.Duration) err
 	return nil
 }
 
-// WriteChunkResult stores r as c's result, then checks, fenced by c's
-// token, that the claim still holds: when it lapsed meanwhile the result
-// is deleted again and ErrClaimLost returned (the claimant then writes no
-// high mark, and the chunk's next claim does it over).
+// WriteChunkResult stores r as c's result (in parts when larger than
+// MaxChunkResultBytes), then checks, fenced by c's token, that the claim
+// still holds: when it lapsed meanwhile the result is deleted again and
+// ErrClaimLost returned (the claimant then writes no high mark, and the
+// chunk's next claim does it over).
 func (s *Store) WriteChunkResult(ctx context.Context, c *Claim, r *ChunkResult) error {
-	doc := resultDoc(c, r)
-	raw, err := bson.Marshal(doc)
-	if err != nil {
-		return errs.Wrap(errs.Failed, c.Job, err, "encode the result of chunk %d", c.Seq)
+	parts := splitResult(r, MaxChunkResultBytes)
+	if parts == nil {
+		parts = []*ChunkResult{{TooLarge: true}}
 	}
-	if len(raw) > MaxChunkResultBytes {
-		raw, _ = bson.Marshal(resultDoc(c, &ChunkResult{TooLarge: true}))
-	}
-	key := resultKey(c.Job, c.Run, c.Seq, c.Token)
-	if _, err := s.chunks().ReplaceOne(ctx, bson.D{{Key: "_id", Value: key}}, raw, options.Replace().SetUpsert(true)); err != nil {
-		return errs.Wrap(errs.Failed, c.Job, err, "write the result of chunk %d", c.Seq)
+	// The first part last: written, it says the others are there.
+	for i := len(parts) - 1; i >= 0; i-- {
+		raw, err := bson.Marshal(resultDoc(c, parts[i], i, len(parts)))
+		if err != nil {
+			return errs.Wrap(errs.Failed, c.Job, err, "encode the result of chunk %d", c.Seq)
+		}
+		key := resultKey(c.Job, c.Run, c.Seq, c.Token, i)
+		if _, err := s.chunks().ReplaceOne(ctx, bson.D{{Key: "_id", Value: key}}, raw, options.Replace().SetUpsert(true)); err != nil {
+			return errs.Wrap(errs.Failed, c.Job, err, "write part %d of %d of the result of chunk %d", i+1, len(parts), c.Seq)
+		}
 	}
 	if err := s.CheckClaim(ctx, c); err != nil {
-		_, _ = s.chunks().DeleteOne(context.WithoutCancel(ctx), bson.D{{Key: "_id", Value: key}})
+		_, _ = s.chunks().DeleteMany(context.WithoutCancel(ctx), bson.D{
+			{Key: "_id.job", Value: c.Job}, {Key: "_id.run", Value: c.Run}, {Key: "_id.seq", Value: c.Seq}, {Key: "_id.token", Value: c.Token}})
 		return err
 	}
 	return nil
+}
+
+// splitResult splits r in parts whose documents each take at most limit
+// bytes, in order: the writes, then the errors, as many to a part as fit;
+// skipped goes with the first. nil when a write or an error alone does
+// not fit.
+func splitResult(r *ChunkResult, limit int) []*ChunkResult {
+	cur := &ChunkResult{Skipped: r.Skipped}
+	parts := []*ChunkResult{cur}
+	size := resultPartOverhead
+	// add makes room for n more bytes, in a new part when the current
+	// one is full; false when n alone passes limit.
+	add := func(n int) bool {
+		if resultPartOverhead+n > limit {
+			return false
+		}
+		if size+n > limit && (len(cur.Writes) > 0 || len(cur.Errors) > 0) {
+			cur = &ChunkResult{}
+			parts = append(parts, cur)
+			size = resultPartOverhead
+		}
+		size += n
+		return true
+	}
+	for _, w := range r.Writes {
+		// The _id in the ids array (type, index key, value), its kind,
+		// its document's length and the document.
+		if !add(len(w.ID.Value) + 12 + 1 + 4 + len(w.JSON) + len(w.Doc)) {
+			return nil
+		}
+		cur.Writes = append(cur.Writes, w)
+	}
+	for _, e := range r.Errors {
+		if !add(len(e.ID.Value) + len(e.Op) + len(e.Code) + len(e.Message) + 64) {
+			return nil
+		}
+		cur.Errors = append(cur.Errors, e)
+	}
+	return parts
 }
 
 // CheckClaim says whether c still holds its chunk (ErrClaimLost if not).
@@ -390,7 +481,11 @@ func (s *Store) CheckClaim(ctx context.Context, c *Claim) error {
 // bytes, little endian): a few large values rather than one subdocument
 // per write, cheap to encode for the claimant and to decode for the
 // holder.
-func resultDoc(c *Claim, r *ChunkResult) bson.D {
+//
+// Part part of parts: the first says how many there are, and when more
+// than one that it is not the whole result (tooLarge, for a holder that
+// reads one document).
+func resultDoc(c *Claim, r *ChunkResult, part, parts int) bson.D {
 	ids := make([]bson.RawValue, len(r.Writes))
 	kinds := make([]byte, len(r.Writes))
 	var size int
@@ -414,38 +509,41 @@ func resultDoc(c *Claim, r *ChunkResult) bson.D {
 	for i, e := range r.Errors {
 		bad[i] = bson.D{{Key: "id", Value: e.ID}, {Key: "op", Value: e.Op}, {Key: "code", Value: e.Code}, {Key: "msg", Value: e.Message}}
 	}
-	return bson.D{
-		{Key: "_id", Value: resultKey(c.Job, c.Run, c.Seq, c.Token)},
+	d := bson.D{
+		{Key: "_id", Value: resultKey(c.Job, c.Run, c.Seq, c.Token, part)},
 		{Key: "ids", Value: rawArray(ids)}, {Key: "kinds", Value: bson.Binary{Data: kinds}}, {Key: "body", Value: bson.Binary{Data: body}},
-		{Key: "errors", Value: bad}, {Key: "skipped", Value: r.Skipped}, {Key: "tooLarge", Value: r.TooLarge},
+		{Key: "errors", Value: bad}, {Key: "skipped", Value: r.Skipped}, {Key: "tooLarge", Value: r.TooLarge || parts > 1},
 	}
+	if part == 0 {
+		d = append(d, bson.E{Key: "parts", Value: parts})
+	}
+	return d
 }
 
-// decodeResult reads a result document (resultDoc).
-func decodeResult(raw bson.Raw) (*ChunkResult, error) {
-	r := &ChunkResult{}
+// decodeResult reads a result document (resultDoc) into r, after what r
+// holds already (the parts before).
+func decodeResult(raw bson.Raw, r *ChunkResult) error {
 	if v, ok := raw.Lookup("skipped").AsInt64OK(); ok {
-		r.Skipped = int(v)
+		r.Skipped += int(v)
 	}
-	r.TooLarge, _ = raw.Lookup("tooLarge").BooleanOK()
 	ids, _ := raw.Lookup("ids").ArrayOK()
 	_, kinds, _ := raw.Lookup("kinds").BinaryOK()
 	_, body, _ := raw.Lookup("body").BinaryOK()
 	vals, err := ids.Values()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(vals) != len(kinds) {
-		return nil, errors.New("a chunk result's ids and kinds differ in number")
+		return errors.New("a chunk result's ids and kinds differ in number")
 	}
-	r.Writes = make([]ChunkWrite, len(vals))
+	r.Writes = slices.Grow(r.Writes, len(vals))
 	for i, id := range vals {
 		if len(body) < 4 {
-			return nil, errors.New("a chunk result's body is cut short")
+			return errors.New("a chunk result's body is cut short")
 		}
 		n := int(binary.LittleEndian.Uint32(body))
 		if len(body) < 4+n {
-			return nil, errors.New("a chunk result's body is cut short")
+			return errors.New("a chunk result's body is cut short")
 		}
 		doc := body[4 : 4+n : 4+n]
 		body = body[4+n:]
@@ -458,12 +556,12 @@ func decodeResult(raw bson.Raw) (*ChunkResult, error) {
 		default:
 			w.JSON = doc
 		}
-		r.Writes[i] = w
+		r.Writes = append(r.Writes, w)
 	}
 	bad, _ := raw.Lookup("errors").ArrayOK()
 	evals, err := bad.Values()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, v := range evals {
 		d, _ := v.DocumentOK()
@@ -472,7 +570,7 @@ func decodeResult(raw bson.Raw) (*ChunkResult, error) {
 		msg, _ := d.Lookup("msg").StringValueOK()
 		r.Errors = append(r.Errors, ChunkError{ID: d.Lookup("id"), Op: op, Code: code, Message: msg})
 	}
-	return r, nil
+	return nil
 }
 
 // SubmitClaim frees c's slot once its high mark is written: the chunk is
@@ -504,18 +602,41 @@ func (s *Store) ReleaseClaim(ctx context.Context, c *Claim) error {
 }
 
 // ReadChunkResult returns the result the claim token wrote for chunk seq
-// of run; nil, nil when there is none.
+// of run, all its parts; nil, nil when there is none, or a part is
+// missing (the chunk is then transformed by the holder).
 func (s *Store) ReadChunkResult(ctx context.Context, job, run string, seq int64, token string) (*ChunkResult, error) {
-	raw, err := s.chunks().FindOne(ctx, bson.D{{Key: "_id", Value: resultKey(job, run, seq, token)}}).Raw()
+	raw, err := s.chunks().FindOne(ctx, bson.D{{Key: "_id", Value: resultKey(job, run, seq, token, 0)}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, errs.Wrap(errs.Failed, job, err, "read the result of chunk %d", seq)
 	}
-	r, err := decodeResult(raw)
-	if err != nil {
+	r := &ChunkResult{}
+	if err := decodeResult(raw, r); err != nil {
 		return nil, errs.Wrap(errs.Failed, job, err, "read the result of chunk %d", seq)
+	}
+	parts, _ := raw.Lookup("parts").AsInt64OK()
+	if parts <= 1 {
+		r.TooLarge, _ = raw.Lookup("tooLarge").BooleanOK()
+		if r.TooLarge {
+			r.Writes, r.Errors = nil, nil
+		}
+		return r, nil
+	}
+	// One read a part, by its whole _id: the key index finds it, and no
+	// reply holds more than one part.
+	for i := 1; i < int(parts); i++ {
+		raw, err := s.chunks().FindOne(ctx, bson.D{{Key: "_id", Value: resultKey(job, run, seq, token, i)}}).Raw()
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return nil, nil
+		}
+		if err == nil {
+			err = decodeResult(raw, r)
+		}
+		if err != nil {
+			return nil, errs.Wrap(errs.Failed, job, err, "read part %d of %d of the result of chunk %d", i+1, parts, seq)
+		}
 	}
 	return r, nil
 }
@@ -564,4 +685,34 @@ func (s *Store) ChunkCounts(ctx context.Context, job string) (chunks, results in
 
 func newToken() string {
 	return fmt.Sprintf("%016x", rand.Uint64())
+}
+
+// JobsWithChunks returns which of jobs (job name -> the transform hash
+// its claimants run) have chunks published for that hash: one read
+// whatever the number of jobs, so that a process standing by for many
+// jobs learns of a shared reindex promptly at the cost of one read a
+// poll, not one per job.
+func (s *Store) JobsWithChunks(ctx context.Context, jobs map[string]string) (map[string]bool, error) {
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	or := make(bson.A, 0, len(jobs))
+	for job, hash := range jobs {
+		or = append(or, bson.D{{Key: "_id.chunk", Value: job}, {Key: "hash", Value: hash}})
+	}
+	res := s.state.Distinct(ctx, "_id.chunk", bson.D{{Key: "$or", Value: or}})
+	if err := res.Err(); errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	} else if err != nil {
+		return nil, errs.Wrap(errs.Failed, "", err, "look for chunks of shared reindexes to claim")
+	}
+	var names []string
+	if err := res.Decode(&names); err != nil {
+		return nil, errs.Wrap(errs.Failed, "", err, "look for chunks of shared reindexes to claim")
+	}
+	out := make(map[string]bool, len(names))
+	for _, n := range names {
+		out[n] = true
+	}
+	return out, nil
 }

@@ -79,6 +79,53 @@ func TestClaimsTakeAtMostParallelSlotsAtOnce(t *testing.T) {
 	}
 }
 
+// A claim in a given slot takes the next chunk in it when the slot is
+// free, finds nothing (for ClaimChunk to say why) when another claim
+// holds it or every chunk is taken, and claims nothing while paused.
+func TestAClaimInASlotTakesItOnlyWhenFree(t *testing.T) {
+	ctx, s, _ := testStore(t)
+	publish(t, ctx, s, 3, 2)
+	a, err := s.ClaimChunk(ctx, "items", "h1", "a", time.Minute, 0)
+	if err != nil || a == nil {
+		t.Fatal(a, err)
+	}
+	if c, err := s.ClaimInSlot(ctx, "items", "h1", "b", a.Slot, time.Minute, 0); err != nil || c != nil {
+		t.Fatalf("a claim in slot %d, held: %+v %v", a.Slot, c, err)
+	}
+	if err := s.SubmitClaim(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.ClaimInSlot(ctx, "items", "h1", "a", a.Slot, time.Minute, 0)
+	if err != nil || b == nil || b.Slot != a.Slot || b.Seq == a.Seq {
+		t.Fatalf("a claim in slot %d, given back: %+v %v", a.Slot, b, err)
+	}
+	if c, err := s.ClaimInSlot(ctx, "items", "h0", "old", 1-a.Slot, time.Minute, 0); err != nil || c != nil {
+		t.Fatalf("a process with another transform claimed %+v (%v)", c, err)
+	}
+	if err := s.RecordPause(ctx, "items", epochLease(1), "cli"); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.ClaimInSlot(ctx, "items", "h1", "a", 1-a.Slot, time.Minute, 0); !errors.Is(err, ErrPaused) || c != nil {
+		t.Fatalf("a claim of a paused job's chunk: %+v %v, want ErrPaused", c, err)
+	}
+	if err := s.ClearPause(ctx, "items", epochLease(1)); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.ClaimInSlot(ctx, "items", "h1", "a", 2, time.Minute, 0); err != nil || c != nil {
+		t.Fatalf("a claim in a slot past the run's parallel: %+v %v", c, err)
+	}
+	c, err := s.ClaimInSlot(ctx, "items", "h1", "a", 1-a.Slot, time.Minute, 0)
+	if err != nil || c == nil {
+		t.Fatalf("the last chunk: %+v %v", c, err)
+	}
+	if err := s.SubmitClaim(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := s.ClaimInSlot(ctx, "items", "h1", "a", c.Slot, time.Minute, 0); err != nil || d != nil {
+		t.Fatalf("every chunk taken: %+v %v", d, err)
+	}
+}
+
 func TestClaimsOfAnotherTransformHashFindNothing(t *testing.T) {
 	ctx, s, _ := testStore(t)
 	publish(t, ctx, s, 2, 4)
@@ -179,19 +226,62 @@ func TestAReleasedClaimIsClaimableAtOnceAndEarlierRunsAreDeleted(t *testing.T) {
 	}
 }
 
-func TestAResultTooLargeIsRecordedAsSuch(t *testing.T) {
-	ctx, s, _ := testStore(t)
+// A result larger than one document takes is written in parts and read
+// back whole, in order; a first part read alone says it is not the whole
+// result; only a write that alone passes the bound makes it too large.
+func TestAResultLargerThanADocumentIsWrittenInParts(t *testing.T) {
+	ctx, s, state := testStore(t)
 	publish(t, ctx, s, 1, 1)
 	c, err := s.ClaimChunk(ctx, "items", "h1", "a", time.Minute, 0)
 	if err != nil || c == nil {
 		t.Fatal(c, err)
 	}
-	big := make([]byte, MaxChunkResultBytes/2+1)
-	r := &ChunkResult{Writes: []ChunkWrite{{ID: c.IDs[0], JSON: big}, {ID: c.IDs[0], JSON: big}}}
+	r := &ChunkResult{Skipped: 2}
+	for i := 0; i < 5; i++ {
+		_, id, _ := bson.MarshalValue(int32(i))
+		doc := bytes.Repeat([]byte{'a' + byte(i)}, MaxChunkResultBytes/2)
+		r.Writes = append(r.Writes, ChunkWrite{ID: bson.RawValue{Type: bson.TypeInt32, Value: id}, JSON: doc})
+	}
+	r.Errors = []ChunkError{{ID: c.IDs[0], Op: "reindex", Code: "TRANSFORM_FAILED", Message: "boom"}}
 	if err := s.WriteChunkResult(ctx, c, r); err != nil {
 		t.Fatal(err)
 	}
+	if n, err := state.Database().Collection(ChunksCollection(state.Name())).CountDocuments(ctx, bson.D{}); err != nil || n < 3 {
+		t.Fatalf("%d result documents (%v): want the result in parts", n, err)
+	}
 	got, err := s.ReadChunkResult(ctx, "items", "r1", 0, c.Token)
+	if err != nil || got == nil || got.TooLarge || len(got.Writes) != 5 || got.Skipped != 2 || len(got.Errors) != 1 {
+		t.Fatalf("read back %d writes, %d errors, skipped %d, too large %v (%v)", len(got.Writes), len(got.Errors), got.Skipped, got.TooLarge, err)
+	}
+	for i, w := range got.Writes {
+		if w.ID.Int32() != int32(i) || !bytes.Equal(w.JSON, r.Writes[i].JSON) {
+			t.Fatalf("write %d read back as id %v, %d bytes", i, w.ID, len(w.JSON))
+		}
+	}
+	// The first part alone, as a holder reading one document sees it.
+	first, err := state.Database().Collection(ChunksCollection(state.Name())).FindOne(ctx, bson.D{{Key: "_id", Value: bson.D{
+		{Key: "job", Value: "items"}, {Key: "run", Value: "r1"}, {Key: "seq", Value: int64(0)}, {Key: "token", Value: c.Token}}}}).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tl, _ := first.Lookup("tooLarge").BooleanOK(); !tl {
+		t.Fatal("the first part of a result in parts does not say it is not the whole result")
+	}
+
+	// One write that alone passes the bound.
+	if err := s.SubmitClaim(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, s, 2, 1)
+	c2, err := s.ClaimChunk(ctx, "items", "h1", "a", time.Minute, 0)
+	if err != nil || c2 == nil {
+		t.Fatal(c2, err)
+	}
+	big := &ChunkResult{Writes: []ChunkWrite{{ID: c2.IDs[0], JSON: make([]byte, MaxChunkResultBytes)}}}
+	if err := s.WriteChunkResult(ctx, c2, big); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.ReadChunkResult(ctx, "items", c2.Run, c2.Seq, c2.Token)
 	if err != nil || got == nil || !got.TooLarge || len(got.Writes) != 0 {
 		t.Fatalf("result: %+v %v", got, err)
 	}

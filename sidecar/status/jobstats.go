@@ -97,6 +97,9 @@ type JobSnapshot struct {
 	Retries    int64   `json:"retries"`   // sends or waits retried
 	Reindexes  int64   `json:"reindexes"` // reindexes completed
 	Chunks     int64   `json:"chunks"`    // chunks of shared reindexes done here (holder or standby)
+	// ChunksRedone are chunks of the job's shared reindexes whose result
+	// the holder could not use and transformed itself.
+	ChunksRedone int64 `json:"chunksRedone"`
 
 	// SkippedUnchanged are updates not sent: they could not change the
 	// destination's document (skipUnchanged).

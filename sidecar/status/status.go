@@ -226,6 +226,11 @@ type Counters struct {
 	// Chunks are the chunks of the job's shared reindexes this process
 	// read, transformed and handed over (holder or standby).
 	Chunks int64 `json:"chunks"`
+	// ChunksRedone are the chunks of the job's shared reindexes whose
+	// result this process, the holder, could not use (a related
+	// collection changed in its window, a claim taken over, a write too
+	// large to store) and read and transformed itself.
+	ChunksRedone int64 `json:"chunks_redone"`
 }
 
 // Queue is what a job has enqueued in Meilisearch and not yet seen

@@ -47,7 +47,7 @@ func (s *Supervisor) jobStatus(j *SupervisedJob) status.Job {
 		Attempts: sn.Attempts,
 		Waiting:  sn.Waiting,
 		Counters: status.Counters{Indexed: es.Indexed, Deleted: es.Deleted, Skipped: es.Skipped, Errors: es.Errors, Changes: es.Changes, FanOuts: es.FanOuts, Resent: es.Resent,
-			SkippedUnchanged: es.SkippedUnchanged, Chunks: es.Chunks},
+			SkippedUnchanged: es.SkippedUnchanged, Chunks: es.Chunks, ChunksRedone: es.ChunksRedone},
 	}
 	switch {
 	case sn.Held:
