@@ -603,7 +603,7 @@ func (s *scanner) find(ctx context.Context, p *place, filter bson.D) ([]bson.Raw
 	if proj := scanProjection(s.job); proj != nil && p.main {
 		opts.SetProjection(proj)
 	}
-	cur, err := p.coll.Find(ctx, filter, opts)
+	cur, err := findTypes(ctx, p.coll, filter, opts)
 	if err != nil {
 		return nil, errs.Wrap(errs.Failed, s.job.Name, err, "scan %s by %s", p.name, s.job.Key)
 	}
