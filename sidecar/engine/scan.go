@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -173,11 +174,17 @@ const (
 	keyNumber
 )
 
+// kindOf is v's kind; a NaN is none: it sorts below every number, yet no
+// comparison with it holds ({$gt: NaN} matches nothing), so a cursor on a
+// NaN could never move on.
 func kindOf(v bson.RawValue) keyKind {
 	switch v.Type {
 	case bson.TypeDateTime:
 		return keyDate
 	case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble, bson.TypeDecimal128:
+		if isNaN(v) {
+			return keyUnknown
+		}
 		return keyNumber
 	}
 	return keyUnknown
@@ -193,12 +200,14 @@ func (k keyKind) String() string {
 	return "date or number"
 }
 
-// bsonType is the kind's $type operand.
-func (k keyKind) bsonType() string {
+// every is the condition on the key of every document of the kind the
+// scan can follow: for numbers, those from -Infinity on, which leaves out
+// NaN (kindOf).
+func (k keyKind) every() bson.D {
 	if k == keyNumber {
-		return "number"
+		return bson.D{{Key: "$gte", Value: math.Inf(-1)}}
 	}
-	return "date"
+	return bson.D{{Key: "$type", Value: "date"}}
 }
 
 // scanner is a scan-mode job's reader. Its state outlives one feed (a
@@ -385,7 +394,7 @@ func (s *scanner) init(ctx context.Context, p *place) error {
 	}
 	for _, k := range []keyKind{keyDate, keyNumber} {
 		var doc bson.Raw
-		err := p.coll.FindOne(ctx, bson.D{{Key: s.job.Key, Value: bson.D{{Key: "$type", Value: k.bsonType()}}}},
+		err := p.coll.FindOne(ctx, bson.D{{Key: s.job.Key, Value: k.every()}},
 			options.FindOne().SetSort(s.sortDesc()).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: s.job.Key, Value: 1}})).Decode(&doc)
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			continue
@@ -545,7 +554,7 @@ func (s *scanner) startFilter(ctx context.Context, p *place) bson.D {
 			// newer than the reindex that found none.
 			p.cursor = scanCursor{}
 		}
-		return bson.D{{Key: s.job.Key, Value: bson.D{{Key: "$type", Value: p.kind.bsonType()}}}}
+		return bson.D{{Key: s.job.Key, Value: p.kind.every()}}
 	}
 	from, ok := s.minusOverlap(p.cursor.Key)
 	if !ok {
@@ -556,11 +565,22 @@ func (s *scanner) startFilter(ctx context.Context, p *place) bson.D {
 }
 
 // afterFilter is the page after c in (key, _id) order: on a key every
-// document shares, the _id moves the scan on page by page.
+// document shares, the _id moves the scan on page by page. A $gt on _id
+// matches only _ids of c's own type bracket, so those of the types that
+// sort after it (a string _id after a number) are asked for by type.
 func (s *scanner) afterFilter(c scanCursor) bson.D {
+	sameKey := bson.D{{Key: s.job.Key, Value: c.Key}}
+	if later := laterTypes(c.ID.Type); len(later) > 0 {
+		sameKey = append(sameKey, bson.E{Key: "$or", Value: bson.A{
+			sameBracketAfter(c.ID),
+			bson.D{{Key: "_id", Value: bson.D{{Key: "$type", Value: later}}}},
+		}})
+	} else {
+		sameKey = append(sameKey, sameBracketAfter(c.ID)...)
+	}
 	return bson.D{{Key: "$or", Value: bson.A{
 		bson.D{{Key: s.job.Key, Value: bson.D{{Key: "$gt", Value: c.Key}}}},
-		bson.D{{Key: s.job.Key, Value: c.Key}, {Key: "_id", Value: bson.D{{Key: "$gt", Value: c.ID}}}},
+		sameKey,
 	}}}
 }
 
@@ -921,7 +941,7 @@ func (s *scanner) countUnscanned(ctx context.Context) {
 	var other int64
 	if s.kind != keyUnknown {
 		all, err1 := s.coll.CountDocuments(ctx, bson.D{})
-		typed, err2 := s.coll.CountDocuments(ctx, bson.D{{Key: s.job.Key, Value: bson.D{{Key: "$type", Value: s.kind.bsonType()}}}})
+		typed, err2 := s.coll.CountDocuments(ctx, bson.D{{Key: s.job.Key, Value: s.kind.every()}})
 		if err1 != nil || err2 != nil {
 			return
 		}
