@@ -234,7 +234,9 @@ type scanner struct {
 	// job's key too, so a change there sends its dependents again.
 	related   []*place
 	lastSweep time.Time
-	saidOther bool
+	// counted: the documents the scan cannot read were counted once
+	// (after the first pass; then at each sweep); saidOther: the log said so.
+	counted, saidOther bool
 
 	mu    sync.Mutex
 	marks []string
@@ -446,6 +448,11 @@ func (s *scanner) feed(state string) stream.Feed {
 					sn.Scan.Passes++
 				}
 			})
+			if !s.counted {
+				// Said from the first pass on, not a sweepInterval later.
+				s.counted = true
+				s.countUnscanned(ctx)
+			}
 			next := time.NewTimer(s.interval)
 			for waiting := true; waiting; {
 				if sw == nil && time.Since(s.lastSweep) >= s.sweepEvery {
@@ -938,15 +945,20 @@ func (s *scanner) countUnscanned(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	var other int64
+	all, err := s.coll.CountDocuments(ctx, bson.D{})
+	if err != nil {
+		return
+	}
+	// Before any document holds a date or a number key, every key held is
+	// of a type the scan cannot follow (an ISO date string, say): all of
+	// them are counted, or such a collection would go unread unsaid.
+	var typed int64
 	if s.kind != keyUnknown {
-		all, err1 := s.coll.CountDocuments(ctx, bson.D{})
-		typed, err2 := s.coll.CountDocuments(ctx, bson.D{{Key: s.job.Key, Value: s.kind.every()}})
-		if err1 != nil || err2 != nil {
+		if typed, err = s.coll.CountDocuments(ctx, bson.D{{Key: s.job.Key, Value: s.kind.every()}}); err != nil {
 			return
 		}
-		other = max(all-missing-typed, 0)
 	}
+	other := max(all-missing-typed, 0)
 	s.stats.Update(func(sn *status.JobSnapshot) {
 		if sn.Scan != nil {
 			sn.Scan.WithoutKey, sn.Scan.OtherType = missing, other
@@ -960,14 +972,22 @@ func (s *scanner) countUnscanned(ctx context.Context) {
 }
 
 // checkScanIndex warns, once per job, collection and key in this process,
-// when no index of the collection begins with the key: each pass then
-// reads the whole collection. The index is the operator's to create.
+// when no index of a collection the scan reads (the job's own, each one it
+// looks up) begins with the key: each pass then reads the whole
+// collection. The index is the operator's to create.
 func (e *Engine) checkScanIndex(ctx context.Context, s *scanner) {
-	id := s.job.Name + "\x00" + s.job.Collection + "\x00" + s.job.Key
+	for _, p := range append([]*place{&s.place}, s.related...) {
+		e.checkScanIndexOf(ctx, s, p)
+	}
+}
+
+func (e *Engine) checkScanIndexOf(ctx context.Context, s *scanner, p *place) {
+	ns := jobdef.Namespace(p.db, p.name)
+	id := s.job.Name + "\x00" + ns + "\x00" + s.job.Key
 	if _, said := e.scanIndexSaid.Load(id); said {
 		return
 	}
-	cur, err := s.coll.Indexes().List(ctx)
+	cur, err := p.coll.Indexes().List(ctx)
 	if err != nil {
 		return
 	}
@@ -986,8 +1006,12 @@ func (e *Engine) checkScanIndex(ctx context.Context, s *scanner) {
 		return
 	}
 	e.scanIndexSaid.Store(id, true)
-	s.log.Warn(fmt.Sprintf("no index of %s begins with %s: every scan pass reads the whole collection; create one (meilistream never does): db.getCollection(%q).createIndex({%q: 1, \"_id\": 1})",
-		s.job.Collection, s.job.Key, s.job.Collection, s.job.Key), "collection", s.job.Collection, "key", s.job.Key)
+	coll := fmt.Sprintf("db.getCollection(%q)", p.name)
+	if p.db != e.source.Name() {
+		coll = fmt.Sprintf("db.getSiblingDB(%q).getCollection(%q)", p.db, p.name)
+	}
+	s.log.Warn(fmt.Sprintf("no index of %s begins with %s: every scan pass reads the whole collection; create one (meilistream never does): %s.createIndex({%q: 1, \"_id\": 1})",
+		ns, s.job.Key, coll, s.job.Key), "collection", ns, "key", s.job.Key)
 }
 
 // absentIDs returns the ids of ids that coll does not hold.
