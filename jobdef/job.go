@@ -98,8 +98,12 @@ type Job struct {
 	Key                         string
 	ScanInterval, SweepInterval time.Duration
 	ScanOverlap                 string
-	BatchSize                   int
-	FlushInterval               time.Duration
+	// ScanKeys names, for a collection the job looks up or relates to
+	// (written as its lookups and relate write it: coll, or db.coll), the
+	// field a scan reads it by when that is not Key (ScanKeyOf).
+	ScanKeys      map[string]string
+	BatchSize     int
+	FlushInterval time.Duration
 	// Parallel is the most chunk slots the job's reindex holds at once
 	// across the pods (the file's parallel); 0 means the process's
 	// MEILISTREAM_REINDEX_PARALLEL, 1 a reindex read by its holder alone.

@@ -356,6 +356,23 @@ func project(doc bson.Raw, p bson.D) bson.Raw {
 // holds no dot, so the first dot splits it again).
 func Namespace(db, coll string) string { return db + "." + coll }
 
+// ScanKeyOf is the key a scan reads the related collection coll of
+// database db by: the job's ScanKeys entry for db.coll, or for coll when
+// db is the job's own database (mainDB when the job names none), else Key.
+func (j *Job) ScanKeyOf(db, coll, mainDB string) string {
+	if k, ok := j.ScanKeys[Namespace(db, coll)]; ok {
+		return k
+	}
+	own := j.Database
+	if own == "" {
+		own = mainDB
+	}
+	if k, ok := j.ScanKeys[coll]; ok && db == own {
+		return k
+	}
+	return j.Key
+}
+
 // Namespace is the dependency's collection with its database.
 func (d Dependency) Namespace() string { return Namespace(d.Database, d.Collection) }
 

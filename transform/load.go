@@ -585,6 +585,13 @@ func (j *Job) readOptions(v *vm) error {
 		}
 		j.Relates = relates
 	}
+	if val, ok := set["scanKeys"]; ok && !goja.IsUndefined(val) {
+		keys, problems := readScanKeys(val)
+		for _, p := range problems {
+			bad("scanKeys", "%s", p)
+		}
+		j.ScanKeys = keys
+	}
 	if val, ok := set["related"]; ok && !goja.IsUndefined(val) {
 		related, problem := readRelated(v, val)
 		if problem != "" {

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -429,10 +431,55 @@ func (j *Job) resolveDatabases() error {
 			problems = append(problems, configErr(j.Name, j.file(), "relate", "relate %d: withNamespace names database %q, but the job reads %s.%s; a job sends again its own collection's documents: name its database, or declare the relate in the job of %s.%s", i+1, r.WithDatabase, j.Database, j.Collection, r.WithDatabase, j.Collection))
 		}
 	}
+	problems = append(problems, j.unrelatedScanKeys()...)
 	if len(problems) == 0 {
 		j.hashDatabases()
 	}
 	return joinErrs(problems)
+}
+
+// unrelatedScanKeys refuses a scanKeys entry that names no collection the
+// job looks up or relates to: a misspelt name would leave that collection
+// scanned by the job's key, unsaid.
+func (j *Job) unrelatedScanKeys() []error {
+	var problems []error
+	for _, name := range slices.Sorted(maps.Keys(j.ScanKeys)) {
+		found := false
+		for _, d := range j.Dependencies() {
+			if name == jobdef.Namespace(d.Database, d.Collection) || (name == d.Collection && d.Database == j.Database) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			problems = append(problems, configErr(j.Name, j.file(), "scanKeys", "%q is no collection the job looks up or relates to (write it as its lookup's from or its relate's namespace does)", name))
+		}
+	}
+	return problems
+}
+
+// readScanKeys reads scanKeys: an object of field paths by collection.
+func readScanKeys(val goja.Value) (map[string]string, []string) {
+	o, ok := val.(*goja.Object)
+	if !ok || o.ClassName() != "Object" {
+		return nil, []string{fmt.Sprintf("must be an object of field paths by collection, not %s", typeName(val))}
+	}
+	out := map[string]string{}
+	var problems []string
+	for _, coll := range o.Keys() {
+		kv := o.Get(coll)
+		s, ok := kv.Export().(string)
+		if !ok {
+			problems = append(problems, fmt.Sprintf("%s: must be a field path, not %s", coll, typeName(kv)))
+			continue
+		}
+		if msg := keyForm(s); msg != "" {
+			problems = append(problems, fmt.Sprintf("%s: %s", coll, msg))
+			continue
+		}
+		out[coll] = s
+	}
+	return out, problems
 }
 
 // hashDatabases puts in the job's hashes the databases it reads beyond the

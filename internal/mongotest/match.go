@@ -30,6 +30,20 @@ type pred func(doc bson.D) bool
 // valTest tests one value found at a path (or missing when none is found).
 type valTest func(v any) bool
 
+// ferretTypeCode is FerretDB 1.24's answer to a $type code (Options.
+// NoExpressions): the types it cannot store are refused, 238
+// NotImplemented for decimal, MinKey and MaxKey and 2 BadValue for the
+// deprecated and JavaScript ones (handlerparams.NewTypeCode).
+func ferretTypeCode(n int64) error {
+	switch n {
+	case 19, -1, 127:
+		return cmdErrf(238, "NotImplemented", "Type code %d not implemented", n)
+	case 6, 12, 13, 14, 15:
+		return badValue("Invalid numerical type code: %d", n)
+	}
+	return nil
+}
+
 func badValue(format string, args ...any) error {
 	return cmdErrf(2, "BadValue", format, args...)
 }
@@ -381,6 +395,11 @@ func compileOp(op string, q any, regexOpts string, ec *evalCtx) (*cond, error) {
 				n, ok := toInt64(x)
 				if !ok {
 					return badValue("type must be represented as a number or a string")
+				}
+				if ec != nil && ec.noExpr {
+					if err := ferretTypeCode(n); err != nil {
+						return err
+					}
 				}
 				want = append(want, int(n))
 			}

@@ -43,6 +43,14 @@ func TestNoExpressionsRefusesAsFerretDB(t *testing.T) {
 			}},
 		{"$expr with an operator", 238, "NotImplemented", "The operator $gt is not implemented yet",
 			func() error { return coll.FindOne(c, bson.D{{Key: "_id", Value: 1}, {Key: "$expr", Value: gt}}).Err() }},
+		{"a $type code of a type it cannot store", 2, "BadValue", "Invalid numerical type code: 12",
+			func() error {
+				return coll.FindOne(c, bson.D{{Key: "_id", Value: bson.D{{Key: "$type", Value: bson.A{2, 12}}}}}).Err()
+			}},
+		{"the $type code of decimal", 238, "NotImplemented", "Type code 19 not implemented",
+			func() error {
+				return coll.FindOne(c, bson.D{{Key: "_id", Value: bson.D{{Key: "$type", Value: 19}}}}).Err()
+			}},
 		{"an operator in $project", 238, "NotImplemented", "The operator $gt is not implemented yet",
 			func() error {
 				_, err := coll.Aggregate(c, mongo.Pipeline{{{Key: "$project", Value: bson.D{{Key: "due", Value: gt}}}}})
@@ -64,6 +72,9 @@ func TestNoExpressionsRefusesAsFerretDB(t *testing.T) {
 		}
 		if _, err := coll.Aggregate(c, mongo.Pipeline{{{Key: "$match", Value: byID}}, {{Key: "$project", Value: bson.D{{Key: "x", Value: 1}}}}}); err != nil {
 			t.Fatal(err)
+		}
+		if err := coll.FindOne(c, bson.D{{Key: "x", Value: bson.D{{Key: "$type", Value: bson.A{1, 16, 18, "date"}}}}}).Err(); err != nil {
+			t.Fatalf("$type with the codes of types FerretDB stores: %v", err)
 		}
 	})
 }

@@ -83,7 +83,12 @@ type Options struct {
 	// filter matched; here the whole command is refused at parse time.
 	// findAndModify's projection ("fields") is refused too, 238
 	// NotImplemented ("findAndModify: support for field \"fields\" with
-	// value ... is not implemented yet").
+	// value ... is not implemented yet"). A $type code of a type FerretDB
+	// cannot store is refused: 238 NotImplemented ("Type code 19 not
+	// implemented") for decimal, MinKey and MaxKey, 2 BadValue ("Invalid
+	// numerical type code: 12") for undefined, DBPointer, JavaScript,
+	// symbol and JavaScript with scope (FerretDB: when a document is
+	// matched against it; here at parse time).
 	NoExpressions bool
 }
 

@@ -38,6 +38,7 @@ func init() {
 		"replica-fail":             cmdReplicaFail,
 		"replica-drop-connections": cmdReplicaDropConnections,
 		"mongo-index":              cmdMongoIndex,
+		"mongo-indexes":            cmdMongoIndexes,
 		"replica-insert":           cmdReplicaInsert,
 		"mongo-rename":             cmdMongoRename,
 		"mongo-drop-database":      cmdMongoDropDatabase,
@@ -235,9 +236,22 @@ func cmdReplicaIndexes(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 1 {
 		ts.Fatalf("usage: replica-indexes COLL NAME...")
 	}
+	assertIndexes(ts, neg, "replica ", scriptReplica(ts), args)
+}
+
+// cmdMongoIndexes: mongo-indexes COLL NAME... is replica-indexes for the
+// source collection COLL (mongo-indexes COLL alone: it has only _id_).
+func cmdMongoIndexes(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 1 {
+		ts.Fatalf("usage: mongo-indexes COLL NAME...")
+	}
+	assertIndexes(ts, neg, "", scriptMongo(ts), args)
+}
+
+func assertIndexes(ts *testscript.TestScript, neg bool, which string, db *mongo.Database, args []string) {
 	ctx, cancel := cmdCtx()
 	defer cancel()
-	cur, err := scriptReplica(ts).Collection(args[0]).Indexes().List(ctx)
+	cur, err := db.Collection(args[0]).Indexes().List(ctx)
 	ts.Check(err)
 	var have []string
 	for cur.Next(ctx) {
@@ -253,14 +267,14 @@ func cmdReplicaIndexes(ts *testscript.TestScript, neg bool, args []string) {
 		for _, w := range want {
 			for _, h := range have {
 				if w == h {
-					ts.Fatalf("replica %s has index %s", args[0], w)
+					ts.Fatalf("%s%s has index %s", which, args[0], w)
 				}
 			}
 		}
 		return
 	}
 	if strings.Join(have, ",") != strings.Join(want, ",") {
-		ts.Fatalf("replica %s indexes [%s], want [%s]", args[0], strings.Join(have, " "), strings.Join(want, " "))
+		ts.Fatalf("%s%s indexes [%s], want [%s]", which, args[0], strings.Join(have, " "), strings.Join(want, " "))
 	}
 }
 

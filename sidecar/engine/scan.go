@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -127,10 +128,13 @@ type place struct {
 	// could read other databases names the collection alone).
 	tokenName string
 	coll      *mongo.Collection // majority read concern, as the chains read
-	main      bool
-	cursor    scanCursor
-	kind      keyKind
-	seen      map[string]seenDoc
+	// key is the field the collection is scanned by: the job's key, or
+	// for a related collection its scanKeys entry.
+	key    string
+	main   bool
+	cursor scanCursor
+	kind   keyKind
+	seen   map[string]seenDoc
 }
 
 // scanCursorOf reads a position's token as a scan cursor; false for a
@@ -173,11 +177,17 @@ const (
 	keyNumber
 )
 
+// kindOf is v's kind; a NaN is none: it sorts below every number, yet no
+// comparison with it holds ({$gt: NaN} matches nothing), so a cursor on a
+// NaN could never move on.
 func kindOf(v bson.RawValue) keyKind {
 	switch v.Type {
 	case bson.TypeDateTime:
 		return keyDate
 	case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble, bson.TypeDecimal128:
+		if isNaN(v) {
+			return keyUnknown
+		}
 		return keyNumber
 	}
 	return keyUnknown
@@ -193,12 +203,14 @@ func (k keyKind) String() string {
 	return "date or number"
 }
 
-// bsonType is the kind's $type operand.
-func (k keyKind) bsonType() string {
+// every is the condition on the key of every document of the kind the
+// scan can follow: for numbers, those from -Infinity on, which leaves out
+// NaN (kindOf).
+func (k keyKind) every() bson.D {
 	if k == keyNumber {
-		return "number"
+		return bson.D{{Key: "$gte", Value: math.Inf(-1)}}
 	}
-	return "date"
+	return bson.D{{Key: "$type", Value: "date"}}
 }
 
 // scanner is a scan-mode job's reader. Its state outlives one feed (a
@@ -225,7 +237,9 @@ type scanner struct {
 	// job's key too, so a change there sends its dependents again.
 	related   []*place
 	lastSweep time.Time
-	saidOther bool
+	// counted: the documents the scan cannot read were counted once
+	// (after the first pass; then at each sweep); saidOther: the log said so.
+	counted, saidOther bool
 
 	mu    sync.Mutex
 	marks []string
@@ -245,7 +259,7 @@ func (e *Engine) newScanner(jc jobConfig, dst sink.Sink, stats *status.JobStats,
 	ms, units, _ := jobdef.ScanOverlapOf(job.ScanOverlap)
 	s := &scanner{
 		job: job, db: e.source.Name(), dst: dst, log: log, stats: stats, e: e,
-		place: place{name: job.Collection, db: dbNamed(e.source, job.Database).Name(), main: true, cursor: from, kind: kindOf(from.Key), seen: map[string]seenDoc{},
+		place: place{name: job.Collection, db: dbNamed(e.source, job.Database).Name(), key: job.Key, main: true, cursor: from, kind: kindOf(from.Key), seen: map[string]seenDoc{},
 			coll: jobColl(e.source, &job.Job, options.Collection().SetReadConcern(readconcern.Majority()))},
 		pageN: PartSize(jc.PageSize), interval: job.ScanInterval, sweepEvery: job.SweepInterval,
 		overlapMs: ms, overlapUnits: units,
@@ -272,6 +286,7 @@ func (e *Engine) newScanner(jc jobConfig, dst sink.Sink, stats *status.JobStats,
 		seen[ns] = true
 		db := dbNamed(e.source, d.Database)
 		r := &place{name: d.Collection, db: db.Name(), tokenName: d.Collection, seen: map[string]seenDoc{},
+			key:  job.ScanKeyOf(d.Database, d.Collection, e.source.Name()),
 			coll: db.Collection(d.Collection, options.Collection().SetReadConcern(readconcern.Majority()))}
 		if db.Name() != e.source.Name() {
 			r.tokenName = ns
@@ -385,15 +400,15 @@ func (s *scanner) init(ctx context.Context, p *place) error {
 	}
 	for _, k := range []keyKind{keyDate, keyNumber} {
 		var doc bson.Raw
-		err := p.coll.FindOne(ctx, bson.D{{Key: s.job.Key, Value: bson.D{{Key: "$type", Value: k.bsonType()}}}},
-			options.FindOne().SetSort(s.sortDesc()).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: s.job.Key, Value: 1}})).Decode(&doc)
+		err := p.coll.FindOne(ctx, bson.D{{Key: p.key, Value: k.every()}},
+			options.FindOne().SetSort(p.sortDesc()).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: p.key, Value: 1}})).Decode(&doc)
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			continue
 		}
 		if err != nil {
-			return errs.Wrap(errs.Failed, s.job.Name, err, "scan: read the greatest %s of %s", s.job.Key, p.name)
+			return errs.Wrap(errs.Failed, s.job.Name, err, "scan: read the greatest %s of %s", p.key, p.name)
 		}
-		key, err := doc.LookupErr(strings.Split(s.job.Key, ".")...)
+		key, err := doc.LookupErr(strings.Split(p.key, ".")...)
 		if err != nil || kindOf(key) != k {
 			continue
 		}
@@ -404,12 +419,12 @@ func (s *scanner) init(ctx context.Context, p *place) error {
 	return nil
 }
 
-func (s *scanner) sortAsc() bson.D {
-	return bson.D{{Key: s.job.Key, Value: 1}, {Key: "_id", Value: 1}}
+func (p *place) sortAsc() bson.D {
+	return bson.D{{Key: p.key, Value: 1}, {Key: "_id", Value: 1}}
 }
 
-func (s *scanner) sortDesc() bson.D {
-	return bson.D{{Key: s.job.Key, Value: -1}, {Key: "_id", Value: -1}}
+func (p *place) sortDesc() bson.D {
+	return bson.D{{Key: p.key, Value: -1}, {Key: "_id", Value: -1}}
 }
 
 // feed is the scanner's stream.Feed: a pass, then the pause till the next,
@@ -437,6 +452,11 @@ func (s *scanner) feed(state string) stream.Feed {
 					sn.Scan.Passes++
 				}
 			})
+			if !s.counted {
+				// Said from the first pass on, not a sweepInterval later.
+				s.counted = true
+				s.countUnscanned(ctx)
+			}
 			next := time.NewTimer(s.interval)
 			for waiting := true; waiting; {
 				if sw == nil && time.Since(s.lastSweep) >= s.sweepEvery {
@@ -494,7 +514,7 @@ func (s *scanner) pass(ctx context.Context, state string, p *place, send func([]
 		evs := s.takeMarks(state, s.job.Name)
 		var last scanCursor
 		for _, d := range docs {
-			key, err := d.LookupErr(strings.Split(s.job.Key, ".")...)
+			key, err := d.LookupErr(strings.Split(p.key, ".")...)
 			if err != nil || kindOf(key) != p.kind {
 				continue // the filter's type bracket holds only the kind
 			}
@@ -521,7 +541,7 @@ func (s *scanner) pass(ctx context.Context, state string, p *place, send func([]
 		if len(docs) < s.pageN || last.none() {
 			return nil
 		}
-		filter = s.afterFilter(last)
+		filter = s.afterFilter(p, last)
 	}
 }
 
@@ -545,22 +565,33 @@ func (s *scanner) startFilter(ctx context.Context, p *place) bson.D {
 			// newer than the reindex that found none.
 			p.cursor = scanCursor{}
 		}
-		return bson.D{{Key: s.job.Key, Value: bson.D{{Key: "$type", Value: p.kind.bsonType()}}}}
+		return bson.D{{Key: p.key, Value: p.kind.every()}}
 	}
 	from, ok := s.minusOverlap(p.cursor.Key)
 	if !ok {
-		return s.afterFilter(p.cursor)
+		return s.afterFilter(p, p.cursor)
 	}
 	s.prune(p, from)
-	return bson.D{{Key: s.job.Key, Value: bson.D{{Key: "$gte", Value: from}}}}
+	return bson.D{{Key: p.key, Value: bson.D{{Key: "$gte", Value: from}}}}
 }
 
 // afterFilter is the page after c in (key, _id) order: on a key every
-// document shares, the _id moves the scan on page by page.
-func (s *scanner) afterFilter(c scanCursor) bson.D {
+// document shares, the _id moves the scan on page by page. A $gt on _id
+// matches only _ids of c's own type bracket, so those of the types that
+// sort after it (a string _id after a number) are asked for by type.
+func (s *scanner) afterFilter(p *place, c scanCursor) bson.D {
+	sameKey := bson.D{{Key: p.key, Value: c.Key}}
+	if later := laterTypes(c.ID.Type); len(later) > 0 {
+		sameKey = append(sameKey, bson.E{Key: "$or", Value: bson.A{
+			sameBracketAfter(c.ID),
+			bson.D{{Key: "_id", Value: bson.D{{Key: "$type", Value: later}}}},
+		}})
+	} else {
+		sameKey = append(sameKey, sameBracketAfter(c.ID)...)
+	}
 	return bson.D{{Key: "$or", Value: bson.A{
-		bson.D{{Key: s.job.Key, Value: bson.D{{Key: "$gt", Value: c.Key}}}},
-		bson.D{{Key: s.job.Key, Value: c.Key}, {Key: "_id", Value: bson.D{{Key: "$gt", Value: c.ID}}}},
+		bson.D{{Key: p.key, Value: bson.D{{Key: "$gt", Value: c.Key}}}},
+		sameKey,
 	}}}
 }
 
@@ -599,13 +630,13 @@ func (s *scanner) minusOverlap(key bson.RawValue) (any, bool) {
 
 // find reads one page.
 func (s *scanner) find(ctx context.Context, p *place, filter bson.D) ([]bson.Raw, error) {
-	opts := options.Find().SetSort(s.sortAsc()).SetLimit(int64(s.pageN)).SetBatchSize(int32(s.pageN))
+	opts := options.Find().SetSort(p.sortAsc()).SetLimit(int64(s.pageN)).SetBatchSize(int32(s.pageN))
 	if proj := scanProjection(s.job); proj != nil && p.main {
 		opts.SetProjection(proj)
 	}
-	cur, err := p.coll.Find(ctx, filter, opts)
+	cur, err := findTypes(ctx, p.coll, filter, opts)
 	if err != nil {
-		return nil, errs.Wrap(errs.Failed, s.job.Name, err, "scan %s by %s", p.name, s.job.Key)
+		return nil, errs.Wrap(errs.Failed, s.job.Name, err, "scan %s by %s", p.name, p.key)
 	}
 	defer cur.Close(ctx)
 	var docs []bson.Raw
@@ -613,7 +644,7 @@ func (s *scanner) find(ctx context.Context, p *place, filter bson.D) ([]bson.Raw
 		docs = append(docs, append(bson.Raw(nil), cur.Current...))
 	}
 	if err := cur.Err(); err != nil {
-		return nil, errs.Wrap(errs.Failed, s.job.Name, err, "scan %s by %s", p.name, s.job.Key)
+		return nil, errs.Wrap(errs.Failed, s.job.Name, err, "scan %s by %s", p.name, p.key)
 	}
 	return docs, nil
 }
@@ -918,15 +949,20 @@ func (s *scanner) countUnscanned(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	var other int64
+	all, err := s.coll.CountDocuments(ctx, bson.D{})
+	if err != nil {
+		return
+	}
+	// Before any document holds a date or a number key, every key held is
+	// of a type the scan cannot follow (an ISO date string, say): all of
+	// them are counted, or such a collection would go unread unsaid.
+	var typed int64
 	if s.kind != keyUnknown {
-		all, err1 := s.coll.CountDocuments(ctx, bson.D{})
-		typed, err2 := s.coll.CountDocuments(ctx, bson.D{{Key: s.job.Key, Value: bson.D{{Key: "$type", Value: s.kind.bsonType()}}}})
-		if err1 != nil || err2 != nil {
+		if typed, err = s.coll.CountDocuments(ctx, bson.D{{Key: s.job.Key, Value: s.kind.every()}}); err != nil {
 			return
 		}
-		other = max(all-missing-typed, 0)
 	}
+	other := max(all-missing-typed, 0)
 	s.stats.Update(func(sn *status.JobSnapshot) {
 		if sn.Scan != nil {
 			sn.Scan.WithoutKey, sn.Scan.OtherType = missing, other
@@ -940,14 +976,22 @@ func (s *scanner) countUnscanned(ctx context.Context) {
 }
 
 // checkScanIndex warns, once per job, collection and key in this process,
-// when no index of the collection begins with the key: each pass then
-// reads the whole collection. The index is the operator's to create.
+// when no index of a collection the scan reads (the job's own, each one it
+// looks up) begins with the key: each pass then reads the whole
+// collection. The index is the operator's to create.
 func (e *Engine) checkScanIndex(ctx context.Context, s *scanner) {
-	id := s.job.Name + "\x00" + s.job.Collection + "\x00" + s.job.Key
+	for _, p := range append([]*place{&s.place}, s.related...) {
+		e.checkScanIndexOf(ctx, s, p)
+	}
+}
+
+func (e *Engine) checkScanIndexOf(ctx context.Context, s *scanner, p *place) {
+	ns := jobdef.Namespace(p.db, p.name)
+	id := s.job.Name + "\x00" + ns + "\x00" + p.key
 	if _, said := e.scanIndexSaid.Load(id); said {
 		return
 	}
-	cur, err := s.coll.Indexes().List(ctx)
+	cur, err := p.coll.Indexes().List(ctx)
 	if err != nil {
 		return
 	}
@@ -957,7 +1001,7 @@ func (e *Engine) checkScanIndex(ctx context.Context, s *scanner) {
 		if !ok {
 			continue
 		}
-		if el, err := key.IndexErr(0); err == nil && el.Key() == s.job.Key {
+		if el, err := key.IndexErr(0); err == nil && el.Key() == p.key {
 			e.scanIndexSaid.Store(id, true)
 			return
 		}
@@ -966,8 +1010,12 @@ func (e *Engine) checkScanIndex(ctx context.Context, s *scanner) {
 		return
 	}
 	e.scanIndexSaid.Store(id, true)
-	s.log.Warn(fmt.Sprintf("no index of %s begins with %s: every scan pass reads the whole collection; create one (meilistream never does): db.getCollection(%q).createIndex({%q: 1, \"_id\": 1})",
-		s.job.Collection, s.job.Key, s.job.Collection, s.job.Key), "collection", s.job.Collection, "key", s.job.Key)
+	coll := fmt.Sprintf("db.getCollection(%q)", p.name)
+	if p.db != e.source.Name() {
+		coll = fmt.Sprintf("db.getSiblingDB(%q).getCollection(%q)", p.db, p.name)
+	}
+	s.log.Warn(fmt.Sprintf("no index of %s begins with %s: every scan pass reads the whole collection; create one (meilistream never does): %s.createIndex({%q: 1, \"_id\": 1})",
+		ns, p.key, coll, p.key), "collection", ns, "key", p.key)
 }
 
 // absentIDs returns the ids of ids that coll does not hold.

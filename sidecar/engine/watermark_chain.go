@@ -254,7 +254,7 @@ func (c *Chain) find(ctx context.Context, filter bson.D, n int) ([]Item, bool, e
 	if c.idsOnly {
 		opts.SetProjection(bson.D{{Key: "_id", Value: 1}})
 	}
-	cur, err := c.coll.Find(ctx, filter, opts)
+	cur, err := findTypes(ctx, c.coll, filter, opts)
 	if err != nil {
 		return nil, false, err
 	}

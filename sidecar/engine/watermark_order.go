@@ -1,10 +1,14 @@
 package engine
 
 import (
+	"context"
+	"errors"
 	"math"
 	"sort"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // typeRank is MongoDB's canonical sort order of BSON types
@@ -69,4 +73,75 @@ func isNaN(v bson.RawValue) bool {
 		return ok && d.IsNaN()
 	}
 	return false
+}
+
+// storedTypes are the $type codes of the types every server meilistream
+// reads can hold. FerretDB 1.24 stores no others and refuses their codes
+// (2 BadValue for undefined, DBPointer, JavaScript, symbol and JavaScript
+// with scope; 238 NotImplemented for decimal, MinKey and MaxKey), so on
+// such a server a laterTypes list without them leaves no document out.
+var storedTypes = map[int32]bool{1: true, 2: true, 3: true, 4: true, 5: true, 7: true, 8: true, 9: true, 10: true, 11: true, 16: true, 17: true, 18: true}
+
+// findTypes is coll.Find, asked once more with filter's $type lists cut to
+// storedTypes when the server refuses a type code (BadValue or
+// NotImplemented): a read after the last _id of a type (laterTypes) must
+// not fail on a server that cannot hold the rarer types.
+func findTypes(ctx context.Context, coll *mongo.Collection, filter bson.D, opts ...options.Lister[options.FindOptions]) (*mongo.Cursor, error) {
+	cur, err := coll.Find(ctx, filter, opts...)
+	if err == nil || !typeCodeRefused(err) {
+		return cur, err
+	}
+	cut, changed := withStoredTypes(filter)
+	if !changed {
+		return cur, err
+	}
+	return coll.Find(ctx, cut.(bson.D), opts...)
+}
+
+func typeCodeRefused(err error) bool {
+	var se mongo.ServerError
+	return errors.As(err, &se) && (se.HasErrorCode(2) || se.HasErrorCode(238))
+}
+
+// withStoredTypes is v with every $type list cut to storedTypes (an empty
+// one becomes {$in: []}, which matches nothing); changed says whether a
+// code was cut.
+func withStoredTypes(v any) (any, bool) {
+	switch x := v.(type) {
+	case bson.D:
+		out, changed := make(bson.D, 0, len(x)), false
+		for _, e := range x {
+			if codes, ok := e.Value.(bson.A); ok && e.Key == "$type" {
+				kept := bson.A{}
+				for _, c := range codes {
+					if n, ok := c.(int32); !ok || storedTypes[n] {
+						kept = append(kept, c)
+					}
+				}
+				if len(kept) != len(codes) {
+					changed = true
+					if len(kept) == 0 {
+						e = bson.E{Key: "$in", Value: bson.A{}}
+					} else {
+						e.Value = kept
+					}
+				}
+				out = append(out, e)
+				continue
+			}
+			val, ch := withStoredTypes(e.Value)
+			changed = changed || ch
+			out = append(out, bson.E{Key: e.Key, Value: val})
+		}
+		return out, changed
+	case bson.A:
+		out, changed := make(bson.A, len(x)), false
+		for i, e := range x {
+			var ch bool
+			out[i], ch = withStoredTypes(e)
+			changed = changed || ch
+		}
+		return out, changed
+	}
+	return v, false
 }
