@@ -32,7 +32,11 @@ type verifyResult struct {
 // verify must find no drift.
 func runVerifyBench(ctx context.Context, c config, tmp, transforms string, ms meilisearch.ServiceManager, published int) error {
 	r := &sidecar{label: "", bin: c.sidecar, prefix: "benchv_", state: "meilistream_v", ready: filepath.Join(tmp, "readyv")}
-	if err := launch(ctx, c, ms, r, transforms); err != nil {
+	var extra []string
+	if c.profile != "" {
+		extra = append(extra, profileDirEnv+"="+c.profile)
+	}
+	if err := launch(ctx, c, ms, r, transforms, extra...); err != nil {
 		return err
 	}
 	defer r.stop()
@@ -49,10 +53,12 @@ func runVerifyBench(ctx context.Context, c config, tmp, transforms string, ms me
 	}
 	load0 := loadavg()
 	fmt.Fprintf(os.Stderr, "reindexing %d articles ...\n", c.docs)
+	toggleProfile(c, r.pid) // start reindex.pprof
 	r.begin()
 	if err := waitReindexed(ctx, ms, runs, published); err != nil {
 		return fail(fmt.Errorf("reindex: %w", err))
 	}
+	toggleProfile(c, r.pid) // stop reindex.pprof
 	if err := waitFor(ctx, runs, time.Minute, nil, func() (bool, error) {
 		addr, _ := os.ReadFile(r.ready)
 		return following(strings.TrimSpace(string(addr)))
@@ -73,6 +79,9 @@ func runVerifyBench(ctx context.Context, c config, tmp, transforms string, ms me
 	)
 	if c.profile != "" {
 		cmd.Env = append(cmd.Env, profileDirEnv+"="+c.profile)
+	}
+	if c.memprofile != "" {
+		cmd.Env = append(cmd.Env, memProfileDirEnv+"="+c.memprofile)
 	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -106,5 +115,9 @@ func runVerifyBench(ctx context.Context, c config, tmp, transforms string, ms me
 	fmt.Printf("verify / reindex: CPU per document %.2f (the goal: at most 1), docs/s %.2f\n",
 		perDoc(vcpu, v.Checked)/max(perDoc(r.reindex.cpu, int64(c.docs)), 1e-9),
 		(float64(v.Checked)/wall.Seconds())/(float64(c.docs)/r.reindex.wall.Seconds()))
+	if c.profile != "" {
+		fmt.Fprintf(os.Stderr, "profiles: go tool pprof -top %[1]s/meilistream %[1]s/reindex.pprof (and verify.pprof)\n", c.profile)
+		return printBreakdown(c.profile, "reindex.pprof", "verify.pprof")
+	}
 	return nil
 }
