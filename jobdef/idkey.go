@@ -33,7 +33,13 @@ import (
 // IDKey(ParseIndexID(IndexID(id))) == IDKey(id) for every id IndexID
 // accepts. The key is binary, not for display.
 func IDKey(id bson.RawValue) string {
-	return string(appendIDKey(make([]byte, 0, 2+len(id.Value)), bsoncore.Type(id.Type), id.Value, 0))
+	return string(AppendIDKey(make([]byte, 0, 2+len(id.Value)), id))
+}
+
+// AppendIDKey appends IDKey(id) to b: for a key looked up in a map
+// (m[string(key)] makes no string) where IDKey would allocate one per _id.
+func AppendIDKey(b []byte, id bson.RawValue) []byte {
+	return appendIDKey(b, bsoncore.Type(id.Type), id.Value, 0)
 }
 
 // maxIDKeyDepth bounds the recursion into an _id made of documents

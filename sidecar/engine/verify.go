@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -12,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/jobdef"
@@ -276,10 +278,13 @@ func (v *verifier) ready(ctx context.Context) error {
 	return nil
 }
 
-// chunkSize is how many documents one read takes: the job's batch size,
-// at most a second's worth at the rate.
+// chunkSize is how many documents one read takes: a reindex's part (half
+// the page size: one cursor reply, so never more than the 16 MB MongoDB
+// returns at once), at most a second's worth at the rate. Each chunk costs
+// a read of the collection, a read back from the destination and a turn
+// of the transform's workers, so bigger chunks cost less per document.
 func (v *verifier) chunkSize() int {
-	n := max(v.jc.BatchSize, 1)
+	n := PartSize(v.jc.PageSize)
 	if v.o.Rate > 0 {
 		n = min(n, max(1, int(v.o.Rate)))
 	}
@@ -361,19 +366,59 @@ func (v *verifier) find(ctx context.Context, filter bson.D, opts *options.FindOp
 
 // findKeys says which of ids the collection holds, reading their _ids
 // alone: the walk of the destination's ids needs no document, nor a copy
-// of one (the key is made from the reply in place).
-func (v *verifier) findKeys(ctx context.Context, ids bson.A) (map[string]bool, error) {
-	cur, err := v.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+// of one. It reads every id of the destination, so the keys are made
+// without a string each: in one buffer, a map of views into it.
+func (v *verifier) findKeys(ctx context.Context, ids []bson.RawValue) (idKeys, error) {
+	cur, err := v.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: idArray(ids)}}}},
 		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(int32(len(ids))))
 	if err != nil {
-		return nil, err
+		return idKeys{}, err
 	}
 	defer cur.Close(context.WithoutCancel(ctx))
-	found := make(map[string]bool, len(ids))
+	var buf []byte
+	var ends []int
 	for cur.Next(ctx) {
-		found[jobdef.IDKey(cur.Current.Lookup("_id"))] = true
+		buf = jobdef.AppendIDKey(buf, cur.Current.Lookup("_id"))
+		ends = append(ends, len(buf))
 	}
-	return found, cur.Err()
+	if err := cur.Err(); err != nil {
+		return idKeys{}, err
+	}
+	all := string(buf)
+	k := idKeys{set: make(map[string]struct{}, len(ends))}
+	start := 0
+	for _, end := range ends {
+		k.set[all[start:end]] = struct{}{}
+		start = end
+	}
+	return k, nil
+}
+
+// idKeys is a set of _ids by jobdef.IDKey.
+type idKeys struct {
+	set     map[string]struct{}
+	scratch []byte
+}
+
+// has says whether the set holds id.
+func (k *idKeys) has(id bson.RawValue) bool {
+	k.scratch = jobdef.AppendIDKey(k.scratch[:0], id)
+	_, ok := k.set[string(k.scratch)]
+	return ok
+}
+
+// idArray is ids as one BSON array, built as bytes: the $in of a page of
+// the destination's ids, without the driver's reflection over each.
+func idArray(ids []bson.RawValue) bson.RawValue {
+	idx, b := bsoncore.ReserveLength(make([]byte, 0, 5+len(ids)*16))
+	var key []byte
+	for i, id := range ids {
+		key = strconv.AppendInt(key[:0], int64(i), 10)
+		b = bsoncore.AppendHeader(b, bsoncore.Type(id.Type), string(key))
+		b = append(b, id.Value...)
+	}
+	b = append(b, 0)
+	return bson.RawValue{Type: bson.TypeArray, Value: bsoncore.UpdateLength(b, idx, int32(len(b)-int(idx)))}
 }
 
 // opTime is the cluster time of the session's last read.
@@ -441,15 +486,11 @@ func (v *verifier) walkDestination(ctx context.Context) error {
 		if len(ids) == 0 {
 			return nil
 		}
-		in := make(bson.A, len(ids))
-		for i, id := range ids {
-			in[i] = id
-		}
 		sctx := mongo.NewSessionContext(ctx, v.sess)
-		var found map[string]bool
+		var found idKeys
 		for attempt := 0; ; attempt++ {
 			var err error
-			found, err = v.findKeys(sctx, in)
+			found, err = v.findKeys(sctx, ids)
 			if err == nil {
 				break
 			}
@@ -462,7 +503,7 @@ func (v *verifier) walkDestination(ctx context.Context) error {
 		}
 		at := v.opTime()
 		for _, id := range ids {
-			if !found[jobdef.IDKey(id)] {
+			if !found.has(id) {
 				v.candidate(Item{ID: id}, at, verifyResult{kind: DriftExtra})
 			}
 		}

@@ -60,13 +60,16 @@ func (v *verifier) judge(ctx context.Context, items []Item, have [][]byte) ([]ve
 	if err != nil {
 		return nil, errsFor(v.job.Name, err, "transform documents to verify")
 	}
-	failed := make(map[string]bool, len(bad))
-	for _, b := range bad {
-		failed[jobdef.IDKey(b.ID)] = true
+	var failed map[string]bool
+	if len(bad) > 0 {
+		failed = make(map[string]bool, len(bad))
+		for _, b := range bad {
+			failed[jobdef.IDKey(b.ID)] = true
+		}
 	}
 	out := make([]verifyResult, len(items))
 	for i := range items {
-		if failed[jobdef.IDKey(items[i].ID)] {
+		if failed != nil && failed[jobdef.IDKey(items[i].ID)] {
 			out[i].err = true
 			continue
 		}
