@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/meilisearch/meilisearch-go"
@@ -103,8 +104,9 @@ func runVerifyBench(ctx context.Context, c config, tmp, transforms string, ms me
 			}
 			r.reindex = r.end()
 		}
-		fmt.Printf("round %d: reindex %.1f µs sidecar CPU per document, %s wall (%.0f docs/s)\n", round+1,
-			perDoc(r.reindex.cpu, int64(c.docs)), r.reindex.wall.Round(time.Millisecond), float64(c.docs)/r.reindex.wall.Seconds())
+		fmt.Printf("round %d: reindex %.1f µs sidecar CPU per document (%.1f system), %s wall (%.0f docs/s); per 1000 documents %.0f page faults, %.0f context switches\n", round+1,
+			perDoc(r.reindex.cpu, int64(c.docs)), perDoc(r.reindex.sys, int64(c.docs)), r.reindex.wall.Round(time.Millisecond), float64(c.docs)/r.reindex.wall.Seconds(),
+			1000*float64(r.reindex.faults)/float64(c.docs), 1000*float64(r.reindex.switches)/float64(c.docs))
 		order := make([]int, len(bins))
 		for k := range order {
 			order[k] = k
@@ -120,8 +122,9 @@ func runVerifyBench(ctx context.Context, c config, tmp, transforms string, ms me
 			}
 			ratio := perDoc(res.cpu, res.checked) / max(perDoc(r.reindex.cpu, int64(c.docs)), 1e-9)
 			ratios[k] = append(ratios[k], ratio)
-			fmt.Printf("round %d: verify (%s) %.1f µs CPU per document (its own process), %s wall (%.0f docs/s), %d checked, no drift; the sidecar meanwhile %.1f µs per document; verify / reindex %.2f\n",
-				round+1, bins[k], perDoc(res.cpu, res.checked), res.wall.Round(time.Millisecond), float64(res.checked)/res.wall.Seconds(), res.checked,
+			fmt.Printf("round %d: verify (%s) %.1f µs CPU per document (its own process; %.1f system), %s wall (%.0f docs/s), %d checked, no drift; per 1000 documents %.0f page faults, %.0f context switches; the sidecar meanwhile %.1f µs per document; verify / reindex %.2f\n",
+				round+1, bins[k], perDoc(res.cpu, res.checked), perDoc(res.sys, res.checked), res.wall.Round(time.Millisecond), float64(res.checked)/res.wall.Seconds(), res.checked,
+				1000*float64(res.faults)/float64(max(res.checked, 1)), 1000*float64(res.switches)/float64(max(res.checked, 1)),
 				perDoc(res.holder.cpu, res.checked), ratio)
 		}
 	}
@@ -151,10 +154,11 @@ func runVerifyBench(ctx context.Context, c config, tmp, transforms string, ms me
 
 // verifyRun is one verify process's cost.
 type verifyRun struct {
-	checked int64
-	cpu     time.Duration // its user and system time
-	wall    time.Duration
-	holder  phase // the sidecar's meanwhile
+	checked          int64
+	cpu, sys         time.Duration // its user and system time, and the system's part
+	wall             time.Duration
+	faults, switches int64 // its page faults and context switches
+	holder           phase // the sidecar's meanwhile
 }
 
 // runVerify runs `bin verify articles --json` against r's index (profiled
@@ -186,7 +190,11 @@ func runVerify(ctx context.Context, c config, r *sidecar, bin string, env []stri
 	if v.Missing+v.Stale+v.Extra != 0 {
 		return verifyRun{}, fmt.Errorf("%s verify found drift in a whole index: %s", bin, out)
 	}
-	return verifyRun{checked: v.Checked, cpu: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), wall: wall, holder: holder}, nil
+	run := verifyRun{checked: v.Checked, cpu: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), sys: cmd.ProcessState.SystemTime(), wall: wall, holder: holder}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		run.faults, run.switches = ru.Minflt+ru.Majflt, ru.Nvcsw+ru.Nivcsw
+	}
+	return run, nil
 }
 
 // spread is the least, the median and the greatest of xs.
