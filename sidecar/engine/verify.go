@@ -305,7 +305,7 @@ func (v *verifier) pace(ctx context.Context, n int) error {
 }
 
 // readAfter is the source's _id walk: one chunk after last.
-func (v *verifier) readAfter(ctx context.Context, last bson.RawValue, n int) ([]Item, bool, bson.Timestamp, error) {
+func (v *verifier) readAfter(ctx context.Context, last bson.RawValue, n int, checked int64) ([]Item, bool, bson.Timestamp, error) {
 	sctx := mongo.NewSessionContext(ctx, v.sess)
 	for attempt := 0; ; attempt++ {
 		items, final, err := readAfter(sctx, v.coll, v.job, last, n)
@@ -313,7 +313,7 @@ func (v *verifier) readAfter(ctx context.Context, last bson.RawValue, n int) ([]
 			return items, final, v.opTime(), nil
 		}
 		if ctx.Err() != nil || attempt >= 4 {
-			return nil, false, bson.Timestamp{}, errs.Wrap(errs.Failed, v.job.Name, err, "read collection %s to verify (after %d documents)", v.job.Collection, v.rep.Checked)
+			return nil, false, bson.Timestamp{}, errs.Wrap(errs.Failed, v.job.Name, err, "read collection %s to verify (after %d documents)", v.job.Collection, checked)
 		}
 		if err := v.e.wait(ctx, attempt); err != nil {
 			return nil, false, bson.Timestamp{}, err
@@ -430,20 +430,35 @@ func (v *verifier) opTime() bson.Timestamp {
 }
 
 // walkSource compares the collection, chunk by chunk, with the
-// destination.
+// destination. The next chunk is read, and read back from the
+// destination, while one is transformed and compared (so two chunks are
+// in memory at most): verify's own reads then wait less, and its
+// transform's workers are less often idle. The session is the reading's
+// alone while it runs: a re-check or a checkpoint first waits for it.
 func (v *verifier) walkSource(ctx context.Context, last bson.RawValue) error {
 	n := v.chunkSize()
 	saved := time.Now()
+	ahead := v.readAhead(ctx, last, n, v.rep.Checked)
+	defer func() { ahead.wait() }() // no read outlives the walk: the session ends after it
 	for {
-		items, final, at, err := v.readAfter(ctx, last, n)
-		if err != nil {
-			return err
+		c := ahead.wait()
+		if c.err != nil {
+			return c.err
 		}
+		items := c.items
 		if len(items) > 0 {
 			last = items[len(items)-1].ID
 			last = bson.RawValue{Type: last.Type, Value: append([]byte(nil), last.Value...)}
+		}
+		if !c.final {
+			if err := v.pace(ctx, len(items)); err != nil {
+				return err
+			}
+			ahead = v.readAhead(ctx, last, n, v.rep.Checked+int64(len(items)))
+		}
+		if len(items) > 0 {
 			v.rep.Checked += int64(len(items))
-			res, err := v.compare(ctx, items)
+			res, err := v.judge(ctx, items, c.have)
 			if err != nil {
 				return err
 			}
@@ -452,10 +467,11 @@ func (v *verifier) walkSource(ctx context.Context, last bson.RawValue) error {
 				case r.err:
 					v.rep.Errors++
 				case r.kind != DriftNone:
-					v.candidate(items[i], at, r)
+					v.candidate(items[i], c.at, r)
 				}
 			}
 			if len(v.cands) >= verifyCandidates {
+				ahead.hold()
 				if err := v.recheck(ctx); err != nil {
 					return err
 				}
@@ -464,19 +480,74 @@ func (v *verifier) walkSource(ctx context.Context, last bson.RawValue) error {
 				v.o.Progress(v.rep.Checked)
 			}
 		}
-		if final {
+		if c.final {
 			return nil
 		}
 		if v.o.Checkpoint != nil && time.Since(saved) >= v.o.CheckpointEvery {
+			ahead.hold()
 			if err := v.checkpoint(ctx, "source", last); err != nil {
 				return err
 			}
 			saved = time.Now()
 		}
-		if err := v.pace(ctx, len(items)); err != nil {
-			return err
-		}
 	}
+}
+
+// sourceChunk is one chunk of the collection and what the destination
+// holds of its ids.
+type sourceChunk struct {
+	items []Item
+	final bool
+	at    bson.Timestamp // the cluster time of the read
+	have  [][]byte
+	err   error
+}
+
+// chunkAhead is a chunk being read in a goroutine of its own.
+type chunkAhead struct {
+	ch   chan sourceChunk
+	got  *sourceChunk
+	done bool
+}
+
+// readAhead starts reading the chunk after last (checked: the documents
+// compared before it, for messages).
+func (v *verifier) readAhead(ctx context.Context, last bson.RawValue, n int, checked int64) *chunkAhead {
+	a := &chunkAhead{ch: make(chan sourceChunk, 1)}
+	go func() { a.ch <- v.readChunk(ctx, last, n, checked) }()
+	return a
+}
+
+// hold waits until the read has ended, keeping its chunk for wait.
+func (a *chunkAhead) hold() {
+	if a.got == nil && !a.done {
+		c := <-a.ch
+		a.got = &c
+	}
+}
+
+// wait returns the chunk read (once; later calls return an empty chunk).
+func (a *chunkAhead) wait() sourceChunk {
+	a.hold()
+	if a.done {
+		return sourceChunk{final: true}
+	}
+	a.done = true
+	return *a.got
+}
+
+// readChunk reads the chunk after last and the destination's documents
+// of its ids.
+func (v *verifier) readChunk(ctx context.Context, last bson.RawValue, n int, checked int64) sourceChunk {
+	items, final, at, err := v.readAfter(ctx, last, n, checked)
+	if err != nil {
+		return sourceChunk{err: err}
+	}
+	have, err := v.fetchChunk(ctx, items, checked)
+	if err != nil {
+		return sourceChunk{err: err}
+	}
+	return sourceChunk{items: items, final: final, at: at, have: have}
 }
 
 // walkDestination walks the destination's ids for those the collection
@@ -515,18 +586,18 @@ func (v *verifier) walkDestination(ctx context.Context) error {
 		return v.pace(ctx, len(ids))
 	})
 	if err != nil {
-		return v.destErr(err, "walk the destination's ids")
+		return v.destErr(err, "walk the destination's ids", v.rep.Checked)
 	}
 	return nil
 }
 
 // destErr says what verify was doing when the destination failed it.
-func (v *verifier) destErr(err error, what string) error {
+func (v *verifier) destErr(err error, what string, checked int64) error {
 	var e *errs.Error
 	if errors.As(err, &e) && e.Code != errs.Failed {
 		return err
 	}
-	return errs.Wrap(errs.Failed, v.job.Name, err, "%s (after %d documents checked)", what, v.rep.Checked)
+	return errs.Wrap(errs.Failed, v.job.Name, err, "%s (after %d documents checked)", what, checked)
 }
 
 func (v *verifier) candidate(it Item, at bson.Timestamp, r verifyResult) {
