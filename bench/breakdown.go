@@ -145,9 +145,13 @@ func classify(locs []int, frames map[int][]string) string {
 	return otherPart
 }
 
-// printBreakdown prints the parts of each profile in dir, largest first.
-func printBreakdown(dir string) error {
-	for _, name := range []string{"reindex.pprof", "follow.pprof"} {
+// printBreakdown prints the parts of each profile in dir (by default
+// reindex.pprof and follow.pprof), largest first.
+func printBreakdown(dir string, names ...string) error {
+	if len(names) == 0 {
+		names = []string{"reindex.pprof", "follow.pprof"}
+	}
+	for _, name := range names {
 		share, secs, err := breakdown(dir+"/meilistream", dir+"/"+name)
 		if err != nil {
 			return err

@@ -176,6 +176,7 @@ type config struct {
 	flood                  int
 	outage, docKB          int
 	verify                 bool
+	verifyRounds           int
 	floor, floorFirst      bool
 	identity               bool
 	background             int
@@ -197,8 +198,8 @@ func run() error {
 	flag.StringVar(&c.mongoURI, "mongo", "", "use this MongoDB (replica set) instead of the test server")
 	flag.StringVar(&c.meiliURL, "meili", "", "use this Meilisearch instead of the test server")
 	flag.BoolVar(&c.verbose, "v", false, "show the sidecar's log")
-	flag.StringVar(&c.profile, "cpuprofile", "", "write CPU profiles of the sidecar process (reindex.pprof, follow.pprof; with -verify, the verify process's first 5 s: verify.pprof) and its binary (meilistream) into this directory; builds the sidecar with a profiling hook (-sidecar is then not allowed)")
-	flag.StringVar(&c.memprofile, "memprofile", "", "write the sidecar's heap profile and memory classes at its peak (peak-heap.pprof, peak-mem.txt) and its binary (meilistream) into this directory; builds the sidecar with a profiling hook (-sidecar is then not allowed)")
+	flag.StringVar(&c.profile, "cpuprofile", "", "write CPU profiles of the sidecar process (reindex.pprof, follow.pprof; with -verify, reindex.pprof and the verify process's whole run: verify.pprof) and its binary (meilistream) into this directory; builds the sidecar with a profiling hook (-sidecar is then not allowed)")
+	flag.StringVar(&c.memprofile, "memprofile", "", "write the sidecar's heap profile and memory classes at its peak (peak-heap.pprof, peak-mem.txt; with -verify, what the verify process allocated: verify-allocs.pprof) and its binary (meilistream) into this directory; builds the sidecar with a profiling hook (-sidecar is then not allowed)")
 	flag.BoolVar(&c.live, "live", true, "after the latency samples, edit the transform and time writes made during the reindex it starts until each is visible in the live index")
 	flag.DurationVar(&c.liveEvery, "live-every", 20*time.Millisecond, "with -live, one update this often while the reindex runs")
 	flag.BoolVar(&c.unchanged, "unchanged", false, "instead of the phases above, the workload of updates that cannot change a search document: -changes updates, 4 in 5 incrementing a counter the transform does not read, followed by three sidecars side by side (every update sent, skipUnchanged, skipUnchanged with fields); reports Meilisearch documents received and sidecar CPU per change")
@@ -208,6 +209,7 @@ func run() error {
 	flag.BoolVar(&c.catchup, "catchup", false, "instead of the phases above, the catch-up workload: articles of -doc-kb KB are reindexed and followed, the test Meilisearch stops processing tasks while -outage updates are written, then resumes; reports the sidecar's RSS before, peak RSS during the outage and the catch-up, and the catch-up's time")
 	flag.IntVar(&c.outage, "outage", 50000, "with -catchup, the updates written while Meilisearch processes no task (to distinct articles while -docs allows; -docs defaults to this)")
 	flag.IntVar(&c.docKB, "doc-kb", 10, "with -catchup, the size of each article's body in KB")
+	flag.IntVar(&c.verifyRounds, "verify-rounds", 1, "with -verify: rounds of a reindex and the verify (and -against's verify, which going first alternating)")
 	flag.BoolVar(&c.verify, "verify", false, "instead of the phases above, the verify workload: a sidecar reindexes the articles, then `meilistream verify` compares its index with the collection while it follows; reports documents verified per second and CPU per document beside the reindex's")
 	flag.BoolVar(&c.wait, "wait", false, "instead of the phases above, the read-your-writes workload: a holder and a standby sidecar on one job (-docs defaults to 2000); -latency writes one at a time, each timed until GET /wait for its operationTime returns on the holder and on the standby, and until searchable (polled), side by side (wait.go)")
 	flag.IntVar(&c.flood, "flood", 200, "with -wait, then as many writes again while this many more waiters (half on each sidecar) ask GET /wait for the latest write again and again: whether a flood of waits slows the pipeline")
@@ -242,10 +244,10 @@ func run() error {
 	if c.floor && modes > 0 {
 		return errors.New("-floor measures the default workload: drop -unchanged, -lookups, -catchup, -wait, -verify, -scan, -pods or -jobs")
 	}
-	if c.against != "" && modes > 0 && c.pods == 0 && c.jobs == 0 {
+	if c.against != "" && modes > 0 && c.pods == 0 && c.jobs == 0 && !c.verify {
 		// The other workloads run one binary; an -against they ignored
 		// would make a run of one binary look like a comparison.
-		return errors.New("-against runs beside the default, -pods and -jobs workloads only: for the others run each binary with -sidecar in turn")
+		return errors.New("-against runs beside the default, -verify, -pods and -jobs workloads only: for the others run each binary with -sidecar in turn")
 	}
 	if c.wait && !flagSet("docs") {
 		c.docs = 2000

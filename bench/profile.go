@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -44,6 +46,20 @@ import (
 // the garbage the collector's goal lets accumulate).
 func init() {
 	dir := os.Getenv("` + memProfileDirEnv + `")
+	if dir != "" && len(os.Args) > 1 && os.Args[1] == "verify" {
+		// What the verify process allocated, all of its run, written
+		// when Main returns (benchExit).
+		runtime.MemProfileRate = 64 << 10
+		benchStops = append(benchStops, func() {
+			f, err := os.Create(filepath.Join(dir, "verify-allocs.pprof"))
+			if err != nil {
+				panic(err)
+			}
+			pprof.Lookup("allocs").WriteTo(f, 0)
+			f.Close()
+		})
+		return
+	}
 	if dir == "" || len(os.Args) < 2 || os.Args[1] != "run" {
 		return
 	}
@@ -105,15 +121,26 @@ func init() {
 	}()
 }
 
+// benchStops write the profiles of a process that ends by itself.
+var benchStops []func()
+
+// benchExit is what main's os.Exit(Main()) becomes in the profiled build
+// (profileOverlay): the profile is written before the process exits.
+func benchExit(code int) int {
+	for _, stop := range benchStops {
+		stop()
+	}
+	return code
+}
+
 func init() {
 	dir := os.Getenv("` + profileDirEnv + `")
 	if dir == "" {
 		return
 	}
 	if len(os.Args) > 1 && os.Args[1] == "verify" {
-		// The verify process ends by itself (os.Exit runs no defer,
-		// and a profile not stopped is lost): profile its first 5 s,
-		// which -docs 150000 makes most of its run.
+		// The verify process ends by itself: its whole run is profiled,
+		// stopped by benchExit once Main returns (os.Exit runs no defer).
 		f, err := os.Create(filepath.Join(dir, "verify.pprof"))
 		if err != nil {
 			panic(err)
@@ -121,11 +148,10 @@ func init() {
 		if err := pprof.StartCPUProfile(f); err != nil {
 			panic(err)
 		}
-		go func() {
-			time.Sleep(5 * time.Second)
+		benchStops = append(benchStops, func() {
 			pprof.StopCPUProfile()
 			f.Close()
-		}()
+		})
 		return
 	}
 	c := make(chan os.Signal, 4)
@@ -148,9 +174,13 @@ func init() {
 }
 `
 
-// profileOverlay writes the hook and a go build -overlay file naming it as
-// a file of the module's main package (the working directory), and returns
-// the overlay file's path.
+// mainExit is the line of main.go the profiled build wraps in benchExit.
+const mainExit = "os.Exit(Main())"
+
+// profileOverlay writes the hook, a main.go whose exit goes through
+// benchExit, and a go build -overlay file naming them as files of the
+// module's main package (the working directory), and returns the overlay
+// file's path.
 func profileOverlay(tmp string) (string, error) {
 	hook := filepath.Join(tmp, "zz_benchprofile.go")
 	if err := os.WriteFile(hook, []byte(profileHook), 0o644); err != nil {
@@ -160,8 +190,20 @@ func profileOverlay(tmp string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	src, err := os.ReadFile(filepath.Join(wd, "main.go"))
+	if err != nil {
+		return "", err
+	}
+	if strings.Count(string(src), mainExit) != 1 {
+		return "", fmt.Errorf("main.go has no single %q for the profiling hook to wrap", mainExit)
+	}
+	mainGo := filepath.Join(tmp, "main.go")
+	wrapped := strings.Replace(string(src), mainExit, "os.Exit(benchExit(Main()))", 1)
+	if err := os.WriteFile(mainGo, []byte(wrapped), 0o644); err != nil {
+		return "", err
+	}
 	b, err := json.Marshal(map[string]map[string]string{
-		"Replace": {filepath.Join(wd, "zz_benchprofile.go"): hook},
+		"Replace": {filepath.Join(wd, "zz_benchprofile.go"): hook, filepath.Join(wd, "main.go"): mainGo},
 	})
 	if err != nil {
 		return "", err

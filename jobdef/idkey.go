@@ -1,6 +1,7 @@
 package jobdef
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math"
 	"math/big"
@@ -33,7 +34,13 @@ import (
 // IDKey(ParseIndexID(IndexID(id))) == IDKey(id) for every id IndexID
 // accepts. The key is binary, not for display.
 func IDKey(id bson.RawValue) string {
-	return string(appendIDKey(make([]byte, 0, 2+len(id.Value)), bsoncore.Type(id.Type), id.Value, 0))
+	return string(AppendIDKey(make([]byte, 0, 2+len(id.Value)), id))
+}
+
+// AppendIDKey appends IDKey(id) to b: for a key looked up in a map
+// (m[string(key)] makes no string) where IDKey would allocate one per _id.
+func AppendIDKey(b []byte, id bson.RawValue) []byte {
+	return appendIDKey(b, bsoncore.Type(id.Type), id.Value, 0)
 }
 
 // maxIDKeyDepth bounds the recursion into an _id made of documents
@@ -84,17 +91,20 @@ func appendIDKey(b []byte, t bsoncore.Type, data []byte, depth int) []byte {
 		if !ok {
 			return raw()
 		}
-		return appendNumberKey(b, intText(int64(n)))
+		return appendIntKey(b, int64(n))
 	case bsoncore.TypeInt64:
 		n, ok := v.Int64OK()
 		if !ok {
 			return raw()
 		}
-		return appendNumberKey(b, intText(n))
+		return appendIntKey(b, n)
 	case bsoncore.TypeDouble:
 		f, ok := v.DoubleOK()
 		if !ok {
 			return raw()
+		}
+		if f != 0 && f == math.Trunc(f) && math.Abs(f) < 1<<63 {
+			return appendIntKey(b, int64(f))
 		}
 		return appendNumberKey(b, doubleText(f))
 	case bsoncore.TypeDecimal128:
@@ -209,6 +219,27 @@ func appendLenBytes(b, p []byte) []byte {
 func appendNumberKey(b []byte, text string) []byte {
 	b = append(b, keyNumber)
 	return appendLenBytes(b, []byte(text))
+}
+
+// appendIntKey is appendNumberKey(b, intText(n)) without making its
+// strings: integer _ids are the common ones, and a walk of a destination's
+// ids keys every one of them.
+func appendIntKey(b []byte, n int64) []byte {
+	if n == 0 {
+		return appendNumberKey(b, "0")
+	}
+	var d, t [48]byte
+	digits := strconv.AppendInt(d[:0], n, 10)
+	text := t[:0]
+	if digits[0] == '-' {
+		text, digits = append(text, '-'), digits[1:]
+	}
+	trimmed := bytes.TrimRight(digits, "0")
+	text = append(text, trimmed...)
+	text = append(text, 'e')
+	text = strconv.AppendInt(text, int64(len(digits)-len(trimmed)), 10)
+	b = append(b, keyNumber)
+	return appendLenBytes(b, text)
 }
 
 // A number's key text is its exact value: "NaN", "+Inf", "-Inf", "0", or

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"math/big"
+	"strconv"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -264,4 +265,32 @@ func validValue(t byte, data []byte) (bsoncore.Value, bool) {
 		}
 	}
 	return v, true
+}
+
+// An integer's key, made without strings for int32, int64 and integral
+// doubles, is the one its Decimal128 gets from the exact decimal text,
+// and a key appended after other bytes is IDKey's.
+func TestIntegerKeysAreTheirExactValuesKeys(t *testing.T) {
+	ns := []int64{1, -1, 7, 10, -10, 100, 120, 1200, 123456789, -5000000, 1 << 53, -(1 << 53), math.MaxInt64, math.MinInt64, math.MaxInt32, math.MinInt32}
+	for p := int64(1); p < math.MaxInt64/10; p *= 10 {
+		ns = append(ns, p, -p, 3*p, p+1)
+	}
+	for _, n := range ns {
+		want := jobdef.IDKey(rv(t, dec(t, strconv.FormatInt(n, 10))))
+		vals := []any{n}
+		if n == int64(int32(n)) {
+			vals = append(vals, int32(n))
+		}
+		if f := float64(n); f == math.Trunc(f) && math.Abs(f) < 1<<63 && int64(f) == n {
+			vals = append(vals, f)
+		}
+		for _, v := range vals {
+			if got := jobdef.IDKey(rv(t, v)); got != want {
+				t.Errorf("IDKey(%T %v) = %q, want %q (Decimal128's)", v, v, got, want)
+			}
+			if got := jobdef.AppendIDKey([]byte("pre"), rv(t, v)); string(got) != "pre"+want {
+				t.Errorf("AppendIDKey(pre, %T %v) = %q, want pre%q", v, v, got, want)
+			}
+		}
+	}
 }

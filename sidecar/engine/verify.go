@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -12,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/meilistream/meilistream/internal/errs"
 	"github.com/meilistream/meilistream/jobdef"
@@ -276,10 +278,13 @@ func (v *verifier) ready(ctx context.Context) error {
 	return nil
 }
 
-// chunkSize is how many documents one read takes: the job's batch size,
-// at most a second's worth at the rate.
+// chunkSize is how many documents one read takes: a reindex's part (half
+// the page size: one cursor reply, so never more than the 16 MB MongoDB
+// returns at once), at most a second's worth at the rate. Each chunk costs
+// a read of the collection, a read back from the destination and a turn
+// of the transform's workers, so bigger chunks cost less per document.
 func (v *verifier) chunkSize() int {
-	n := max(v.jc.BatchSize, 1)
+	n := PartSize(v.jc.PageSize)
 	if v.o.Rate > 0 {
 		n = min(n, max(1, int(v.o.Rate)))
 	}
@@ -300,7 +305,7 @@ func (v *verifier) pace(ctx context.Context, n int) error {
 }
 
 // readAfter is the source's _id walk: one chunk after last.
-func (v *verifier) readAfter(ctx context.Context, last bson.RawValue, n int) ([]Item, bool, bson.Timestamp, error) {
+func (v *verifier) readAfter(ctx context.Context, last bson.RawValue, n int, checked int64) ([]Item, bool, bson.Timestamp, error) {
 	sctx := mongo.NewSessionContext(ctx, v.sess)
 	for attempt := 0; ; attempt++ {
 		items, final, err := readAfter(sctx, v.coll, v.job, last, n)
@@ -308,7 +313,7 @@ func (v *verifier) readAfter(ctx context.Context, last bson.RawValue, n int) ([]
 			return items, final, v.opTime(), nil
 		}
 		if ctx.Err() != nil || attempt >= 4 {
-			return nil, false, bson.Timestamp{}, errs.Wrap(errs.Failed, v.job.Name, err, "read collection %s to verify (after %d documents)", v.job.Collection, v.rep.Checked)
+			return nil, false, bson.Timestamp{}, errs.Wrap(errs.Failed, v.job.Name, err, "read collection %s to verify (after %d documents)", v.job.Collection, checked)
 		}
 		if err := v.e.wait(ctx, attempt); err != nil {
 			return nil, false, bson.Timestamp{}, err
@@ -361,19 +366,59 @@ func (v *verifier) find(ctx context.Context, filter bson.D, opts *options.FindOp
 
 // findKeys says which of ids the collection holds, reading their _ids
 // alone: the walk of the destination's ids needs no document, nor a copy
-// of one (the key is made from the reply in place).
-func (v *verifier) findKeys(ctx context.Context, ids bson.A) (map[string]bool, error) {
-	cur, err := v.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+// of one. It reads every id of the destination, so the keys are made
+// without a string each: in one buffer, a map of views into it.
+func (v *verifier) findKeys(ctx context.Context, ids []bson.RawValue) (idKeys, error) {
+	cur, err := v.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: idArray(ids)}}}},
 		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(int32(len(ids))))
 	if err != nil {
-		return nil, err
+		return idKeys{}, err
 	}
 	defer cur.Close(context.WithoutCancel(ctx))
-	found := make(map[string]bool, len(ids))
+	var buf []byte
+	var ends []int
 	for cur.Next(ctx) {
-		found[jobdef.IDKey(cur.Current.Lookup("_id"))] = true
+		buf = jobdef.AppendIDKey(buf, cur.Current.Lookup("_id"))
+		ends = append(ends, len(buf))
 	}
-	return found, cur.Err()
+	if err := cur.Err(); err != nil {
+		return idKeys{}, err
+	}
+	all := string(buf)
+	k := idKeys{set: make(map[string]struct{}, len(ends))}
+	start := 0
+	for _, end := range ends {
+		k.set[all[start:end]] = struct{}{}
+		start = end
+	}
+	return k, nil
+}
+
+// idKeys is a set of _ids by jobdef.IDKey.
+type idKeys struct {
+	set     map[string]struct{}
+	scratch []byte
+}
+
+// has says whether the set holds id.
+func (k *idKeys) has(id bson.RawValue) bool {
+	k.scratch = jobdef.AppendIDKey(k.scratch[:0], id)
+	_, ok := k.set[string(k.scratch)]
+	return ok
+}
+
+// idArray is ids as one BSON array, built as bytes: the $in of a page of
+// the destination's ids, without the driver's reflection over each.
+func idArray(ids []bson.RawValue) bson.RawValue {
+	idx, b := bsoncore.ReserveLength(make([]byte, 0, 5+len(ids)*16))
+	var key []byte
+	for i, id := range ids {
+		key = strconv.AppendInt(key[:0], int64(i), 10)
+		b = bsoncore.AppendHeader(b, bsoncore.Type(id.Type), string(key))
+		b = append(b, id.Value...)
+	}
+	b = append(b, 0)
+	return bson.RawValue{Type: bson.TypeArray, Value: bsoncore.UpdateLength(b, idx, int32(len(b)-int(idx)))}
 }
 
 // opTime is the cluster time of the session's last read.
@@ -385,20 +430,35 @@ func (v *verifier) opTime() bson.Timestamp {
 }
 
 // walkSource compares the collection, chunk by chunk, with the
-// destination.
+// destination. The next chunk is read, and read back from the
+// destination, while one is transformed and compared (so two chunks are
+// in memory at most): verify's own reads then wait less, and its
+// transform's workers are less often idle. The session is the reading's
+// alone while it runs: a re-check or a checkpoint first waits for it.
 func (v *verifier) walkSource(ctx context.Context, last bson.RawValue) error {
 	n := v.chunkSize()
 	saved := time.Now()
+	ahead := v.readAhead(ctx, last, n, v.rep.Checked)
+	defer func() { ahead.wait() }() // no read outlives the walk: the session ends after it
 	for {
-		items, final, at, err := v.readAfter(ctx, last, n)
-		if err != nil {
-			return err
+		c := ahead.wait()
+		if c.err != nil {
+			return c.err
 		}
+		items := c.items
 		if len(items) > 0 {
 			last = items[len(items)-1].ID
 			last = bson.RawValue{Type: last.Type, Value: append([]byte(nil), last.Value...)}
+		}
+		if !c.final {
+			if err := v.pace(ctx, len(items)); err != nil {
+				return err
+			}
+			ahead = v.readAhead(ctx, last, n, v.rep.Checked+int64(len(items)))
+		}
+		if len(items) > 0 {
 			v.rep.Checked += int64(len(items))
-			res, err := v.compare(ctx, items)
+			res, err := v.judge(ctx, items, c.have)
 			if err != nil {
 				return err
 			}
@@ -407,10 +467,11 @@ func (v *verifier) walkSource(ctx context.Context, last bson.RawValue) error {
 				case r.err:
 					v.rep.Errors++
 				case r.kind != DriftNone:
-					v.candidate(items[i], at, r)
+					v.candidate(items[i], c.at, r)
 				}
 			}
 			if len(v.cands) >= verifyCandidates {
+				ahead.hold()
 				if err := v.recheck(ctx); err != nil {
 					return err
 				}
@@ -419,19 +480,74 @@ func (v *verifier) walkSource(ctx context.Context, last bson.RawValue) error {
 				v.o.Progress(v.rep.Checked)
 			}
 		}
-		if final {
+		if c.final {
 			return nil
 		}
 		if v.o.Checkpoint != nil && time.Since(saved) >= v.o.CheckpointEvery {
+			ahead.hold()
 			if err := v.checkpoint(ctx, "source", last); err != nil {
 				return err
 			}
 			saved = time.Now()
 		}
-		if err := v.pace(ctx, len(items)); err != nil {
-			return err
-		}
 	}
+}
+
+// sourceChunk is one chunk of the collection and what the destination
+// holds of its ids.
+type sourceChunk struct {
+	items []Item
+	final bool
+	at    bson.Timestamp // the cluster time of the read
+	have  [][]byte
+	err   error
+}
+
+// chunkAhead is a chunk being read in a goroutine of its own.
+type chunkAhead struct {
+	ch   chan sourceChunk
+	got  *sourceChunk
+	done bool
+}
+
+// readAhead starts reading the chunk after last (checked: the documents
+// compared before it, for messages).
+func (v *verifier) readAhead(ctx context.Context, last bson.RawValue, n int, checked int64) *chunkAhead {
+	a := &chunkAhead{ch: make(chan sourceChunk, 1)}
+	go func() { a.ch <- v.readChunk(ctx, last, n, checked) }()
+	return a
+}
+
+// hold waits until the read has ended, keeping its chunk for wait.
+func (a *chunkAhead) hold() {
+	if a.got == nil && !a.done {
+		c := <-a.ch
+		a.got = &c
+	}
+}
+
+// wait returns the chunk read (once; later calls return an empty chunk).
+func (a *chunkAhead) wait() sourceChunk {
+	a.hold()
+	if a.done {
+		return sourceChunk{final: true}
+	}
+	a.done = true
+	return *a.got
+}
+
+// readChunk reads the chunk after last and the destination's documents
+// of its ids.
+func (v *verifier) readChunk(ctx context.Context, last bson.RawValue, n int, checked int64) sourceChunk {
+	items, final, at, err := v.readAfter(ctx, last, n, checked)
+	if err != nil {
+		return sourceChunk{err: err}
+	}
+	have, err := v.fetchChunk(ctx, items, checked)
+	if err != nil {
+		return sourceChunk{err: err}
+	}
+	return sourceChunk{items: items, final: final, at: at, have: have}
 }
 
 // walkDestination walks the destination's ids for those the collection
@@ -441,15 +557,11 @@ func (v *verifier) walkDestination(ctx context.Context) error {
 		if len(ids) == 0 {
 			return nil
 		}
-		in := make(bson.A, len(ids))
-		for i, id := range ids {
-			in[i] = id
-		}
 		sctx := mongo.NewSessionContext(ctx, v.sess)
-		var found map[string]bool
+		var found idKeys
 		for attempt := 0; ; attempt++ {
 			var err error
-			found, err = v.findKeys(sctx, in)
+			found, err = v.findKeys(sctx, ids)
 			if err == nil {
 				break
 			}
@@ -462,7 +574,7 @@ func (v *verifier) walkDestination(ctx context.Context) error {
 		}
 		at := v.opTime()
 		for _, id := range ids {
-			if !found[jobdef.IDKey(id)] {
+			if !found.has(id) {
 				v.candidate(Item{ID: id}, at, verifyResult{kind: DriftExtra})
 			}
 		}
@@ -474,18 +586,18 @@ func (v *verifier) walkDestination(ctx context.Context) error {
 		return v.pace(ctx, len(ids))
 	})
 	if err != nil {
-		return v.destErr(err, "walk the destination's ids")
+		return v.destErr(err, "walk the destination's ids", v.rep.Checked)
 	}
 	return nil
 }
 
 // destErr says what verify was doing when the destination failed it.
-func (v *verifier) destErr(err error, what string) error {
+func (v *verifier) destErr(err error, what string, checked int64) error {
 	var e *errs.Error
 	if errors.As(err, &e) && e.Code != errs.Failed {
 		return err
 	}
-	return errs.Wrap(errs.Failed, v.job.Name, err, "%s (after %d documents checked)", what, v.rep.Checked)
+	return errs.Wrap(errs.Failed, v.job.Name, err, "%s (after %d documents checked)", what, checked)
 }
 
 func (v *verifier) candidate(it Item, at bson.Timestamp, r verifyResult) {

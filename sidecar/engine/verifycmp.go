@@ -21,9 +21,9 @@ type verifyResult struct {
 	err   bool   // the transform failed on it: an error, never drift
 }
 
-// compare runs items through the job's transform and compares each with
-// what the destination holds.
-func (v *verifier) compare(ctx context.Context, items []Item) ([]verifyResult, error) {
+// fetchChunk reads the documents of items back from the destination
+// (checked: the documents compared before them, for messages).
+func (v *verifier) fetchChunk(ctx context.Context, items []Item, checked int64) ([][]byte, error) {
 	ids := make([]bson.RawValue, len(items))
 	for i, it := range items {
 		ids[i] = it.ID
@@ -38,14 +38,14 @@ func (v *verifier) compare(ctx context.Context, items []Item) ([]verifyResult, e
 			size += len(items[hi].Doc)
 			hi++
 		}
-		part, err := v.fetch(ctx, ids[lo:hi], "read documents back from the destination")
+		part, err := v.fetch(ctx, ids[lo:hi], "read documents back from the destination", checked)
 		if err != nil {
 			return nil, err
 		}
 		have = append(have, part...)
 		lo = hi
 	}
-	return v.judge(ctx, items, have)
+	return have, nil
 }
 
 // judge transforms items (the reindex's path: lookups, then the
@@ -60,13 +60,16 @@ func (v *verifier) judge(ctx context.Context, items []Item, have [][]byte) ([]ve
 	if err != nil {
 		return nil, errsFor(v.job.Name, err, "transform documents to verify")
 	}
-	failed := make(map[string]bool, len(bad))
-	for _, b := range bad {
-		failed[jobdef.IDKey(b.ID)] = true
+	var failed map[string]bool
+	if len(bad) > 0 {
+		failed = make(map[string]bool, len(bad))
+		for _, b := range bad {
+			failed[jobdef.IDKey(b.ID)] = true
+		}
 	}
 	out := make([]verifyResult, len(items))
 	for i := range items {
-		if failed[jobdef.IDKey(items[i].ID)] {
+		if failed != nil && failed[jobdef.IDKey(items[i].ID)] {
 			out[i].err = true
 			continue
 		}
@@ -310,14 +313,14 @@ func diffBSON(want sink.Write, have []byte) (string, bool) {
 // fetch reads ids back from the destination, trying a failed read again a
 // few times (with the engine's backoff) before it gives up saying what it
 // was doing.
-func (v *verifier) fetch(ctx context.Context, ids []bson.RawValue, what string) ([][]byte, error) {
+func (v *verifier) fetch(ctx context.Context, ids []bson.RawValue, what string, checked int64) ([][]byte, error) {
 	for attempt := 0; ; attempt++ {
 		have, err := v.dst.Fetch(ctx, ids)
 		if err == nil {
 			return have, nil
 		}
 		if ctx.Err() != nil || attempt >= 3 || errs.CodeOf(err) != errs.Failed && errs.CodeOf(err) != "" {
-			return nil, v.destErr(err, what)
+			return nil, v.destErr(err, what, checked)
 		}
 		v.log.Warn("reading the destination failed; trying again", "error", err, "attempt", attempt+1)
 		if err := v.e.wait(ctx, attempt); err != nil {
@@ -342,7 +345,7 @@ func topKeys(b []byte) []string {
 func (v *verifier) fetchIDs(ctx context.Context, ids []bson.RawValue, what string) ([][]byte, error) {
 	out := make([][]byte, 0, len(ids))
 	for lo := 0; lo < len(ids); lo += verifyFetchIDs {
-		part, err := v.fetch(ctx, ids[lo:min(lo+verifyFetchIDs, len(ids))], what)
+		part, err := v.fetch(ctx, ids[lo:min(lo+verifyFetchIDs, len(ids))], what, v.rep.Checked)
 		if err != nil {
 			return nil, err
 		}

@@ -30,9 +30,10 @@ type api interface {
 	deleteDocuments(ctx context.Context, uid string, body []byte) (task int64, err error)
 	// fetchIDs returns a page of the index's documents' primary keys.
 	fetchIDs(ctx context.Context, uid, primaryKey string, offset, limit int64) ([]json.RawMessage, error)
-	// fetchDocs returns the whole documents of ids (index ids: strings
-	// or integers), in the index's order, those it holds only.
-	fetchDocs(ctx context.Context, uid string, ids []any) ([]json.RawMessage, error)
+	// fetchDocs returns the whole documents a fetch request asks for
+	// (body: {"ids": [...], "limit": n}, index ids as JSON), in the
+	// index's order, those it holds only.
+	fetchDocs(ctx context.Context, uid string, body []byte) ([]json.RawMessage, error)
 	getTask(ctx context.Context, uid int64) (*taskView, error)
 	swapIndexes(ctx context.Context, a, b string, rename bool) (task int64, err error)
 }

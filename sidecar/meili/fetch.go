@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -19,57 +20,123 @@ import (
 // meilisearch/meilisearch#2372), in the index's own order, so the answer
 // is matched back to ids by its primary key. A missing index holds
 // nothing.
+//
+// A primary key comes back as it was written (the index id meilistream
+// sent), so it is matched by its JSON text first, without decoding it;
+// one in another form (the string "5" for the integer 5) is parsed into
+// its source _id and matched by that _id's index id. Verify reads every
+// document of a collection back, so this is per-document work.
 func (s *Sink) Fetch(ctx context.Context, ids []bson.RawValue) ([][]byte, error) {
 	out := make([][]byte, len(ids))
 	if len(ids) == 0 {
 		return out, nil
 	}
-	want := make([]any, 0, len(ids))
-	at := make(map[string][]int, len(ids))
+	req := fetchRequest{at: make(map[string]int, len(ids))}
+	body := append(make([]byte, 0, 32+len(ids)*28), `{"ids":[`...)
 	for i, id := range ids {
-		v, err := jobdef.IndexID(id)
-		if err != nil {
-			continue // never written: nothing to read back
-		}
-		k := jobdef.IDKey(id)
-		if _, dup := at[k]; !dup {
-			want = append(want, v)
-		}
-		at[k] = append(at[k], i)
+		body = req.add(body, id, i) // an id without an index id was never written: nothing to read back
 	}
-	if len(want) == 0 {
+	if len(req.at) == 0 {
 		return out, nil
 	}
-	docs, err := s.api.fetchDocs(ctx, s.uid, want)
+	body = append(body[:len(body)-1], `],"limit":`...) // the last id's comma
+	body = append(strconv.AppendInt(body, int64(len(req.at)), 10), '}')
+	docs, err := s.api.fetchDocs(ctx, s.uid, body)
 	if err != nil {
 		if isCode(err, "index_not_found") {
 			return out, nil
 		}
 		return nil, s.classify(err, "read documents back from index "+s.uid)
 	}
+	var text []byte
 	for _, d := range docs {
 		pkRaw, ok := memberOf(d, s.pk)
 		if !ok {
 			continue
 		}
-		v, ok := decodeID(pkRaw)
+		i, ok := req.at[string(pkRaw)]
 		if !ok {
-			continue
+			v, ok := decodeID(pkRaw)
+			if !ok {
+				continue
+			}
+			id, err := jobdef.ParseIndexID(v)
+			if err != nil {
+				continue
+			}
+			if text, err = appendIndexID(text[:0], id); err != nil {
+				continue
+			}
+			if i, ok = req.at[string(text)]; !ok {
+				continue
+			}
 		}
-		id, err := jobdef.ParseIndexID(v)
-		if err != nil {
-			continue
-		}
-		for _, i := range at[jobdef.IDKey(id)] {
+		for ; i >= 0; i = req.next(i) {
 			out[i] = d
 		}
 	}
 	return out, nil
 }
 
-func (c guarded) fetchDocs(ctx context.Context, uid string, ids []any) ([]json.RawMessage, error) {
+// fetchRequest is where each id of a read back is among the ids asked
+// for: at maps an index id's JSON text to its first place, dup the places
+// of an id asked for more than once (rare: nil until one is).
+type fetchRequest struct {
+	at  map[string]int
+	dup map[int]int // a place -> the next place of the same id
+}
+
+// add appends id's index id and a comma to body, unless it was asked for
+// already or has none, and records place i.
+func (r *fetchRequest) add(body []byte, id bson.RawValue, i int) []byte {
+	n := len(body)
+	body, err := appendIndexID(body, id)
+	if err != nil {
+		return body[:n]
+	}
+	text := string(body[n:])
+	if first, ok := r.at[text]; ok {
+		if r.dup == nil {
+			r.dup = map[int]int{}
+		}
+		last := first
+		for next, ok := r.dup[last]; ok; next, ok = r.dup[last] {
+			last = next
+		}
+		r.dup[last] = i
+		return body[:n]
+	}
+	r.at[text] = i
+	return append(body, ',')
+}
+
+// next is the place after i of the same id, -1 after the last.
+func (r *fetchRequest) next(i int) int {
+	if n, ok := r.dup[i]; ok {
+		return n
+	}
+	return -1
+}
+
+// appendIndexID appends the JSON of id's index id (jobdef.IndexID: a
+// string in Meilisearch's id alphabet, or an integer).
+func appendIndexID(b []byte, id bson.RawValue) ([]byte, error) {
+	v, err := jobdef.IndexID(id)
+	if err != nil {
+		return b, err
+	}
+	switch v := v.(type) {
+	case string:
+		return jobdef.AppendJSONString(b, v), nil
+	case int64:
+		return strconv.AppendInt(b, v, 10), nil
+	}
+	raw, err := json.Marshal(v)
+	return append(b, raw...), err
+}
+
+func (c guarded) fetchDocs(ctx context.Context, uid string, body []byte) ([]json.RawMessage, error) {
 	p := indexPath(uid) + "/documents/fetch"
-	body, _ := json.Marshal(map[string]any{"ids": ids, "limit": len(ids)})
 	b, err := c.do(ctx, request{method: http.MethodPost, path: p, body: body, want: http.StatusOK, timeout: c.opts.RequestTimeout})
 	if err != nil {
 		return nil, err

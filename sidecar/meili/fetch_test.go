@@ -68,3 +68,48 @@ func TestFetchReadsDocumentsBackBySourceID(t *testing.T) {
 		})
 	}
 }
+
+// A read back matches documents to the ids asked for by their primary
+// key's JSON text, and by the _id it stands for when the key was written
+// in another form (the string "7" for the integer 7, one id to
+// Meilisearch); an id asked for twice gets its document at both places.
+func TestFetchMatchesAKeyWrittenInAnotherFormAndAnIDAskedTwice(t *testing.T) {
+	ctx, _, mc := startMeili(t)
+	job := &jobdef.Job{Name: "forms", Index: "fetch_forms", PrimaryKey: "id"}
+	dst := meili.NewSink(mc, job, sink.Unguarded, nil)
+	if err := dst.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	raw := func(v any) bson.RawValue {
+		typ, b, err := bson.MarshalValue(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bson.RawValue{Type: typ, Value: b}
+	}
+	id7, sku := raw(int64(7)), raw("sku-1")
+	r, err := dst.Send(ctx, sink.Batch{Writes: []sink.Write{
+		{SourceID: id7, Doc: map[string]any{"id": "7", "n": 7}},
+		{SourceID: sku, Doc: map[string]any{"id": "sku-1", "n": 1}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fails, err := dst.Wait(ctx, r); err != nil || len(fails) > 0 {
+		t.Fatal(fails, err)
+	}
+	got, err := dst.Fetch(ctx, []bson.RawValue{sku, id7, sku, id7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int{1, 7, 1, 7}
+	if len(got) != len(want) {
+		t.Fatalf("Fetch = %q, want %d documents", got, len(want))
+	}
+	for i, d := range got {
+		var doc struct{ N int }
+		if err := json.Unmarshal(d, &doc); err != nil || doc.N != want[i] {
+			t.Errorf("Fetch's document %d = %s, want n %d", i, d, want[i])
+		}
+	}
+}
