@@ -276,7 +276,7 @@ func TestIntegerKeysAreTheirExactValuesKeys(t *testing.T) {
 		ns = append(ns, p, -p, 3*p, p+1)
 	}
 	for _, n := range ns {
-		want := jobdef.IDKey(rv(t, dec(t, strconv.FormatInt(n, 10))))
+		want := jobdef.IDKey(testutil.RawValue(t, dec(t, strconv.FormatInt(n, 10))))
 		vals := []any{n}
 		if n == int64(int32(n)) {
 			vals = append(vals, int32(n))
@@ -285,10 +285,10 @@ func TestIntegerKeysAreTheirExactValuesKeys(t *testing.T) {
 			vals = append(vals, f)
 		}
 		for _, v := range vals {
-			if got := jobdef.IDKey(rv(t, v)); got != want {
+			if got := jobdef.IDKey(testutil.RawValue(t, v)); got != want {
 				t.Errorf("IDKey(%T %v) = %q, want %q (Decimal128's)", v, v, got, want)
 			}
-			if got := jobdef.AppendIDKey([]byte("pre"), rv(t, v)); string(got) != "pre"+want {
+			if got := jobdef.AppendIDKey([]byte("pre"), testutil.RawValue(t, v)); string(got) != "pre"+want {
 				t.Errorf("AppendIDKey(pre, %T %v) = %q, want pre%q", v, v, got, want)
 			}
 		}
