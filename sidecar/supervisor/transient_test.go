@@ -37,7 +37,7 @@ func silentTimeout(t *testing.T) error {
 			t.Cleanup(func() { c.Close() })
 		}
 	}()
-	c, err := mongo.Connect(options.Client().ApplyURI("mongodb://"+ln.Addr().String()+"/?directConnection=true&connectTimeoutMS=300&serverSelectionTimeoutMS=600&timeoutMS=600"))
+	c, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + ln.Addr().String() + "/?directConnection=true&connectTimeoutMS=300&serverSelectionTimeoutMS=600&timeoutMS=600"))
 	if err != nil {
 		t.Fatal(err)
 	}
