@@ -1,0 +1,133 @@
+package main
+
+import (
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// The collector sets its next goal at GOGC's share above what the last
+// collection found live. What a collection finds live includes everything
+// allocated while it marked (those objects are marked at once): on a busy
+// machine a long mark counts megabytes of a reindex's short-lived garbage
+// as live, GOGC=400 multiplies them by five, and the heap's free spans
+// keep that goal's pages resident. So a reindex's peak RSS was set by its
+// worst mark, and the longer the reindex the worse its worst mark: the
+// peak grew with the collection.
+//
+// The pacer below takes each goal from the median of what the last
+// paceWindow collections found live instead of the last one alone: a mark
+// that counted a burst of garbage is one collection of paceWindow and no
+// longer sets the goal, and one that found less than the median (a short
+// mark) does not shrink the room of the cycle after it either, so the
+// collector runs as often as under GOGC alone, with the goals of a typical
+// collection. The goal is never under paceFloorPercent's for the last
+// collection, so a heap that really grows (a catch-up holds tens of
+// megabytes of changes) keeps at least half of GOGC's room on the way up,
+// and all of it once the median has followed, paceWindow/2 collections
+// later. Unlike a soft memory limit it never makes the collector run back
+// to back: each cycle has room in proportion to the heap the last
+// collection found.
+const (
+	paceWindow       = 5
+	paceFloorPercent = 200
+	// paceMostTimes bounds GOGC, as a multiple of the environment's or the
+	// default's, after a collection that found next to nothing live.
+	paceMostTimes = 10
+)
+
+// gcPacer re-applies GOGC after each collection (paceGC).
+type gcPacer struct {
+	gcPercent int // GOGC as the environment or the default set it
+
+	mu      sync.Mutex
+	live    [paceWindow]uint64 // the live heaps of the last collections, a ring
+	seen    int                // collections taken in
+	set     int                // the percent set last
+	sample  []metrics.Sample
+	stopped atomic.Bool
+	// collections counts the collections taken in, for tests that wait
+	// for one.
+	collections atomic.Uint64
+}
+
+// paceGC starts pacing the collector around gcPercent (GOGC, not off).
+func paceGC(gcPercent int) *gcPacer {
+	p := &gcPacer{gcPercent: gcPercent, set: gcPercent, sample: []metrics.Sample{
+		{Name: "/gc/heap/live:bytes"},
+		{Name: "/gc/scan/stack:bytes"},
+		{Name: "/gc/scan/globals:bytes"},
+	}}
+	p.arm()
+	return p
+}
+
+// gcTick is unreachable as soon as it is made: its finalizer runs after
+// the next collection, on the runtime's finalizer goroutine, so the pacer
+// costs nothing between collections.
+type gcTick struct{ p *gcPacer }
+
+func (p *gcPacer) arm() {
+	runtime.SetFinalizer(&gcTick{p: p}, func(t *gcTick) {
+		if t.p.collected() {
+			t.p.arm()
+		}
+	})
+}
+
+// collected sets GOGC for the cycle under way after a collection. It
+// reports false, and the pacing ends, once stopped or once someone else
+// set GOGC (debug.SetGCPercent).
+func (p *gcPacer) collected() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped.Load() {
+		return false
+	}
+	metrics.Read(p.sample)
+	live := p.sample[0].Value.Uint64()
+	roots := p.sample[1].Value.Uint64() + p.sample[2].Value.Uint64()
+	p.live[p.seen%paceWindow] = live
+	p.seen++
+	percent := pacedPercent(p.live[:min(p.seen, paceWindow)], live, roots, p.gcPercent)
+	if prev := debug.SetGCPercent(percent); prev != p.set {
+		debug.SetGCPercent(prev) // set by someone else: theirs wins
+		return false
+	}
+	p.set = percent
+	p.collections.Add(1)
+	return true
+}
+
+// stop ends the pacing at the next collection and puts GOGC back.
+func (p *gcPacer) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.stopped.Swap(true) {
+		if prev := debug.SetGCPercent(p.gcPercent); prev != p.set {
+			debug.SetGCPercent(prev)
+		}
+	}
+}
+
+// pacedPercent is the GOGC that gives the cycle after a collection which
+// found live bytes live (and roots bytes of stacks and globals to scan)
+// the goal gcPercent gives the median of recent, what the last
+// collections found live: the runtime's goal is live + (live + roots) *
+// GOGC/100. It is at least paceFloorPercent (or gcPercent, if that is
+// lower) and at most paceMostTimes gcPercent.
+func pacedPercent(recent []uint64, live, roots uint64, gcPercent int) int {
+	if len(recent) == 0 || live == 0 {
+		return gcPercent
+	}
+	sorted := slices.Clone(recent)
+	slices.Sort(sorted)
+	median := float64(sorted[len(sorted)/2])
+	g := float64(gcPercent) / 100
+	goal := median + (median+float64(roots))*g
+	percent := int(100 * (goal - float64(live)) / (float64(live) + float64(roots)))
+	return max(min(percent, paceMostTimes*gcPercent), min(paceFloorPercent, gcPercent))
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"testing"
+	"time"
+)
+
+// TestPacedPercent: the goal is GOGC's for the median of the recent live
+// heaps, never under the floor's for the last one.
+func TestPacedPercent(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		name   string
+		recent []uint64
+		live   uint64
+		want   int
+	}{
+		{"steady", []uint64{8 * mib, 8 * mib, 8 * mib}, 8 * mib, 400},
+		{"first collection", []uint64{9 * mib}, 9 * mib, 400},
+		{"one mark counted garbage", []uint64{8 * mib, 8 * mib, 10 * mib, 8 * mib, 10 * mib}, 10 * mib, 300},
+		{"one mark counted much garbage", []uint64{8 * mib, 8 * mib, 24 * mib, 8 * mib, 8 * mib}, 24 * mib, 200},
+		{"a short mark, below the median", []uint64{10 * mib, 10 * mib, 6 * mib}, 6 * mib, 733},
+		{"next to nothing live", []uint64{10 * mib, 10 * mib, 1}, 1, 4000},
+		{"nothing found yet", nil, 0, 400},
+	} {
+		if got := pacedPercent(c.recent, c.live, 0, 400); got != c.want {
+			t.Errorf("%s: GOGC %d, want %d", c.name, got, c.want)
+		}
+	}
+	if got := pacedPercent([]uint64{8 * mib, 8 * mib, 24 * mib}, 24*mib, 0, 100); got != 100 {
+		t.Errorf("GOGC=100: paced to %d, want 100 (never below what was set when that is under the floor)", got)
+	}
+	// Stacks and globals are scanned too: the runtime adds GOGC's share of
+	// them to the goal, and so does the pacer's.
+	if got := pacedPercent([]uint64{8 * mib, 8 * mib, 10 * mib}, 10*mib, 2*mib, 400); got != 316 {
+		t.Errorf("with 2 MiB of roots: GOGC %d, want 316", got)
+	}
+}
+
+// TestOneLongMarkDoesNotSetTheHeapGoal: a collection that finds a burst
+// live (as a long mark counts what was allocated while it marked) gives
+// the next cycle the goal of the steady heap's median, not five times the
+// burst; a heap that stays grown gets GOGC back once the median follows.
+func TestOneLongMarkDoesNotSetTheHeapGoal(t *testing.T) {
+	prev := debug.SetGCPercent(400)
+	t.Cleanup(func() { debug.SetGCPercent(prev) })
+	p := paceGC(400)
+	t.Cleanup(p.stop)
+	collect := func() {
+		t.Helper()
+		want := p.collections.Load() + 1
+		runtime.GC()
+		for deadline := time.Now().Add(time.Minute); p.collections.Load() < want; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the pacer did not take in the collection in a minute")
+			}
+		}
+	}
+	allocate := func(mib int) [][]byte {
+		b := make([][]byte, mib*16)
+		for i := range b {
+			b[i] = make([]byte, 64<<10)
+		}
+		return b
+	}
+	read := func() (goal, live, gogc uint64) {
+		s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}, {Name: "/gc/heap/live:bytes"}, {Name: "/gc/gogc:percent"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64(), s[1].Value.Uint64(), s[2].Value.Uint64()
+	}
+
+	steady := allocate(8)
+	for range paceWindow {
+		collect()
+	}
+	// About 400: the median and the last collection differ by what the
+	// test binary allocated in between.
+	if goal, live, gogc := read(); gogc < 380 || gogc > 420 {
+		t.Fatalf("a steady heap of %d MiB: GOGC %d (goal %d MiB), want about 400", live>>20, gogc, goal>>20)
+	}
+
+	burst := allocate(32)
+	collect()
+	goal, live, gogc := read()
+	// GOGC alone: five times the 40 MiB found live, 200 MiB. Paced: five
+	// times the median (8 MiB), raised to the floor's three times 40 MiB.
+	if goal > 150<<20 {
+		t.Errorf("after one collection found %d MiB live beside a steady %d: goal %d MiB (GOGC %d), want about 3x the live heap, not 5x",
+			live>>20, 8, goal>>20, gogc)
+	}
+	for range paceWindow/2 + 1 {
+		collect()
+	}
+	if goal, live, gogc := read(); gogc < 380 || gogc > 420 {
+		t.Errorf("a heap grown to %d MiB, %d collections on: GOGC %d (goal %d MiB), want about 400 again", live>>20, paceWindow/2+1, gogc, goal>>20)
+	}
+	runtime.KeepAlive(steady)
+	runtime.KeepAlive(burst)
+}
+
+// TestThePacerYieldsToAGOGCSetLater: debug.SetGCPercent by anyone else
+// ends the pacing, and the pacer leaves that setting alone.
+func TestThePacerYieldsToAGOGCSetLater(t *testing.T) {
+	prev := debug.SetGCPercent(400)
+	t.Cleanup(func() { debug.SetGCPercent(prev) })
+	p := paceGC(400)
+	t.Cleanup(p.stop)
+	debug.SetGCPercent(150)
+	runtime.GC()
+	if p.collected() {
+		t.Fatalf("the pacer went on after GOGC was set to 150 by someone else")
+	}
+	if got := debug.SetGCPercent(150); got != 150 {
+		t.Errorf("GOGC %d after the pacer saw it set to 150", got)
+	}
+}
