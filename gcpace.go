@@ -18,19 +18,19 @@ import (
 // worst mark, and the longer the reindex the worse its worst mark: the
 // peak grew with the collection.
 //
-// The pacer below takes each goal from the median of what the last
-// paceWindow collections found live instead of the last one alone: a mark
-// that counted a burst of garbage is one collection of paceWindow and no
-// longer sets the goal, and one that found less than the median (a short
-// mark) does not shrink the room of the cycle after it either, so the
-// collector runs as often as under GOGC alone, with the goals of a typical
-// collection. The goal is never under paceFloorPercent's for the last
-// collection, so a heap that really grows (a catch-up holds tens of
-// megabytes of changes) keeps at least half of GOGC's room on the way up,
-// and all of it once the median has followed, paceWindow/2 collections
-// later. Unlike a soft memory limit it never makes the collector run back
-// to back: each cycle has room in proportion to the heap the last
-// collection found.
+// The pacer below takes each goal from the second least of what the last
+// paceWindow collections found live instead of the last one alone: the
+// smaller ones are nearer what the work keeps, and a busy stretch of the
+// machine lengthens marks for several collections in a row, so a burst of
+// garbage counted as live sets no goal until it has lasted paceWindow-1
+// collections. A collection that found less (a short mark) does not
+// shrink the room of the cycle after it either. The goal is never under
+// paceFloorPercent's for the last collection, so a heap that really grows
+// (a catch-up holds tens of megabytes of changes) keeps at least half of
+// GOGC's room on the way up, and all of it once the estimate has
+// followed, paceWindow-1 collections later. Unlike a soft memory limit it
+// never makes the collector run back to back: each cycle has room in
+// proportion to the heap the last collection found.
 const (
 	paceWindow       = 5
 	paceFloorPercent = 200
@@ -115,9 +115,9 @@ func (p *gcPacer) stop() {
 
 // pacedPercent is the GOGC that gives the cycle after a collection which
 // found live bytes live (and roots bytes of stacks and globals to scan)
-// the goal gcPercent gives the median of recent, what the last
-// collections found live: the runtime's goal is live + (live + roots) *
-// GOGC/100. It is at least paceFloorPercent (or gcPercent, if that is
+// the goal gcPercent gives the second least of recent, what the last
+// collections found live (the least of fewer than four): the runtime's
+// goal is live + (live + roots) * GOGC/100. It is at least paceFloorPercent (or gcPercent, if that is
 // lower) and at most paceMostTimes gcPercent.
 func pacedPercent(recent []uint64, live, roots uint64, gcPercent int) int {
 	if len(recent) == 0 || live == 0 {
@@ -125,9 +125,9 @@ func pacedPercent(recent []uint64, live, roots uint64, gcPercent int) int {
 	}
 	sorted := slices.Clone(recent)
 	slices.Sort(sorted)
-	median := float64(sorted[len(sorted)/2])
+	kept := float64(sorted[(len(sorted)-1)/3])
 	g := float64(gcPercent) / 100
-	goal := median + (median+float64(roots))*g
+	goal := kept + (kept+float64(roots))*g
 	percent := int(100 * (goal - float64(live)) / (float64(live) + float64(roots)))
 	return max(min(percent, paceMostTimes*gcPercent), min(paceFloorPercent, gcPercent))
 }
