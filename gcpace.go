@@ -24,11 +24,11 @@ import (
 // machine lengthens marks for several collections in a row, so a burst of
 // garbage counted as live sets no goal until it has lasted paceWindow-1
 // collections. A collection that found less (a short mark) does not
-// shrink the room of the cycle after it either. The goal is never under
-// paceFloorPercent's for the last collection, so a heap that really grows
-// (a catch-up holds tens of megabytes of changes) keeps at least half of
-// GOGC's room on the way up, and all of it once the estimate has
-// followed, paceWindow-1 collections later. Unlike a soft memory limit it
+// shrink the room of the cycle after it either. A heap that really grows
+// (a catch-up holds tens of megabytes of changes) keeps at least
+// paceFloorPercent's room on the way up, and the estimate follows it on
+// the second collection that finds it more than paceGrowth times as
+// large, or the fourth. Unlike a soft memory limit it
 // never makes the collector run back to back: each cycle has room in
 // proportion to the heap the last collection found.
 const (
@@ -37,6 +37,10 @@ const (
 	// paceMostTimes bounds GOGC, as a multiple of the environment's or the
 	// default's, after a collection that found next to nothing live.
 	paceMostTimes = 10
+	// paceGrowth: what two collections in a row found beyond this many
+	// times the estimate is the heap grown, not garbage counted while
+	// marking (which adds a few megabytes to a reindex's 5 to 8).
+	paceGrowth = 2
 )
 
 // gcPacer re-applies GOGC after each collection (paceGC).
@@ -45,13 +49,14 @@ type gcPacer struct {
 
 	mu      sync.Mutex
 	live    [paceWindow]uint64 // the live heaps of the last collections, a ring
+	prev    uint64             // the last collection's
 	seen    int                // collections taken in
 	set     int                // the percent set last
 	sample  []metrics.Sample
 	stopped atomic.Bool
-	// collections counts the collections taken in, for tests that wait
-	// for one.
-	collections atomic.Uint64
+	// cycle is the number of the last collection taken in
+	// (/gc/cycles/total), for tests that wait for one.
+	cycle atomic.Uint64
 }
 
 // paceGC starts pacing the collector around gcPercent (GOGC, not off).
@@ -60,6 +65,7 @@ func paceGC(gcPercent int) *gcPacer {
 		{Name: "/gc/heap/live:bytes"},
 		{Name: "/gc/scan/stack:bytes"},
 		{Name: "/gc/scan/globals:bytes"},
+		{Name: "/gc/cycles/total:gc-cycles"},
 	}}
 	p.arm()
 	return p
@@ -92,13 +98,14 @@ func (p *gcPacer) collected() bool {
 	roots := p.sample[1].Value.Uint64() + p.sample[2].Value.Uint64()
 	p.live[p.seen%paceWindow] = live
 	p.seen++
-	percent := pacedPercent(p.live[:min(p.seen, paceWindow)], live, roots, p.gcPercent)
+	percent := pacedPercent(p.live[:min(p.seen, paceWindow)], p.prev, live, roots, p.gcPercent)
+	p.prev = live
 	if prev := debug.SetGCPercent(percent); prev != p.set {
 		debug.SetGCPercent(prev) // set by someone else: theirs wins
 		return false
 	}
 	p.set = percent
-	p.collections.Add(1)
+	p.cycle.Store(p.sample[3].Value.Uint64())
 	return true
 }
 
@@ -116,16 +123,21 @@ func (p *gcPacer) stop() {
 // pacedPercent is the GOGC that gives the cycle after a collection which
 // found live bytes live (and roots bytes of stacks and globals to scan)
 // the goal gcPercent gives the second least of recent, what the last
-// collections found live (the least of fewer than four): the runtime's
-// goal is live + (live + roots) * GOGC/100. It is at least paceFloorPercent (or gcPercent, if that is
-// lower) and at most paceMostTimes gcPercent.
-func pacedPercent(recent []uint64, live, roots uint64, gcPercent int) int {
+// collections found live (the least of fewer than four), or, when this
+// collection and the one before (prev) both found more than paceGrowth
+// times that, the lesser of the two: the runtime's goal is live + (live +
+// roots) * GOGC/100. It is at least paceFloorPercent (or gcPercent, if
+// that is lower) and at most paceMostTimes gcPercent.
+func pacedPercent(recent []uint64, prev, live, roots uint64, gcPercent int) int {
 	if len(recent) == 0 || live == 0 {
 		return gcPercent
 	}
 	sorted := slices.Clone(recent)
 	slices.Sort(sorted)
 	kept := float64(sorted[(len(sorted)-1)/3])
+	if grown := paceGrowth * kept; float64(prev) > grown && float64(live) > grown {
+		kept = float64(min(prev, live))
+	}
 	g := float64(gcPercent) / 100
 	goal := kept + (kept+float64(roots))*g
 	percent := int(100 * (goal - float64(live)) / (float64(live) + float64(roots)))
