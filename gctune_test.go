@@ -24,7 +24,7 @@ func TestMemoryLimitFollowsTheContainer(t *testing.T) {
 	reset := func() { debug.SetMemoryLimit(math.MaxInt64) }
 
 	reset()
-	if got, want := tuneGC(memlimit.Limit(512<<20), 0), ninety(512<<20); got != want {
+	if got, want := limitOf(tuneGC(memlimit.Limit(512<<20), 0)), ninety(512<<20); got != want {
 		t.Errorf("a 512MiB container: limit %d, want %d (90%%)", got, want)
 	}
 	if gc := debug.SetGCPercent(-1); gc != defaultGCPercent {
@@ -33,12 +33,12 @@ func TestMemoryLimitFollowsTheContainer(t *testing.T) {
 		debug.SetGCPercent(gc)
 	}
 	reset()
-	if got := tuneGC(memlimit.Limit(2<<30), 0); got != ninety(2<<30) {
+	if got := limitOf(tuneGC(memlimit.Limit(2<<30), 0)); got != ninety(2<<30) {
 		t.Errorf("a 2GiB container: limit %d, not the fixed limit of old", got)
 	}
 	reset()
 	noLimit := func() (uint64, error) { return 0, memlimit.ErrNoLimit }
-	if got := tuneGC(noLimit, 0); got != math.MaxInt64 {
+	if got := limitOf(tuneGC(noLimit, 0)); got != math.MaxInt64 {
 		t.Errorf("no container limit: limit %d, want none", got)
 	}
 	if memoryLimitText(math.MaxInt64) != "none" || memoryLimitText(460<<20) != "460MiB" {
@@ -47,9 +47,18 @@ func TestMemoryLimitFollowsTheContainer(t *testing.T) {
 	reset()
 	t.Setenv("GOMEMLIMIT", "100MiB")
 	debug.SetMemoryLimit(100 << 20) // what the runtime read from it at start
-	if got := tuneGC(memlimit.Limit(512<<20), 0); got != 100<<20 {
+	if got := limitOf(tuneGC(memlimit.Limit(512<<20), 0)); got != 100<<20 {
 		t.Errorf("GOMEMLIMIT set: limit %d, want it kept", got)
 	}
+}
+
+// limitOf is tuneGC's limit; the pacer it started is stopped, so that
+// tests that follow set GOGC alone.
+func limitOf(limit int64, p *gcPacer) int64 {
+	if p != nil {
+		p.stop()
+	}
+	return limit
 }
 
 func ninety(limit uint64) int64 { return int64(float64(limit) * memoryLimitRatio) }

@@ -34,7 +34,7 @@ const (
 )
 
 func main() {
-	tuneGC(memlimit.FromCgroup, memoryLimitRefresh)
+	tuneGC(memlimit.FromCgroup, memoryLimitRefresh) // the pacer runs for the life of the process
 	os.Exit(Main())
 }
 

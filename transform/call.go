@@ -525,6 +525,13 @@ type Input struct {
 // runtime as one series, not one at a time: on a busy machine each
 // hand-off between goroutines costs a thread switch.
 func (j *Job) ApplyEach(ctx context.Context, dst []byte, in []Input, out []Outcome) []byte {
+	start := len(dst)
+	dst = j.applyEach(ctx, dst, in, out)
+	j.noteJSON(len(dst)-start, len(in))
+	return dst
+}
+
+func (j *Job) applyEach(ctx context.Context, dst []byte, in []Input, out []Outcome) []byte {
 	calls := make([]prepared, len(in))
 	for i, x := range in {
 		c := &calls[i]

@@ -34,7 +34,7 @@ func envJob(name string, ov map[string]string, opts Options) (*Job, error) {
 		BatchSize: opts.Defaults.BatchSize, FlushInterval: opts.Defaults.FlushInterval,
 		SkipUnchanged: true, Mode: opts.Defaults.Mode, Key: jobdef.DefaultKey,
 		ScanInterval: jobdef.DefaultScanInterval, SweepInterval: jobdef.DefaultSweepInterval, ScanOverlap: jobdef.DefaultScanOverlap,
-	}, opts: opts, envOnly: true}
+	}, opts: opts, envOnly: true, sizes: &docSizes{}}
 	j.log = opts.Logger.With("job", name)
 	if err := j.applyEnv(ov, opts.IndexPrefix); err != nil {
 		return nil, err

@@ -306,7 +306,7 @@ func loadFile(ctx context.Context, path string, src []byte, opts Options, ov map
 		BatchSize: opts.Defaults.BatchSize, FlushInterval: opts.Defaults.FlushInterval,
 		SkipUnchanged: true, Mode: opts.Defaults.Mode, Key: jobdef.DefaultKey,
 		ScanInterval: jobdef.DefaultScanInterval, SweepInterval: jobdef.DefaultSweepInterval, ScanOverlap: jobdef.DefaultScanOverlap,
-	}, opts: opts, det: &determinism{}}
+	}, opts: opts, det: &determinism{}, sizes: &docSizes{}}
 	j.log = opts.Logger.With("job", name)
 	fileName := filepath.Base(path)
 	if len(src) > maxFileSource {

@@ -159,6 +159,8 @@ type Job struct {
 	// underscore says the file names `_`: its runtimes load Underscore as
 	// they are made (underscore.go).
 	underscore bool
+	// sizes sizes the buffers its documents are written into (docsize.go).
+	sizes *docSizes
 }
 
 // Operation is what happened to the document, as ctx.operation shows it.

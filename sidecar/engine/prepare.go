@@ -63,8 +63,8 @@ func (d DocError) OpLabel() string {
 	return string(d.Op)
 }
 
-// docBytes is a guess at a search document's JSON size, to size the
-// buffers documents are written into.
+// docBytes is a guess at a search document's JSON size, for the bytes a
+// flight of documents not yet read counts.
 const docBytes = 768
 
 // IDString renders a source _id for logs and messages as relaxed Extended
@@ -111,11 +111,12 @@ func Transform(ctx context.Context, job *transform.Job, items []Item, lookups []
 		go func() {
 			defer wg.Done()
 			// The worker's search documents are written one after the
-			// other into one buffer (grown as needed: what was written
-			// before stays where it is), by one series of calls.
+			// other into one buffer (sized to the job's documents so far,
+			// grown as needed: what was written before stays where it
+			// is), by one series of calls.
 			var buf []byte
 			if job.Kind == jobdef.Search {
-				buf = make([]byte, 0, (hi-lo)*docBytes)
+				buf = make([]byte, 0, job.JSONCapacity(hi-lo))
 			}
 			in := make([]transform.Input, 0, hi-lo)
 			at := make([]int, 0, hi-lo)

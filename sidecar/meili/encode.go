@@ -93,6 +93,9 @@ type chunker struct {
 	buf       []byte
 	positions []int
 	hint      int // how many writes may come: the capacity of positions
+	// bytes is what the writes to come take as JSON, when known (0: about
+	// 768 bytes a write): the first array's buffer is made that large.
+	bytes int
 }
 
 // addDoc appends document doc (position pos) as rendered by
@@ -165,8 +168,13 @@ func (c *chunker) placed(mark, start, pos int) error {
 }
 
 func (c *chunker) start() {
-	// About 768 bytes a document, as far as one request goes.
-	c.buf = append(takeBody(min(c.max+1, max(c.hint, 1)*768, maxPooledBody)), '[')
+	// What the writes take, or about 768 bytes a document, as far as one
+	// request goes.
+	n := c.bytes + 2
+	if c.bytes == 0 {
+		n = max(c.hint, 1) * 768
+	}
+	c.buf = append(takeBody(min(c.max+1, n, maxPooledBody)), '[')
 	c.positions = make([]int, 0, c.hint)
 }
 

@@ -350,7 +350,7 @@ func (s *Sink) Send(ctx context.Context, b sink.Batch) (sink.Receipt, error) {
 // sendDocs enqueues the documents at positions as additions of at most
 // maxBody bytes each.
 func (s *Sink) sendDocs(ctx context.Context, b sink.Batch, positions []int, r *meiliReceipt) error {
-	c := &chunker{max: s.maxBody(), single: s.opts.MaxPayloadBytes, hint: len(positions), send: func(body []byte, chunk []int) error {
+	c := &chunker{max: s.maxBody(), single: s.opts.MaxPayloadBytes, hint: len(positions), bytes: jsonBytes(b.Writes, positions), send: func(body []byte, chunk []int) error {
 		return s.sendChunk(ctx, b, body, chunk, r)
 	}}
 	for _, i := range positions {
@@ -362,6 +362,20 @@ func (s *Sink) sendDocs(ctx context.Context, b sink.Batch, positions []int, r *m
 	err := c.flush()
 	r.failed = append(r.failed, c.failed...)
 	return err
+}
+
+// jsonBytes is what the documents at positions take in an array, when
+// each is JSON already (the transform's output); 0 when one is not.
+func jsonBytes(writes []sink.Write, positions []int) int {
+	n := 0
+	for _, i := range positions {
+		doc, ok := writes[i].Doc.(json.RawMessage)
+		if !ok {
+			return 0
+		}
+		n += len(doc) + 1
+	}
+	return n
 }
 
 // sendChunk posts one array of documents. A 413 splits it; Meilisearch
