@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
@@ -44,6 +46,46 @@ func tuneGC(provider memlimit.Provider, refresh time.Duration) int64 {
 	// leaves the limit as it was: none, unless GOMEMLIMIT set one.
 	_, _ = memlimit.Set(opts...)
 	return debug.SetMemoryLimit(-1)
+}
+
+// idleCollectEvery is how long `run` goes without a collection before it
+// runs one itself (collectWhenIdle).
+const idleCollectEvery = 10 * time.Second
+
+// collectWhenIdle runs a collection whenever none ran for every, until ctx
+// ends. Under GOGC=400 a process holding hundreds of idle jobs allocates
+// a few megabytes a second and so collects about once a minute: until
+// then it keeps what its starts left, the reindexes' garbage (the heap's
+// goal is five times the live heap) and the goroutine stacks the starts
+// grew, which each collection halves at most. That was half of such a
+// process's memory. A busy process collects more often than every and is
+// never touched; an idle one's collection marks a live heap of some tens
+// of megabytes, a few milliseconds of CPU each time.
+func collectWhenIdle(ctx context.Context, every time.Duration) {
+	cycles := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	read := func() uint64 {
+		metrics.Read(cycles)
+		if cycles[0].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return cycles[0].Value.Uint64()
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last := read()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n := read(); n != last {
+			last = n // it collected by itself
+			continue
+		}
+		runtime.GC()
+		last = read()
+	}
 }
 
 // memoryLimitText renders a soft memory limit for the start's log line.

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"math"
 	"os"
 	"runtime/debug"
+	"runtime/metrics"
 	"testing"
+	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 )
@@ -53,3 +56,37 @@ func TestMemoryLimitFollowsTheContainer(t *testing.T) {
 }
 
 func ninety(limit uint64) int64 { return int64(float64(limit) * memoryLimitRatio) }
+
+// TestAnIdleProcessCollects: with no collection of its own (the collector
+// off here, as in a process that allocates little under GOGC=400),
+// collectWhenIdle runs them, and stops with its context.
+func TestAnIdleProcessCollects(t *testing.T) {
+	prev := debug.SetGCPercent(-1)
+	t.Cleanup(func() { debug.SetGCPercent(prev) })
+	cycles := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	read := func() uint64 {
+		metrics.Read(cycles)
+		return cycles[0].Value.Uint64()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		collectWhenIdle(ctx, 20*time.Millisecond)
+	}()
+	start := read()
+	deadline := time.Now().Add(time.Minute) // a bound for a hung test
+	for read() < start+2 {
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("%d collections in a minute with the collector off, want 2 from collectWhenIdle", read()-start)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("collectWhenIdle did not return after its context ended")
+	}
+}
