@@ -224,6 +224,9 @@ type Engine struct {
 	// requests looks for the requests waiting for any of the process's
 	// jobs in one query (requestWatch).
 	requests *requestWatch
+	// The jobs' gauges tick from one timer for each kind (tickGroup):
+	// their lag clocks, queue depths and watchdogs.
+	lagTicks, queueTicks, watchTicks tickGroup
 	// wait sleeps before attempt (from 0) of a read or write tried again.
 	wait func(ctx context.Context, attempt int) error
 
