@@ -155,9 +155,10 @@ func (e *Engine) sourceTime(ctx context.Context) (bson.Timestamp, bool) {
 // clock keeps the job's unread lag in stats until ctx ends or stop is
 // called: every
 // lagInterval the source's newest cluster time against what is durable.
-// A source that does not answer keeps the last time it gave.
-func (e *Engine) clock(ctx context.Context, c *lagClock, w *watchdog, stats *status.JobStats) (stop func()) {
-	return e.lagTicks.every(ctx, lagInterval, func(time.Time) {
+// A source that does not answer keeps the last time it gave. then, when
+// not nil, is called after each update.
+func (e *Engine) clock(ctx context.Context, c *lagClock, w *watchdog, stats *status.JobStats, then func(now time.Time)) (stop func()) {
+	return e.lagTicks.every(ctx, lagInterval, func(now time.Time) {
 		ts, ok := e.sourceTime(ctx)
 		if ok {
 			c.mu.Lock()
@@ -167,5 +168,8 @@ func (e *Engine) clock(ctx context.Context, c *lagClock, w *watchdog, stats *sta
 			c.mu.Unlock()
 		}
 		stats.LagUnread(c.unread(w.idleNow()))
+		if then != nil {
+			then(now)
+		}
 	}, nil)
 }
