@@ -15,8 +15,8 @@ import (
 
 // retryRequests serves, in the process holding a job's lease, the requests of
 // `meilistream retry` that another process left for it (jobstate, "retry
-// requests"): it looks for one every Poll, takes it under the holder's
-// lease epoch, hands it to the job's follow loop, which retries the
+// requests"): it looks for one when kicked (see Kick) or every Poll, takes
+// it under the holder's lease epoch, hands it to the job's follow loop, which retries the
 // recorded documents inside the running job, and writes the outcome into
 // the request, which `retry` prints.
 type retryRequests struct {
