@@ -55,6 +55,7 @@ func runRun(ctx context.Context, inv *invocation) int {
 	defer w.close()
 
 	go w.warnUnreachable(ctx, log)
+	go collectWhenIdle(ctx, idleCollectEvery)
 	set, loadErr := w.loadJobs(log)
 	if set == nil {
 		return fail(inv.Stderr, loadErr)

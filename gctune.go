@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
@@ -48,6 +50,66 @@ func tuneGC(provider memlimit.Provider, refresh time.Duration) (int64, *gcPacer)
 	// leaves the limit as it was: none, unless GOMEMLIMIT set one.
 	_, _ = memlimit.Set(opts...)
 	return debug.SetMemoryLimit(-1), pacer
+}
+
+// idleCollectEvery is how long `run` goes without a collection before it
+// runs one itself (collectWhenIdle), and idleGarbage the least garbage
+// that makes one worth its CPU.
+const (
+	idleCollectEvery = 10 * time.Second
+	idleGarbage      = 4 << 20
+)
+
+// collectWhenIdle runs a collection whenever none ran for every and the
+// heap holds at least idleGarbage (and a quarter of the live heap) more
+// than the last one left, until ctx ends. Under GOGC=400 a process holding
+// hundreds of idle jobs allocates a few megabytes a second and so
+// collects about once a minute: until then it keeps what its starts left,
+// the reindexes' garbage (the heap's goal is five times the live heap)
+// and the goroutine stacks the starts grew, which each collection halves
+// at most. That was half of such a process's memory. A busy process
+// collects more often than every and is never touched, nor is an idle
+// one with few jobs, whose garbage grows too slowly to be worth the
+// cycle's CPU.
+func collectWhenIdle(ctx context.Context, every time.Duration) {
+	s := []metrics.Sample{
+		{Name: "/gc/cycles/total:gc-cycles"},
+		{Name: "/gc/heap/live:bytes"},
+		{Name: "/memory/classes/heap/objects:bytes"},
+	}
+	read := func() (cycles, garbage, live uint64) {
+		metrics.Read(s)
+		for _, v := range s {
+			if v.Value.Kind() != metrics.KindUint64 {
+				return 0, 0, 0
+			}
+		}
+		cycles, live = s[0].Value.Uint64(), s[1].Value.Uint64()
+		if objects := s[2].Value.Uint64(); objects > live {
+			garbage = objects - live
+		}
+		return cycles, garbage, live
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last, _, _ := read()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, garbage, live := read()
+		if n != last {
+			last = n // it collected by itself
+			continue
+		}
+		if garbage < max(idleGarbage, live/4) {
+			continue
+		}
+		runtime.GC()
+		last, _, _ = read()
+	}
 }
 
 // memoryLimitText renders a soft memory limit for the start's log line.

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"math"
 	"os"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"testing"
+	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 )
@@ -62,3 +66,45 @@ func limitOf(limit int64, p *gcPacer) int64 {
 }
 
 func ninety(limit uint64) int64 { return int64(float64(limit) * memoryLimitRatio) }
+
+// TestAnIdleProcessCollects: with no collection of its own (the collector
+// off here, as in a process that allocates little under GOGC=400),
+// collectWhenIdle runs one once the garbage is worth it, and stops with
+// its context.
+func TestAnIdleProcessCollects(t *testing.T) {
+	prev := debug.SetGCPercent(-1)
+	t.Cleanup(func() { debug.SetGCPercent(prev) })
+	runtime.GC() // the garbage counts from here
+	cycles := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	read := func() uint64 {
+		metrics.Read(cycles)
+		return cycles[0].Value.Uint64()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		collectWhenIdle(ctx, 20*time.Millisecond)
+	}()
+	start := read()
+	var sink [][]byte
+	deadline := time.Now().Add(time.Minute) // a bound for a hung test
+	for read() < start+1 {
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("no collection in a minute of allocating 1 MB every 5 ms with the collector off (%d MB held)", len(sink))
+		}
+		if len(sink) < 2*idleGarbage>>20 {
+			sink = append(sink, make([]byte, 1<<20))
+		} else {
+			sink = sink[:0:0] // garbage now
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("collectWhenIdle did not return after its context ended")
+	}
+}

@@ -15,8 +15,8 @@ import (
 
 // retryRequests serves, in the process holding a job's lease, the requests of
 // `meilistream retry` that another process left for it (jobstate, "retry
-// requests"): it looks for one every Poll, takes it under the holder's
-// lease epoch, hands it to the job's follow loop, which retries the
+// requests"): it looks for one when kicked (see Kick) or every Poll, takes
+// it under the holder's lease epoch, hands it to the job's follow loop, which retries the
 // recorded documents inside the running job, and writes the outcome into
 // the request, which `retry` prints.
 type retryRequests struct {
@@ -26,9 +26,10 @@ type retryRequests struct {
 	Lease   jobstate.Fence // the holder's lease: its epoch is written into a request taken
 	Poll    time.Duration
 	Log     hclog.Logger
-	// Kick, when not nil, says a request arrived; while Watched says the
-	// job reads the arrivals, it asks only every RetryFallback polls
-	// otherwise.
+	// Kick, when not nil, says a request may wait: its arrival was read
+	// on the job's stream, or the process's requestWatch found one. While
+	// Watched says the job reads the arrivals, it asks only when kicked;
+	// otherwise every Poll.
 	Kick    <-chan struct{}
 	Watched func() bool
 }
@@ -146,7 +147,6 @@ func (q retryRequests) Serve(ctx context.Context, to chan<- *retryRequest) (stop
 func (q retryRequests) take(ctx context.Context, to chan<- *retryRequest) *retryRequest {
 	t := time.NewTimer(0) // at once: what arrived before the job started
 	defer t.Stop()
-	var swept time.Time
 	failing := false
 	for {
 		select {
@@ -155,19 +155,14 @@ func (q retryRequests) take(ctx context.Context, to chan<- *retryRequest) *retry
 		case <-t.C:
 		case <-q.Kick:
 		}
-		if time.Since(swept) >= time.Minute {
-			swept = time.Now()
-			if err := q.Store.DropExpiredRequests(ctx, q.Job); err != nil && ctx.Err() == nil {
-				q.Log.Warn("deleting expired retry requests failed", "error", err)
-			}
-		}
+		t.Stop()
 		req, err := q.Store.ClaimRetry(ctx, q.Job, q.Process, q.Lease.Epoch())
 		if err != nil || req == nil {
 			if err != nil && ctx.Err() == nil && !failing {
 				q.Log.Warn("looking for retry requests failed; trying again", "error", err)
 			}
 			failing = err != nil
-			t.Reset(q.wait())
+			q.rearm(t, err)
 			continue
 		}
 		failing = false
@@ -182,7 +177,7 @@ func (q retryRequests) take(ctx context.Context, to chan<- *retryRequest) *retry
 			ids, err := q.Store.DocErrorIDs(ctx, q.Job)
 			if err != nil {
 				q.answer(r, err)
-				t.Reset(q.wait())
+				q.rearm(t, nil)
 				continue
 			}
 			r.IDs = distinctIDs(ids)
@@ -206,10 +201,25 @@ func (q retryRequests) take(ctx context.Context, to chan<- *retryRequest) *retry
 	}
 }
 
-// wait is how long take waits before it asks again for a request.
+// rearm sets t for the next ask after one that found nothing (or failed
+// with err): when kicked only, unless it failed, then after RetryFallback
+// polls.
+func (q retryRequests) rearm(t *time.Timer, err error) {
+	d := q.wait()
+	if d == 0 && err != nil {
+		d = q.Poll * RetryFallback
+	}
+	if d > 0 {
+		t.Reset(d)
+	}
+}
+
+// wait is how long take waits before it asks again for a request; 0:
+// only when kicked (the job reads the arrivals, and the process's
+// requestWatch finds what it did not read).
 func (q retryRequests) wait() time.Duration {
 	if q.Kick != nil && q.Watched != nil && q.Watched() {
-		return q.Poll * RetryFallback
+		return 0
 	}
 	return q.Poll
 }

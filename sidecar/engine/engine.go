@@ -221,6 +221,12 @@ type Engine struct {
 	// presence keeps the process's presence records of its jobs, all from
 	// one loop (presences).
 	presence *presences
+	// requests looks for the requests waiting for any of the process's
+	// jobs in one query (requestWatch).
+	requests *requestWatch
+	// The jobs' gauges tick from one timer for each kind (tickGroup):
+	// their lag clocks, queue depths and watchdogs.
+	lagTicks, queueTicks, watchTicks tickGroup
 	// wait sleeps before attempt (from 0) of a read or write tried again.
 	wait func(ctx context.Context, attempt int) error
 
@@ -277,6 +283,7 @@ func New(source *mongo.Database, state *mongo.Collection, errorsColl *mongo.Coll
 	e.hubs = stream.NewHubs(e.stateName)
 	e.presence = newPresences(store, cfg.Process, cfg.PresenceInterval, logger)
 	e.chunks = newChunkWatch(store, chunkWatchEvery)
+	e.requests = newRequestWatch(store, cfg.RetryPoll*RetryFallback, logger)
 	return e
 }
 

@@ -128,7 +128,8 @@ func (e *Engine) follow(ctx context.Context, job *transform.Job, dst sink.Sink, 
 	f.p.dog = f.dog
 	defer e.watch(ctx, f.dog, job.Name, stats, log)()
 	f.lagc = newLagClock(f.tok)
-	defer e.clock(ctx, f.lagc, f.dog, stats)()
+	f.tick = make(chan time.Time, 1)
+	defer e.clock(ctx, f.lagc, f.dog, stats, f.ticked)()
 	set, err := loadSet(ctx, e.store, job.Name, e.obs)
 	if err != nil {
 		f.p.Abort(err)
@@ -327,6 +328,10 @@ type follower struct {
 	// (stream.Large).
 	large stream.Large
 
+	// tick wakes the loop every lagInterval while it has a use for it
+	// (ticked).
+	tick chan time.Time
+
 	// dog is the job's watchdog (watchdog.go): the loop tells it what
 	// waits for a flush, the pipe what is in flight.
 	dog *watchdog
@@ -467,11 +472,6 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 	flush.Stop()
 	defer flush.Stop()
 	f.flushT = flush
-	// The lag gauge reads the live lag (the age of the oldest change not yet
-	// durable) every second, as /status does, so it grows while the
-	// destination is down instead of keeping the last durable batch's value.
-	lagTick := time.NewTicker(lagInterval)
-	defer lagTick.Stop()
 	var committed <-chan struct{}
 	if f.snap != nil && untilReindexed {
 		committed = f.snap.Committed()
@@ -488,8 +488,7 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 			items = nil // the stream is closed: nothing to read until resumed
 		}
 		select {
-		case now := <-lagTick.C:
-			f.e.observeLag(f.jc.job.Name, f.stats.Snapshot().LagSeconds)
+		case now := <-f.tick:
 			f.pausedTick()
 			if f.paused {
 				break // the documents that ran out of time are tried once resumed
@@ -590,6 +589,23 @@ func (f *follower) loop(ctx context.Context, untilReindexed bool) error {
 			return f.stop(ctx, nil)
 		case <-ctx.Done():
 			return f.stop(ctx, nil)
+		}
+	}
+}
+
+// ticked is called by the job's lag clock every lagInterval, from the
+// process's timer of lag clocks. The lag gauge reads the live lag (the
+// age of the oldest change not yet durable) as /status does, so it grows
+// while the destination is down instead of keeping the last durable
+// batch's value. The loop is woken only when it has a use for the tick,
+// a pause to warn of or documents that ran out of time to try again: an
+// idle job's loop sleeps.
+func (f *follower) ticked(now time.Time) {
+	f.e.observeLag(f.jc.job.Name, f.stats.Snapshot().LagSeconds)
+	if f.pausedNow.Load() || f.jc.timeouts.waiting() {
+		select {
+		case f.tick <- now:
+		default:
 		}
 	}
 }

@@ -129,7 +129,7 @@ type sourceClock struct {
 
 // sourceTime returns the source's newest cluster time (false: it gives
 // none, as a standalone server does not, or does not answer), asking at
-// most once per half lagInterval.
+// most once per half lagInterval, each ask bounded by 2 lagIntervals.
 func (e *Engine) sourceTime(ctx context.Context) (bson.Timestamp, bool) {
 	c := &e.srcClock
 	c.mu.Lock()
@@ -138,6 +138,11 @@ func (e *Engine) sourceTime(ctx context.Context) (bson.Timestamp, bool) {
 		return c.ts, c.ok
 	}
 	c.at, c.ok = time.Now(), false
+	// The bound's context only when asking: every job's clock calls this
+	// every lagInterval, and one context and timer each was most of what
+	// an idle job's clock cost.
+	ctx, cancel := context.WithTimeout(ctx, 2*lagInterval)
+	defer cancel()
 	raw, err := e.source.RunCommand(ctx, bson.D{{Key: "ping", Value: 1}}).Raw()
 	if err != nil {
 		return bson.Timestamp{}, false
@@ -150,12 +155,11 @@ func (e *Engine) sourceTime(ctx context.Context) (bson.Timestamp, bool) {
 // clock keeps the job's unread lag in stats until ctx ends or stop is
 // called: every
 // lagInterval the source's newest cluster time against what is durable.
-// A source that does not answer keeps the last time it gave.
-func (e *Engine) clock(ctx context.Context, c *lagClock, w *watchdog, stats *status.JobStats) (stop func()) {
-	return ticking(ctx, lagInterval, func(time.Time) {
-		qctx, cancel := context.WithTimeout(ctx, 2*lagInterval)
-		ts, ok := e.sourceTime(qctx)
-		cancel()
+// A source that does not answer keeps the last time it gave. then, when
+// not nil, is called after each update.
+func (e *Engine) clock(ctx context.Context, c *lagClock, w *watchdog, stats *status.JobStats, then func(now time.Time)) (stop func()) {
+	return e.lagTicks.every(ctx, lagInterval, func(now time.Time) {
+		ts, ok := e.sourceTime(ctx)
 		if ok {
 			c.mu.Lock()
 			if after(ts, c.latest) {
@@ -164,5 +168,8 @@ func (e *Engine) clock(ctx context.Context, c *lagClock, w *watchdog, stats *sta
 			c.mu.Unlock()
 		}
 		stats.LagUnread(c.unread(w.idleNow()))
+		if then != nil {
+			then(now)
+		}
 	}, nil)
 }

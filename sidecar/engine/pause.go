@@ -147,6 +147,9 @@ func (f *follower) enterPause(at time.Time) error {
 	}
 	f.paused, f.pausedAt, f.pauseWarned = true, at, time.Now()
 	f.pausedNow.Store(true)
+	// The stream no longer reads requests' arrivals: the taker asks every
+	// RetryPoll from now on (a resume is taken as promptly as before).
+	f.kickRetries()
 	f.stats.SetPhase(status.PhasePaused)
 	return nil
 }

@@ -21,13 +21,20 @@ func (e *Engine) watchQueue(job string, dst sink.Sink, stats *status.JobStats) (
 	if _, _, counted := dst.Enqueued(); !counted {
 		return func() {}
 	}
-	publish := func() {
+	shown := false
+	var lastTasks int
+	var lastBytes int64
+	publish := func(always bool) {
 		tasks, bytes, _ := dst.Enqueued()
+		if shown && !always && tasks == lastTasks && bytes == lastBytes {
+			return // an idle job's queue stays empty: nothing to write
+		}
+		shown, lastTasks, lastBytes = true, tasks, bytes
 		stats.Update(func(s *status.JobSnapshot) { s.Queue = &status.Queue{Tasks: tasks, Bytes: bytes} })
 		if o, ok := e.obs.(QueueObserver); ok {
 			o.ObserveQueue(job, tasks, bytes)
 		}
 	}
-	publish()
-	return ticking(context.Background(), lagInterval, func(time.Time) { publish() }, publish)
+	publish(true)
+	return e.queueTicks.every(context.Background(), lagInterval, func(time.Time) { publish(false) }, func() { publish(true) })
 }

@@ -37,25 +37,31 @@ const DefaultRetryPoll = time.Second
 // them to the follow loop (retryRequests.Serve, whose stop the
 // caller defers after the loop). A job reading a change stream reads its
 // requests' arrivals on it (stream.Filter), so it asks for one at once
-// when one arrives and otherwise only every RetryFallback polls: a
+// when one arrives; what it did not read, the process's requestWatch
+// finds for all its jobs in one query every RetryFallback polls: a
 // process holding hundreds of idle jobs does not ask hundreds of times a
-// second. In scan mode, and while paused (the stream is closed), it asks
-// every RetryPoll.
+// second, nor hundreds of times a fallback period. In scan mode, and
+// while paused (the stream is closed), it asks every RetryPoll.
 func (f *follower) serveRetries(ctx context.Context) (stop func()) {
 	scan := f.scan != nil
-	return retryRequests{
+	stopServe := retryRequests{
 		Store: f.e.store, Job: f.jc.job.Name, Process: f.e.cfg.Process, Lease: f.l,
 		Poll: f.e.cfg.RetryPoll, Log: f.log,
 		Kick:    f.retryKick,
 		Watched: func() bool { return !scan && !f.pausedNow.Load() },
 	}.Serve(ctx, f.retries)
+	unwatch := f.e.requests.add(f.jc.job.Name, f.l.Epoch(), f.kickRetries)
+	return func() {
+		unwatch()
+		stopServe()
+	}
 }
 
-// RetryFallback is how many RetryPolls a job reading a change stream
-// waits between two asks for a request whose arrival it did not read (one
-// left running by a holder that went away is taken when the job starts):
-// well within the 30 s after which a command withdraws a request no
-// holder took.
+// RetryFallback is how many RetryPolls pass between two looks of the
+// process's requestWatch for requests whose arrival a job did not read
+// (one left running by a holder that went away is taken when the job
+// starts): well within the 30 s after which a command withdraws a request
+// no holder took.
 const RetryFallback = 10
 
 // kickRetries tells the request taker that a request arrived.

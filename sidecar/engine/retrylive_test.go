@@ -1,13 +1,22 @@
 package engine_test
 
 import (
+	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/meilistream/meilistream/internal/testutil"
+	"github.com/meilistream/meilistream/sidecar/engine"
 	"github.com/meilistream/meilistream/sidecar/jobstate"
 	"github.com/meilistream/meilistream/sidecar/status"
 )
@@ -144,4 +153,97 @@ func TestARequestIsTakenWhenItArrivesNotAtTheNextPoll(t *testing.T) {
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A process looks for the requests of all the jobs it holds in one query
+// every RetryFallback polls; an idle job reading its stream asks for one
+// (a findAndModify) only when its stream read a request's arrival or that
+// look-up found one. A request whose arrival no stream read (here one left
+// running by a holder that went away) is still taken, through the look-up.
+func TestAProcessLooksForItsJobsRequestsInOneQuery(t *testing.T) {
+	e := newEnv(t, 0)
+	e.cfg.Process = "pod-a"
+	e.cfg.RetryPoll = 20 * time.Millisecond // a look-up every 200 ms
+	e.insert(0, 20, nil)
+	var claims, looks atomic.Int64
+	mon := &event.CommandMonitor{Started: func(_ context.Context, ev *event.CommandStartedEvent) {
+		switch ev.CommandName {
+		case "findAndModify":
+			if q, _ := ev.Command.Lookup("query").DocumentOK(); strings.Contains(q.String(), `"_id.retry"`) {
+				claims.Add(1)
+			}
+		case "find":
+			if f, _ := ev.Command.Lookup("filter").DocumentOK(); strings.Contains(f.String(), `"_id.retry"`) {
+				looks.Add(1)
+			}
+		}
+	}}
+	client, err := mongo.Connect(options.Client().ApplyURI(e.mongo.URI()).SetMonitor(mon))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Disconnect(context.Background()) })
+	db := client.Database("app")
+	eng := engine.New(db, db.Collection("meilistream"), db.Collection("meilistream_errors"), e.cfg, nil, e.log)
+	base := e.job(itemsJS)
+	const jobs = 4
+	ctx, cancel := context.WithCancel(e.ctx)
+	var runs sync.WaitGroup
+	defer func() {
+		cancel()
+		runs.Wait()
+	}()
+	stats := make([]*status.JobStats, jobs)
+	for i := range jobs {
+		job := *base
+		job.Name = fmt.Sprintf("items%d", i)
+		job.Index = job.Name
+		l, err := e.leases.Acquire(e.ctx, job.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stats[i] = status.NewJobStats()
+		runs.Add(1)
+		go func() {
+			defer runs.Done()
+			if err := eng.Run(ctx, &job, e.sink(&job, l), l, stats[i], nil); err != nil {
+				t.Errorf("job %s: %v", job.Name, err)
+			}
+		}()
+	}
+	for i := range jobs {
+		until(t, "job following", func() bool { return stats[i].Snapshot().Phase == status.PhaseFollowing })
+	}
+	// Idle: each job asked once at its start; from then on the process
+	// asks for all of them together.
+	var lastLooks int64
+	testutil.Until(t, hangBound, "three look-ups by the process", func() bool {
+		lastLooks = looks.Load()
+		return lastLooks >= 3
+	}, func() string { return fmt.Sprintf("%d look-ups", lastLooks) })
+	before := claims.Load()
+	testutil.Until(t, hangBound, "three more look-ups", func() bool {
+		return looks.Load() >= lastLooks+3
+	}, func() string { return fmt.Sprintf("%d look-ups", looks.Load()) })
+	if got := claims.Load() - before; got != 0 {
+		t.Fatalf("%d findAndModify for requests over three look-ups with none waiting, want 0 (the jobs asked by themselves)", got)
+	}
+
+	// A request left running by an earlier holder: its insert is not one
+	// the stream passes (the record is written done, then set running),
+	// so only the look-up finds it.
+	id := "left"
+	key := bson.D{{Key: "retry", Value: "items2"}, {Key: "request", Value: id}}
+	if _, err := e.state.InsertOne(e.ctx, bson.D{{Key: "_id", Value: key}, {Key: "state", Value: jobstate.RequestDone},
+		{Key: "requestedBy", Value: "cli:1:x"}, {Key: "requestedAt", Value: time.Now()}, {Key: "expiresAt", Value: time.Now().Add(time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.state.UpdateOne(e.ctx, bson.D{{Key: "_id", Value: key}}, bson.D{{Key: "$set", Value: bson.D{
+		{Key: "state", Value: jobstate.RequestRunning}, {Key: "holder", Value: "gone:1:x"}, {Key: "epoch", Value: int64(0)}}}}); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the request left running answered by the holder", func() bool {
+		got, err := jobstate.ReadRequest(e.ctx, e.state, "items2", id)
+		return err == nil && got != nil && got.State == jobstate.RequestDone && got.Holder == "pod-a"
+	})
 }

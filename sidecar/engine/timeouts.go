@@ -159,6 +159,22 @@ func (t *timeouts) limitOf(n int) time.Duration {
 	return min(t.limit<<n, max(transform.MaxTimeout, t.limit))
 }
 
+// waiting says whether documents wait to be tried again, due now or
+// later (take has work for a later tick).
+func (t *timeouts) waiting() bool {
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, d := range t.tries {
+		if !d.due.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
 // take returns a retry of the documents due by now (nil: none), under the
 // limit of the one most often out of time.
 func (t *timeouts) take(now time.Time) *retryRequest {

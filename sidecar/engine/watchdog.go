@@ -174,7 +174,7 @@ func (e *Engine) watch(ctx context.Context, w *watchdog, job string, stats *stat
 			e.obs.ObserveWatchdog(job, st != nil)
 		}
 	}
-	return ticking(ctx, watchInterval, check, func() {
+	return e.watchTicks.every(ctx, watchInterval, check, func() {
 		if stats.Snapshot().Stall != nil {
 			stats.Update(func(s *status.JobSnapshot) { s.Stall = nil })
 			e.obs.ObserveWatchdog(job, false)

@@ -286,3 +286,71 @@ func (s *Store) DropExpiredRequests(ctx context.Context, job string) error {
 	}
 	return nil
 }
+
+// RequestsWaiting returns, of the jobs in epochs (a job's name and its
+// holder's lease epoch), those with a request ClaimRetry would take for
+// them: pending, or running under an earlier epoch, and not expired. It is
+// one query for all of them, so a process holding hundreds of jobs asks
+// once rather than once per job.
+func (s *Store) RequestsWaiting(ctx context.Context, epochs map[string]int64) ([]string, error) {
+	if len(epochs) == 0 {
+		return nil, nil
+	}
+	live, err := s.before(ctx, "$gt", "expiresAt")
+	if err != nil {
+		return nil, errs.Wrap(errs.Failed, "", err, "look for requests to the jobs held here")
+	}
+	names := make(bson.A, 0, len(epochs))
+	for name := range epochs {
+		names = append(names, name)
+	}
+	filter := bson.D{
+		{Key: "_id.retry", Value: bson.D{{Key: "$in", Value: names}}},
+		{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{RequestPending, RequestRunning}}}},
+		live,
+	}
+	cur, err := s.state.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "epoch", Value: 1}}))
+	if err != nil {
+		return nil, errs.Wrap(errs.Failed, "", err, "look for requests to the jobs held here")
+	}
+	defer cur.Close(ctx)
+	var out []string
+	seen := map[string]bool{}
+	for cur.Next(ctx) {
+		var d requestDoc
+		if err := cur.Decode(&d); err != nil {
+			return nil, errs.Wrap(errs.Failed, "", err, "look for requests to the jobs held here")
+		}
+		epoch, ok := epochs[d.ID.Job]
+		if !ok || seen[d.ID.Job] || (d.State == RequestRunning && d.Epoch >= epoch) {
+			continue
+		}
+		seen[d.ID.Job] = true
+		out = append(out, d.ID.Job)
+	}
+	if err := cur.Err(); err != nil {
+		return nil, errs.Wrap(errs.Failed, "", err, "look for requests to the jobs held here")
+	}
+	return out, nil
+}
+
+// DropExpiredRequestsOf deletes the expired requests of jobs in one write
+// (DropExpiredRequests for each of them).
+func (s *Store) DropExpiredRequestsOf(ctx context.Context, jobs []string) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	expired, err := s.before(ctx, "$lte", "expiresAt")
+	if err != nil {
+		return errs.Wrap(errs.Failed, "", err, "delete expired requests to the jobs held here")
+	}
+	names := make(bson.A, 0, len(jobs))
+	for _, j := range jobs {
+		names = append(names, j)
+	}
+	filter := bson.D{{Key: "_id.retry", Value: bson.D{{Key: "$in", Value: names}}}, expired}
+	if _, err := s.state.DeleteMany(ctx, filter); err != nil {
+		return errs.Wrap(errs.Failed, "", err, "delete expired requests to the jobs held here")
+	}
+	return nil
+}
