@@ -6,6 +6,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/jobdef"
 	"github.com/meilistream/meilistream/sidecar/meili"
 	"github.com/meilistream/meilistream/sidecar/sink"
@@ -23,15 +24,8 @@ func TestFetchReadsDocumentsBackBySourceID(t *testing.T) {
 			if err := dst.Prepare(ctx); err != nil {
 				t.Fatal(err)
 			}
-			raw := func(v any) bson.RawValue {
-				typ, b, err := bson.MarshalValue(v)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return bson.RawValue{Type: typ, Value: b}
-			}
 			oid, _ := bson.ObjectIDFromHex("65a1b2c3d4e5f60718293a4b")
-			ids := []bson.RawValue{raw(int64(7)), raw("sku-1"), raw(oid), raw("needs encoding!")}
+			ids := []bson.RawValue{testutil.RawValue(t, int64(7)), testutil.RawValue(t, "sku-1"), testutil.RawValue(t, oid), testutil.RawValue(t, "needs encoding!")}
 			var writes []sink.Write
 			for i, id := range ids {
 				key, err := jobdef.IndexID(id)
@@ -47,7 +41,7 @@ func TestFetchReadsDocumentsBackBySourceID(t *testing.T) {
 			if fails, err := dst.Wait(ctx, r); err != nil || len(fails) > 0 {
 				t.Fatal(fails, err)
 			}
-			asked := append([]bson.RawValue{raw(int64(8))}, ids...)
+			asked := append([]bson.RawValue{testutil.RawValue(t, int64(8))}, ids...)
 			got, err := dst.Fetch(ctx, asked)
 			if err != nil {
 				t.Fatal(err)
@@ -80,14 +74,7 @@ func TestFetchMatchesAKeyWrittenInAnotherFormAndAnIDAskedTwice(t *testing.T) {
 	if err := dst.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	raw := func(v any) bson.RawValue {
-		typ, b, err := bson.MarshalValue(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return bson.RawValue{Type: typ, Value: b}
-	}
-	id7, sku := raw(int64(7)), raw("sku-1")
+	id7, sku := testutil.RawValue(t, int64(7)), testutil.RawValue(t, "sku-1")
 	r, err := dst.Send(ctx, sink.Batch{Writes: []sink.Write{
 		{SourceID: id7, Doc: map[string]any{"id": "7", "n": 7}},
 		{SourceID: sku, Doc: map[string]any{"id": "sku-1", "n": 1}},
