@@ -158,6 +158,18 @@ func (e *env) engine() *engine.Engine {
 	return engine.New(e.db, e.state, e.errs, e.cfg, e.metrics, e.log)
 }
 
+// monitoredDB is the test MongoDB's app database through a client of its
+// own that reports its commands to mon: what one process asks.
+func (e *env) monitoredDB(mon *event.CommandMonitor) *mongo.Database {
+	e.t.Helper()
+	client, err := mongo.Connect(options.Client().ApplyURI(e.mongo.URI()).SetMonitor(mon))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { client.Disconnect(context.Background()) })
+	return client.Database("app")
+}
+
 func (e *env) acquire() *lease.Lease {
 	e.t.Helper()
 	l, err := e.leases.Acquire(e.ctx, "items")
@@ -550,12 +562,7 @@ func (e *env) readIDs() (*mongo.Database, func() map[int64]bool) {
 			}
 		}
 	}}
-	client, err := mongo.Connect(options.Client().ApplyURI(e.mongo.URI()).SetMonitor(mon))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { client.Disconnect(context.Background()) })
-	return client.Database("app"), func() map[int64]bool {
+	return e.monitoredDB(mon), func() map[int64]bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return maps.Clone(ids)
@@ -1473,15 +1480,11 @@ func TestReindexKilledBetweenTwoMarksResumesAndConverges(t *testing.T) {
 			k.kill()
 		}
 	}}
-	client, err := mongo.Connect(options.Client().ApplyURI(e.mongo.URI()).SetMonitor(mon))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Disconnect(context.Background()) })
-	eng := engine.New(client.Database("app"), client.Database("app").Collection("meilistream"), e.errs, e.cfg, nil, e.log)
+	db := e.monitoredDB(mon)
+	eng := engine.New(db, db.Collection("meilistream"), e.errs, e.cfg, nil, e.log)
 	ctx, cancel := context.WithCancel(e.ctx)
 	k.kill = cancel
-	_, err = eng.Reindex(ctx, job, killSink{e.sink(job, l), k}, l, nil)
+	_, err := eng.Reindex(ctx, job, killSink{e.sink(job, l), k}, l, nil)
 	if err == nil {
 		t.Fatal("a reindex killed between two marks reported success")
 	}
@@ -1538,12 +1541,8 @@ func TestInPlaceSweepNeverDeletesADocumentCreatedAgainDuringTheReindex(t *testin
 			}
 		},
 	}
-	client, err := mongo.Connect(options.Client().ApplyURI(e.mongo.URI()).SetMonitor(mon))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Disconnect(context.Background()) })
-	eng := engine.New(client.Database("app"), client.Database("app").Collection("meilistream"), e.errs, e.cfg, nil, e.log)
+	db := e.monitoredDB(mon)
+	eng := engine.New(db, db.Collection("meilistream"), e.errs, e.cfg, nil, e.log)
 	l := e.acquire()
 	sum, err := eng.Reindex(e.ctx, job, e.sink(job, l), l, nil)
 	if err != nil {

@@ -16,8 +16,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/meilistream/meilistream/bench/articles"
@@ -356,14 +354,10 @@ func TestAStandbyOfManyJobsLooksForChunksInOneReadForAll(t *testing.T) {
 			watches.Add(1)
 		}
 	}}
-	client, err := mongo.Connect(options.Client().ApplyURI(e.mongo.URI()).SetMonitor(mon))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Disconnect(context.Background()) })
+	db := e.monitoredDB(mon)
 	cfg := e.cfg
 	cfg.Process = "test:2:b"
-	eng := engine.New(client.Database("app"), client.Database("app").Collection("meilistream"), e.errs, cfg, nil, e.log)
+	eng := engine.New(db, db.Collection("meilistream"), e.errs, cfg, nil, e.log)
 	const jobs = 20
 	ctx, cancel := context.WithCancel(e.ctx)
 	var wg sync.WaitGroup
@@ -471,18 +465,14 @@ func TestAClaimantClaimsItsNextChunkInTheSlotItGaveBack(t *testing.T) {
 			}
 		},
 	}
-	client, err := mongo.Connect(options.Client().ApplyURI(e.mongo.URI()).SetMonitor(mon))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Disconnect(context.Background()) })
+	db := e.monitoredDB(mon)
 	cfg := e.cfg
 	cfg.Process = "test:2:b"
 	// The short way is taken for a third of a slot lease after a long
 	// claim: a lease of minutes (a presence interval's) keeps six chunks
 	// inside that third however slow the machine.
 	cfg.PresenceInterval = 3 * time.Minute
-	eng := engine.New(client.Database("app"), client.Database("app").Collection("meilistream"), e.errs, cfg, nil, e.log)
+	eng := engine.New(db, db.Collection("meilistream"), e.errs, cfg, nil, e.log)
 	st := jobstate.New(e.state, e.errs, func(context.Context, int) error { return nil })
 	if err := st.EnsureSlotIndex(e.ctx); err != nil {
 		t.Fatal(err)

@@ -12,8 +12,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/meilistream/meilistream/internal/testutil"
 	"github.com/meilistream/meilistream/sidecar/engine"
@@ -178,12 +176,7 @@ func TestAProcessLooksForItsJobsRequestsInOneQuery(t *testing.T) {
 			}
 		}
 	}}
-	client, err := mongo.Connect(options.Client().ApplyURI(e.mongo.URI()).SetMonitor(mon))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Disconnect(context.Background()) })
-	db := client.Database("app")
+	db := e.monitoredDB(mon)
 	eng := engine.New(db, db.Collection("meilistream"), db.Collection("meilistream_errors"), e.cfg, nil, e.log)
 	base := e.job(itemsJS)
 	const jobs = 4
